@@ -1,0 +1,25 @@
+//! The four protocols, each in the same three parts: `data.rs` (files to typed items),
+//! `plan.rs` (one item to its generation steps), `score.rs` (transcripts to metrics).
+//!
+//! Shared here: where the authors' public data lives ([`data_root`]) and the statistics every
+//! benchmark reports ([`stats`]).
+
+pub mod fbbench;
+pub mod fennec;
+pub mod plan;
+pub mod realmistake;
+pub mod refutebench;
+pub mod results;
+pub mod stats;
+
+use std::path::PathBuf;
+
+/// The environment variable that points at the authors' public data.
+pub const DATA_ENV: &str = "CANDOR_DATA";
+
+/// The folder holding the authors' public data: `$CANDOR_DATA`, else `../shared/data`.
+pub fn data_root() -> PathBuf {
+    std::env::var_os(DATA_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("../shared/data"))
+}

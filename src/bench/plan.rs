@@ -1,0 +1,66 @@
+//! Plans are data: a protocol turns one item, plus the steps already finished for it, into
+//! the generation steps that can run next.
+//!
+//! The runner (in `cli`/`store`) owns scheduling: it asks every item for its next steps,
+//! runs all pending steps of one [`Actor`] together in large batches (one model loaded at a
+//! time), appends each finished step to the run's samples, and asks again until no item has
+//! a step left. Because a step's output depends only on its own prompt and seed, the order in
+//! which steps are scheduled never changes a result. A protocol knows nothing of batches,
+//! models or files.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{SamplingParams, StopReason};
+use crate::model::chat::Message;
+
+/// Which loaded model answers a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Actor {
+    /// A model under evaluation: index into the run's `--model` list (usually only 0; several
+    /// for ReaLMistake's majority vote over detectors).
+    Candidate(usize),
+    /// The model that grades (FB-Bench checklist, RefuteBench FA, Fennec).
+    Judge,
+}
+
+/// One generation a protocol asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// Unique within its item, stable across runs (e.g. `"turn/2"`, `"judge"`,
+    /// `"criteria/3"`).
+    pub key: String,
+    pub actor: Actor,
+    pub messages: Vec<Message>,
+    pub params: SamplingParams,
+}
+
+/// What a finished step produced, as recorded in the run's samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepOutput {
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub prompt_tokens: usize,
+    pub output_tokens: usize,
+    /// Set when the conversation had to be shortened to fit the context (what was dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
+}
+
+/// The finished steps of one item, by key.
+pub type Transcript = BTreeMap<String, StepOutput>;
+
+/// A protocol's per-item logic. Implementations are pure functions of the item and its
+/// finished steps, so a resumed run asks exactly the same questions as an uninterrupted one.
+pub trait Plan {
+    type Item;
+
+    /// Stable, unique id of an item (the samples' key together with the step key).
+    fn item_id(&self, item: &Self::Item) -> String;
+
+    /// The steps that can run now for `item`, given its finished steps. Never returns a step
+    /// whose key is already in `done`; returns nothing once the item is complete.
+    fn next_steps(&self, item: &Self::Item, done: &Transcript) -> Vec<Step>;
+}

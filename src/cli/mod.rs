@@ -1,0 +1,31 @@
+//! The command line: parse arguments, turn them into configs, call the library, print errors.
+//!
+//! `anyhow` lives here and in `main.rs` only; library modules return typed errors.
+
+mod args;
+mod generate;
+mod run;
+mod score;
+mod setup;
+
+use clap::Parser;
+
+pub use args::{Args, Command};
+
+/// Runs the program and returns its exit code; errors are printed with their whole chain.
+pub fn run() -> i32 {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Setup(a) => setup::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Score(a) => score::run(a),
+        Command::Run(a) => run::run(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("candor: error: {err:#}");
+            1
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! `candor score fbbench` (to be written).
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("`candor score fbbench` is not available yet")
+}

@@ -1,0 +1,74 @@
+//! The decoding engine: packed batched forward passes, per-sequence KV state and sampling.
+//!
+//! The engine takes token ids (or chat messages, rendered with the model's own template) and
+//! sampling parameters, and returns tokens, text and a stop reason. It knows nothing of
+//! benchmarks: protocols talk to it through [`Generate`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::chat::Message;
+
+/// How to pick tokens and when to stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    /// 0 means greedy (a tie goes to the lowest token id).
+    pub temperature: f32,
+    /// Nucleus mass; 1.0 disables top-p.
+    pub top_p: f32,
+    /// Per-request seed: a request's tokens never depend on its batch neighbours.
+    pub seed: u64,
+    pub max_new_tokens: usize,
+    /// Generation stops after the first occurrence of any of these strings.
+    pub stop_strings: Vec<String>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+            max_new_tokens: 256,
+            stop_strings: Vec::new(),
+        }
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-sequence or end-of-turn token was produced.
+    Eos,
+    /// One of the request's stop strings appeared.
+    StopString,
+    /// `max_new_tokens` were produced.
+    MaxTokens,
+    /// The model's context window is full.
+    ContextFull,
+}
+
+/// A chat conversation to continue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub params: SamplingParams,
+}
+
+/// The reply to a [`ChatRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatReply {
+    pub prompt_ids: Vec<u32>,
+    /// As generated, the stop token included when generation stopped on one.
+    pub output_ids: Vec<u32>,
+    /// Decoded reply, without the stop token or stop string.
+    pub text: String,
+    pub stop_reason: StopReason,
+}
+
+/// Something that answers chat requests in batches: the engine with a loaded model, or a
+/// scripted fake in tests. The i-th reply answers the i-th request.
+pub trait Generate {
+    type Error: std::error::Error + Send + Sync + 'static;
+    fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, Self::Error>;
+}

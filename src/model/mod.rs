@@ -1,0 +1,10 @@
+//! Model loading: GGUF weights, the llama architecture, the tokenizer and the chat template.
+//!
+//! This module turns files into an immutable, shareable model; it never sees requests or
+//! batches (that is [`crate::engine`]).
+
+pub mod chat;
+pub mod chat_template;
+pub mod gguf;
+pub mod llama;
+pub mod tokenizer;
