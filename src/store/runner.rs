@@ -255,6 +255,13 @@ impl<P: Plan> Run<'_, P> {
                 if s.messages.is_empty() {
                     return Err(invalid(format!("step {:?} has no messages", s.key)));
                 }
+                if !(s.params.temperature.is_finite() && s.params.top_p.is_finite()) {
+                    // JSON has no NaN: such a step could not be logged and read back.
+                    return Err(invalid(format!(
+                        "step {:?} has a non-finite temperature or top_p",
+                        s.key
+                    )));
+                }
             }
             out.extend(steps.into_iter().map(|s| (i, s)));
         }
@@ -732,6 +739,21 @@ mod tests {
         }
     }
 
+    struct NanPlan;
+    impl Plan for NanPlan {
+        type Item = ToyItem;
+        fn item_id(&self, item: &ToyItem) -> String {
+            item.id.clone()
+        }
+        fn next_steps(&self, item: &ToyItem, done: &Transcript) -> Vec<Step> {
+            let mut steps = plan(1).next_steps(item, done);
+            for s in &mut steps {
+                s.params.temperature = f32::NAN;
+            }
+            steps
+        }
+    }
+
     #[test]
     fn plan_bugs_and_duplicate_items_are_errors() {
         let tmp = tempfile::tempdir().unwrap();
@@ -750,6 +772,18 @@ mod tests {
         };
         let err = run(tmp.path().join("a"), &items).unwrap_err();
         assert!(err.to_string().contains("already finished"), "{err}");
+        let nan = Run {
+            dir: &tmp.path().join("c"),
+            manifest: manifest(0),
+            plan: &NanPlan,
+            items: &items,
+            batch_size: 2,
+        }
+        .execute(&mut FakeModels::new(&["a"], "j"), &mut NoProgress, |_| {
+            BenchResults::default()
+        });
+        let err = nan.unwrap_err().to_string();
+        assert!(err.contains("non-finite temperature"), "{err}");
         let dup = vec![items[0].clone(), items[0].clone()];
         let err = run(tmp.path().join("b"), &dup).unwrap_err();
         assert!(matches!(err, StoreError::DuplicateItem { .. }), "{err}");
