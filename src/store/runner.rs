@@ -121,11 +121,71 @@ impl<P: Plan> Run<'_, P> {
             stopped: vec![false; n],
             failed: Vec::new(),
         };
+        let computed = self.schedule(models, progress, &mut replay, &mut writer, &mut ledger)?;
+        let replayed = replay.finish()?;
+
+        progress.stage("scoring");
+        let complete: Vec<(&P::Item, &Transcript)> = self
+            .items
+            .iter()
+            .zip(&ledger.transcripts)
+            .zip(&ledger.stopped)
+            .filter(|(_, stopped)| !**stopped)
+            .map(|(pair, _)| pair)
+            .collect();
+        let completed = complete.len();
+        let bench = score(&complete);
+        let results = RunResults {
+            protocol: self.manifest.identity.protocol.clone(),
+            models: self
+                .manifest
+                .identity
+                .models
+                .iter()
+                .map(|m| RunModel {
+                    role: m.role.clone(),
+                    name: m.name.clone(),
+                    sha256: m.sha256.clone(),
+                })
+                .collect(),
+            items: n,
+            completed,
+            samples: writer.lines(),
+            failed: ledger.failed,
+            results: bench,
+        };
+        write_atomic(&dir.results_path(), &results.to_json())?;
+        write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
+        progress.finish(&format!(
+            "finished: {} of {} items completed, results in {}",
+            completed,
+            n,
+            dir.results_path().display()
+        ));
+        Ok(RunOutcome {
+            results,
+            resumed,
+            replayed,
+            computed,
+            warnings,
+        })
+    }
+
+    /// The scheduling loop: rounds of one actor's pending steps until no item has a step
+    /// left, replaying from the log while it lasts. Returns the number of steps computed.
+    fn schedule<M: Models>(
+        &self,
+        models: &mut M,
+        progress: &mut dyn Progress,
+        replay: &mut Replay,
+        writer: &mut SampleWriter,
+        ledger: &mut Ledger,
+    ) -> Result<usize, StoreError> {
         let mut loaded: Option<(Actor, M::Gen)> = None;
         let mut computed = 0;
         let mut round_no = 0;
         loop {
-            let pending = self.pending_steps(&ledger)?;
+            let pending = self.pending_steps(ledger)?;
             let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
                 break;
             };
@@ -182,54 +242,7 @@ impl<P: Plan> Run<'_, P> {
                 progress.advance(chunk.len(), false);
             }
         }
-        drop(loaded);
-        let replayed = replay.finish()?;
-
-        progress.stage("scoring");
-        let complete: Vec<(&P::Item, &Transcript)> = self
-            .items
-            .iter()
-            .zip(&ledger.transcripts)
-            .zip(&ledger.stopped)
-            .filter(|(_, stopped)| !**stopped)
-            .map(|(pair, _)| pair)
-            .collect();
-        let completed = complete.len();
-        let bench = score(&complete);
-        let results = RunResults {
-            protocol: self.manifest.identity.protocol.clone(),
-            models: self
-                .manifest
-                .identity
-                .models
-                .iter()
-                .map(|m| RunModel {
-                    role: m.role.clone(),
-                    name: m.name.clone(),
-                    sha256: m.sha256.clone(),
-                })
-                .collect(),
-            items: n,
-            completed,
-            samples: writer.lines(),
-            failed: ledger.failed,
-            results: bench,
-        };
-        write_atomic(&dir.results_path(), &results.to_json())?;
-        write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
-        progress.finish(&format!(
-            "finished: {} of {} items completed, results in {}",
-            completed,
-            n,
-            dir.results_path().display()
-        ));
-        Ok(RunOutcome {
-            results,
-            resumed,
-            replayed,
-            computed,
-            warnings,
-        })
+        Ok(computed)
     }
 
     /// Every unfinished item's next steps, in (item order, step key) order, checked.
