@@ -5,6 +5,9 @@
 
 pub mod chat;
 pub mod chat_template;
+pub mod error;
 pub mod gguf;
 pub mod llama;
 pub mod tokenizer;
+
+pub use error::{ModelError, Result};
