@@ -7,4 +7,5 @@ pub mod chat;
 pub mod chat_template;
 pub mod gguf;
 pub mod llama;
+pub mod quant;
 pub mod tokenizer;
