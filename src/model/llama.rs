@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use super::error::{ModelError, Result};
 use super::gguf::{GgufFile, LlamaConfig};
-use super::quant::{F32Weight, QWeight};
+use super::quant::QWeight;
 
 /// How matrix weights are held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,81 +66,70 @@ pub struct SeqStep<'a, K: KvSeq> {
     pub logits: Logits,
 }
 
-/// A weight matrix, quantized or dense.
-#[derive(Debug, Clone)]
-pub enum Matrix {
-    Quant(QWeight),
-    Dense(F32Weight),
+/// Whether the quantized kernels handle a stored type natively.
+fn has_native_kernel(dtype: GgmlDType) -> bool {
+    matches!(
+        dtype,
+        GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32 | GgmlDType::F16
+    )
 }
 
-impl Matrix {
-    /// `x` holds `m` rows; `out` receives `m` rows. Each row's result is independent of `m`.
-    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        match self {
-            Matrix::Quant(w) => w.matmul(x, m, out),
-            Matrix::Dense(w) => w.matmul(x, m, out),
+/// Builds a weight matrix: as stored (`Native`, quantized kernels) or dequantized (`F32`).
+/// A stored type without a native kernel is an error in `Native` mode rather than a silent
+/// change of numerics.
+fn build_matrix(name: &str, q: &QTensor, dtype: WeightDType) -> Result<QWeight> {
+    let built = match dtype {
+        WeightDType::F32 => QWeight::dequantized(q),
+        WeightDType::Native if has_native_kernel(q.dtype()) => QWeight::from_qtensor(q),
+        WeightDType::Native => {
+            return Err(ModelError::UnsupportedTensorType {
+                name: name.into(),
+                dtype: format!(
+                    "{:?} (no quantized kernel; load with --dtype f32)",
+                    q.dtype()
+                ),
+            })
         }
-    }
-}
-
-/// Whether the quantized kernels handle a stored type.
-fn has_quant_kernel(dtype: GgmlDType) -> bool {
-    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q8_0)
-}
-
-fn build_matrix(name: &str, q: &QTensor, dtype: WeightDType) -> Result<Matrix> {
-    let kernel_err = |e: &dyn std::fmt::Display| ModelError::UnsupportedTensorType {
+    };
+    built.map_err(|e| ModelError::UnsupportedTensorType {
         name: name.into(),
         dtype: format!("{:?} ({e})", q.dtype()),
-    };
-    match (dtype, q.dtype()) {
-        (WeightDType::F32, _) | (_, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16) => {
-            F32Weight::from_qtensor(q)
-                .map(Matrix::Dense)
-                .map_err(|e| kernel_err(&e))
-        }
-        (WeightDType::Native, d) if has_quant_kernel(d) => QWeight::from_qtensor(q)
-            .map(Matrix::Quant)
-            .map_err(|e| kernel_err(&e)),
-        (WeightDType::Native, d) => Err(ModelError::UnsupportedTensorType {
-            name: name.into(),
-            dtype: format!("{d:?} (no quantized kernel; load with --dtype f32)"),
-        }),
-    }
+    })
 }
 
+/// A small tensor (a norm weight, RoPE factors) as f32 values.
 fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
     let t = q.dequantize(&Device::Cpu)?;
     t.flatten_all()?
         .to_vec1::<f32>()
-        .map_err(|e| ModelError::Gguf {
-            path: name.into(),
-            msg: e.to_string(),
+        .map_err(|e| ModelError::UnsupportedTensorType {
+            name: name.into(),
+            dtype: format!("{:?} ({e})", q.dtype()),
         })
 }
 
 struct Layer {
     attn_norm: Vec<f32>,
-    wq: Matrix,
-    wk: Matrix,
-    wv: Matrix,
-    wo: Matrix,
+    wq: QWeight,
+    wk: QWeight,
+    wv: QWeight,
+    wo: QWeight,
     ffn_norm: Vec<f32>,
-    w_gate: Matrix,
-    w_up: Matrix,
-    w_down: Matrix,
+    w_gate: QWeight,
+    w_up: QWeight,
+    w_down: QWeight,
 }
 
 /// A loaded llama-family model: configuration and immutable weights.
 pub struct Llama {
     config: LlamaConfig,
     dtype: WeightDType,
-    /// `vocab * dim`, dequantized for row lookup.
-    embedding: Vec<f32>,
+    /// `vocab × dim`; rows are dequantized on lookup.
+    embedding: QWeight,
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
-    output: Matrix,
-    tied_embeddings: bool,
+    /// `None` when tied to the embedding.
+    output: Option<QWeight>,
     /// Inverse RoPE frequency per rotated pair (llama 3 frequency factors applied).
     inv_freq: Vec<f64>,
 }
@@ -158,10 +147,10 @@ impl Llama {
         let c = &config;
         let (dim, kv_dim, ffn) = (c.dim, c.kv_dim(), c.ffn_dim);
         let embd_q = file.tensor("token_embd.weight", &[c.vocab_size, dim])?;
-        let embedding = to_f32_vec("token_embd.weight", &embd_q)?;
+        let embedding = build_matrix("token_embd.weight", &embd_q, dtype)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
-            let mut mat = |suffix: &str, shape: &[usize]| -> Result<Matrix> {
+            let mut mat = |suffix: &str, shape: &[usize]| -> Result<QWeight> {
                 let name = format!("blk.{i}.{suffix}.weight");
                 let q = file.tensor(&name, shape)?;
                 build_matrix(&name, &q, dtype)
@@ -197,12 +186,11 @@ impl Llama {
             &file.tensor("output_norm.weight", &[dim])?,
         )?;
         // Tied embeddings exactly when the file has no `output.weight`.
-        let tied_embeddings = !file.has_tensor("output.weight");
-        let output = if tied_embeddings {
-            build_matrix("token_embd.weight", &embd_q, dtype)?
-        } else {
+        let output = if file.has_tensor("output.weight") {
             let q = file.tensor("output.weight", &[c.vocab_size, dim])?;
-            build_matrix("output.weight", &q, dtype)?
+            Some(build_matrix("output.weight", &q, dtype)?)
+        } else {
+            None
         };
         let n_pairs = c.rope_dim / 2;
         let factors = if file.has_tensor("rope_freqs.weight") {
@@ -226,7 +214,6 @@ impl Llama {
             layers,
             output_norm,
             output,
-            tied_embeddings,
             inv_freq,
         })
     }
@@ -241,7 +228,7 @@ impl Llama {
 
     /// Whether the output projection reuses the token embedding.
     pub fn tied_embeddings(&self) -> bool {
-        self.tied_embeddings
+        self.output.is_none()
     }
 
     /// Runs one packed step. Every token id must be below the vocabulary size, and no sequence
@@ -266,9 +253,8 @@ impl Llama {
             s.seq_spans.push((row, seq.tokens.len(), start_pos));
             seq.kv.grow(seq.tokens.len());
             for (i, &t) in seq.tokens.iter().enumerate() {
-                let t = t as usize;
-                s.x[(row + i) * dim..(row + i + 1) * dim]
-                    .copy_from_slice(&self.embedding[t * dim..(t + 1) * dim]);
+                self.embedding
+                    .row_f32(t as usize, &mut s.x[(row + i) * dim..(row + i + 1) * dim]);
                 self.rope_row(
                     start_pos + i,
                     &mut s.rope[(row + i) * c.rope_dim..][..c.rope_dim],
@@ -337,7 +323,10 @@ impl Llama {
         let normed = &mut s.q[..m * dim];
         rms_norm_rows(&s.xb[..m * dim], &self.output_norm, c.rms_eps, normed);
         s.logits.resize(m * c.vocab_size, 0.0);
-        self.output.matmul(normed, m, &mut s.logits);
+        self.output
+            .as_ref()
+            .unwrap_or(&self.embedding)
+            .matmul(normed, m, &mut s.logits);
         &s.logits
     }
 
@@ -380,7 +369,7 @@ impl Llama {
                         let mut max = f32::NEG_INFINITY;
                         for p in 0..ctx {
                             let kv = &seq.kv.key(layer, p)[kvo..kvo + hd];
-                            let sc = super::quant::dot(qv, kv) * scale;
+                            let sc = dot(qv, kv) * scale;
                             max = max.max(sc);
                             scores.push(sc);
                         }
@@ -457,6 +446,25 @@ fn apply_rope(v: &mut [f32], cs: &[f32]) {
         pair[0] = x0 * c[0] - x1 * c[1];
         pair[1] = x0 * c[1] + x1 * c[0];
     }
+}
+
+/// Dot product with a fixed order: eight lanes, then a fixed pairwise reduction.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
 fn add_in_place(x: &mut [f32], y: &[f32]) {
