@@ -60,6 +60,10 @@ pub enum ModelError {
     #[error("chat template: {0}")]
     Template(String),
 
+    /// The chat template called `raise_exception` (it refuses these messages).
+    #[error("chat template raised an exception: {0}")]
+    TemplateRaised(String),
+
     /// The model has no chat template and none was supplied.
     #[error("no chat template: the model has no `tokenizer.chat_template` and no tokenizer_config.json gives one")]
     NoChatTemplate,

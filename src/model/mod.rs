@@ -9,6 +9,7 @@ pub mod error;
 pub mod gguf;
 pub mod llama;
 pub mod quant;
+pub mod source;
 pub mod tokenizer;
 
 pub use error::{ModelError, Result};
