@@ -200,6 +200,15 @@ impl QuantizedRows {
         QuantizedRows { nb, qs, d, s }
     }
 
+    /// Row `i`'s blocks.
+    pub(crate) fn row(&self, i: usize) -> ActRow<'_> {
+        ActRow {
+            qs: self.row_qs(i),
+            d: self.row_d(i),
+            s: self.row_s(i),
+        }
+    }
+
     /// Quants of row `i`.
     pub(crate) fn row_qs(&self, i: usize) -> &[i8] {
         &self.qs[i * self.nb * QK..(i + 1) * self.nb * QK]
@@ -218,6 +227,14 @@ impl QuantizedRows {
             &self.s[i * self.nb..(i + 1) * self.nb]
         }
     }
+}
+
+/// One quantized activation row: quants, block scales, block sums (Q8_1; else empty).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ActRow<'a> {
+    pub(crate) qs: &'a [i8],
+    pub(crate) d: &'a [f32],
+    pub(crate) s: &'a [f32],
 }
 
 #[cfg(test)]

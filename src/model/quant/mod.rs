@@ -19,7 +19,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use layout::{Panels, QFormat, QuantizedRows, PANEL};
+use layout::{ActRow, Panels, QFormat, QuantizedRows, PANEL};
 
 /// Below this many multiply-adds (`m · n · k`) a matmul runs on the calling thread only.
 const PAR_MIN_WORK: usize = 1 << 18;
@@ -242,9 +242,18 @@ impl QWeight {
     ) {
         self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
             let panel = p.panel(pi);
-            for (i, o) in buf.chunks_exact_mut(PANEL).enumerate() {
-                let (qs, d, s) = (acts.row_qs(i), acts.row_d(i), acts.row_s(i));
-                o.copy_from_slice(&panel_dot(isa, p.format, panel, p.nb, qs, d, s));
+            // Rows in pairs: each weight block is unpacked once for two activation rows.
+            let mut pairs = buf.chunks_exact_mut(2 * PANEL);
+            for (two, o) in pairs.by_ref().enumerate() {
+                let rows = [acts.row(2 * two), acts.row(2 * two + 1)];
+                let [r0, r1] = panel_dot(isa, p.format, panel, p.nb, &rows);
+                o[..PANEL].copy_from_slice(&r0);
+                o[PANEL..].copy_from_slice(&r1);
+            }
+            let last = pairs.into_remainder();
+            if !last.is_empty() {
+                let [r] = panel_dot(isa, p.format, panel, p.nb, &[acts.row(m - 1)]);
+                last.copy_from_slice(&r);
             }
         });
     }
@@ -319,19 +328,17 @@ fn float_panel(
     }
 }
 
-fn panel_dot(
+fn panel_dot<const R: usize>(
     isa: Isa,
     format: QFormat,
     panel: &[u8],
     nb: usize,
-    qs: &[i8],
-    d: &[f32],
-    s: &[f32],
-) -> [f32; PANEL] {
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
     match isa {
-        Isa::Scalar => scalar::panel_dot(format, panel, nb, qs, d, s),
+        Isa::Scalar => acts.map(|a| scalar::panel_dot(format, panel, nb, a)),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::panel_dot(format, panel, nb, qs, d, s),
+        Isa::Avx2 => x86::panel_dot(format, panel, nb, acts),
     }
 }
 

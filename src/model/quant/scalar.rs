@@ -13,20 +13,14 @@
 
 use half::f16;
 
-use super::layout::{f16_at, QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK};
+use super::layout::{f16_at, ActRow, QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK};
 
 /// Lanes of the float dot product (4 AVX2 accumulators × 8).
 pub(crate) const F_LANES: usize = 32;
 
 /// One panel of quantized weights against one quantized activation row: the 8 outputs.
-pub(crate) fn panel_dot(
-    format: QFormat,
-    panel: &[u8],
-    nb: usize,
-    qs: &[i8],
-    d: &[f32],
-    s: &[f32],
-) -> [f32; PANEL] {
+pub(crate) fn panel_dot(format: QFormat, panel: &[u8], nb: usize, act: ActRow<'_>) -> [f32; PANEL] {
+    let (qs, d, s) = (act.qs, act.d, act.s);
     let rec = format.record();
     let mut acc = [0f32; PANEL];
     for b in 0..nb {
@@ -123,7 +117,12 @@ mod tests {
                 rec[Q8_0_QS + lane * QK + j] = (lane as i8 - 3) as u8;
             }
         }
-        let out = panel_dot(QFormat::Q8_0, &rec, 1, &[2i8; QK], &[0.25], &[]);
+        let act = ActRow {
+            qs: &[2i8; QK],
+            d: &[0.25],
+            s: &[],
+        };
+        let out = panel_dot(QFormat::Q8_0, &rec, 1, act);
         for (lane, &o) in out.iter().enumerate() {
             assert_eq!(o, (lane as f32 - 3.0) * 64.0 * 0.5 * 0.25);
         }

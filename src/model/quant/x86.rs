@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK, REC_Q4_1, REC_Q8_0};
+use super::layout::{ActRow, QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK, REC_Q4_1, REC_Q8_0};
 use super::scalar;
 
 /// Whether this CPU runs the kernels of this file.
@@ -19,27 +19,27 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// One panel against one quantized activation row (see `scalar::panel_dot`).
-pub(crate) fn panel_dot(
+/// One panel against `R` quantized activation rows (see `scalar::panel_dot`); each weight
+/// block is loaded and unpacked once for all `R` rows.
+pub(crate) fn panel_dot<const R: usize>(
     format: QFormat,
     panel: &[u8],
     nb: usize,
-    qs: &[i8],
-    d: &[f32],
-    s: &[f32],
-) -> [f32; PANEL] {
-    assert!(panel.len() >= nb * format.record() && qs.len() >= nb * QK && d.len() >= nb);
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    assert!(panel.len() >= nb * format.record());
+    for a in acts {
+        assert!(a.qs.len() >= nb * QK && a.d.len() >= nb);
+        assert!(format == QFormat::Q8_0 || a.s.len() >= nb);
+    }
     if !available() {
-        return scalar::panel_dot(format, panel, nb, qs, d, s);
+        return acts.map(|a| scalar::panel_dot(format, panel, nb, a));
     }
     // SAFETY: the features are present (checked above) and the asserts bound every read.
     unsafe {
         match format {
-            QFormat::Q8_0 => panel_q8_0(panel, nb, qs, d),
-            QFormat::Q4_1 => {
-                assert!(s.len() >= nb);
-                panel_q4_1(panel, nb, qs, d, s)
-            }
+            QFormat::Q8_0 => panel_q8_0(panel, nb, acts),
+            QFormat::Q4_1 => panel_q4_1(panel, nb, acts),
         }
     }
 }
@@ -64,14 +64,11 @@ pub(crate) fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
     unsafe { dot_f16_avx(x, w) }
 }
 
-/// Sums each of eight vectors of eight i32 lanes; lane `r` of the result is the sum of `v[r]`.
+/// Lane `r` of the result is the sum of the eight i32 lanes of `v[r]`, given
+/// `h01 = hadd(v0, v1)`, `h23 = hadd(v2, v3)`, `h45`, `h67` likewise.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn hsum8(v: [__m256i; 8]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(v[0], v[1]);
-    let h23 = _mm256_hadd_epi32(v[2], v[3]);
-    let h45 = _mm256_hadd_epi32(v[4], v[5]);
-    let h67 = _mm256_hadd_epi32(v[6], v[7]);
+unsafe fn hsum8(h01: __m256i, h23: __m256i, h45: __m256i, h67: __m256i) -> __m256i {
     let h0123 = _mm256_hadd_epi32(h01, h23);
     let h4567 = _mm256_hadd_epi32(h45, h67);
     let lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
@@ -79,87 +76,109 @@ unsafe fn hsum8(v: [__m256i; 8]) -> __m256i {
     _mm256_add_epi32(lo, hi)
 }
 
-/// Eight i32 lanes of the signed 32 × i8 dot product of `w` (at `p`) and `a`.
+/// For each activation block `a[i]`: `hadd` of the i32 lanes of the signed 32 × i8 dot products
+/// of weight rows `lane` and `lane + 1` (at `q`) with `a[i]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn dot_q8(p: *const u8, a: __m256i, ones: __m256i) -> __m256i {
-    let w = _mm256_loadu_si256(p as *const __m256i);
-    // |w| · (a · sign w): maddubs wants an unsigned left operand.
-    let prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    _mm256_madd_epi16(prod, ones)
-}
-
-/// Eight i32 lanes of the dot product of 32 nibbles (16 bytes at `p`, ggml order) and `a`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn dot_q4(p: *const u8, a: __m256i, ones: __m256i, low: __m256i) -> __m256i {
-    let t = _mm_loadu_si128(p as *const __m128i);
-    let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low);
-    _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_q8_0(panel: &[u8], nb: usize, qs: &[i8], d: &[f32]) -> [f32; PANEL] {
+unsafe fn pair_q8<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -> [__m256i; R] {
     let ones = _mm256_set1_epi16(1);
-    let mut acc = _mm256_setzero_ps();
-    for (b, &dx) in d.iter().enumerate().take(nb) {
-        let r = panel.as_ptr().add(b * REC_Q8_0);
-        let a = _mm256_loadu_si256(qs.as_ptr().add(b * QK) as *const __m256i);
-        let q = r.add(Q8_0_QS);
-        let sum = hsum8([
-            dot_q8(q, a, ones),
-            dot_q8(q.add(QK), a, ones),
-            dot_q8(q.add(2 * QK), a, ones),
-            dot_q8(q.add(3 * QK), a, ones),
-            dot_q8(q.add(4 * QK), a, ones),
-            dot_q8(q.add(5 * QK), a, ones),
-            dot_q8(q.add(6 * QK), a, ones),
-            dot_q8(q.add(7 * QK), a, ones),
-        ]);
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-        let v = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-            _mm256_set1_ps(dx),
-        );
-        acc = _mm256_add_ps(acc, v);
-    }
-    let mut out = [0f32; PANEL];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
-    out
+    let w0 = _mm256_loadu_si256(q.add(lane * QK) as *const __m256i);
+    let w1 = _mm256_loadu_si256(q.add((lane + 1) * QK) as *const __m256i);
+    // |w| · (a · sign w): maddubs wants an unsigned left operand.
+    let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+    a.map(|a| {
+        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a, w0)), ones);
+        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a, w1)), ones);
+        _mm256_hadd_epi32(p0, p1)
+    })
 }
 
+/// As [`pair_q8`] for rows of 32 nibbles (16 bytes each at `q`, ggml order).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_q4_1(panel: &[u8], nb: usize, qs: &[i8], d: &[f32], s: &[f32]) -> [f32; PANEL] {
+#[inline]
+unsafe fn pair_q4<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -> [__m256i; R] {
     let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0F);
-    let mut acc = _mm256_setzero_ps();
-    for (b, &dx) in d.iter().enumerate().take(nb) {
+    let unpack = |p: *const u8| {
+        let t = _mm_loadu_si128(p as *const __m128i);
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low)
+    };
+    let w0 = unpack(q.add(lane * QK / 2));
+    let w1 = unpack(q.add((lane + 1) * QK / 2));
+    a.map(|a| {
+        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones);
+        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones);
+        _mm256_hadd_epi32(p0, p1)
+    })
+}
+
+/// The activation blocks `b` of `acts`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn act_blocks<const R: usize>(acts: &[ActRow<'_>; R], b: usize) -> [__m256i; R] {
+    acts.map(|a| _mm256_loadu_si256(a.qs.as_ptr().add(b * QK) as *const __m256i))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_q8_0<const R: usize>(
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let r = panel.as_ptr().add(b * REC_Q8_0);
+        let a = act_blocks(acts, b);
+        let q = r.add(Q8_0_QS);
+        let (h01, h23) = (pair_q8(q, 0, &a), pair_q8(q, 2, &a));
+        let (h45, h67) = (pair_q8(q, 4, &a), pair_q8(q, 6, &a));
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
+            let v = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                _mm256_set1_ps(acts[i].d[b]),
+            );
+            *acc = _mm256_add_ps(*acc, v);
+        }
+    }
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_q4_1<const R: usize>(
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
         let r = panel.as_ptr().add(b * REC_Q4_1);
-        let a = _mm256_loadu_si256(qs.as_ptr().add(b * QK) as *const __m256i);
+        let a = act_blocks(acts, b);
         let q = r.add(Q4_1_QS);
-        const H: usize = QK / 2;
-        let sum = hsum8([
-            dot_q4(q, a, ones, low),
-            dot_q4(q.add(H), a, ones, low),
-            dot_q4(q.add(2 * H), a, ones, low),
-            dot_q4(q.add(3 * H), a, ones, low),
-            dot_q4(q.add(4 * H), a, ones, low),
-            dot_q4(q.add(5 * H), a, ones, low),
-            dot_q4(q.add(6 * H), a, ones, low),
-            dot_q4(q.add(7 * H), a, ones, low),
-        ]);
+        let (h01, h23) = (pair_q4(q, 0, &a), pair_q4(q, 2, &a));
+        let (h45, h67) = (pair_q4(q, 4, &a), pair_q4(q, 6, &a));
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
         let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
-        let scaled = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-            _mm256_set1_ps(dx),
-        );
-        let v = _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(s[b])));
-        acc = _mm256_add_ps(acc, v);
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
+            let scaled = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                _mm256_set1_ps(acts[i].d[b]),
+            );
+            let v = _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])));
+            *acc = _mm256_add_ps(*acc, v);
+        }
     }
-    let mut out = [0f32; PANEL];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
-    out
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
 }
 
 /// Generates a float dot product over weights of element type `$t`, read 8 at a time with
