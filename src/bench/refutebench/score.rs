@@ -448,9 +448,9 @@ mod tests {
         let bad = Some(Verdict::unscored("neither"));
         let scores = [
             fake(Status::Scored, 2, 1, &[yes.clone(), no.clone()]),
-            fake(Status::Scored, 1, 1, &[yes.clone()]),
-            fake(Status::NotViable, 0, 0, &[bad.clone()]),
-            fake(Status::Incomplete, 1, 0, &[no.clone()]),
+            fake(Status::Scored, 1, 1, std::slice::from_ref(&yes)),
+            fake(Status::NotViable, 0, 0, std::slice::from_ref(&bad)),
+            fake(Status::Incomplete, 1, 0, std::slice::from_ref(&no)),
             fake(Status::Scored, 4, 0, &[None]),
         ];
         let refs: Vec<&ItemScore> = scores.iter().collect();
