@@ -3,7 +3,7 @@
 //! <https://github.com/ElliottYan/RefuteBench> (the data at commit 24c2135).
 //!
 //! This module only wires the parts together: [`data`] turns the authors' JSONL files into
-//! typed items, [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
+//! typed items (their origin, from the file name, in [`source`]), [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
 //! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] and
 //! [`lang_id`] are the rule-based response-rate checks, [`plan`] asks for the next generations
 //! and [`score`] turns finished transcripts into feedback acceptance (FA) and response rate (RR).
@@ -15,6 +15,7 @@ pub mod lang_id;
 pub mod plan;
 pub mod prompts;
 pub mod score;
+pub mod source;
 
 use std::path::PathBuf;
 
