@@ -220,12 +220,27 @@ mod tests {
     #[test]
     fn verdict_rule() {
         let cases: &[(&str, Option<Detection>)] = &[
-            ("... Therefore, the model response contains an error.", Some(Detection::Error)),
-            ("Therefore, the model response contains no error.", Some(Detection::NoError)),
-            ("Therefore, the model response is not valid.", Some(Detection::Error)),
-            ("Therefore, the model response is valid.", Some(Detection::NoError)),
+            (
+                "... Therefore, the model response contains an error.",
+                Some(Detection::Error),
+            ),
+            (
+                "Therefore, the model response contains no error.",
+                Some(Detection::NoError),
+            ),
+            (
+                "Therefore, the model response is not valid.",
+                Some(Detection::Error),
+            ),
+            (
+                "Therefore, the model response is valid.",
+                Some(Detection::NoError),
+            ),
             // Both kinds: the published predictions say no error.
-            ("It contains an error? No: the response contains no error.", Some(Detection::NoError)),
+            (
+                "It contains an error? No: the response contains no error.",
+                Some(Detection::NoError),
+            ),
             // Case-sensitive, as the authors' substring test.
             ("THE RESPONSE CONTAINS AN ERROR", None),
             ("The model response contains a minor error.", None),
@@ -239,10 +254,16 @@ mod tests {
     #[test]
     fn prompt_numbers_round_trip() {
         for p in DetectionPrompt::SIMPLE {
-            assert_eq!(DetectionPrompt::from_number(p.number().unwrap_or(0)), Some(p));
+            assert_eq!(
+                DetectionPrompt::from_number(p.number().unwrap_or(0)),
+                Some(p)
+            );
         }
         assert_eq!(DetectionPrompt::from_number(0), None);
         assert_eq!(DetectionPrompt::from_number(5), None);
-        assert_eq!(DetectionPrompt::P4.file_stem(), "baseline_errordetection_prompt_4");
+        assert_eq!(
+            DetectionPrompt::P4.file_stem(),
+            "baseline_errordetection_prompt_4"
+        );
     }
 }

@@ -153,7 +153,11 @@ pub struct PairScores {
 
 /// The digit right after the first (or last) occurrence of `tag`.
 fn digit_after(text: &str, tag: &str, last: bool) -> Option<u8> {
-    let pos = if last { text.rfind(tag) } else { text.find(tag) }?;
+    let pos = if last {
+        text.rfind(tag)
+    } else {
+        text.find(tag)
+    }?;
     let c = text[pos + tag.len()..].chars().next()?;
     c.to_digit(10).map(|d| d as u8)
 }
@@ -165,12 +169,18 @@ pub fn parse_pair_scores(reply: &str) -> Verdict<PairScores> {
     let text = reply.replace('*', "");
     let tags = [
         ("Response A Score: ", "Response B Score: "),
-        ("Assistant 1's Response Score: ", "Assistant 2's Response Score: "),
+        (
+            "Assistant 1's Response Score: ",
+            "Assistant 2's Response Score: ",
+        ),
     ];
     let Some((tag_a, tag_b)) = tags.into_iter().find(|(a, _)| text.contains(a)) else {
         return Verdict::unscored("no \"Response A Score: \" in the reply");
     };
-    match (digit_after(&text, tag_a, false), digit_after(&text, tag_b, true)) {
+    match (
+        digit_after(&text, tag_a, false),
+        digit_after(&text, tag_b, true),
+    ) {
         (Some(a), Some(b)) => Verdict::Scored(PairScores { a, b }),
         (None, _) => Verdict::unscored(format!("no digit after \"{}\"", tag_a.trim_end())),
         (_, None) => Verdict::unscored(format!("no digit after \"{}\"", tag_b.trim_end())),
@@ -291,12 +301,20 @@ mod tests {
         assert_eq!(
             fill(
                 &s("single_solving"),
-                &[("query", "Q"), ("criteria", "C"), ("scoring", "G"), ("response", "R")]
+                &[
+                    ("query", "Q"),
+                    ("criteria", "C"),
+                    ("scoring", "G"),
+                    ("response", "R")
+                ]
             ),
             single_prompt("Q", "C", "G", "R")
         );
         assert_eq!(
-            fill(&s("correction"), &[("query", "Q"), ("response", "R"), ("judge", "J")]),
+            fill(
+                &s("correction"),
+                &[("query", "Q"), ("response", "R"), ("judge", "J")]
+            ),
             correction_prompt("Q", "R", "J")
         );
     }
@@ -305,8 +323,9 @@ mod tests {
     fn prompts_share_their_prefixes() {
         assert!(guideline_prompt("Q", "c1").starts_with(&guideline_prefix("Q")));
         for order in [Order::Normal, Order::Exchanged] {
-            assert!(pairwise_prompt("Q", "c", "g", "a", "b", order)
-                .starts_with(&pairwise_prefix("Q")));
+            assert!(
+                pairwise_prompt("Q", "c", "g", "a", "b", order).starts_with(&pairwise_prefix("Q"))
+            );
         }
     }
 
@@ -339,7 +358,11 @@ mod tests {
             ("Score: 5", None),
         ];
         for (reply, want) in cases {
-            assert_eq!(parse_single_score(reply).scored().copied(), *want, "{reply:?}");
+            assert_eq!(
+                parse_single_score(reply).scored().copied(),
+                *want,
+                "{reply:?}"
+            );
         }
     }
 
@@ -348,12 +371,19 @@ mod tests {
         let reply = "Here are five:\n1. Relevance: on topic.\n2. Accuracy: uses 2.5 correctly.\n\n10. Depth: detail\nnot numbered";
         assert_eq!(
             parse_criteria(reply, 10),
-            vec!["Relevance: on topic.", "Accuracy: uses 2.5 correctly.", "Depth: detail"]
+            vec![
+                "Relevance: on topic.",
+                "Accuracy: uses 2.5 correctly.",
+                "Depth: detail"
+            ]
         );
         assert_eq!(parse_criteria(reply, 1).len(), 1);
         assert_eq!(parse_criteria("A\n\n B \n", 10), vec!["A", "B"]);
         assert!(parse_criteria("  \n", 10).is_empty());
-        assert_eq!(parse_criteria("1.5 is not an enumerator", 10), vec!["1.5 is not an enumerator"]);
+        assert_eq!(
+            parse_criteria("1.5 is not an enumerator", 10),
+            vec!["1.5 is not an enumerator"]
+        );
     }
 
     #[test]

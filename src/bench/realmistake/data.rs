@@ -128,11 +128,13 @@ fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error>
         }
         .map_err(|e| zip_err(&name, e))?;
         let mut text = String::new();
-        member.read_to_string(&mut text).map_err(|e| Error::Member {
-            path: path.to_path_buf(),
-            member: name.clone(),
-            message: e.to_string(),
-        })?;
+        member
+            .read_to_string(&mut text)
+            .map_err(|e| Error::Member {
+                path: path.to_path_buf(),
+                member: name.clone(),
+                message: e.to_string(),
+            })?;
         out.push((name, text));
     }
     Ok(out)
@@ -202,7 +204,11 @@ fn label(origin: &Origin, line: usize, field: &str, value: &str) -> Result<Detec
     })
 }
 
-fn metadata_id(origin: &Origin, line: usize, metadata: &serde_json::Value) -> Result<String, Error> {
+fn metadata_id(
+    origin: &Origin,
+    line: usize,
+    metadata: &serde_json::Value,
+) -> Result<String, Error> {
     metadata
         .get("id")
         .and_then(|v| v.as_str())
@@ -326,8 +332,12 @@ fn detector_files_from_members(members: &Members, path: &Path) -> Result<Vec<Det
         });
     }
     out.sort_by(|a, b| {
-        (&a.task, &a.response_model, &a.detector, a.prompt)
-            .cmp(&(&b.task, &b.response_model, &b.detector, b.prompt))
+        (&a.task, &a.response_model, &a.detector, a.prompt).cmp(&(
+            &b.task,
+            &b.response_model,
+            &b.detector,
+            b.prompt,
+        ))
     });
     Ok(out)
 }
@@ -363,13 +373,19 @@ mod tests {
     #[test]
     fn bad_lines_name_member_and_line() {
         let bad_label = format!("{ITEM}\n{}", ITEM.replace("\"error\",", "\"maybe\","));
-        let e = parse_items(&bad_label, &origin(), "t", "m").unwrap_err().to_string();
+        let e = parse_items(&bad_label, &origin(), "t", "m")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("x.zip:data/t/m.jsonl:2: "), "{e}");
         assert!(e.contains("maybe"), "{e}");
-        let e = parse_items("{not json", &origin(), "t", "m").unwrap_err().to_string();
+        let e = parse_items("{not json", &origin(), "t", "m")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("x.zip:data/t/m.jsonl:1: "), "{e}");
         let no_id = ITEM.replace("\"id\"", "\"key\"");
-        let e = parse_items(&no_id, &origin(), "t", "m").unwrap_err().to_string();
+        let e = parse_items(&no_id, &origin(), "t", "m")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("metadata.id"), "{e}");
     }
 
@@ -380,9 +396,12 @@ mod tests {
         let recs = parse_records(text, &origin()).expect("parses");
         assert_eq!(recs[0].prediction, None);
         assert_eq!(recs[1].prediction, Some(Detection::NoError));
-        let e = parse_records(r#"{"response": "r", "prediction": "yes", "label": "error", "metadata": {"id": "a"}}"#, &origin())
-            .unwrap_err()
-            .to_string();
+        let e = parse_records(
+            r#"{"response": "r", "prediction": "yes", "label": "error", "metadata": {"id": "a"}}"#,
+            &origin(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains(":1: ") && e.contains("prediction"), "{e}");
     }
 
@@ -390,13 +409,19 @@ mod tests {
     fn detector_paths_are_recognised() {
         let rec = r#"{"response": "r", "prediction": "error", "label": "error", "metadata": {"id": "a"}}"#;
         let members: Members = vec![
-            ("o/s/t/m/d/baseline_errordetection_prompt_3.jsonl".into(), rec.into()),
+            (
+                "o/s/t/m/d/baseline_errordetection_prompt_3.jsonl".into(),
+                rec.into(),
+            ),
             ("o/s/t/m/d/cot_instruction_prompt.jsonl".into(), rec.into()),
         ];
         let files = detector_files_from_members(&members, Path::new("dir")).expect("parses");
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].prompt, DetectionPrompt::P3);
-        assert_eq!((files[0].task.as_str(), files[0].detector.as_str()), ("t", "d"));
+        assert_eq!(
+            (files[0].task.as_str(), files[0].detector.as_str()),
+            ("t", "d")
+        );
         let none: Members = vec![("readme.jsonl".into(), rec.into())];
         assert!(detector_files_from_members(&none, Path::new("dir")).is_err());
     }

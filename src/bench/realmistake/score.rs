@@ -138,7 +138,11 @@ pub fn random_baseline(p: f64) -> Metrics {
     let tn = (1.0 - p) * (1.0 - p);
     let fn_ = p * (1.0 - p);
     let precision = if tp + fp != 0.0 { tp / (tp + fp) } else { 0.0 };
-    let recall = if tp + fn_ != 0.0 { tp / (tp + fn_) } else { 0.0 };
+    let recall = if tp + fn_ != 0.0 {
+        tp / (tp + fn_)
+    } else {
+        0.0
+    };
     let f1 = if precision + recall != 0.0 {
         2.0 * (precision * recall) / (precision + recall)
     } else {
@@ -180,8 +184,14 @@ const DETECTORS: [(&str, &str); 12] = [
     ("gemma-7b-it", "google/gemma-7b-it"),
     ("Llama-2-13b-chat-hf", "meta-llama/Llama-2-13b-chat-hf"),
     ("Llama-2-70b-chat-hf", "meta-llama/Llama-2-70b-chat-hf"),
-    ("Mistral-7B-Instruct-v0.1", "mistralai/Mistral-7B-Instruct-v0.1"),
-    ("Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+    (
+        "Mistral-7B-Instruct-v0.1",
+        "mistralai/Mistral-7B-Instruct-v0.1",
+    ),
+    (
+        "Mixtral-8x7B-Instruct-v0.1",
+        "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    ),
     ("Qwen1.5-14B-Chat", "Qwen/Qwen1.5-14B-Chat"),
     ("Qwen1.5-72B-Chat", "Qwen/Qwen1.5-72B-Chat"),
     ("gpt-3.5-turbo-0125", "gpt-3.5-turbo-0125"),
@@ -270,7 +280,11 @@ pub fn cell(
                     )));
                 }
             }
-            items.iter().take(file.records.len()).map(|i| i.label).collect()
+            items
+                .iter()
+                .take(file.records.len())
+                .map(|i| i.label)
+                .collect()
         }
     };
     let pairs = gold
@@ -326,7 +340,17 @@ fn average_json(list: &[[(&'static str, f64); 8]]) -> Value {
     Value::Object(out)
 }
 
-type Grouped<'a> = BTreeMap<(usize, String), BTreeMap<(usize, String), BTreeMap<(usize, String), Vec<&'a Cell>>>>;
+/// A sort key: (rank in the authors' order, name).
+type Ranked = (usize, String);
+
+/// The eight metrics with their names.
+type Named = [(&'static str, f64); 8];
+
+/// Per task, for one (response model, detector): the prompt-averaged metrics, the item count
+/// and the gold error count.
+type TaskAverages = Vec<(Named, usize, usize)>;
+
+type Grouped<'a> = BTreeMap<Ranked, BTreeMap<Ranked, BTreeMap<Ranked, Vec<&'a Cell>>>>;
 
 /// The authors' `performance.json` for the cells given: per task, response model and
 /// detector, one entry per prompt and their `average`; then a top-level `average` over tasks.
@@ -344,9 +368,7 @@ pub fn performance_json(cells: &[Cell]) -> Value {
             .push(c);
     }
     let mut root = Map::new();
-    // (response model, detector) -> per-task (averages, total, gold errors)
-    type TaskAverages = Vec<([(&'static str, f64); 8], usize, usize)>;
-    let mut across: BTreeMap<((usize, String), (usize, String)), TaskAverages> = BTreeMap::new();
+    let mut across: BTreeMap<(Ranked, Ranked), TaskAverages> = BTreeMap::new();
     for ((_, task), models) in &grouped {
         let mut task_obj = Map::new();
         for (model_rank, detectors) in models {
@@ -433,7 +455,12 @@ fn pick(m: &Metrics, name: &str) -> f64 {
 
 /// Mean of `name` over cells, each cell's pairs restricted to the sampled item indices of its
 /// (task, response model) group.
-fn resampled_mean(cells: &[(usize, &Cell)], groups: usize, sample: &[(usize, usize)], name: &str) -> f64 {
+fn resampled_mean(
+    cells: &[(usize, &Cell)],
+    groups: usize,
+    sample: &[(usize, usize)],
+    name: &str,
+) -> f64 {
     let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); groups];
     for &(g, i) in sample {
         by_group[g].push(i);
@@ -441,11 +468,8 @@ fn resampled_mean(cells: &[(usize, &Cell)], groups: usize, sample: &[(usize, usi
     let values: Vec<f64> = cells
         .iter()
         .map(|(g, c)| {
-            let conf = Confusion::from_pairs(
-                by_group[*g]
-                    .iter()
-                    .filter_map(|&i| c.pairs.get(i).copied()),
-            );
+            let conf =
+                Confusion::from_pairs(by_group[*g].iter().filter_map(|&i| c.pairs.get(i).copied()));
             if conf.total() == 0 {
                 f64::NAN
             } else {
@@ -529,9 +553,17 @@ fn detector_table(cells: &[Cell]) -> Table {
         .collect();
     Table {
         title: "ReaLMistake: mean over tasks and prompts (%)".to_string(),
-        columns: ["detector", "response_model", "cells", "f1", "precision", "recall", "accuracy"]
-            .map(String::from)
-            .to_vec(),
+        columns: [
+            "detector",
+            "response_model",
+            "cells",
+            "f1",
+            "precision",
+            "recall",
+            "accuracy",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     }
 }
@@ -562,9 +594,17 @@ fn random_table(cells: &[Cell]) -> Table {
         .collect();
     Table {
         title: "ReaLMistake: random baseline, mean over tasks (%)".to_string(),
-        columns: ["detector", "response_model", "tasks", "f1", "precision", "recall", "accuracy"]
-            .map(String::from)
-            .to_vec(),
+        columns: [
+            "detector",
+            "response_model",
+            "tasks",
+            "f1",
+            "precision",
+            "recall",
+            "accuracy",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     }
 }
@@ -642,7 +682,10 @@ mod tests {
     #[test]
     fn zero_division_is_zero() {
         let m = Confusion::from_pairs([(N, Some(N))]).metrics();
-        assert_eq!((m.precision, m.recall, m.f1, m.accuracy), (0.0, 0.0, 0.0, 1.0));
+        assert_eq!(
+            (m.precision, m.recall, m.f1, m.accuracy),
+            (0.0, 0.0, 0.0, 1.0)
+        );
     }
 
     #[test]
@@ -658,7 +701,12 @@ mod tests {
         assert_eq!(mean_std(&[1.0, 3.0]), (2.0, 1.0));
     }
 
-    fn cell(task: &str, det: &str, prompt: DetectionPrompt, pairs: Vec<(Detection, Option<Detection>)>) -> Cell {
+    fn cell(
+        task: &str,
+        det: &str,
+        prompt: DetectionPrompt,
+        pairs: Vec<(Detection, Option<Detection>)>,
+    ) -> Cell {
         Cell {
             task: task.into(),
             response_model: "Llama-2-70b-chat-hf".into(),
@@ -671,17 +719,47 @@ mod tests {
     #[test]
     fn performance_json_has_the_authors_shape() {
         let cells = vec![
-            cell(TASKS[0], "gemma-7b-it", DetectionPrompt::P2, vec![(E, Some(E)), (N, Some(E))]),
-            cell(TASKS[0], "gemma-7b-it", DetectionPrompt::P1, vec![(E, Some(E)), (N, Some(N))]),
-            cell(TASKS[1], "gemma-7b-it", DetectionPrompt::P1, vec![(E, None), (N, Some(N))]),
+            cell(
+                TASKS[0],
+                "gemma-7b-it",
+                DetectionPrompt::P2,
+                vec![(E, Some(E)), (N, Some(E))],
+            ),
+            cell(
+                TASKS[0],
+                "gemma-7b-it",
+                DetectionPrompt::P1,
+                vec![(E, Some(E)), (N, Some(N))],
+            ),
+            cell(
+                TASKS[1],
+                "gemma-7b-it",
+                DetectionPrompt::P1,
+                vec![(E, None), (N, Some(N))],
+            ),
         ];
         let v = performance_json(&cells);
-        let det = &v[TASKS[0]]["initial_model=meta-llama/Llama-2-70b-chat-hf"]["baseline_model=google/gemma-7b-it"];
-        let keys: Vec<&String> = det.as_object().map(|m| m.keys().collect()).unwrap_or_default();
-        assert_eq!(keys, ["prompt=baseline_errordetection_prompt_1", "prompt=baseline_errordetection_prompt_2", "average"]);
-        assert_eq!(det["average"]["metrics"]["accuracy"]["average"], json!(0.75));
+        let det = &v[TASKS[0]]["initial_model=meta-llama/Llama-2-70b-chat-hf"]
+            ["baseline_model=google/gemma-7b-it"];
+        let keys: Vec<&String> = det
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            [
+                "prompt=baseline_errordetection_prompt_1",
+                "prompt=baseline_errordetection_prompt_2",
+                "average"
+            ]
+        );
+        assert_eq!(
+            det["average"]["metrics"]["accuracy"]["average"],
+            json!(0.75)
+        );
         assert_eq!(det["average"]["metrics"]["accuracy"]["stdev"], json!(0.25));
-        let avg = &v["average"]["initial_model=meta-llama/Llama-2-70b-chat-hf"]["baseline_model=google/gemma-7b-it"]["average"];
+        let avg = &v["average"]["initial_model=meta-llama/Llama-2-70b-chat-hf"]
+            ["baseline_model=google/gemma-7b-it"]["average"];
         assert_eq!(avg["total_num"], json!(4));
         // Task means 0.75 and 0.5.
         assert_eq!(avg["metrics"]["accuracy"]["average"], json!(0.625));
@@ -694,7 +772,13 @@ mod tests {
         let pairs: Vec<_> = (0..40)
             .map(|i| {
                 let gold = if i % 3 == 0 { N } else { E };
-                let pred = if i % 4 == 0 { Some(N) } else if i % 7 == 0 { None } else { Some(E) };
+                let pred = if i % 4 == 0 {
+                    Some(N)
+                } else if i % 7 == 0 {
+                    None
+                } else {
+                    Some(E)
+                };
                 (gold, pred)
             })
             .collect();
