@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::{bootstrap, RESAMPLES};
-use crate::judge::error_detection::{Detection, DetectionPrompt};
+use crate::judge::error_detection::Detection;
 
 use super::data::{Benchmark, DetectorFile, RESPONSE_MODELS, TASKS};
 use super::Error;
@@ -131,6 +131,31 @@ impl Metrics {
     }
 }
 
+/// The authors' self-consistency vote over k sampled verdicts: the most frequent value,
+/// missing verdicts included as a value of their own, ties going to `no_error`, then `error`,
+/// then no verdict (this reproduces all 450 published self-consistency predictions).
+pub fn self_consistency_vote(samples: &[Option<Detection>]) -> Option<Detection> {
+    let order = [Some(Detection::NoError), Some(Detection::Error), None];
+    let count = |v: &Option<Detection>| samples.iter().filter(|s| *s == v).count();
+    let best = order.iter().map(count).max().unwrap_or(0);
+    order.into_iter().find(|v| count(v) == best).flatten()
+}
+
+/// The authors' majority vote over several outputs (detectors x prompts): `error` when more
+/// than half of all outputs, missing verdicts included, say error; else `no_error` (this
+/// reproduces all 900 published majority-vote predictions).
+pub fn majority_vote(outputs: &[Option<Detection>]) -> Detection {
+    let errors = outputs
+        .iter()
+        .filter(|o| **o == Some(Detection::Error))
+        .count();
+    if errors * 2 > outputs.len() {
+        Detection::Error
+    } else {
+        Detection::NoError
+    }
+}
+
 /// The authors' random baseline for a gold error rate `p`: predict error with probability `p`.
 pub fn random_baseline(p: f64) -> Metrics {
     let tp = p * p;
@@ -231,7 +256,9 @@ pub struct Cell {
     pub task: String,
     pub response_model: String,
     pub detector: String,
-    pub prompt: DetectionPrompt,
+    /// The authors' file stem of the prompt (`baseline_errordetection_prompt_1`), or
+    /// `majority_vote` for a vote over prompts and detectors.
+    pub prompt: String,
     pub pairs: Vec<(Detection, Option<Detection>)>,
 }
 
@@ -306,7 +333,7 @@ pub fn cell(
         task: file.task.clone(),
         response_model: file.response_model.clone(),
         detector: file.detector.clone(),
-        prompt: file.prompt,
+        prompt: file.prompt.file_stem(),
         pairs,
     })
 }
@@ -376,11 +403,11 @@ pub fn performance_json(cells: &[Cell]) -> Value {
             for (det_rank, cells) in detectors {
                 let mut det_obj = Map::new();
                 let mut sorted = cells.clone();
-                sorted.sort_by_key(|c| c.prompt);
+                sorted.sort_by(|a, b| a.prompt.cmp(&b.prompt));
                 let mut list = Vec::new();
                 for c in &sorted {
                     let conf = c.confusion();
-                    det_obj.insert(format!("prompt={}", c.prompt.file_stem()), cell_json(&conf));
+                    det_obj.insert(format!("prompt={}", c.prompt), cell_json(&conf));
                     list.push(conf.metrics().named());
                 }
                 let first = sorted[0].confusion();
@@ -654,6 +681,7 @@ pub fn compare_cells(ours: &Value, published: &Value, tol: f64) -> (usize, usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::error_detection::DetectionPrompt;
     use Detection::{Error as E, NoError as N};
 
     #[test]
@@ -677,6 +705,32 @@ mod tests {
         // Correct: (E,E) and (N,N) only; the missing verdict on N is wrong.
         assert_eq!(m.accuracy, 2.0 / 6.0);
         assert_eq!(m.true_negative_rate, 2.0 / 6.0);
+    }
+
+    #[test]
+    fn votes_follow_the_published_outputs() {
+        // Patterns seen in the authors' self_consistency and majority_vote files.
+        assert_eq!(
+            self_consistency_vote(&[None, Some(N), None, Some(E), Some(E)]),
+            Some(E)
+        );
+        assert_eq!(
+            self_consistency_vote(&[Some(E), None, Some(E), None, None]),
+            None
+        );
+        assert_eq!(
+            self_consistency_vote(&[Some(E), None, Some(N), Some(N), Some(E)]),
+            Some(N)
+        );
+        assert_eq!(self_consistency_vote(&[None; 5]), None);
+        let mut votes = vec![Some(E); 5];
+        votes.extend([Some(N); 4]);
+        votes.extend([None; 3]);
+        assert_eq!(majority_vote(&votes), N);
+        votes[5] = Some(E);
+        votes[6] = Some(E);
+        assert_eq!(majority_vote(&votes), E);
+        assert_eq!(majority_vote(&[Some(E), Some(N)]), N);
     }
 
     #[test]
@@ -711,7 +765,7 @@ mod tests {
             task: task.into(),
             response_model: "Llama-2-70b-chat-hf".into(),
             detector: det.into(),
-            prompt,
+            prompt: prompt.file_stem(),
             pairs,
         }
     }
