@@ -1,0 +1,95 @@
+//! `results.json`: a run's scores plus what the run covered, as one deterministic document.
+//!
+//! Nothing in it depends on when, where or how fast the run went (no timestamps, timings or
+//! paths), so two runs of the same manifest write the same bytes. Floats are written by
+//! `serde_json` (shortest round-trip form); a NaN (an empty metric) becomes `null`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::plan::Actor;
+use crate::bench::results::BenchResults;
+
+/// A model that took part, as the report names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunModel {
+    pub role: String,
+    pub name: String,
+    pub sha256: String,
+}
+
+/// A step that failed on its own (its item was left out of scoring).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedStep {
+    pub item: String,
+    pub key: String,
+    pub actor: Actor,
+    pub error: String,
+}
+
+/// Everything `results.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResults {
+    pub protocol: String,
+    pub models: Vec<RunModel>,
+    /// Items in the run.
+    pub items: usize,
+    /// Items whose every step finished (these were scored).
+    pub completed: usize,
+    /// Lines in samples.jsonl.
+    pub samples: usize,
+    pub failed: Vec<FailedStep>,
+    #[serde(flatten)]
+    pub results: BenchResults,
+}
+
+impl RunResults {
+    /// The document as written: pretty JSON and a final newline.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Plain data with string keys: serialisation cannot fail.
+        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::results::Metric;
+    use crate::bench::stats::Interval;
+
+    #[test]
+    fn json_has_metrics_at_top_level_and_nan_as_null() {
+        let r = RunResults {
+            protocol: "toy".into(),
+            models: vec![],
+            items: 2,
+            completed: 1,
+            samples: 5,
+            failed: vec![FailedStep {
+                item: "b".into(),
+                key: "turn/1".into(),
+                actor: Actor::Candidate(0),
+                error: "too long".into(),
+            }],
+            results: BenchResults {
+                metrics: vec![Metric {
+                    name: "score".into(),
+                    interval: Interval {
+                        value: f64::NAN,
+                        low: 0.25,
+                        high: 1.0,
+                    },
+                    n: 0,
+                    unscored: 1,
+                }],
+                tables: vec![],
+            },
+        };
+        let s = String::from_utf8(r.to_json()).unwrap();
+        assert!(s.contains("\"metrics\": ["), "{s}");
+        assert!(s.contains("\"value\": null"), "{s}");
+        assert!(s.contains("\"actor\": {\n        \"candidate\": 0"), "{s}");
+        assert!(s.ends_with("}\n"));
+    }
+}

@@ -1,0 +1,763 @@
+//! The runner: drives a protocol's [`Plan`] over its items with one loaded model at a time,
+//! logs every finished step, then scores and writes the results.
+//!
+//! The loop, repeated until no item has a step left: ask every unfinished item (in item
+//! order) for its next steps; pick the lowest [`Actor`] that has pending steps (candidates
+//! before the judge); take all of that actor's pending steps in (item order, step key) order;
+//! make sure that actor's model is the one loaded (dropping the previous one first); run the
+//! steps through it in chunks of `batch_size`, appending each chunk's samples to
+//! `samples.jsonl` and fsyncing. The order of the log therefore depends only on the plan and
+//! the step outputs, never on batch size, timing or where a previous attempt was killed:
+//! resuming replays the same loop and takes steps from the log while it lasts (see
+//! [`super::resume`]). A step the engine rejects on its own ([`Models::is_request_error`]) is
+//! logged with its error and its item stops; any other engine error stops the run, leaving
+//! the log valid for a resume. The runner knows no protocol and no model format.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::manifest::{ItemSet, Manifest};
+use super::resume::Replay;
+use super::run_dir::{write_atomic, RunDir};
+use super::samples::{Sample, SampleOutcome, SampleWriter};
+use super::{error_chain, ActorName, BoxError, StoreError};
+use crate::bench::plan::{Actor, Plan, Step, StepOutput, Transcript};
+use crate::bench::results::BenchResults;
+use crate::engine::{ChatReply, ChatRequest, Generate};
+use crate::report::markdown;
+use crate::report::progress::Progress;
+use crate::report::results::{FailedStep, RunModel, RunResults};
+
+/// Where the runner gets a model for an actor. The runner holds at most one generator at a
+/// time and drops it before asking for the next one.
+pub trait Models {
+    type Gen: Generate;
+
+    /// Loads the model that answers `actor`'s steps.
+    fn load(&mut self, actor: Actor) -> Result<Self::Gen, BoxError>;
+
+    /// Whether `a` and `b` are answered by the same model, so that a loaded generator can be
+    /// kept when the actor changes.
+    fn same_model(&self, _a: Actor, _b: Actor) -> bool {
+        false
+    }
+
+    /// Whether `err` concerns the requests themselves (e.g. a prompt longer than the context)
+    /// rather than the engine. The runner then retries the requests one by one and logs the
+    /// ones that still fail as failed steps; any other error stops the run.
+    fn is_request_error(&self, _err: &<Self::Gen as Generate>::Error) -> bool {
+        false
+    }
+}
+
+/// One run to execute or resume.
+pub struct Run<'a, P: Plan> {
+    /// The run directory (created if absent).
+    pub dir: &'a Path,
+    /// What the run is. `identity.items` is filled by the runner from the items.
+    pub manifest: Manifest,
+    pub plan: &'a P,
+    pub items: &'a [P::Item],
+    /// Most requests sent to a model at once.
+    pub batch_size: usize,
+}
+
+/// What an execution did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub results: RunResults,
+    /// True when a manifest was already there (the run was resumed or re-finished).
+    pub resumed: bool,
+    /// Steps taken from the log.
+    pub replayed: usize,
+    /// Steps computed by this process.
+    pub computed: usize,
+    /// Environment differences from the original attempt (never results-affecting).
+    pub warnings: Vec<String>,
+}
+
+/// The runner's state for the items.
+struct Ledger {
+    ids: Vec<String>,
+    transcripts: Vec<Transcript>,
+    stopped: Vec<bool>,
+    failed: Vec<FailedStep>,
+}
+
+impl Ledger {
+    fn record(&mut self, i: usize, step: &Step, outcome: SampleOutcome) {
+        match outcome {
+            SampleOutcome::Output(o) => {
+                self.transcripts[i].insert(step.key.clone(), o);
+            }
+            SampleOutcome::Error(error) => {
+                self.stopped[i] = true;
+                self.failed.push(FailedStep {
+                    item: self.ids[i].clone(),
+                    key: step.key.clone(),
+                    actor: step.actor,
+                    error,
+                });
+            }
+        }
+    }
+}
+
+impl<P: Plan> Run<'_, P> {
+    /// Runs (or resumes) to the end, scores the completed items with `score`, writes
+    /// `results.json` and `report.md`, and returns what happened.
+    pub fn execute<M: Models>(
+        mut self,
+        models: &mut M,
+        progress: &mut dyn Progress,
+        score: impl FnOnce(&[(&P::Item, &Transcript)]) -> BenchResults,
+    ) -> Result<RunOutcome, StoreError> {
+        if self.batch_size == 0 {
+            return Err(StoreError::BatchSize);
+        }
+        let ids: Vec<String> = self.items.iter().map(|i| self.plan.item_id(i)).collect();
+        let mut seen = BTreeSet::new();
+        if let Some(dup) = ids.iter().find(|id| !seen.insert(id.as_str())) {
+            return Err(StoreError::DuplicateItem { id: dup.clone() });
+        }
+        self.manifest.identity.items = ItemSet::from_ids(&ids);
+
+        let dir = RunDir::open(self.dir)?;
+        let (resumed, warnings) = open_manifest(&dir, &self.manifest)?;
+        dir.clear_outputs()?;
+        let samples_path = dir.samples_path();
+        let (mut writer, logged) = SampleWriter::open(&samples_path)?;
+        let mut replay = Replay::new(&samples_path, logged);
+
+        let n = self.items.len();
+        let mut ledger = Ledger {
+            ids,
+            transcripts: vec![Transcript::new(); n],
+            stopped: vec![false; n],
+            failed: Vec::new(),
+        };
+        let mut loaded: Option<(Actor, M::Gen)> = None;
+        let mut computed = 0;
+        let mut round_no = 0;
+        loop {
+            let pending = self.pending_steps(&ledger)?;
+            let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
+                break;
+            };
+            let round: Vec<(usize, Step)> = pending
+                .into_iter()
+                .filter(|(_, s)| s.actor == actor)
+                .collect();
+            round_no += 1;
+            progress.round(
+                &format!("round {round_no} · {}", ActorName(actor)),
+                round.len(),
+            );
+
+            let mut next = 0;
+            while next < round.len() && replay.has_next() {
+                let (i, step) = &round[next];
+                let outcome = replay.take(&ledger.ids[*i], step)?;
+                ledger.record(*i, step, outcome);
+                next += 1;
+                progress.advance(1, true);
+            }
+            if next == round.len() {
+                continue;
+            }
+
+            let slot = match loaded.take() {
+                Some((a, g)) if a == actor || models.same_model(a, actor) => {
+                    loaded.insert((actor, g))
+                }
+                previous => {
+                    // One model in memory at a time: drop the previous one before loading.
+                    drop(previous);
+                    progress.stage(&format!("loading the model for {}", ActorName(actor)));
+                    let gen = models.load(actor).map_err(|source| StoreError::Load {
+                        actor: ActorName(actor),
+                        source,
+                    })?;
+                    loaded.insert((actor, gen))
+                }
+            };
+            let gen = &mut slot.1;
+            for chunk in round[next..].chunks(self.batch_size) {
+                let outcomes = generate_chunk(&*models, gen, actor, chunk)?;
+                let lines: Vec<Sample> = chunk
+                    .iter()
+                    .zip(&outcomes)
+                    .map(|((i, step), o)| Sample::new(&ledger.ids[*i], step, o.clone()))
+                    .collect();
+                writer.append(&lines)?;
+                for ((i, step), o) in chunk.iter().zip(outcomes) {
+                    ledger.record(*i, step, o);
+                }
+                computed += chunk.len();
+                progress.advance(chunk.len(), false);
+            }
+        }
+        drop(loaded);
+        let replayed = replay.finish()?;
+
+        progress.stage("scoring");
+        let complete: Vec<(&P::Item, &Transcript)> = self
+            .items
+            .iter()
+            .zip(&ledger.transcripts)
+            .zip(&ledger.stopped)
+            .filter(|(_, stopped)| !**stopped)
+            .map(|(pair, _)| pair)
+            .collect();
+        let completed = complete.len();
+        let bench = score(&complete);
+        let results = RunResults {
+            protocol: self.manifest.identity.protocol.clone(),
+            models: self
+                .manifest
+                .identity
+                .models
+                .iter()
+                .map(|m| RunModel {
+                    role: m.role.clone(),
+                    name: m.name.clone(),
+                    sha256: m.sha256.clone(),
+                })
+                .collect(),
+            items: n,
+            completed,
+            samples: writer.lines(),
+            failed: ledger.failed,
+            results: bench,
+        };
+        write_atomic(&dir.results_path(), &results.to_json())?;
+        write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
+        progress.finish(&format!(
+            "finished: {} of {} items completed, results in {}",
+            completed,
+            n,
+            dir.results_path().display()
+        ));
+        Ok(RunOutcome {
+            results,
+            resumed,
+            replayed,
+            computed,
+            warnings,
+        })
+    }
+
+    /// Every unfinished item's next steps, in (item order, step key) order, checked.
+    fn pending_steps(&self, ledger: &Ledger) -> Result<Vec<(usize, Step)>, StoreError> {
+        let mut out = Vec::new();
+        for (i, item) in self.items.iter().enumerate() {
+            if ledger.stopped[i] {
+                continue;
+            }
+            let mut steps = self.plan.next_steps(item, &ledger.transcripts[i]);
+            steps.sort_by(|a, b| a.key.cmp(&b.key));
+            let invalid = |message: String| StoreError::Plan {
+                item: ledger.ids[i].clone(),
+                message,
+            };
+            for (k, s) in steps.iter().enumerate() {
+                if ledger.transcripts[i].contains_key(&s.key) {
+                    return Err(invalid(format!("step {:?} is already finished", s.key)));
+                }
+                if k > 0 && steps[k - 1].key == s.key {
+                    return Err(invalid(format!("step {:?} is asked for twice", s.key)));
+                }
+                if s.messages.is_empty() {
+                    return Err(invalid(format!("step {:?} has no messages", s.key)));
+                }
+            }
+            out.extend(steps.into_iter().map(|s| (i, s)));
+        }
+        Ok(out)
+    }
+}
+
+/// Reads and checks the manifest of a resumed run, or writes it for a new one. Returns whether
+/// the run is resumed, and warnings about environment differences.
+fn open_manifest(dir: &RunDir, wanted: &Manifest) -> Result<(bool, Vec<String>), StoreError> {
+    let path = dir.manifest_path();
+    if path.exists() {
+        let on_disk = Manifest::load(&path)?;
+        let fields = on_disk.differences(wanted);
+        if !fields.is_empty() {
+            return Err(StoreError::ManifestMismatch { path, fields });
+        }
+        let (a, b) = (&on_disk.environment, &wanted.environment);
+        let mut warnings = Vec::new();
+        if a.git_commit != b.git_commit {
+            warnings.push(format!(
+                "the run was started at commit {:?}, this is {:?}",
+                a.git_commit, b.git_commit
+            ));
+        }
+        if a.cargo_lock_sha256 != b.cargo_lock_sha256 {
+            warnings.push("the run was started with another Cargo.lock".to_string());
+        }
+        return Ok((true, warnings));
+    }
+    let samples = dir.samples_path();
+    if std::fs::metadata(&samples).is_ok_and(|m| m.len() > 0) {
+        return Err(StoreError::NotARunDir {
+            path: dir.root().to_path_buf(),
+        });
+    }
+    wanted.save(&path)?;
+    Ok((false, Vec::new()))
+}
+
+fn step_output(reply: ChatReply) -> StepOutput {
+    StepOutput {
+        text: reply.text,
+        stop_reason: reply.stop_reason,
+        prompt_tokens: reply.prompt_ids.len(),
+        output_tokens: reply.output_ids.len(),
+        truncated: None,
+    }
+}
+
+/// Runs one chunk; on a request-level error, retries request by request so that only the
+/// offending requests are logged as failed.
+fn generate_chunk<M: Models>(
+    models: &M,
+    gen: &mut M::Gen,
+    actor: Actor,
+    chunk: &[(usize, Step)],
+) -> Result<Vec<SampleOutcome>, StoreError> {
+    let requests: Vec<ChatRequest> = chunk
+        .iter()
+        .map(|(_, s)| ChatRequest {
+            messages: s.messages.clone(),
+            params: s.params.clone(),
+        })
+        .collect();
+    let engine_failed = |e: <M::Gen as Generate>::Error| StoreError::Engine {
+        actor: ActorName(actor),
+        source: Box::new(e),
+    };
+    let check = |replies: Vec<ChatReply>, want: usize| {
+        if replies.len() == want {
+            Ok(replies)
+        } else {
+            Err(StoreError::EngineContract {
+                actor: ActorName(actor),
+                message: format!("{} replies to {} requests", replies.len(), want),
+            })
+        }
+    };
+    match gen.generate_chat(&requests) {
+        Ok(replies) => Ok(check(replies, requests.len())?
+            .into_iter()
+            .map(|r| SampleOutcome::Output(step_output(r)))
+            .collect()),
+        Err(e) if models.is_request_error(&e) => {
+            let mut out = Vec::with_capacity(requests.len());
+            for req in &requests {
+                match gen.generate_chat(std::slice::from_ref(req)) {
+                    Ok(replies) => {
+                        let reply = check(replies, 1)?.into_iter().next();
+                        out.extend(reply.map(|r| SampleOutcome::Output(step_output(r))));
+                    }
+                    Err(e) if models.is_request_error(&e) => {
+                        out.push(SampleOutcome::Error(error_chain(&e)));
+                    }
+                    Err(e) => return Err(engine_failed(e)),
+                }
+            }
+            Ok(out)
+        }
+        Err(e) => Err(engine_failed(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::report::NoProgress;
+    use crate::store::manifest::{Environment, ModelIdentity, RunIdentity};
+    use crate::store::testkit::{toy_items, toy_score, FakeModels, ToyItem, ToyPlan};
+
+    fn manifest(seed: u64) -> Manifest {
+        Manifest::new(
+            RunIdentity {
+                candor_version: "test".into(),
+                protocol: "toy".into(),
+                settings: serde_json::json!({"candidates": 1}),
+                seed,
+                models: vec![ModelIdentity {
+                    role: "candidate/0".into(),
+                    name: "fake:cand".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            // Not compared, and detecting it runs git: leave it empty here.
+            Environment::default(),
+        )
+    }
+
+    fn run_toy(
+        dir: &Path,
+        items: &[ToyItem],
+        plan: &ToyPlan,
+        models: &mut FakeModels,
+        batch_size: usize,
+    ) -> Result<RunOutcome, StoreError> {
+        Run {
+            dir,
+            manifest: manifest(plan.seed),
+            plan,
+            items,
+            batch_size,
+        }
+        .execute(models, &mut NoProgress, |done| toy_score(plan, done, 7))
+    }
+
+    struct Files {
+        samples: Vec<u8>,
+        results: Vec<u8>,
+        report: Vec<u8>,
+    }
+
+    fn files(dir: &Path) -> Files {
+        let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+        Files {
+            samples: read("samples.jsonl"),
+            results: read("results.json"),
+            report: read("report.md"),
+        }
+    }
+
+    fn plan(candidates: usize) -> ToyPlan {
+        ToyPlan {
+            candidates,
+            seed: 11,
+        }
+    }
+
+    #[test]
+    fn same_run_twice_and_any_batch_size_writes_identical_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(9);
+        let plan = plan(2);
+        let mut outs = Vec::new();
+        for (k, batch) in [1, 4, 4, 64].into_iter().enumerate() {
+            let dir = tmp.path().join(format!("run{k}"));
+            let mut models = FakeModels::new(&["a", "b"], "judge");
+            let out = run_toy(&dir, &items, &plan, &mut models, batch).unwrap();
+            assert!(!out.resumed);
+            assert_eq!(out.replayed, 0);
+            assert!(models.stats.max_batch.load(Ordering::SeqCst) <= batch);
+            outs.push(files(&dir));
+        }
+        for f in &outs[1..] {
+            assert_eq!(f.samples, outs[0].samples);
+            assert_eq!(f.results, outs[0].results);
+            assert_eq!(f.report, outs[0].report);
+        }
+        // 9 items: item 5 refuses its first step and stops; the others take 6 steps each.
+        let lines = outs[0].samples.iter().filter(|&&b| b == b'\n').count();
+        assert_eq!(lines, 8 * 6 + 1);
+    }
+
+    #[test]
+    fn log_order_is_actor_rounds_then_items_then_keys() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(3);
+        let mut models = FakeModels::new(&["a", "b"], "j");
+        run_toy(tmp.path(), &items, &plan(2), &mut models, 2).unwrap();
+        let text = std::fs::read_to_string(tmp.path().join("samples.jsonl")).unwrap();
+        let order: Vec<(String, String)> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["item"].as_str().unwrap().into(),
+                    v["key"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let mut want = Vec::new();
+        for key in ["c0/turn/1", "c0/turn/2", "c1/turn/1", "c1/turn/2"] {
+            for i in 0..3 {
+                want.push((format!("toy-{i:03}"), key.to_string()));
+            }
+        }
+        for i in 0..3 {
+            for key in ["judge/c0", "judge/c1"] {
+                want.push((format!("toy-{i:03}"), key.to_string()));
+            }
+        }
+        assert_eq!(order, want);
+        // Candidate 0, candidate 1, judge: three loads, never two models at once.
+        let loads = models.stats.loads.lock().unwrap().clone();
+        assert_eq!(
+            loads,
+            [Actor::Candidate(0), Actor::Candidate(1), Actor::Judge]
+        );
+        assert_eq!(models.stats.max_alive.load(Ordering::SeqCst), 1);
+        assert_eq!(models.stats.alive.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn same_model_for_two_actors_is_loaded_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut models = FakeModels::new(&["m"], "m");
+        run_toy(tmp.path(), &toy_items(2), &plan(1), &mut models, 8).unwrap();
+        assert_eq!(models.stats.loads.lock().unwrap().len(), 1);
+    }
+
+    /// A scratch directory on tmpfs when there is one: the every-byte resume test makes
+    /// thousands of fsyncs, which are free there and slow on a disk.
+    fn fast_tempdir() -> (tempfile::TempDir, bool) {
+        let shm = Path::new("/dev/shm");
+        match tempfile::tempdir_in(shm) {
+            Ok(d) if shm.is_dir() => (d, true),
+            _ => (tempfile::tempdir().unwrap(), false),
+        }
+    }
+
+    /// Truncates a finished run's log at every byte and resumes: always the same bytes, and
+    /// only the steps missing from the log are computed. (Without tmpfs, to bound the time:
+    /// every byte of the first, second and last lines, and every 13th byte elsewhere.)
+    #[test]
+    fn resume_after_truncation_at_every_byte_is_byte_identical() {
+        let (tmp, fast) = fast_tempdir();
+        let items = toy_items(6);
+        let plan = plan(1);
+        let full_dir = tmp.path().join("full");
+        let mut models = FakeModels::new(&["a"], "j");
+        run_toy(&full_dir, &items, &plan, &mut models, 3).unwrap();
+        let full = files(&full_dir);
+        let total_lines = full.samples.iter().filter(|&&b| b == b'\n').count();
+        let dir = tmp.path().join("cut");
+        let newlines: Vec<usize> = (0..full.samples.len())
+            .filter(|&i| full.samples[i] == b'\n')
+            .collect();
+        let (second_end, last_start) = (newlines[1], newlines[newlines.len() - 2]);
+        let cuts = (0..=full.samples.len())
+            .filter(|&c| fast || c <= second_end + 1 || c > last_start || c % 13 == 0);
+        let mut tried = 0;
+        for cut in cuts {
+            tried += 1;
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).unwrap();
+            }
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(full_dir.join("manifest.json"), dir.join("manifest.json")).unwrap();
+            std::fs::write(dir.join("samples.jsonl"), &full.samples[..cut]).unwrap();
+            let kept = full.samples[..cut].iter().filter(|&&b| b == b'\n').count();
+            let mut models = FakeModels::new(&["a"], "j");
+            let out = run_toy(&dir, &items, &plan, &mut models, 1 + cut % 4).unwrap();
+            assert!(out.resumed);
+            assert_eq!(
+                (out.replayed, out.computed),
+                (kept, total_lines - kept),
+                "cut {cut}"
+            );
+            let got = files(&dir);
+            assert!(
+                got.samples == full.samples,
+                "samples differ after cut at {cut}"
+            );
+            assert!(
+                got.results == full.results,
+                "results differ after cut at {cut}"
+            );
+            assert!(
+                got.report == full.report,
+                "report differs after cut at {cut}"
+            );
+        }
+        eprintln!(
+            "resumed from {tried} cuts of a {}-byte log",
+            full.samples.len()
+        );
+    }
+
+    #[test]
+    fn finished_run_rerun_computes_nothing_and_loads_no_model() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(4);
+        let mut models = FakeModels::new(&["a"], "j");
+        run_toy(tmp.path(), &items, &plan(1), &mut models, 2).unwrap();
+        let before = files(tmp.path());
+        let mut again = FakeModels::new(&["a"], "j");
+        let out = run_toy(tmp.path(), &items, &plan(1), &mut again, 2).unwrap();
+        assert_eq!(out.computed, 0);
+        assert!(again.stats.loads.lock().unwrap().is_empty());
+        let after = files(tmp.path());
+        assert_eq!(before.samples, after.samples);
+        assert_eq!(before.results, after.results);
+    }
+
+    #[test]
+    fn manifest_mismatch_is_refused_naming_the_fields() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(3);
+        let mut models = FakeModels::new(&["a"], "j");
+        run_toy(tmp.path(), &items, &plan(1), &mut models, 2).unwrap();
+        let before = std::fs::read(tmp.path().join("samples.jsonl")).unwrap();
+        let other_seed = ToyPlan {
+            candidates: 1,
+            seed: 12,
+        };
+        let err = run_toy(tmp.path(), &items, &other_seed, &mut models, 2).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, StoreError::ManifestMismatch { .. }), "{msg}");
+        assert!(msg.contains("seed (on disk 11, now 12)"), "{msg}");
+        let err = run_toy(tmp.path(), &toy_items(4), &plan(1), &mut models, 2).unwrap_err();
+        assert!(
+            err.to_string().contains("items.count (on disk 3, now 4)"),
+            "{err}"
+        );
+        // Nothing was touched.
+        assert_eq!(
+            std::fs::read(tmp.path().join("samples.jsonl")).unwrap(),
+            before
+        );
+        assert!(tmp.path().join("results.json").exists());
+    }
+
+    #[test]
+    fn refused_requests_are_logged_and_their_items_left_out_of_scoring() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(7);
+        let mut models = FakeModels::new(&["a"], "j");
+        let out = run_toy(tmp.path(), &items, &plan(1), &mut models, 4).unwrap();
+        assert_eq!(out.results.items, 7);
+        assert_eq!(out.results.completed, 6);
+        assert_eq!(out.results.failed.len(), 1);
+        let f = &out.results.failed[0];
+        assert_eq!((f.item.as_str(), f.key.as_str()), ("toy-005", "c0/turn/1"));
+        assert!(f.error.contains("refuses"), "{}", f.error);
+        let text = std::fs::read_to_string(tmp.path().join("samples.jsonl")).unwrap();
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("\"error\"")).collect();
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].contains("\"item\":\"toy-005\""));
+        let scored: usize = out
+            .results
+            .results
+            .metrics
+            .iter()
+            .map(|m| m.n + m.unscored)
+            .sum();
+        assert_eq!(scored, 6);
+    }
+
+    #[test]
+    fn engine_failure_stops_the_run_and_resume_finishes_it_identically() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(8);
+        let full_dir = tmp.path().join("full");
+        run_toy(
+            &full_dir,
+            &items,
+            &plan(1),
+            &mut FakeModels::new(&["a"], "j"),
+            2,
+        )
+        .unwrap();
+        let full = files(&full_dir);
+        for break_after in [0, 1, 3, 6, 9] {
+            let dir = tmp.path().join(format!("broken{break_after}"));
+            let mut broken = FakeModels::new(&["a"], "j");
+            broken.break_after = Some(break_after);
+            let err = run_toy(&dir, &items, &plan(1), &mut broken, 2).unwrap_err();
+            assert!(matches!(err, StoreError::Engine { .. }), "{err}");
+            assert!(
+                error_chain(&err).contains("broke down"),
+                "{}",
+                error_chain(&err)
+            );
+            assert!(!dir.join("results.json").exists());
+            let partial = std::fs::read(dir.join("samples.jsonl")).unwrap();
+            assert!(full.samples.starts_with(&partial));
+            run_toy(&dir, &items, &plan(1), &mut FakeModels::new(&["a"], "j"), 3).unwrap();
+            let got = files(&dir);
+            assert!(got.samples == full.samples && got.results == full.results);
+        }
+    }
+
+    #[test]
+    fn a_log_from_another_run_is_reported_with_its_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(3);
+        let mut models = FakeModels::new(&["a"], "j");
+        run_toy(tmp.path(), &items, &plan(1), &mut models, 2).unwrap();
+        let p = tmp.path().join("samples.jsonl");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let edited: String = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| {
+                let l = if i == 1 {
+                    l.replace("What is", "Who is")
+                } else {
+                    l.to_string()
+                };
+                l + "\n"
+            })
+            .collect();
+        std::fs::write(&p, edited).unwrap();
+        let err = run_toy(tmp.path(), &items, &plan(1), &mut models, 2).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("samples.jsonl:2:"), "{msg}");
+        assert!(msg.contains("other messages"), "{msg}");
+    }
+
+    #[test]
+    fn samples_without_manifest_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("samples.jsonl"), b"{}\n").unwrap();
+        let mut models = FakeModels::new(&["a"], "j");
+        let err = run_toy(tmp.path(), &toy_items(1), &plan(1), &mut models, 1).unwrap_err();
+        assert!(matches!(err, StoreError::NotARunDir { .. }), "{err}");
+    }
+
+    struct BadPlan;
+    impl Plan for BadPlan {
+        type Item = ToyItem;
+        fn item_id(&self, item: &ToyItem) -> String {
+            item.id.clone()
+        }
+        fn next_steps(&self, item: &ToyItem, _done: &Transcript) -> Vec<Step> {
+            // Never notices that its step finished.
+            ToyPlan {
+                candidates: 1,
+                seed: 0,
+            }
+            .next_steps(item, &Transcript::new())
+        }
+    }
+
+    #[test]
+    fn plan_bugs_and_duplicate_items_are_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(2);
+        let run = |dir: PathBuf, items: &[ToyItem]| {
+            Run {
+                dir: &dir,
+                manifest: manifest(0),
+                plan: &BadPlan,
+                items,
+                batch_size: 2,
+            }
+            .execute(&mut FakeModels::new(&["a"], "j"), &mut NoProgress, |_| {
+                BenchResults::default()
+            })
+        };
+        let err = run(tmp.path().join("a"), &items).unwrap_err();
+        assert!(err.to_string().contains("already finished"), "{err}");
+        let dup = vec![items[0].clone(), items[0].clone()];
+        let err = run(tmp.path().join("b"), &dup).unwrap_err();
+        assert!(matches!(err, StoreError::DuplicateItem { .. }), "{err}");
+    }
+}

@@ -1,0 +1,389 @@
+//! Fakes at the runner's seams: a scripted model whose replies are a hash of the prompt, and a
+//! toy protocol (a two-turn dialogue per candidate, then one judge step per candidate).
+//!
+//! They let the runner, resume and the `candor run` command be tested without weights: the
+//! fake's reply to a request depends only on the model's label and the request, exactly the
+//! property the real engine guarantees, so batch size and resume must not change a byte. The
+//! toy protocol is reachable from the command line as the hidden `toy` protocol with models
+//! named `fake:<label>`. None of this is used by the real protocols.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::runner::Models;
+use super::BoxError;
+use crate::bench::plan::{Actor, Plan, Step, Transcript};
+use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::bootstrap_mean;
+use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
+use crate::model::chat::Message;
+
+/// A request whose messages contain this is refused by the fake model (a request error).
+pub const FAIL_MARKER: &str = "<refuse>";
+
+/// Counters shared by a fake model family, for tests to inspect.
+#[derive(Debug, Default)]
+pub struct FakeStats {
+    /// `generate_chat` calls.
+    pub calls: AtomicUsize,
+    /// Requests answered.
+    pub requests: AtomicUsize,
+    /// Largest batch seen.
+    pub max_batch: AtomicUsize,
+    /// Generators alive now, and the most ever alive at once.
+    pub alive: AtomicUsize,
+    pub max_alive: AtomicUsize,
+    /// The actors loaded, in order.
+    pub loads: Mutex<Vec<Actor>>,
+}
+
+/// Why the fake model refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeError {
+    #[error("the fake model refuses requests containing {FAIL_MARKER:?}")]
+    Refused,
+    #[error("the fake model broke down after {0} calls")]
+    Broken(usize),
+}
+
+/// A scripted model: the reply is derived from a hash of (label, messages, params).
+#[derive(Debug)]
+pub struct HashGenerate {
+    label: String,
+    delay: Duration,
+    stats: Arc<FakeStats>,
+    /// Fail with [`FakeError::Broken`] once this many calls were made (engine failure).
+    break_after: Option<usize>,
+}
+
+impl Drop for HashGenerate {
+    fn drop(&mut self) {
+        self.stats.alive.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+const WORDS: [&str; 16] = [
+    "alpha", "bravo", "cedar", "delta", "ember", "fjord", "gamma", "harbor", "ivory", "jade",
+    "kelp", "lumen", "maple", "nadir", "opal", "prism",
+];
+
+/// The fake's reply to one request.
+pub fn fake_reply(label: &str, req: &ChatRequest) -> ChatReply {
+    let mut h = Sha256::new();
+    h.update(label.as_bytes());
+    h.update(serde_json::to_vec(&req.messages).unwrap_or_default());
+    h.update(serde_json::to_vec(&req.params).unwrap_or_default());
+    let d = h.finalize();
+    let words: Vec<&str> = d[2..6].iter().map(|b| WORDS[(b % 16) as usize]).collect();
+    let mut text = format!("{label}: {}", words.join(" "));
+    if d[1] % 5 != 0 {
+        text.push_str(&format!(". score: {}", d[0] % 11));
+    }
+    let prompt_len: usize = req.messages.iter().map(|m| m.content.len() / 4 + 4).sum();
+    ChatReply {
+        prompt_ids: (0..prompt_len).map(|k| d[k % 32] as u32).collect(),
+        output_ids: (0..words.len() + 3)
+            .map(|k| d[(k + 7) % 32] as u32)
+            .collect(),
+        text,
+        stop_reason: StopReason::Eos,
+    }
+}
+
+impl Generate for HashGenerate {
+    type Error = FakeError;
+
+    fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, FakeError> {
+        let calls = self.stats.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.break_after.is_some_and(|n| calls > n) {
+            return Err(FakeError::Broken(calls - 1));
+        }
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        if requests
+            .iter()
+            .any(|r| r.messages.iter().any(|m| m.content.contains(FAIL_MARKER)))
+        {
+            return Err(FakeError::Refused);
+        }
+        self.stats
+            .requests
+            .fetch_add(requests.len(), Ordering::SeqCst);
+        self.stats
+            .max_batch
+            .fetch_max(requests.len(), Ordering::SeqCst);
+        Ok(requests
+            .iter()
+            .map(|r| fake_reply(&self.label, r))
+            .collect())
+    }
+}
+
+/// Fake models for a run: one label per candidate and one for the judge.
+#[derive(Debug, Clone)]
+pub struct FakeModels {
+    pub candidates: Vec<String>,
+    pub judge: String,
+    /// Sleep per `generate_chat` call (lets a test kill a run mid-way).
+    pub delay: Duration,
+    pub stats: Arc<FakeStats>,
+    pub break_after: Option<usize>,
+}
+
+impl FakeModels {
+    pub fn new(candidates: &[&str], judge: &str) -> Self {
+        FakeModels {
+            candidates: candidates.iter().map(|s| s.to_string()).collect(),
+            judge: judge.to_string(),
+            delay: Duration::ZERO,
+            stats: Arc::default(),
+            break_after: None,
+        }
+    }
+
+    fn label(&self, actor: Actor) -> Option<&str> {
+        match actor {
+            Actor::Candidate(i) => self.candidates.get(i).map(String::as_str),
+            Actor::Judge => Some(&self.judge),
+        }
+    }
+}
+
+impl Models for FakeModels {
+    type Gen = HashGenerate;
+
+    fn load(&mut self, actor: Actor) -> Result<HashGenerate, BoxError> {
+        let label = self
+            .label(actor)
+            .ok_or_else(|| format!("no fake model for {actor:?}"))?
+            .to_string();
+        if let Ok(mut loads) = self.stats.loads.lock() {
+            loads.push(actor);
+        }
+        let alive = self.stats.alive.fetch_add(1, Ordering::SeqCst) + 1;
+        self.stats.max_alive.fetch_max(alive, Ordering::SeqCst);
+        Ok(HashGenerate {
+            label,
+            delay: self.delay,
+            stats: self.stats.clone(),
+            break_after: self.break_after,
+        })
+    }
+
+    fn same_model(&self, a: Actor, b: Actor) -> bool {
+        self.label(a).is_some() && self.label(a) == self.label(b)
+    }
+
+    fn is_request_error(&self, err: &FakeError) -> bool {
+        matches!(err, FakeError::Refused)
+    }
+}
+
+/// One toy question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToyItem {
+    pub id: String,
+    pub question: String,
+}
+
+/// `n` toy items; every seventh (index 5, 12, ...) carries [`FAIL_MARKER`].
+pub fn toy_items(n: usize) -> Vec<ToyItem> {
+    (0..n)
+        .map(|i| {
+            let marker = if i % 7 == 5 { FAIL_MARKER } else { "" };
+            ToyItem {
+                id: format!("toy-{i:03}"),
+                question: format!("What is {} plus {}?{marker}", i * 3 % 17, i * 5 % 13),
+            }
+        })
+        .collect()
+}
+
+/// Per candidate: `c<k>/turn/1`, then `c<k>/turn/2` (an "are you sure?" follow-up); when
+/// every candidate is done, `judge/c<k>` for each.
+#[derive(Debug, Clone)]
+pub struct ToyPlan {
+    pub candidates: usize,
+    pub seed: u64,
+}
+
+impl ToyPlan {
+    fn params(&self, salt: u64) -> SamplingParams {
+        SamplingParams {
+            seed: self.seed.wrapping_add(salt),
+            max_new_tokens: 16,
+            ..Default::default()
+        }
+    }
+}
+
+impl Plan for ToyPlan {
+    type Item = ToyItem;
+
+    fn item_id(&self, item: &ToyItem) -> String {
+        item.id.clone()
+    }
+
+    fn next_steps(&self, item: &ToyItem, done: &Transcript) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let mut all_answered = true;
+        for c in 0..self.candidates {
+            let t1 = format!("c{c}/turn/1");
+            let t2 = format!("c{c}/turn/2");
+            let mut messages = vec![
+                Message::system("Answer in one short sentence."),
+                Message::user(item.question.clone()),
+            ];
+            match (done.get(&t1), done.get(&t2)) {
+                (None, _) => {
+                    all_answered = false;
+                    steps.push(Step {
+                        key: t1,
+                        actor: Actor::Candidate(c),
+                        messages,
+                        params: self.params(1),
+                    });
+                }
+                (Some(first), None) => {
+                    all_answered = false;
+                    messages.push(Message::assistant(first.text.clone()));
+                    messages.push(Message::user("Are you sure? Answer again."));
+                    steps.push(Step {
+                        key: t2,
+                        actor: Actor::Candidate(c),
+                        messages,
+                        params: self.params(2),
+                    });
+                }
+                (Some(_), Some(_)) => {}
+            }
+        }
+        if !all_answered {
+            return steps;
+        }
+        for c in 0..self.candidates {
+            let key = format!("judge/c{c}");
+            if done.contains_key(&key) {
+                continue;
+            }
+            let answer = done
+                .get(&format!("c{c}/turn/2"))
+                .map(|o| o.text.clone())
+                .unwrap_or_default();
+            steps.push(Step {
+                key,
+                actor: Actor::Judge,
+                messages: vec![Message::user(format!(
+                    "Question: {}\nAnswer: {answer}\nRate the answer from 0 to 10 as `score: N`.",
+                    item.question
+                ))],
+                params: self.params(3),
+            });
+        }
+        steps
+    }
+}
+
+/// The judge's score in 0..=1, or None when its text has no `score: N`.
+fn parse_score(text: &str) -> Option<f64> {
+    let rest = text.split("score: ").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse::<f64>().ok().map(|x| x / 10.0)
+}
+
+/// Scores toy transcripts: per candidate, the mean judge score (unparseable → unscored).
+pub fn toy_score(plan: &ToyPlan, finished: &[(&ToyItem, &Transcript)], seed: u64) -> BenchResults {
+    let mut metrics = Vec::new();
+    let mut rows = Vec::new();
+    for c in 0..plan.candidates {
+        let mut values = Vec::new();
+        let mut unscored = 0;
+        for (item, t) in finished {
+            let judged = t
+                .get(&format!("judge/c{c}"))
+                .and_then(|o| parse_score(&o.text));
+            match judged {
+                Some(v) => values.push(v),
+                None => unscored += 1,
+            }
+            let cell = judged.map_or("unscored".to_string(), |v| format!("{v:.1}"));
+            rows.push(vec![item.id.clone(), format!("c{c}"), cell]);
+        }
+        metrics.push(Metric {
+            name: format!("c{c}_score"),
+            interval: bootstrap_mean(&values, seed),
+            n: values.len(),
+            unscored,
+        });
+    }
+    BenchResults {
+        metrics,
+        tables: vec![Table {
+            title: "Per item".into(),
+            columns: vec!["item".into(), "candidate".into(), "score".into()],
+            rows,
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fake_reply_depends_on_label_and_request_only() {
+        let req = ChatRequest {
+            messages: vec![Message::user("hi")],
+            params: SamplingParams::default(),
+        };
+        assert_eq!(fake_reply("a", &req), fake_reply("a", &req));
+        assert_ne!(fake_reply("a", &req).text, fake_reply("b", &req).text);
+        let seeded = ChatRequest {
+            params: SamplingParams {
+                seed: 1,
+                ..Default::default()
+            },
+            ..req.clone()
+        };
+        assert_ne!(fake_reply("a", &req).text, fake_reply("a", &seeded).text);
+    }
+
+    #[test]
+    fn toy_plan_walks_turns_then_judge() {
+        let plan = ToyPlan {
+            candidates: 2,
+            seed: 0,
+        };
+        let item = &toy_items(1)[0];
+        let mut t = Transcript::new();
+        let keys = |s: Vec<Step>| s.into_iter().map(|s| s.key).collect::<Vec<_>>();
+        let out = |text: &str| fake_out(text);
+        assert_eq!(keys(plan.next_steps(item, &t)), ["c0/turn/1", "c1/turn/1"]);
+        t.insert("c0/turn/1".into(), out("x"));
+        assert_eq!(keys(plan.next_steps(item, &t)), ["c0/turn/2", "c1/turn/1"]);
+        for k in ["c0/turn/2", "c1/turn/1", "c1/turn/2"] {
+            t.insert(k.into(), out("y"));
+        }
+        assert_eq!(keys(plan.next_steps(item, &t)), ["judge/c0", "judge/c1"]);
+        t.insert("judge/c0".into(), out("score: 7"));
+        t.insert("judge/c1".into(), out("no idea"));
+        assert!(plan.next_steps(item, &t).is_empty());
+        let r = toy_score(&plan, &[(item, &t)], 1);
+        assert_eq!(r.metrics[0].interval.value, 0.7);
+        assert_eq!((r.metrics[1].n, r.metrics[1].unscored), (0, 1));
+    }
+
+    fn fake_out(text: &str) -> crate::bench::plan::StepOutput {
+        crate::bench::plan::StepOutput {
+            text: text.into(),
+            stop_reason: StopReason::Eos,
+            prompt_tokens: 1,
+            output_tokens: 1,
+            truncated: None,
+        }
+    }
+}
