@@ -336,3 +336,41 @@ fn fbbench_score_cli_writes_the_five_tables() {
     // left out; RM = 0, shown as 0 (not empty) under the paper rule.
     assert!(overall.contains("sample-model,87.5,0,"), "{overall}");
 }
+
+#[test]
+fn fbbench_plan_ids_are_unique_and_every_item_plans_two_steps() {
+    use candor::bench::fbbench::plan::{FbBenchPlan, FOLLOWUP, JUDGE};
+    use candor::bench::plan::{Plan, StepOutput, Transcript};
+    for (rel, version) in [
+        ("fbbench/v1/fb_bench_dataset.json", Version::V1),
+        ("fbbench/v3/fb_bench_dataset_v3.json", Version::V3),
+    ] {
+        let Some(path) = shared_file(rel) else {
+            return;
+        };
+        let data = load_dataset(&path).unwrap();
+        let plan = FbBenchPlan::new(version, 0, &data.items).unwrap();
+        let ids: std::collections::BTreeSet<String> =
+            data.items.iter().map(|i| plan.item_id(i)).collect();
+        assert_eq!(ids.len(), data.items.len(), "{rel}");
+        for item in &data.items {
+            let mut done = Transcript::new();
+            let first = plan.next_steps(item, &done);
+            assert_eq!(first.len(), 1);
+            assert_eq!(first[0].key, FOLLOWUP);
+            done.insert(
+                FOLLOWUP.into(),
+                StepOutput {
+                    text: "回答".into(),
+                    stop_reason: candor::engine::StopReason::Eos,
+                    prompt_tokens: 0,
+                    output_tokens: 0,
+                    truncated: None,
+                },
+            );
+            let second = plan.next_steps(item, &done);
+            assert_eq!(second.len(), 1);
+            assert_eq!(second[0].key, JUDGE);
+        }
+    }
+}

@@ -8,8 +8,10 @@
 //! tables. This module only wires them.
 
 pub mod data;
+pub mod plan;
 pub mod prompts;
 pub mod score;
 
 pub use data::{BenchType, Dataset, FbBenchError, Item, JudgementRecord, Version};
+pub use plan::FbBenchPlan;
 pub use score::{ModelUnits, Rule, Unit};
