@@ -3,6 +3,7 @@
 //! A judge's output that cannot be parsed is [`Verdict::Unscored`] with a reason: it is left
 //! out of the metric and counted beside it, never turned into a grade.
 
+pub mod checklist;
 pub mod feedback_acceptance;
 
 use serde::{Deserialize, Serialize};
