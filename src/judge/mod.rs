@@ -4,7 +4,9 @@
 //! out of the metric and counted beside it, never turned into a grade.
 
 pub mod checklist;
+pub mod error_detection;
 pub mod feedback_acceptance;
+pub mod fennec;
 
 use serde::{Deserialize, Serialize};
 
