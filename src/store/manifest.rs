@@ -7,7 +7,9 @@
 //! refused with the differing fields named. [`Environment`] records where and how the run
 //! was made (git commit, Cargo.lock hash, CPU features, threads, batch size, start time): by
 //! the engine's contract none of it changes a result, so it is kept for provenance and never
-//! compared. The git commit is `CANDOR_GIT_COMMIT` when set at build time, else asked of
+//! compared. Each start of the run (the first and every resume) also appends its own
+//! environment to `attempts.jsonl` ([`Attempt`]), so a run finished on several machines says
+//! so. The git commit is `CANDOR_GIT_COMMIT` when set at build time, else asked of
 //! `git` at run time in the crate's checkout (absent outside a checkout).
 
 use std::collections::BTreeMap;
@@ -138,6 +140,34 @@ impl Environment {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
         }
+    }
+}
+
+/// One start of a run, appended to `attempts.jsonl` (provenance only, never compared).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub resumed: bool,
+    /// Samples already in the log when this attempt started.
+    pub logged_samples: usize,
+    pub environment: Environment,
+}
+
+impl Attempt {
+    /// Appends this attempt as one line to `path` and fsyncs.
+    pub fn append_to(&self, path: &Path) -> Result<(), StoreError> {
+        use std::io::Write;
+        let mut line = serde_json::to_vec(self).map_err(|source| StoreError::Encode {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        line.push(b'\n');
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| StoreError::io(path, e))?;
+        f.write_all(&line).map_err(|e| StoreError::io(path, e))?;
+        f.sync_data().map_err(|e| StoreError::io(path, e))
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! A run directory holds `manifest.json` (what the run is: models, data, settings; compared on
 //! resume), `samples.jsonl` (one line per finished step, in a deterministic order, fsynced per
-//! batch), `results.json` and `report.md` (written last; present only once the run finished).
+//! batch), `results.json` and `report.md` (written last; present only once the run finished),
+//! and `attempts.jsonl` (the environment of each start, for provenance).
 //! The log of a killed run is always a prefix of the log an uninterrupted run writes, so
 //! resuming replays it and continues to byte-identical files. This module knows no protocol:
 //! protocols reach it through [`crate::bench::plan::Plan`], models through [`Models`].
@@ -12,11 +13,13 @@
 //! - [`run_dir`]: paths, the directory lock, atomic writes, file hashes.
 //! - [`manifest`]: what a run is, and the check that refuses a mismatched resume.
 //! - [`samples`]: the sample line format, reading (torn tails cut) and appending.
+//! - [`models`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
 //! - [`runner`]: the scheduling loop, scoring and the final files.
 //! - [`testkit`]: a scripted fake model and a toy plan, for tests and the hidden `toy` protocol.
 
 pub mod manifest;
+pub mod models;
 pub mod resume;
 pub mod run_dir;
 pub mod runner;
@@ -28,8 +31,9 @@ use std::path::PathBuf;
 use crate::bench::plan::Actor;
 
 pub use manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
+pub use models::{FnModels, Models};
 pub use run_dir::RunDir;
-pub use runner::{Models, Run, RunOutcome};
+pub use runner::{Run, RunOutcome};
 pub use samples::{Sample, SampleOutcome};
 
 /// A boxed error from outside the store (model loading, the engine).

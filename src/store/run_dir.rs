@@ -19,6 +19,7 @@ pub const MANIFEST: &str = "manifest.json";
 pub const SAMPLES: &str = "samples.jsonl";
 pub const RESULTS: &str = "results.json";
 pub const REPORT: &str = "report.md";
+pub const ATTEMPTS: &str = "attempts.jsonl";
 const LOCK: &str = ".lock";
 
 /// An open, locked run directory.
@@ -67,6 +68,10 @@ impl RunDir {
 
     pub fn report_path(&self) -> PathBuf {
         self.root.join(REPORT)
+    }
+
+    pub fn attempts_path(&self) -> PathBuf {
+        self.root.join(ATTEMPTS)
     }
 
     /// Removes `results.json` and `report.md` left by an earlier attempt, so that their presence

@@ -16,39 +16,18 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::manifest::{ItemSet, Manifest};
+use super::manifest::{Attempt, ItemSet, Manifest};
+use super::models::Models;
 use super::resume::Replay;
 use super::run_dir::{write_atomic, RunDir};
 use super::samples::{Sample, SampleOutcome, SampleWriter};
-use super::{error_chain, ActorName, BoxError, StoreError};
+use super::{error_chain, ActorName, StoreError};
 use crate::bench::plan::{Actor, Plan, Step, StepOutput, Transcript};
 use crate::bench::results::BenchResults;
 use crate::engine::{ChatReply, ChatRequest, Generate};
 use crate::report::markdown;
 use crate::report::progress::Progress;
 use crate::report::results::{FailedStep, RunModel, RunResults};
-
-/// Where the runner gets a model for an actor. The runner holds at most one generator at a
-/// time and drops it before asking for the next one.
-pub trait Models {
-    type Gen: Generate;
-
-    /// Loads the model that answers `actor`'s steps.
-    fn load(&mut self, actor: Actor) -> Result<Self::Gen, BoxError>;
-
-    /// Whether `a` and `b` are answered by the same model, so that a loaded generator can be
-    /// kept when the actor changes.
-    fn same_model(&self, _a: Actor, _b: Actor) -> bool {
-        false
-    }
-
-    /// Whether `err` concerns the requests themselves (e.g. a prompt longer than the context)
-    /// rather than the engine. The runner then retries the requests one by one and logs the
-    /// ones that still fail as failed steps; any other error stops the run.
-    fn is_request_error(&self, _err: &<Self::Gen as Generate>::Error) -> bool {
-        false
-    }
-}
 
 /// One run to execute or resume.
 pub struct Run<'a, P: Plan> {
@@ -127,6 +106,12 @@ impl<P: Plan> Run<'_, P> {
         dir.clear_outputs()?;
         let samples_path = dir.samples_path();
         let (mut writer, logged) = SampleWriter::open(&samples_path)?;
+        Attempt {
+            resumed,
+            logged_samples: logged.len(),
+            environment: self.manifest.environment.clone(),
+        }
+        .append_to(&dir.attempts_path())?;
         let mut replay = Replay::new(&samples_path, logged);
 
         let n = self.items.len();
@@ -596,6 +581,15 @@ mod tests {
         let after = files(tmp.path());
         assert_eq!(before.samples, after.samples);
         assert_eq!(before.results, after.results);
+        let attempts = std::fs::read_to_string(tmp.path().join("attempts.jsonl")).unwrap();
+        let attempts: Vec<serde_json::Value> = attempts
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(attempts.len(), 2);
+        assert_eq!(attempts[0]["resumed"], false);
+        assert_eq!(attempts[1]["resumed"], true);
+        assert_eq!(attempts[1]["logged_samples"], 12);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::runner::Models;
+use super::models::Models;
 use super::BoxError;
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::results::{BenchResults, Metric, Table};
