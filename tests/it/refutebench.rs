@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use candor::bench::plan::Plan;
 use candor::bench::plan::{StepOutput, Transcript};
 use candor::bench::refutebench::data::{self, Content, Item, Setting};
 use candor::bench::refutebench::dialogue::{self, End, ReplayOptions, TurnKind};
 use candor::bench::refutebench::prompts;
 use candor::bench::refutebench::score::{score, ScoreOptions, Status};
+use candor::bench::refutebench::{RefutePlan, Strategy};
 use candor::engine::StopReason;
 
 use crate::util::shared_file;
@@ -261,6 +263,44 @@ fn sample_turns_and_fa_prompts_match_snapshot() {
         ..Default::default()
     };
     check_snapshot("turns.snap", &render_snapshot(&items, &opts));
+}
+
+/// Every step the plan asks for the samples, with canned replies, rendered in full.
+fn render_plan(plan: &RefutePlan, items: &[Item]) -> String {
+    let mut s = String::new();
+    for item in items {
+        let mut done = Transcript::new();
+        s += &format!("=== {}\n", plan.item_id(item));
+        loop {
+            let steps = plan.next_steps(item, &done);
+            if steps.is_empty() {
+                break;
+            }
+            for step in steps {
+                s += &format!("--- {} by {:?}\n", step.key, step.actor);
+                for m in &step.messages {
+                    s += &format!("[{}] {}\n", m.role.as_str(), m.content);
+                }
+                let text = sample_reply(item, &step.key);
+                done.insert(step.key, out(&text));
+            }
+        }
+    }
+    s
+}
+
+#[test]
+fn sample_plan_steps_match_snapshot() {
+    let items = data::load_all(&samples_root()).expect("samples load");
+    check_snapshot(
+        "steps_vanilla.snap",
+        &render_plan(&RefutePlan::new(7), &items),
+    );
+    let plan = RefutePlan {
+        strategy: Strategy::RecallRepeat,
+        ..RefutePlan::new(7)
+    };
+    check_snapshot("steps_recall_repeat.snap", &render_plan(&plan, &items));
 }
 
 #[test]

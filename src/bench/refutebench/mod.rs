@@ -12,6 +12,7 @@ pub mod checkers;
 pub mod data;
 pub mod dialogue;
 pub mod lang_id;
+pub mod plan;
 pub mod prompts;
 pub mod score;
 
@@ -48,4 +49,5 @@ impl Error {
 }
 
 pub use data::{Item, Setting, Source, Task};
+pub use plan::{RefutePlan, Strategy};
 pub use score::{score, ItemTranscript};
