@@ -5,11 +5,13 @@
 //!
 //! `data` loads the authors' files, `prompts` builds the follow-up and judge conversations,
 //! `plan` turns an item into its generation steps, `score` turns verdicts into the published
-//! tables. This module only wires them.
+//! tables (with `pynum`, the Python arithmetic those numbers depend on). This module only
+//! wires them.
 
 pub mod data;
 pub mod plan;
 pub mod prompts;
+pub mod pynum;
 pub mod score;
 
 pub use data::{BenchType, Dataset, FbBenchError, Item, JudgementRecord, Version};

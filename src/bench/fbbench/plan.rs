@@ -14,7 +14,8 @@ use sha2::{Digest, Sha256};
 
 use super::data::{FbBenchError, Item, JudgementRecord, Version};
 use super::prompts::{followup_messages, judge_messages, task_temperature};
-use super::score::{item_score, results, ModelUnits, PyNum, Rule, Unit};
+use super::pynum::PyNum;
+use super::score::{item_score, results, ModelUnits, Rule, Unit};
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::results::BenchResults;
 use crate::bench::stats::SplitMix64;

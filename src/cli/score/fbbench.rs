@@ -1,6 +1,7 @@
 //! `candor score fbbench`: judgement JSONL files (one per model, the authors' format) to the
 //! five published score tables as CSV, plus a readable summary with bootstrap intervals.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -56,9 +57,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let path = args.out.join(format!("{}.csv", table.title));
         write_csv(&path, table).with_context(|| format!("writing {}", path.display()))?;
     }
-    print_summary(&models, rule, args.seed, &tables);
-    println!("wrote {} tables to {}", tables.len(), args.out.display());
-    Ok(())
+    let mut out = std::io::stdout().lock();
+    let printed = print_summary(&mut out, &models, rule, args.seed, &tables).and_then(|()| {
+        writeln!(
+            out,
+            "wrote {} tables to {}",
+            tables.len(),
+            args.out.display()
+        )
+    });
+    match printed {
+        // A closed pipe (`| head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 /// Every `*.jsonl` in `dir`, by file name; the model is the file stem.
@@ -104,18 +116,28 @@ fn write_csv(path: &Path, table: &Table) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_summary(models: &[ModelUnits], rule: Rule, seed: u64, tables: &[Table]) {
-    println!("FB-Bench ({rule:?} rule), scores x100 with bootstrap 95% intervals over items");
+fn print_summary(
+    out: &mut impl Write,
+    models: &[ModelUnits],
+    rule: Rule,
+    seed: u64,
+    tables: &[Table],
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "FB-Bench ({rule:?} rule), scores x100 with bootstrap 95% intervals over items"
+    )?;
     let width = models
         .iter()
         .map(|m| m.model.len())
         .max()
         .unwrap_or(5)
         .max(5);
-    println!(
+    writeln!(
+        out,
         "{:width$}  {:>22}  {:>22}  {:>22}  {:>5}  {:>8}",
         "model", "error_correction", "response_maintenance", "overall", "items", "unscored"
-    );
+    )?;
     // In the order of the overall table (by Overall, descending).
     let order: Vec<&str> = tables
         .first()
@@ -135,7 +157,8 @@ fn print_summary(models: &[ModelUnits], rule: Rule, seed: u64, tables: &[Table])
             })
             .collect();
         let flagged = m.units.iter().filter(|u| u.unscored.is_some()).count();
-        println!(
+        writeln!(
+            out,
             "{:width$}  {:>22}  {:>22}  {:>22}  {:>5}  {:>8}",
             m.model,
             cells[0],
@@ -143,7 +166,7 @@ fn print_summary(models: &[ModelUnits], rule: Rule, seed: u64, tables: &[Table])
             cells[2],
             m.units.len(),
             flagged
-        );
+        )?;
         for u in m.units.iter().filter(|u| u.unscored.is_some()) {
             let how = match u.score {
                 Some(s) => format!(
@@ -152,12 +175,14 @@ fn print_summary(models: &[ModelUnits], rule: Rule, seed: u64, tables: &[Table])
                 ),
                 None => "left out of the metric".to_string(),
             };
-            println!(
+            writeln!(
+                out,
                 "    unscored ({}, {}): {}; {how}",
                 u.bench_type.as_str(),
                 u.task_type,
                 u.unscored.as_deref().unwrap_or_default()
-            );
+            )?;
         }
     }
+    Ok(())
 }
