@@ -3,6 +3,11 @@
 //! A judge's output that cannot be parsed is [`Verdict::Unscored`] with a reason: it is left
 //! out of the metric and counted beside it, never turned into a grade.
 
+pub mod checklist;
+pub mod error_detection;
+pub mod feedback_acceptance;
+pub mod fennec;
+
 use serde::{Deserialize, Serialize};
 
 /// The parsed outcome of one judge output.

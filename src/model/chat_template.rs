@@ -1,1 +1,293 @@
-//! (to be written)
+//! The model's own chat template: its Jinja source (GGUF `tokenizer.chat_template`, or
+//! `tokenizer_config.json`'s `chat_template`) rendered with minijinja the way transformers'
+//! `apply_chat_template` renders it.
+//!
+//! Rendering follows transformers: blocks trimmed and left-stripped, Python string and dict
+//! methods through minijinja-contrib's `pycompat`, `raise_exception(msg)` available, and
+//! `messages`, `add_generation_prompt`, `bos_token`, `eos_token` in the context. A template
+//! that raises or fails to render is a typed error, never a fallback format. This module also
+//! says which tokens end a turn ([`ChatTemplate::stop_token_ids`]); it does not tokenize.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Content;
+use minijinja::{Environment, ErrorKind};
+
+use super::chat::Message;
+use super::error::{ModelError, Result};
+use super::tokenizer::Tokenizer;
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// Marks errors that come from the template's own `raise_exception` call.
+const RAISED: &str = "\u{1}raised\u{1}";
+
+/// End-of-turn tokens used by common chat templates.
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "</s>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|END_OF_TURN_TOKEN|>",
+];
+
+/// A compiled chat template with the special-token strings it is rendered with.
+#[derive(Clone)]
+pub struct ChatTemplate {
+    source: String,
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source", &self.source)
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles a template source; BOS/EOS are the strings the template sees as
+    /// `bos_token` / `eos_token`.
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self> {
+        let source = source.into();
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("{RAISED}{msg}"),
+                ))
+            },
+        );
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
+            .map_err(|e| ModelError::Template(describe(&e)))?;
+        Ok(ChatTemplate {
+            source,
+            env,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
+    }
+
+    /// The template a GGUF file carries (`tokenizer.chat_template`), with the tokenizer's
+    /// BOS/EOS strings.
+    pub fn from_gguf(content: &Content, tokenizer: &Tokenizer) -> Result<Self> {
+        let source = match content.metadata.get("tokenizer.chat_template") {
+            Some(v) => v.to_string().map_err(|e| ModelError::Metadata {
+                key: "tokenizer.chat_template".to_string(),
+                msg: e.to_string(),
+            })?,
+            None => return Err(ModelError::NoChatTemplate),
+        };
+        Self::new(source.clone(), tokenizer.bos_token(), tokenizer.eos_token())
+    }
+
+    /// The template in a `tokenizer_config.json` (`chat_template`: a string, or a list of
+    /// `{name, template}` of which `default` is used).
+    pub fn from_tokenizer_config(path: &Path, tokenizer: &Tokenizer) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
+        let json: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ModelError::Template(format!("{}: {e}", path.display())))?;
+        let source = match json.get("chat_template") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    ModelError::Template(format!(
+                        "{}: chat_template list has no `default` entry",
+                        path.display()
+                    ))
+                })?,
+            Some(_) => {
+                return Err(ModelError::Template(format!(
+                    "{}: chat_template is neither a string nor a list",
+                    path.display()
+                )))
+            }
+            None => return Err(ModelError::NoChatTemplate),
+        };
+        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())
+    }
+
+    /// The Jinja source, for manifests.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders a conversation; with `add_generation_prompt` the text ends where the
+    /// assistant's reply begins.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ModelError::Template(describe(&e)))?;
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        tmpl.render(ctx).map_err(|e| match raised_message(&e) {
+            Some(msg) => ModelError::TemplateRaised(msg),
+            None => ModelError::Template(describe(&e)),
+        })
+    }
+
+    /// Token ids that end a turn: EOS, plus the end-of-turn tokens this template writes that
+    /// are in the vocabulary (sorted, no duplicates).
+    pub fn stop_token_ids(&self, tokenizer: &Tokenizer) -> Vec<u32> {
+        let mut ids = vec![tokenizer.eos_token_id()];
+        for tok in END_OF_TURN {
+            if self.source.contains(tok) {
+                if let Some(id) = tokenizer.token_to_id(tok) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// A minijinja error with its cause chain, on one line.
+fn describe(err: &minijinja::Error) -> String {
+    let mut msg = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    while let Some(c) = cause {
+        msg.push_str(": ");
+        msg.push_str(&c.to_string());
+        cause = c.source();
+    }
+    msg
+}
+
+/// The message of the template's own `raise_exception`, if that is what failed.
+fn raised_message(err: &minijinja::Error) -> Option<String> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(mj) = e.downcast_ref::<minijinja::Error>() {
+            if let Some(rest) = mj.detail().and_then(|d| d.strip_prefix(RAISED)) {
+                return Some(rest.to_string());
+            }
+        }
+        cur = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tokenizer::testutil::content;
+
+    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe kind.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    fn tokenizer() -> Tokenizer {
+        Tokenizer::from_gguf(&content(Some("smollm"), false)).unwrap()
+    }
+
+    #[test]
+    fn renders_chatml_with_default_system() {
+        let t = ChatTemplate::new(CHATML, "<s>", "<|im_end|>").unwrap();
+        let out = t.render(&[Message::user("Hi")], true).unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let out = t
+            .render(&[Message::system("S"), Message::user("Hi")], false)
+            .unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        );
+    }
+
+    #[test]
+    fn python_methods_bos_and_trimmed_blocks() {
+        let src = "{{ bos_token }}{% for m in messages %}\n  {{ m.content.strip().upper() }}|{% endfor %}{{ eos_token }}";
+        let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        let out = t.render(&[Message::user("  a b  ")], false).unwrap();
+        assert_eq!(out, "<s>  A B|</s>");
+    }
+
+    #[test]
+    fn raise_exception_is_typed() {
+        let src = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}ok";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.render(&[Message::user("x")], true).unwrap(), "ok");
+        let err = t.render(&[Message::system("x")], true).unwrap_err();
+        match err {
+            ModelError::TemplateRaised(msg) => assert_eq!(msg, "System role not supported"),
+            other => panic!("expected TemplateRaised, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn broken_templates_are_errors() {
+        let err = ChatTemplate::new("{% for m in messages %}", "", "").unwrap_err();
+        assert!(matches!(err, ModelError::Template(_)), "{err:?}");
+        let t = ChatTemplate::new("{{ messages | no_such_filter }}", "", "");
+        let err = match t {
+            Ok(t) => t.render(&[Message::user("x")], true).unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(err.to_string().contains("no_such_filter"), "{err}");
+    }
+
+    #[test]
+    fn stop_tokens_are_eos_and_template_end_of_turn() {
+        let tok = tokenizer();
+        let t = ChatTemplate::new(CHATML, "", "").unwrap();
+        // EOS is <|im_end|> = 2 here; <|endoftext|> is in the vocab but not in the template.
+        assert_eq!(t.stop_token_ids(&tok), vec![2]);
+        let t = ChatTemplate::new("{{ '<|endoftext|>' }}", "", "").unwrap();
+        assert_eq!(t.stop_token_ids(&tok), vec![0, 2]);
+    }
+
+    #[test]
+    fn gguf_template_and_tokenizer_config() {
+        let tok = tokenizer();
+        let mut c = content(Some("smollm"), false);
+        assert!(matches!(
+            ChatTemplate::from_gguf(&c, &tok),
+            Err(ModelError::NoChatTemplate)
+        ));
+        c.metadata.insert(
+            "tokenizer.chat_template".into(),
+            candle_core::quantized::gguf_file::Value::String(CHATML.into()),
+        );
+        let t = ChatTemplate::from_gguf(&c, &tok).unwrap();
+        assert_eq!(t.source(), CHATML);
+
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokenizer_config.json");
+        let cfg = serde_json::json!({"chat_template": [
+            {"name": "tool_use", "template": "T"},
+            {"name": "default", "template": "{{ eos_token }}D"}
+        ]});
+        std::fs::write(&p, cfg.to_string()).unwrap();
+        let t = ChatTemplate::from_tokenizer_config(&p, &tok).unwrap();
+        assert_eq!(t.render(&[], false).unwrap(), "<|im_end|>D");
+    }
+}

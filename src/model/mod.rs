@@ -5,6 +5,11 @@
 
 pub mod chat;
 pub mod chat_template;
+pub mod error;
 pub mod gguf;
 pub mod llama;
+pub mod quant;
+pub mod source;
 pub mod tokenizer;
+
+pub use error::{ModelError, Result};

@@ -1,1 +1,830 @@
-//! (to be written)
+//! The tokenizer: text to token ids and back, built from a GGUF file's `tokenizer.ggml.*`
+//! metadata (byte-level BPE, `gpt2` model) or from a Hugging Face `tokenizer.json`.
+//!
+//! llama.cpp is the reference. Its byte-level BPE pre-tokenizes with a profile named by
+//! `tokenizer.ggml.pre`: an ordered list of regexes, each splitting every piece left by the
+//! previous one (matches and the text between them both become pieces), then BPE merges each
+//! piece. We build the same pipeline with the `tokenizers` crate (`Split` pre-tokenizers in
+//! `Isolated` mode, then `ByteLevel` without its own regex). Control tokens (`<|im_start|>`)
+//! are recognised in text before pre-tokenizing, as llama.cpp does with `parse_special`.
+//! Decoding maps byte-level characters back to raw bytes ourselves, so that a piece that ends
+//! inside a UTF-8 character is still exact bytes ([`Tokenizer::token_bytes`]).
+//! This module does not render chat templates ([`super::chat_template`]) and does not know
+//! which tokens stop generation beyond EOS (the template decides that).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use sha2::{Digest, Sha256};
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use super::error::{ModelError, Result};
+
+/// GPT-2's byte-level regex as llama.cpp applies it (its hand-written splitter also takes a
+/// trailing whitespace run, hence the final `\s+`).
+const GPT2_REGEX: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// Llama 3's pre-tokenizer regex (llama.cpp `llama-bpe`).
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenKind {
+    Normal,
+    Unknown,
+    /// A control token such as `<|im_start|>`: recognised in text, skippable when decoding.
+    Control,
+    /// A user-defined token: always recognised in text, decoded as its literal text.
+    UserDefined,
+    Unused,
+    Byte,
+}
+
+impl TokenKind {
+    fn from_gguf(code: i64) -> Result<Self> {
+        Ok(match code {
+            1 => TokenKind::Normal,
+            2 => TokenKind::Unknown,
+            3 => TokenKind::Control,
+            4 => TokenKind::UserDefined,
+            5 => TokenKind::Unused,
+            6 => TokenKind::Byte,
+            other => {
+                return Err(ModelError::Tokenizer(format!(
+                    "unknown token type {other} in tokenizer.ggml.token_type"
+                )))
+            }
+        })
+    }
+}
+
+/// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreTokenizer {
+    /// `smollm`: every digit alone, then the GPT-2 regex.
+    Smollm,
+    /// `gpt2`: the GPT-2 regex.
+    Gpt2,
+    /// `default` (or no `tokenizer.ggml.pre`): llama.cpp's default BPE profile.
+    Default,
+    /// `llama-bpe` (Llama 3): its own regex, and whole words found in the vocab skip merging.
+    Llama3,
+}
+
+impl PreTokenizer {
+    /// The profile llama.cpp picks for a `tokenizer.ggml.pre` value.
+    pub fn from_name(name: Option<&str>) -> Result<Self> {
+        match name {
+            None | Some("default") => Ok(PreTokenizer::Default),
+            Some("smollm") => Ok(PreTokenizer::Smollm),
+            Some("gpt2") => Ok(PreTokenizer::Gpt2),
+            Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
+            Some(other) => Err(ModelError::UnsupportedPreTokenizer(other.to_string())),
+        }
+    }
+
+    fn regexes(self) -> &'static [&'static str] {
+        match self {
+            PreTokenizer::Smollm => &[r"\p{N}", GPT2_REGEX],
+            PreTokenizer::Gpt2 => &[GPT2_REGEX],
+            PreTokenizer::Default => &[
+                r"[\p{P}\$\+<=>\^~\|]+",
+                GPT2_REGEX,
+                r"\p{N}+",
+                r"[0-9][0-9][0-9]",
+            ],
+            PreTokenizer::Llama3 => &[LLAMA3_REGEX],
+        }
+    }
+
+    fn ignore_merges(self) -> bool {
+        self == PreTokenizer::Llama3
+    }
+
+    fn build(self) -> Result<PreTokenizerWrapper> {
+        let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+        for re in self.regexes() {
+            let split = Split::new(
+                SplitPattern::Regex((*re).to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| ModelError::Tokenizer(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
+            steps.push(split.into());
+        }
+        steps.push(ByteLevel::new(false, false, false).into());
+        Ok(Sequence::new(steps).into())
+    }
+}
+
+/// A tokenizer with the model's special-token conventions (BOS/EOS and whether to add them).
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Vocabulary strings as stored (byte-level characters for normal tokens), by id.
+    tokens: Vec<String>,
+    kinds: Vec<TokenKind>,
+    /// The raw bytes each token stands for, by id.
+    pieces: Vec<Vec<u8>>,
+    /// False when a tokenizer.json's decoder is not byte-level: decode through `inner`.
+    byte_level: bool,
+    bos: Option<u32>,
+    eos: u32,
+    add_bos: bool,
+    add_eos: bool,
+    sha256: String,
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.model` must be `gpt2`).
+    pub fn from_gguf(content: &Content) -> Result<Self> {
+        let meta = &content.metadata;
+        let model = meta_str(meta, "tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(ModelError::Tokenizer(format!(
+                "unsupported tokenizer model `{model}` (supported: gpt2 byte-level BPE)"
+            )));
+        }
+        let pre_name = match meta.get("tokenizer.ggml.pre") {
+            Some(v) => Some(
+                v.to_string()
+                    .map_err(|e| bad_key("tokenizer.ggml.pre", e))?,
+            ),
+            None => None,
+        };
+        let pre = PreTokenizer::from_name(pre_name.map(String::as_str))?;
+        let tokens = meta_strings(meta, "tokenizer.ggml.tokens")?;
+        let merges = meta_strings(meta, "tokenizer.ggml.merges")?;
+        let kinds = match meta.get("tokenizer.ggml.token_type") {
+            Some(Value::Array(vs)) => vs
+                .iter()
+                .map(|v| value_i64(v).and_then(TokenKind::from_gguf))
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => return Err(bad_key("tokenizer.ggml.token_type", "not an array")),
+            None => vec![TokenKind::Normal; tokens.len()],
+        };
+        if kinds.len() != tokens.len() {
+            return Err(ModelError::Tokenizer(format!(
+                "{} token types for {} tokens",
+                kinds.len(),
+                tokens.len()
+            )));
+        }
+        let eos = meta_u32(meta, "tokenizer.ggml.eos_token_id")?
+            .ok_or_else(|| bad_key("tokenizer.ggml.eos_token_id", "missing"))?;
+        let bos = meta_u32(meta, "tokenizer.ggml.bos_token_id")?;
+        let add_bos = meta_bool(meta, "tokenizer.ggml.add_bos_token")?.unwrap_or(false);
+        let add_eos = meta_bool(meta, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+
+        let mut hasher = Sha256::new();
+        hasher.update(b"candor-gguf-tokenizer-v1\0gpt2\0");
+        hasher.update(pre_name.map(String::as_str).unwrap_or("default").as_bytes());
+        for (t, k) in tokens.iter().zip(&kinds) {
+            hasher.update([0u8, *k as u8]);
+            hasher.update(t.as_bytes());
+        }
+        for m in &merges {
+            hasher.update([1u8]);
+            hasher.update(m.as_bytes());
+        }
+        hasher.update(format!(
+            "\0bos={bos:?} eos={eos} add_bos={add_bos} add_eos={add_eos}"
+        ));
+        let sha256 = hex::encode(hasher.finalize());
+
+        Self::from_vocab(
+            VocabSpec {
+                tokens,
+                kinds,
+                merges,
+                pre,
+                bos,
+                eos,
+                add_bos,
+                add_eos,
+            },
+            sha256,
+        )
+    }
+
+    /// Reads a GGUF file's metadata and builds its tokenizer.
+    pub fn from_gguf_file(path: &Path) -> Result<Self> {
+        let mut f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+        let content = Content::read(&mut f).map_err(|e| ModelError::gguf(path, e.to_string()))?;
+        Self::from_gguf(&content)
+    }
+
+    fn from_vocab(spec: VocabSpec, sha256: String) -> Result<Self> {
+        let n = spec.tokens.len();
+        let id_of = |what: &str, id: u32| -> Result<u32> {
+            if (id as usize) < n {
+                Ok(id)
+            } else {
+                Err(ModelError::Tokenizer(format!(
+                    "{what} token id {id} is outside the vocabulary of {n}"
+                )))
+            }
+        };
+        let eos = id_of("eos", spec.eos)?;
+        let bos = spec.bos.map(|b| id_of("bos", b)).transpose()?;
+        let mut vocab: tokenizers::models::bpe::Vocab = Default::default();
+        for (i, t) in spec.tokens.iter().enumerate() {
+            // Duplicate strings keep their first id, as llama.cpp's token-to-id map does.
+            vocab.entry(t.clone()).or_insert(i as u32);
+        }
+        let mut merge_pairs = Vec::with_capacity(spec.merges.len());
+        for (i, m) in spec.merges.iter().enumerate() {
+            let (a, b) = m
+                .split_once(' ')
+                .ok_or_else(|| ModelError::Tokenizer(format!("merge {i} `{m}` has no space")))?;
+            merge_pairs.push((a.to_string(), b.to_string()));
+        }
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merge_pairs)
+            .ignore_merges(spec.pre.ignore_merges())
+            .build()
+            .map_err(|e| ModelError::Tokenizer(format!("building bpe: {e}")))?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(spec.pre.build()?));
+        inner.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
+        let mut control = Vec::new();
+        let mut user = Vec::new();
+        for (t, k) in spec.tokens.iter().zip(&spec.kinds) {
+            match k {
+                TokenKind::Control => control.push(AddedToken::from(t.clone(), true)),
+                TokenKind::UserDefined => {
+                    user.push(AddedToken::from(t.clone(), false).normalized(false))
+                }
+                _ => {}
+            }
+        }
+        let add_err = |e| ModelError::Tokenizer(format!("adding special tokens: {e}"));
+        inner.add_special_tokens(control).map_err(add_err)?;
+        inner.add_tokens(user).map_err(add_err)?;
+        let pieces = spec
+            .tokens
+            .iter()
+            .zip(&spec.kinds)
+            .map(|(t, k)| match k {
+                TokenKind::Normal | TokenKind::Unused | TokenKind::Byte | TokenKind::Unknown => {
+                    byte_level_bytes(t)
+                }
+                TokenKind::Control | TokenKind::UserDefined => t.as_bytes().to_vec(),
+            })
+            .collect();
+        Ok(Tokenizer {
+            inner,
+            tokens: spec.tokens,
+            kinds: spec.kinds,
+            pieces,
+            byte_level: true,
+            bos,
+            eos,
+            add_bos: spec.add_bos,
+            add_eos: spec.add_eos,
+            sha256,
+        })
+    }
+
+    /// Loads a Hugging Face `tokenizer.json`; BOS/EOS and whether to add them come from a
+    /// `tokenizer_config.json` beside it when there is one.
+    pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
+        let json: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let config_path = path.with_file_name("tokenizer_config.json");
+        let (config, config_bytes) = if config_path.is_file() {
+            let cb = std::fs::read(&config_path).map_err(|e| ModelError::io(&config_path, e))?;
+            let cv: serde_json::Value = serde_json::from_slice(&cb)
+                .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", config_path.display())))?;
+            (Some(cv), cb)
+        } else {
+            (None, Vec::new())
+        };
+        let mut hasher = Sha256::new();
+        hasher.update(b"candor-tokenizer-json-v1\0");
+        hasher.update(&bytes);
+        hasher.update(b"\0");
+        hasher.update(&config_bytes);
+        let sha256 = hex::encode(hasher.finalize());
+
+        let n = inner.get_vocab_size(true);
+        let mut tokens = vec![String::new(); n];
+        for (t, id) in inner.get_vocab(true) {
+            if let Some(slot) = tokens.get_mut(id as usize) {
+                *slot = t;
+            }
+        }
+        let added = inner.get_added_tokens_decoder();
+        let kinds: Vec<TokenKind> = (0..n as u32)
+            .map(|id| match added.get(&id) {
+                Some(t) if t.special => TokenKind::Control,
+                Some(_) => TokenKind::UserDefined,
+                None => TokenKind::Normal,
+            })
+            .collect();
+        let byte_level = decoder_is_byte_level(json.get("decoder"));
+        let pieces = tokens
+            .iter()
+            .zip(&kinds)
+            .map(|(t, k)| match (k, byte_level) {
+                (TokenKind::Normal, true) => byte_level_bytes(t),
+                _ => t.as_bytes().to_vec(),
+            })
+            .collect();
+        let lookup = |name: &str| -> Result<Option<u32>> {
+            match config.as_ref().and_then(|c| config_token(c, name)) {
+                Some(s) => inner.token_to_id(&s).map(Some).ok_or_else(|| {
+                    ModelError::Tokenizer(format!("{name} `{s}` is not in the vocabulary"))
+                }),
+                None => Ok(None),
+            }
+        };
+        let bos = lookup("bos_token")?;
+        let eos = match lookup("eos_token")? {
+            Some(e) => e,
+            None => ["</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>"]
+                .iter()
+                .find_map(|s| inner.token_to_id(s))
+                .ok_or_else(|| {
+                    ModelError::Tokenizer(format!(
+                        "{}: cannot tell the end-of-sequence token (no tokenizer_config.json eos_token)",
+                        path.display()
+                    ))
+                })?,
+        };
+        let flag = |name: &str| config.as_ref().and_then(|c| c.get(name)?.as_bool());
+        // Without an explicit flag, ask the post-processor whether it adds BOS/EOS.
+        let probe = inner
+            .encode_fast("a", true)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let probe_ids = probe.get_ids();
+        let add_bos = flag("add_bos_token")
+            .unwrap_or_else(|| bos.is_some() && probe_ids.first().copied() == bos);
+        let add_eos = flag("add_eos_token").unwrap_or(probe_ids.last() == Some(&eos));
+        Ok(Tokenizer {
+            inner,
+            tokens,
+            kinds,
+            pieces,
+            byte_level,
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+            sha256,
+        })
+    }
+
+    /// Encodes text, parsing special tokens and adding BOS/EOS as the model asks; a text that
+    /// already starts with BOS (a rendered template) gets no second one.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = self.encode_plain(text)?;
+        if self.add_bos {
+            if let Some(bos) = self.bos {
+                if ids.first() != Some(&bos) {
+                    ids.insert(0, bos);
+                }
+            }
+        }
+        if self.add_eos && ids.last() != Some(&self.eos) {
+            ids.push(self.eos);
+        }
+        Ok(ids)
+    }
+
+    /// Encodes text, parsing special tokens, adding nothing.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| ModelError::Tokenizer(format!("encoding: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Decodes ids to text, special tokens included; invalid UTF-8 becomes U+FFFD.
+    /// Ids outside the vocabulary are skipped.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.decode_filtered(ids, false)
+    }
+
+    /// Decodes ids to text without control tokens (`<|im_end|>` and the like).
+    pub fn decode_skip_special(&self, ids: &[u32]) -> String {
+        self.decode_filtered(ids, true)
+    }
+
+    fn decode_filtered(&self, ids: &[u32], skip_special: bool) -> String {
+        let keep = |id: &u32| -> bool {
+            match self.kinds.get(*id as usize) {
+                Some(TokenKind::Control) => !skip_special,
+                Some(_) => true,
+                None => false,
+            }
+        };
+        if !self.byte_level {
+            let kept: Vec<u32> = ids.iter().copied().filter(keep).collect();
+            // Ids are all in the vocabulary, so the decoder has nothing to reject.
+            return self.inner.decode(&kept, false).unwrap_or_default();
+        }
+        let mut bytes = Vec::new();
+        for id in ids.iter().filter(|id| keep(id)) {
+            bytes.extend_from_slice(&self.pieces[*id as usize]);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The raw bytes a token stands for (possibly part of a UTF-8 character).
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.pieces.get(id as usize).map(Vec::as_slice)
+    }
+
+    /// A token's text (lossy when the token is part of a UTF-8 character); empty when the id is
+    /// outside the vocabulary.
+    pub fn token_to_piece(&self, id: u32) -> String {
+        self.token_bytes(id)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The vocabulary string of a token as stored (byte-level characters, not text).
+    pub fn id_to_token(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// The id of a vocabulary string (`<|im_end|>`), if present.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// The kind of a token, if the id is in the vocabulary.
+    pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
+        self.kinds.get(id as usize).copied()
+    }
+
+    pub fn eos_token_id(&self) -> u32 {
+        self.eos
+    }
+
+    pub fn bos_token_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// The EOS token's text, for chat templates.
+    pub fn eos_token(&self) -> &str {
+        &self.tokens[self.eos as usize]
+    }
+
+    /// The BOS token's text, for chat templates (empty when the model has none).
+    pub fn bos_token(&self) -> &str {
+        self.bos
+            .map(|b| self.tokens[b as usize].as_str())
+            .unwrap_or("")
+    }
+
+    /// Whether [`Tokenizer::encode`] prepends BOS.
+    pub fn add_bos_token(&self) -> bool {
+        self.add_bos && self.bos.is_some()
+    }
+
+    /// Whether [`Tokenizer::encode`] appends EOS.
+    pub fn add_eos_token(&self) -> bool {
+        self.add_eos
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Hex sha256 of the tokenizer's definition (vocabulary, types, merges, pre-tokenizer,
+    /// special-token settings), for run manifests.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+}
+
+/// What a byte-level BPE vocabulary needs, gathered from GGUF metadata (or a test).
+struct VocabSpec {
+    tokens: Vec<String>,
+    kinds: Vec<TokenKind>,
+    merges: Vec<String>,
+    pre: PreTokenizer,
+    bos: Option<u32>,
+    eos: u32,
+    add_bos: bool,
+    add_eos: bool,
+}
+
+/// GPT-2's reversible map from bytes to printable characters, inverted: char → byte.
+fn char_to_byte() -> &'static HashMap<char, u8> {
+    static MAP: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut map = HashMap::with_capacity(256);
+        let mut extra = 0u32;
+        for b in 0u32..=255 {
+            let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+            let c = if printable {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            if let Some(c) = char::from_u32(c) {
+                map.insert(c, b as u8);
+            }
+        }
+        map
+    })
+}
+
+/// The bytes a byte-level token string stands for; a character outside the byte alphabet
+/// stands for its own UTF-8.
+fn byte_level_bytes(token: &str) -> Vec<u8> {
+    let map = char_to_byte();
+    let mut out = Vec::with_capacity(token.len());
+    for c in token.chars() {
+        match map.get(&c) {
+            Some(b) => out.push(*b),
+            None => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out
+}
+
+fn decoder_is_byte_level(decoder: Option<&serde_json::Value>) -> bool {
+    let Some(d) = decoder else { return false };
+    match d.get("type").and_then(|t| t.as_str()) {
+        Some("ByteLevel") => true,
+        Some("Sequence") => d
+            .get("decoders")
+            .and_then(|ds| ds.as_array())
+            .is_some_and(|ds| ds.iter().any(|x| decoder_is_byte_level(Some(x)))),
+        _ => false,
+    }
+}
+
+/// A special token named in tokenizer_config.json: a string or `{"content": ...}`.
+fn config_token(config: &serde_json::Value, name: &str) -> Option<String> {
+    match config.get(name)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
+fn bad_key(key: &str, msg: impl std::fmt::Display) -> ModelError {
+    ModelError::Metadata {
+        key: key.to_string(),
+        msg: msg.to_string(),
+    }
+}
+
+fn meta_str<'a>(meta: &'a HashMap<String, Value>, key: &str) -> Result<&'a str> {
+    meta.get(key)
+        .ok_or_else(|| bad_key(key, "missing"))?
+        .to_string()
+        .map(String::as_str)
+        .map_err(|e| bad_key(key, e))
+}
+
+fn meta_strings(meta: &HashMap<String, Value>, key: &str) -> Result<Vec<String>> {
+    match meta.get(key) {
+        Some(Value::Array(vs)) => vs
+            .iter()
+            .map(|v| v.to_string().cloned().map_err(|e| bad_key(key, e)))
+            .collect(),
+        Some(_) => Err(bad_key(key, "not an array of strings")),
+        None => Err(bad_key(key, "missing")),
+    }
+}
+
+fn value_i64(v: &Value) -> Result<i64> {
+    Ok(match v {
+        Value::U8(x) => i64::from(*x),
+        Value::I8(x) => i64::from(*x),
+        Value::U16(x) => i64::from(*x),
+        Value::I16(x) => i64::from(*x),
+        Value::U32(x) => i64::from(*x),
+        Value::I32(x) => i64::from(*x),
+        Value::U64(x) => i64::try_from(*x).unwrap_or(i64::MAX),
+        Value::I64(x) => *x,
+        other => {
+            return Err(ModelError::Tokenizer(format!(
+                "expected an integer, found {:?}",
+                other.value_type()
+            )))
+        }
+    })
+}
+
+fn meta_u32(meta: &HashMap<String, Value>, key: &str) -> Result<Option<u32>> {
+    match meta.get(key) {
+        None => Ok(None),
+        Some(v) => {
+            let x = value_i64(v).map_err(|e| bad_key(key, e))?;
+            u32::try_from(x)
+                .map(Some)
+                .map_err(|_| bad_key(key, format!("{x} is not a token id")))
+        }
+    }
+}
+
+fn meta_bool(meta: &HashMap<String, Value>, key: &str) -> Result<Option<bool>> {
+    match meta.get(key) {
+        None => Ok(None),
+        Some(v) => v.to_bool().map(Some).map_err(|e| bad_key(key, e)),
+    }
+}
+
+/// A tiny byte-level vocabulary as GGUF metadata, for tests here and in other modules.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::collections::HashMap;
+
+    use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
+
+    /// Ids: 0 `<|endoftext|>`, 1 `<|im_start|>`, 2 `<|im_end|>`, 3 `<s>` (all control), then
+    /// the 256 byte characters (byte `b` is id `4 + b`), then the merges' results in order.
+    pub const MERGES: &[&str] = &["h e", "l l", "he ll", "hell o", "1 2", "Ċ Ċ", "Ġ w"];
+
+    pub fn content(pre: Option<&str>, add_bos: bool) -> Content {
+        let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut types = vec![3i32; 4];
+        let mut chars: Vec<(u8, char)> = super::char_to_byte()
+            .iter()
+            .map(|(c, b)| (*b, *c))
+            .collect();
+        chars.sort();
+        for (_, c) in chars {
+            tokens.push(c.to_string());
+            types.push(1);
+        }
+        for m in MERGES {
+            tokens.push(m.replace(' ', ""));
+            types.push(1);
+        }
+        let strings = |v: Vec<String>| Value::Array(v.into_iter().map(Value::String).collect());
+        let mut md = HashMap::new();
+        md.insert("tokenizer.ggml.model".into(), Value::String("gpt2".into()));
+        if let Some(p) = pre {
+            md.insert("tokenizer.ggml.pre".into(), Value::String(p.into()));
+        }
+        md.insert("tokenizer.ggml.tokens".into(), strings(tokens));
+        md.insert(
+            "tokenizer.ggml.merges".into(),
+            strings(MERGES.iter().map(|s| s.to_string()).collect()),
+        );
+        md.insert(
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        );
+        md.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(3));
+        md.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(2));
+        md.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(add_bos));
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata: md,
+            tensor_infos: HashMap::new(),
+            tensor_data_offset: 0,
+        }
+    }
+
+    /// The id of a single byte.
+    pub fn byte(b: u8) -> u32 {
+        4 + b as u32
+    }
+
+    /// The id of the `i`-th merge's result.
+    pub fn merged(i: usize) -> u32 {
+        4 + 256 + i as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::{byte, content, merged};
+    use super::*;
+
+    fn tok(pre: Option<&str>) -> Tokenizer {
+        Tokenizer::from_gguf(&content(pre, false)).unwrap()
+    }
+
+    #[test]
+    fn byte_map_is_a_bijection() {
+        let map = char_to_byte();
+        assert_eq!(map.len(), 256);
+        let bytes: std::collections::HashSet<u8> = map.values().copied().collect();
+        assert_eq!(bytes.len(), 256);
+        assert_eq!(byte_level_bytes("Ġhello"), b" hello");
+        assert_eq!(byte_level_bytes("ĊĊ"), b"\n\n");
+    }
+
+    #[test]
+    fn merges_apply_and_specials_parse() {
+        let t = tok(Some("smollm"));
+        let hello = merged(3);
+        assert_eq!(t.encode("hello").unwrap(), vec![hello]);
+        assert_eq!(
+            t.encode("<|im_start|>hello<|im_end|>").unwrap(),
+            vec![1, hello, 2]
+        );
+        // ` w` merges; ` hello` does not (no merge with Ġ).
+        assert_eq!(
+            t.encode(" world").unwrap(),
+            vec![merged(6), byte(b'o'), byte(b'r'), byte(b'l'), byte(b'd')]
+        );
+    }
+
+    #[test]
+    fn smollm_splits_digits_gpt2_does_not() {
+        let smol = tok(Some("smollm"));
+        let gpt2 = tok(Some("gpt2"));
+        assert_eq!(smol.encode("12").unwrap(), vec![byte(b'1'), byte(b'2')]);
+        assert_eq!(gpt2.encode("12").unwrap(), vec![merged(4)]);
+        // "\n\n5": the blank line stays one piece only when the digit is split off first.
+        assert_eq!(smol.encode("\n\n5").unwrap(), vec![merged(5), byte(b'5')]);
+        assert_eq!(
+            gpt2.encode("\n\n5").unwrap(),
+            vec![byte(b'\n'), byte(b'\n'), byte(b'5')]
+        );
+    }
+
+    #[test]
+    fn default_profile_splits_runs_of_three_digits() {
+        let t = tok(None);
+        // `\p{N}+` then `[0-9]{3}`: "12345" → "123", "45"; our vocab merges only "12".
+        assert_eq!(
+            t.encode("12345").unwrap(),
+            vec![merged(4), byte(b'3'), byte(b'4'), byte(b'5')]
+        );
+    }
+
+    #[test]
+    fn unknown_pre_tokenizer_is_named() {
+        let err = Tokenizer::from_gguf(&content(Some("qwen9"), false)).unwrap_err();
+        assert!(matches!(err, ModelError::UnsupportedPreTokenizer(ref p) if p == "qwen9"));
+        assert!(err.to_string().contains("qwen9"));
+    }
+
+    #[test]
+    fn bos_added_once() {
+        let t = Tokenizer::from_gguf(&content(Some("smollm"), true)).unwrap();
+        assert_eq!(t.encode("hello").unwrap(), vec![3, merged(3)]);
+        assert_eq!(t.encode("<s>hello").unwrap(), vec![3, merged(3)]);
+        assert_eq!(t.encode_plain("hello").unwrap(), vec![merged(3)]);
+        assert!(t.add_bos_token());
+        assert_eq!(t.bos_token(), "<s>");
+        assert_eq!(t.eos_token(), "<|im_end|>");
+    }
+
+    #[test]
+    fn decode_round_trips_bytes() {
+        let t = tok(Some("smollm"));
+        let text = "<|im_start|>héllo 😀\n\n42<|im_end|>";
+        let ids = t.encode(text).unwrap();
+        assert_eq!(t.decode(&ids), text);
+        assert_eq!(t.decode_skip_special(&ids), "héllo 😀\n\n42");
+        // "é" is two byte tokens: each alone is not text, both together are.
+        let e = t.encode("é").unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(t.token_bytes(e[0]), Some(&[0xC3u8][..]));
+        assert_eq!(t.token_to_piece(e[0]), "\u{FFFD}");
+        assert_eq!(t.decode(&e), "é");
+        assert_eq!(t.decode(&[99_999]), "");
+    }
+
+    #[test]
+    fn sha256_depends_on_definition() {
+        let a = tok(Some("smollm"));
+        let b = tok(Some("gpt2"));
+        assert_eq!(a.sha256(), tok(Some("smollm")).sha256());
+        assert_ne!(a.sha256(), b.sha256());
+        assert_eq!(a.sha256().len(), 64);
+    }
+
+    #[test]
+    fn bad_metadata_is_a_typed_error() {
+        let mut c = content(Some("smollm"), false);
+        c.metadata.remove("tokenizer.ggml.eos_token_id");
+        let err = Tokenizer::from_gguf(&c).unwrap_err().to_string();
+        assert!(err.contains("tokenizer.ggml.eos_token_id"), "{err}");
+        let mut c = content(Some("smollm"), false);
+        c.metadata
+            .insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
+        let err = Tokenizer::from_gguf(&c).unwrap_err().to_string();
+        assert!(err.contains("llama"), "{err}");
+    }
+}

@@ -1,1 +1,466 @@
-//! (to be written)
+//! Engine tests: the llama forward pass and decode loop on the real default model and on tiny
+//! synthetic GGUF files, determinism across batch sizes and thread counts, forks, and
+//! agreement with the committed reference fixture.
+
+use std::sync::Arc;
+
+use candor::engine::{
+    Decoder, NoText, SamplingParams, SchedulerConfig, StopReason, TextDecoder, TokenRequest,
+};
+use candor::model::llama::{Llama, WeightDType};
+
+use crate::util;
+
+fn decoder(dtype: WeightDType, batch_size: usize) -> Option<Decoder> {
+    let path = util::default_model()?;
+    let model = Llama::from_gguf_path(&path, dtype).expect("load default model");
+    let cfg = SchedulerConfig {
+        batch_size,
+        ..SchedulerConfig::default()
+    };
+    Some(Decoder::new(Arc::new(model), cfg, vec![2]))
+}
+
+/// `<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n`
+const FRANCE: [u32; 16] = [
+    1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198,
+];
+
+#[test]
+fn greedy_answers_capital_of_france() {
+    // Independently computed with a float64 numpy forward pass over the dequantized weights.
+    let expected = [504, 3575, 282, 4649, 314, 7042, 30, 2];
+    for dtype in [WeightDType::F32, WeightDType::Native] {
+        let Some(mut dec) = decoder(dtype, 1) else {
+            return;
+        };
+        let params = SamplingParams {
+            max_new_tokens: 16,
+            ..SamplingParams::default()
+        };
+        let req = TokenRequest::new(FRANCE.to_vec(), params);
+        let reply = dec.generate(&[req], &NoText).expect("generate");
+        assert_eq!(reply[0].output_ids, expected, "{dtype:?}");
+        assert_eq!(reply[0].stop_reason, StopReason::Eos);
+    }
+}
+
+/// Twelve-plus prompts of mixed lengths: the chat prompt above and seeded pseudo-random ids.
+fn mixed_prompts(n: usize) -> Vec<Vec<u32>> {
+    let mut rng = candor::engine::sampling::SplitMix64::new(2024);
+    let mut prompts = vec![FRANCE.to_vec()];
+    for i in 1..n {
+        let len = 2 + (i * 37) % 90;
+        let mut p = vec![1u32];
+        p.extend((0..len).map(|_| (rng.next_u64() % 49_000) as u32 + 100));
+        p.extend([2, 198, 1, 520, 9531, 198]);
+        prompts.push(p);
+    }
+    prompts
+}
+
+fn requests(prompts: &[Vec<u32>], max_new_tokens: usize) -> Vec<TokenRequest> {
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            // Every third request samples (seeded); the rest are greedy.
+            let (temperature, top_p) = if i % 3 == 2 { (0.8, 0.95) } else { (0.0, 1.0) };
+            let params = SamplingParams {
+                temperature,
+                top_p,
+                seed: 1000 + i as u64,
+                max_new_tokens,
+                ..SamplingParams::default()
+            };
+            TokenRequest::new(p.clone(), params)
+        })
+        .collect()
+}
+
+#[test]
+fn tokens_do_not_depend_on_batch_size_neighbours_or_threads() {
+    let Some(mut dec) = decoder(WeightDType::Native, 1) else {
+        return;
+    };
+    let prompts = mixed_prompts(13);
+    let reqs = requests(&prompts, 24);
+    let pool = |n| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .expect("thread pool")
+    };
+    let run = |dec: &mut Decoder, reqs: &[TokenRequest], bs: usize, threads: usize| {
+        dec.set_batch_size(bs);
+        pool(threads)
+            .install(|| dec.generate(reqs, &NoText))
+            .expect("generate")
+            .into_iter()
+            .map(|r| r.output_ids)
+            .collect::<Vec<_>>()
+    };
+    let baseline = run(&mut dec, &reqs, 1, 1);
+    assert!(baseline.iter().all(|o| !o.is_empty()));
+    for (bs, threads) in [(3, 1), (16, 1), (1, 2), (3, 2), (16, 2)] {
+        let got = run(&mut dec, &reqs, bs, threads);
+        for (i, (g, b)) in got.iter().zip(&baseline).enumerate() {
+            assert_eq!(
+                g, b,
+                "request {i} differs at batch size {bs}, {threads} threads"
+            );
+        }
+    }
+    // Other neighbours: the same requests in reverse order, and each beside a different one.
+    let mut rev = reqs.clone();
+    rev.reverse();
+    let got = run(&mut dec, &rev, 3, 2);
+    for (i, g) in got.iter().rev().enumerate() {
+        assert_eq!(g, &baseline[i], "request {i} differs in reversed order");
+    }
+    // Run after run.
+    assert_eq!(run(&mut dec, &reqs, 16, 2), baseline);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiny synthetic models (random weights written as GGUF by the test).
+
+mod tiny {
+    use std::path::{Path, PathBuf};
+
+    use candle_core::quantized::gguf_file::{self, Value};
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+    use candor::engine::sampling::SplitMix64;
+
+    pub const VOCAB: usize = 96;
+    pub const DIM: usize = 64;
+    pub const FFN: usize = 128;
+    pub const LAYERS: usize = 2;
+
+    pub struct Spec {
+        pub arch: &'static str,
+        pub tied: bool,
+        pub context: u32,
+        pub matrix_dtype: GgmlDType,
+        /// Skip writing this tensor.
+        pub omit: Option<&'static str>,
+        pub seed: u64,
+    }
+
+    impl Default for Spec {
+        fn default() -> Self {
+            Spec {
+                arch: "llama",
+                tied: true,
+                context: 256,
+                matrix_dtype: GgmlDType::Q4_1,
+                omit: None,
+                seed: 1,
+            }
+        }
+    }
+
+    fn random(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale)
+            .collect()
+    }
+
+    fn q(v: Vec<f32>, shape: &[usize], dtype: GgmlDType) -> QTensor {
+        let t = Tensor::from_vec(v, shape, &Device::Cpu).expect("tensor");
+        QTensor::quantize(&t, dtype).expect("quantize")
+    }
+
+    /// Writes a random llama-architecture GGUF and returns its path (inside `dir`).
+    pub fn write(dir: &Path, name: &str, spec: &Spec) -> PathBuf {
+        let mut rng = SplitMix64::new(spec.seed);
+        let (heads, kv_heads) = (4u32, 2u32);
+        let kv_dim = DIM / 2;
+        let a = spec.arch;
+        let md: Vec<(String, Value)> = vec![
+            ("general.architecture".into(), Value::String(a.into())),
+            (format!("{a}.block_count"), Value::U32(LAYERS as u32)),
+            (format!("{a}.context_length"), Value::U32(spec.context)),
+            (format!("{a}.embedding_length"), Value::U32(DIM as u32)),
+            (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
+            (format!("{a}.attention.head_count"), Value::U32(heads)),
+            (format!("{a}.attention.head_count_kv"), Value::U32(kv_heads)),
+            (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
+            (
+                format!("{a}.attention.layer_norm_rms_epsilon"),
+                Value::F32(1e-5),
+            ),
+            (format!("{a}.rope.dimension_count"), Value::U32(16)),
+        ];
+        let mut tensors: Vec<(String, QTensor)> = vec![(
+            "token_embd.weight".into(),
+            q(
+                random(&mut rng, VOCAB * DIM, 1.0),
+                &[VOCAB, DIM],
+                GgmlDType::Q8_0,
+            ),
+        )];
+        let ones = |n| vec![1.0f32; n];
+        for i in 0..LAYERS {
+            let mut m = |s: &str, n: usize, k: usize| {
+                let w = random(&mut rng, n * k, 0.5 / (k as f32).sqrt() * 3.0);
+                (
+                    format!("blk.{i}.{s}.weight"),
+                    q(w, &[n, k], spec.matrix_dtype),
+                )
+            };
+            let mats = [
+                m("attn_q", DIM, DIM),
+                m("attn_k", kv_dim, DIM),
+                m("attn_v", kv_dim, DIM),
+                m("attn_output", DIM, DIM),
+                m("ffn_gate", FFN, DIM),
+                m("ffn_up", FFN, DIM),
+                m("ffn_down", DIM, FFN),
+            ];
+            tensors.extend(mats);
+            for s in ["attn_norm", "ffn_norm"] {
+                tensors.push((
+                    format!("blk.{i}.{s}.weight"),
+                    q(ones(DIM), &[DIM], GgmlDType::F32),
+                ));
+            }
+        }
+        tensors.push((
+            "output_norm.weight".into(),
+            q(ones(DIM), &[DIM], GgmlDType::F32),
+        ));
+        if !spec.tied {
+            let w = random(&mut rng, VOCAB * DIM, 1.0);
+            tensors.push(("output.weight".into(), q(w, &[VOCAB, DIM], GgmlDType::Q8_0)));
+        }
+        tensors.retain(|(n, _)| Some(n.as_str()) != spec.omit);
+        let path = dir.join(name);
+        let mut f = std::fs::File::create(&path).expect("create gguf");
+        let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        gguf_file::write(&mut f, &md_refs, &t_refs).expect("write gguf");
+        path
+    }
+}
+
+fn tiny_decoder(path: &std::path::Path, batch_size: usize) -> Decoder {
+    let model = Llama::from_gguf_path(path, WeightDType::Native).expect("load tiny model");
+    let cfg = SchedulerConfig {
+        batch_size,
+        prefill_chunk: 7,
+        max_step_tokens: 20,
+    };
+    Decoder::new(Arc::new(model), cfg, Vec::new())
+}
+
+fn greedy(max_new_tokens: usize) -> SamplingParams {
+    SamplingParams {
+        max_new_tokens,
+        ..SamplingParams::default()
+    }
+}
+
+#[test]
+fn tiny_model_tied_and_untied_embeddings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tied = tiny::write(dir.path(), "tied.gguf", &tiny::Spec::default());
+    let untied = tiny::write(
+        dir.path(),
+        "untied.gguf",
+        &tiny::Spec {
+            tied: false,
+            ..tiny::Spec::default()
+        },
+    );
+    let m_tied = Llama::from_gguf_path(&tied, WeightDType::Native).expect("tied");
+    let m_untied = Llama::from_gguf_path(&untied, WeightDType::Native).expect("untied");
+    assert!(m_tied.tied_embeddings());
+    assert!(!m_untied.tied_embeddings());
+    assert_eq!(m_tied.config().vocab_size, tiny::VOCAB);
+    assert_eq!(m_tied.config().head_dim, 16);
+    // Same embedding and layers, different output projection: different predictions.
+    let ids: Vec<u32> = (0..24).map(|i| (i * 7 % tiny::VOCAB) as u32).collect();
+    let a = tiny_decoder(&tied, 1)
+        .next_token_argmax(&ids)
+        .expect("tied");
+    let b = tiny_decoder(&untied, 1)
+        .next_token_argmax(&ids)
+        .expect("untied");
+    assert_eq!(a.len(), ids.len());
+    assert_ne!(a, b);
+}
+
+#[test]
+fn tiny_model_errors_are_typed() {
+    use candle_core::quantized::GgmlDType;
+    use candor::model::ModelError;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gpt2 = tiny::write(
+        dir.path(),
+        "gpt2.gguf",
+        &tiny::Spec {
+            arch: "gpt2",
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Llama::from_gguf_path(&gpt2, WeightDType::Native).err();
+    assert!(
+        matches!(&err, Some(ModelError::UnsupportedArchitecture(a)) if a == "gpt2"),
+        "{err:?}"
+    );
+    let missing = tiny::write(
+        dir.path(),
+        "missing.gguf",
+        &tiny::Spec {
+            omit: Some("blk.1.ffn_up.weight"),
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Llama::from_gguf_path(&missing, WeightDType::Native).err();
+    assert!(
+        matches!(&err, Some(ModelError::MissingTensor(n)) if n == "blk.1.ffn_up.weight"),
+        "{err:?}"
+    );
+    // A type without a quantized kernel: a typed error natively, fine when dequantized.
+    let q5 = tiny::write(
+        dir.path(),
+        "q5.gguf",
+        &tiny::Spec {
+            matrix_dtype: GgmlDType::Q5_0,
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Llama::from_gguf_path(&q5, WeightDType::Native).err();
+    assert!(
+        matches!(&err, Some(ModelError::UnsupportedTensorType { name, .. }) if name == "blk.0.attn_q.weight"),
+        "{err:?}"
+    );
+    assert!(Llama::from_gguf_path(&q5, WeightDType::F32).is_ok());
+    let not_gguf = dir.path().join("not.gguf");
+    std::fs::write(&not_gguf, b"hello").expect("write");
+    let err = Llama::from_gguf_path(&not_gguf, WeightDType::Native).err();
+    assert!(matches!(&err, Some(ModelError::Gguf { .. })), "{err:?}");
+}
+
+#[test]
+fn tiny_model_forked_sequence_decodes_like_a_fresh_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
+    let mut dec = tiny_decoder(&path, 4);
+    // A 21-token shared prefix: it ends inside a KV block, so forks copy on write.
+    let prefix: Vec<u32> = (0..21).map(|i| (i * 5 % 90) as u32 + 3).collect();
+    let tails: Vec<Vec<u32>> = vec![vec![4, 9], vec![17], vec![50, 51, 52, 53, 54, 55, 56, 57]];
+    let base = dec.prefill(&prefix).expect("prefill");
+    let mut forked = Vec::new();
+    for t in &tails {
+        let id = dec.fork(base).expect("fork");
+        forked.push(TokenRequest {
+            prompt_ids: t.clone(),
+            params: greedy(12),
+            prefix: Some(id),
+        });
+    }
+    let from_forks = dec.generate(&forked, &NoText).expect("forked");
+    let fresh: Vec<TokenRequest> = tails
+        .iter()
+        .map(|t| TokenRequest::new([prefix.clone(), t.clone()].concat(), greedy(12)))
+        .collect();
+    let from_scratch = dec.generate(&fresh, &NoText).expect("fresh");
+    for (a, b) in from_forks.iter().zip(&from_scratch) {
+        assert_eq!(a.output_ids, b.output_ids);
+        assert_eq!(a.output_ids.len(), 12);
+    }
+    // The stored prefix is untouched by its forks' generations.
+    assert_eq!(dec.seq_len(base), Some(prefix.len()));
+    dec.release(base).expect("release");
+    assert!(dec.fork(base).is_err());
+}
+
+#[test]
+fn tiny_model_context_full_and_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(
+        dir.path(),
+        "short.gguf",
+        &tiny::Spec {
+            context: 16,
+            ..tiny::Spec::default()
+        },
+    );
+    let mut dec = tiny_decoder(&path, 3);
+    let reqs = vec![
+        TokenRequest::new(vec![1; 10], greedy(100)),
+        TokenRequest::new(vec![1; 17], greedy(100)),
+        TokenRequest::new(vec![1; 3], greedy(4)),
+        TokenRequest::new(vec![1; 3], greedy(0)),
+    ];
+    let r = dec.generate(&reqs, &NoText).expect("generate");
+    // 10 prompt positions + 6 generated tokens fill 16 positions (the last one is not fed).
+    assert_eq!(r[0].stop_reason, StopReason::ContextFull);
+    assert_eq!(r[0].output_ids.len(), 7);
+    assert_eq!(r[1].stop_reason, StopReason::ContextFull);
+    assert!(r[1].output_ids.is_empty());
+    assert_eq!(r[2].stop_reason, StopReason::MaxTokens);
+    assert_eq!(r[2].output_ids.len(), 4);
+    assert_eq!(r[3].stop_reason, StopReason::MaxTokens);
+    assert!(r[3].output_ids.is_empty());
+    let bad = [TokenRequest::new(vec![tiny::VOCAB as u32], greedy(1))];
+    assert!(dec.generate(&bad, &NoText).is_err());
+    let empty = [TokenRequest::new(Vec::new(), greedy(1))];
+    assert!(dec.generate(&empty, &NoText).is_err());
+}
+
+/// Decodes token `i` as the letter `'a' + i % 26`.
+struct Letters;
+
+impl candor::engine::TextDecoder for Letters {
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter()
+            .map(|&i| (b'a' + (i % 26) as u8) as char)
+            .collect()
+    }
+}
+
+#[test]
+fn tiny_model_stops_on_stop_ids_and_strings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
+    let prompt: Vec<u32> = vec![5, 6, 7, 8];
+    let mut dec = tiny_decoder(&path, 2);
+    let free = dec
+        .generate(&[TokenRequest::new(prompt.clone(), greedy(20))], &Letters)
+        .expect("free")
+        .remove(0);
+    assert_eq!(free.output_ids.len(), 20);
+    // Stop on the token generated third: it ends the output and is kept in the ids only.
+    let stop = free.output_ids[2];
+    let first = free
+        .output_ids
+        .iter()
+        .position(|&t| t == stop)
+        .expect("present");
+    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load");
+    let mut with_stop = Decoder::new(Arc::new(model), SchedulerConfig::default(), vec![stop]);
+    let r = with_stop
+        .generate(&[TokenRequest::new(prompt.clone(), greedy(20))], &Letters)
+        .expect("stop id")
+        .remove(0);
+    assert_eq!(r.stop_reason, StopReason::Eos);
+    assert_eq!(r.output_ids, free.output_ids[..=first]);
+    assert_eq!(r.text, Letters.decode(&free.output_ids[..first]));
+    // A stop string made of the 4th and 5th tokens' letters: text is cut before it.
+    let s = Letters.decode(&free.output_ids[3..5]);
+    let mut params = greedy(20);
+    params.stop_strings = vec![s.clone()];
+    let r = dec
+        .generate(&[TokenRequest::new(prompt, params)], &Letters)
+        .expect("stop string")
+        .remove(0);
+    let full = Letters.decode(&free.output_ids);
+    let cut = full.find(&s).expect("in text");
+    assert_eq!(r.stop_reason, StopReason::StopString);
+    assert_eq!(r.text, full[..cut]);
+    assert!(r.output_ids.len() <= 5 && free.output_ids.starts_with(&r.output_ids));
+}

@@ -1,1 +1,161 @@
-//! (to be written)
+//! The default model's tokenizer and chat template against llama.cpp's reference fixture
+//! (tests/fixtures/reference/): rendered prompts and token ids must match exactly.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::Content;
+use candor::model::chat::Message;
+use candor::model::chat_template::ChatTemplate;
+use candor::model::tokenizer::Tokenizer;
+use serde::Deserialize;
+
+use crate::util::default_model;
+
+#[derive(Deserialize)]
+struct Conversation {
+    id: String,
+    messages: Vec<Message>,
+}
+
+#[derive(Deserialize)]
+struct Tokenized {
+    id: String,
+    prompt: String,
+    ids: Vec<u32>,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/reference")
+        .join(name)
+}
+
+fn read_jsonl<T: for<'de> Deserialize<'de>>(name: &str) -> Vec<T> {
+    let path = fixture(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+fn load(path: &Path) -> (Tokenizer, ChatTemplate) {
+    let mut f = std::fs::File::open(path).unwrap();
+    let content = Content::read(&mut f).unwrap();
+    let tok = Tokenizer::from_gguf(&content).unwrap();
+    let tmpl = ChatTemplate::from_gguf(&content, &tok).unwrap();
+    (tok, tmpl)
+}
+
+/// Pairs every conversation with its llama.cpp tokenization, by id.
+fn cases() -> Vec<(Conversation, Tokenized)> {
+    let convs: Vec<Conversation> = read_jsonl("conversations.jsonl");
+    let toks: Vec<Tokenized> = read_jsonl("tokenization.jsonl");
+    assert!(
+        convs.len() >= 16,
+        "the fixture has {} conversations",
+        convs.len()
+    );
+    assert_eq!(convs.len(), toks.len(), "one tokenization per conversation");
+    convs
+        .into_iter()
+        .map(|c| {
+            let t = toks
+                .iter()
+                .find(|t| t.id == c.id)
+                .unwrap_or_else(|| panic!("no tokenization for `{}`", c.id));
+            let t = Tokenized {
+                id: t.id.clone(),
+                prompt: t.prompt.clone(),
+                ids: t.ids.clone(),
+            };
+            (c, t)
+        })
+        .collect()
+}
+
+#[test]
+fn tokenization_matches_llama_cpp_on_every_fixture_conversation() {
+    let Some(model) = default_model() else { return };
+    let (tok, tmpl) = load(&model);
+    let cases = cases();
+    let mut failures = Vec::new();
+    for (conv, reference) in &cases {
+        let prompt = tmpl.render(&conv.messages, true).unwrap();
+        if prompt != reference.prompt {
+            failures.push(format!(
+                "{}: prompt differs\n  ours:      {prompt:?}\n  reference: {:?}",
+                conv.id, reference.prompt
+            ));
+            continue;
+        }
+        let ids = tok.encode(&prompt).unwrap();
+        if ids != reference.ids {
+            let at = ids
+                .iter()
+                .zip(&reference.ids)
+                .position(|(a, b)| a != b)
+                .unwrap_or(ids.len().min(reference.ids.len()));
+            failures.push(format!(
+                "{}: ids differ from position {at}: ours {:?}, llama.cpp {:?}",
+                conv.id,
+                &ids[at..ids.len().min(at + 8)],
+                &reference.ids[at..reference.ids.len().min(at + 8)]
+            ));
+        }
+    }
+    eprintln!(
+        "tokenization: {}/{} conversations identical to llama.cpp",
+        cases.len() - failures.len(),
+        cases.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn decode_round_trips_fixture_prompts() {
+    let Some(model) = default_model() else { return };
+    let (tok, _) = load(&model);
+    for (conv, reference) in cases() {
+        assert_eq!(tok.decode(&reference.ids), reference.prompt, "{}", conv.id);
+        let plain = tok.decode_skip_special(&reference.ids);
+        assert!(!plain.contains("<|im_start|>"), "{}", conv.id);
+        let pieces: String = reference
+            .ids
+            .iter()
+            .map(|&i| tok.token_to_piece(i))
+            .collect();
+        if reference.prompt.is_ascii() {
+            assert_eq!(pieces, reference.prompt, "{}", conv.id);
+        }
+    }
+}
+
+#[test]
+fn digits_after_a_blank_line_split_like_llama_cpp() {
+    let Some(model) = default_model() else { return };
+    let (tok, _) = load(&model);
+    // Regression: without the `smollm` digit split, "\n\n5" tokenizes as "\n", "\n", "5".
+    let ids = tok.encode("\n\n5").unwrap();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(tok.decode(&ids[..1]), "\n\n");
+    assert_eq!(tok.decode(&ids[1..]), "5");
+    let ids = tok.encode("2024").unwrap();
+    assert_eq!(ids.len(), 4, "one token per digit: {ids:?}");
+}
+
+#[test]
+fn default_model_special_tokens() {
+    let Some(model) = default_model() else { return };
+    let (tok, tmpl) = load(&model);
+    assert_eq!(tok.vocab_size(), 49152);
+    assert_eq!(tok.eos_token_id(), 2);
+    assert_eq!(tok.token_to_id("<|im_end|>"), Some(2));
+    assert!(!tok.add_bos_token());
+    assert_eq!(tmpl.stop_token_ids(&tok), vec![2]);
+    assert_eq!(tok.encode("<|im_start|>user").unwrap()[0], 1);
+    assert_eq!(tok.sha256().len(), 64);
+}

@@ -1,1 +1,19 @@
-//! (to be written)
+//! FB-Bench (Li et al., 2024): how chat models respond to human feedback on a preset first
+//! response — correcting a deficient one (Error Correction) or holding a right one against
+//! misleading feedback (Response Maintenance) — graded by a judge against a per-item
+//! checklist. Reference implementation: PKU-Baichuan-MLSystemLab/FB-Bench.
+//!
+//! `data` loads the authors' files, `prompts` builds the follow-up and judge conversations,
+//! `plan` turns an item into its generation steps, `score` turns verdicts into the published
+//! tables (with `pynum`, the Python arithmetic those numbers depend on). This module only
+//! wires them.
+
+pub mod data;
+pub mod plan;
+pub mod prompts;
+pub mod pynum;
+pub mod score;
+
+pub use data::{BenchType, Dataset, FbBenchError, Item, JudgementRecord, Version};
+pub use plan::FbBenchPlan;
+pub use score::{ModelUnits, Rule, Unit};

@@ -1,1 +1,54 @@
-//! (to be written)
+//! RefuteBench (Yan, Luo and Zhang, 2024): does a model accept a user's refuting feedback and
+//! keep applying it later in the conversation? Reference data and code:
+//! <https://github.com/ElliottYan/RefuteBench> (the data at commit 24c2135).
+//!
+//! This module only wires the parts together: [`data`] turns the authors' JSONL files into
+//! typed items (their origin, from the file name, in [`source`]), [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
+//! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] and
+//! [`lang_id`] are the rule-based response-rate checks, [`plan`] asks for the next generations
+//! and [`score`] turns finished transcripts into feedback acceptance (FA) and response rate (RR).
+
+pub mod checkers;
+pub mod data;
+pub mod dialogue;
+pub mod lang_id;
+pub mod plan;
+pub mod prompts;
+pub mod score;
+pub mod source;
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading RefuteBench data or recorded transcripts.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A malformed line: the file, its 1-based line number and what is wrong.
+    #[error("{path}:{line}: {message}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    /// A file whose name does not follow the published layout.
+    #[error("{path}: {message}")]
+    Layout { path: PathBuf, message: String },
+}
+
+impl Error {
+    pub(crate) fn line(path: impl Into<PathBuf>, line: usize, message: impl Into<String>) -> Self {
+        Error::Line {
+            path: path.into(),
+            line,
+            message: message.into(),
+        }
+    }
+}
+
+pub use data::{Item, Setting, Source, Task};
+pub use plan::{RefutePlan, Strategy};
+pub use score::{score, ItemTranscript};

@@ -1,8 +1,188 @@
-//! `candor score fbbench` (to be written).
+//! `candor score fbbench`: judgement JSONL files (one per model, the authors' format) to the
+//! five published score tables as CSV, plus a readable summary with bootstrap intervals.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::bench::fbbench::data::load_judgements;
+use crate::bench::fbbench::score::{
+    check_categories, published_tables, results, units_from_records, ModelUnits, Rule,
+};
+use crate::bench::results::Table;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuleArg {
+    /// The authors' code (reproduces the published numbers): Response Maintenance scores 1
+    /// when any criterion is met; a judgement the authors recorded as failed counts at its
+    /// recorded score (0).
+    Published,
+    /// The paper's formula: Response Maintenance scores 1 only when every criterion is met;
+    /// unreadable judgements are left out and counted.
+    Paper,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Folder of judgement JSONL files, one per model (`<model>.jsonl`).
+    #[arg(long)]
+    pub judgments: PathBuf,
+    /// Folder to write overall_score.csv, per_task_score.csv, per_error_score.csv,
+    /// per_feedback_score_correct.csv and per_feedback_score_antisyco.csv into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// How checklist verdicts become item scores.
+    #[arg(long, value_enum, default_value_t = RuleArg::Published)]
+    pub rule: RuleArg,
+    /// Re-parse the judge's raw text (`judge_output`, kept by Candor's runs) instead of
+    /// reading the recorded `judgement` verdicts.
+    #[arg(long)]
+    pub reparse: bool,
+    /// Seed of the bootstrap intervals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`candor score fbbench` is not available yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let rule = match args.rule {
+        RuleArg::Published => Rule::Published,
+        RuleArg::Paper => Rule::Paper,
+    };
+    let models = load_models(&args.judgments, rule, args.reparse)?;
+    let tables = published_tables(&models, rule);
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    for table in &tables {
+        let path = args.out.join(format!("{}.csv", table.title));
+        write_csv(&path, table).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    let printed = print_summary(&mut out, &models, rule, args.seed, &tables).and_then(|()| {
+        writeln!(
+            out,
+            "wrote {} tables to {}",
+            tables.len(),
+            args.out.display()
+        )
+    });
+    match printed {
+        // A closed pipe (`| head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// Every `*.jsonl` in `dir`, by file name; the model is the file stem.
+fn load_models(dir: &Path, rule: Rule, reparse: bool) -> anyhow::Result<Vec<ModelUnits>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {}", dir.display()))?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
+    files.sort();
+    anyhow::ensure!(
+        !files.is_empty(),
+        "{}: no *.jsonl judgement files",
+        dir.display()
+    );
+    files
+        .iter()
+        .map(|path| {
+            let records = load_judgements(path)?;
+            let units = units_from_records(&records, rule, reparse)
+                .and_then(|u| check_categories(&u).map(|()| u))
+                .with_context(|| path.display().to_string())?;
+            let model = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Ok(ModelUnits { model, units })
+        })
+        .collect()
+}
+
+fn write_csv(path: &Path, table: &Table) -> anyhow::Result<()> {
+    // CRLF line ends, as the published tables have.
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::CRLF)
+        .from_path(path)?;
+    w.write_record(&table.columns)?;
+    for row in &table.rows {
+        w.write_record(row)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn print_summary(
+    out: &mut impl Write,
+    models: &[ModelUnits],
+    rule: Rule,
+    seed: u64,
+    tables: &[Table],
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "FB-Bench ({rule:?} rule), scores x100 with bootstrap 95% intervals over items"
+    )?;
+    let width = models
+        .iter()
+        .map(|m| m.model.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    writeln!(
+        out,
+        "{:width$}  {:>22}  {:>22}  {:>22}  {:>5}  {:>8}",
+        "model", "error_correction", "response_maintenance", "overall", "items", "unscored"
+    )?;
+    // In the order of the overall table (by Overall, descending).
+    let order: Vec<&str> = tables
+        .first()
+        .map(|t| t.rows.iter().map(|r| r[0].as_str()).collect())
+        .unwrap_or_default();
+    for name in order {
+        let Some(m) = models.iter().find(|m| m.model == name) else {
+            continue;
+        };
+        let r = results(m, rule, seed);
+        let cells: Vec<String> = r
+            .metrics
+            .iter()
+            .map(|x| {
+                let i = x.interval;
+                format!("{:6.2} [{:6.2},{:6.2}]", i.value, i.low, i.high)
+            })
+            .collect();
+        let flagged = m.units.iter().filter(|u| u.unscored.is_some()).count();
+        writeln!(
+            out,
+            "{:width$}  {:>22}  {:>22}  {:>22}  {:>5}  {:>8}",
+            m.model,
+            cells[0],
+            cells[1],
+            cells[2],
+            m.units.len(),
+            flagged
+        )?;
+        for u in m.units.iter().filter(|u| u.unscored.is_some()) {
+            let how = match u.score {
+                Some(s) => format!(
+                    "counted at the recorded score {}, as the authors' code did",
+                    s.value
+                ),
+                None => "left out of the metric".to_string(),
+            };
+            writeln!(
+                out,
+                "    unscored ({}, {}): {}; {how}",
+                u.bench_type.as_str(),
+                u.task_type,
+                u.unscored.as_deref().unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -1,8 +1,138 @@
-//! `candor score realmistake` (to be written).
+//! `candor score realmistake`: detector outputs (the authors' archive or a folder of the same
+//! layout) to the authors' `performance.json` structure, with a printed summary.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::bench::realmistake::{data, score};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Detector outputs: `detector_outputs_open.zip` (decrypted in memory) or a folder holding
+    /// `<task>/<response model>/<detector>/baseline_errordetection_prompt_<n>.jsonl`.
+    #[arg(long)]
+    outputs: PathBuf,
+    /// Where to write the performance JSON (the structure of `published_performance.json`).
+    #[arg(long)]
+    out: PathBuf,
+    /// Read verdicts from the raw `response` text with Candor's parser instead of using the
+    /// published `prediction` field.
+    #[arg(long)]
+    reparse: bool,
+    /// The benchmark (`data.zip` or a folder with `data/<task>/<model>.jsonl`) for gold labels;
+    /// default: `<data root>/realmistake/data.zip` when present, else the outputs' own labels.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// A published `performance.json` to compare every cell with (prints the matching count).
+    #[arg(long)]
+    compare: Option<PathBuf>,
+    /// Where to write the headline metrics with bootstrap intervals (JSON, per detector).
+    #[arg(long)]
+    results: Option<PathBuf>,
+    /// Seed of the bootstrap.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`candor score realmistake` is not available yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let files = data::load_detector_outputs(&args.outputs)?;
+    let data_path = args.data.clone().or_else(|| {
+        let p = data::default_dir().join("data.zip");
+        p.is_file().then_some(p)
+    });
+    let benchmark = match &data_path {
+        Some(p) => Some(data::load_benchmark(p)?),
+        None => None,
+    };
+    let source = if args.reparse {
+        score::Predictions::Reparsed
+    } else {
+        score::Predictions::Published
+    };
+    let cells = files
+        .iter()
+        .map(|f| score::cell(f, benchmark.as_ref(), source))
+        .collect::<Result<Vec<_>, _>>()?;
+    let perf = score::performance_json(&cells);
+    let text = serde_json::to_string_pretty(&perf)?;
+    std::fs::write(&args.out, text + "\n")
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    println!(
+        "{} cells ({} predictions) from {}; gold labels from {}; verdicts: {}",
+        cells.len(),
+        cells.iter().map(|c| c.pairs.len()).sum::<usize>(),
+        args.outputs.display(),
+        data_path
+            .as_ref()
+            .map_or("the outputs".to_string(), |p| p.display().to_string()),
+        if args.reparse {
+            "Candor's parser"
+        } else {
+            "published"
+        }
+    );
+    if args.reparse {
+        let agree: usize = files
+            .iter()
+            .flat_map(|f| &f.records)
+            .filter(|r| {
+                crate::judge::error_detection::parse_detection(&r.response)
+                    .scored()
+                    .copied()
+                    == r.prediction
+            })
+            .count();
+        let total: usize = files.iter().map(|f| f.records.len()).sum();
+        println!("parser agrees with the published predictions on {agree}/{total}");
+    }
+    let mut by_detector: BTreeMap<&str, Vec<score::Cell>> = BTreeMap::new();
+    for c in &cells {
+        by_detector.entry(&c.detector).or_default().push(c.clone());
+    }
+    let mut results = BTreeMap::new();
+    println!("detector\tf1\tprecision\trecall\taccuracy\t(95% bootstrap, no verdict)");
+    for (det, cells) in &by_detector {
+        let r = score::headline(cells, args.seed);
+        let cols: Vec<String> = r
+            .metrics
+            .iter()
+            .map(|m| {
+                format!(
+                    "{:.1} [{:.1}, {:.1}]",
+                    100.0 * m.interval.value,
+                    100.0 * m.interval.low,
+                    100.0 * m.interval.high
+                )
+            })
+            .collect();
+        let unscored = r.metrics.first().map_or(0, |m| m.unscored);
+        println!("{det}\t{}\t({unscored})", cols.join("\t"));
+        results.insert(det.to_string(), r);
+    }
+    let all = score::headline(&cells, args.seed);
+    for table in &all.tables {
+        println!("\n{}\n{}", table.title, table.columns.join("\t"));
+        for row in &table.rows {
+            println!("{}", row.join("\t"));
+        }
+    }
+    if let Some(p) = &args.results {
+        std::fs::write(p, serde_json::to_string_pretty(&results)? + "\n")
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    println!("wrote {}", args.out.display());
+    if let Some(p) = &args.compare {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let published: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+        let (ok, n, notes) = score::compare_cells(&perf, &published, 1e-9);
+        println!("{ok}/{n} cells match {}", p.display());
+        for note in notes {
+            println!("  differs: {note}");
+        }
+    }
+    Ok(())
 }

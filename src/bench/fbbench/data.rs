@@ -1,0 +1,383 @@
+//! FB-Bench files to typed items: the dataset (`fb_bench_dataset.json`, v1, and
+//! `fb_bench_dataset_v3.json`, v3), the authors' judgement JSONL and answer JSONL.
+//!
+//! Items keep the authors' field names and their checklists as published (weights as the
+//! JSON numbers they were, so prompts can render them as the authors' Python did). Any
+//! malformed input is an [`FbBenchError`] naming the file and line (JSONL) or item index
+//! (dataset array); nothing here panics. What a judgement *means* is not decided here: the
+//! recorded `judgement` object is kept raw and read by [`crate::judge::checklist`].
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Number, Value};
+
+use crate::judge::checklist::Criterion;
+
+/// Errors of the FB-Bench layer (loading, scoring, writing).
+#[derive(Debug, thiserror::Error)]
+pub enum FbBenchError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a json array of items: {source}")]
+    NotArray {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path}: item {index}: {message}")]
+    Item {
+        path: PathBuf,
+        index: usize,
+        message: String,
+    },
+    #[error("{path}:{line}: {message}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: no items")]
+    Empty { path: PathBuf },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The two published dataset versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Version {
+    /// The paper's version (734 items): every item has a reference follow-up response,
+    /// and the judge prompt shows it.
+    V1,
+    /// The repository's current version (591 items): references only on some items, and
+    /// a judge prompt without them.
+    V3,
+}
+
+impl Version {
+    /// Recognises the version from the items: v1 items all carry a reference follow-up
+    /// response; v3 has it only on some (null or absent on the rest).
+    pub fn recognise<'a>(items: impl IntoIterator<Item = &'a Item>) -> Version {
+        let mut any = false;
+        for item in items {
+            any = true;
+            if item.reference_second_response.is_none() {
+                return Version::V3;
+            }
+        }
+        if any {
+            Version::V1
+        } else {
+            Version::V3
+        }
+    }
+}
+
+/// The interaction scenario of an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum BenchType {
+    /// The preset first response is deficient; the feedback asks for a correction.
+    #[serde(rename = "Error Correction")]
+    ErrorCorrection,
+    /// The preset first response is right; the feedback tries to sway it.
+    #[serde(rename = "Response Maintenance")]
+    ResponseMaintenance,
+}
+
+impl BenchType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchType::ErrorCorrection => "Error Correction",
+            BenchType::ResponseMaintenance => "Response Maintenance",
+        }
+    }
+}
+
+/// One checklist entry as published: `[text, weight]` (Error Correction) or a plain
+/// string (Response Maintenance).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ChecklistEntry {
+    Weighted(String, Number),
+    Plain(String),
+}
+
+impl ChecklistEntry {
+    pub fn text(&self) -> &str {
+        match self {
+            ChecklistEntry::Weighted(t, _) | ChecklistEntry::Plain(t) => t,
+        }
+    }
+    pub fn weight(&self) -> Option<&Number> {
+        match self {
+            ChecklistEntry::Weighted(_, w) => Some(w),
+            ChecklistEntry::Plain(_) => None,
+        }
+    }
+}
+
+/// One FB-Bench item, with the authors' field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Item {
+    pub bench_type: BenchType,
+    pub task_type: String,
+    pub sub_task_type: String,
+    pub user_query: String,
+    pub origin_first_response: String,
+    pub feedback: String,
+    /// Deficiency types of the preset response (Error Correction only; null otherwise).
+    pub error_type: Option<Vec<String>>,
+    pub feedback_type: Vec<String>,
+    pub checklist: Vec<ChecklistEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_second_response: Option<String>,
+}
+
+impl Item {
+    /// The checklist as judge criteria (text and, for weighted entries, the weight).
+    pub fn criteria(&self) -> Vec<Criterion> {
+        self.checklist
+            .iter()
+            .map(|e| Criterion {
+                text: e.text().to_string(),
+                weight: e.weight().cloned(),
+            })
+            .collect()
+    }
+
+    /// Checks what serde cannot: a non-empty checklist, weighted entries exactly for Error
+    /// Correction, and error types present for Error Correction.
+    fn validate(&self) -> Result<(), String> {
+        if self.checklist.is_empty() {
+            return Err("empty checklist".into());
+        }
+        let weighted = self
+            .checklist
+            .iter()
+            .filter(|e| e.weight().is_some())
+            .count();
+        match self.bench_type {
+            BenchType::ErrorCorrection => {
+                if weighted != self.checklist.len() {
+                    return Err("error correction checklist entries must be [text, weight]".into());
+                }
+                if self.error_type.is_none() {
+                    return Err("error correction item without error_type".into());
+                }
+            }
+            BenchType::ResponseMaintenance => {
+                if weighted != 0 {
+                    return Err("response maintenance checklist entries must be strings".into());
+                }
+            }
+        }
+        for e in &self.checklist {
+            if let Some(w) = e.weight() {
+                let v = w.as_f64().unwrap_or(f64::NAN);
+                if !(v > 0.0 && v <= 1.0) {
+                    return Err(format!("checklist weight {w} outside (0, 1]"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A loaded dataset file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub version: Version,
+    pub items: Vec<Item>,
+}
+
+/// One line of the authors' judgement JSONL: the item, the candidate's follow-up, and the
+/// judge's recorded verdicts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgementRecord {
+    #[serde(flatten)]
+    pub item: Item,
+    pub second_response: String,
+    pub infer_model: String,
+    pub judge_model: String,
+    /// `{checklist_text: {"评判理由": .., "评判结果": "是"|"否", "weight": w|null}}`, or the
+    /// authors' failure marker; kept raw.
+    pub judgement: Value,
+    /// The score the authors' code recorded (an int or a float, as their Python made it).
+    pub score: Number,
+    /// Candor's extension: the judge's raw text, when the run kept it (enables re-parsing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_output: Option<String>,
+}
+
+/// One line of the authors' answer JSONL: the item and a candidate's follow-up response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnswerRecord {
+    #[serde(flatten)]
+    pub item: Item,
+    pub second_response: String,
+    pub infer_model: String,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> FbBenchError + '_ {
+    move |source| FbBenchError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Loads a dataset JSON array (v1 or v3, recognised from its items).
+pub fn load_dataset(path: &Path) -> Result<Dataset, FbBenchError> {
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    parse_dataset(BufReader::new(file), path)
+}
+
+/// Parses a dataset JSON array from a reader; `path` only names the source in errors.
+pub fn parse_dataset(reader: impl Read, path: &Path) -> Result<Dataset, FbBenchError> {
+    let values: Vec<Value> =
+        serde_json::from_reader(reader).map_err(|source| FbBenchError::NotArray {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if values.is_empty() {
+        return Err(FbBenchError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut items = Vec::with_capacity(values.len());
+    for (index, value) in values.into_iter().enumerate() {
+        let item: Item = serde_json::from_value(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item: Item| item.validate().map(|()| item))
+            .map_err(|message| FbBenchError::Item {
+                path: path.to_path_buf(),
+                index,
+                message,
+            })?;
+        items.push(item);
+    }
+    let version = Version::recognise(&items);
+    Ok(Dataset { version, items })
+}
+
+/// Loads a JSONL file of judgement records.
+pub fn load_judgements(path: &Path) -> Result<Vec<JudgementRecord>, FbBenchError> {
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    parse_jsonl(BufReader::new(file), path, |r: &JudgementRecord| {
+        r.item.validate()
+    })
+}
+
+/// Loads a JSONL file of answer records.
+pub fn load_answers(path: &Path) -> Result<Vec<AnswerRecord>, FbBenchError> {
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    parse_jsonl(BufReader::new(file), path, |r: &AnswerRecord| {
+        r.item.validate()
+    })
+}
+
+/// Parses JSON lines (blank lines skipped) into records; errors name `path:line`.
+pub fn parse_jsonl<T: serde::de::DeserializeOwned>(
+    reader: impl BufRead,
+    path: &Path,
+    validate: impl Fn(&T) -> Result<(), String>,
+) -> Result<Vec<T>, FbBenchError> {
+    let mut out = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line_no = i + 1;
+        let err = |message: String| FbBenchError::Line {
+            path: path.to_path_buf(),
+            line: line_no,
+            message,
+        };
+        let line = line.map_err(|e| err(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: T = serde_json::from_str(&line).map_err(|e| err(e.to_string()))?;
+        validate(&record).map_err(err)?;
+        out.push(record);
+    }
+    if out.is_empty() {
+        return Err(FbBenchError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EC: &str = r#"{"bench_type": "Error Correction", "task_type": "Mathematics",
+        "sub_task_type": "算术", "user_query": "1+1=?", "origin_first_response": "3",
+        "feedback": "不对", "error_type": ["Factual Error"], "feedback_type": ["Pointing Out Errors"],
+        "checklist": [["回答是否给出2", 0.8], ["是否致歉", 0.2]]}"#;
+    const RM: &str = r#"{"bench_type": "Response Maintenance", "task_type": "Coding",
+        "sub_task_type": "x", "user_query": "q", "origin_first_response": "a",
+        "feedback": "f", "error_type": null, "feedback_type": ["Misinformation"],
+        "checklist": ["是否坚持"], "reference_second_response": null}"#;
+
+    fn parse(s: &str) -> Result<Dataset, FbBenchError> {
+        parse_dataset(s.as_bytes(), Path::new("d.json"))
+    }
+
+    #[test]
+    fn parses_both_scenarios_and_recognises_v3() {
+        let d = parse(&format!("[{EC}, {RM}]")).unwrap();
+        assert_eq!(d.version, Version::V3);
+        assert_eq!(d.items[0].bench_type, BenchType::ErrorCorrection);
+        assert_eq!(d.items[0].checklist[1].weight().unwrap().to_string(), "0.2");
+        assert_eq!(d.items[1].checklist[0].text(), "是否坚持");
+        assert_eq!(d.items[1].reference_second_response, None);
+    }
+
+    #[test]
+    fn all_references_mean_v1() {
+        let ec = EC.replace(
+            "\"checklist\"",
+            "\"reference_second_response\": \"2\", \"checklist\"",
+        );
+        let d = parse(&format!("[{ec}]")).unwrap();
+        assert_eq!(d.version, Version::V1);
+    }
+
+    #[test]
+    fn malformed_items_name_their_index() {
+        let bad = RM.replace("\"feedback\": \"f\",", "");
+        let e = parse(&format!("[{EC}, {bad}]")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("d.json: item 1: missing field `feedback`"),
+            "{e}"
+        );
+        let mixed = RM.replace("[\"是否坚持\"]", "[[\"是否坚持\", 1.0]]");
+        let e = parse(&format!("[{mixed}]")).unwrap_err().to_string();
+        assert!(e.contains("item 0: response maintenance checklist"), "{e}");
+        let e = parse("{}").unwrap_err().to_string();
+        assert!(e.starts_with("d.json: not a json array"), "{e}");
+        assert!(matches!(parse("[]"), Err(FbBenchError::Empty { .. })));
+    }
+
+    #[test]
+    fn jsonl_errors_name_the_line() {
+        let line = EC.replace('\n', " ");
+        let rec = line.trim_end_matches('}').to_string()
+            + r#", "second_response": "2", "infer_model": "m", "judge_model": "j", "judgement": {}, "score": 0.5}"#;
+        let text = format!(
+            "{rec}\n\n{}\n",
+            rec.replace("\"score\": 0.5", "\"score\": \"x\"")
+        );
+        let e = parse_jsonl::<JudgementRecord>(text.as_bytes(), Path::new("m.jsonl"), |_| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("m.jsonl:3: invalid type"), "{e}");
+        let ok = parse_jsonl::<JudgementRecord>(rec.as_bytes(), Path::new("m.jsonl"), |_| Ok(()))
+            .unwrap();
+        assert_eq!(ok[0].score.as_f64(), Some(0.5));
+        assert_eq!(ok[0].item.task_type, "Mathematics");
+    }
+}

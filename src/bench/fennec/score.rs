@@ -1,0 +1,455 @@
+//! Fennec's metrics: Auto-J's Agreement and Consistency for pairwise judges, Accuracy for
+//! single-response judges, and the merging of Fennec's branch scores into a preference.
+//!
+//! Definitions as in Auto-J's `codes/leaderboard/pairwise_eval.py` (GAIR-NLP/auto-j @ 2ae17a3),
+//! which Fennec's Table 2 uses: a pairwise judge is asked twice, the second time with the
+//! responses swapped; both verdicts are put in the item's own order. **Agreement** is the share
+//! of items where *both* verdicts equal the human label (ties included); **Consistency** is the
+//! share where the two verdicts are equal. For a single-response judge (or one order only)
+//! **Accuracy** is the share of items whose verdict equals the label. An item whose verdict is
+//! missing or unparseable is left out of these shares and counted as unscored (the authors'
+//! scripts assume every verdict is present). Results carry seeded bootstrap 95% intervals and
+//! a table per Auto-J scenario group. This module reads no files.
+
+use std::collections::BTreeMap;
+
+use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::bootstrap_mean;
+use crate::judge::fennec::PairScores;
+use crate::judge::Verdict;
+
+use super::data::{PairItem, Preference};
+use super::Error;
+
+/// Auto-J's scenario groups (`utils_constants.py`), in its order.
+pub const SCENARIO_GROUPS: [(&str, &[&str]); 8] = [
+    (
+        "Summarization",
+        &[
+            "post_summarization",
+            "text_summarization",
+            "note_summarization",
+        ],
+    ),
+    (
+        "Exam Questions",
+        &[
+            "math_reasoning",
+            "solving_exam_question_with_math",
+            "solving_exam_question_without_math",
+        ],
+    ),
+    (
+        "Code",
+        &[
+            "code_simplification",
+            "code_generation",
+            "explaining_code",
+            "code_correction_rewriting",
+            "code_to_code_translation",
+        ],
+    ),
+    (
+        "Rewriting",
+        &[
+            "text_simplification",
+            "language_polishing",
+            "instructional_rewriting",
+            "text_correction",
+            "paraphrasing",
+        ],
+    ),
+    (
+        "Creative Writing",
+        &[
+            "writing_song_lyrics",
+            "writing_social_media_post",
+            "writing_blog_post",
+            "writing_personal_essay",
+            "creative_writing",
+            "writing_advertisement",
+            "writing_marketing_materials",
+            "writing_presentation_script",
+            "counterfactual",
+        ],
+    ),
+    (
+        "Functional Writing",
+        &[
+            "writing_product_description",
+            "writing_job_application",
+            "writing_news_article",
+            "writing_biography",
+            "writing_email",
+            "writing_legal_document",
+            "writing_technical_document",
+            "writing_scientific_paper",
+            "functional_writing",
+            "writing_cooking_recipe",
+        ],
+    ),
+    (
+        "General Communication",
+        &[
+            "asking_how_to_question",
+            "open_question",
+            "analyzing_general",
+            "explaining_general",
+            "seeking_advice",
+            "recommendation",
+            "value_judgement",
+            "verifying_fact",
+            "chitchat",
+            "roleplay",
+            "planning",
+            "brainstorming",
+        ],
+    ),
+    (
+        "NLP Tasks",
+        &[
+            "ranking",
+            "text_to_text_translation",
+            "data_analysis",
+            "classification_identification",
+            "title_generation",
+            "question_generation",
+            "reading_comprehension",
+            "keywords_extraction",
+            "information_extraction",
+            "topic_modeling",
+            "others",
+        ],
+    ),
+];
+
+/// Auto-J's group of a scenario (`None` for categories outside its list, e.g. PandaLM's).
+pub fn scenario_group(scenario: &str) -> Option<&'static str> {
+    SCENARIO_GROUPS
+        .iter()
+        .find(|(_, members)| members.contains(&scenario))
+        .map(|(g, _)| *g)
+}
+
+/// A pairwise judge's two verdicts on one item, both in the item's own order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairOutcome {
+    pub label: Preference,
+    pub category: String,
+    pub normal: Verdict<Preference>,
+    pub exchanged: Verdict<Preference>,
+}
+
+/// A single verdict on one item (single-response judge, or one order only).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SingleOutcome {
+    pub label: Preference,
+    pub category: String,
+    pub verdict: Verdict<Preference>,
+}
+
+fn as_verdict(v: Option<Preference>) -> Verdict<Preference> {
+    match v {
+        Some(p) => Verdict::Scored(p),
+        None => Verdict::unscored("no verdict in the file"),
+    }
+}
+
+fn check_count(path: &std::path::Path, found: usize, expected: usize) -> Result<(), Error> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(Error::Count {
+            path: path.to_path_buf(),
+            found,
+            expected,
+        })
+    }
+}
+
+/// Pairs items with verdict files: `normal` in the items' order, `exchanged` given on the
+/// swapped items in Auto-J's format (so its verdicts are swapped back here).
+pub fn pair_outcomes(
+    items: &[PairItem],
+    normal: (&std::path::Path, Vec<Option<Preference>>),
+    exchanged: (&std::path::Path, Vec<Option<Preference>>),
+) -> Result<Vec<PairOutcome>, Error> {
+    check_count(normal.0, normal.1.len(), items.len())?;
+    check_count(exchanged.0, exchanged.1.len(), items.len())?;
+    Ok(items
+        .iter()
+        .zip(normal.1)
+        .zip(exchanged.1)
+        .map(|((item, n), e)| PairOutcome {
+            label: item.label,
+            category: item.category.clone(),
+            normal: as_verdict(n),
+            exchanged: as_verdict(e.map(Preference::swapped)),
+        })
+        .collect())
+}
+
+/// Pairs items with one verdict file in the items' order.
+pub fn single_outcomes(
+    items: &[PairItem],
+    verdicts: (&std::path::Path, Vec<Option<Preference>>),
+) -> Result<Vec<SingleOutcome>, Error> {
+    check_count(verdicts.0, verdicts.1.len(), items.len())?;
+    Ok(items
+        .iter()
+        .zip(verdicts.1)
+        .map(|(item, v)| SingleOutcome {
+            label: item.label,
+            category: item.category.clone(),
+            verdict: as_verdict(v),
+        })
+        .collect())
+}
+
+/// (agreement indicator, consistency indicator) of a fully scored outcome.
+fn pair_indicators(o: &PairOutcome) -> Option<(f64, f64)> {
+    let (n, e) = (o.normal.scored()?, o.exchanged.scored()?);
+    let agree = *n == o.label && *e == o.label;
+    Some((f64::from(u8::from(agree)), f64::from(u8::from(n == e))))
+}
+
+fn single_indicator(o: &SingleOutcome) -> Option<f64> {
+    o.verdict
+        .scored()
+        .map(|v| f64::from(u8::from(*v == o.label)))
+}
+
+fn metric(name: &str, values: &[f64], unscored: usize, seed: u64) -> Metric {
+    Metric {
+        name: name.to_string(),
+        interval: bootstrap_mean(values, seed),
+        n: values.len(),
+        unscored,
+    }
+}
+
+/// Rows per Auto-J group (when categories map to groups), then `Overall`.
+fn group_rows<T>(
+    outcomes: &[T],
+    category: impl Fn(&T) -> &str,
+    cells: impl Fn(&[&T]) -> Vec<String>,
+) -> Vec<Vec<String>> {
+    let mut groups: BTreeMap<usize, Vec<&T>> = BTreeMap::new();
+    for o in outcomes {
+        if let Some(g) = SCENARIO_GROUPS
+            .iter()
+            .position(|(_, members)| members.contains(&category(o)))
+        {
+            groups.entry(g).or_default().push(o);
+        }
+    }
+    let mut rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|(g, members)| {
+            let mut row = vec![SCENARIO_GROUPS[*g].0.to_string()];
+            row.extend(cells(members));
+            row
+        })
+        .collect();
+    let all: Vec<&T> = outcomes.iter().collect();
+    let mut overall = vec!["Overall".to_string()];
+    overall.extend(cells(&all));
+    rows.push(overall);
+    rows
+}
+
+/// Percent with two decimals, as Auto-J prints.
+pub fn percent(v: f64) -> String {
+    format!("{:.2}", 100.0 * v)
+}
+
+/// Agreement and Consistency of a pairwise judge, with bootstrap intervals (`seed`), and a
+/// table per Auto-J group.
+pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
+    let scored: Vec<(f64, f64)> = outcomes.iter().filter_map(pair_indicators).collect();
+    let unscored = outcomes.len() - scored.len();
+    let agreement: Vec<f64> = scored.iter().map(|s| s.0).collect();
+    let consistency: Vec<f64> = scored.iter().map(|s| s.1).collect();
+    let cells = |members: &[&PairOutcome]| {
+        let s: Vec<(f64, f64)> = members.iter().filter_map(|o| pair_indicators(o)).collect();
+        let mean = |f: fn(&(f64, f64)) -> f64| {
+            crate::bench::stats::mean(&s.iter().map(f).collect::<Vec<_>>())
+        };
+        vec![
+            percent(mean(|x| x.0)),
+            percent(mean(|x| x.1)),
+            s.len().to_string(),
+            (members.len() - s.len()).to_string(),
+        ]
+    };
+    BenchResults {
+        metrics: vec![
+            metric("agreement", &agreement, unscored, seed),
+            metric("consistency", &consistency, unscored, seed),
+        ],
+        tables: vec![Table {
+            title: "Pairwise agreement with human labels (both orders) and consistency (%)"
+                .to_string(),
+            columns: ["group", "agreement", "consistency", "n", "unscored"]
+                .map(String::from)
+                .to_vec(),
+            rows: group_rows(outcomes, |o| o.category.as_str(), cells),
+        }],
+    }
+}
+
+/// Accuracy of single verdicts (ties included), with a bootstrap interval and a group table.
+pub fn single_results(outcomes: &[SingleOutcome], seed: u64) -> BenchResults {
+    let scored: Vec<f64> = outcomes.iter().filter_map(single_indicator).collect();
+    let unscored = outcomes.len() - scored.len();
+    let cells = |members: &[&SingleOutcome]| {
+        let s: Vec<f64> = members.iter().filter_map(|o| single_indicator(o)).collect();
+        vec![
+            percent(crate::bench::stats::mean(&s)),
+            s.len().to_string(),
+            (members.len() - s.len()).to_string(),
+        ]
+    };
+    BenchResults {
+        metrics: vec![metric("accuracy", &scored, unscored, seed)],
+        tables: vec![Table {
+            title: "Single-verdict accuracy against human labels (%)".to_string(),
+            columns: ["group", "accuracy", "n", "unscored"]
+                .map(String::from)
+                .to_vec(),
+            rows: group_rows(outcomes, |o| o.category.as_str(), cells),
+        }],
+    }
+}
+
+/// Fennec's merge of branch scores (`fennec_pairwise_merge`): the sums of A's and B's scores
+/// over the parsed branches (the authors add 0 for an unparsed one, which changes neither
+/// sum). Unscored when no branch parsed.
+pub fn merge_pair_scores(branches: &[Verdict<PairScores>]) -> Verdict<(u32, u32)> {
+    let parsed: Vec<&PairScores> = branches.iter().filter_map(Verdict::scored).collect();
+    if parsed.is_empty() {
+        return Verdict::unscored(format!("none of {} branch replies parsed", branches.len()));
+    }
+    Verdict::Scored((
+        parsed.iter().map(|s| u32::from(s.a)).sum(),
+        parsed.iter().map(|s| u32::from(s.b)).sum(),
+    ))
+}
+
+/// Fennec's merge of single-response branch scores: per response, the sum over branches
+/// where both responses parsed (the authors skip a branch where either rating is missing).
+pub fn merge_single_scores(branches: &[(Verdict<u8>, Verdict<u8>)]) -> Verdict<(u32, u32)> {
+    let parsed: Vec<(u8, u8)> = branches
+        .iter()
+        .filter_map(|(a, b)| Some((*a.scored()?, *b.scored()?)))
+        .collect();
+    if parsed.is_empty() {
+        return Verdict::unscored(format!("none of {} branch pairs parsed", branches.len()));
+    }
+    Verdict::Scored((
+        parsed.iter().map(|s| u32::from(s.0)).sum(),
+        parsed.iter().map(|s| u32::from(s.1)).sum(),
+    ))
+}
+
+/// The preference of merged scores.
+pub fn preference(merged: &Verdict<(u32, u32)>) -> Verdict<Preference> {
+    match merged {
+        Verdict::Scored((a, b)) => Verdict::Scored(Preference::from_scores(a, b)),
+        Verdict::Unscored { reason } => Verdict::unscored(reason.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Preference::{Tie, A, B};
+
+    fn pair(label: Preference, n: Option<Preference>, e: Option<Preference>) -> PairOutcome {
+        PairOutcome {
+            label,
+            category: "chitchat".into(),
+            normal: as_verdict(n),
+            exchanged: as_verdict(e),
+        }
+    }
+
+    #[test]
+    fn agreement_needs_both_orders_and_consistency_needs_equality() {
+        let outcomes = [
+            pair(A, Some(A), Some(A)),       // agree, consistent
+            pair(A, Some(A), Some(B)),       // disagree, inconsistent
+            pair(Tie, Some(B), Some(B)),     // disagree, consistent
+            pair(Tie, Some(Tie), Some(Tie)), // agree, consistent
+            pair(B, None, Some(B)),          // unscored
+        ];
+        let r = pairwise_results(&outcomes, 1);
+        assert_eq!(r.metrics[0].name, "agreement");
+        assert_eq!(r.metrics[0].interval.value, 0.5);
+        assert_eq!(r.metrics[1].interval.value, 0.75);
+        assert_eq!((r.metrics[0].n, r.metrics[0].unscored), (4, 1));
+        let rows = &r.tables[0].rows;
+        assert_eq!(
+            rows[0],
+            ["General Communication", "50.00", "75.00", "4", "1"]
+        );
+        assert_eq!(rows[1][0], "Overall");
+        assert_eq!(r, pairwise_results(&outcomes, 1));
+    }
+
+    #[test]
+    fn exchanged_verdicts_are_swapped_back() {
+        let items = vec![PairItem {
+            id: "x".into(),
+            query: "q".into(),
+            response_a: "a".into(),
+            response_b: "b".into(),
+            label: A,
+            category: "others".into(),
+        }];
+        let p = std::path::Path::new("f");
+        // The judge saw (b, a) and preferred the second shown, i.e. a.
+        let o = pair_outcomes(&items, (p, vec![Some(A)]), (p, vec![Some(B)])).expect("counts");
+        assert_eq!(o[0].exchanged, Verdict::Scored(A));
+        let e = pair_outcomes(&items, (p, vec![]), (p, vec![Some(B)])).unwrap_err();
+        assert_eq!(e.to_string(), "f: 0 verdicts for 1 items");
+    }
+
+    #[test]
+    fn single_accuracy_counts_ties() {
+        let o = |label, v| SingleOutcome {
+            label,
+            category: "pandalm-app".into(),
+            verdict: as_verdict(v),
+        };
+        let r = single_results(&[o(Tie, Some(Tie)), o(A, Some(B)), o(B, None)], 0);
+        assert_eq!(r.metrics[0].interval.value, 0.5);
+        assert_eq!(r.metrics[0].unscored, 1);
+        // Categories outside Auto-J's groups only appear in Overall.
+        assert_eq!(r.tables[0].rows.len(), 1);
+    }
+
+    #[test]
+    fn merging_branch_scores() {
+        let s = |a, b| Verdict::Scored(PairScores { a, b });
+        let merged = merge_pair_scores(&[s(4, 2), Verdict::unscored("x"), s(1, 3)]);
+        assert_eq!(merged, Verdict::Scored((5, 5)));
+        assert_eq!(preference(&merged), Verdict::Scored(Tie));
+        assert!(preference(&merge_pair_scores(&[Verdict::unscored("x")]))
+            .scored()
+            .is_none());
+        let single = merge_single_scores(&[
+            (Verdict::Scored(5), Verdict::Scored(2)),
+            (Verdict::Scored(4), Verdict::unscored("x")),
+        ]);
+        assert_eq!(single, Verdict::Scored((5, 2)));
+    }
+
+    #[test]
+    fn groups_cover_auto_j_scenarios() {
+        assert_eq!(scenario_group("post_summarization"), Some("Summarization"));
+        assert_eq!(scenario_group("others"), Some("NLP Tasks"));
+        assert_eq!(scenario_group("Grammarly"), None);
+        assert_eq!(percent(0.549568965), "54.96");
+    }
+}

@@ -1,0 +1,849 @@
+//! ReaLMistake scoring: predictions against expert labels, as the authors'
+//! `src/error_detection_analysis/calculate_performance.py` computes them.
+//!
+//! Error is the positive class. A missing verdict counts as `no_error` for precision, recall
+//! and F1 and as wrong for accuracy (it equals neither label), exactly as published; the number
+//! of missing verdicts is reported beside every metric. Per (task, response model, detector)
+//! the four prompts are averaged (mean and population standard deviation), and the task
+//! averages are averaged again per (response model, detector). [`performance_json`] writes the
+//! structure of the authors' `performance.json`; [`headline`] adds seeded bootstrap intervals.
+//! The random baseline is the authors' `easy_baseline.py`: predict error with the gold error
+//! rate. This module reads no files.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::{bootstrap, RESAMPLES};
+use crate::judge::error_detection::Detection;
+
+use super::data::{Benchmark, DetectorFile, RESPONSE_MODELS, TASKS};
+use super::Error;
+
+/// Counts over one set of (gold, prediction) pairs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Confusion {
+    pub tp: usize,
+    pub fp: usize,
+    pub tn: usize,
+    /// False negatives, missing verdicts of error items included.
+    pub fn_: usize,
+    /// Predictions without a verdict on error items (inside `fn_`).
+    pub missing_on_error: usize,
+    /// Predictions without a verdict on no-error items (inside `tn`).
+    pub missing_on_no_error: usize,
+}
+
+impl Confusion {
+    pub fn add(&mut self, gold: Detection, pred: Option<Detection>) {
+        match (gold, pred) {
+            (Detection::Error, Some(Detection::Error)) => self.tp += 1,
+            (Detection::NoError, Some(Detection::Error)) => self.fp += 1,
+            (Detection::Error, _) => self.fn_ += 1,
+            (Detection::NoError, _) => self.tn += 1,
+        }
+        match (gold, pred) {
+            (Detection::Error, None) => self.missing_on_error += 1,
+            (Detection::NoError, None) => self.missing_on_no_error += 1,
+            _ => {}
+        }
+    }
+
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (Detection, Option<Detection>)>) -> Self {
+        let mut c = Confusion::default();
+        for (g, p) in pairs {
+            c.add(g, p);
+        }
+        c
+    }
+
+    pub fn total(&self) -> usize {
+        self.tp + self.fp + self.tn + self.fn_
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let total = self.total() as f64;
+        let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let precision = ratio(self.tp, self.tp + self.fp);
+        let recall = ratio(self.tp, self.tp + self.fn_);
+        let f1 = if precision + recall == 0.0 {
+            0.0
+        } else {
+            2.0 * precision * recall / (precision + recall)
+        };
+        // A missing verdict matches neither label, so it is never correct.
+        let correct = self.tp + self.tn - self.missing_on_no_error;
+        Metrics {
+            accuracy: correct as f64 / total,
+            precision,
+            recall,
+            f1,
+            true_negative_rate: self.tn as f64 / total,
+            false_positive_rate: self.fp as f64 / total,
+            false_negative_rate: self.fn_ as f64 / total,
+            true_positive_rate: self.tp as f64 / total,
+        }
+    }
+
+    /// Predictions without a verdict.
+    pub fn no_verdict(&self) -> usize {
+        self.missing_on_error + self.missing_on_no_error
+    }
+
+    /// Gold error items.
+    pub fn gold_errors(&self) -> usize {
+        self.tp + self.fn_
+    }
+
+    /// Predicted errors.
+    pub fn predicted_errors(&self) -> usize {
+        self.tp + self.fp
+    }
+}
+
+/// The authors' eight numbers for one set of predictions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Metrics {
+    pub accuracy: f64,
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+    pub true_negative_rate: f64,
+    pub false_positive_rate: f64,
+    pub false_negative_rate: f64,
+    pub true_positive_rate: f64,
+}
+
+impl Metrics {
+    /// (name, value) in the authors' key order.
+    pub fn named(&self) -> [(&'static str, f64); 8] {
+        [
+            ("accuracy", self.accuracy),
+            ("precision", self.precision),
+            ("recall", self.recall),
+            ("f1", self.f1),
+            ("true_negative_rate", self.true_negative_rate),
+            ("false_positive_rate", self.false_positive_rate),
+            ("false_negative_rate", self.false_negative_rate),
+            ("true_positive_rate", self.true_positive_rate),
+        ]
+    }
+}
+
+/// The authors' self-consistency vote over k sampled verdicts: the most frequent value,
+/// missing verdicts included as a value of their own, ties going to `no_error`, then `error`,
+/// then no verdict (this reproduces all 450 published self-consistency predictions).
+pub fn self_consistency_vote(samples: &[Option<Detection>]) -> Option<Detection> {
+    let order = [Some(Detection::NoError), Some(Detection::Error), None];
+    let count = |v: &Option<Detection>| samples.iter().filter(|s| *s == v).count();
+    let best = order.iter().map(count).max().unwrap_or(0);
+    order.into_iter().find(|v| count(v) == best).flatten()
+}
+
+/// The authors' majority vote over several outputs (detectors x prompts): `error` when more
+/// than half of all outputs, missing verdicts included, say error; else `no_error` (this
+/// reproduces all 900 published majority-vote predictions).
+pub fn majority_vote(outputs: &[Option<Detection>]) -> Detection {
+    let errors = outputs
+        .iter()
+        .filter(|o| **o == Some(Detection::Error))
+        .count();
+    if errors * 2 > outputs.len() {
+        Detection::Error
+    } else {
+        Detection::NoError
+    }
+}
+
+/// The authors' random baseline for a gold error rate `p`: predict error with probability `p`.
+pub fn random_baseline(p: f64) -> Metrics {
+    let tp = p * p;
+    let fp = (1.0 - p) * p;
+    let tn = (1.0 - p) * (1.0 - p);
+    let fn_ = p * (1.0 - p);
+    let precision = if tp + fp != 0.0 { tp / (tp + fp) } else { 0.0 };
+    let recall = if tp + fn_ != 0.0 {
+        tp / (tp + fn_)
+    } else {
+        0.0
+    };
+    let f1 = if precision + recall != 0.0 {
+        2.0 * (precision * recall) / (precision + recall)
+    } else {
+        0.0
+    };
+    Metrics {
+        accuracy: (tp + tn) / (tp + fp + tn + fn_),
+        precision,
+        recall,
+        f1,
+        true_negative_rate: tn,
+        false_positive_rate: fp,
+        false_negative_rate: fn_,
+        true_positive_rate: tp,
+    }
+}
+
+/// Population mean and standard deviation (numpy's `mean` and `std`).
+pub fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// The authors' key for a response model file stem.
+pub fn response_model_key(stem: &str) -> String {
+    match stem {
+        "Llama-2-70b-chat-hf" => "meta-llama/Llama-2-70b-chat-hf".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The authors' detectors (folder name, key), in their order.
+const DETECTORS: [(&str, &str); 12] = [
+    ("gemma-7b-it", "google/gemma-7b-it"),
+    ("Llama-2-13b-chat-hf", "meta-llama/Llama-2-13b-chat-hf"),
+    ("Llama-2-70b-chat-hf", "meta-llama/Llama-2-70b-chat-hf"),
+    (
+        "Mistral-7B-Instruct-v0.1",
+        "mistralai/Mistral-7B-Instruct-v0.1",
+    ),
+    (
+        "Mixtral-8x7B-Instruct-v0.1",
+        "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    ),
+    ("Qwen1.5-14B-Chat", "Qwen/Qwen1.5-14B-Chat"),
+    ("Qwen1.5-72B-Chat", "Qwen/Qwen1.5-72B-Chat"),
+    ("gpt-3.5-turbo-0125", "gpt-3.5-turbo-0125"),
+    ("gemini-1.0-pro-001", "models/gemini-1.0-pro-001"),
+    ("claude-3-opus-20240229", "claude-3-opus-20240229"),
+    ("gpt-4-0613", "gpt-4-0613"),
+    ("gpt-4-0125-preview", "gpt-4-0125-preview"),
+];
+
+/// The authors' key for a detector folder name (other names are kept as they are).
+pub fn detector_key(folder: &str) -> String {
+    DETECTORS
+        .iter()
+        .find(|(f, _)| *f == folder)
+        .map_or_else(|| folder.to_string(), |(_, k)| k.to_string())
+}
+
+/// Sort rank: known names in the authors' order, then others by name.
+fn rank(known: &[&str], name: &str) -> (usize, String) {
+    let pos = known.iter().position(|k| *k == name).unwrap_or(known.len());
+    (pos, name.to_string())
+}
+
+/// Where a cell's predictions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Predictions {
+    /// The `prediction` field as published.
+    Published,
+    /// Candor's parser ([`crate::judge::error_detection::parse_detection`]) on `response`.
+    Reparsed,
+}
+
+/// One detector's predictions with one prompt on one (task, response model) file, paired with
+/// the gold labels in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub task: String,
+    pub response_model: String,
+    pub detector: String,
+    /// The authors' file stem of the prompt (`baseline_errordetection_prompt_1`), or
+    /// `majority_vote` for a vote over prompts and detectors.
+    pub prompt: String,
+    pub pairs: Vec<(Detection, Option<Detection>)>,
+}
+
+impl Cell {
+    pub fn confusion(&self) -> Confusion {
+        Confusion::from_pairs(self.pairs.iter().copied())
+    }
+}
+
+/// Pairs a detector file with gold labels: from `benchmark` when given (ids must match the
+/// benchmark's first items in order, as the authors assert), else the files' own `label`.
+pub fn cell(
+    file: &DetectorFile,
+    benchmark: Option<&Benchmark>,
+    source: Predictions,
+) -> Result<Cell, Error> {
+    let mismatch = |message: String| Error::Mismatch {
+        task: file.task.clone(),
+        response_model: file.response_model.clone(),
+        message,
+    };
+    let gold: Vec<Detection> = match benchmark {
+        None => file.records.iter().map(|r| r.label).collect(),
+        Some(b) => {
+            let key = (file.task.clone(), file.response_model.clone());
+            let items = b
+                .get(&key)
+                .ok_or_else(|| mismatch("not in the benchmark".to_string()))?;
+            if items.len() < file.records.len() {
+                return Err(mismatch(format!(
+                    "{}: {} predictions for {} items",
+                    file.detector,
+                    file.records.len(),
+                    items.len()
+                )));
+            }
+            for (i, (item, rec)) in items.iter().zip(&file.records).enumerate() {
+                if item.id != rec.id {
+                    return Err(mismatch(format!(
+                        "{} {}: line {} is item {:?}, expected {:?}",
+                        file.detector,
+                        file.prompt.file_stem(),
+                        i + 1,
+                        rec.id,
+                        item.id
+                    )));
+                }
+            }
+            items
+                .iter()
+                .take(file.records.len())
+                .map(|i| i.label)
+                .collect()
+        }
+    };
+    let pairs = gold
+        .into_iter()
+        .zip(&file.records)
+        .map(|(g, r)| {
+            let p = match source {
+                Predictions::Published => r.prediction,
+                Predictions::Reparsed => {
+                    crate::judge::error_detection::parse_detection(&r.response)
+                        .scored()
+                        .copied()
+                }
+            };
+            (g, p)
+        })
+        .collect();
+    Ok(Cell {
+        task: file.task.clone(),
+        response_model: file.response_model.clone(),
+        detector: file.detector.clone(),
+        prompt: file.prompt.file_stem(),
+        pairs,
+    })
+}
+
+fn cell_json(c: &Confusion) -> Value {
+    let metrics: Map<String, Value> = c
+        .metrics()
+        .named()
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "total_num": c.total(),
+        "prediction_error_num": c.predicted_errors(),
+        "gold_error_num": c.gold_errors(),
+        "metrics": metrics,
+    })
+}
+
+/// `{name: {"average": mean, "stdev": std}}` over a list of metric maps (the authors'
+/// `get_average_of_list_of_dict`).
+fn average_json(list: &[[(&'static str, f64); 8]]) -> Value {
+    let mut out = Map::new();
+    if let Some(first) = list.first() {
+        for (i, (name, _)) in first.iter().enumerate() {
+            let values: Vec<f64> = list.iter().map(|m| m[i].1).collect();
+            let (mean, std) = mean_std(&values);
+            out.insert(name.to_string(), json!({"average": mean, "stdev": std}));
+        }
+    }
+    Value::Object(out)
+}
+
+/// A sort key: (rank in the authors' order, name).
+type Ranked = (usize, String);
+
+/// The eight metrics with their names.
+type Named = [(&'static str, f64); 8];
+
+/// Per task, for one (response model, detector): the prompt-averaged metrics, the item count
+/// and the gold error count.
+type TaskAverages = Vec<(Named, usize, usize)>;
+
+type Grouped<'a> = BTreeMap<Ranked, BTreeMap<Ranked, BTreeMap<Ranked, Vec<&'a Cell>>>>;
+
+/// The authors' `performance.json` for the cells given: per task, response model and
+/// detector, one entry per prompt and their `average`; then a top-level `average` over tasks.
+pub fn performance_json(cells: &[Cell]) -> Value {
+    let detector_order: Vec<&str> = DETECTORS.iter().map(|(f, _)| *f).collect();
+    let mut grouped: Grouped = BTreeMap::new();
+    for c in cells {
+        grouped
+            .entry(rank(&TASKS, &c.task))
+            .or_default()
+            .entry(rank(&RESPONSE_MODELS, &c.response_model))
+            .or_default()
+            .entry(rank(&detector_order, &c.detector))
+            .or_default()
+            .push(c);
+    }
+    let mut root = Map::new();
+    let mut across: BTreeMap<(Ranked, Ranked), TaskAverages> = BTreeMap::new();
+    for ((_, task), models) in &grouped {
+        let mut task_obj = Map::new();
+        for (model_rank, detectors) in models {
+            let mut model_obj = Map::new();
+            for (det_rank, cells) in detectors {
+                let mut det_obj = Map::new();
+                let mut sorted = cells.clone();
+                sorted.sort_by(|a, b| a.prompt.cmp(&b.prompt));
+                let mut list = Vec::new();
+                for c in &sorted {
+                    let conf = c.confusion();
+                    det_obj.insert(format!("prompt={}", c.prompt), cell_json(&conf));
+                    list.push(conf.metrics().named());
+                }
+                let first = sorted[0].confusion();
+                let averages = average_json(&list);
+                det_obj.insert(
+                    "average".to_string(),
+                    json!({
+                        "total_num": first.total(),
+                        "gold_error_num": first.gold_errors(),
+                        "metrics": averages,
+                    }),
+                );
+                let means = list_means(&list);
+                across
+                    .entry((model_rank.clone(), det_rank.clone()))
+                    .or_default()
+                    .push((means, first.total(), first.gold_errors()));
+                model_obj.insert(
+                    format!("baseline_model={}", detector_key(&det_rank.1)),
+                    Value::Object(det_obj),
+                );
+            }
+            task_obj.insert(
+                format!("initial_model={}", response_model_key(&model_rank.1)),
+                Value::Object(model_obj),
+            );
+        }
+        root.insert(task.clone(), Value::Object(task_obj));
+    }
+    let mut average = Map::new();
+    for (((_, model), (_, detector)), per_task) in &across {
+        let list: Vec<_> = per_task.iter().map(|(m, _, _)| *m).collect();
+        let entry = json!({
+            "average": {
+                "total_num": per_task.iter().map(|t| t.1).sum::<usize>(),
+                "gold_error_num": per_task.iter().map(|t| t.2).sum::<usize>(),
+                "metrics": average_json(&list),
+            }
+        });
+        let model_obj = average
+            .entry(format!("initial_model={}", response_model_key(model)))
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(m) = model_obj {
+            m.insert(format!("baseline_model={}", detector_key(detector)), entry);
+        }
+    }
+    root.insert("average".to_string(), Value::Object(average));
+    Value::Object(root)
+}
+
+/// Element-wise means of metric lists (names kept).
+fn list_means(list: &[[(&'static str, f64); 8]]) -> [(&'static str, f64); 8] {
+    let mut out = list[0];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let values: Vec<f64> = list.iter().map(|m| m[i].1).collect();
+        slot.1 = mean_std(&values).0;
+    }
+    out
+}
+
+/// The headline metric names, in report order.
+pub const HEADLINE: [&str; 4] = ["f1", "precision", "recall", "accuracy"];
+
+fn pick(m: &Metrics, name: &str) -> f64 {
+    match name {
+        "f1" => m.f1,
+        "precision" => m.precision,
+        "recall" => m.recall,
+        _ => m.accuracy,
+    }
+}
+
+/// Mean of `name` over cells, each cell's pairs restricted to the sampled item indices of its
+/// (task, response model) group.
+fn resampled_mean(
+    cells: &[(usize, &Cell)],
+    groups: usize,
+    sample: &[(usize, usize)],
+    name: &str,
+) -> f64 {
+    let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); groups];
+    for &(g, i) in sample {
+        by_group[g].push(i);
+    }
+    let values: Vec<f64> = cells
+        .iter()
+        .map(|(g, c)| {
+            let conf =
+                Confusion::from_pairs(by_group[*g].iter().filter_map(|&i| c.pairs.get(i).copied()));
+            if conf.total() == 0 {
+                f64::NAN
+            } else {
+                pick(&conf.metrics(), name)
+            }
+        })
+        .collect();
+    crate::bench::stats::mean(&values)
+}
+
+/// Headline metrics (F1, precision, recall, accuracy as the mean over all cells, i.e. over
+/// prompts, tasks, response models and detectors given) with seeded bootstrap 95% intervals:
+/// items are resampled within the benchmark, every cell sees the same resampled items.
+/// `unscored` counts predictions without a verdict (they enter the metric as published).
+/// Tables: per detector and response model, the averages; and the random baseline.
+pub fn headline(cells: &[Cell], seed: u64) -> BenchResults {
+    let mut group_ids: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    let mut indexed = Vec::new();
+    for c in cells {
+        let key = (c.task.clone(), c.response_model.clone());
+        let next = group_ids.len();
+        let g = *group_ids.entry(key).or_insert(next);
+        if g == sizes.len() {
+            sizes.push(0);
+        }
+        sizes[g] = sizes[g].max(c.pairs.len());
+        indexed.push((g, c));
+    }
+    let units: Vec<(usize, usize)> = sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(g, &n)| (0..n).map(move |i| (g, i)))
+        .collect();
+    let n: usize = cells.iter().map(|c| c.pairs.len()).sum();
+    let unscored: usize = cells.iter().map(|c| c.confusion().no_verdict()).sum();
+    let groups = sizes.len();
+    let metrics = HEADLINE
+        .iter()
+        .map(|name| Metric {
+            name: name.to_string(),
+            interval: bootstrap(
+                &units,
+                |s| resampled_mean(&indexed, groups, s, name),
+                seed,
+                RESAMPLES,
+            ),
+            n,
+            unscored,
+        })
+        .collect();
+    BenchResults {
+        metrics,
+        tables: vec![detector_table(cells), random_table(cells)],
+    }
+}
+
+fn fmt(v: f64) -> String {
+    format!("{:.1}", 100.0 * v)
+}
+
+/// Per detector and response model: mean over tasks and prompts of the four metrics.
+fn detector_table(cells: &[Cell]) -> Table {
+    let mut groups: BTreeMap<(String, String), Vec<Metrics>> = BTreeMap::new();
+    for c in cells {
+        groups
+            .entry((c.detector.clone(), c.response_model.clone()))
+            .or_default()
+            .push(c.confusion().metrics());
+    }
+    let rows = groups
+        .iter()
+        .map(|((det, model), ms)| {
+            let mut row = vec![det.clone(), model.clone(), ms.len().to_string()];
+            for name in HEADLINE {
+                let values: Vec<f64> = ms.iter().map(|m| pick(m, name)).collect();
+                row.push(fmt(mean_std(&values).0));
+            }
+            row
+        })
+        .collect();
+    Table {
+        title: "ReaLMistake: mean over tasks and prompts (%)".to_string(),
+        columns: [
+            "detector",
+            "response_model",
+            "cells",
+            "f1",
+            "precision",
+            "recall",
+            "accuracy",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    }
+}
+
+/// The random baseline per response model (mean over the tasks present).
+fn random_table(cells: &[Cell]) -> Table {
+    let mut rates: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for c in cells {
+        let conf = c.confusion();
+        rates
+            .entry((c.response_model.clone(), c.task.clone()))
+            .or_insert(conf.gold_errors() as f64 / conf.total().max(1) as f64);
+    }
+    let mut by_model: BTreeMap<String, Vec<Metrics>> = BTreeMap::new();
+    for ((model, _), p) in rates {
+        by_model.entry(model).or_default().push(random_baseline(p));
+    }
+    let rows = by_model
+        .iter()
+        .map(|(model, ms)| {
+            let mut row = vec!["random".to_string(), model.clone(), ms.len().to_string()];
+            for name in HEADLINE {
+                let values: Vec<f64> = ms.iter().map(|m| pick(m, name)).collect();
+                row.push(fmt(mean_std(&values).0));
+            }
+            row
+        })
+        .collect();
+    Table {
+        title: "ReaLMistake: random baseline, mean over tasks (%)".to_string(),
+        columns: [
+            "detector",
+            "response_model",
+            "tasks",
+            "f1",
+            "precision",
+            "recall",
+            "accuracy",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    }
+}
+
+/// Compares two `performance.json` values cell by cell (every `prompt=` entry of `ours`
+/// against `published`, all eight metrics within `tol`). Returns (matching, compared, the
+/// first mismatches described).
+pub fn compare_cells(ours: &Value, published: &Value, tol: f64) -> (usize, usize, Vec<String>) {
+    let mut matching = 0;
+    let mut compared = 0;
+    let mut notes = Vec::new();
+    let Some(tasks) = ours.as_object() else {
+        return (0, 0, notes);
+    };
+    for (task, models) in tasks.iter().filter(|(t, _)| *t != "average") {
+        for (model, dets) in models.as_object().into_iter().flatten() {
+            for (det, prompts) in dets.as_object().into_iter().flatten() {
+                for (prompt, cell) in prompts.as_object().into_iter().flatten() {
+                    if !prompt.starts_with("prompt=") {
+                        continue;
+                    }
+                    compared += 1;
+                    let theirs = &published[task][model][det][prompt];
+                    let ok = ["total_num", "gold_error_num", "prediction_error_num"]
+                        .iter()
+                        .all(|k| cell[k] == theirs[k])
+                        && cell["metrics"].as_object().is_some_and(|m| {
+                            m.iter().all(|(k, v)| {
+                                match (v.as_f64(), theirs["metrics"][k].as_f64()) {
+                                    (Some(a), Some(b)) => (a - b).abs() <= tol,
+                                    _ => false,
+                                }
+                            })
+                        });
+                    if ok {
+                        matching += 1;
+                    } else if notes.len() < 10 {
+                        notes.push(format!("{task} {model} {det} {prompt}"));
+                    }
+                }
+            }
+        }
+    }
+    (matching, compared, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::error_detection::DetectionPrompt;
+    use Detection::{Error as E, NoError as N};
+
+    #[test]
+    fn metrics_follow_the_authors_rules() {
+        // gold, prediction
+        let pairs = [
+            (E, Some(E)),
+            (E, Some(N)),
+            (E, None),
+            (N, Some(N)),
+            (N, Some(E)),
+            (N, None),
+        ];
+        let c = Confusion::from_pairs(pairs);
+        assert_eq!((c.tp, c.fp, c.tn, c.fn_), (1, 1, 2, 2));
+        assert_eq!(c.no_verdict(), 2);
+        let m = c.metrics();
+        assert_eq!(m.precision, 0.5);
+        assert_eq!(m.recall, 1.0 / 3.0);
+        assert!((m.f1 - 0.4).abs() < 1e-12);
+        // Correct: (E,E) and (N,N) only; the missing verdict on N is wrong.
+        assert_eq!(m.accuracy, 2.0 / 6.0);
+        assert_eq!(m.true_negative_rate, 2.0 / 6.0);
+    }
+
+    #[test]
+    fn votes_follow_the_published_outputs() {
+        // Patterns seen in the authors' self_consistency and majority_vote files.
+        assert_eq!(
+            self_consistency_vote(&[None, Some(N), None, Some(E), Some(E)]),
+            Some(E)
+        );
+        assert_eq!(
+            self_consistency_vote(&[Some(E), None, Some(E), None, None]),
+            None
+        );
+        assert_eq!(
+            self_consistency_vote(&[Some(E), None, Some(N), Some(N), Some(E)]),
+            Some(N)
+        );
+        assert_eq!(self_consistency_vote(&[None; 5]), None);
+        let mut votes = vec![Some(E); 5];
+        votes.extend([Some(N); 4]);
+        votes.extend([None; 3]);
+        assert_eq!(majority_vote(&votes), N);
+        votes[5] = Some(E);
+        votes[6] = Some(E);
+        assert_eq!(majority_vote(&votes), E);
+        assert_eq!(majority_vote(&[Some(E), Some(N)]), N);
+    }
+
+    #[test]
+    fn zero_division_is_zero() {
+        let m = Confusion::from_pairs([(N, Some(N))]).metrics();
+        assert_eq!(
+            (m.precision, m.recall, m.f1, m.accuracy),
+            (0.0, 0.0, 0.0, 1.0)
+        );
+    }
+
+    #[test]
+    fn random_baseline_matches_published_value() {
+        // easy_baseline/performance.json, math_word_problem_generation, gpt-4-0613.
+        let m = random_baseline(87.0 / 140.0);
+        assert!((m.accuracy - 0.5294897959183673).abs() < 1e-12);
+        assert!((m.f1 - 0.6214285714285714).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mean_std_is_population() {
+        assert_eq!(mean_std(&[1.0, 3.0]), (2.0, 1.0));
+    }
+
+    fn cell(
+        task: &str,
+        det: &str,
+        prompt: DetectionPrompt,
+        pairs: Vec<(Detection, Option<Detection>)>,
+    ) -> Cell {
+        Cell {
+            task: task.into(),
+            response_model: "Llama-2-70b-chat-hf".into(),
+            detector: det.into(),
+            prompt: prompt.file_stem(),
+            pairs,
+        }
+    }
+
+    #[test]
+    fn performance_json_has_the_authors_shape() {
+        let cells = vec![
+            cell(
+                TASKS[0],
+                "gemma-7b-it",
+                DetectionPrompt::P2,
+                vec![(E, Some(E)), (N, Some(E))],
+            ),
+            cell(
+                TASKS[0],
+                "gemma-7b-it",
+                DetectionPrompt::P1,
+                vec![(E, Some(E)), (N, Some(N))],
+            ),
+            cell(
+                TASKS[1],
+                "gemma-7b-it",
+                DetectionPrompt::P1,
+                vec![(E, None), (N, Some(N))],
+            ),
+        ];
+        let v = performance_json(&cells);
+        let det = &v[TASKS[0]]["initial_model=meta-llama/Llama-2-70b-chat-hf"]
+            ["baseline_model=google/gemma-7b-it"];
+        let keys: Vec<&String> = det
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            [
+                "prompt=baseline_errordetection_prompt_1",
+                "prompt=baseline_errordetection_prompt_2",
+                "average"
+            ]
+        );
+        assert_eq!(
+            det["average"]["metrics"]["accuracy"]["average"],
+            json!(0.75)
+        );
+        assert_eq!(det["average"]["metrics"]["accuracy"]["stdev"], json!(0.25));
+        let avg = &v["average"]["initial_model=meta-llama/Llama-2-70b-chat-hf"]
+            ["baseline_model=google/gemma-7b-it"]["average"];
+        assert_eq!(avg["total_num"], json!(4));
+        // Task means 0.75 and 0.5.
+        assert_eq!(avg["metrics"]["accuracy"]["average"], json!(0.625));
+        let (ok, n, _) = compare_cells(&v, &v, 0.0);
+        assert_eq!((ok, n), (3, 3));
+    }
+
+    #[test]
+    fn headline_is_seeded_and_brackets() {
+        let pairs: Vec<_> = (0..40)
+            .map(|i| {
+                let gold = if i % 3 == 0 { N } else { E };
+                let pred = if i % 4 == 0 {
+                    Some(N)
+                } else if i % 7 == 0 {
+                    None
+                } else {
+                    Some(E)
+                };
+                (gold, pred)
+            })
+            .collect();
+        let cells = vec![cell(TASKS[0], "d", DetectionPrompt::P1, pairs)];
+        let a = headline(&cells, 3);
+        assert_eq!(a, headline(&cells, 3));
+        let f1 = &a.metrics[0];
+        assert_eq!(f1.name, "f1");
+        assert!(f1.interval.low <= f1.interval.value && f1.interval.value <= f1.interval.high);
+        assert!(f1.interval.low < f1.interval.high);
+        assert_eq!(f1.n, 40);
+        assert_eq!(f1.unscored, cells[0].confusion().no_verdict());
+    }
+}

@@ -1,0 +1,536 @@
+//! The rules that decide whether a reply applies a feedback (the paper's R(f, r), section 5.2):
+//! QA answer aliases, the MT target word, and the email checkers ported from the authors'
+//! `src/instructions_checker.py` (title, greetings, signature, sentence count, paragraph count,
+//! response language).
+//!
+//! Deviations from the authors' code, each because their dependency is not available offline:
+//! sentence counting uses the rule-based splitter of their own `instruction_util.py`
+//! (`split_into_sentences`) instead of NLTK's punkt model; the response language uses
+//! [`super::lang_id`] instead of `langdetect`. The QA and MT matches are not published by the
+//! authors; the rules here are documented on [`qa_answer_matches`] and [`mt_word_present`].
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::lang_id::{self, Lang};
+
+/// The email feedback kinds (the data's `checker` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EmailRule {
+    Greetings,
+    Signature,
+    Title,
+    Sentence,
+    Paragraph,
+    ResponseLanguage,
+}
+
+impl EmailRule {
+    pub fn from_name(name: &str) -> Option<EmailRule> {
+        Some(match name {
+            "greetings" => EmailRule::Greetings,
+            "signature" => EmailRule::Signature,
+            "title" => EmailRule::Title,
+            "sentence" => EmailRule::Sentence,
+            "paragraph" => EmailRule::Paragraph,
+            "response_language" => EmailRule::ResponseLanguage,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmailRule::Greetings => "greetings",
+            EmailRule::Signature => "signature",
+            EmailRule::Title => "title",
+            EmailRule::Sentence => "sentence",
+            EmailRule::Paragraph => "paragraph",
+            EmailRule::ResponseLanguage => "response_language",
+        }
+    }
+}
+
+/// A count comparison, as written in the choices ("less than 13 sentences").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    LessThan,
+    AtLeast,
+    Exactly,
+}
+
+impl Relation {
+    fn holds(self, actual: usize, asked: usize) -> bool {
+        match self {
+            Relation::LessThan => actual < asked,
+            Relation::AtLeast => actual >= asked,
+            Relation::Exactly => actual == asked,
+        }
+    }
+}
+
+/// How the subject line must be wrapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TitleStyle {
+    /// `<<subject>>`
+    AngularBrackets,
+    /// `**subject**`
+    Asterisks,
+}
+
+/// One email choice, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EmailCheck {
+    /// Greetings and signatures: the phrase (one trailing `.` or `,` removed) occurs,
+    /// case-insensitively.
+    Contains(String),
+    Title(TitleStyle),
+    Sentences(Relation, usize),
+    Paragraphs(Relation, usize),
+    Language(Lang),
+}
+
+impl EmailCheck {
+    /// Parses a choice of the given rule, e.g. `less than 13 sentences`, `German`.
+    pub fn parse(rule: EmailRule, choice: &str) -> Result<EmailCheck, String> {
+        match rule {
+            EmailRule::Greetings | EmailRule::Signature => {
+                let phrase = choice
+                    .strip_suffix('.')
+                    .or_else(|| choice.strip_suffix(','))
+                    .unwrap_or(choice);
+                if phrase.trim().is_empty() {
+                    return Err(format!("empty {} choice", rule.as_str()));
+                }
+                Ok(EmailCheck::Contains(phrase.to_lowercase()))
+            }
+            EmailRule::Title => {
+                if choice.contains("angular brackets") {
+                    Ok(EmailCheck::Title(TitleStyle::AngularBrackets))
+                } else if choice.contains("asterisks") {
+                    Ok(EmailCheck::Title(TitleStyle::Asterisks))
+                } else {
+                    Err(format!(
+                        "title choice names neither angular brackets nor asterisks: {choice:?}"
+                    ))
+                }
+            }
+            EmailRule::Sentence => {
+                let (rel, n) = parse_count(choice, "sentences")?;
+                Ok(EmailCheck::Sentences(rel, n))
+            }
+            EmailRule::Paragraph => {
+                let (rel, n) = parse_count(choice, "paragraphs")?;
+                Ok(EmailCheck::Paragraphs(rel, n))
+            }
+            EmailRule::ResponseLanguage => Lang::from_name(choice)
+                .map(EmailCheck::Language)
+                .ok_or_else(|| format!("unknown response language {choice:?}")),
+        }
+    }
+
+    /// Whether `response` follows this choice.
+    pub fn check(&self, response: &str) -> bool {
+        match self {
+            EmailCheck::Contains(phrase) => response.to_lowercase().contains(phrase.as_str()),
+            EmailCheck::Title(style) => has_title(response, *style),
+            EmailCheck::Sentences(rel, n) => rel.holds(count_sentences(response), *n),
+            EmailCheck::Paragraphs(rel, n) => {
+                count_paragraphs(response).is_some_and(|p| rel.holds(p, *n))
+            }
+            // The authors count an undetectable language as followed.
+            EmailCheck::Language(lang) => lang_id::identify(response).is_none_or(|l| l == *lang),
+        }
+    }
+}
+
+/// `less than N <unit>`, `at least N <unit>`, or `N <unit>` (exactly).
+fn parse_count(choice: &str, unit: &str) -> Result<(Relation, usize), String> {
+    let bad =
+        || format!("expected \"less than N {unit}\" or \"at least N {unit}\", found {choice:?}");
+    let rest = choice.trim().strip_suffix(unit).ok_or_else(bad)?.trim_end();
+    let (rel, num) = if let Some(n) = rest.strip_prefix("less than ") {
+        (Relation::LessThan, n)
+    } else if let Some(n) = rest.strip_prefix("at least ") {
+        (Relation::AtLeast, n)
+    } else {
+        (Relation::Exactly, rest)
+    };
+    let n = num.trim().parse::<usize>().map_err(|_| bad())?;
+    Ok((rel, n))
+}
+
+static TITLE_ANGULAR: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"<<[^\n]+>>").expect("valid regex"));
+static TITLE_ASTERISKS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\*\*[^\n]+\*\*").expect("valid regex"));
+
+/// The authors' `TitleChecker`: some `<<…>>` (or `**…**`) on one line with non-blank content.
+fn has_title(response: &str, style: TitleStyle) -> bool {
+    let (re, edge) = match style {
+        TitleStyle::AngularBrackets => (&*TITLE_ANGULAR, ['<', '>']),
+        TitleStyle::Asterisks => (&*TITLE_ASTERISKS, ['*', '*']),
+    };
+    re.find_iter(response).any(|m| {
+        !m.as_str()
+            .trim_start_matches(edge[0])
+            .trim_end_matches(edge[1])
+            .trim()
+            .is_empty()
+    })
+}
+
+/// The authors' `ParagraphChecker`: paragraphs are separated by runs of newlines; a blank
+/// paragraph at either end is dropped, one in the middle fails the check (`None`).
+fn count_paragraphs(response: &str) -> Option<usize> {
+    // `re.split(r'\n{1,}', value)`
+    let paragraphs: Vec<&str> = NEWLINES.split(response).collect();
+    let n = paragraphs.len();
+    let mut count = n;
+    for (i, p) in paragraphs.iter().enumerate() {
+        if p.trim().is_empty() {
+            if i == 0 || i + 1 == n {
+                count -= 1;
+            } else {
+                return None;
+            }
+        }
+    }
+    Some(count)
+}
+
+static NEWLINES: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\n+").expect("valid regex"));
+static PREFIXES: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(Mr|St|Mrs|Ms|Dr)[.]").expect("valid regex"));
+static WEBSITES: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"[.](com|net|org|io|gov|edu|me)").expect("valid regex"));
+static DIGITS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"([0-9])[.]([0-9])").expect("valid regex"));
+static MULTIPLE_DOTS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\.{2,}").expect("valid regex"));
+static SINGLE_INITIAL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\s([A-Za-z])[.] ").expect("valid regex"));
+const STARTERS: &str = r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever)";
+static ACRONYM_STARTER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(r"([A-Z][.][A-Z][.](?:[A-Z][.])?) {STARTERS}")).expect("valid regex")
+});
+static ABC: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"([A-Za-z])[.]([A-Za-z])[.]([A-Za-z])[.]").expect("valid regex"));
+static AB: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"([A-Za-z])[.]([A-Za-z])[.]").expect("valid regex"));
+static SUFFIX_STARTER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(r" (Inc|Ltd|Jr|Sr|Co)[.] {STARTERS}")).expect("valid regex")
+});
+static SUFFIX: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r" (Inc|Ltd|Jr|Sr|Co)[.]").expect("valid regex"));
+static SPACE_LETTER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r" ([A-Za-z])[.]").expect("valid regex"));
+
+/// A port of `split_into_sentences` from the authors' `instruction_util.py` (itself from
+/// Google's IFEval), step by step.
+pub fn split_sentences(text: &str) -> Vec<String> {
+    let mut t = format!(" {text}  ").replace('\n', " ");
+    t = PREFIXES.replace_all(&t, "${1}<prd>").into_owned();
+    t = WEBSITES.replace_all(&t, "<prd>${1}").into_owned();
+    t = DIGITS.replace_all(&t, "${1}<prd>${2}").into_owned();
+    t = MULTIPLE_DOTS
+        .replace_all(&t, |c: &regex::Captures| {
+            format!("{}<stop>", "<prd>".repeat(c[0].len()))
+        })
+        .into_owned();
+    if t.contains("Ph.D") {
+        t = t.replace("Ph.D.", "Ph<prd>D<prd>");
+    }
+    t = SINGLE_INITIAL.replace_all(&t, " ${1}<prd> ").into_owned();
+    t = ACRONYM_STARTER
+        .replace_all(&t, "${1}<stop> ${2}")
+        .into_owned();
+    t = ABC
+        .replace_all(&t, "${1}<prd>${2}<prd>${3}<prd>")
+        .into_owned();
+    t = AB.replace_all(&t, "${1}<prd>${2}<prd>").into_owned();
+    t = SUFFIX_STARTER
+        .replace_all(&t, " ${1}<stop> ${2}")
+        .into_owned();
+    t = SUFFIX.replace_all(&t, " ${1}<prd>").into_owned();
+    t = SPACE_LETTER.replace_all(&t, " ${1}<prd>").into_owned();
+    t = t
+        .replace(".\u{201d}", "\u{201d}.")
+        .replace(".\"", "\".")
+        .replace("!\"", "\"!")
+        .replace("?\"", "\"?");
+    t = t
+        .replace('.', ".<stop>")
+        .replace('?', "?<stop>")
+        .replace('!', "!<stop>");
+    t = t.replace("<prd>", ".");
+    let mut sentences: Vec<String> = t.split("<stop>").map(|s| s.trim().to_string()).collect();
+    if sentences.last().is_some_and(|s| s.is_empty()) {
+        sentences.pop();
+    }
+    sentences
+}
+
+/// Number of sentences by [`split_sentences`].
+pub fn count_sentences(text: &str) -> usize {
+    split_sentences(text).len()
+}
+
+/// QA: whether the reply contains the counterfactual answer or one of its aliases. Both are
+/// lower-cased; an alias loses surrounding whitespace and trailing `.`; it must occur in the
+/// reply with no letter or digit right before or after it (so the alias "sy" does not match
+/// "easy"). Empty aliases never match.
+pub fn qa_answer_matches(aliases: &[String], response: &str) -> bool {
+    let hay = response.to_lowercase();
+    aliases.iter().any(|alias| {
+        let needle = alias.trim().trim_end_matches('.').trim().to_lowercase();
+        !needle.is_empty() && contains_bounded(&hay, &needle)
+    })
+}
+
+fn contains_bounded(hay: &str, needle: &str) -> bool {
+    let first_alnum = needle.chars().next().is_some_and(char::is_alphanumeric);
+    let last_alnum = needle.chars().last().is_some_and(char::is_alphanumeric);
+    hay.match_indices(needle).any(|(at, _)| {
+        let before_ok = !first_alnum
+            || !hay[..at]
+                .chars()
+                .next_back()
+                .is_some_and(char::is_alphanumeric);
+        let after_ok = !last_alnum
+            || !hay[at + needle.len()..]
+                .chars()
+                .next()
+                .is_some_and(char::is_alphanumeric);
+        before_ok && after_ok
+    })
+}
+
+/// MT: whether the required target word occurs in the reply. Chinese and Hebrew attach words
+/// without spaces (Hebrew also prefixes ו/ה/ב/ל/…), so this is a substring test, after
+/// removing Hebrew vowel points and cantillation marks from both sides (the dictionaries mix
+/// pointed and unpointed forms) and lower-casing. The authors tokenized with jieba / a Hebrew
+/// tokenizer when choosing feedback; a substring test is the stricter "already present".
+pub fn mt_word_present(target: &str, response: &str) -> bool {
+    let needle = normalize_mt(target);
+    !needle.trim().is_empty() && normalize_mt(response).contains(needle.trim())
+}
+
+fn normalize_mt(s: &str) -> String {
+    s.chars()
+        .filter(|c| !is_hebrew_point(*c))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn is_hebrew_point(c: char) -> bool {
+    matches!(u32::from(c), 0x0591..=0x05BD | 0x05BF | 0x05C1..=0x05C2 | 0x05C4..=0x05C5 | 0x05C7)
+}
+
+/// English words of a source sentence for the MT feedback rule: maximal runs of letters and
+/// digits (an approximation of the authors' spaCy tokens for the nouns that carry feedback).
+pub fn english_words(text: &str) -> Vec<&str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(rule: EmailRule, choice: &str, response: &str) -> bool {
+        EmailCheck::parse(rule, choice)
+            .expect("valid choice")
+            .check(response)
+    }
+
+    #[test]
+    fn email_rules_pass_and_fail() {
+        use EmailRule::*;
+        let table: &[(EmailRule, &str, &str, bool)] = &[
+            (
+                Title,
+                "wrapped in double angular brackets, i.e. <<subject>>",
+                "<<Softball team>>\nHi Mark",
+                true,
+            ),
+            (
+                Title,
+                "wrapped in double angular brackets, i.e. <<subject>>",
+                "<< >>\nHi",
+                false,
+            ),
+            (
+                Title,
+                "wrapped in double angular brackets, i.e. <<subject>>",
+                "**Softball**",
+                false,
+            ),
+            (
+                Title,
+                "wrapped in double asterisks, i.e. **subject**.",
+                "Subject: **Softball team**",
+                true,
+            ),
+            (
+                Title,
+                "wrapped in double asterisks, i.e. **subject**.",
+                "**\nx**",
+                false,
+            ),
+            (Greetings, "Happy New Year", "happy new year, Mark!", true),
+            (Greetings, "Happy New Year", "Hello Mark", false),
+            (
+                Greetings,
+                "I hope this email finds you well.",
+                "I hope this email finds you well!",
+                true,
+            ),
+            (Signature, "Peace,\nBob", "Thanks.\nPeace,\nBob", true),
+            (Signature, "Peace,\nBob", "Peace, Bob", false),
+            (Signature, "Sincerely,", "Sincerely\nCameron", true),
+            (Sentence, "less than 3 sentences", "One. Two.", true),
+            (Sentence, "less than 3 sentences", "One. Two. Three.", false),
+            (Sentence, "at least 3 sentences", "One. Two! Three?", true),
+            (
+                Sentence,
+                "at least 3 sentences",
+                "Mr. Smith met Dr. Jones. Bye.",
+                false,
+            ),
+            (
+                Paragraph,
+                "at least 2 paragraphs",
+                "Para one.\n\nPara two.",
+                true,
+            ),
+            (
+                Paragraph,
+                "at least 2 paragraphs",
+                "Just one paragraph.",
+                false,
+            ),
+            (Paragraph, "less than 2 paragraphs", "\nJust one.\n", true),
+            (
+                ResponseLanguage,
+                "German",
+                "Lieber Mark, ich hoffe, es geht dir gut.",
+                true,
+            ),
+            (
+                ResponseLanguage,
+                "German",
+                "Dear Mark, I hope you are well.",
+                false,
+            ),
+            (ResponseLanguage, "Chinese", "亲爱的马克，你好。", true),
+            (
+                ResponseLanguage,
+                "French",
+                "Bonjour Marc, je suis content.",
+                true,
+            ),
+            (
+                ResponseLanguage,
+                "English",
+                "Bonjour Marc, je suis content.",
+                false,
+            ),
+            (ResponseLanguage, "English", "...", true),
+        ];
+        for (rule, choice, response, want) in table {
+            assert_eq!(
+                check(*rule, choice, response),
+                *want,
+                "{rule:?} {choice:?} on {response:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_choices_are_errors() {
+        assert!(EmailCheck::parse(EmailRule::Sentence, "many sentences").is_err());
+        assert!(EmailCheck::parse(EmailRule::Title, "in bold").is_err());
+        assert!(EmailCheck::parse(EmailRule::ResponseLanguage, "Klingon").is_err());
+        assert!(EmailCheck::parse(EmailRule::Greetings, ".").is_err());
+        assert_eq!(
+            EmailCheck::parse(EmailRule::Sentence, "at least 13 sentences"),
+            Ok(EmailCheck::Sentences(Relation::AtLeast, 13))
+        );
+    }
+
+    #[test]
+    fn sentence_splitter_follows_ifeval_rules() {
+        let cases: &[(&str, usize)] = &[
+            ("Hello world. How are you? Fine!", 3),
+            ("Mr. Smith went to Washington. He arrived.", 2),
+            ("The price is 3.5 dollars. Visit example.com today.", 2),
+            ("Wait... what?", 2),
+            ("No punctuation at all", 1),
+            ("", 0),
+            ("He said \"hi.\" Then left.", 2),
+            ("U.S.A. is big. It is.", 2),
+        ];
+        for (text, n) in cases {
+            assert_eq!(
+                count_sentences(text),
+                *n,
+                "{text:?} -> {:?}",
+                split_sentences(text)
+            );
+        }
+    }
+
+    #[test]
+    fn qa_aliases_match_on_word_boundaries() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let table: &[(&[&str], &str, bool)] = &[
+            (&["Syria."], "Syria", true),
+            (
+                &["Syria."],
+                "Leonardo DiCaprio is a citizen of syria.",
+                true,
+            ),
+            (&["Syria."], "He is American.", false),
+            (
+                &["Syrian pound", "SYP"],
+                "The currency is the Syrian Pound (SYP).",
+                true,
+            ),
+            (&["sy"], "That is easy.", false),
+            (&["sy"], "Code: sy", true),
+            (&["🇸🇾"], "🇸🇾!", true),
+            (&["", " "], "anything", false),
+        ];
+        for (aliases, response, want) in table {
+            assert_eq!(
+                qa_answer_matches(&a(aliases), response),
+                *want,
+                "{aliases:?} in {response:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn mt_target_word_is_a_normalized_substring() {
+        let table: &[(&str, &str, bool)] = &[
+            ("函数", "被修改的版本因为调用了函数而崩溃。", true),
+            ("函数", "被修改的版本因为调用了功能而崩溃。", false),
+            ("חַמְצָן", "והחמצן נגמר", true),
+            ("חמצן", "החַמְצָן נגמר", true),
+            ("חמצן", "המים נגמרו", false),
+            ("", "anything", false),
+        ];
+        for (target, response, want) in table {
+            assert_eq!(
+                mt_word_present(target, response),
+                *want,
+                "{target} in {response}"
+            );
+        }
+        assert_eq!(
+            english_words("a vtable's end-of-line, 3D"),
+            ["a", "vtable", "s", "end", "of", "line", "3D"]
+        );
+    }
+}

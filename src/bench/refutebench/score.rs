@@ -1,0 +1,480 @@
+//! Scoring finished RefuteBench dialogues: feedback acceptance (FA) and response rate (RR),
+//! per task and setting, each with a seeded bootstrap 95% interval (over dialogues) and the
+//! count of FA judgements that could not be parsed. Also the transcript file format that
+//! `candor score refutebench` reads.
+//!
+//! RR follows section 5.2 of the paper: a dialogue's RR is the mean of R(f, r) over its viable
+//! (feedback, later reply) pairs as [`super::dialogue`] lists them, and a setting's RR is the
+//! mean over dialogues that have at least one such pair. FA is the share of judged feedback turns
+//! whose judge said Yes, pooled over the dialogues (for single-feedback settings, one turn per
+//! dialogue). Both are reported in percent, like the paper. Dialogues that are unfinished, ended
+//! by a conflict before any pair, or without any viable pair are counted beside the metrics,
+//! never scored as zero.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::data::Item;
+use super::dialogue::{self, End, ReplayOptions, TurnKind};
+use super::Error;
+use crate::bench::plan::{StepOutput, Transcript};
+use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::{bootstrap, mean, RESAMPLES};
+use crate::judge::feedback_acceptance::{self, Acceptance};
+use crate::judge::Verdict;
+
+/// One item's finished steps, as read from a transcript file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemTranscript {
+    pub item: String,
+    pub steps: Transcript,
+}
+
+/// Reads a transcript file: JSON lines, each either a whole item
+/// (`{"item": ID, "steps": {KEY: StepOutput, …}}`) or one finished step as the run's samples
+/// record it (`{"item": ID, "key": KEY, "output": StepOutput, …}`; `item_id` is accepted for
+/// `item`; a line with an `error` and no `output` is a failed step and is skipped). Steps of one
+/// item may be spread over many lines; items keep the order they first appear in.
+pub fn read_transcripts(path: &Path) -> Result<Vec<ItemTranscript>, Error> {
+    let file = std::fs::File::open(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_transcripts(std::io::BufReader::new(file), path)
+}
+
+/// [`read_transcripts`] on any reader; `path` only labels errors.
+pub fn parse_transcripts(reader: impl BufRead, path: &Path) -> Result<Vec<ItemTranscript>, Error> {
+    let mut order: Vec<String> = Vec::new();
+    let mut steps: BTreeMap<String, Transcript> = BTreeMap::new();
+    for (i, line) in reader.lines().enumerate() {
+        let lineno = i + 1;
+        let line = line.map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |m: String| Error::line(path, lineno, m);
+        let v: Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+        let item = v
+            .get("item")
+            .or_else(|| v.get("item_id"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("missing string field `item`".into()))?
+            .to_string();
+        let entry = steps.entry(item.clone()).or_insert_with(|| {
+            order.push(item.clone());
+            Transcript::new()
+        });
+        if let Some(all) = v.get("steps") {
+            let t: Transcript =
+                serde_json::from_value(all.clone()).map_err(|e| bad(format!("steps: {e}")))?;
+            for (k, s) in t {
+                if entry.insert(k.clone(), s).is_some() {
+                    return Err(bad(format!("step {k:?} of item {item:?} appears twice")));
+                }
+            }
+        } else if let Some(key) = v.get("key").and_then(Value::as_str) {
+            match v.get("output") {
+                Some(out) if !out.is_null() => {
+                    let s: StepOutput = serde_json::from_value(out.clone())
+                        .map_err(|e| bad(format!("output: {e}")))?;
+                    if entry.insert(key.to_string(), s).is_some() {
+                        return Err(bad(format!("step {key:?} of item {item:?} appears twice")));
+                    }
+                }
+                _ if v.get("error").is_some() => {}
+                _ => return Err(bad("a step line needs `output` (or `error`)".into())),
+            }
+        } else {
+            return Err(bad("expected `steps`, or `key` with `output`".into()));
+        }
+    }
+    Ok(order
+        .into_iter()
+        .map(|item| {
+            let steps = steps.remove(&item).unwrap_or_default();
+            ItemTranscript { item, steps }
+        })
+        .collect())
+}
+
+/// Settings of a scoring run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScoreOptions {
+    /// Must match the run's, so that the replayed feedback choices are the ones asked.
+    pub replay: ReplayOptions,
+    /// Seed of the bootstrap.
+    pub bootstrap_seed: u64,
+}
+
+/// Why a dialogue has no RR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// At least one viable (feedback, reply) pair was checked.
+    Scored,
+    /// Finished without a viable pair: no feedback applied, or no later query it applies to
+    /// (e.g. a QA question published without an answer).
+    NotViable,
+    /// A feedback word had no candidate left before any pair was checked.
+    Conflict,
+    /// Some step has no output yet.
+    Incomplete,
+}
+
+/// One FA judgement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaRecord {
+    /// Position of the feedback turn.
+    pub turn: usize,
+    /// `None` when the judge step has not run.
+    pub verdict: Option<Verdict<Acceptance>>,
+}
+
+/// One feedback as given, for the record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GivenRecord {
+    pub turn: usize,
+    pub label: String,
+    pub chosen: String,
+    pub candidates: usize,
+    pub pick: usize,
+}
+
+/// One dialogue's scores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemScore {
+    pub item: String,
+    pub group: String,
+    pub setting: String,
+    pub status: Status,
+    /// Viable (feedback, reply) pairs checked, and how many passed.
+    pub checks: usize,
+    pub passed: usize,
+    pub feedback: Vec<GivenRecord>,
+    pub fa: Vec<FaRecord>,
+}
+
+impl ItemScore {
+    /// This dialogue's RR in percent, when it has one.
+    pub fn rr(&self) -> Option<f64> {
+        (self.status == Status::Scored && self.checks > 0)
+            .then(|| 100.0 * self.passed as f64 / self.checks as f64)
+    }
+    fn fa_counts(&self) -> (usize, usize, usize) {
+        let mut accepted = 0;
+        let mut judged = 0;
+        let mut unscored = 0;
+        for r in &self.fa {
+            match &r.verdict {
+                Some(Verdict::Scored(a)) => {
+                    judged += 1;
+                    accepted += usize::from(*a == Acceptance::Accepted);
+                }
+                Some(Verdict::Unscored { .. }) => unscored += 1,
+                None => {}
+            }
+        }
+        (accepted, judged, unscored)
+    }
+}
+
+/// Scores one dialogue from its finished steps.
+pub fn score_item(item: &Item, done: &Transcript, opts: &ReplayOptions) -> ItemScore {
+    let replay = dialogue::replay(item, done, opts);
+    let mut checks = 0;
+    let mut passed = 0;
+    let mut feedback = Vec::new();
+    let mut fa = Vec::new();
+    for turn in &replay.turns {
+        match &turn.kind {
+            TurnKind::Query { checks: cs, .. } => {
+                if let Some(reply) = turn.reply {
+                    checks += cs.len();
+                    passed += cs.iter().filter(|c| c.passes(&reply.text)).count();
+                }
+            }
+            TurnKind::Feedback { given, .. } => {
+                feedback.extend(given.iter().map(|g| GivenRecord {
+                    turn: turn.index,
+                    label: g.label.clone(),
+                    chosen: g.chosen.clone(),
+                    candidates: g.candidates,
+                    pick: g.pick,
+                }));
+                if turn.reply.is_some() {
+                    let verdict = dialogue::find_step(done, &dialogue::fa_key(turn.index))
+                        .map(|(_, s)| feedback_acceptance::parse(&s.text));
+                    fa.push(FaRecord {
+                        turn: turn.index,
+                        verdict,
+                    });
+                }
+            }
+        }
+    }
+    let status = match replay.end {
+        End::Waiting(_) => Status::Incomplete,
+        _ if checks > 0 => Status::Scored,
+        End::Conflict { .. } => Status::Conflict,
+        End::Complete => Status::NotViable,
+    };
+    ItemScore {
+        item: item.id.clone(),
+        group: item.source.group(),
+        setting: item.source.setting.label(),
+        status,
+        checks,
+        passed,
+        feedback,
+        fa,
+    }
+}
+
+/// Scores and their per-dialogue details.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scored {
+    pub results: BenchResults,
+    pub items: Vec<ItemScore>,
+}
+
+/// Scores a set of dialogues: headline metrics `<task>_<setting>_rr` and `<task>_<setting>_fa`
+/// (MT language pairs pooled), and a table with one row per group (task or MT pair) and setting.
+pub fn score(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions) -> Scored {
+    let items: Vec<ItemScore> = pairs
+        .iter()
+        .map(|(i, t)| score_item(i, t, &opts.replay))
+        .collect();
+    let task_of = |s: &ItemScore| s.item.split('/').next().unwrap_or("").to_string();
+    let mut metrics = Vec::new();
+    let mut by_task: BTreeMap<(String, String), Vec<&ItemScore>> = BTreeMap::new();
+    let mut by_group: BTreeMap<(String, String), Vec<&ItemScore>> = BTreeMap::new();
+    for s in &items {
+        by_task
+            .entry((task_of(s), s.setting.clone()))
+            .or_default()
+            .push(s);
+        by_group
+            .entry((s.group.clone(), s.setting.clone()))
+            .or_default()
+            .push(s);
+    }
+    for ((task, setting), group) in &by_task {
+        let (rr, fa) = summarize(group, opts.bootstrap_seed);
+        metrics.push(Metric {
+            name: format!("{task}_{setting}_rr"),
+            ..rr.metric
+        });
+        metrics.push(Metric {
+            name: format!("{task}_{setting}_fa"),
+            ..fa.metric
+        });
+    }
+    let mut rows = Vec::new();
+    for ((group, setting), g) in &by_group {
+        let (rr, fa) = summarize(g, opts.bootstrap_seed);
+        let count = |st: Status| g.iter().filter(|s| s.status == st).count().to_string();
+        rows.push(vec![
+            group.clone(),
+            setting.clone(),
+            g.len().to_string(),
+            rr.cell(),
+            rr.metric.n.to_string(),
+            fa.cell(),
+            fa.metric.n.to_string(),
+            fa.metric.unscored.to_string(),
+            count(Status::NotViable),
+            count(Status::Conflict),
+            count(Status::Incomplete),
+        ]);
+    }
+    let table = Table {
+        title: "RefuteBench: response rate (RR) and feedback acceptance (FA), % with bootstrap 95% interval".into(),
+        columns: [
+            "group", "setting", "dialogues", "RR", "RR n", "FA", "FA n", "FA unscored", "not viable", "conflict",
+            "incomplete",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    };
+    Scored {
+        results: BenchResults {
+            metrics,
+            tables: vec![table],
+        },
+        items,
+    }
+}
+
+struct Summary {
+    metric: Metric,
+}
+
+impl Summary {
+    fn cell(&self) -> String {
+        let i = self.metric.interval;
+        if self.metric.n == 0 {
+            "-".into()
+        } else {
+            format!("{:.2} [{:.2}, {:.2}]", i.value, i.low, i.high)
+        }
+    }
+}
+
+fn summarize(group: &[&ItemScore], seed: u64) -> (Summary, Summary) {
+    let rr_values: Vec<f64> = group.iter().filter_map(|s| s.rr()).collect();
+    let rr = bootstrap(&rr_values, mean, seed, RESAMPLES);
+    let fa_units: Vec<(usize, usize)> = group
+        .iter()
+        .filter(|s| s.status != Status::Incomplete)
+        .map(|s| s.fa_counts())
+        .filter(|(_, judged, _)| *judged > 0)
+        .map(|(a, j, _)| (a, j))
+        .collect();
+    let unscored: usize = group
+        .iter()
+        .filter(|s| s.status != Status::Incomplete)
+        .map(|s| s.fa_counts().2)
+        .sum();
+    let ratio = |u: &[(usize, usize)]| {
+        let (a, j) = u.iter().fold((0, 0), |(a, j), (x, y)| (a + x, j + y));
+        if j == 0 {
+            f64::NAN
+        } else {
+            100.0 * a as f64 / j as f64
+        }
+    };
+    let fa = bootstrap(&fa_units, ratio, seed, RESAMPLES);
+    let judged: usize = fa_units.iter().map(|(_, j)| j).sum();
+    (
+        Summary {
+            metric: Metric {
+                name: String::new(),
+                interval: rr,
+                n: rr_values.len(),
+                unscored: 0,
+            },
+        },
+        Summary {
+            metric: Metric {
+                name: String::new(),
+                interval: fa,
+                n: judged,
+                unscored,
+            },
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<ItemTranscript>, Error> {
+        parse_transcripts(text.as_bytes(), Path::new("t.jsonl"))
+    }
+
+    const OUT: &str =
+        r#"{"text": "hi", "stop_reason": "eos", "prompt_tokens": 3, "output_tokens": 1}"#;
+
+    #[test]
+    fn transcripts_merge_step_lines_and_whole_items() {
+        let text = format!(
+            "{{\"item\": \"a\", \"steps\": {{\"turn/0\": {OUT}}}}}\n\
+             {{\"item_id\": \"b\", \"key\": \"turn/0\", \"output\": {OUT}}}\n\
+             \n\
+             {{\"item\": \"a\", \"key\": \"fa/1\", \"output\": {OUT}}}\n\
+             {{\"item\": \"b\", \"key\": \"turn/1\", \"error\": \"engine failed\"}}\n"
+        );
+        let t = parse(&text).expect("parses");
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].item, "a");
+        assert_eq!(t[0].steps.keys().collect::<Vec<_>>(), ["fa/1", "turn/0"]);
+        assert_eq!(t[1].steps.len(), 1);
+    }
+
+    #[test]
+    fn transcript_errors_name_the_line() {
+        let cases = [
+            (format!("{{\"item\": \"a\", \"key\": \"k\", \"output\": {OUT}}}\n{{\"item\": \"a\", \"key\": \"k\", \"output\": {OUT}}}"), "t.jsonl:2: step \"k\""),
+            ("{\"item\": \"a\"}".to_string(), "t.jsonl:1: expected `steps`"),
+            ("{\"item\": \"a\", \"key\": \"k\"}".to_string(), "t.jsonl:1: a step line needs"),
+            ("[1]".to_string(), "t.jsonl:1: missing string field `item`"),
+            ("{\"item\": \"a\", \"steps\": {\"k\": {\"text\": 1}}}".to_string(), "t.jsonl:1: steps:"),
+        ];
+        for (text, want) in cases {
+            let err = parse(&text).expect_err(&text).to_string();
+            assert!(err.starts_with(want), "{err} (wanted {want})");
+        }
+    }
+
+    fn fake(
+        status: Status,
+        checks: usize,
+        passed: usize,
+        fa: &[Option<Verdict<Acceptance>>],
+    ) -> ItemScore {
+        ItemScore {
+            item: "qa/single/x/0".into(),
+            group: "qa".into(),
+            setting: "memory_nc0".into(),
+            status,
+            checks,
+            passed,
+            feedback: Vec::new(),
+            fa: fa
+                .iter()
+                .enumerate()
+                .map(|(turn, v)| FaRecord {
+                    turn,
+                    verdict: v.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn summaries_average_dialogues_and_pool_fa() {
+        let yes = Some(Verdict::Scored(Acceptance::Accepted));
+        let no = Some(Verdict::Scored(Acceptance::Rejected));
+        let bad = Some(Verdict::unscored("neither"));
+        let scores = [
+            fake(Status::Scored, 2, 1, &[yes.clone(), no.clone()]),
+            fake(Status::Scored, 1, 1, std::slice::from_ref(&yes)),
+            fake(Status::NotViable, 0, 0, std::slice::from_ref(&bad)),
+            fake(Status::Incomplete, 1, 0, std::slice::from_ref(&no)),
+            fake(Status::Scored, 4, 0, &[None]),
+        ];
+        let refs: Vec<&ItemScore> = scores.iter().collect();
+        let (rr, fa) = summarize(&refs, 0);
+        // RR: mean of 50, 100 and 0 over the three scored dialogues.
+        assert_eq!(rr.metric.n, 3);
+        assert_eq!(rr.metric.interval.value, 50.0);
+        assert!(rr.metric.interval.low <= 50.0 && rr.metric.interval.high >= 50.0);
+        // FA: 2 accepted of 3 judged (the incomplete dialogue and the missing judgement left out),
+        // one unparseable judgement counted beside.
+        assert_eq!((fa.metric.n, fa.metric.unscored), (3, 1));
+        assert!((fa.metric.interval.value - 200.0 / 3.0).abs() < 1e-9);
+        let (rr, _) = summarize(&refs, 0);
+        let (rr2, _) = summarize(&refs, 0);
+        assert_eq!(rr.metric.interval, rr2.metric.interval, "seeded");
+        assert_eq!(
+            Summary {
+                metric: Metric {
+                    n: 0,
+                    ..rr.metric.clone()
+                }
+            }
+            .cell(),
+            "-"
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Where a model's files are: resolving a `--model` value (`default`, a local path, or a
+//! Hugging Face Hub id) to a GGUF file plus, optionally, a `tokenizer.json` and a
+//! `tokenizer_config.json` beside it.
+//!
+//! `default` is the SmolLM2-135M-Instruct Q4_1 GGUF that `candor setup` puts in `models/`
+//! (under the crate root or the current directory). A Hub id is `org/repo` (the repo must
+//! hold exactly one `.gguf`) or `org/repo:file.gguf`; files come through hf-hub, which keeps
+//! its cache (`HF_HOME`) and, with `HF_HUB_OFFLINE=1`, never touches the network. This module
+//! only finds files; it does not read them ([`super::tokenizer`], the weights loader do).
+
+use std::path::{Path, PathBuf};
+
+use super::error::{ModelError, Result};
+
+/// File name of the default model.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// sha256 of the default model file.
+pub const DEFAULT_MODEL_SHA256: &str =
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// A parsed `--model` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSpec {
+    /// The default model in `models/`.
+    Default,
+    /// A `.gguf` file, or a directory holding one.
+    Path(PathBuf),
+    /// A Hub repository, and the GGUF file in it when named.
+    Hub { repo: String, file: Option<String> },
+}
+
+impl ModelSpec {
+    /// Parses a `--model` value: `default`, an existing path, or `org/repo[:file.gguf]`.
+    pub fn parse(value: &str) -> Result<Self> {
+        if value == "default" {
+            return Ok(ModelSpec::Default);
+        }
+        let path = Path::new(value);
+        if path.exists() {
+            return Ok(ModelSpec::Path(path.to_path_buf()));
+        }
+        let (repo, file) = match value.split_once(':') {
+            Some((r, f)) => (r, Some(f)),
+            None => (value, None),
+        };
+        if looks_like_hub_id(repo) && file.is_none_or(|f| f.ends_with(".gguf")) {
+            return Ok(ModelSpec::Hub {
+                repo: repo.to_string(),
+                file: file.map(str::to_string),
+            });
+        }
+        Err(source_err(
+            value,
+            "no such file or directory, and not a Hub id (`org/repo` or `org/repo:file.gguf`)",
+        ))
+    }
+}
+
+fn looks_like_hub_id(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
+    };
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+}
+
+/// The files a model was resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFiles {
+    /// The weights and (unless `tokenizer_json` is given) the tokenizer.
+    pub gguf: PathBuf,
+    /// A Hugging Face tokenizer beside the GGUF, which then takes precedence.
+    pub tokenizer_json: Option<PathBuf>,
+    /// Its `tokenizer_config.json` (BOS/EOS, chat template), when present.
+    pub tokenizer_config: Option<PathBuf>,
+}
+
+/// Resolves a `--model` value to files on disk, downloading from the Hub if needed.
+pub fn resolve(value: &str) -> Result<ModelFiles> {
+    match ModelSpec::parse(value)? {
+        ModelSpec::Default => resolve_default(&default_search_dirs()),
+        ModelSpec::Path(p) => resolve_path(&p),
+        ModelSpec::Hub { repo, file } => resolve_hub(&repo, file.as_deref()),
+    }
+}
+
+/// Where `default` is looked for: `models/` under the crate root, then under the current
+/// directory.
+pub fn default_search_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("models")];
+    if let Ok(cwd) = std::env::current_dir() {
+        let d = cwd.join("models");
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs
+}
+
+/// The default model in the first of `dirs` that has it.
+pub fn resolve_default(dirs: &[PathBuf]) -> Result<ModelFiles> {
+    for d in dirs {
+        let p = d.join(DEFAULT_MODEL_FILE);
+        if p.is_file() {
+            return Ok(ModelFiles {
+                gguf: p,
+                tokenizer_json: None,
+                tokenizer_config: None,
+            });
+        }
+    }
+    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(source_err(
+        "default",
+        format!(
+            "{DEFAULT_MODEL_FILE} not found in {}; run `candor setup`",
+            looked.join(" or ")
+        ),
+    ))
+}
+
+/// A local `.gguf` file, or a directory with exactly one `.gguf` (and optionally
+/// `tokenizer.json` / `tokenizer_config.json`).
+pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
+    let name = path.display().to_string();
+    if path.is_file() {
+        if path.extension().and_then(|e| e.to_str()) != Some("gguf") {
+            return Err(source_err(&name, "not a .gguf file"));
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        return Ok(with_tokenizer_files(path.to_path_buf(), dir));
+    }
+    if !path.is_dir() {
+        return Err(source_err(&name, "no such file or directory"));
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| ModelError::io(path, e))?;
+    let mut ggufs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| ModelError::io(path, e))?;
+        let p = entry.path();
+        if p.is_file() && p.extension().and_then(|e| e.to_str()) == Some("gguf") {
+            ggufs.push(p);
+        }
+    }
+    ggufs.sort();
+    match ggufs.len() {
+        0 => Err(source_err(&name, "directory holds no .gguf file")),
+        1 => Ok(with_tokenizer_files(ggufs.remove(0), path)),
+        _ => Err(source_err(
+            &name,
+            format!(
+                "directory holds {} .gguf files ({}); name one",
+                ggufs.len(),
+                file_names(&ggufs)
+            ),
+        )),
+    }
+}
+
+fn with_tokenizer_files(gguf: PathBuf, dir: &Path) -> ModelFiles {
+    let opt = |n: &str| Some(dir.join(n)).filter(|p| p.is_file());
+    ModelFiles {
+        gguf,
+        tokenizer_json: opt("tokenizer.json"),
+        tokenizer_config: opt("tokenizer_config.json"),
+    }
+}
+
+fn file_names(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn hub_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE")
+        .map(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        })
+        .unwrap_or(false)
+}
+
+/// A GGUF from a Hub repository (cached by hf-hub; offline reads only the cache).
+pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
+    let name = match file {
+        Some(f) => format!("{repo}:{f}"),
+        None => repo.to_string(),
+    };
+    if hub_offline() {
+        let cache = hf_hub::Cache::from_env();
+        let cached = cache.model(repo.to_string());
+        let file = match file {
+            Some(f) => f.to_string(),
+            None => single_cached_gguf(&cache, repo).map_err(|m| source_err(&name, m))?,
+        };
+        let gguf = cached.get(&file).ok_or_else(|| {
+            source_err(
+                &name,
+                format!(
+                    "HF_HUB_OFFLINE is set and `{file}` is not in the Hub cache at {}",
+                    cache.path().display()
+                ),
+            )
+        })?;
+        return Ok(ModelFiles {
+            gguf,
+            tokenizer_json: None,
+            tokenizer_config: None,
+        });
+    }
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
+        .with_progress(false)
+        .build()
+        .map_err(|e| source_err(&name, format!("hub client: {e}")))?;
+    let api_repo = api.model(repo.to_string());
+    let file = match file {
+        Some(f) => f.to_string(),
+        None => {
+            let info = api_repo
+                .info()
+                .map_err(|e| source_err(&name, format!("listing the repository: {e}")))?;
+            let ggufs: Vec<String> = info
+                .siblings
+                .into_iter()
+                .map(|s| s.rfilename)
+                .filter(|f| f.ends_with(".gguf"))
+                .collect();
+            pick_one(ggufs).map_err(|m| source_err(&name, m))?
+        }
+    };
+    let gguf = api_repo
+        .get(&file)
+        .map_err(|e| source_err(&name, format!("downloading `{file}`: {e}")))?;
+    Ok(ModelFiles {
+        gguf,
+        tokenizer_json: None,
+        tokenizer_config: None,
+    })
+}
+
+/// The only `.gguf` in the cached snapshot of the repo's `main`.
+fn single_cached_gguf(cache: &hf_hub::Cache, repo: &str) -> std::result::Result<String, String> {
+    let folder = cache
+        .path()
+        .join(format!("models--{}", repo.replace('/', "--")));
+    let main = std::fs::read_to_string(folder.join("refs").join("main")).map_err(|_| {
+        format!(
+            "HF_HUB_OFFLINE is set and the repository is not in the Hub cache at {}",
+            cache.path().display()
+        )
+    })?;
+    let snapshot = folder.join("snapshots").join(main.trim());
+    let entries =
+        std::fs::read_dir(&snapshot).map_err(|e| format!("reading {}: {e}", snapshot.display()))?;
+    let ggufs = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".gguf"))
+        .collect();
+    pick_one(ggufs)
+}
+
+fn pick_one(mut ggufs: Vec<String>) -> std::result::Result<String, String> {
+    ggufs.sort();
+    match ggufs.len() {
+        0 => Err("the repository holds no .gguf file".to_string()),
+        1 => Ok(ggufs.remove(0)),
+        n => Err(format!(
+            "the repository holds {n} .gguf files ({}); name one as org/repo:file.gguf",
+            ggufs.join(", ")
+        )),
+    }
+}
+
+fn source_err(name: &str, msg: impl Into<String>) -> ModelError {
+    ModelError::Source {
+        source_name: name.to_string(),
+        msg: msg.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_model_values() {
+        assert_eq!(ModelSpec::parse("default").unwrap(), ModelSpec::Default);
+        assert_eq!(
+            ModelSpec::parse("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF").unwrap(),
+            ModelSpec::Hub {
+                repo: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF".into(),
+                file: None
+            }
+        );
+        assert_eq!(
+            ModelSpec::parse("org/repo:model.Q4_1.gguf").unwrap(),
+            ModelSpec::Hub {
+                repo: "org/repo".into(),
+                file: Some("model.Q4_1.gguf".into())
+            }
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().to_str().unwrap();
+        assert_eq!(
+            ModelSpec::parse(p).unwrap(),
+            ModelSpec::Path(dir.path().into())
+        );
+        for bad in [
+            "no/such/thing.gguf",
+            "nothing-here.gguf",
+            "org/repo:notes.txt",
+            "../x/y",
+        ] {
+            let err = ModelSpec::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn default_missing_says_run_setup() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = resolve_default(&[dir.path().to_path_buf()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("run `candor setup`"), "{err}");
+        std::fs::write(dir.path().join(DEFAULT_MODEL_FILE), b"x").unwrap();
+        let files = resolve_default(&[dir.path().to_path_buf()]).unwrap();
+        assert_eq!(files.gguf, dir.path().join(DEFAULT_MODEL_FILE));
+    }
+
+    #[test]
+    fn directory_needs_exactly_one_gguf() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = resolve_path(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("no .gguf"), "{err}");
+        std::fs::write(dir.path().join("a.gguf"), b"x").unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), b"{}").unwrap();
+        let files = resolve_path(dir.path()).unwrap();
+        assert_eq!(files.gguf, dir.path().join("a.gguf"));
+        assert_eq!(
+            files.tokenizer_json,
+            Some(dir.path().join("tokenizer.json"))
+        );
+        assert_eq!(files.tokenizer_config, None);
+        std::fs::write(dir.path().join("b.gguf"), b"x").unwrap();
+        let err = resolve_path(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("a.gguf, b.gguf"), "{err}");
+        let txt = dir.path().join("notes.txt");
+        std::fs::write(&txt, b"x").unwrap();
+        assert!(resolve_path(&txt)
+            .unwrap_err()
+            .to_string()
+            .contains("not a .gguf"));
+    }
+}
