@@ -4,6 +4,7 @@
 //! sampling parameters, and returns tokens, text and a stop reason. It knows nothing of
 //! benchmarks: protocols talk to it through [`Generate`].
 
+pub mod chat;
 pub mod kv;
 pub mod sampling;
 pub mod scheduler;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::chat::Message;
 use crate::model::ModelError;
 
+pub use chat::{Engine, EngineOptions};
 pub use kv::{KvStore, SeqId, SeqKv};
 pub use scheduler::{Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 

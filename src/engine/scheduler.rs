@@ -196,21 +196,25 @@ impl Decoder {
         self.store.get(id).map(|kv| kv.len())
     }
 
-    /// The greedy prediction after each position of `ids` (teacher forcing): element `i` is the
-    /// argmax of the logits after `ids[..=i]`.
-    pub fn next_token_argmax(&mut self, ids: &[u32]) -> Result<Vec<u32>, EngineError> {
+    /// The greedy prediction after each position of `ids` from `from` on (teacher forcing):
+    /// element `i` is the argmax of the logits after `ids[..=from + i]`.
+    pub fn next_token_argmax(&mut self, ids: &[u32], from: usize) -> Result<Vec<u32>, EngineError> {
         self.check_ids(ids)?;
         let vocab = self.model.config().vocab_size;
+        let from = from.min(ids.len());
         let mut kv = SeqKv::new(self.layout());
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(self.config.prefill_chunk.min(64)) {
-            let mut steps = [SeqStep {
-                tokens: chunk,
-                kv: &mut kv,
-                logits: Logits::All,
-            }];
-            let logits = self.model.forward(&mut steps, &mut self.scratch);
-            out.extend(logits.chunks_exact(vocab).map(argmax));
+        let mut out = Vec::with_capacity(ids.len() - from);
+        let chunk = self.config.prefill_chunk.min(64);
+        for (part, logits) in [(&ids[..from], Logits::None), (&ids[from..], Logits::All)] {
+            for c in part.chunks(chunk) {
+                let mut steps = [SeqStep {
+                    tokens: c,
+                    kv: &mut kv,
+                    logits,
+                }];
+                let rows = self.model.forward(&mut steps, &mut self.scratch);
+                out.extend(rows.chunks_exact(vocab).map(argmax));
+            }
         }
         Ok(out)
     }
