@@ -4,6 +4,8 @@
 
 mod args;
 mod generate;
+mod models;
+mod protocols;
 mod run;
 mod score;
 mod setup;

@@ -17,11 +17,15 @@ use serde_json::json;
 
 use crate::bench::plan::{Plan, Transcript};
 use crate::bench::results::BenchResults;
+use crate::model::llama::WeightDType;
 use crate::report::BarProgress;
 use crate::store::manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
 use crate::store::run_dir::sha256_bytes;
 use crate::store::testkit::{toy_items, toy_score, FakeModels, ToyPlan};
 use crate::store::{Models, Run};
+
+use super::models::{engine_models, engine_options, ModelInfo};
+use super::protocols::{self, ProtocolArgs};
 
 /// The protocols `candor run` knows; one snake_case name each, as everywhere in Candor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -103,6 +107,10 @@ pub struct RunArgs {
     /// Sleep per batch of the `fake:` models, in milliseconds (tests kill runs mid-way).
     #[arg(long, hide = true, default_value_t = 0)]
     pub fake_delay_ms: u64,
+
+    // integrate: the per-protocol options (src/cli/protocols/mod.rs).
+    #[command(flatten)]
+    pub options: ProtocolArgs,
 }
 
 /// A model as named on the command line.
@@ -124,7 +132,7 @@ impl ModelSpec {
         }
     }
 
-    fn name(&self) -> String {
+    pub fn name(&self) -> String {
         match self {
             ModelSpec::Fake(l) => format!("fake:{l}"),
             ModelSpec::Engine(s) => s.clone(),
@@ -146,6 +154,7 @@ pub struct RunConfig {
     pub seed: u64,
     pub data: PathBuf,
     pub fake_delay: Duration,
+    pub options: ProtocolArgs,
 }
 
 impl RunConfig {
@@ -182,6 +191,7 @@ impl RunConfig {
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::bench::data_root),
             fake_delay: Duration::from_millis(args.fake_delay_ms),
+            options: args.options,
         })
     }
 }
@@ -207,14 +217,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                     crate::bench::DATA_ENV
                 );
             }
-            bail!(
-                "`candor run {}` is not wired yet: its plan and scorer land with the {} branch",
-                p.name(),
-                match p {
-                    Protocol::Realmistake | Protocol::Fennec => "judges",
-                    other => other.name(),
-                }
-            )
+            // integrate: one arm per protocol (src/cli/protocols/).
+            match p {
+                Protocol::Fbbench => protocols::fbbench::run(&cfg, &cfg.options),
+                Protocol::Refutebench => protocols::refutebench::run(&cfg, &cfg.options),
+                Protocol::Realmistake => protocols::realmistake::run(&cfg, &cfg.options),
+                _ => protocols::fennec::run(&cfg, &cfg.options),
+            }
         }
     }
 }
@@ -277,6 +286,15 @@ pub fn execute<P: Plan>(
         .map(|(i, m)| (format!("candidate/{i}"), m))
         .collect();
     roles.push(("judge".to_string(), &cfg.judge));
+    // integrate: real models are resolved and hashed once per name.
+    let mut infos: BTreeMap<String, ModelInfo> = BTreeMap::new();
+    for (_, m) in &roles {
+        if let ModelSpec::Engine(name) = m {
+            if !infos.contains_key(name) {
+                infos.insert(name.clone(), ModelInfo::inspect(name)?);
+            }
+        }
+    }
     let identity = RunIdentity {
         candor_version: env!("CARGO_PKG_VERSION").to_string(),
         protocol: cfg.protocol.name().to_string(),
@@ -284,7 +302,7 @@ pub fn execute<P: Plan>(
         seed: cfg.seed,
         models: roles
             .iter()
-            .map(|(role, m)| model_identity(role, m))
+            .map(|(role, m)| model_identity(role, m, &infos))
             .collect::<anyhow::Result<_>>()?,
         data_files,
         prompt_templates: setup.prompt_templates,
@@ -314,14 +332,32 @@ pub fn execute<P: Plan>(
             models.delay = cfg.fake_delay;
             finish(run, &mut models, score)
         }
-        None => bail!(
-            "loading real models needs the engine, which is not merged yet; \
-             use `fake:<label>` models to exercise the runner"
-        ),
+        // integrate: real models, loaded by the engine one at a time.
+        None => {
+            let info = |m: &ModelSpec| match m {
+                ModelSpec::Engine(name) => infos.get(name).cloned().context("unresolved model"),
+                ModelSpec::Fake(l) => {
+                    bail!("fake:{l}: fake and real models cannot be mixed in one run")
+                }
+            };
+            let candidates = cfg
+                .candidates
+                .iter()
+                .map(info)
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let judge = info(&cfg.judge)?;
+            let options = engine_options(cfg.batch_size, WeightDType::default());
+            let mut models = engine_models(&candidates, &judge, options);
+            finish(run, &mut models, score)
+        }
     }
 }
 
-fn model_identity(role: &str, m: &ModelSpec) -> anyhow::Result<ModelIdentity> {
+fn model_identity(
+    role: &str,
+    m: &ModelSpec,
+    infos: &BTreeMap<String, ModelInfo>,
+) -> anyhow::Result<ModelIdentity> {
     match m {
         ModelSpec::Fake(label) => {
             let h = sha256_bytes(format!("fake:{label}").as_bytes());
@@ -334,9 +370,10 @@ fn model_identity(role: &str, m: &ModelSpec) -> anyhow::Result<ModelIdentity> {
                 options: BTreeMap::new(),
             })
         }
-        ModelSpec::Engine(name) => {
-            bail!("model {name:?}: loading real models needs the engine, which is not merged yet")
-        }
+        ModelSpec::Engine(name) => Ok(infos
+            .get(name)
+            .context("unresolved model")?
+            .identity(role, WeightDType::default())),
     }
 }
 

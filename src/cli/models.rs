@@ -1,0 +1,168 @@
+//! The real models of `candor run`: resolving each `--model` / `--judge` value to files
+//! ([`crate::model::source`]), identifying them for the manifest (sha256 of the weights, of the
+//! tokenizer and of the chat template), and loading an [`Engine`] per actor for the runner.
+//!
+//! The runner keeps one generator at a time and drops it before loading the next, so only one
+//! model is in memory; actors named alike share one load. Batch size and thread count only
+//! change speed (the engine's outputs do not depend on them); the weight dtype changes outputs
+//! and is recorded with the model. Scheduling and the decode loop are the engine's and the
+//! runner's business, not this file's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::bench::refutebench::plan::TokenCounter;
+use crate::engine::{Engine, EngineError, EngineOptions, SchedulerConfig};
+use crate::model::chat::Message;
+use crate::model::chat_template::ChatTemplate;
+use crate::model::gguf::{file_sha256, GgufFile, LlamaConfig};
+use crate::model::llama::WeightDType;
+use crate::model::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
+use crate::model::tokenizer::Tokenizer;
+use crate::store::manifest::ModelIdentity;
+use crate::store::run_dir::sha256_bytes;
+use crate::store::{error_chain, BoxError, FnModels};
+
+/// A resolved model: its files and what identifies it, without its weights in memory.
+#[derive(Clone)]
+pub struct ModelInfo {
+    /// As named on the command line.
+    pub name: String,
+    pub files: ModelFiles,
+    pub sha256: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Arc<ChatTemplate>,
+    /// Positions the model attends over.
+    pub context_len: usize,
+}
+
+impl ModelInfo {
+    /// Resolves `name` and reads its tokenizer, chat template and configuration (not the
+    /// weights), hashing the weights file.
+    pub fn inspect(name: &str) -> anyhow::Result<ModelInfo> {
+        let files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
+        let file = GgufFile::open(&files.gguf).with_context(|| format!("model {name:?}"))?;
+        let tokenizer = match &files.tokenizer_json {
+            Some(path) => Tokenizer::from_tokenizer_json(path),
+            None => Tokenizer::from_gguf(file.content()),
+        }
+        .with_context(|| format!("model {name:?}: tokenizer"))?;
+        let template = match &files.tokenizer_config {
+            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
+            None => ChatTemplate::from_gguf(file.content(), &tokenizer),
+        }
+        .with_context(|| format!("model {name:?}: chat template"))?;
+        let config = LlamaConfig::from_gguf(file.content())
+            .with_context(|| format!("model {name:?}: configuration"))?;
+        let sha256 = file_sha256(&files.gguf)
+            .with_context(|| format!("model {name:?}: hashing {}", files.gguf.display()))?;
+        let is_default_file = files
+            .gguf
+            .file_name()
+            .is_some_and(|f| f == DEFAULT_MODEL_FILE);
+        if is_default_file && sha256 != DEFAULT_MODEL_SHA256 {
+            anyhow::bail!(
+                "{}: sha256 {sha256} is not the default model's ({DEFAULT_MODEL_SHA256}); \
+                 run `candor setup` again",
+                files.gguf.display()
+            );
+        }
+        Ok(ModelInfo {
+            name: name.to_string(),
+            files,
+            sha256,
+            tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
+            context_len: config.context_len,
+        })
+    }
+
+    /// The manifest entry of this model in `role`, with the loading options that change
+    /// outputs.
+    pub fn identity(&self, role: &str, dtype: WeightDType) -> ModelIdentity {
+        let mut options = BTreeMap::new();
+        options.insert("dtype".to_string(), dtype_name(dtype).to_string());
+        ModelIdentity {
+            role: role.to_string(),
+            name: self.name.clone(),
+            sha256: self.sha256.clone(),
+            tokenizer_sha256: self.tokenizer.sha256().to_string(),
+            chat_template_sha256: sha256_bytes(self.template.source().as_bytes()),
+            options,
+        }
+    }
+
+    /// Counts a conversation's prompt tokens as the engine will (template with generation
+    /// prompt, then the tokenizer). A conversation that cannot be rendered counts as
+    /// `usize::MAX`, so it never looks like it fits.
+    pub fn token_counter(&self) -> TokenCounter {
+        let tokenizer = Arc::clone(&self.tokenizer);
+        let template = Arc::clone(&self.template);
+        Arc::new(move |messages: &[Message]| {
+            template
+                .render(messages, true)
+                .ok()
+                .and_then(|text| tokenizer.encode(&text).ok())
+                .map_or(usize::MAX, |ids| ids.len())
+        })
+    }
+}
+
+/// How the run's engines are built.
+pub fn engine_options(batch_size: usize, dtype: WeightDType) -> EngineOptions {
+    EngineOptions {
+        dtype,
+        scheduler: SchedulerConfig {
+            batch_size,
+            ..SchedulerConfig::default()
+        },
+    }
+}
+
+/// The name a dtype has in manifests.
+pub fn dtype_name(dtype: WeightDType) -> &'static str {
+    match dtype {
+        WeightDType::Native => "native",
+        WeightDType::F32 => "f32",
+    }
+}
+
+/// Errors that concern a request rather than the engine: the runner logs the request as a
+/// failed step and goes on.
+fn is_request_error(err: &EngineError) -> bool {
+    matches!(
+        err,
+        EngineError::EmptyPrompt { .. }
+            | EngineError::TokenOutOfRange { .. }
+            | EngineError::PrefixTooLong { .. }
+    )
+}
+
+/// The runner's [`crate::store::Models`] over real engines: candidates by index, then the
+/// judge, each loaded from its resolved files when the runner first needs it.
+pub fn engine_models(
+    candidates: &[ModelInfo],
+    judge: &ModelInfo,
+    options: EngineOptions,
+) -> FnModels<Engine, impl FnMut(&str) -> Result<Engine, BoxError>> {
+    let files: BTreeMap<String, ModelFiles> = candidates
+        .iter()
+        .chain(std::iter::once(judge))
+        .map(|m| (m.name.clone(), m.files.clone()))
+        .collect();
+    let loader = move |name: &str| -> Result<Engine, BoxError> {
+        let f = files
+            .get(name)
+            .ok_or_else(|| format!("model {name:?} was not resolved"))?;
+        Engine::from_files(f, options)
+            .map_err(|e| -> BoxError { format!("model {name:?}: {}", error_chain(&e)).into() })
+    };
+    FnModels::new(
+        candidates.iter().map(|m| m.name.clone()).collect(),
+        judge.name.clone(),
+        loader,
+    )
+    .with_request_errors(is_request_error)
+}

@@ -1,0 +1,250 @@
+//! The four published protocols as `candor run` arms: one file each builds its items (with
+//! `--subset` and `--limit`), its plan with the protocol's options, its scorer and its
+//! manifest entries (data-file hashes, prompt template versions, settings), then hands them to
+//! [`super::run::execute`].
+//!
+//! This module holds the protocol options every arm reads ([`ProtocolArgs`], shown under
+//! "Protocol options" in `candor run --help`) and the small helpers they share: subset
+//! selection, the item limit, template versions. What a protocol *is* (data, plans, scores)
+//! lives in [`crate::bench`]; running it lives in [`crate::store`].
+
+pub mod fbbench;
+pub mod fennec;
+pub mod realmistake;
+pub mod refutebench;
+
+use anyhow::bail;
+
+use crate::store::run_dir::sha256_bytes;
+
+/// Options of the individual protocols; each names the protocols it applies to.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Protocol options")]
+pub struct ProtocolArgs {
+    /// fbbench: the dataset version, `v3` (default, 591 items) or `v1` (the paper's, 734
+    /// items; its judge prompt shows the reference answer). fennec: the evaluation set,
+    /// `auto-j` (default, 1392 pairwise items) or `pandalm` (999 items, majority of three
+    /// annotators).
+    #[arg(long, value_name = "NAME")]
+    pub dataset: Option<String>,
+
+    /// fbbench: how checklist verdicts become item scores: `published` (the authors' code,
+    /// default) or `paper` (Response Maintenance needs every criterion).
+    #[arg(long, value_name = "RULE", default_value = "published")]
+    pub rule: String,
+
+    /// refutebench: recall earlier instructions before each benchmark query (the paper's
+    /// section 6.3, without the repeat request).
+    #[arg(long, conflicts_with = "recall_repeat")]
+    pub recall: bool,
+
+    /// refutebench: recall earlier instructions before each benchmark query and ask the model
+    /// to repeat them first (the paper's recall-and-repeat).
+    #[arg(long)]
+    pub recall_repeat: bool,
+
+    /// realmistake: a detection prompt, `1-A`, `1-B`, `2-A` or `2-B` (repeatable; default all
+    /// four).
+    #[arg(long = "prompt", value_name = "P")]
+    pub prompts: Vec<String>,
+
+    /// realmistake: samples per prompt; k > 1 is self-consistency (temperature 0.5, seeded,
+    /// majority of the k verdicts).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub samples: usize,
+
+    /// fennec: evaluation criteria (branches) kept per item.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub branches: usize,
+
+    /// fennec: `pairwise` (both orders; Agreement and Consistency, default) or `single` (one
+    /// score per response; Accuracy).
+    #[arg(long, value_name = "MODE", default_value = "pairwise")]
+    pub mode: String,
+
+    /// fennec: skip the correction of low-scored responses.
+    #[arg(long)]
+    pub no_correction: bool,
+
+    /// All protocols: the most tokens any one generation may produce (default: each protocol's
+    /// own limits, e.g. FB-Bench 4096, RefuteBench 256). For quick runs; recorded in the
+    /// manifest, and replies cut short are marked `max_tokens` in the samples.
+    #[arg(long, value_name = "N")]
+    pub max_new_tokens: Option<usize>,
+}
+
+impl Default for ProtocolArgs {
+    /// The command line's defaults.
+    fn default() -> Self {
+        ProtocolArgs {
+            dataset: None,
+            rule: "published".to_string(),
+            recall: false,
+            recall_repeat: false,
+            prompts: Vec::new(),
+            samples: 1,
+            branches: 5,
+            mode: "pairwise".to_string(),
+            no_correction: false,
+            max_new_tokens: None,
+        }
+    }
+}
+
+impl ProtocolArgs {
+    /// `limit` lowered to `--max-new-tokens` when that is given.
+    pub fn cap(&self, limit: usize) -> usize {
+        self.max_new_tokens.map_or(limit, |m| m.min(limit))
+    }
+
+    /// Fails when an option that only `protocol` does not read was changed from its default.
+    pub fn check_unused(&self, protocol: &str, used: &[&str]) -> anyhow::Result<()> {
+        let given: [(&str, bool); 8] = [
+            ("--dataset", self.dataset.is_some()),
+            ("--rule", self.rule != "published"),
+            ("--recall", self.recall),
+            ("--recall-repeat", self.recall_repeat),
+            ("--prompt", !self.prompts.is_empty()),
+            ("--samples", self.samples != 1),
+            ("--branches", self.branches != 5),
+            ("--mode", self.mode != "pairwise" || self.no_correction),
+        ];
+        for (flag, set) in given {
+            if set && !used.contains(&flag) {
+                bail!("{flag} does not apply to {protocol}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The version recorded for a prompt template: the first 16 hex digits of its text's sha256.
+pub fn template_version(text: &str) -> String {
+    let h = sha256_bytes(text.as_bytes());
+    format!("sha256:{}", &h[..16])
+}
+
+/// Keeps the items that match any of `subsets` (all items when none is given); each subset
+/// must match at least one item. `labels` gives the names an item answers to.
+pub fn select<T>(
+    items: Vec<T>,
+    subsets: &[String],
+    labels: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<Vec<T>> {
+    if subsets.is_empty() {
+        return Ok(items);
+    }
+    let mut known: Vec<String> = Vec::new();
+    let mut hits = vec![0usize; subsets.len()];
+    let mut kept = Vec::new();
+    for item in items {
+        let names = labels(&item);
+        let mut keep = false;
+        for (i, s) in subsets.iter().enumerate() {
+            if subset_matches(s, &names) {
+                hits[i] += 1;
+                keep = true;
+            }
+        }
+        for n in names {
+            if !known.contains(&n) {
+                known.push(n);
+            }
+        }
+        if keep {
+            kept.push(item);
+        }
+    }
+    if let Some(i) = hits.iter().position(|&h| h == 0) {
+        known.sort();
+        bail!(
+            "--subset {:?} matches no item; known names: {}",
+            subsets[i],
+            known.join(", ")
+        );
+    }
+    Ok(kept)
+}
+
+/// A subset `a/b` matches when every `/`-separated part is one of the item's names.
+fn subset_matches(subset: &str, names: &[String]) -> bool {
+    subset
+        .split('/')
+        .all(|part| names.iter().any(|n| n.eq_ignore_ascii_case(part)))
+}
+
+/// The first `limit` items (all when `None`).
+pub fn take<T>(mut items: Vec<T>, limit: Option<usize>) -> Vec<T> {
+    if let Some(n) = limit {
+        items.truncate(n);
+    }
+    items
+}
+
+/// A file-name-safe form of a model name (`default`, a path or a hub id).
+pub fn file_label(name: &str) -> String {
+    let base = if name == "default" {
+        crate::model::source::DEFAULT_MODEL_FILE
+    } else {
+        name.rsplit('/').next().unwrap_or(name)
+    };
+    let base = base.strip_suffix(".gguf").unwrap_or(base);
+    base.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(s: &str) -> Vec<String> {
+        s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn subsets_select_by_every_part_and_unknown_ones_fail() {
+        let items = vec!["qa,memory_nc0", "qa,multi", "mt,en-zh,multi"];
+        let got = select(items.clone(), &["qa/multi".into()], |s| names(s)).unwrap();
+        assert_eq!(got, ["qa,multi"]);
+        let got = select(items.clone(), &["multi".into(), "QA".into()], |s| names(s)).unwrap();
+        assert_eq!(got, items);
+        let err = select(items.clone(), &["nope".into()], |s| names(s)).unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("\"nope\" matches no item"), "{err}");
+        assert!(err.contains("en-zh, memory_nc0, mt, multi, qa"), "{err}");
+        assert_eq!(take(items.clone(), Some(2)).len(), 2);
+        assert_eq!(take(items, None).len(), 3);
+    }
+
+    #[test]
+    fn caps_and_labels() {
+        let mut a = ProtocolArgs::default();
+        assert_eq!(a.cap(256), 256);
+        a.max_new_tokens = Some(32);
+        assert_eq!((a.cap(256), a.cap(16)), (32, 16));
+        assert_eq!(file_label("default"), "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(file_label("models/x y.gguf"), "x_y");
+        assert_eq!(file_label("fake:a"), "fake_a");
+        assert!(template_version("x").starts_with("sha256:2d711642b726b044"));
+    }
+
+    #[test]
+    fn options_of_other_protocols_are_refused() {
+        let a = ProtocolArgs::default();
+        assert!(a.check_unused("fbbench", &[]).is_ok());
+        let b = ProtocolArgs {
+            samples: 3,
+            ..a.clone()
+        };
+        let err = b.check_unused("fbbench", &["--rule"]).unwrap_err();
+        assert_eq!(err.to_string(), "--samples does not apply to fbbench");
+        assert!(b.check_unused("realmistake", &["--samples"]).is_ok());
+    }
+}
