@@ -38,6 +38,9 @@ pub enum Protocol {
     Realmistake,
     /// Fennec: pairwise and single judgements with criteria and guidelines.
     Fennec,
+    /// All four in turn, each into its own subdirectory of --out (fbbench/, refutebench/,
+    /// realmistake/, fennec/), with each protocol's default options.
+    All,
     /// A tiny built-in dialogue + judge protocol for tests of the runner.
     #[value(hide = true)]
     Toy,
@@ -50,6 +53,7 @@ impl Protocol {
             Protocol::Refutebench => "refutebench",
             Protocol::Realmistake => "realmistake",
             Protocol::Fennec => "fennec",
+            Protocol::All => "all",
             Protocol::Toy => "toy",
         }
     }
@@ -204,26 +208,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("setting up the thread pool")?;
     match cfg.protocol {
         Protocol::Toy => toy(&cfg),
-        p @ (Protocol::Fbbench
-        | Protocol::Refutebench
-        | Protocol::Realmistake
-        | Protocol::Fennec) => {
-            let data = cfg.data.join(p.name());
-            if !data.is_dir() {
-                bail!(
-                    "{}: the {} data folder was not found (set --data or ${})",
-                    data.display(),
-                    p.name(),
-                    crate::bench::DATA_ENV
-                );
-            }
-            // integrate: one arm per protocol (src/cli/protocols/).
-            match p {
-                Protocol::Fbbench => protocols::fbbench::run(&cfg, &cfg.options),
-                Protocol::Refutebench => protocols::refutebench::run(&cfg, &cfg.options),
-                Protocol::Realmistake => protocols::realmistake::run(&cfg, &cfg.options),
-                _ => protocols::fennec::run(&cfg, &cfg.options),
-            }
+        Protocol::All => protocols::run_all(&cfg),
+        // integrate: the published protocols (src/cli/protocols/).
+        Protocol::Fbbench | Protocol::Refutebench | Protocol::Realmistake | Protocol::Fennec => {
+            protocols::run_one(&cfg)
         }
     }
 }

@@ -3,8 +3,8 @@
 //! rule; the judgements are also written in the authors' format
 //! (`judgments/<model>.jsonl`), which their notebook and `candor score fbbench` read.
 //!
-//! `--subset` names an interaction scenario (`error_correction`, `response_maintenance`) or a
-//! task type as the data spells it; `--limit N` keeps the first N items in file order. The
+//! `--subset` names an interaction scenario (`error_correction`, `response_maintenance`), a
+//! task type as the data spells it, or an item id (as in the samples); `--limit N` keeps the first N items in file order. The
 //! prompts, the plan and the scoring are [`crate::bench::fbbench`]'s.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use crate::bench::fbbench::data::load_dataset;
 use crate::bench::fbbench::plan::{judgement_records, score_transcripts, write_judgements};
 use crate::bench::fbbench::prompts::judge_template;
 use crate::bench::fbbench::{FbBenchPlan, Item, Rule, Version};
+use crate::bench::plan::Plan;
 use crate::cli::run::{execute, ProtocolSetup, RunConfig};
 use crate::store::run_dir::write_atomic;
 
@@ -44,11 +45,12 @@ fn rule(opts: &ProtocolArgs) -> anyhow::Result<Rule> {
     }
 }
 
-/// The names `--subset` matches against.
-fn labels(item: &Item) -> Vec<String> {
+/// The names `--subset` matches against: scenario, task type and item id.
+fn labels(plan: &FbBenchPlan, item: &Item) -> Vec<String> {
     vec![
         item.bench_type.as_str().to_lowercase().replace(' ', "_"),
         item.task_type.clone(),
+        plan.item_id(item),
     ]
 }
 
@@ -58,7 +60,17 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     let rule = rule(opts)?;
     let path = dataset_path(&cfg.data, version);
     let dataset = load_dataset(&path).with_context(|| "loading FB-Bench".to_string())?;
-    let items = take(select(dataset.items, &cfg.subsets, labels)?, cfg.limit);
+    // Item ids depend on the item's text only, not on the plan's settings.
+    let ids = FbBenchPlan {
+        version,
+        seed: cfg.seed,
+        followup_max_new_tokens: 0,
+        judge_max_new_tokens: 0,
+    };
+    let items = take(
+        select(dataset.items, &cfg.subsets, |i| labels(&ids, i))?,
+        cfg.limit,
+    );
     let mut plan = FbBenchPlan::new(version, cfg.seed, &items)?;
     plan.followup_max_new_tokens = opts.cap(plan.followup_max_new_tokens);
     plan.judge_max_new_tokens = opts.cap(plan.judge_max_new_tokens);

@@ -4,7 +4,8 @@
 //! Consistency (pairwise) or Accuracy (single).
 //!
 //! Every step is the judge's (`--judge`, default the first `--model`); the candidates play no
-//! part. `--subset` names an Auto-J scenario or a PandaLM `motivation_app`; `--limit N` keeps the
+//! part. `--subset` names an Auto-J scenario, a PandaLM `motivation_app` or an item id
+//! (`auto_j/<line>`, `pandalm/<idx>`); `--limit N` keeps the
 //! first N items in file order. The chain and its scoring are [`crate::bench::fennec`]'s.
 
 use std::path::PathBuf;
@@ -86,7 +87,9 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
         _ => load_autoj(&path)?,
     };
     let items = take(
-        select(all, &cfg.subsets, |i| vec![i.category.clone()])?,
+        select(all, &cfg.subsets, |i| {
+            vec![i.category.clone(), i.id.clone()]
+        })?,
         cfg.limit,
     );
     let defaults = FennecPlan::default();

@@ -13,7 +13,9 @@ pub mod fennec;
 pub mod realmistake;
 pub mod refutebench;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
+
+use super::run::{Protocol, RunConfig};
 
 use crate::store::run_dir::sha256_bytes;
 
@@ -118,6 +120,59 @@ impl ProtocolArgs {
     }
 }
 
+/// Runs one published protocol (`cfg.protocol`) with `cfg.options`.
+pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
+    let p = cfg.protocol;
+    let data = cfg.data.join(p.name());
+    if !data.is_dir() {
+        bail!(
+            "{}: the {} data folder was not found (set --data or ${})",
+            data.display(),
+            p.name(),
+            crate::bench::DATA_ENV
+        );
+    }
+    let opts = &cfg.options;
+    match p {
+        Protocol::Fbbench => fbbench::run(cfg, opts),
+        Protocol::Refutebench => refutebench::run(cfg, opts),
+        Protocol::Realmistake => realmistake::run(cfg, opts),
+        Protocol::Fennec => fennec::run(cfg, opts),
+        Protocol::All | Protocol::Toy => bail!("{} is not a published protocol", p.name()),
+    }
+}
+
+/// `candor run all`: the four protocols in turn, each into `<out>/<protocol>/`, with each
+/// protocol's default options (only `--max-new-tokens` applies to all). Subsets are
+/// per protocol, so `--subset` is refused; `--limit` applies to each.
+pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
+    if !cfg.subsets.is_empty() {
+        bail!("--subset names differ per protocol; run the protocols one by one to use it");
+    }
+    let defaults = ProtocolArgs {
+        max_new_tokens: cfg.options.max_new_tokens,
+        ..ProtocolArgs::default()
+    };
+    if format!("{:?}", cfg.options) != format!("{defaults:?}") {
+        bail!("`candor run all` takes no protocol options except --max-new-tokens");
+    }
+    for p in [
+        Protocol::Fbbench,
+        Protocol::Refutebench,
+        Protocol::Realmistake,
+        Protocol::Fennec,
+    ] {
+        let one = RunConfig {
+            protocol: p,
+            out: cfg.out.join(p.name()),
+            ..cfg.clone()
+        };
+        println!("== {}", p.name());
+        run_one(&one).with_context(|| format!("candor run all: {}", p.name()))?;
+    }
+    Ok(())
+}
+
 /// The version recorded for a prompt template: the first 16 hex digits of its text's sha256.
 pub fn template_version(text: &str) -> String {
     let h = sha256_bytes(text.as_bytes());
@@ -166,11 +221,11 @@ pub fn select<T>(
     Ok(kept)
 }
 
-/// A subset `a/b` matches when every `/`-separated part is one of the item's names.
+/// A subset matches when it is one of the item's names, or when every `/`-separated part of it
+/// is (`qa/multi`).
 fn subset_matches(subset: &str, names: &[String]) -> bool {
-    subset
-        .split('/')
-        .all(|part| names.iter().any(|n| n.eq_ignore_ascii_case(part)))
+    let is_name = |part: &str| names.iter().any(|n| n.eq_ignore_ascii_case(part));
+    is_name(subset) || subset.split('/').all(is_name)
 }
 
 /// The first `limit` items (all when `None`).
@@ -213,6 +268,9 @@ mod tests {
         let items = vec!["qa,memory_nc0", "qa,multi", "mt,en-zh,multi"];
         let got = select(items.clone(), &["qa/multi".into()], |s| names(s)).unwrap();
         assert_eq!(got, ["qa,multi"]);
+        let ids = vec!["auto_j/1,x", "auto_j/2,x"];
+        let got = select(ids, &["auto_j/2".into()], |s| names(s)).unwrap();
+        assert_eq!(got, ["auto_j/2,x"]);
         let got = select(items.clone(), &["multi".into(), "QA".into()], |s| names(s)).unwrap();
         assert_eq!(got, items);
         let err = select(items.clone(), &["nope".into()], |s| names(s)).unwrap_err();

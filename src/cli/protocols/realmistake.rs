@@ -6,7 +6,7 @@
 //! ([`crate::bench::realmistake::data`]). `--subset` names a task
 //! (`math_word_problem_generation`, `finegrained_fact_verification`,
 //! `answerability_classification`) or a response model (`gpt-4-0613`,
-//! `Llama-2-70b-chat-hf`), parts joined by `/` all matching; `--limit N` keeps the first N
+//! `Llama-2-70b-chat-hf`) or an item id, parts joined by `/` all matching; `--limit N` keeps the first N
 //! items in (task, response model, file) order. The judge plays no part.
 
 use anyhow::{bail, Context};
@@ -49,7 +49,7 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     let all: Vec<Item> = benchmark.into_values().flatten().collect();
     let items = take(
         select(all, &cfg.subsets, |i| {
-            vec![i.task.clone(), i.response_model.clone()]
+            vec![i.task.clone(), i.response_model.clone(), i.id.clone()]
         })?,
         cfg.limit,
     );
