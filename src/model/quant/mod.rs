@@ -242,18 +242,18 @@ impl QWeight {
     ) {
         self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
             let panel = p.panel(pi);
-            // Rows in pairs: each weight block is unpacked once for two activation rows.
-            let mut pairs = buf.chunks_exact_mut(2 * PANEL);
-            for (two, o) in pairs.by_ref().enumerate() {
-                let rows = [acts.row(2 * two), acts.row(2 * two + 1)];
-                let [r0, r1] = panel_dot(isa, p.format, panel, p.nb, &rows);
-                o[..PANEL].copy_from_slice(&r0);
-                o[PANEL..].copy_from_slice(&r1);
+            // Rows in groups: each weight block is unpacked once for all rows of a group.
+            let mut i = 0;
+            while i + 4 <= m {
+                group::<4>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 4) * PANEL]);
+                i += 4;
             }
-            let last = pairs.into_remainder();
-            if !last.is_empty() {
-                let [r] = panel_dot(isa, p.format, panel, p.nb, &[acts.row(m - 1)]);
-                last.copy_from_slice(&r);
+            if i + 2 <= m {
+                group::<2>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 2) * PANEL]);
+                i += 2;
+            }
+            if i < m {
+                group::<1>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 1) * PANEL]);
             }
         });
     }
@@ -325,6 +325,24 @@ fn float_panel(
         for (i, xi) in x.chunks_exact(k).enumerate() {
             buf[i * PANEL + lane] = dot(xi, j);
         }
+    }
+}
+
+/// Activation rows `first..first + R` against one panel, into `out` (`R × 8`).
+fn group<const R: usize>(
+    isa: Isa,
+    p: &Panels,
+    panel: &[u8],
+    acts: &QuantizedRows,
+    first: usize,
+    out: &mut [f32],
+) {
+    let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts.row(first + r));
+    for (o, r) in out
+        .chunks_exact_mut(PANEL)
+        .zip(panel_dot(isa, p.format, panel, p.nb, &rows))
+    {
+        o.copy_from_slice(&r);
     }
 }
 
