@@ -155,13 +155,10 @@ impl Panels {
 fn round_away(v: f32) -> i8 {
     let t = v as i32;
     let rem = v - t as f32;
-    let r = if rem >= 0.5 {
-        t.saturating_add(1)
-    } else if rem <= -0.5 {
-        t.saturating_sub(1)
-    } else {
-        t
-    };
+    // Branch-free: the remainder's side of ±0.5 is data, not a predictable branch.
+    let r = t
+        .saturating_add((rem >= 0.5) as i32)
+        .saturating_sub((rem <= -0.5) as i32);
     r.clamp(-128, 127) as i8
 }
 
@@ -203,11 +200,10 @@ impl QuantizedRows {
             let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
-            let mut sum = 0i32;
             for (q, &v) in q.iter_mut().zip(xs) {
                 *q = round_away(v * id);
-                sum += *q as i32;
             }
+            let sum: i32 = q.iter().map(|&q| q as i32).sum();
             d.push(f16::from_f32(dd).to_f32());
             if with_sums {
                 s.push(f16::from_f32(sum as f32 * dd).to_f32());
