@@ -576,6 +576,55 @@ mod tests {
         }
     }
 
+    /// On the default model's real tensors (Q4_1 projection, Q8_0 tied head): agreement with
+    /// candle and batch independence. Skips loudly when the model file is absent.
+    #[test]
+    fn real_model_tensors_agree_with_candle_and_are_batch_independent() {
+        use candle_core::quantized::gguf_file;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "default model missing at {}",
+                path.display()
+            );
+            eprintln!(
+                "\n*** SKIPPED: default model not found at {} ***\n",
+                path.display()
+            );
+            return;
+        };
+        let content = gguf_file::Content::read(&mut f).expect("gguf header");
+        for (name, dtype) in [
+            ("blk.0.ffn_down.weight", GgmlDType::Q4_1),
+            ("token_embd.weight", GgmlDType::Q8_0),
+        ] {
+            let t = content.tensor(&mut f, name, &Device::Cpu).expect("tensor");
+            assert_eq!(t.dtype(), dtype, "{name}");
+            let w = QWeight::from_qtensor(&t).expect("load");
+            let (n, k, m) = (w.rows(), w.cols(), 3);
+            let x: Vec<f32> = noise(13, m * k).iter().map(|v| v * 4.0).collect();
+            let mut got = vec![0f32; m * n];
+            w.matmul(&x, m, &mut got);
+            let mut alone = vec![0f32; n];
+            w.matmul(&x[k..2 * k], 1, &mut alone);
+            assert_eq!(&got[n..2 * n], &alone[..], "{name}: batch independence");
+            let xt = Tensor::from_vec(x, (m, k), &Device::Cpu).expect("tensor");
+            let want = QMatMul::from_qtensor(t)
+                .and_then(|q| q.forward(&xt))
+                .and_then(|y| y.flatten_all())
+                .and_then(|y| y.to_vec1::<f32>())
+                .expect("candle matmul");
+            let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let worst = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+            assert!(worst <= 1e-3 * scale, "{name}: {worst} vs scale {scale}");
+        }
+    }
+
     /// The Q4_1 path equals the float product of the dequantized weight with the
     /// Q8_1-dequantized activations, up to f32 rounding (checks the `m * s` term).
     #[test]

@@ -114,7 +114,7 @@ unsafe fn pair_q4<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -
 
 /// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
 /// so this runs into the next panel; prefetching never faults, even past the end).
-const PREFETCH: usize = 1024;
+const PREFETCH: usize = 2048;
 
 /// Prefetches the `len` bytes `PREFETCH` bytes after `r` into L1.
 #[target_feature(enable = "avx2,fma,f16c")]
