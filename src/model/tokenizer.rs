@@ -763,6 +763,14 @@ mod tests {
     }
 
     #[test]
+    fn llama_bpe_keeps_up_to_three_digits_together() {
+        let t = tok(Some("llama-bpe"));
+        assert_eq!(t.encode("x12").unwrap(), vec![byte(b'x'), merged(4)]);
+        assert_eq!(t.encode("\n\n5").unwrap(), vec![merged(5), byte(b'5')]);
+        assert_eq!(t.encode(" world").unwrap()[0], merged(6));
+    }
+
+    #[test]
     fn default_profile_splits_runs_of_three_digits() {
         let t = tok(None);
         // `\p{N}+` then `[0-9]{3}`: "12345" → "123", "45"; our vocab merges only "12".
@@ -813,6 +821,74 @@ mod tests {
         assert_eq!(a.sha256(), tok(Some("smollm")).sha256());
         assert_ne!(a.sha256(), b.sha256());
         assert_eq!(a.sha256().len(), 64);
+    }
+
+    /// The synthetic vocabulary as a Hugging Face tokenizer.json + tokenizer_config.json.
+    fn write_tokenizer_json(dir: &Path, add_bos: bool) -> std::path::PathBuf {
+        let c = content(Some("smollm"), false);
+        let Value::Array(tokens) = &c.metadata["tokenizer.ggml.tokens"] else {
+            unreachable!()
+        };
+        let mut vocab = serde_json::Map::new();
+        let mut added = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            let t = t.to_string().unwrap().clone();
+            if i < 4 {
+                added.push(
+                    serde_json::json!({"id": i, "content": t, "single_word": false,
+                    "lstrip": false, "rstrip": false, "normalized": false, "special": true}),
+                );
+            }
+            vocab.insert(t, serde_json::json!(i));
+        }
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": added, "normalizer": null,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": true},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+            ]},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": vocab, "merges": super::testutil::MERGES}
+        });
+        let path = dir.join("tokenizer.json");
+        std::fs::write(&path, json.to_string()).unwrap();
+        let config = serde_json::json!({"bos_token": "<s>", "eos_token": {"content": "<|im_end|>"},
+            "add_bos_token": add_bos});
+        std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+        path
+    }
+
+    #[test]
+    fn tokenizer_json_matches_gguf_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tokenizer_json(dir.path(), false);
+        let from_json = Tokenizer::from_tokenizer_json(&path).unwrap();
+        let from_gguf = tok(Some("smollm"));
+        for text in [
+            "hello world",
+            "<|im_start|>user\n\n5 héllo 12<|im_end|>",
+            "  a\t\tb  ",
+            "",
+        ] {
+            let ids = from_json.encode(text).unwrap();
+            assert_eq!(ids, from_gguf.encode(text).unwrap(), "{text:?}");
+            assert_eq!(from_json.decode(&ids), text);
+        }
+        assert_eq!(from_json.eos_token_id(), 2);
+        assert_eq!(from_json.bos_token_id(), Some(3));
+        assert!(!from_json.add_bos_token());
+        assert_eq!(from_json.token_kind(1), Some(TokenKind::Control));
+        assert_eq!(from_json.vocab_size(), from_gguf.vocab_size());
+
+        let path = write_tokenizer_json(dir.path(), true);
+        let with_bos = Tokenizer::from_tokenizer_json(&path).unwrap();
+        assert_eq!(with_bos.encode("hello").unwrap(), vec![3, merged(3)]);
+        assert_ne!(with_bos.sha256(), from_json.sha256());
     }
 
     #[test]
