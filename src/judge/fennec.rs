@@ -251,6 +251,26 @@ pub fn correction_findings(branches: &[(&str, &str)], side: Side) -> Option<Stri
     (!out.is_empty()).then_some(out)
 }
 
+/// The findings for correcting a response judged alone (single mode, which the authors'
+/// correction action does not cover): for every branch reply that has `Response Score:` and
+/// scores at most [`CORRECTION_THRESHOLD`] (unparsed counts as 0), the criterion followed by
+/// the reply from that tag on. `None` when no branch qualifies.
+pub fn single_correction_findings(branches: &[(&str, &str)]) -> Option<String> {
+    let mut out = String::new();
+    for (criterion, reply) in branches {
+        let Some(pos) = reply.find("Response Score:") else {
+            continue;
+        };
+        let score = parse_single_score(reply).scored().copied().unwrap_or(0);
+        if score > CORRECTION_THRESHOLD {
+            continue;
+        }
+        out.push_str(criterion);
+        out.push_str(&reply[pos..]);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,5 +421,14 @@ mod tests {
             Some("DepthResponse Score: 3\nExplanation: meh.\n")
         );
         assert_eq!(correction_findings(&[("x", r3)], Side::A), None);
+        let single = [
+            ("Depth", "Response Score: 2\nExplanation: thin."),
+            ("Style", "Response Score: 5"),
+        ];
+        assert_eq!(
+            single_correction_findings(&single).as_deref(),
+            Some("DepthResponse Score: 2\nExplanation: thin.")
+        );
+        assert_eq!(single_correction_findings(&single[1..]), None);
     }
 }

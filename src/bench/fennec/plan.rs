@@ -1,0 +1,511 @@
+//! Fennec as a Candor run: the judge model's branching chain on one pairwise item, and the
+//! scoring of finished chains into Agreement and Consistency (or single Accuracy).
+//!
+//! The chain follows the authors' `pairwise_eval_func` (`src/actions/fennec.py`), every step
+//! by `Actor::Judge`:
+//! 1. `criteria`: one generation listing evaluation criteria; its first `branches` parsed
+//!    criteria (default 5, the number the prompt asks for) are the branches `b = 0..`;
+//! 2. `guideline/<b>`: a scoring guideline for each criterion;
+//! 3. pairwise mode: `pairwise/<b>/normal` and `pairwise/<b>/exchanged` (responses shown B
+//!    first, labels kept, so both replies score A and B); single mode: `single/<b>/a` and
+//!    `single/<b>/b`;
+//! 4. the branch scores are summed per response and order (`score::merge_pair_scores`), and
+//!    the sums compared;
+//! 5. `correction/a`, `correction/b`: rewriting a response whose branch scores are low (at
+//!    most 3), given those branches' findings; only when some branch qualifies.
+//!
+//! Every branch's prompts start with the same system message and text up to the criterion,
+//! so an engine that shares KV prefixes computes that part once per item. Steps are greedy by
+//! default (the authors sampled the scoring step at temperature 0.1), with seeds derived from
+//! the run seed, item and key.
+
+use crate::bench::plan::{Actor, Plan, Step, Transcript};
+use crate::bench::realmistake::plan::step_seed;
+use crate::bench::results::{BenchResults, Table};
+use crate::engine::SamplingParams;
+use crate::judge::fennec::{
+    clean_guideline, correction_findings, correction_prompt, criteria_prompt, guideline_prompt,
+    pairwise_prompt, parse_criteria, parse_pair_scores, parse_single_score,
+    single_correction_findings, single_prompt, Order, Side, BRANCH_SYSTEM, CORRECTION_SYSTEM,
+    PAIRWISE_SYSTEM, SINGLE_SYSTEM,
+};
+use crate::judge::Verdict;
+use crate::model::chat::Message;
+
+use super::data::PairItem;
+use super::score::{self, PairOutcome, SingleOutcome};
+
+/// Pairwise judgement (both orders) or one score per response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Pairwise,
+    Single,
+}
+
+/// How Candor runs Fennec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FennecPlan {
+    /// Criteria kept from the criteria reply (the branches).
+    pub branches: usize,
+    pub mode: Mode,
+    /// Whether low-scored responses are corrected.
+    pub correction: bool,
+    pub temperature: f32,
+    pub max_new_tokens: usize,
+    pub seed: u64,
+}
+
+impl Default for FennecPlan {
+    fn default() -> Self {
+        FennecPlan {
+            branches: 5,
+            mode: Mode::Pairwise,
+            correction: true,
+            temperature: 0.0,
+            max_new_tokens: 512,
+            seed: 0,
+        }
+    }
+}
+
+impl FennecPlan {
+    /// The branches' criteria, once the criteria step is done.
+    pub fn criteria(&self, done: &Transcript) -> Option<Vec<String>> {
+        done.get("criteria")
+            .map(|o| parse_criteria(&o.text, self.branches))
+    }
+
+    /// The judgement step keys of branch `b` (two per branch).
+    pub fn judgement_keys(&self, b: usize) -> [String; 2] {
+        match self.mode {
+            Mode::Pairwise => [
+                format!("pairwise/{b}/normal"),
+                format!("pairwise/{b}/exchanged"),
+            ],
+            Mode::Single => [format!("single/{b}/a"), format!("single/{b}/b")],
+        }
+    }
+
+    fn step(&self, item: &PairItem, key: String, system: &str, user: String) -> Step {
+        Step {
+            params: SamplingParams {
+                temperature: self.temperature,
+                top_p: 1.0,
+                seed: step_seed(self.seed, &item.id, &key),
+                max_new_tokens: self.max_new_tokens,
+                stop_strings: Vec::new(),
+            },
+            key,
+            actor: Actor::Judge,
+            messages: vec![Message::system(system), Message::user(user)],
+        }
+    }
+
+    /// The findings a correction of `side` is given, once every judgement step is done.
+    pub fn findings(&self, criteria: &[String], done: &Transcript, side: Side) -> Option<String> {
+        let branch_texts: Vec<(&str, &str)> = criteria
+            .iter()
+            .enumerate()
+            .filter_map(|(b, c)| {
+                let keys = self.judgement_keys(b);
+                let key = match (self.mode, side) {
+                    (Mode::Pairwise, _) | (Mode::Single, Side::A) => &keys[0],
+                    (Mode::Single, Side::B) => &keys[1],
+                };
+                Some((c.as_str(), done.get(key)?.text.as_str()))
+            })
+            .collect();
+        match self.mode {
+            Mode::Pairwise => correction_findings(&branch_texts, side),
+            Mode::Single => single_correction_findings(&branch_texts),
+        }
+    }
+
+    /// The item's verdicts from a finished chain: (normal, exchanged) merged preferences in
+    /// pairwise mode; in single mode both are the single-score preference.
+    fn verdicts(
+        &self,
+        done: &Transcript,
+    ) -> (
+        Verdict<super::data::Preference>,
+        Verdict<super::data::Preference>,
+    ) {
+        let Some(criteria) = self.criteria(done).filter(|c| !c.is_empty()) else {
+            let v = Verdict::unscored("no criteria parsed from the criteria reply");
+            return (v.clone(), v);
+        };
+        let text = |key: &str| done.get(key).map_or("", |o| o.text.as_str()).to_string();
+        match self.mode {
+            Mode::Pairwise => {
+                let mut normal = Vec::new();
+                let mut exchanged = Vec::new();
+                for b in 0..criteria.len() {
+                    let [n, e] = self.judgement_keys(b);
+                    normal.push(parse_pair_scores(&text(&n)));
+                    exchanged.push(parse_pair_scores(&text(&e)));
+                }
+                (
+                    score::preference(&score::merge_pair_scores(&normal)),
+                    score::preference(&score::merge_pair_scores(&exchanged)),
+                )
+            }
+            Mode::Single => {
+                let pairs: Vec<_> = (0..criteria.len())
+                    .map(|b| {
+                        let [a, bb] = self.judgement_keys(b);
+                        (
+                            parse_single_score(&text(&a)),
+                            parse_single_score(&text(&bb)),
+                        )
+                    })
+                    .collect();
+                let v = score::preference(&score::merge_single_scores(&pairs));
+                (v.clone(), v)
+            }
+        }
+    }
+
+    /// Scores finished chains against the items' labels: Agreement and Consistency (pairwise)
+    /// or Accuracy (single), plus a table of the judge's replies.
+    pub fn score(&self, runs: &[(PairItem, Transcript)], seed: u64) -> BenchResults {
+        let mut results = match self.mode {
+            Mode::Pairwise => {
+                let outcomes: Vec<PairOutcome> = runs
+                    .iter()
+                    .map(|(item, done)| {
+                        let (normal, exchanged) = self.verdicts(done);
+                        PairOutcome {
+                            label: item.label,
+                            category: item.category.clone(),
+                            normal,
+                            exchanged,
+                        }
+                    })
+                    .collect();
+                score::pairwise_results(&outcomes, seed)
+            }
+            Mode::Single => {
+                let outcomes: Vec<SingleOutcome> = runs
+                    .iter()
+                    .map(|(item, done)| SingleOutcome {
+                        label: item.label,
+                        category: item.category.clone(),
+                        verdict: self.verdicts(done).0,
+                    })
+                    .collect();
+                score::single_results(&outcomes, seed)
+            }
+        };
+        results.tables.push(self.reply_table(runs));
+        results
+    }
+
+    /// Counts of the judge's replies: criteria parsed, branch replies parsed or not,
+    /// corrections produced.
+    fn reply_table(&self, runs: &[(PairItem, Transcript)]) -> Table {
+        let (mut branches, mut parsed, mut unparsed, mut corrections) = (0, 0, 0, 0);
+        for (_, done) in runs {
+            let criteria = self.criteria(done).unwrap_or_default();
+            branches += criteria.len();
+            for b in 0..criteria.len() {
+                for key in self.judgement_keys(b) {
+                    let Some(o) = done.get(&key) else { continue };
+                    let ok = match self.mode {
+                        Mode::Pairwise => parse_pair_scores(&o.text).scored().is_some(),
+                        Mode::Single => parse_single_score(&o.text).scored().is_some(),
+                    };
+                    if ok {
+                        parsed += 1;
+                    } else {
+                        unparsed += 1;
+                    }
+                }
+            }
+            corrections += ["correction/a", "correction/b"]
+                .iter()
+                .filter(|k| done.contains_key(**k))
+                .count();
+        }
+        Table {
+            title: "Fennec judge replies".to_string(),
+            columns: [
+                "items",
+                "branches",
+                "judgements_parsed",
+                "judgements_unscored",
+                "corrections",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: vec![[runs.len(), branches, parsed, unparsed, corrections]
+                .map(|n| n.to_string())
+                .to_vec()],
+        }
+    }
+}
+
+impl Plan for FennecPlan {
+    type Item = PairItem;
+
+    fn item_id(&self, item: &PairItem) -> String {
+        item.id.clone()
+    }
+
+    fn next_steps(&self, item: &PairItem, done: &Transcript) -> Vec<Step> {
+        let q = &item.query;
+        let Some(criteria) = self.criteria(done) else {
+            return vec![self.step(item, "criteria".into(), BRANCH_SYSTEM, criteria_prompt(q))];
+        };
+        let mut steps = Vec::new();
+        let mut judged = true;
+        for (b, criterion) in criteria.iter().enumerate() {
+            let gkey = format!("guideline/{b}");
+            let Some(guideline) = done.get(&gkey) else {
+                let prompt = guideline_prompt(q, criterion);
+                steps.push(self.step(item, gkey, PAIRWISE_SYSTEM, prompt));
+                judged = false;
+                continue;
+            };
+            let g = clean_guideline(&guideline.text);
+            let (a, bb) = (&item.response_a, &item.response_b);
+            let [k0, k1] = self.judgement_keys(b);
+            let prompts = match self.mode {
+                Mode::Pairwise => [
+                    (
+                        k0,
+                        PAIRWISE_SYSTEM,
+                        pairwise_prompt(q, criterion, &g, a, bb, Order::Normal),
+                    ),
+                    (
+                        k1,
+                        PAIRWISE_SYSTEM,
+                        pairwise_prompt(q, criterion, &g, a, bb, Order::Exchanged),
+                    ),
+                ],
+                Mode::Single => [
+                    (k0, SINGLE_SYSTEM, single_prompt(q, criterion, &g, a)),
+                    (k1, SINGLE_SYSTEM, single_prompt(q, criterion, &g, bb)),
+                ],
+            };
+            for (key, system, prompt) in prompts {
+                if !done.contains_key(&key) {
+                    steps.push(self.step(item, key, system, prompt));
+                    judged = false;
+                }
+            }
+        }
+        if judged && self.correction && !criteria.is_empty() {
+            for (side, key, response) in [
+                (Side::A, "correction/a", &item.response_a),
+                (Side::B, "correction/b", &item.response_b),
+            ] {
+                if done.contains_key(key) {
+                    continue;
+                }
+                if let Some(findings) = self.findings(&criteria, done, side) {
+                    let prompt = correction_prompt(q, response, &findings);
+                    steps.push(self.step(item, key.into(), CORRECTION_SYSTEM, prompt));
+                }
+            }
+        }
+        steps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::fennec::data::Preference;
+    use crate::bench::plan::StepOutput;
+    use crate::engine::StopReason;
+    use crate::judge::fennec::{guideline_prefix, pairwise_prefix};
+
+    fn item(id: &str, label: Preference) -> PairItem {
+        PairItem {
+            id: id.into(),
+            query: "Name a prime number.".into(),
+            response_a: "7".into(),
+            response_b: "8".into(),
+            label,
+            category: "open_question".into(),
+        }
+    }
+
+    fn out(text: &str) -> StepOutput {
+        StepOutput {
+            text: text.into(),
+            stop_reason: StopReason::Eos,
+            prompt_tokens: 1,
+            output_tokens: 1,
+            truncated: None,
+        }
+    }
+
+    fn keys(steps: &[Step]) -> Vec<&str> {
+        steps.iter().map(|s| s.key.as_str()).collect()
+    }
+
+    const CRITERIA: &str =
+        "1. Correctness: is it prime?\n2. Brevity: is it short?\n3. Style: nice?";
+
+    fn pair(a: u8, b: u8) -> String {
+        format!("Response A Score: {a}\nExplanation: a.\nResponse B Score: {b}\nExplanation: b.\nComparison: c.")
+    }
+
+    /// (A, B) scores in the normal order, then in the exchanged order, for one branch.
+    type Branch = ((u8, u8), (u8, u8));
+
+    /// A pairwise chain with the given scores for its first branches.
+    fn chain(scores: &[Branch]) -> Transcript {
+        let mut done = Transcript::new();
+        done.insert("criteria".into(), out(CRITERIA));
+        for (b, (n, e)) in scores.iter().enumerate() {
+            done.insert(
+                format!("guideline/{b}"),
+                out("[Scoring Guideline]: 5 is best."),
+            );
+            done.insert(format!("pairwise/{b}/normal"), out(&pair(n.0, n.1)));
+            done.insert(format!("pairwise/{b}/exchanged"), out(&pair(e.0, e.1)));
+        }
+        done
+    }
+
+    #[test]
+    fn pairwise_chain_unfolds_step_by_step() {
+        let plan = FennecPlan {
+            branches: 2,
+            ..FennecPlan::default()
+        };
+        let it = item("x", Preference::A);
+        let mut done = Transcript::new();
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(keys(&s), ["criteria"]);
+        assert_eq!(s[0].actor, Actor::Judge);
+        assert_eq!(s[0].messages[0], Message::system(BRANCH_SYSTEM));
+        done.insert("criteria".into(), out(CRITERIA));
+
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(keys(&s), ["guideline/0", "guideline/1"]);
+        // The branches share their prefix.
+        assert_eq!(s[0].messages[0], s[1].messages[0]);
+        for step in &s {
+            assert!(step.messages[1]
+                .content
+                .starts_with(&guideline_prefix(&it.query)));
+        }
+        assert!(s[1].messages[1].content.contains("Brevity: is it short?"));
+        done.insert("guideline/0".into(), out("[Scoring Guideline]: 5 = prime."));
+
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(
+            keys(&s),
+            ["pairwise/0/normal", "pairwise/0/exchanged", "guideline/1"]
+        );
+        let normal = &s[0].messages[1].content;
+        let exchanged = &s[1].messages[1].content;
+        assert!(normal.starts_with(&pairwise_prefix(&it.query)));
+        assert!(normal.contains("[Scoring Guideline]:\n5 = prime.\n***"));
+        let a_first =
+            |t: &str| t.find("[The Start of Response A]") < t.find("[The Start of Response B]");
+        assert!(a_first(normal) && !a_first(exchanged));
+        done.insert("guideline/1".into(), out("g"));
+        done.insert("pairwise/0/normal".into(), out(&pair(2, 5)));
+        done.insert("pairwise/0/exchanged".into(), out(&pair(3, 5)));
+
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(keys(&s), ["pairwise/1/normal", "pairwise/1/exchanged"]);
+        done.insert("pairwise/1/normal".into(), out(&pair(4, 5)));
+        done.insert("pairwise/1/exchanged".into(), out("no scores"));
+
+        // A scored 2 on branch 0: only A is corrected, given branch 0's findings on A.
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(keys(&s), ["correction/a"]);
+        assert_eq!(s[0].messages[0], Message::system(CORRECTION_SYSTEM));
+        let prompt = &s[0].messages[1].content;
+        assert!(prompt.contains("[The Start of Judge Result]:\nCorrectness: is it prime?Response Score: 2\nExplanation: a.\n\n[The End of Judge Result]"), "{prompt}");
+        assert!(prompt.contains("[The Start of Original Response]:\n7\n"));
+        done.insert("correction/a".into(), out("11"));
+        assert!(plan.next_steps(&it, &done).is_empty());
+
+        let no_correction = FennecPlan {
+            correction: false,
+            ..plan.clone()
+        };
+        done.remove("correction/a");
+        assert!(no_correction.next_steps(&it, &done).is_empty());
+    }
+
+    #[test]
+    fn scoring_pairwise_chains() {
+        let plan = FennecPlan::default();
+        let runs = vec![
+            // A wins in both orders: agrees with A, consistent.
+            (
+                item("1", Preference::A),
+                chain(&[((5, 3), (4, 3)), ((4, 4), (4, 4))]),
+            ),
+            // Normal ties (8-8), exchanged prefers B: inconsistent.
+            (
+                item("2", Preference::Tie),
+                chain(&[((5, 3), (3, 5)), ((3, 5), (4, 4))]),
+            ),
+            // B wins in both: consistent but the label is A.
+            (item("3", Preference::A), chain(&[((1, 5), (2, 5))])),
+            // Criteria reply with nothing in it: unscored.
+            (item("4", Preference::B), {
+                let mut t = Transcript::new();
+                t.insert("criteria".into(), out("   "));
+                t
+            }),
+        ];
+        let r = plan.score(&runs, 0);
+        assert_eq!(r.metrics[0].name, "agreement");
+        assert!((r.metrics[0].interval.value - 1.0 / 3.0).abs() < 1e-12);
+        assert!((r.metrics[1].interval.value - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!((r.metrics[0].n, r.metrics[0].unscored), (3, 1));
+        let replies = r.tables.last().expect("reply table");
+        // 3 criteria for each of items 1-3 (judgements of missing branches are not counted).
+        assert_eq!(replies.rows[0], ["4", "9", "10", "0", "0"]);
+        assert!(plan.next_steps(&runs[3].0, &runs[3].1).is_empty());
+    }
+
+    #[test]
+    fn single_mode_steps_and_scoring() {
+        let plan = FennecPlan {
+            branches: 1,
+            mode: Mode::Single,
+            ..FennecPlan::default()
+        };
+        let it = item("s", Preference::B);
+        let mut done = Transcript::new();
+        done.insert("criteria".into(), out(CRITERIA));
+        done.insert("guideline/0".into(), out("g"));
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(keys(&s), ["single/0/a", "single/0/b"]);
+        assert_eq!(s[0].messages[0], Message::system(SINGLE_SYSTEM));
+        assert!(s[1].messages[1]
+            .content
+            .contains("[The Start of Response]:\n8\n"));
+        done.insert(
+            "single/0/a".into(),
+            out("Response Score: 2\nExplanation: not prime? It is."),
+        );
+        done.insert("single/0/b".into(), out("Response Score: 4"));
+        let s = plan.next_steps(&it, &done);
+        assert_eq!(keys(&s), ["correction/a"]);
+        let r = plan.score(&[(it, done)], 0);
+        assert_eq!(r.metrics[0].name, "accuracy");
+        assert_eq!(r.metrics[0].interval.value, 1.0);
+    }
+
+    #[test]
+    fn seeds_are_stable_per_step() {
+        let plan = FennecPlan::default();
+        let a = plan.next_steps(&item("x", Preference::A), &Transcript::new());
+        let b = plan.next_steps(&item("x", Preference::A), &Transcript::new());
+        let c = plan.next_steps(&item("y", Preference::A), &Transcript::new());
+        assert_eq!(a[0].params.seed, b[0].params.seed);
+        assert_ne!(a[0].params.seed, c[0].params.seed);
+        assert_eq!(a[0].params.temperature, 0.0);
+    }
+}
