@@ -3,10 +3,15 @@
 //! <https://github.com/ElliottYan/RefuteBench> (the data at commit 24c2135).
 //!
 //! This module only wires the parts together: [`data`] turns the authors' JSONL files into
-//! typed items, [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
+//! typed items (their origin, from the file name, in [`source`]), [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
 //! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] and
 //! [`lang_id`] are the rule-based response-rate checks, [`plan`] asks for the next generations
-//! and [`score`] turns finished transcripts into feedback acceptance (FA) and response rate (RR).
+//! and [`score`](mod@score) turns finished transcripts into feedback acceptance (FA) and response rate (RR).
+//!
+//! A run: [`data::load_all`] on `$CANDOR_DATA/refutebench`, keep the items whose
+//! [`Source::matches`] a requested subset, drive [`RefutePlan`] (its [`plan::PlanRecord`] goes in
+//! the manifest), then [`RefutePlan::score`] the finished transcripts. `candor score refutebench`
+//! rescores a run's samples with [`score::read_transcripts`].
 
 pub mod checkers;
 pub mod data;
@@ -15,6 +20,7 @@ pub mod lang_id;
 pub mod plan;
 pub mod prompts;
 pub mod score;
+pub mod source;
 
 use std::path::PathBuf;
 
