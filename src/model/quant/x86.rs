@@ -1,0 +1,251 @@
+//! AVX2 (+FMA, F16C) versions of the kernels in `scalar.rs`, producing the same bits.
+//!
+//! Quantized panels: for each block, the eight rows' exact 32-element integer dot products
+//! (`maddubs`/`madd`, then a horizontal-add transpose so lane `r` holds row `r`'s sum), then the
+//! same per-block float expression as the scalar kernel, one lane per output row — no float
+//! value is ever reassociated. Float dot products use four 8-lane FMA accumulators in the
+//! lane order and reduction tree that `scalar::dot_f32` spells out. Callers get the portable
+//! kernel instead when the CPU lacks AVX2, FMA or F16C (same bits, slower).
+
+use std::arch::x86_64::*;
+
+use super::layout::{ActRow, QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK, REC_Q4_1, REC_Q8_0};
+use super::scalar;
+
+/// Whether this CPU runs the kernels of this file.
+pub(crate) fn available() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// One panel against `R` quantized activation rows (see `scalar::panel_dot`); each weight
+/// block is loaded and unpacked once for all `R` rows.
+pub(crate) fn panel_dot<const R: usize>(
+    format: QFormat,
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    assert!(panel.len() >= nb * format.record());
+    for a in acts {
+        assert!(a.qs.len() >= nb * QK && a.d.len() >= nb);
+        assert!(format == QFormat::Q8_0 || a.s.len() >= nb);
+    }
+    if !available() {
+        return acts.map(|a| scalar::panel_dot(format, panel, nb, a));
+    }
+    // SAFETY: the features are present (checked above) and the asserts bound every read.
+    unsafe {
+        match format {
+            QFormat::Q8_0 => panel_q8_0(panel, nb, acts),
+            QFormat::Q4_1 => panel_q4_1(panel, nb, acts),
+        }
+    }
+}
+
+/// F32 dot product (see `scalar::dot_f32`).
+pub(crate) fn dot_f32(x: &[f32], w: &[f32]) -> f32 {
+    assert_eq!(x.len(), w.len());
+    if !available() {
+        return scalar::dot_f32(x, w);
+    }
+    // SAFETY: features checked; lengths equal.
+    unsafe { dot_f32_avx(x, w) }
+}
+
+/// F16-weight dot product (see `scalar::dot_f16`).
+pub(crate) fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
+    assert_eq!(x.len(), w.len());
+    if !available() {
+        return scalar::dot_f16(x, w);
+    }
+    // SAFETY: features checked; lengths equal.
+    unsafe { dot_f16_avx(x, w) }
+}
+
+/// Lane `r` of the result is the sum of the eight i32 lanes of `v[r]`, given
+/// `h01 = hadd(v0, v1)`, `h23 = hadd(v2, v3)`, `h45`, `h67` likewise.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn hsum8(h01: __m256i, h23: __m256i, h45: __m256i, h67: __m256i) -> __m256i {
+    let h0123 = _mm256_hadd_epi32(h01, h23);
+    let h4567 = _mm256_hadd_epi32(h45, h67);
+    let lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
+    let hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
+    _mm256_add_epi32(lo, hi)
+}
+
+/// For each activation block `a[i]`: `hadd` of the i32 lanes of the signed 32 × i8 dot products
+/// of weight rows `lane` and `lane + 1` (at `q`) with `a[i]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn pair_q8<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -> [__m256i; R] {
+    let ones = _mm256_set1_epi16(1);
+    let w0 = _mm256_loadu_si256(q.add(lane * QK) as *const __m256i);
+    let w1 = _mm256_loadu_si256(q.add((lane + 1) * QK) as *const __m256i);
+    // |w| · (a · sign w): maddubs wants an unsigned left operand.
+    let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+    a.map(|a| {
+        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a, w0)), ones);
+        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a, w1)), ones);
+        _mm256_hadd_epi32(p0, p1)
+    })
+}
+
+/// As [`pair_q8`] for rows of 32 nibbles (16 bytes each at `q`, ggml order).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn pair_q4<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -> [__m256i; R] {
+    let ones = _mm256_set1_epi16(1);
+    let low = _mm256_set1_epi8(0x0F);
+    let unpack = |p: *const u8| {
+        let t = _mm_loadu_si128(p as *const __m128i);
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low)
+    };
+    let w0 = unpack(q.add(lane * QK / 2));
+    let w1 = unpack(q.add((lane + 1) * QK / 2));
+    a.map(|a| {
+        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones);
+        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones);
+        _mm256_hadd_epi32(p0, p1)
+    })
+}
+
+/// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
+/// so this runs into the next panel; prefetching never faults, even past the end).
+const PREFETCH: usize = 2048;
+
+/// Prefetches the `len` bytes `PREFETCH` bytes after `r` into L1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn prefetch(r: *const u8, len: usize) {
+    let ahead = r.wrapping_add(PREFETCH);
+    let mut off = 0;
+    while off < len {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
+
+/// The activation blocks `b` of `acts`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn act_blocks<const R: usize>(acts: &[ActRow<'_>; R], b: usize) -> [__m256i; R] {
+    acts.map(|a| _mm256_loadu_si256(a.qs.as_ptr().add(b * QK) as *const __m256i))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_q8_0<const R: usize>(
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let r = panel.as_ptr().add(b * REC_Q8_0);
+        prefetch(r, REC_Q8_0);
+        let a = act_blocks(acts, b);
+        let q = r.add(Q8_0_QS);
+        let (h01, h23) = (pair_q8(q, 0, &a), pair_q8(q, 2, &a));
+        let (h45, h67) = (pair_q8(q, 4, &a), pair_q8(q, 6, &a));
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
+            let v = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                _mm256_set1_ps(acts[i].d[b]),
+            );
+            *acc = _mm256_add_ps(*acc, v);
+        }
+    }
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_q4_1<const R: usize>(
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let r = panel.as_ptr().add(b * REC_Q4_1);
+        prefetch(r, REC_Q4_1);
+        let a = act_blocks(acts, b);
+        let q = r.add(Q4_1_QS);
+        let (h01, h23) = (pair_q4(q, 0, &a), pair_q4(q, 2, &a));
+        let (h45, h67) = (pair_q4(q, 4, &a), pair_q4(q, 6, &a));
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+        let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
+            let scaled = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                _mm256_set1_ps(acts[i].d[b]),
+            );
+            let v = _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])));
+            *acc = _mm256_add_ps(*acc, v);
+        }
+    }
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
+}
+
+/// Generates a float dot product over weights of element type `$t`, read 8 at a time with
+/// `$load(ptr)` and one at a time with `$get(value)`, in `scalar::dot_f32`'s order.
+macro_rules! float_dot {
+    ($name:ident, $t:ty, $load:expr, $get:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
+            let n = w.len();
+            let full = n / scalar::F_LANES * scalar::F_LANES;
+            let (xp, wp) = (x.as_ptr(), w.as_ptr());
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut c = 0;
+            while c < full {
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    let t = c + 8 * q;
+                    *acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(t)), $load(wp.add(t)), *acc);
+                }
+                c += scalar::F_LANES;
+            }
+            let mut sum = reduce(acc);
+            for (&xt, &wt) in x[full..].iter().zip(&w[full..]) {
+                sum = xt.mul_add($get(wt), sum);
+            }
+            sum
+        }
+    };
+}
+
+float_dot!(
+    dot_f32_avx,
+    f32,
+    |p: *const f32| _mm256_loadu_ps(p),
+    |v: f32| v
+);
+float_dot!(
+    dot_f16_avx,
+    u16,
+    |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+    |v: u16| half::f16::from_bits(v).to_f32()
+);
+
+/// `(acc0 + acc1) + (acc2 + acc3)`, then lanes `l + l+4`, then `l + l+2`, then the last two.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn reduce(acc: [__m256; 4]) -> f32 {
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    let h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    let h3 = _mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1));
+    _mm_cvtss_f32(h3)
+}
