@@ -77,7 +77,7 @@ impl Panels {
         n: usize,
         k: usize,
     ) -> Result<Panels, QuantError> {
-        if k % QK != 0 {
+        if !k.is_multiple_of(QK) {
             return Err(QuantError::RaggedBlocks { cols: k, block: QK });
         }
         let nb = k / QK;

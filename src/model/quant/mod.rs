@@ -282,7 +282,7 @@ impl QWeight {
                     });
             }
         };
-        if m == 1 && self.n % PANEL == 0 {
+        if m == 1 && self.n.is_multiple_of(PANEL) {
             // Panel-major with one row is exactly the output layout.
             fill(out);
             return;
