@@ -5,7 +5,8 @@
 //! `models/SmolLM2-135M-Instruct.Q4_1.gguf` when present, else random weights of the same
 //! types. Candle's own `QMatMul` is timed on the same tensors for comparison.
 //!
-//! Run with `cargo bench --bench kernels` (env `KERNELS_THREADS` overrides the pool size).
+//! Run with `cargo bench --bench kernels` (env `KERNELS_THREADS` overrides the pool size;
+//! `KERNELS_NO_CANDLE=1` skips the candle timings).
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -93,6 +94,15 @@ fn time(budget: Duration, mut f: impl FnMut()) -> Duration {
     samples[reps / 2]
 }
 
+/// [`time`], or a NaN-producing zero when `KERNELS_NO_CANDLE` is set.
+fn time_candle(budget: Duration, f: impl FnMut()) -> Duration {
+    if std::env::var_os("KERNELS_NO_CANDLE").is_some() {
+        Duration::ZERO
+    } else {
+        time(budget, f)
+    }
+}
+
 fn main() {
     let threads: usize = std::env::var("KERNELS_THREADS")
         .ok()
@@ -142,7 +152,7 @@ fn main() {
                     black_box(&out);
                 });
                 let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).expect("x");
-                let tc = time(Duration::from_millis(150), || {
+                let tc = time_candle(Duration::from_millis(150), || {
                     black_box(theirs[idx].forward(&xt).expect("candle"));
                 });
                 let flops = 2.0 * (m * n * k) as f64;
@@ -176,7 +186,7 @@ fn main() {
                 .zip(&xs)
                 .map(|(&k, x)| Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).expect("x"))
                 .collect();
-            let tc = time(Duration::from_millis(1500), || {
+            let tc = time_candle(Duration::from_millis(1500), || {
                 for (w, q) in ours.iter().zip(&theirs) {
                     let x = if w.cols() == 576 { &xts[0] } else { &xts[1] };
                     black_box(q.forward(x).expect("candle"));

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bench::stats::SplitMix64;
 use crate::engine::{SamplingParams, StopReason};
 use crate::model::chat::Message;
 
@@ -63,4 +64,16 @@ pub trait Plan {
     /// The steps that can run now for `item`, given its finished steps. Never returns a step
     /// whose key is already in `done`; returns nothing once the item is complete.
     fn next_steps(&self, item: &Self::Item, done: &Transcript) -> Vec<Step>;
+}
+
+/// A stable 64-bit seed for one step: FNV-1a of the item id and step key, mixed with the run
+/// seed by SplitMix64. Every protocol derives its sampling seeds this way, so a step's seed
+/// depends only on the run seed, its item and its key — never on scheduling.
+pub fn step_seed(run_seed: u64, item_id: &str, key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in item_id.bytes().chain([0u8]).chain(key.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    SplitMix64::new(h ^ run_seed).next_u64()
 }

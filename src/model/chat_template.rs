@@ -75,6 +75,7 @@ impl ChatTemplate {
                 ))
             },
         );
+        env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| ModelError::Template(describe(&e)))?;
         Ok(ChatTemplate {
@@ -169,6 +170,61 @@ impl ChatTemplate {
     }
 }
 
+/// transformers' `tojson`: Python's `json.dumps(x, ensure_ascii=False, indent=indent)`, so
+/// `", "` and `": "` separators and no HTML escaping (minijinja's own differs in both).
+fn tojson(
+    value: minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, format!("tojson: {e}")))?;
+    let mut out = String::new();
+    write_python_json(&json, indent, 0, &mut out);
+    Ok(minijinja::Value::from_safe_string(out))
+}
+
+fn write_python_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Array(items) if !items.is_empty() => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                write_python_json(item, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        J::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_python_json(item, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
 /// A minijinja error with its cause chain, on one line.
 fn describe(err: &minijinja::Error) -> String {
     let mut msg = err.to_string();
@@ -229,6 +285,17 @@ mod tests {
         let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
         let out = t.render(&[Message::user("  a b  ")], false).unwrap();
         assert_eq!(out, "<s>  A B|</s>");
+    }
+
+    #[test]
+    fn tojson_writes_like_python() {
+        let src =
+            "{{ {'a': [1, 'é<'], 'b': {}} | tojson }}|{{ [1, {'k': none}] | tojson(indent=2) }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            "{\"a\": [1, \"é<\"], \"b\": {}}|[\n  1,\n  {\n    \"k\": null\n  }\n]"
+        );
     }
 
     #[test]

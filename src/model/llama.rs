@@ -288,13 +288,7 @@ impl Llama {
                     );
                 }
             }
-            self.attention(l, seqs, &s.seq_spans, &s.q, rows, &mut s.att_heads);
-            for r in 0..rows {
-                for h in 0..c.n_head {
-                    s.xb[r * dim + h * hd..][..hd]
-                        .copy_from_slice(&s.att_heads[(h * rows + r) * hd..][..hd]);
-                }
-            }
+            self.attention(l, seqs, &s.seq_spans, &s.q, &mut s.xb);
             layer.wo.matmul(&s.xb, rows, &mut s.q);
             add_in_place(&mut s.x, &s.q);
             rms_norm_rows(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.xb);
@@ -339,61 +333,147 @@ impl Llama {
         }
     }
 
-    /// Causal attention of each sequence's new rows over its own KV, in parallel over heads.
-    /// Output layout: `[head][row][head_dim]`.
+    /// Causal attention of each sequence's new rows over its own KV, written into `out`
+    /// (`[row][dim]`). Tasks are (sequence, KV head) pairs, run in parallel; each handles the
+    /// query heads sharing that KV head, so every key and value is read once per row.
     fn attention<K: KvSeq>(
         &self,
         layer: usize,
         seqs: &[SeqStep<'_, K>],
         spans: &[(usize, usize, usize)],
         q: &[f32],
-        rows: usize,
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let (dim, hd) = (c.dim, c.head_dim);
-        let group = c.n_head / c.n_kv_head;
-        let scale = 1.0 / (hd as f32).sqrt();
-        out[..c.n_head * rows * hd]
-            .par_chunks_mut(rows * hd)
-            .enumerate()
-            .for_each(|(h, out_h)| {
-                let kvo = (h / group) * hd;
-                let mut scores: Vec<f32> = Vec::new();
-                for (seq, &(r0, n, p0)) in seqs.iter().zip(spans) {
-                    for i in 0..n {
-                        let r = r0 + i;
-                        let qv = &q[r * dim + h * hd..][..hd];
-                        let ctx = p0 + i + 1;
-                        scores.clear();
-                        let mut max = f32::NEG_INFINITY;
-                        for p in 0..ctx {
-                            let kv = &seq.kv.key(layer, p)[kvo..kvo + hd];
-                            let sc = dot(qv, kv) * scale;
-                            max = max.max(sc);
-                            scores.push(sc);
-                        }
-                        let mut sum = 0f32;
-                        for sc in scores.iter_mut() {
-                            *sc = (*sc - max).exp();
-                            sum += *sc;
-                        }
-                        let o = &mut out_h[r * hd..(r + 1) * hd];
-                        o.fill(0.0);
-                        for (p, &w) in scores.iter().enumerate() {
-                            let vv = &seq.kv.value(layer, p)[kvo..kvo + hd];
-                            for (a, b) in o.iter_mut().zip(vv) {
-                                *a += w * b;
-                            }
-                        }
-                        let inv = 1.0 / sum;
-                        for a in o.iter_mut() {
-                            *a *= inv;
-                        }
-                    }
-                }
-            });
+        let geo = Geometry {
+            dim: c.dim,
+            hd: c.head_dim,
+            group: c.n_head / c.n_kv_head,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        };
+        let n_kv = c.n_kv_head;
+        let results: Vec<Vec<f32>> = (0..seqs.len() * n_kv)
+            .into_par_iter()
+            .map(|t| {
+                let (si, g) = (t / n_kv, t % n_kv);
+                attend_group(seqs[si].kv, layer, q, spans[si], g, geo)
+            })
+            .collect();
+        let w = geo.group * geo.hd;
+        for (t, res) in results.iter().enumerate() {
+            let (si, g) = (t / n_kv, t % n_kv);
+            let (r0, n, _) = spans[si];
+            for i in 0..n {
+                out[(r0 + i) * geo.dim + g * w..][..w].copy_from_slice(&res[i * w..(i + 1) * w]);
+            }
+        }
     }
+}
+
+/// Head geometry for attention.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    dim: usize,
+    hd: usize,
+    /// Query heads per KV head.
+    group: usize,
+    scale: f32,
+}
+
+/// Attention of one sequence's new rows for the query heads of KV head `g`; returns
+/// `[row][head in group][head_dim]`. Uses AVX2 when available: the same operations in the
+/// same order (no FMA), so the bits do not depend on the instruction set.
+fn attend_group<K: KvSeq>(
+    kv: &K,
+    layer: usize,
+    q: &[f32],
+    span: (usize, usize, usize),
+    g: usize,
+    geo: Geometry,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { attend_group_avx2(kv, layer, q, span, g, geo) };
+        }
+    }
+    attend_group_body(kv, layer, q, span, g, geo)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn attend_group_avx2<K: KvSeq>(
+    kv: &K,
+    layer: usize,
+    q: &[f32],
+    span: (usize, usize, usize),
+    g: usize,
+    geo: Geometry,
+) -> Vec<f32> {
+    attend_group_body(kv, layer, q, span, g, geo)
+}
+
+#[inline(always)]
+fn attend_group_body<K: KvSeq>(
+    kv: &K,
+    layer: usize,
+    q: &[f32],
+    (r0, n, p0): (usize, usize, usize),
+    g: usize,
+    geo: Geometry,
+) -> Vec<f32> {
+    let Geometry {
+        dim,
+        hd,
+        group,
+        scale,
+    } = geo;
+    let kvo = g * hd;
+    let cap = p0 + n;
+    let mut scores = vec![0f32; group * cap];
+    let mut out = vec![0f32; n * group * hd];
+    let mut max = vec![f32::NEG_INFINITY; group];
+    let mut sum = vec![0f32; group];
+    for i in 0..n {
+        let r = r0 + i;
+        let ctx = p0 + i + 1;
+        let qrow = &q[r * dim + g * group * hd..][..group * hd];
+        max.fill(f32::NEG_INFINITY);
+        for p in 0..ctx {
+            let k = &kv.key(layer, p)[kvo..kvo + hd];
+            for hh in 0..group {
+                let sc = dot(&qrow[hh * hd..(hh + 1) * hd], k) * scale;
+                max[hh] = max[hh].max(sc);
+                scores[hh * cap + p] = sc;
+            }
+        }
+        for hh in 0..group {
+            let mut s = 0f32;
+            for sc in scores[hh * cap..hh * cap + ctx].iter_mut() {
+                *sc = (*sc - max[hh]).exp();
+                s += *sc;
+            }
+            sum[hh] = s;
+        }
+        let o = &mut out[i * group * hd..(i + 1) * group * hd];
+        for p in 0..ctx {
+            let v = &kv.value(layer, p)[kvo..kvo + hd];
+            for hh in 0..group {
+                let w = scores[hh * cap + p];
+                for (a, b) in o[hh * hd..(hh + 1) * hd].iter_mut().zip(v) {
+                    *a += w * b;
+                }
+            }
+        }
+        for hh in 0..group {
+            let inv = 1.0 / sum[hh];
+            for a in o[hh * hd..(hh + 1) * hd].iter_mut() {
+                *a *= inv;
+            }
+        }
+    }
+    out
 }
 
 /// Reusable buffers for [`Llama::forward`], grown to the largest step seen.
@@ -404,7 +484,6 @@ pub struct Scratch {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
-    att_heads: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     rope: Vec<f32>,
@@ -420,7 +499,6 @@ impl Scratch {
         fit(&mut self.q, rows * c.dim);
         fit(&mut self.k, rows * c.kv_dim());
         fit(&mut self.v, rows * c.kv_dim());
-        fit(&mut self.att_heads, rows * c.dim);
         fit(&mut self.gate, rows * c.ffn_dim);
         fit(&mut self.up, rows * c.ffn_dim);
         fit(&mut self.rope, rows * c.rope_dim);
@@ -449,7 +527,7 @@ fn apply_rope(v: &mut [f32], cs: &[f32]) {
 }
 
 /// Dot product with a fixed order: eight lanes, then a fixed pairwise reduction.
-#[inline]
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let ca = a.chunks_exact(8);

@@ -8,6 +8,7 @@ pub mod chat_template;
 pub mod error;
 pub mod gguf;
 pub mod llama;
+pub mod pre_tokenizer;
 pub mod quant;
 pub mod source;
 pub mod tokenizer;

@@ -18,20 +18,10 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 use sha2::{Digest, Sha256};
 use tokenizers::models::bpe::BPE;
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+use tokenizers::AddedToken;
 
 use super::error::{ModelError, Result};
-
-/// GPT-2's byte-level regex as llama.cpp applies it (its hand-written splitter also takes a
-/// trailing whitespace run, hence the final `\s+`).
-const GPT2_REGEX: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-
-/// Llama 3's pre-tokenizer regex (llama.cpp `llama-bpe`).
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use super::pre_tokenizer::{byte_level_bytes, PreTokenizer};
 
 /// The kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,65 +51,6 @@ impl TokenKind {
                 )))
             }
         })
-    }
-}
-
-/// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PreTokenizer {
-    /// `smollm`: every digit alone, then the GPT-2 regex.
-    Smollm,
-    /// `gpt2`: the GPT-2 regex.
-    Gpt2,
-    /// `default` (or no `tokenizer.ggml.pre`): llama.cpp's default BPE profile.
-    Default,
-    /// `llama-bpe` (Llama 3): its own regex, and whole words found in the vocab skip merging.
-    Llama3,
-}
-
-impl PreTokenizer {
-    /// The profile llama.cpp picks for a `tokenizer.ggml.pre` value.
-    pub fn from_name(name: Option<&str>) -> Result<Self> {
-        match name {
-            None | Some("default") => Ok(PreTokenizer::Default),
-            Some("smollm") => Ok(PreTokenizer::Smollm),
-            Some("gpt2") => Ok(PreTokenizer::Gpt2),
-            Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
-            Some(other) => Err(ModelError::UnsupportedPreTokenizer(other.to_string())),
-        }
-    }
-
-    fn regexes(self) -> &'static [&'static str] {
-        match self {
-            PreTokenizer::Smollm => &[r"\p{N}", GPT2_REGEX],
-            PreTokenizer::Gpt2 => &[GPT2_REGEX],
-            PreTokenizer::Default => &[
-                r"[\p{P}\$\+<=>\^~\|]+",
-                GPT2_REGEX,
-                r"\p{N}+",
-                r"[0-9][0-9][0-9]",
-            ],
-            PreTokenizer::Llama3 => &[LLAMA3_REGEX],
-        }
-    }
-
-    fn ignore_merges(self) -> bool {
-        self == PreTokenizer::Llama3
-    }
-
-    fn build(self) -> Result<PreTokenizerWrapper> {
-        let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
-        for re in self.regexes() {
-            let split = Split::new(
-                SplitPattern::Regex((*re).to_string()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| ModelError::Tokenizer(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
-            steps.push(split.into());
-        }
-        steps.push(ByteLevel::new(false, false, false).into());
-        Ok(Sequence::new(steps).into())
     }
 }
 
@@ -316,12 +247,11 @@ impl Tokenizer {
         hasher.update(&config_bytes);
         let sha256 = hex::encode(hasher.finalize());
 
-        let n = inner.get_vocab_size(true);
+        let vocab = inner.get_vocab(true);
+        let n = vocab.values().max().map_or(0, |m| *m as usize + 1);
         let mut tokens = vec![String::new(); n];
-        for (t, id) in inner.get_vocab(true) {
-            if let Some(slot) = tokens.get_mut(id as usize) {
-                *slot = t;
-            }
+        for (t, id) in vocab {
+            tokens[id as usize] = t;
         }
         let added = inner.get_added_tokens_decoder();
         let kinds: Vec<TokenKind> = (0..n as u32)
@@ -479,13 +409,16 @@ impl Tokenizer {
 
     /// The EOS token's text, for chat templates.
     pub fn eos_token(&self) -> &str {
-        &self.tokens[self.eos as usize]
+        self.tokens
+            .get(self.eos as usize)
+            .map_or("", String::as_str)
     }
 
     /// The BOS token's text, for chat templates (empty when the model has none).
     pub fn bos_token(&self) -> &str {
         self.bos
-            .map(|b| self.tokens[b as usize].as_str())
+            .and_then(|b| self.tokens.get(b as usize))
+            .map(String::as_str)
             .unwrap_or("")
     }
 
@@ -520,45 +453,6 @@ struct VocabSpec {
     eos: u32,
     add_bos: bool,
     add_eos: bool,
-}
-
-/// GPT-2's reversible map from bytes to printable characters, inverted: char → byte.
-fn char_to_byte() -> &'static HashMap<char, u8> {
-    static MAP: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
-    MAP.get_or_init(|| {
-        let mut map = HashMap::with_capacity(256);
-        let mut extra = 0u32;
-        for b in 0u32..=255 {
-            let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-            let c = if printable {
-                b
-            } else {
-                extra += 1;
-                255 + extra
-            };
-            if let Some(c) = char::from_u32(c) {
-                map.insert(c, b as u8);
-            }
-        }
-        map
-    })
-}
-
-/// The bytes a byte-level token string stands for; a character outside the byte alphabet
-/// stands for its own UTF-8.
-fn byte_level_bytes(token: &str) -> Vec<u8> {
-    let map = char_to_byte();
-    let mut out = Vec::with_capacity(token.len());
-    for c in token.chars() {
-        match map.get(&c) {
-            Some(b) => out.push(*b),
-            None => {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            }
-        }
-    }
-    out
 }
 
 fn decoder_is_byte_level(decoder: Option<&serde_json::Value>) -> bool {
@@ -663,7 +557,7 @@ pub(crate) mod testutil {
             .map(|s| s.to_string())
             .collect();
         let mut types = vec![3i32; 4];
-        let mut chars: Vec<(u8, char)> = super::char_to_byte()
+        let mut chars: Vec<(u8, char)> = crate::model::pre_tokenizer::char_to_byte()
             .iter()
             .map(|(c, b)| (*b, *c))
             .collect();
@@ -723,16 +617,6 @@ mod tests {
     }
 
     #[test]
-    fn byte_map_is_a_bijection() {
-        let map = char_to_byte();
-        assert_eq!(map.len(), 256);
-        let bytes: std::collections::HashSet<u8> = map.values().copied().collect();
-        assert_eq!(bytes.len(), 256);
-        assert_eq!(byte_level_bytes("Ġhello"), b" hello");
-        assert_eq!(byte_level_bytes("ĊĊ"), b"\n\n");
-    }
-
-    #[test]
     fn merges_apply_and_specials_parse() {
         let t = tok(Some("smollm"));
         let hello = merged(3);
@@ -760,6 +644,14 @@ mod tests {
             gpt2.encode("\n\n5").unwrap(),
             vec![byte(b'\n'), byte(b'\n'), byte(b'5')]
         );
+    }
+
+    #[test]
+    fn llama_bpe_keeps_up_to_three_digits_together() {
+        let t = tok(Some("llama-bpe"));
+        assert_eq!(t.encode("x12").unwrap(), vec![byte(b'x'), merged(4)]);
+        assert_eq!(t.encode("\n\n5").unwrap(), vec![merged(5), byte(b'5')]);
+        assert_eq!(t.encode(" world").unwrap()[0], merged(6));
     }
 
     #[test]
@@ -813,6 +705,74 @@ mod tests {
         assert_eq!(a.sha256(), tok(Some("smollm")).sha256());
         assert_ne!(a.sha256(), b.sha256());
         assert_eq!(a.sha256().len(), 64);
+    }
+
+    /// The synthetic vocabulary as a Hugging Face tokenizer.json + tokenizer_config.json.
+    fn write_tokenizer_json(dir: &Path, add_bos: bool) -> std::path::PathBuf {
+        let c = content(Some("smollm"), false);
+        let Value::Array(tokens) = &c.metadata["tokenizer.ggml.tokens"] else {
+            unreachable!()
+        };
+        let mut vocab = serde_json::Map::new();
+        let mut added = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            let t = t.to_string().unwrap().clone();
+            if i < 4 {
+                added.push(
+                    serde_json::json!({"id": i, "content": t, "single_word": false,
+                    "lstrip": false, "rstrip": false, "normalized": false, "special": true}),
+                );
+            }
+            vocab.insert(t, serde_json::json!(i));
+        }
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": added, "normalizer": null,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": true},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+            ]},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": vocab, "merges": super::testutil::MERGES}
+        });
+        let path = dir.join("tokenizer.json");
+        std::fs::write(&path, json.to_string()).unwrap();
+        let config = serde_json::json!({"bos_token": "<s>", "eos_token": {"content": "<|im_end|>"},
+            "add_bos_token": add_bos});
+        std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+        path
+    }
+
+    #[test]
+    fn tokenizer_json_matches_gguf_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tokenizer_json(dir.path(), false);
+        let from_json = Tokenizer::from_tokenizer_json(&path).unwrap();
+        let from_gguf = tok(Some("smollm"));
+        for text in [
+            "hello world",
+            "<|im_start|>user\n\n5 héllo 12<|im_end|>",
+            "  a\t\tb  ",
+            "",
+        ] {
+            let ids = from_json.encode(text).unwrap();
+            assert_eq!(ids, from_gguf.encode(text).unwrap(), "{text:?}");
+            assert_eq!(from_json.decode(&ids), text);
+        }
+        assert_eq!(from_json.eos_token_id(), 2);
+        assert_eq!(from_json.bos_token_id(), Some(3));
+        assert!(!from_json.add_bos_token());
+        assert_eq!(from_json.token_kind(1), Some(TokenKind::Control));
+        assert_eq!(from_json.vocab_size(), from_gguf.vocab_size());
+
+        let path = write_tokenizer_json(dir.path(), true);
+        let with_bos = Tokenizer::from_tokenizer_json(&path).unwrap();
+        assert_eq!(with_bos.encode("hello").unwrap(), vec![3, merged(3)]);
+        assert_ne!(with_bos.sha256(), from_json.sha256());
     }
 
     #[test]

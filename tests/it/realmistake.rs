@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use candor::bench::realmistake::{data, score};
+use candor::bench::realmistake::{data, performance, score};
 
 use crate::util::shared_file;
 
@@ -50,9 +50,9 @@ fn published_predictions_reproduce_published_performance() {
     let cells = cells(&s, score::Predictions::Published);
     // 7 open detectors x 4 prompts x 3 tasks x 2 response models.
     assert_eq!(cells.len(), 168);
-    let ours = score::performance_json(&cells);
+    let ours = performance::performance_json(&cells);
     let published = read_json(&s.published);
-    let (ok, n, notes) = score::compare_cells(&ours, &published, 1e-12);
+    let (ok, n, notes) = performance::compare_cells(&ours, &published, 1e-12);
     eprintln!("realmistake: {ok}/{n} published cells reproduced");
     assert_eq!((ok, n), (168, 168), "differing: {notes:?}");
 

@@ -16,9 +16,8 @@ use super::data::{FbBenchError, Item, JudgementRecord, Version};
 use super::prompts::{followup_messages, judge_messages, task_temperature};
 use super::pynum::PyNum;
 use super::score::{item_score, results, ModelUnits, Rule, Unit};
-use crate::bench::plan::{Actor, Plan, Step, Transcript};
+use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::BenchResults;
-use crate::bench::stats::SplitMix64;
 use crate::engine::SamplingParams;
 use crate::judge::checklist::{self, CheckVerdict};
 use crate::judge::Verdict;
@@ -59,12 +58,9 @@ impl FbBenchPlan {
         })
     }
 
-    /// The seed of one step: SplitMix64 of the base seed, the item id and the step key.
+    /// The seed of one step (see [`step_seed`]).
     fn step_seed(&self, item: &Item, key: &str) -> u64 {
-        let digest = Sha256::digest(format!("{}\0{key}", self.item_id(item)).as_bytes());
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&digest[..8]);
-        SplitMix64::new(self.seed ^ u64::from_le_bytes(bytes)).next_u64()
+        step_seed(self.seed, &self.item_id(item), key)
     }
 }
 

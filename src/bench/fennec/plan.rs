@@ -19,8 +19,7 @@
 //! default (the authors sampled the scoring step at temperature 0.1), with seeds derived from
 //! the run seed, item and key.
 
-use crate::bench::plan::{Actor, Plan, Step, Transcript};
-use crate::bench::realmistake::plan::step_seed;
+use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::{BenchResults, Table};
 use crate::engine::SamplingParams;
 use crate::judge::fennec::{

@@ -14,9 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::plan::{Actor, Plan, Step, Transcript};
+use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::BenchResults;
-use crate::bench::stats::SplitMix64;
 use crate::engine::SamplingParams;
 use crate::judge::error_detection::{
     detection_prompt, parse_detection, Detection, DetectionPrompt,
@@ -58,16 +57,6 @@ impl Default for DetectionPlan {
 /// The number of a prompt in step keys (1..4, and 5 for the evaluation-steps variant).
 pub fn prompt_number(p: DetectionPrompt) -> usize {
     p.number().unwrap_or(5)
-}
-
-/// A stable 64-bit seed for one step: FNV-1a of the item id and key, mixed with the run seed.
-pub fn step_seed(run_seed: u64, item_id: &str, key: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in item_id.bytes().chain([0u8]).chain(key.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    SplitMix64::new(h ^ run_seed).next_u64()
 }
 
 impl DetectionPlan {

@@ -82,8 +82,12 @@ pub struct Given {
 pub enum TurnKind {
     /// A benchmark query; `checks` are the feedback requirements its reply is scored on.
     Query { chit_chat: bool, checks: Vec<Check> },
-    /// A refuting instruction; `refutes` is the index of the query turn it answers.
-    Feedback { given: Vec<Given>, refutes: usize },
+    /// A refuting instruction; `refutes` is the position of the query turn it answers (none
+    /// when that query was empty and never asked).
+    Feedback {
+        given: Vec<Given>,
+        refutes: Option<usize>,
+    },
 }
 
 /// One user turn and, when finished, its reply.
@@ -119,7 +123,8 @@ pub enum End {
 pub struct Replay<'a> {
     pub turns: Vec<Turn<'a>>,
     pub end: End,
-    /// `[MAYBE FEEDBACK]` positions where no feedback applied.
+    /// Positions without a turn: `[MAYBE FEEDBACK]` where no feedback applied, and empty
+    /// queries.
     pub skipped: Vec<usize>,
 }
 
@@ -162,6 +167,13 @@ pub fn replay<'a>(item: &Item, done: &'a Transcript, opts: &ReplayOptions) -> Re
     let mut sentence = 0usize;
     for (index, query) in item.queries.iter().enumerate() {
         let turn = match query {
+            // The authors' drivers skip empty queries (`if len(query) > 0`); one published QA
+            // item has an empty initial question.
+            Query::Text(text) if text.is_empty() => {
+                sentence += 1;
+                skipped.push(index);
+                continue;
+            }
             Query::Text(text) => {
                 let checks = query_checks(item, &turns, index, last_marker, sentence);
                 sentence += 1;
@@ -178,17 +190,22 @@ pub fn replay<'a>(item: &Item, done: &'a Transcript, opts: &ReplayOptions) -> Re
             Query::Feedback => {
                 let slot = feedback_slot;
                 feedback_slot += 1;
-                // The shape check guarantees a query turn right before a marker.
-                let Some(prev) = turns.last().filter(|t| !t.is_feedback()) else {
-                    skipped.push(index);
-                    continue;
-                };
-                let prev_reply = prev.reply.map(|r| r.text.as_str()).unwrap_or("");
+                // The previous position is a query (the shape check guarantees it); an empty
+                // one was never asked, so, as in the authors' loop, it leaves "" behind.
+                let prev = turns
+                    .last()
+                    .filter(|t| t.index + 1 == index && !t.is_feedback());
+                let prev_query = prev.map(|t| t.user.as_str()).unwrap_or("");
+                let prev_reply = prev
+                    .and_then(|t| t.reply)
+                    .map(|r| r.text.as_str())
+                    .unwrap_or("");
+                let refutes = prev.map(|t| t.index);
                 match resolve_feedback(
                     item,
                     index,
                     slot,
-                    &prev.user,
+                    prev_query,
                     prev_reply,
                     &mut used_words,
                     opts,
@@ -207,10 +224,7 @@ pub fn replay<'a>(item: &Item, done: &'a Transcript, opts: &ReplayOptions) -> Re
                     Resolved::Given(user, given) => Turn {
                         index,
                         user,
-                        kind: TurnKind::Feedback {
-                            given,
-                            refutes: prev.index,
-                        },
+                        kind: TurnKind::Feedback { given, refutes },
                         reply: None,
                     },
                 }
@@ -436,7 +450,7 @@ mod tests {
         let TurnKind::Feedback { given, refutes } = &r.turns[1].kind else {
             panic!("feedback")
         };
-        assert_eq!(*refutes, 0);
+        assert_eq!(*refutes, Some(0));
         assert_eq!(given[0].candidates, 2);
         assert_ne!(given[0].chosen, "花园");
         assert_eq!(
@@ -518,6 +532,22 @@ mod tests {
         let mut ten = Transcript::new();
         ten.insert("turn/10".into(), out("x"));
         assert!(find_step(&ten, "turn/1").is_none());
+    }
+
+    #[test]
+    fn empty_queries_are_never_asked_and_feedback_still_follows() {
+        // As published in qa.generalization.NC-0.jsonl line 23.
+        let line = r#"{"system_prompt": "S", "feedbacks": "F is G.", "feedback_prompt": "Adopt: ", "queries": ["", "[MAYBE FEEDBACK]", "Q?"], "answers": ["G"]}"#;
+        let it = item("qa/single/qa.generalization.NC-0.jsonl", line);
+        let done = Transcript::new();
+        let r = replay(&it, &done, &ReplayOptions::default());
+        assert_eq!(r.end, End::Waiting(1));
+        assert_eq!(r.skipped, vec![0]);
+        assert_eq!(r.turns[0].user, "Adopt: F is G.");
+        assert!(matches!(
+            r.turns[0].kind,
+            TurnKind::Feedback { refutes: None, .. }
+        ));
     }
 
     #[test]

@@ -6,7 +6,12 @@
 //! typed items (their origin, from the file name, in [`source`]), [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
 //! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] and
 //! [`lang_id`] are the rule-based response-rate checks, [`plan`] asks for the next generations
-//! and [`score`] turns finished transcripts into feedback acceptance (FA) and response rate (RR).
+//! and [`score`](mod@score) turns finished transcripts into feedback acceptance (FA) and response rate (RR).
+//!
+//! A run: [`data::load_all`] on `$CANDOR_DATA/refutebench`, keep the items whose
+//! [`Source::matches`] a requested subset, drive [`RefutePlan`] (its [`plan::PlanRecord`] goes in
+//! the manifest), then [`RefutePlan::score`] the finished transcripts. `candor score refutebench`
+//! rescores a run's samples with [`score::read_transcripts`].
 
 pub mod checkers;
 pub mod data;

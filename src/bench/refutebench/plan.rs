@@ -231,9 +231,11 @@ impl RefutePlan {
             return None;
         };
         let reply = turn.reply?;
-        let query = replay.turns.iter().find(|t| t.index == refutes)?;
-        let prompt =
-            prompts::fa_judge_prompt(item.source.task, &query.user, &turn.user, &reply.text);
+        // An empty (never asked) refuted query stays empty in the judge prompt.
+        let query = refutes
+            .and_then(|i| replay.turns.iter().find(|t| t.index == i))
+            .map_or("", |t| t.user.as_str());
+        let prompt = prompts::fa_judge_prompt(item.source.task, query, &turn.user, &reply.text);
         Some(Step {
             key: dialogue::fa_key(turn.index),
             actor: Actor::Judge,

@@ -141,6 +141,35 @@ impl Source {
         })
     }
 
+    /// Whether this source belongs to a named subset (the `--subset` of a run): one or more
+    /// `/`-separated parts, each a task (`qa`, `mt`, `email`), a group (`mt_en_zh`, `mt_en_he`),
+    /// a scenario (`single`, `multi`), a verification type (`memory`, `generalization`), a
+    /// context (`nc0` … `nc3`) or a setting label (`memory_nc1`); every part must match.
+    /// E.g. `qa`, `mt_en_he/multi`, `email/generalization_nc3`, `memory/nc0`.
+    pub fn matches(&self, subset: &str) -> bool {
+        let setting = self.setting.label();
+        subset.split('/').all(|part| {
+            part == self.task.as_str()
+                || part == self.group()
+                || part == setting
+                || match self.setting {
+                    Setting::Multi => part == "multi",
+                    Setting::Single {
+                        verification,
+                        context,
+                    } => {
+                        part == "single"
+                            || part == format!("nc{context}")
+                            || part
+                                == match verification {
+                                    Verification::Memory => "memory",
+                                    Verification::Generalization => "generalization",
+                                }
+                    }
+                }
+        })
+    }
+
     /// `qa`, `mt_en_zh`, `mt_en_he` or `email`: the rows of the report tables.
     pub fn group(&self) -> String {
         match &self.pair {
@@ -153,6 +182,37 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subsets_match_by_every_part() {
+        let s = Source::from_rel_path("mt/single/en-he.generalization.NC-3.jsonl").expect("ok");
+        for yes in [
+            "mt",
+            "mt_en_he",
+            "single",
+            "generalization",
+            "nc3",
+            "generalization_nc3",
+            "mt/nc3",
+            "mt_en_he/single/generalization",
+        ] {
+            assert!(s.matches(yes), "{yes}");
+        }
+        for no in [
+            "qa",
+            "mt_en_zh",
+            "multi",
+            "memory",
+            "nc0",
+            "mt/memory",
+            "",
+            "en-he",
+        ] {
+            assert!(!s.matches(no), "{no}");
+        }
+        let m = Source::from_rel_path("qa/multi/qa.jsonl").expect("ok");
+        assert!(m.matches("qa/multi") && !m.matches("qa/single"));
+    }
 
     #[test]
     fn file_names_give_task_pair_and_setting() {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::bench::realmistake::{data, score};
+use crate::bench::realmistake::{data, performance, score};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -55,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|f| score::cell(f, benchmark.as_ref(), source))
         .collect::<Result<Vec<_>, _>>()?;
-    let perf = score::performance_json(&cells);
+    let perf = performance::performance_json(&cells);
     let text = serde_json::to_string_pretty(&perf)?;
     std::fs::write(&args.out, text + "\n")
         .with_context(|| format!("writing {}", args.out.display()))?;
@@ -128,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let published: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-        let (ok, n, notes) = score::compare_cells(&perf, &published, 1e-9);
+        let (ok, n, notes) = performance::compare_cells(&perf, &published, 1e-9);
         println!("{ok}/{n} cells match {}", p.display());
         for note in notes {
             println!("  differs: {note}");

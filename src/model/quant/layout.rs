@@ -77,7 +77,7 @@ impl Panels {
         n: usize,
         k: usize,
     ) -> Result<Panels, QuantError> {
-        if k % QK != 0 {
+        if !k.is_multiple_of(QK) {
             return Err(QuantError::RaggedBlocks { cols: k, block: QK });
         }
         let nb = k / QK;
@@ -149,6 +149,19 @@ impl Panels {
     }
 }
 
+/// `v.round() as i8` (NaN → 0, saturating), without the libm call: truncate, then
+/// step away from zero when the exact remainder is at least one half.
+#[inline]
+fn round_away(v: f32) -> i8 {
+    let t = v as i32;
+    let rem = v - t as f32;
+    // Branch-free: the remainder's side of ±0.5 is data, not a predictable branch.
+    let r = t
+        .saturating_add((rem >= 0.5) as i32)
+        .saturating_sub((rem <= -0.5) as i32);
+    r.clamp(-128, 127) as i8
+}
+
 /// Reads the little-endian f16 at `at` as f32 (exact).
 #[inline]
 pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
@@ -187,11 +200,10 @@ impl QuantizedRows {
             let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
-            let mut sum = 0i32;
             for (q, &v) in q.iter_mut().zip(xs) {
-                *q = (v * id).round() as i8;
-                sum += *q as i32;
+                *q = round_away(v * id);
             }
+            let sum: i32 = q.iter().map(|&q| q as i32).sum();
             d.push(f16::from_f32(dd).to_f32());
             if with_sums {
                 s.push(f16::from_f32(sum as f32 * dd).to_f32());
@@ -272,6 +284,18 @@ mod tests {
         x[2] = -2.5;
         let q = QuantizedRows::quantize(&x, 32, false);
         assert_eq!(&q.qs[..3], &[127, 3, -3]);
+    }
+
+    #[test]
+    fn round_away_equals_libm_round() {
+        let mut vals = vec![
+            0.5f32, -0.5, 1.5, -1.5, 126.5, -126.5, 127.0, -127.0, 0.0, -0.0,
+        ];
+        vals.extend([0.49999997f32, -0.49999997, 2.4999998, f32::NAN]);
+        vals.extend((0..200_000).map(|i| (i as f32 - 100_000.0) * 0.00127));
+        for v in vals {
+            assert_eq!(round_away(v), v.round() as i8, "{v}");
+        }
     }
 
     #[test]

@@ -242,18 +242,18 @@ impl QWeight {
     ) {
         self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
             let panel = p.panel(pi);
-            // Rows in pairs: each weight block is unpacked once for two activation rows.
-            let mut pairs = buf.chunks_exact_mut(2 * PANEL);
-            for (two, o) in pairs.by_ref().enumerate() {
-                let rows = [acts.row(2 * two), acts.row(2 * two + 1)];
-                let [r0, r1] = panel_dot(isa, p.format, panel, p.nb, &rows);
-                o[..PANEL].copy_from_slice(&r0);
-                o[PANEL..].copy_from_slice(&r1);
+            // Rows in groups: each weight block is unpacked once for all rows of a group.
+            let mut i = 0;
+            while i + 4 <= m {
+                group::<4>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 4) * PANEL]);
+                i += 4;
             }
-            let last = pairs.into_remainder();
-            if !last.is_empty() {
-                let [r] = panel_dot(isa, p.format, panel, p.nb, &[acts.row(m - 1)]);
-                last.copy_from_slice(&r);
+            if i + 2 <= m {
+                group::<2>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 2) * PANEL]);
+                i += 2;
+            }
+            if i < m {
+                group::<1>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 1) * PANEL]);
             }
         });
     }
@@ -282,7 +282,7 @@ impl QWeight {
                     });
             }
         };
-        if m == 1 && self.n % PANEL == 0 {
+        if m == 1 && self.n.is_multiple_of(PANEL) {
             // Panel-major with one row is exactly the output layout.
             fill(out);
             return;
@@ -325,6 +325,24 @@ fn float_panel(
         for (i, xi) in x.chunks_exact(k).enumerate() {
             buf[i * PANEL + lane] = dot(xi, j);
         }
+    }
+}
+
+/// Activation rows `first..first + R` against one panel, into `out` (`R × 8`).
+fn group<const R: usize>(
+    isa: Isa,
+    p: &Panels,
+    panel: &[u8],
+    acts: &QuantizedRows,
+    first: usize,
+    out: &mut [f32],
+) {
+    let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts.row(first + r));
+    for (o, r) in out
+        .chunks_exact_mut(PANEL)
+        .zip(panel_dot(isa, p.format, panel, p.nb, &rows))
+    {
+        o.copy_from_slice(&r);
     }
 }
 
@@ -555,6 +573,55 @@ mod tests {
             let mut got = vec![0f32; m * n];
             w.quantized_matmul(isa, p, &acts, m, &mut got);
             assert_eq!(got, want, "{isa:?}");
+        }
+    }
+
+    /// On the default model's real tensors (Q4_1 projection, Q8_0 tied head): agreement with
+    /// candle and batch independence. Skips loudly when the model file is absent.
+    #[test]
+    fn real_model_tensors_agree_with_candle_and_are_batch_independent() {
+        use candle_core::quantized::gguf_file;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "default model missing at {}",
+                path.display()
+            );
+            eprintln!(
+                "\n*** SKIPPED: default model not found at {} ***\n",
+                path.display()
+            );
+            return;
+        };
+        let content = gguf_file::Content::read(&mut f).expect("gguf header");
+        for (name, dtype) in [
+            ("blk.0.ffn_down.weight", GgmlDType::Q4_1),
+            ("token_embd.weight", GgmlDType::Q8_0),
+        ] {
+            let t = content.tensor(&mut f, name, &Device::Cpu).expect("tensor");
+            assert_eq!(t.dtype(), dtype, "{name}");
+            let w = QWeight::from_qtensor(&t).expect("load");
+            let (n, k, m) = (w.rows(), w.cols(), 3);
+            let x: Vec<f32> = noise(13, m * k).iter().map(|v| v * 4.0).collect();
+            let mut got = vec![0f32; m * n];
+            w.matmul(&x, m, &mut got);
+            let mut alone = vec![0f32; n];
+            w.matmul(&x[k..2 * k], 1, &mut alone);
+            assert_eq!(&got[n..2 * n], &alone[..], "{name}: batch independence");
+            let xt = Tensor::from_vec(x, (m, k), &Device::Cpu).expect("tensor");
+            let want = QMatMul::from_qtensor(t)
+                .and_then(|q| q.forward(&xt))
+                .and_then(|y| y.flatten_all())
+                .and_then(|y| y.to_vec1::<f32>())
+                .expect("candle matmul");
+            let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let worst = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+            assert!(worst <= 1e-3 * scale, "{name}: {worst} vs scale {scale}");
         }
     }
 

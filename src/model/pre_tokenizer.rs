@@ -1,0 +1,175 @@
+//! Byte-level BPE pre-tokenization as llama.cpp does it: the pre-tokenizer profiles named by
+//! GGUF `tokenizer.ggml.pre`, and GPT-2's byte alphabet (each byte written as a printable
+//! character in vocabulary strings).
+//!
+//! A profile is an ordered list of regexes; each splits every piece the previous one left,
+//! keeping both the matches and the text between them, and BPE then merges within each piece.
+//! We express that with the `tokenizers` crate (`Split` in `Isolated` mode, then `ByteLevel`
+//! without its own regex). This module knows nothing of vocabularies or special tokens
+//! ([`super::tokenizer`] does).
+
+use std::collections::HashMap;
+
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use super::error::{ModelError, Result};
+
+/// GPT-2's byte-level regex as llama.cpp applies it (its hand-written splitter also takes a
+/// trailing whitespace run, hence the final `\s+`).
+const GPT2_REGEX: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// Llama 3's pre-tokenizer regex (llama.cpp `llama-bpe`).
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreTokenizer {
+    /// `smollm`: every digit alone, then the GPT-2 regex.
+    Smollm,
+    /// `gpt2`: the GPT-2 regex.
+    Gpt2,
+    /// `default` (or no `tokenizer.ggml.pre`): llama.cpp's default BPE profile.
+    Default,
+    /// `llama-bpe` (Llama 3): its own regex, and whole words found in the vocab skip merging.
+    Llama3,
+}
+
+impl PreTokenizer {
+    /// The profile llama.cpp picks for a `tokenizer.ggml.pre` value.
+    pub fn from_name(name: Option<&str>) -> Result<Self> {
+        match name {
+            None | Some("default") => Ok(PreTokenizer::Default),
+            Some("smollm") => Ok(PreTokenizer::Smollm),
+            Some("gpt2") => Ok(PreTokenizer::Gpt2),
+            Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
+            Some(other) => Err(ModelError::UnsupportedPreTokenizer(other.to_string())),
+        }
+    }
+
+    fn regexes(self) -> &'static [&'static str] {
+        match self {
+            PreTokenizer::Smollm => &[r"\p{N}", GPT2_REGEX],
+            PreTokenizer::Gpt2 => &[GPT2_REGEX],
+            PreTokenizer::Default => &[
+                r"[\p{P}\$\+<=>\^~\|]+",
+                GPT2_REGEX,
+                r"\p{N}+",
+                r"[0-9][0-9][0-9]",
+            ],
+            PreTokenizer::Llama3 => &[LLAMA3_REGEX],
+        }
+    }
+
+    pub(crate) fn ignore_merges(self) -> bool {
+        self == PreTokenizer::Llama3
+    }
+
+    pub(crate) fn build(self) -> Result<PreTokenizerWrapper> {
+        let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+        for re in self.regexes() {
+            let split = Split::new(
+                SplitPattern::Regex((*re).to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| ModelError::Tokenizer(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
+            steps.push(split.into());
+        }
+        steps.push(ByteLevel::new(false, false, false).into());
+        Ok(Sequence::new(steps).into())
+    }
+}
+
+/// GPT-2's reversible map from bytes to printable characters, inverted: char → byte.
+pub(crate) fn char_to_byte() -> &'static HashMap<char, u8> {
+    static MAP: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut map = HashMap::with_capacity(256);
+        let mut extra = 0u32;
+        for b in 0u32..=255 {
+            let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+            let c = if printable {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            if let Some(c) = char::from_u32(c) {
+                map.insert(c, b as u8);
+            }
+        }
+        map
+    })
+}
+
+/// The bytes a byte-level token string stands for; a character outside the byte alphabet
+/// stands for its own UTF-8.
+pub(crate) fn byte_level_bytes(token: &str) -> Vec<u8> {
+    let map = char_to_byte();
+    let mut out = Vec::with_capacity(token.len());
+    for c in token.chars() {
+        match map.get(&c) {
+            Some(b) => out.push(*b),
+            None => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_map_is_a_bijection() {
+        let map = char_to_byte();
+        assert_eq!(map.len(), 256);
+        let bytes: std::collections::HashSet<u8> = map.values().copied().collect();
+        assert_eq!(bytes.len(), 256);
+        assert_eq!(byte_level_bytes("Ġhello"), b" hello");
+        assert_eq!(byte_level_bytes("ĊĊ"), b"\n\n");
+        assert_eq!(
+            byte_level_bytes("é"),
+            [0xE9],
+            "é is the character of byte 0xE9"
+        );
+        assert_eq!(
+            byte_level_bytes("中"),
+            "中".as_bytes(),
+            "outside the alphabet"
+        );
+    }
+
+    #[test]
+    fn profiles_by_name() {
+        assert_eq!(
+            PreTokenizer::from_name(Some("smollm")).unwrap(),
+            PreTokenizer::Smollm
+        );
+        assert_eq!(
+            PreTokenizer::from_name(None).unwrap(),
+            PreTokenizer::Default
+        );
+        assert_eq!(
+            PreTokenizer::from_name(Some("llama-bpe")).unwrap(),
+            PreTokenizer::Llama3
+        );
+        let err = PreTokenizer::from_name(Some("qwen9")).unwrap_err();
+        assert!(err.to_string().contains("`qwen9`"), "{err}");
+        for p in [
+            PreTokenizer::Smollm,
+            PreTokenizer::Gpt2,
+            PreTokenizer::Default,
+            PreTokenizer::Llama3,
+        ] {
+            p.build().unwrap();
+        }
+    }
+}
