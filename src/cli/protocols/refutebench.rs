@@ -2,8 +2,8 @@
 //! turn judged for acceptance by the judge) over the authors' files, scored into feedback
 //! acceptance (FA) and response rate (RR).
 //!
-//! `--subset` selects data files by task (`qa`, `mt`, `email`), language pair (`en-zh`,
-//! `en-he`), scenario (`single`, `multi`), verification (`memory`, `generalization`) or setting
+//! `--subset` selects data files by task (`qa`, `mt`, `email`), group or language pair
+//! (`mt_en_zh`, `en-zh`, …), scenario (`single`, `multi`), verification (`memory`, `generalization`) or setting
 //! (`memory_nc0` … `generalization_nc3`, the paper's Context=k); parts joined by `/` must all
 //! match (`qa/memory_nc1`), several `--subset`s add up. `--limit N` keeps the first N items in
 //! file order (files sorted by path), and only the files those come from are read and hashed.
@@ -28,6 +28,9 @@ use crate::judge::feedback_acceptance;
 /// The names `--subset` matches a data file against.
 fn labels(source: &Source) -> Vec<String> {
     let mut out = vec![source.task.as_str().to_string()];
+    if source.pair.is_some() {
+        out.push(source.group());
+    }
     out.extend(source.pair.clone());
     match source.setting {
         Setting::Multi => out.push("multi".into()),
@@ -148,6 +151,7 @@ mod tests {
             labels(&s),
             [
                 "mt",
+                "mt_en_he",
                 "en-he",
                 "single",
                 "generalization",
