@@ -80,7 +80,10 @@ pub struct RunArgs {
     pub judge: Option<String>,
 
     /// Run only part of the benchmark; names are per protocol (e.g. a task or setting).
-    /// Repeatable.
+    /// Repeatable. fbbench: `error_correction`, `response_maintenance`, a task type or an item
+    /// id; refutebench: `qa`, `mt`, `email`, `mt_en_zh`, `single`, `multi`, `memory_nc0` …
+    /// `generalization_nc3` (parts joined by `/` all match: `qa/memory_nc1`); realmistake: a
+    /// task, a response model or an item id; fennec: a scenario or an item id (`auto_j/12`).
     #[arg(long = "subset", value_name = "S")]
     pub subsets: Vec<String>,
 
