@@ -39,7 +39,7 @@ pub enum Protocol {
     /// Fennec: pairwise and single judgements with criteria and guidelines.
     Fennec,
     /// All four in turn, each into its own subdirectory of --out (fbbench/, refutebench/,
-    /// realmistake/, fennec/), with each protocol's default options.
+    /// realmistake/, fennec/); each reads its own protocol options.
     All,
     /// A tiny built-in dialogue + judge protocol for tests of the runner.
     #[value(hide = true)]
