@@ -121,11 +121,71 @@ impl<P: Plan> Run<'_, P> {
             stopped: vec![false; n],
             failed: Vec::new(),
         };
+        let computed = self.schedule(models, progress, &mut replay, &mut writer, &mut ledger)?;
+        let replayed = replay.finish()?;
+
+        progress.stage("scoring");
+        let complete: Vec<(&P::Item, &Transcript)> = self
+            .items
+            .iter()
+            .zip(&ledger.transcripts)
+            .zip(&ledger.stopped)
+            .filter(|(_, stopped)| !**stopped)
+            .map(|(pair, _)| pair)
+            .collect();
+        let completed = complete.len();
+        let bench = score(&complete);
+        let results = RunResults {
+            protocol: self.manifest.identity.protocol.clone(),
+            models: self
+                .manifest
+                .identity
+                .models
+                .iter()
+                .map(|m| RunModel {
+                    role: m.role.clone(),
+                    name: m.name.clone(),
+                    sha256: m.sha256.clone(),
+                })
+                .collect(),
+            items: n,
+            completed,
+            samples: writer.lines(),
+            failed: ledger.failed,
+            results: bench,
+        };
+        write_atomic(&dir.results_path(), &results.to_json())?;
+        write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
+        progress.finish(&format!(
+            "finished: {} of {} items completed, results in {}",
+            completed,
+            n,
+            dir.results_path().display()
+        ));
+        Ok(RunOutcome {
+            results,
+            resumed,
+            replayed,
+            computed,
+            warnings,
+        })
+    }
+
+    /// The scheduling loop: rounds of one actor's pending steps until no item has a step
+    /// left, replaying from the log while it lasts. Returns the number of steps computed.
+    fn schedule<M: Models>(
+        &self,
+        models: &mut M,
+        progress: &mut dyn Progress,
+        replay: &mut Replay,
+        writer: &mut SampleWriter,
+        ledger: &mut Ledger,
+    ) -> Result<usize, StoreError> {
         let mut loaded: Option<(Actor, M::Gen)> = None;
         let mut computed = 0;
         let mut round_no = 0;
         loop {
-            let pending = self.pending_steps(&ledger)?;
+            let pending = self.pending_steps(ledger)?;
             let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
                 break;
             };
@@ -182,54 +242,7 @@ impl<P: Plan> Run<'_, P> {
                 progress.advance(chunk.len(), false);
             }
         }
-        drop(loaded);
-        let replayed = replay.finish()?;
-
-        progress.stage("scoring");
-        let complete: Vec<(&P::Item, &Transcript)> = self
-            .items
-            .iter()
-            .zip(&ledger.transcripts)
-            .zip(&ledger.stopped)
-            .filter(|(_, stopped)| !**stopped)
-            .map(|(pair, _)| pair)
-            .collect();
-        let completed = complete.len();
-        let bench = score(&complete);
-        let results = RunResults {
-            protocol: self.manifest.identity.protocol.clone(),
-            models: self
-                .manifest
-                .identity
-                .models
-                .iter()
-                .map(|m| RunModel {
-                    role: m.role.clone(),
-                    name: m.name.clone(),
-                    sha256: m.sha256.clone(),
-                })
-                .collect(),
-            items: n,
-            completed,
-            samples: writer.lines(),
-            failed: ledger.failed,
-            results: bench,
-        };
-        write_atomic(&dir.results_path(), &results.to_json())?;
-        write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
-        progress.finish(&format!(
-            "finished: {} of {} items completed, results in {}",
-            completed,
-            n,
-            dir.results_path().display()
-        ));
-        Ok(RunOutcome {
-            results,
-            resumed,
-            replayed,
-            computed,
-            warnings,
-        })
+        Ok(computed)
     }
 
     /// Every unfinished item's next steps, in (item order, step key) order, checked.
@@ -254,6 +267,13 @@ impl<P: Plan> Run<'_, P> {
                 }
                 if s.messages.is_empty() {
                     return Err(invalid(format!("step {:?} has no messages", s.key)));
+                }
+                if !(s.params.temperature.is_finite() && s.params.top_p.is_finite()) {
+                    // JSON has no NaN: such a step could not be logged and read back.
+                    return Err(invalid(format!(
+                        "step {:?} has a non-finite temperature or top_p",
+                        s.key
+                    )));
                 }
             }
             out.extend(steps.into_iter().map(|s| (i, s)));
@@ -732,6 +752,21 @@ mod tests {
         }
     }
 
+    struct NanPlan;
+    impl Plan for NanPlan {
+        type Item = ToyItem;
+        fn item_id(&self, item: &ToyItem) -> String {
+            item.id.clone()
+        }
+        fn next_steps(&self, item: &ToyItem, done: &Transcript) -> Vec<Step> {
+            let mut steps = plan(1).next_steps(item, done);
+            for s in &mut steps {
+                s.params.temperature = f32::NAN;
+            }
+            steps
+        }
+    }
+
     #[test]
     fn plan_bugs_and_duplicate_items_are_errors() {
         let tmp = tempfile::tempdir().unwrap();
@@ -750,6 +785,18 @@ mod tests {
         };
         let err = run(tmp.path().join("a"), &items).unwrap_err();
         assert!(err.to_string().contains("already finished"), "{err}");
+        let nan = Run {
+            dir: &tmp.path().join("c"),
+            manifest: manifest(0),
+            plan: &NanPlan,
+            items: &items,
+            batch_size: 2,
+        }
+        .execute(&mut FakeModels::new(&["a"], "j"), &mut NoProgress, |_| {
+            BenchResults::default()
+        });
+        let err = nan.unwrap_err().to_string();
+        assert!(err.contains("non-finite temperature"), "{err}");
         let dup = vec![items[0].clone(), items[0].clone()];
         let err = run(tmp.path().join("b"), &dup).unwrap_err();
         assert!(matches!(err, StoreError::DuplicateItem { .. }), "{err}");

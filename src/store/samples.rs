@@ -71,7 +71,8 @@ impl Sample {
 
     /// The line as written (compact JSON and a newline).
     pub fn to_line(&self) -> Vec<u8> {
-        // Serialising plain data with string keys cannot fail.
+        // Plain data with string keys: serialising cannot fail. (Non-finite floats would
+        // become `null`; the runner refuses steps with such parameters before logging.)
         let mut line = serde_json::to_vec(self).unwrap_or_default();
         line.push(b'\n');
         line

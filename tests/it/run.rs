@@ -121,7 +121,7 @@ fn run_killed_with_sigkill_resumes_to_identical_files() {
     for (k, wait_lines) in [0, 1, total / 3, 2 * total / 3].into_iter().enumerate() {
         let dir = tmp.path().join(format!("killed{k}"));
         let mut args = toy_args(&dir, 24, 2);
-        args.extend(["--fake-delay-ms".to_string(), "15".to_string()]);
+        args.extend(["--fake-delay-ms".to_string(), "25".to_string()]);
         let mut child = candor()
             .args(&args)
             .stdout(Stdio::null())
