@@ -4,9 +4,36 @@
 //! sampling parameters, and returns tokens, text and a stop reason. It knows nothing of
 //! benchmarks: protocols talk to it through [`Generate`].
 
+pub mod chat;
+pub mod kv;
+pub mod sampling;
+pub mod scheduler;
+
 use serde::{Deserialize, Serialize};
 
 use crate::model::chat::Message;
+use crate::model::ModelError;
+
+pub use chat::{Engine, EngineOptions};
+pub use kv::{KvStore, SeqId, SeqKv};
+pub use scheduler::{Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
+
+/// Errors of the engine layer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("request {index}: empty prompt")]
+    EmptyPrompt { index: usize },
+    #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
+    TokenOutOfRange { id: u32, vocab: usize },
+    #[error("prefix of {len} tokens does not fit the context of {context}")]
+    PrefixTooLong { len: usize, context: usize },
+    #[error("unknown sequence {0:?}")]
+    UnknownSequence(SeqId),
+    #[error("internal engine error: {0}")]
+    Internal(String),
+}
 
 /// How to pick tokens and when to stop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,218 @@
+//! The loaded engine: a model's weights, tokenizer and chat template behind one [`Engine`] that
+//! answers chat requests ([`Generate`]) and token-level requests.
+//!
+//! Chat requests are rendered with the model's own template (generation prompt added),
+//! encoded, and handed to the one decode loop in [`super::scheduler`]; replies are decoded
+//! with the same tokenizer. The end-of-sequence and end-of-turn tokens the template uses stop
+//! generation. The engine also exposes what a run manifest records about the model: its
+//! file's sha256, the tokenizer's hash and the template text. It does not pick models or
+//! read request files (that is `cli`).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use super::kv::SeqId;
+use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
+use super::{ChatReply, ChatRequest, EngineError, Generate};
+use crate::model::chat_template::ChatTemplate;
+use crate::model::gguf::{file_sha256, GgufFile, LlamaConfig};
+use crate::model::llama::{Llama, WeightDType};
+use crate::model::source::ModelFiles;
+use crate::model::tokenizer::Tokenizer;
+
+impl TextDecoder for Tokenizer {
+    fn decode(&self, ids: &[u32]) -> String {
+        Tokenizer::decode(self, ids)
+    }
+}
+
+/// How to load and run a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineOptions {
+    pub dtype: WeightDType,
+    pub scheduler: SchedulerConfig,
+}
+
+/// A loaded model ready to generate.
+pub struct Engine {
+    decoder: Decoder,
+    tokenizer: Arc<Tokenizer>,
+    template: ChatTemplate,
+    model_path: PathBuf,
+    model_sha256: OnceLock<String>,
+}
+
+impl Engine {
+    /// Loads a GGUF file whose metadata also carries the tokenizer and chat template.
+    pub fn load(gguf: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
+        let mut file = GgufFile::open(gguf)?;
+        let tokenizer = Tokenizer::from_gguf(file.content())?;
+        let template = ChatTemplate::from_gguf(file.content(), &tokenizer)?;
+        Engine::build(&mut file, tokenizer, template, options)
+    }
+
+    /// Loads resolved model files: a `tokenizer.json` (and its `tokenizer_config.json`) beside
+    /// the GGUF take precedence over the GGUF's own tokenizer and template.
+    pub fn from_files(files: &ModelFiles, options: EngineOptions) -> Result<Engine, EngineError> {
+        let mut file = GgufFile::open(&files.gguf)?;
+        let tokenizer = match &files.tokenizer_json {
+            Some(path) => Tokenizer::from_tokenizer_json(path)?,
+            None => Tokenizer::from_gguf(file.content())?,
+        };
+        let template = match &files.tokenizer_config {
+            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
+            None => ChatTemplate::from_gguf(file.content(), &tokenizer)?,
+        };
+        Engine::build(&mut file, tokenizer, template, options)
+    }
+
+    fn build(
+        file: &mut GgufFile,
+        tokenizer: Tokenizer,
+        template: ChatTemplate,
+        options: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        let model = Llama::from_gguf(file, options.dtype)?;
+        let stop_ids = template.stop_token_ids(&tokenizer);
+        Ok(Engine {
+            decoder: Decoder::new(Arc::new(model), options.scheduler, stop_ids),
+            tokenizer: Arc::new(tokenizer),
+            template,
+            model_path: file.path().to_path_buf(),
+            model_sha256: OnceLock::new(),
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        self.decoder.model().config()
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The chat template's source text (for run manifests).
+    pub fn template_source(&self) -> &str {
+        self.template.source()
+    }
+
+    /// The tokenizer's hash (for run manifests).
+    pub fn tokenizer_sha256(&self) -> &str {
+        self.tokenizer.sha256()
+    }
+
+    pub fn model_path(&self) -> &Path {
+        &self.model_path
+    }
+
+    /// The sha256 of the weights file (computed once, on first use).
+    pub fn model_sha256(&self) -> Result<&str, EngineError> {
+        if let Some(h) = self.model_sha256.get() {
+            return Ok(h);
+        }
+        let h = file_sha256(&self.model_path)?;
+        Ok(self.model_sha256.get_or_init(|| h))
+    }
+
+    /// Token ids that end generation (EOS and the template's end-of-turn tokens).
+    pub fn stop_ids(&self) -> &[u32] {
+        self.decoder.stop_ids()
+    }
+
+    pub fn set_batch_size(&mut self, batch_size: usize) {
+        self.decoder.set_batch_size(batch_size);
+    }
+
+    /// The token-level decoder (prefixes, forks, teacher forcing).
+    pub fn decoder(&mut self) -> &mut Decoder {
+        &mut self.decoder
+    }
+
+    /// The prompt ids of a chat conversation: rendered with the generation prompt, encoded.
+    pub fn prompt_ids(&self, request: &ChatRequest) -> Result<Vec<u32>, EngineError> {
+        let text = self.template.render(&request.messages, true)?;
+        Ok(self.tokenizer.encode(&text)?)
+    }
+
+    /// Generates for token-level requests; replies come back in request order.
+    pub fn generate_tokens(
+        &mut self,
+        requests: &[TokenRequest],
+    ) -> Result<Vec<TokenReply>, EngineError> {
+        self.generate_tokens_with_progress(requests, &mut |_| {})
+    }
+
+    /// [`Engine::generate_tokens`], calling `done(i)` as soon as request `i` is answered.
+    pub fn generate_tokens_with_progress(
+        &mut self,
+        requests: &[TokenRequest],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<TokenReply>, EngineError> {
+        let tokenizer = Arc::clone(&self.tokenizer);
+        self.decoder
+            .generate_with_progress(requests, tokenizer.as_ref(), done)
+    }
+
+    /// Feeds `ids` into a stored sequence that later requests can start from (a shared prefix).
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<SeqId, EngineError> {
+        self.decoder.prefill(ids)
+    }
+
+    /// A new stored sequence sharing `id`'s positions.
+    pub fn fork(&mut self, id: SeqId) -> Result<SeqId, EngineError> {
+        self.decoder.fork(id)
+    }
+
+    /// Drops a stored sequence.
+    pub fn release(&mut self, id: SeqId) -> Result<(), EngineError> {
+        self.decoder.release(id)
+    }
+
+    /// Answers chat requests, returning each reply with its timings; `done(i)` is called as
+    /// soon as request `i` is answered.
+    pub fn chat_with_timings(
+        &mut self,
+        requests: &[ChatRequest],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<(ChatReply, TokenReply)>, EngineError> {
+        let prompts = requests
+            .iter()
+            .map(|r| self.prompt_ids(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let token_requests: Vec<TokenRequest> = prompts
+            .iter()
+            .zip(requests)
+            .map(|(ids, r)| TokenRequest::new(ids.clone(), r.params.clone()))
+            .collect();
+        let replies = self.generate_tokens_with_progress(&token_requests, done)?;
+        Ok(prompts
+            .into_iter()
+            .zip(replies)
+            .map(|(prompt_ids, t)| {
+                let chat = ChatReply {
+                    prompt_ids,
+                    output_ids: t.output_ids.clone(),
+                    text: t.text.clone(),
+                    stop_reason: t.stop_reason,
+                };
+                (chat, t)
+            })
+            .collect())
+    }
+}
+
+impl Generate for Engine {
+    type Error = EngineError;
+
+    fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, EngineError> {
+        Ok(self
+            .chat_with_timings(requests, &mut |_| {})?
+            .into_iter()
+            .map(|(chat, _)| chat)
+            .collect())
+    }
+}

@@ -1,0 +1,242 @@
+//! Per-sequence KV state in fixed-size blocks shared copy-on-write, so a sequence can be forked
+//! from a shared prompt prefix without copying it.
+//!
+//! A [`SeqKv`] is a list of reference-counted blocks of [`BLOCK_TOKENS`] positions each, every
+//! block holding all layers' keys and values for its positions. Forking clones the list (the
+//! blocks are shared); the first write into a shared block copies that block only. A
+//! [`KvStore`] keys sequences by [`SeqId`] for callers that keep prefixes between requests.
+//! This module stores numbers; it does not know what a token or a request is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::model::llama::KvSeq;
+
+/// Positions per block.
+pub const BLOCK_TOKENS: usize = 16;
+
+/// The shape of one position's KV entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    pub n_layer: usize,
+    /// Key (and value) width per layer: KV heads times head dimension.
+    pub kv_dim: usize,
+}
+
+impl KvLayout {
+    fn block_len(&self) -> usize {
+        self.n_layer * 2 * BLOCK_TOKENS * self.kv_dim
+    }
+
+    /// Offset of (layer, key or value, slot) inside a block.
+    #[inline]
+    fn offset(&self, layer: usize, is_value: bool, slot: usize) -> usize {
+        ((layer * 2 + is_value as usize) * BLOCK_TOKENS + slot) * self.kv_dim
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    data: Vec<f32>,
+}
+
+/// The KV state of one sequence.
+#[derive(Debug, Clone)]
+pub struct SeqKv {
+    layout: KvLayout,
+    blocks: Vec<Arc<Block>>,
+    len: usize,
+}
+
+impl SeqKv {
+    pub fn new(layout: KvLayout) -> SeqKv {
+        SeqKv {
+            layout,
+            blocks: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// A new sequence sharing this one's positions; both may grow independently afterwards.
+    pub fn fork(&self) -> SeqKv {
+        self.clone()
+    }
+
+    /// Forgets positions from `len` on (keeps the blocks that still hold earlier positions).
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.len = len;
+            self.blocks.truncate(len.div_ceil(BLOCK_TOKENS));
+        }
+    }
+
+    /// Number of blocks this sequence shares with another sequence.
+    pub fn shared_blocks(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter(|b| Arc::strong_count(b) > 1)
+            .count()
+    }
+
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+}
+
+impl KvSeq for SeqKv {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn grow(&mut self, n: usize) {
+        self.len += n;
+        let needed = self.len.div_ceil(BLOCK_TOKENS);
+        let block_len = self.layout.block_len();
+        while self.blocks.len() < needed {
+            self.blocks.push(Arc::new(Block {
+                data: vec![0.0; block_len],
+            }));
+        }
+    }
+
+    fn write(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
+        let l = self.layout;
+        // Copy-on-write: a block shared with a fork is copied before its first change.
+        let block = Arc::make_mut(&mut self.blocks[pos / BLOCK_TOKENS]);
+        let slot = pos % BLOCK_TOKENS;
+        let k = l.offset(layer, false, slot);
+        block.data[k..k + l.kv_dim].copy_from_slice(key);
+        let v = l.offset(layer, true, slot);
+        block.data[v..v + l.kv_dim].copy_from_slice(value);
+    }
+
+    #[inline]
+    fn key(&self, layer: usize, pos: usize) -> &[f32] {
+        let l = &self.layout;
+        let o = l.offset(layer, false, pos % BLOCK_TOKENS);
+        &self.blocks[pos / BLOCK_TOKENS].data[o..o + l.kv_dim]
+    }
+
+    #[inline]
+    fn value(&self, layer: usize, pos: usize) -> &[f32] {
+        let l = &self.layout;
+        let o = l.offset(layer, true, pos % BLOCK_TOKENS);
+        &self.blocks[pos / BLOCK_TOKENS].data[o..o + l.kv_dim]
+    }
+}
+
+/// A handle to a sequence kept in a [`KvStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u64);
+
+/// Sequences kept between requests (shared prompt prefixes), keyed by id.
+#[derive(Debug, Default)]
+pub struct KvStore {
+    seqs: HashMap<SeqId, SeqKv>,
+    next: u64,
+}
+
+impl KvStore {
+    /// Stores a sequence and returns its id.
+    pub fn insert(&mut self, kv: SeqKv) -> SeqId {
+        let id = SeqId(self.next);
+        self.next += 1;
+        self.seqs.insert(id, kv);
+        id
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&SeqKv> {
+        self.seqs.get(&id)
+    }
+
+    /// A new sequence sharing `id`'s positions, or `None` for an unknown id.
+    pub fn fork(&mut self, id: SeqId) -> Option<SeqId> {
+        let kv = self.seqs.get(&id)?.fork();
+        Some(self.insert(kv))
+    }
+
+    /// Drops a sequence; its blocks are freed once no fork uses them.
+    pub fn remove(&mut self, id: SeqId) -> Option<SeqKv> {
+        self.seqs.remove(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: KvLayout = KvLayout {
+        n_layer: 2,
+        kv_dim: 3,
+    };
+
+    fn fill(kv: &mut SeqKv, from: usize, to: usize, tag: f32) {
+        kv.grow(to - from);
+        for p in from..to {
+            for layer in 0..L.n_layer {
+                let k = [p as f32, layer as f32, tag];
+                let v = [-(p as f32), layer as f32, tag];
+                kv.write(layer, p, &k, &v);
+            }
+        }
+    }
+
+    #[test]
+    fn stores_and_reads_back_across_blocks() {
+        let mut kv = SeqKv::new(L);
+        fill(&mut kv, 0, 40, 1.0);
+        assert_eq!(kv.len(), 40);
+        assert_eq!(kv.key(1, 33), &[33.0, 1.0, 1.0]);
+        assert_eq!(kv.value(0, 17), &[-17.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn fork_shares_blocks_and_copies_on_write() {
+        let mut a = SeqKv::new(L);
+        fill(&mut a, 0, 20, 1.0);
+        let mut b = a.fork();
+        assert_eq!(b.shared_blocks(), 2);
+        // b writes into the partly filled second block: that block alone is copied.
+        fill(&mut b, 20, 22, 2.0);
+        assert_eq!(b.shared_blocks(), 1);
+        assert_eq!(a.len(), 20);
+        assert_eq!(b.key(0, 21), &[21.0, 0.0, 2.0]);
+        // a's own continuation does not see b's positions.
+        fill(&mut a, 20, 22, 3.0);
+        assert_eq!(a.key(0, 21), &[21.0, 0.0, 3.0]);
+        assert_eq!(b.key(0, 21), &[21.0, 0.0, 2.0]);
+        assert_eq!(a.key(1, 5), b.key(1, 5));
+    }
+
+    #[test]
+    fn truncate_then_regrow() {
+        let mut a = SeqKv::new(L);
+        fill(&mut a, 0, 35, 1.0);
+        a.truncate(16);
+        assert_eq!(a.len(), 16);
+        fill(&mut a, 16, 18, 4.0);
+        assert_eq!(a.key(0, 17), &[17.0, 0.0, 4.0]);
+    }
+
+    #[test]
+    fn store_forks_by_id() {
+        let mut s = KvStore::default();
+        let mut kv = SeqKv::new(L);
+        fill(&mut kv, 0, 3, 1.0);
+        let a = s.insert(kv);
+        let b = s.fork(a).expect("known id");
+        assert_ne!(a, b);
+        assert_eq!(s.get(b).map(|k| k.len()), Some(3));
+        assert!(s.remove(a).is_some());
+        assert!(s.fork(a).is_none());
+        assert_eq!(s.len(), 1);
+    }
+}

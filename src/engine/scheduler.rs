@@ -1,0 +1,433 @@
+//! The one decode loop: admits token-level requests into a packed batch of at most
+//! `batch_size` sequences, prefills them in chunks, samples, checks stop conditions and retires
+//! finished sequences, until every request has its reply.
+//!
+//! A step packs each active sequence's next rows (a prefill chunk or its one new token) back
+//! to back and runs one forward pass. Because the model's rows are computed independently and
+//! sampling depends only on a request's own seed and step, the order and grouping chosen here
+//! never change any request's tokens. The scheduler knows tokens, not chat messages; text is
+//! only produced (through [`TextDecoder`]) to check stop strings.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::kv::{KvLayout, KvStore, SeqId, SeqKv};
+use super::sampling::{argmax, Sampler};
+use super::{EngineError, SamplingParams, StopReason};
+use crate::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep};
+
+/// Turns generated ids into text (to find stop strings); the engine passes its tokenizer.
+pub trait TextDecoder {
+    fn decode(&self, ids: &[u32]) -> String;
+}
+
+/// A decoder for models without a tokenizer (tests): every text is empty.
+pub struct NoText;
+
+impl TextDecoder for NoText {
+    fn decode(&self, _ids: &[u32]) -> String {
+        String::new()
+    }
+}
+
+/// A token-level generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRequest {
+    /// Tokens to feed (after the prefix, if any); must not be empty.
+    pub prompt_ids: Vec<u32>,
+    pub params: SamplingParams,
+    /// A stored sequence whose positions come before `prompt_ids` (a shared prompt prefix).
+    pub prefix: Option<SeqId>,
+}
+
+impl TokenRequest {
+    pub fn new(prompt_ids: Vec<u32>, params: SamplingParams) -> TokenRequest {
+        TokenRequest {
+            prompt_ids,
+            params,
+            prefix: None,
+        }
+    }
+}
+
+/// The outcome of a [`TokenRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenReply {
+    /// As generated, the stop token included when generation stopped on one.
+    pub output_ids: Vec<u32>,
+    /// Decoded output without the stop token, cut before a stop string.
+    pub text: String,
+    pub stop_reason: StopReason,
+    /// From admission to the first sampled token.
+    pub prefill_ms: f64,
+    /// From the first sampled token to the end.
+    pub decode_ms: f64,
+}
+
+/// Scheduling limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Sequences decoding at once.
+    pub batch_size: usize,
+    /// Most prompt tokens one sequence feeds in one step.
+    pub prefill_chunk: usize,
+    /// Most rows in one step.
+    pub max_step_tokens: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            batch_size: 8,
+            prefill_chunk: 256,
+            max_step_tokens: 512,
+        }
+    }
+}
+
+struct Active {
+    req: usize,
+    kv: SeqKv,
+    /// Tokens still to feed: the prompt (remainder), then each sampled token.
+    feed: Vec<u32>,
+    fed: usize,
+    out: Vec<u32>,
+    admitted: Instant,
+    first_token: Option<Instant>,
+}
+
+/// Token-level decoding with one model, its KV store and its reusable buffers.
+pub struct Decoder {
+    model: Arc<Llama>,
+    config: SchedulerConfig,
+    /// End-of-sequence and end-of-turn ids.
+    stop_ids: Vec<u32>,
+    store: KvStore,
+    scratch: Scratch,
+    sampler: Sampler,
+}
+
+impl Decoder {
+    pub fn new(model: Arc<Llama>, config: SchedulerConfig, stop_ids: Vec<u32>) -> Decoder {
+        Decoder {
+            model,
+            config: SchedulerConfig {
+                batch_size: config.batch_size.max(1),
+                prefill_chunk: config.prefill_chunk.max(1),
+                max_step_tokens: config.max_step_tokens.max(1),
+            },
+            stop_ids,
+            store: KvStore::default(),
+            scratch: Scratch::default(),
+            sampler: Sampler::default(),
+        }
+    }
+
+    pub fn model(&self) -> &Arc<Llama> {
+        &self.model
+    }
+
+    pub fn config(&self) -> SchedulerConfig {
+        self.config
+    }
+
+    pub fn set_batch_size(&mut self, batch_size: usize) {
+        self.config.batch_size = batch_size.max(1);
+    }
+
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stop_ids
+    }
+
+    fn layout(&self) -> KvLayout {
+        let c = self.model.config();
+        KvLayout {
+            n_layer: c.n_layer,
+            kv_dim: c.kv_dim(),
+        }
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {
+        let vocab = self.model.config().vocab_size;
+        match ids.iter().find(|&&t| t as usize >= vocab) {
+            Some(&id) => Err(EngineError::TokenOutOfRange { id, vocab }),
+            None => Ok(()),
+        }
+    }
+
+    /// Feeds `ids` into a new stored sequence (a prompt prefix to fork from later).
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<SeqId, EngineError> {
+        self.check_ids(ids)?;
+        let ctx = self.model.config().context_len;
+        if ids.len() > ctx {
+            return Err(EngineError::PrefixTooLong {
+                len: ids.len(),
+                context: ctx,
+            });
+        }
+        let mut kv = SeqKv::new(self.layout());
+        for chunk in ids.chunks(self.config.prefill_chunk) {
+            let mut steps = [SeqStep {
+                tokens: chunk,
+                kv: &mut kv,
+                logits: Logits::None,
+            }];
+            self.model.forward(&mut steps, &mut self.scratch);
+        }
+        Ok(self.store.insert(kv))
+    }
+
+    /// A new stored sequence sharing `id`'s positions.
+    pub fn fork(&mut self, id: SeqId) -> Result<SeqId, EngineError> {
+        self.store.fork(id).ok_or(EngineError::UnknownSequence(id))
+    }
+
+    /// Drops a stored sequence.
+    pub fn release(&mut self, id: SeqId) -> Result<(), EngineError> {
+        self.store
+            .remove(id)
+            .map(|_| ())
+            .ok_or(EngineError::UnknownSequence(id))
+    }
+
+    /// Positions held by a stored sequence.
+    pub fn seq_len(&self, id: SeqId) -> Option<usize> {
+        self.store.get(id).map(|kv| kv.len())
+    }
+
+    /// The greedy prediction after each position of `ids` from `from` on (teacher forcing):
+    /// element `i` is the argmax of the logits after `ids[..=from + i]`.
+    pub fn next_token_argmax(&mut self, ids: &[u32], from: usize) -> Result<Vec<u32>, EngineError> {
+        self.check_ids(ids)?;
+        let vocab = self.model.config().vocab_size;
+        let from = from.min(ids.len());
+        let mut kv = SeqKv::new(self.layout());
+        let mut out = Vec::with_capacity(ids.len() - from);
+        let chunk = self.config.prefill_chunk.min(64);
+        for (part, logits) in [(&ids[..from], Logits::None), (&ids[from..], Logits::All)] {
+            for c in part.chunks(chunk) {
+                let mut steps = [SeqStep {
+                    tokens: c,
+                    kv: &mut kv,
+                    logits,
+                }];
+                let rows = self.model.forward(&mut steps, &mut self.scratch);
+                out.extend(rows.chunks_exact(vocab).map(argmax));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Generates a reply for every request; the i-th reply answers the i-th request.
+    pub fn generate(
+        &mut self,
+        requests: &[TokenRequest],
+        text: &dyn TextDecoder,
+    ) -> Result<Vec<TokenReply>, EngineError> {
+        self.generate_with_progress(requests, text, &mut |_| {})
+    }
+
+    /// [`Decoder::generate`], calling `done(i)` as soon as request `i` has its reply.
+    pub fn generate_with_progress(
+        &mut self,
+        requests: &[TokenRequest],
+        text: &dyn TextDecoder,
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<TokenReply>, EngineError> {
+        for (i, r) in requests.iter().enumerate() {
+            if r.prompt_ids.is_empty() {
+                return Err(EngineError::EmptyPrompt { index: i });
+            }
+            self.check_ids(&r.prompt_ids)?;
+            if let Some(p) = r.prefix {
+                if self.store.get(p).is_none() {
+                    return Err(EngineError::UnknownSequence(p));
+                }
+            }
+        }
+        let ctx = self.model.config().context_len;
+        let vocab = self.model.config().vocab_size;
+        let mut replies: Vec<Option<TokenReply>> = vec![None; requests.len()];
+        let mut queue: VecDeque<usize> = (0..requests.len()).collect();
+        let mut active: Vec<Active> = Vec::new();
+        loop {
+            while active.len() < self.config.batch_size {
+                let Some(req) = queue.pop_front() else { break };
+                let r = &requests[req];
+                let kv = match r.prefix {
+                    Some(p) => self.store.get(p).map(SeqKv::fork),
+                    None => Some(SeqKv::new(self.layout())),
+                };
+                let kv = kv.ok_or(EngineError::UnknownSequence(r.prefix.unwrap_or(SeqId(0))))?;
+                let now = Instant::now();
+                let early = if r.params.max_new_tokens == 0 {
+                    Some(StopReason::MaxTokens)
+                } else if kv.len() + r.prompt_ids.len() > ctx {
+                    Some(StopReason::ContextFull)
+                } else {
+                    None
+                };
+                if let Some(stop_reason) = early {
+                    replies[req] = Some(TokenReply {
+                        output_ids: Vec::new(),
+                        text: String::new(),
+                        stop_reason,
+                        prefill_ms: 0.0,
+                        decode_ms: 0.0,
+                    });
+                    done(req);
+                    continue;
+                }
+                active.push(Active {
+                    req,
+                    kv,
+                    feed: r.prompt_ids.clone(),
+                    fed: 0,
+                    out: Vec::new(),
+                    admitted: now,
+                    first_token: None,
+                });
+            }
+            if active.is_empty() {
+                break;
+            }
+
+            // Plan the step: each sequence's next rows, within the step budget.
+            let mut budget = self.config.max_step_tokens;
+            let mut plan: Vec<(usize, usize, bool)> = Vec::with_capacity(active.len());
+            for (a_idx, a) in active.iter().enumerate() {
+                let left = a.feed.len() - a.fed;
+                let n = left.min(self.config.prefill_chunk).min(budget);
+                if n == 0 {
+                    continue;
+                }
+                budget -= n;
+                plan.push((a_idx, n, n == left));
+            }
+            let mut steps: Vec<SeqStep<'_, SeqKv>> = Vec::with_capacity(plan.len());
+            let mut planned = plan.iter().peekable();
+            for (a_idx, a) in active.iter_mut().enumerate() {
+                let Some(&&(p_idx, n, last)) = planned.peek() else {
+                    break;
+                };
+                if p_idx != a_idx {
+                    continue;
+                }
+                planned.next();
+                steps.push(SeqStep {
+                    tokens: &a.feed[a.fed..a.fed + n],
+                    kv: &mut a.kv,
+                    logits: if last { Logits::Last } else { Logits::None },
+                });
+            }
+            let logits = self.model.forward(&mut steps, &mut self.scratch);
+            drop(steps);
+
+            // Sample for every sequence that fed its last pending token.
+            let mut row = 0;
+            let mut finished: Vec<usize> = Vec::new();
+            for &(a_idx, n, last) in &plan {
+                let a = &mut active[a_idx];
+                a.fed += n;
+                if !last {
+                    continue;
+                }
+                let r = &requests[a.req];
+                let lrow = &logits[row * vocab..(row + 1) * vocab];
+                row += 1;
+                let step = a.out.len() as u64;
+                let tok = self.sampler.sample(lrow, &r.params, step);
+                a.out.push(tok);
+                a.first_token.get_or_insert_with(Instant::now);
+                match stop_check(a, r, &self.stop_ids, ctx, text) {
+                    Some(reply) => {
+                        replies[a.req] = Some(reply);
+                        done(a.req);
+                        finished.push(a_idx);
+                    }
+                    None => {
+                        a.feed.clear();
+                        a.feed.push(tok);
+                        a.fed = 0;
+                    }
+                }
+            }
+            for &a_idx in finished.iter().rev() {
+                active.remove(a_idx);
+            }
+        }
+        replies
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.ok_or(EngineError::Internal(format!("request {i} got no reply"))))
+            .collect()
+    }
+}
+
+/// Whether a sequence is done after its latest token; if so, its reply.
+fn stop_check(
+    a: &Active,
+    r: &TokenRequest,
+    stop_ids: &[u32],
+    ctx: usize,
+    text: &dyn TextDecoder,
+) -> Option<TokenReply> {
+    let last = *a.out.last()?;
+    let mut reason = None;
+    let mut body = &a.out[..];
+    if stop_ids.contains(&last) {
+        reason = Some(StopReason::Eos);
+        body = &a.out[..a.out.len() - 1];
+    }
+    let mut decoded = None;
+    if reason.is_none() && !r.params.stop_strings.is_empty() {
+        let t = text.decode(body);
+        if let Some(cut) = first_stop(&t, &r.params.stop_strings) {
+            reason = Some(StopReason::StopString);
+            decoded = Some(t[..cut].to_string());
+        } else {
+            decoded = Some(t);
+        }
+    }
+    if reason.is_none() && a.out.len() >= r.params.max_new_tokens {
+        reason = Some(StopReason::MaxTokens);
+    }
+    // The next token would need position `kv.len()`, which must be inside the context.
+    if reason.is_none() && a.kv.len() >= ctx {
+        reason = Some(StopReason::ContextFull);
+    }
+    let stop_reason = reason?;
+    let text = decoded.unwrap_or_else(|| text.decode(body));
+    let end = Instant::now();
+    let first = a.first_token.unwrap_or(end);
+    Some(TokenReply {
+        output_ids: a.out.clone(),
+        text,
+        stop_reason,
+        prefill_ms: first.duration_since(a.admitted).as_secs_f64() * 1e3,
+        decode_ms: end.duration_since(first).as_secs_f64() * 1e3,
+    })
+}
+
+/// Byte offset of the earliest occurrence of any stop string.
+pub fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_stop_picks_the_earliest() {
+        let stops = vec!["\n\n".to_string(), "END".to_string(), String::new()];
+        assert_eq!(first_stop("abc END x\n\n", &stops), Some(4));
+        assert_eq!(first_stop("a\n\nEND", &stops), Some(1));
+        assert_eq!(first_stop("nothing", &stops), None);
+    }
+}
