@@ -395,10 +395,22 @@ fn finish<P: Plan, M: Models>(
         r.completed,
         r.failed.len()
     );
+    let num = |x: f64| {
+        if x.is_finite() {
+            format!("{x:.4}")
+        } else {
+            "n/a".to_string()
+        }
+    };
     for m in &r.results.metrics {
         println!(
-            "{:<28} {:>8.4}  [{:.4}, {:.4}]  n={} unscored={}",
-            m.name, m.interval.value, m.interval.low, m.interval.high, m.n, m.unscored
+            "{:<28} {:>8}  [{}, {}]  n={} unscored={}",
+            m.name,
+            num(m.interval.value),
+            num(m.interval.low),
+            num(m.interval.high),
+            m.n,
+            m.unscored
         );
     }
     println!("report: {}", dir.join("report.md").display());

@@ -46,83 +46,6 @@ fn greedy_answers_capital_of_france() {
     }
 }
 
-/// Twelve-plus prompts of mixed lengths: the chat prompt above and seeded pseudo-random ids.
-fn mixed_prompts(n: usize) -> Vec<Vec<u32>> {
-    let mut rng = candor::engine::sampling::SplitMix64::new(2024);
-    let mut prompts = vec![FRANCE.to_vec()];
-    for i in 1..n {
-        let len = 2 + (i * 37) % 90;
-        let mut p = vec![1u32];
-        p.extend((0..len).map(|_| (rng.next_u64() % 49_000) as u32 + 100));
-        p.extend([2, 198, 1, 520, 9531, 198]);
-        prompts.push(p);
-    }
-    prompts
-}
-
-fn requests(prompts: &[Vec<u32>], max_new_tokens: usize) -> Vec<TokenRequest> {
-    prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            // Every third request samples (seeded); the rest are greedy.
-            let (temperature, top_p) = if i % 3 == 2 { (0.8, 0.95) } else { (0.0, 1.0) };
-            let params = SamplingParams {
-                temperature,
-                top_p,
-                seed: 1000 + i as u64,
-                max_new_tokens,
-                ..SamplingParams::default()
-            };
-            TokenRequest::new(p.clone(), params)
-        })
-        .collect()
-}
-
-#[test]
-fn tokens_do_not_depend_on_batch_size_neighbours_or_threads() {
-    let Some(mut dec) = decoder(WeightDType::Native, 1) else {
-        return;
-    };
-    let prompts = mixed_prompts(13);
-    let reqs = requests(&prompts, 24);
-    let pool = |n| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .expect("thread pool")
-    };
-    let run = |dec: &mut Decoder, reqs: &[TokenRequest], bs: usize, threads: usize| {
-        dec.set_batch_size(bs);
-        pool(threads)
-            .install(|| dec.generate(reqs, &NoText))
-            .expect("generate")
-            .into_iter()
-            .map(|r| r.output_ids)
-            .collect::<Vec<_>>()
-    };
-    let baseline = run(&mut dec, &reqs, 1, 1);
-    assert!(baseline.iter().all(|o| !o.is_empty()));
-    for (bs, threads) in [(3, 1), (16, 1), (1, 2), (3, 2), (16, 2)] {
-        let got = run(&mut dec, &reqs, bs, threads);
-        for (i, (g, b)) in got.iter().zip(&baseline).enumerate() {
-            assert_eq!(
-                g, b,
-                "request {i} differs at batch size {bs}, {threads} threads"
-            );
-        }
-    }
-    // Other neighbours: the same requests in reverse order, and each beside a different one.
-    let mut rev = reqs.clone();
-    rev.reverse();
-    let got = run(&mut dec, &rev, 3, 2);
-    for (i, g) in got.iter().rev().enumerate() {
-        assert_eq!(g, &baseline[i], "request {i} differs in reversed order");
-    }
-    // Run after run.
-    assert_eq!(run(&mut dec, &reqs, 16, 2), baseline);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Tiny synthetic models (random weights written as GGUF by the test).
 
@@ -656,7 +579,7 @@ fn chat_replies_do_not_depend_on_batch_size_neighbours_or_threads() {
     };
     let baseline = run(&mut eng, &reqs, 16, 2);
     assert!(baseline.iter().all(|r| !r.output_ids.is_empty()));
-    for (bs, threads) in [(1, 1), (3, 2), (16, 1)] {
+    for (bs, threads) in [(1, 2), (16, 1)] {
         let got = run(&mut eng, &reqs, bs, threads);
         for (i, (g, b)) in got.iter().zip(&baseline).enumerate() {
             assert_eq!(
