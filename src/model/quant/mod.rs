@@ -86,6 +86,15 @@ impl Isa {
         }
         Isa::Scalar
     }
+
+    /// Whether 8-row groups pay off (enough vector registers to hold their partial sums).
+    fn wide(self) -> bool {
+        match self {
+            Isa::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::wide(),
+        }
+    }
 }
 
 fn dims2(t: &QTensor) -> Result<(usize, usize), QuantError> {
@@ -240,10 +249,15 @@ impl QWeight {
         m: usize,
         out: &mut [f32],
     ) {
+        let eight = isa.wide();
         self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
             let panel = p.panel(pi);
             // Rows in groups: each weight block is unpacked once for all rows of a group.
             let mut i = 0;
+            while eight && i + 8 <= m {
+                group::<8>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 8) * PANEL]);
+                i += 8;
+            }
             while i + 4 <= m {
                 group::<4>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 4) * PANEL]);
                 i += 4;
