@@ -265,9 +265,12 @@ impl Llama {
 
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm_rows(&s.x, &layer.attn_norm, c.rms_eps, &mut s.xb);
-            layer.wq.matmul(&s.xb, rows, &mut s.q);
-            layer.wk.matmul(&s.xb, rows, &mut s.k);
-            layer.wv.matmul(&s.xb, rows, &mut s.v);
+            QWeight::matmul_shared(
+                &[&layer.wq, &layer.wk, &layer.wv],
+                &s.xb,
+                rows,
+                &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+            );
             for r in 0..rows {
                 let cs = &s.rope[r * c.rope_dim..(r + 1) * c.rope_dim];
                 for h in 0..c.n_head {
@@ -292,8 +295,12 @@ impl Llama {
             layer.wo.matmul(&s.xb, rows, &mut s.q);
             add_in_place(&mut s.x, &s.q);
             rms_norm_rows(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.xb);
-            layer.w_gate.matmul(&s.xb, rows, &mut s.gate);
-            layer.w_up.matmul(&s.xb, rows, &mut s.up);
+            QWeight::matmul_shared(
+                &[&layer.w_gate, &layer.w_up],
+                &s.xb,
+                rows,
+                &mut [&mut s.gate[..], &mut s.up[..]],
+            );
             for (g, u) in s.gate.iter_mut().zip(&s.up) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }

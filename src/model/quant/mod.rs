@@ -86,6 +86,15 @@ impl Isa {
         }
         Isa::Scalar
     }
+
+    /// Whether 8-row groups pay off (enough vector registers to hold their partial sums).
+    fn wide(self) -> bool {
+        match self {
+            Isa::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::wide(),
+        }
+    }
 }
 
 fn dims2(t: &QTensor) -> Result<(usize, usize), QuantError> {
@@ -206,6 +215,41 @@ impl QWeight {
         self.matmul_with(Isa::detect(), x, m, out)
     }
 
+    /// `outs[t] = x · ws[t]ᵀ` for every `t`: bit-identical to calling [`QWeight::matmul`] on
+    /// each pair, but `x` is quantized once for consecutive quantized weights that want the same
+    /// activation blocks (e.g. the q/k/v or gate/up projections of one input).
+    ///
+    /// # Panics
+    /// If `ws.len() != outs.len()`, or as [`QWeight::matmul`] for any pair.
+    pub fn matmul_shared(ws: &[&QWeight], x: &[f32], m: usize, outs: &mut [&mut [f32]]) {
+        Self::matmul_shared_with(Isa::detect(), ws, x, m, outs)
+    }
+
+    fn matmul_shared_with(isa: Isa, ws: &[&QWeight], x: &[f32], m: usize, outs: &mut [&mut [f32]]) {
+        assert_eq!(ws.len(), outs.len(), "matmul_shared: weights vs outputs");
+        // (with sums, k, the quantized rows of x)
+        let mut cached: Option<(bool, usize, QuantizedRows)> = None;
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            let Storage::Quant(p) = &w.storage else {
+                w.matmul_with(isa, x, m, out);
+                continue;
+            };
+            let (n, k) = (w.n, w.k);
+            assert_eq!(x.len(), m * k, "matmul: x is not {m} × {k}");
+            assert_eq!(out.len(), m * n, "matmul: out is not {m} × {n}");
+            if m == 0 || n == 0 {
+                continue;
+            }
+            let sums = p.format == QFormat::Q4_1;
+            if !matches!(&cached, Some((s, ck, _)) if *s == sums && *ck == k) {
+                cached = None;
+            }
+            let (_, _, acts) =
+                cached.get_or_insert_with(|| (sums, k, QuantizedRows::quantize(x, k, sums)));
+            w.quantized_matmul(isa, p, acts, m, out);
+        }
+    }
+
     fn matmul_with(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
         let (n, k) = (self.n, self.k);
         assert_eq!(x.len(), m * k, "matmul: x is not {m} × {k}");
@@ -240,10 +284,15 @@ impl QWeight {
         m: usize,
         out: &mut [f32],
     ) {
+        let eight = isa.wide();
         self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
             let panel = p.panel(pi);
             // Rows in groups: each weight block is unpacked once for all rows of a group.
             let mut i = 0;
+            while eight && i + 8 <= m {
+                group::<8>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 8) * PANEL]);
+                i += 8;
+            }
             while i + 4 <= m {
                 group::<4>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 4) * PANEL]);
                 i += 4;
@@ -473,6 +522,38 @@ mod tests {
 
     /// Every row of a batch equals that row computed alone, whatever the batch size, the
     /// neighbouring rows, the pool size and the instruction set.
+    #[test]
+    fn shared_quantization_matches_separate_matmuls() {
+        let (m, k) = (9, 64);
+        let ws: Vec<QWeight> = [
+            (24, GgmlDType::Q4_1),
+            (8, GgmlDType::Q4_1),
+            (16, GgmlDType::Q8_0),
+            (8, GgmlDType::F32),
+            (13, GgmlDType::Q4_1),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, t))| QWeight::from_qtensor(&qtensor(n, k, t, 40 + i as u64)).expect("w"))
+        .collect();
+        let x = noise(99, m * k);
+        let mut isas = vec![Isa::Scalar];
+        if Isa::detect() != Isa::Scalar {
+            isas.push(Isa::detect());
+        }
+        for isa in isas {
+            let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            let wr: Vec<&QWeight> = ws.iter().collect();
+            QWeight::matmul_shared_with(isa, &wr, &x, m, &mut refs);
+            for (w, o) in ws.iter().zip(&outs) {
+                let want = run(w, isa, &x, m);
+                let same = want.iter().zip(o).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{:?} {} × {}", w.format(), w.rows(), w.cols());
+            }
+        }
+    }
+
     #[test]
     fn rows_are_bit_identical_across_batch_threads_and_isa() {
         let mut isas = vec![Isa::Scalar];

@@ -19,6 +19,13 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+/// Whether this CPU also has AVX-512F/VL/BW (32 vector registers for the 8-row kernels).
+pub(crate) fn wide() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bw")
+}
+
 /// One panel against `R` quantized activation rows (see `scalar::panel_dot`); each weight
 /// block is loaded and unpacked once for all `R` rows.
 pub(crate) fn panel_dot<const R: usize>(
@@ -37,6 +44,12 @@ pub(crate) fn panel_dot<const R: usize>(
     }
     // SAFETY: the features are present (checked above) and the asserts bound every read.
     unsafe {
+        if R >= 8 && wide() {
+            return match format {
+                QFormat::Q8_0 => panel_q8_0_512(panel, nb, acts),
+                QFormat::Q4_1 => panel_q4_1_512(panel, nb, acts),
+            };
+        }
         match format {
             QFormat::Q8_0 => panel_q8_0(panel, nb, acts),
             QFormat::Q4_1 => panel_q4_1(panel, nb, acts),
@@ -135,69 +148,83 @@ unsafe fn act_blocks<const R: usize>(acts: &[ActRow<'_>; R], b: usize) -> [__m25
     acts.map(|a| _mm256_loadu_si256(a.qs.as_ptr().add(b * QK) as *const __m256i))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_q8_0<const R: usize>(
-    panel: &[u8],
-    nb: usize,
-    acts: &[ActRow<'_>; R],
-) -> [[f32; PANEL]; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
-    for b in 0..nb {
-        let r = panel.as_ptr().add(b * REC_Q8_0);
-        prefetch(r, REC_Q8_0);
-        let a = act_blocks(acts, b);
-        let q = r.add(Q8_0_QS);
-        let (h01, h23) = (pair_q8(q, 0, &a), pair_q8(q, 2, &a));
-        let (h45, h67) = (pair_q8(q, 4, &a), pair_q8(q, 6, &a));
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
-            let v = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-                _mm256_set1_ps(acts[i].d[b]),
-            );
-            *acc = _mm256_add_ps(*acc, v);
+/// Generates the Q8_0 and Q4_1 panel kernels compiled for the target features `$features`.
+/// The AVX-512 instance runs the very same AVX2 intrinsics (so the same bits); enabling
+/// AVX-512VL only lets the compiler keep 8 rows' partial sums in 32 vector registers.
+macro_rules! panel_kernels {
+    ($features:literal, $q8:ident, $q4:ident) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $q8<const R: usize>(
+            panel: &[u8],
+            nb: usize,
+            acts: &[ActRow<'_>; R],
+        ) -> [[f32; PANEL]; R] {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let r = panel.as_ptr().add(b * REC_Q8_0);
+                prefetch(r, REC_Q8_0);
+                let a = act_blocks(acts, b);
+                let q = r.add(Q8_0_QS);
+                let (h01, h23) = (pair_q8(q, 0, &a), pair_q8(q, 2, &a));
+                let (h45, h67) = (pair_q8(q, 4, &a), pair_q8(q, 6, &a));
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
+                    let v = _mm256_mul_ps(
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                        _mm256_set1_ps(acts[i].d[b]),
+                    );
+                    *acc = _mm256_add_ps(*acc, v);
+                }
+            }
+            acc.map(|acc| {
+                let mut out = [0f32; PANEL];
+                _mm256_storeu_ps(out.as_mut_ptr(), acc);
+                out
+            })
         }
-    }
-    acc.map(|acc| {
-        let mut out = [0f32; PANEL];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    })
+
+        #[target_feature(enable = $features)]
+        unsafe fn $q4<const R: usize>(
+            panel: &[u8],
+            nb: usize,
+            acts: &[ActRow<'_>; R],
+        ) -> [[f32; PANEL]; R] {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let r = panel.as_ptr().add(b * REC_Q4_1);
+                prefetch(r, REC_Q4_1);
+                let a = act_blocks(acts, b);
+                let q = r.add(Q4_1_QS);
+                let (h01, h23) = (pair_q4(q, 0, &a), pair_q4(q, 2, &a));
+                let (h45, h67) = (pair_q4(q, 4, &a), pair_q4(q, 6, &a));
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+                let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
+                    let scaled = _mm256_mul_ps(
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                        _mm256_set1_ps(acts[i].d[b]),
+                    );
+                    let v = _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])));
+                    *acc = _mm256_add_ps(*acc, v);
+                }
+            }
+            acc.map(|acc| {
+                let mut out = [0f32; PANEL];
+                _mm256_storeu_ps(out.as_mut_ptr(), acc);
+                out
+            })
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_q4_1<const R: usize>(
-    panel: &[u8],
-    nb: usize,
-    acts: &[ActRow<'_>; R],
-) -> [[f32; PANEL]; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
-    for b in 0..nb {
-        let r = panel.as_ptr().add(b * REC_Q4_1);
-        prefetch(r, REC_Q4_1);
-        let a = act_blocks(acts, b);
-        let q = r.add(Q4_1_QS);
-        let (h01, h23) = (pair_q4(q, 0, &a), pair_q4(q, 2, &a));
-        let (h45, h67) = (pair_q4(q, 4, &a), pair_q4(q, 6, &a));
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-        let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
-            let scaled = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-                _mm256_set1_ps(acts[i].d[b]),
-            );
-            let v = _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])));
-            *acc = _mm256_add_ps(*acc, v);
-        }
-    }
-    acc.map(|acc| {
-        let mut out = [0f32; PANEL];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    })
-}
+panel_kernels!("avx2,fma,f16c", panel_q8_0, panel_q4_1);
+panel_kernels!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
+    panel_q8_0_512,
+    panel_q4_1_512
+);
 
 /// Generates a float dot product over weights of element type `$t`, read 8 at a time with
 /// `$load(ptr)` and one at a time with `$get(value)`, in `scalar::dot_f32`'s order.
