@@ -29,6 +29,9 @@ pub struct RunDir {
     _lock: File,
 }
 
+/// How many times a held lock is tried, 50 ms apart, before the run is refused.
+const LOCK_ATTEMPTS: usize = 20;
+
 impl RunDir {
     /// Creates `root` if needed and takes its lock; fails with [`StoreError::Locked`] when
     /// another live process holds it.
@@ -42,12 +45,20 @@ impl RunDir {
             .write(true)
             .open(&lock_path)
             .map_err(|e| StoreError::io(&lock_path, e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(StoreError::Locked { path: root }),
-            Err(fs::TryLockError::Error(e)) => return Err(StoreError::io(&lock_path, e)),
+        // A lock can outlive its holder for a moment: a child process forked by another thread
+        // of this process holds a copy of the descriptor until its exec closes it. So a held
+        // lock is retried for about a second before it counts as another live run.
+        for attempt in 0..LOCK_ATTEMPTS {
+            match lock.try_lock() {
+                Ok(()) => return Ok(RunDir { root, _lock: lock }),
+                Err(fs::TryLockError::WouldBlock) if attempt + 1 < LOCK_ATTEMPTS => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(fs::TryLockError::WouldBlock) => break,
+                Err(fs::TryLockError::Error(e)) => return Err(StoreError::io(&lock_path, e)),
+            }
         }
-        Ok(RunDir { root, _lock: lock })
+        Err(StoreError::Locked { path: root })
     }
 
     pub fn root(&self) -> &Path {
