@@ -50,6 +50,19 @@ pub struct StepOutput {
     pub truncated: Option<String>,
 }
 
+impl StepOutput {
+    /// A reply that ended on EOS, with no token counts: how scripted transcripts are written.
+    pub fn scripted(text: impl Into<String>) -> Self {
+        StepOutput {
+            text: text.into(),
+            stop_reason: StopReason::Eos,
+            prompt_tokens: 0,
+            output_tokens: 0,
+            truncated: None,
+        }
+    }
+}
+
 /// The finished steps of one item, by key.
 pub type Transcript = BTreeMap<String, StepOutput>;
 

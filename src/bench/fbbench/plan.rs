@@ -222,7 +222,6 @@ mod tests {
     use crate::bench::fbbench::data::{parse_dataset, parse_jsonl};
     use crate::bench::fbbench::score::units_from_records;
     use crate::bench::plan::StepOutput;
-    use crate::engine::StopReason;
     use crate::model::chat::Role;
     use std::path::Path;
 
@@ -233,13 +232,7 @@ mod tests {
     }
 
     fn out(text: &str) -> StepOutput {
-        StepOutput {
-            text: text.into(),
-            stop_reason: StopReason::Eos,
-            prompt_tokens: 0,
-            output_tokens: 0,
-            truncated: None,
-        }
+        StepOutput::scripted(text)
     }
 
     /// A canned judge: "是" for the entries whose index is in `met`, as GPT-4o formats it.

@@ -419,7 +419,6 @@ pub fn source_sentence(query: &str) -> &str {
 mod tests {
     use super::*;
     use crate::bench::refutebench::data::{parse_reader, Source};
-    use crate::engine::StopReason;
 
     fn item(rel: &str, line: &str) -> Item {
         let source = Source::from_rel_path(rel).expect("layout");
@@ -429,13 +428,7 @@ mod tests {
     }
 
     fn out(text: &str) -> StepOutput {
-        StepOutput {
-            text: text.into(),
-            stop_reason: StopReason::Eos,
-            prompt_tokens: 0,
-            output_tokens: 0,
-            truncated: None,
-        }
+        StepOutput::scripted(text)
     }
 
     const MT: &str = r#"{"system_prompt": "S", "feedbacks": {"garden": {"translation": ["花园", "园子", "庭园"], "random": "铅笔", "existence": [0, 1], "cnt": 2}}, "feedback_prompt": "", "feedback_mapping_prompt": "In the following translations, you should translate {src} to {tgt}.", "queries": ["Please translate the following sentence from English into Chinese.\n[English]: The garden is green. \n[Chinese]: ", "[MAYBE FEEDBACK]", "Please translate the following sentence from English into Chinese.\n[English]: The garden is green. \n[Chinese]: "]}"#;

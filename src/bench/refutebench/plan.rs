@@ -379,7 +379,6 @@ mod tests {
     use super::*;
     use crate::bench::plan::StepOutput;
     use crate::bench::refutebench::data::{parse_reader, Source};
-    use crate::engine::StopReason;
     use crate::model::chat::Role;
 
     fn item(rel: &str, line: &str) -> Item {
@@ -390,13 +389,7 @@ mod tests {
     }
 
     fn out(text: &str) -> StepOutput {
-        StepOutput {
-            text: text.into(),
-            stop_reason: StopReason::Eos,
-            prompt_tokens: 0,
-            output_tokens: 0,
-            truncated: None,
-        }
+        StepOutput::scripted(text)
     }
 
     /// Runs the plan to the end with replies from `reply(key)`; returns the transcript and
