@@ -1,16 +1,23 @@
-//! The four protocols, each in the same three parts: `data.rs` (files to typed items),
-//! `plan.rs` (one item to its generation steps), `score.rs` (transcripts to metrics).
+//! The four protocols, each in the same parts: `data.rs` (files to typed items), `plan.rs`
+//! (one item to its generation steps), `score.rs` (transcripts to metrics), and
+//! `protocol.rs`, which puts them behind the one [`protocol::Protocol`] interface the runner
+//! and the command line use.
 //!
-//! Shared here: where the authors' public data lives ([`data_root`]) and the statistics every
-//! benchmark reports ([`stats`]).
+//! Shared here: where the authors' public data lives ([`data_root`]), the loaders' error type
+//! and JSONL reader ([`loader`]), and the statistics every benchmark reports ([`stats`]).
 
 pub mod fbbench;
 pub mod fennec;
+pub mod loader;
 pub mod plan;
+pub mod protocol;
 pub mod realmistake;
 pub mod refutebench;
 pub mod results;
 pub mod stats;
+
+pub use loader::DataError;
+pub use protocol::{Protocol, ProtocolError, ProtocolOptions};
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 mod args;
 mod generate;
 mod models;
-mod protocols;
+mod options;
 mod run;
 mod score;
 mod setup;

@@ -1,31 +1,30 @@
-//! `candor run <protocol>`: run a protocol end to end with local models into a resumable run
-//! directory.
-//!
-//! The arguments ([`RunArgs`]) become a [`RunConfig`] in one function; then one function per
-//! protocol builds its items, plan, scorer and manifest entries (data files, prompt template
-//! versions, settings) and hands them to [`execute`], which picks the models and calls the
-//! library's runner ([`crate::store::Run`]). Adding a protocol means one [`Protocol`] variant
-//! and one such function. Models named `fake:<label>` are a scripted stand-in (hash of the
-//! prompt) used by tests, with the hidden `toy` protocol; real models come from the engine.
+//! `candor run <protocol>`: parse the arguments into a [`RunConfig`], check them against the
+//! protocol, resolve the models, and hand the protocol ([`crate::bench::Protocol`]) to the
+//! library's runner ([`crate::store::ProtocolRun`]). What a protocol is (its items, plan,
+//! scoring, manifest entries, extra files) lives in `crate::bench::<name>`; running it in
+//! `crate::store`. Under the `testkit` feature (tests only), models named `fake:<label>` are a
+//! scripted stand-in (hash of the prompt), with the hidden `toy` protocol.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use serde_json::json;
 
-use crate::bench::plan::{Plan, Transcript};
-use crate::bench::results::BenchResults;
+use crate::bench::fbbench::FbBench;
+use crate::bench::fennec::Fennec;
+use crate::bench::protocol::{CandidateContext, Candidates, Protocol as BenchProtocol, RunContext};
+use crate::bench::realmistake::ReaLMistake;
+use crate::bench::refutebench::RefuteBench;
+use crate::bench::ProtocolOptions;
 use crate::model::llama::WeightDType;
 use crate::report::BarProgress;
-use crate::store::manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
-use crate::store::run_dir::sha256_bytes;
-use crate::store::testkit::{toy_items, toy_score, FakeModels, ToyPlan};
-use crate::store::{Models, Run};
+use crate::store::manifest::{Environment, ModelIdentity};
+use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
+use crate::store::Models;
 
 use super::models::{engine_models, engine_options, ModelInfo};
-use super::protocols::{self, ProtocolArgs};
+use super::options::ProtocolArgs;
 
 /// The protocols `candor run` knows; one snake_case name each, as everywhere in Candor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -115,7 +114,7 @@ pub struct RunArgs {
     #[arg(long, hide = true, default_value_t = 0)]
     pub fake_delay_ms: u64,
 
-    // integrate: the per-protocol options (src/cli/protocols/mod.rs).
+    // The per-protocol options (src/cli/options.rs).
     #[command(flatten)]
     pub options: ProtocolArgs,
 }
@@ -160,8 +159,12 @@ pub struct RunConfig {
     pub threads: usize,
     pub seed: u64,
     pub data: PathBuf,
+    /// Sleep per batch of the `fake:` models (feature `testkit`).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub fake_delay: Duration,
-    pub options: ProtocolArgs,
+    pub options: ProtocolOptions,
+    /// Whether `--judge` was given (a protocol without a judge refuses it).
+    pub judge_given: bool,
 }
 
 impl RunConfig {
@@ -198,7 +201,8 @@ impl RunConfig {
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::bench::data_root),
             fake_delay: Duration::from_millis(args.fake_delay_ms),
-            options: args.options,
+            options: args.options.to_options(),
+            judge_given: args.judge.is_some(),
         })
     }
 }
@@ -210,66 +214,100 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .build_global()
         .context("setting up the thread pool")?;
     match cfg.protocol {
-        Protocol::Toy => toy(&cfg),
-        Protocol::All => protocols::run_all(&cfg),
-        // integrate: the published protocols (src/cli/protocols/).
-        Protocol::Fbbench | Protocol::Refutebench | Protocol::Realmistake | Protocol::Fennec => {
-            protocols::run_one(&cfg)
+        Protocol::All => run_all(&cfg),
+        _ => run_one(&cfg),
+    }
+}
+
+/// Runs one protocol (`cfg.protocol`, not `all`).
+pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
+    let p = cfg.protocol;
+    if p != Protocol::Toy {
+        let data = cfg.data.join(p.name());
+        if !data.is_dir() {
+            bail!(
+                "{}: the {} data folder was not found (set --data or ${})",
+                data.display(),
+                p.name(),
+                crate::bench::DATA_ENV
+            );
         }
     }
-}
-
-/// What a protocol contributes to a run besides its plan and items.
-pub struct ProtocolSetup {
-    /// Every data file read (hashed into the manifest).
-    pub data_files: Vec<PathBuf>,
-    /// Template name → version.
-    pub prompt_templates: BTreeMap<String, String>,
-    /// Protocol settings that change results (subset, limit, options).
-    pub settings: serde_json::Value,
-    /// Decoding parameters the protocol applies.
-    pub decoding: serde_json::Value,
-}
-
-/// The hidden `toy` protocol: a dialogue per candidate and a judge, on built-in items.
-fn toy(cfg: &RunConfig) -> anyhow::Result<()> {
-    if !cfg.subsets.is_empty() {
-        bail!("the toy protocol has no subsets");
+    match p {
+        Protocol::Fbbench => execute(cfg, &FbBench),
+        Protocol::Refutebench => execute(cfg, &RefuteBench),
+        Protocol::Realmistake => execute(cfg, &ReaLMistake),
+        Protocol::Fennec => execute(cfg, &Fennec),
+        #[cfg(feature = "testkit")]
+        Protocol::Toy => execute(cfg, &crate::store::testkit::Toy),
+        #[cfg(not(feature = "testkit"))]
+        Protocol::Toy => bail!("the toy protocol exists only in test builds (feature `testkit`)"),
+        Protocol::All => bail!("`all` is not one protocol"),
     }
-    let items = toy_items(cfg.limit.unwrap_or(12));
-    let plan = ToyPlan {
-        candidates: cfg.candidates.len(),
-        seed: cfg.seed,
-    };
-    let setup = ProtocolSetup {
-        data_files: Vec::new(),
-        prompt_templates: [("toy/turn", "1"), ("toy/judge", "1")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        settings: json!({ "limit": cfg.limit, "candidates": cfg.candidates.len() }),
-        decoding: json!({ "temperature": 0.0, "max_new_tokens": 16 }),
-    };
-    let seed = cfg.seed;
-    execute(cfg, setup, &plan, &items, |done| {
-        toy_score(&plan, done, seed)
-    })
 }
 
-/// Builds the manifest, picks the models and runs (or resumes) to the end, then prints the
-/// headline metrics.
-pub fn execute<P: Plan>(
-    cfg: &RunConfig,
-    setup: ProtocolSetup,
-    plan: &P,
-    items: &[P::Item],
-    score: impl FnOnce(&[(&P::Item, &Transcript)]) -> BenchResults,
-) -> anyhow::Result<()> {
-    let data_files = setup
-        .data_files
-        .iter()
-        .map(|p| DataFile::from_path(p))
-        .collect::<Result<Vec<_>, _>>()?;
+/// `candor run all`: the four protocols in turn, each into `<out>/<protocol>/`. Each reads
+/// its own protocol options and ignores the others'; `--limit` and `--max-new-tokens` apply
+/// to each. Subsets and data sets are named per protocol, so `--subset` and `--dataset` are
+/// refused.
+pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
+    if !cfg.subsets.is_empty() {
+        bail!("--subset names differ per protocol; run the protocols one by one to use it");
+    }
+    if cfg.options.dataset.is_some() {
+        bail!("--dataset names differ per protocol; run the protocols one by one to use it");
+    }
+    if cfg.candidates.len() > 1 {
+        bail!(
+            "candor run all takes one --model (got {}): fbbench and refutebench evaluate one",
+            cfg.candidates.len()
+        );
+    }
+    for p in [
+        Protocol::Fbbench,
+        Protocol::Refutebench,
+        Protocol::Realmistake,
+        Protocol::Fennec,
+    ] {
+        let mut one = RunConfig {
+            protocol: p,
+            out: cfg.out.join(p.name()),
+            ..cfg.clone()
+        };
+        one.options.all = true;
+        println!("== {}", p.name());
+        run_one(&one).with_context(|| format!("candor run all: {}", p.name()))?;
+    }
+    Ok(())
+}
+
+/// Refuses model options the protocol does not use: a second `--model` where it evaluates
+/// one, `--judge` where no judge takes part.
+fn check_roles<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Result<()> {
+    let name = protocol.name();
+    let n = cfg.candidates.len();
+    match protocol.candidates() {
+        Candidates::One if n > 1 => {
+            bail!("{name} evaluates one --model, but {n} were given; run it once per model")
+        }
+        Candidates::JudgeOnly if n > 1 => bail!(
+            "{name} runs only the judge (--judge, default the first --model), but {n} --model \
+             were given"
+        ),
+        _ => {}
+    }
+    if !protocol.uses_judge() && cfg.judge_given && !cfg.options.all {
+        bail!("--judge does not apply to {name}: no judge takes part (every --model is evaluated)");
+    }
+    Ok(())
+}
+
+/// Checks the options, resolves the models, prepares the protocol and runs (or resumes) it to
+/// the end, then prints the headline metrics.
+pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Result<()> {
+    check_roles(cfg, protocol)?;
+    cfg.options
+        .check_unused(protocol.name(), protocol.options())?;
     let mut roles: Vec<(String, &ModelSpec)> = cfg
         .candidates
         .iter()
@@ -277,7 +315,7 @@ pub fn execute<P: Plan>(
         .map(|(i, m)| (format!("candidate/{i}"), m))
         .collect();
     roles.push(("judge".to_string(), &cfg.judge));
-    // integrate: real models are resolved and hashed once per name.
+    // Real models are resolved and hashed once per name.
     let mut infos: BTreeMap<String, ModelInfo> = BTreeMap::new();
     for (_, m) in &roles {
         if let ModelSpec::Engine(name) = m {
@@ -286,26 +324,35 @@ pub fn execute<P: Plan>(
             }
         }
     }
-    let identity = RunIdentity {
-        candor_version: env!("CARGO_PKG_VERSION").to_string(),
-        protocol: cfg.protocol.name().to_string(),
-        settings: setup.settings,
-        seed: cfg.seed,
-        models: roles
-            .iter()
-            .map(|(role, m)| model_identity(role, m, &infos))
-            .collect::<anyhow::Result<_>>()?,
-        data_files,
-        prompt_templates: setup.prompt_templates,
-        decoding: setup.decoding,
-        items: Default::default(),
+    let candidate_context = match &cfg.candidates[0] {
+        ModelSpec::Engine(name) => infos.get(name).map(|info| CandidateContext {
+            context_len: info.context_len,
+            count: info.token_counter(),
+        }),
+        ModelSpec::Fake(_) => None,
     };
-    let manifest = Manifest::new(identity, Environment::detect(cfg.threads, cfg.batch_size));
-    let run = Run {
+    let ctx = RunContext {
+        data: cfg.data.clone(),
+        subsets: cfg.subsets.clone(),
+        limit: cfg.limit,
+        seed: cfg.seed,
+        candidates: cfg.candidates.iter().map(ModelSpec::name).collect(),
+        judge: cfg.judge.name(),
+        candidate_context,
+    };
+    let prepared = protocol.prepare(&ctx, &cfg.options)?;
+    let models = roles
+        .iter()
+        .map(|(role, m)| model_identity(role, m, &infos))
+        .collect::<anyhow::Result<_>>()?;
+    let run = ProtocolRun {
+        protocol,
+        ctx: &ctx,
+        options: &cfg.options,
+        prepared: &prepared,
         dir: &cfg.out,
-        manifest,
-        plan,
-        items,
+        models,
+        environment: Environment::detect(cfg.threads, cfg.batch_size),
         batch_size: cfg.batch_size,
     };
     let fakes: Option<Vec<String>> = roles
@@ -316,14 +363,19 @@ pub fn execute<P: Plan>(
         })
         .collect();
     match fakes {
+        #[cfg(feature = "testkit")]
         Some(mut labels) => {
             let judge = labels.pop().unwrap_or_default();
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
-            let mut models = FakeModels::new(&refs, &judge);
+            let mut models = crate::store::testkit::FakeModels::new(&refs, &judge);
             models.delay = cfg.fake_delay;
-            finish(run, &mut models, score)
+            finish(run, &mut models)
         }
-        // integrate: real models, loaded by the engine one at a time.
+        #[cfg(not(feature = "testkit"))]
+        Some(labels) => bail!(
+            "fake:{}: `fake:` models exist only in test builds (feature `testkit`)",
+            labels.first().map_or("", String::as_str)
+        ),
         None => {
             let info = |m: &ModelSpec| match m {
                 ModelSpec::Engine(name) => infos.get(name).cloned().context("unresolved model"),
@@ -339,7 +391,7 @@ pub fn execute<P: Plan>(
             let judge = info(&cfg.judge)?;
             let options = engine_options(cfg.batch_size, WeightDType::default());
             let mut models = engine_models(&candidates, &judge, options);
-            finish(run, &mut models, score)
+            finish(run, &mut models)
         }
     }
 }
@@ -351,7 +403,7 @@ fn model_identity(
 ) -> anyhow::Result<ModelIdentity> {
     match m {
         ModelSpec::Fake(label) => {
-            let h = sha256_bytes(format!("fake:{label}").as_bytes());
+            let h = crate::store::run_dir::sha256_bytes(format!("fake:{label}").as_bytes());
             Ok(ModelIdentity {
                 role: role.to_string(),
                 name: m.name(),
@@ -368,15 +420,17 @@ fn model_identity(
     }
 }
 
-fn finish<P: Plan, M: Models>(
-    run: Run<'_, P>,
+fn finish<Pr: BenchProtocol, M: Models>(
+    run: ProtocolRun<'_, Pr>,
     models: &mut M,
-    score: impl FnOnce(&[(&P::Item, &Transcript)]) -> BenchResults,
 ) -> anyhow::Result<()> {
     let dir = run.dir.to_path_buf();
     let mut progress = BarProgress::new();
-    let outcome = run
-        .execute(models, &mut progress, score)
+    let ProtocolOutcome {
+        run: outcome,
+        outputs,
+    } = run
+        .execute(models, &mut progress)
         .with_context(|| format!("run in {}", dir.display()))?;
     for w in &outcome.warnings {
         eprintln!("candor: warning: {w}");
@@ -412,6 +466,9 @@ fn finish<P: Plan, M: Models>(
             m.n,
             m.unscored
         );
+    }
+    for (path, note) in &outputs {
+        println!("{note}: {}", path.display());
     }
     println!("report: {}", dir.join("report.md").display());
     Ok(())

@@ -16,14 +16,17 @@
 //! - [`models`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
 //! - [`runner`]: the scheduling loop, scoring and the final files.
-//! - [`testkit`]: a scripted fake model and a toy plan, for tests and the hidden `toy` protocol.
+//! - [`protocol_run`]: a [`crate::bench::Protocol`] run end to end (manifest, runner, extra files).
+//! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
 
 pub mod manifest;
 pub mod models;
+pub mod protocol_run;
 pub mod resume;
 pub mod run_dir;
 pub mod runner;
 pub mod samples;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
 use std::path::PathBuf;
@@ -32,6 +35,7 @@ use crate::bench::plan::Actor;
 
 pub use manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
 pub use models::{FnModels, Models};
+pub use protocol_run::{ProtocolOutcome, ProtocolRun};
 pub use run_dir::RunDir;
 pub use runner::{Run, RunOutcome};
 pub use samples::{Sample, SampleOutcome};

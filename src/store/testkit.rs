@@ -4,8 +4,9 @@
 //! They let the runner, resume and the `candor run` command be tested without weights: the
 //! fake's reply to a request depends only on the model's label and the request, exactly the
 //! property the real engine guarantees, so batch size and resume must not change a byte. The
-//! toy protocol is reachable from the command line as the hidden `toy` protocol with models
-//! named `fake:<label>`. None of this is used by the real protocols.
+//! toy protocol ([`Toy`]) is reachable from the command line as the hidden `toy` protocol with
+//! models named `fake:<label>`. None of this is used by the real protocols, and none of it is
+//! built without the `testkit` feature (which only the tests enable).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +17,9 @@ use sha2::{Digest, Sha256};
 use super::models::Models;
 use super::BoxError;
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
+use crate::bench::protocol::{
+    Candidates, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
+};
 use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
@@ -327,6 +331,69 @@ pub fn toy_score(plan: &ToyPlan, finished: &[(&ToyItem, &Transcript)], seed: u64
             columns: vec!["item".into(), "candidate".into(), "score".into()],
             rows,
         }],
+    }
+}
+
+/// The hidden `toy` protocol: a dialogue per candidate and a judge, on built-in items.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Toy;
+
+impl Protocol for Toy {
+    type Plan = ToyPlan;
+
+    fn name(&self) -> &'static str {
+        "toy"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn candidates(&self) -> Candidates {
+        Candidates::Many
+    }
+
+    fn prepare(
+        &self,
+        ctx: &RunContext,
+        _opts: &ProtocolOptions,
+    ) -> Result<Prepared<ToyPlan>, ProtocolError> {
+        if let Some(s) = ctx.subsets.first() {
+            return Err(ProtocolError::bad_value(
+                "--subset",
+                s,
+                "the toy protocol has no subsets",
+            ));
+        }
+        Ok(Prepared {
+            items: toy_items(ctx.limit.unwrap_or(12)),
+            plan: ToyPlan {
+                candidates: ctx.candidates.len(),
+                seed: ctx.seed,
+            },
+            data_files: Vec::new(),
+            prompt_templates: [("toy/turn", "1"), ("toy/judge", "1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            settings: serde_json::json!({ "limit": ctx.limit, "candidates": ctx.candidates.len() }),
+            decoding: serde_json::json!({ "temperature": 0.0, "max_new_tokens": 16 }),
+        })
+    }
+
+    /// Two turns per candidate, then a judgement per candidate.
+    fn planned_steps(&self, prepared: &Prepared<ToyPlan>, _item: &ToyItem) -> Option<usize> {
+        Some(3 * prepared.plan.candidates)
+    }
+
+    fn score(
+        &self,
+        ctx: &RunContext,
+        _opts: &ProtocolOptions,
+        prepared: &Prepared<ToyPlan>,
+        runs: &[(&ToyItem, &Transcript)],
+    ) -> Scored {
+        toy_score(&prepared.plan, runs, ctx.seed).into()
     }
 }
 

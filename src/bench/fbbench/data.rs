@@ -7,44 +7,18 @@
 //! (dataset array); nothing here panics. What a judgement *means* is not decided here: the
 //! recorded `judgement` object is kept raw and read by [`crate::judge::checklist`].
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::io::{BufReader, Read};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
 
 use crate::judge::checklist::Criterion;
 
-/// Errors of the FB-Bench layer (loading, scoring, writing).
-#[derive(Debug, thiserror::Error)]
-pub enum FbBenchError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: not a json array of items: {source}")]
-    NotArray {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("{path}: item {index}: {message}")]
-    Item {
-        path: PathBuf,
-        index: usize,
-        message: String,
-    },
-    #[error("{path}:{line}: {message}")]
-    Line {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    #[error("{path}: no items")]
-    Empty { path: PathBuf },
-    #[error("{0}")]
-    Other(String),
-}
+/// The shared JSONL reader, as FB-Bench's files are read.
+pub use crate::bench::loader::parse_jsonl;
+/// Errors of the FB-Bench layer (loading, scoring, writing): the loaders' shared type.
+pub use crate::bench::loader::DataError as FbBenchError;
 
 /// The two published dataset versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -245,6 +219,7 @@ pub fn parse_dataset(reader: impl Read, path: &Path) -> Result<Dataset, FbBenchE
     if values.is_empty() {
         return Err(FbBenchError::Empty {
             path: path.to_path_buf(),
+            what: "items",
         });
     }
     let mut items = Vec::with_capacity(values.len());
@@ -277,36 +252,6 @@ pub fn load_answers(path: &Path) -> Result<Vec<AnswerRecord>, FbBenchError> {
     parse_jsonl(BufReader::new(file), path, |r: &AnswerRecord| {
         r.item.validate()
     })
-}
-
-/// Parses JSON lines (blank lines skipped) into records; errors name `path:line`.
-pub fn parse_jsonl<T: serde::de::DeserializeOwned>(
-    reader: impl BufRead,
-    path: &Path,
-    validate: impl Fn(&T) -> Result<(), String>,
-) -> Result<Vec<T>, FbBenchError> {
-    let mut out = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line_no = i + 1;
-        let err = |message: String| FbBenchError::Line {
-            path: path.to_path_buf(),
-            line: line_no,
-            message,
-        };
-        let line = line.map_err(|e| err(e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record: T = serde_json::from_str(&line).map_err(|e| err(e.to_string()))?;
-        validate(&record).map_err(err)?;
-        out.push(record);
-    }
-    if out.is_empty() {
-        return Err(FbBenchError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

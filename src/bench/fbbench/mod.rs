@@ -11,8 +11,11 @@
 pub mod data;
 pub mod plan;
 pub mod prompts;
+pub mod protocol;
 pub mod pynum;
 pub mod score;
+
+pub use protocol::FbBench;
 
 pub use data::{BenchType, Dataset, FbBenchError, Item, JudgementRecord, Version};
 pub use plan::FbBenchPlan;

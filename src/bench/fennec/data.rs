@@ -115,13 +115,7 @@ fn line_err(path: &Path, line: usize, message: impl Into<String>) -> Error {
     }
 }
 
-/// Non-empty lines with their 1-based numbers.
-fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty())
-}
+use crate::bench::loader::jsonl_lines as lines;
 
 /// Loads Auto-J's `testdata_pairwise.jsonl`.
 pub fn load_autoj(path: &Path) -> Result<Vec<PairItem>, Error> {
@@ -176,7 +170,7 @@ pub fn parse_pandalm(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
     })?;
     let item_err = |i: usize, message: String| Error::Item {
         path: path.to_path_buf(),
-        item: i,
+        index: i,
         message,
     };
     let mut out = Vec::new();

@@ -9,36 +9,10 @@
 
 pub mod data;
 pub mod plan;
+pub mod protocol;
 pub mod score;
 
-use std::path::PathBuf;
+pub use protocol::Fennec;
 
-/// Errors reading Fennec's evaluation sets and verdict files.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}:{line}: {message}", path.display())]
-    Line {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    #[error("{}: {message}", path.display())]
-    Json { path: PathBuf, message: String },
-    #[error("{}: item {item}: {message}", path.display())]
-    Item {
-        path: PathBuf,
-        item: usize,
-        message: String,
-    },
-    #[error("{}: {found} verdicts for {expected} items", path.display())]
-    Count {
-        path: PathBuf,
-        found: usize,
-        expected: usize,
-    },
-}
+/// Errors reading Fennec's evaluation sets and verdict files: the loaders' shared type.
+pub use crate::bench::loader::DataError as Error;

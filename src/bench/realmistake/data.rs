@@ -186,7 +186,7 @@ struct Origin<'a> {
 
 impl Origin<'_> {
     fn err(&self, line: usize, message: impl Into<String>) -> Error {
-        Error::Line {
+        Error::MemberLine {
             path: self.path.to_path_buf(),
             member: self.member.to_string(),
             line,
@@ -216,13 +216,7 @@ fn metadata_id(
         .ok_or_else(|| origin.err(line, "missing string field \"metadata.id\""))
 }
 
-/// Non-empty lines of a member with their 1-based numbers.
-fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty())
-}
+use crate::bench::loader::jsonl_lines as lines;
 
 /// Parses one benchmark file's text (`data/<task>/<model>.jsonl`).
 fn parse_items(text: &str, origin: &Origin, task: &str, model: &str) -> Result<Vec<Item>, Error> {
@@ -269,7 +263,7 @@ fn benchmark_from_members(members: &Members, path: &Path) -> Result<Benchmark, E
     if out.is_empty() {
         return Err(Error::Empty {
             path: path.to_path_buf(),
-            what: "data/<task>/<model>.jsonl",
+            what: "files named data/<task>/<model>.jsonl",
         });
     }
     Ok(out)
@@ -328,7 +322,7 @@ fn detector_files_from_members(members: &Members, path: &Path) -> Result<Vec<Det
     if out.is_empty() {
         return Err(Error::Empty {
             path: path.to_path_buf(),
-            what: "<task>/<response model>/<detector>/baseline_errordetection_prompt_<n>.jsonl",
+            what: "files named <task>/<response model>/<detector>/baseline_errordetection_prompt_<n>.jsonl",
         });
     }
     out.sort_by(|a, b| {

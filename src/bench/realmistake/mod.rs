@@ -9,43 +9,10 @@
 pub mod data;
 pub mod performance;
 pub mod plan;
+pub mod protocol;
 pub mod score;
 
-use std::path::PathBuf;
+pub use protocol::ReaLMistake;
 
-/// Errors reading ReaLMistake files.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}:{member}: {source}", path.display())]
-    Zip {
-        path: PathBuf,
-        member: String,
-        source: zip::result::ZipError,
-    },
-    #[error("{}:{member}: {message}", path.display())]
-    Member {
-        path: PathBuf,
-        member: String,
-        message: String,
-    },
-    #[error("{}:{member}:{line}: {message}", path.display())]
-    Line {
-        path: PathBuf,
-        member: String,
-        line: usize,
-        message: String,
-    },
-    #[error("{}: no files named {what}", path.display())]
-    Empty { path: PathBuf, what: &'static str },
-    #[error("{task}/{response_model}: {message}")]
-    Mismatch {
-        task: String,
-        response_model: String,
-        message: String,
-    },
-}
+/// Errors reading ReaLMistake files: the loaders' shared type.
+pub use crate::bench::loader::DataError as Error;

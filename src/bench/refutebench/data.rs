@@ -181,15 +181,8 @@ pub fn parse_reader(
         Setting::Single { .. } => "single",
     };
     let mut items = Vec::new();
-    for (index, line) in reader.lines().enumerate() {
-        let lineno = index + 1;
-        let line = line.map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for line in crate::bench::loader::read_lines(reader, path) {
+        let (lineno, line) = line?;
         let id = format!("{}/{scenario}/{stem}/{}", source.task.as_str(), items.len());
         let item = parse_line(&line, source, id).map_err(|m| Error::line(path, lineno, m))?;
         items.push(item);

@@ -19,40 +19,15 @@ pub mod dialogue;
 pub mod lang_id;
 pub mod plan;
 pub mod prompts;
+pub mod protocol;
 pub mod score;
 pub mod source;
 
-use std::path::PathBuf;
+pub use protocol::RefuteBench;
 
-/// Everything that can go wrong reading RefuteBench data or recorded transcripts.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A malformed line: the file, its 1-based line number and what is wrong.
-    #[error("{path}:{line}: {message}")]
-    Line {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    /// A file whose name does not follow the published layout.
-    #[error("{path}: {message}")]
-    Layout { path: PathBuf, message: String },
-}
-
-impl Error {
-    pub(crate) fn line(path: impl Into<PathBuf>, line: usize, message: impl Into<String>) -> Self {
-        Error::Line {
-            path: path.into(),
-            line,
-            message: message.into(),
-        }
-    }
-}
+/// Everything that can go wrong reading RefuteBench data or recorded transcripts: the
+/// loaders' shared type.
+pub use crate::bench::loader::DataError as Error;
 
 pub use data::{Item, Setting, Source, Task};
 pub use plan::{RefutePlan, Strategy};

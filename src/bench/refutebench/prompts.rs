@@ -8,7 +8,7 @@
 //! parser in [`crate::judge::feedback_acceptance`]. Which feedback applies is decided in
 //! [`super::dialogue`].
 
-use super::data::Task;
+use super::source::Task;
 use crate::bench::stats::SplitMix64;
 use crate::judge::feedback_acceptance;
 

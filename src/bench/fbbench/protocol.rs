@@ -1,0 +1,167 @@
+//! FB-Bench as a [`Protocol`]: the follow-up and checklist-judge steps over the authors'
+//! dataset (v3 by default, v1 with `--dataset v1`), scored by the published or the paper's
+//! rule; the judgements are also written in the authors' format (`judgments/<model>.jsonl`),
+//! which their notebook and `candor score fbbench` read.
+//!
+//! `--subset` names an interaction scenario (`error_correction`, `response_maintenance`), a
+//! task type as the data spells it, or an item id (as in the samples); `--limit N` keeps the
+//! first N items in file order.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::data::load_dataset;
+use super::plan::{judgement_records, score_transcripts, write_judgements};
+use super::prompts::judge_template;
+use super::{FbBenchPlan, Item, Rule, Version};
+use crate::bench::plan::{Plan, Transcript};
+use crate::bench::protocol::{
+    file_label, select, take, template_version, OutputFile, Prepared, Protocol, ProtocolError,
+    ProtocolOptions, RunContext, Scored,
+};
+
+/// FB-Bench.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FbBench;
+
+/// The dataset file of a version, under the data root.
+pub fn dataset_path(data: &Path, version: Version) -> PathBuf {
+    match version {
+        Version::V1 => data.join("fbbench/v1/fb_bench_dataset.json"),
+        Version::V3 => data.join("fbbench/v3/fb_bench_dataset_v3.json"),
+    }
+}
+
+fn version(opts: &ProtocolOptions) -> Result<Version, ProtocolError> {
+    match opts.dataset.as_deref() {
+        None | Some("v3") => Ok(Version::V3),
+        Some("v1") => Ok(Version::V1),
+        Some(other) => Err(ProtocolError::bad_value(
+            "--dataset",
+            other,
+            "fbbench has `v3` (default) and `v1`",
+        )),
+    }
+}
+
+fn rule(opts: &ProtocolOptions) -> Result<Rule, ProtocolError> {
+    match opts.rule.as_str() {
+        "published" => Ok(Rule::Published),
+        "paper" => Ok(Rule::Paper),
+        other => Err(ProtocolError::bad_value(
+            "--rule",
+            other,
+            "fbbench has `published` (default) and `paper`",
+        )),
+    }
+}
+
+/// The names `--subset` matches against: scenario, task type and item id.
+fn labels(plan: &FbBenchPlan, item: &Item) -> Vec<String> {
+    vec![
+        item.bench_type.as_str().to_lowercase().replace(' ', "_"),
+        item.task_type.clone(),
+        plan.item_id(item),
+    ]
+}
+
+impl Protocol for FbBench {
+    type Plan = FbBenchPlan;
+
+    fn name(&self) -> &'static str {
+        "fbbench"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["--dataset", "--rule"]
+    }
+
+    fn prepare(
+        &self,
+        ctx: &RunContext,
+        opts: &ProtocolOptions,
+    ) -> Result<Prepared<FbBenchPlan>, ProtocolError> {
+        let version = version(opts)?;
+        rule(opts)?;
+        let path = dataset_path(&ctx.data, version);
+        let dataset = load_dataset(&path)?;
+        // Item ids depend on the item's text only, not on the plan's settings.
+        let ids = FbBenchPlan {
+            version,
+            seed: ctx.seed,
+            followup_max_new_tokens: 0,
+            judge_max_new_tokens: 0,
+        };
+        let items = take(
+            select(dataset.items, &ctx.subsets, |i| labels(&ids, i))?,
+            ctx.limit,
+        );
+        let mut plan = FbBenchPlan::new(version, ctx.seed, &items)?;
+        plan.followup_max_new_tokens = opts.cap(plan.followup_max_new_tokens);
+        plan.judge_max_new_tokens = opts.cap(plan.judge_max_new_tokens);
+        let template = judge_template(version);
+        Ok(Prepared {
+            data_files: vec![path],
+            prompt_templates: [(
+                format!("fbbench/judge/{version:?}").to_lowercase(),
+                template_version(template.text()),
+            )]
+            .into_iter()
+            .collect(),
+            settings: json!({
+                "dataset": format!("{version:?}").to_lowercase(),
+                "rule": opts.rule,
+                "subsets": ctx.subsets,
+                "limit": ctx.limit,
+                "max_new_tokens": opts.max_new_tokens,
+            }),
+            decoding: json!({
+                "followup": {
+                    "temperature": "the authors' per-task temperature",
+                    "top_p": 1.0,
+                    "max_new_tokens": plan.followup_max_new_tokens,
+                },
+                "judge": {
+                    "temperature": 0.0,
+                    "top_p": 1.0,
+                    "max_new_tokens": plan.judge_max_new_tokens,
+                },
+            }),
+            plan,
+            items,
+        })
+    }
+
+    /// The follow-up, then the judge.
+    fn planned_steps(&self, _prepared: &Prepared<FbBenchPlan>, _item: &Item) -> Option<usize> {
+        Some(2)
+    }
+
+    fn score(
+        &self,
+        ctx: &RunContext,
+        opts: &ProtocolOptions,
+        prepared: &Prepared<FbBenchPlan>,
+        runs: &[(&Item, &Transcript)],
+    ) -> Scored {
+        let candidate = ctx.candidates.first().map_or("", String::as_str);
+        let (records, left_out) = judgement_records(&prepared.plan, runs, candidate, &ctx.judge);
+        // `prepare` checked the rule.
+        let rule = rule(opts).unwrap_or(Rule::Published);
+        let results = score_transcripts(candidate, runs, rule, ctx.seed);
+        let mut bytes = Vec::new();
+        // Writing into memory cannot fail.
+        let _ = write_judgements(&mut bytes, &records);
+        let path = Path::new("judgments").join(format!("{}.jsonl", file_label(candidate)));
+        let note = format!(
+            "judgements (the authors' format): {} records; {} unscored items left out",
+            records.len(),
+            left_out.len()
+        );
+        Scored {
+            results,
+            outputs: vec![OutputFile { path, bytes, note }],
+        }
+    }
+}

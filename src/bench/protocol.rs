@@ -1,0 +1,430 @@
+//! One interface for the published protocols: [`Protocol`].
+//!
+//! A protocol turns the authors' data and its options ([`ProtocolOptions`]) into items and a
+//! [`Plan`] ([`Protocol::prepare`], with `--subset` and `--limit` applied and everything the
+//! manifest records: data files, prompt-template versions, settings, decoding), and finished
+//! transcripts into metrics plus any extra files in the authors' formats
+//! ([`Protocol::score`], e.g. FB-Bench's `judgments/<model>.jsonl`). It knows no models, no
+//! run directory and no command line: the runner ([`crate::store`]) drives the plan, and the
+//! command line only parses options into a [`ProtocolOptions`] and a [`RunContext`].
+//!
+//! Shared here: the options, the errors of option handling, subset selection ([`select`]),
+//! the item limit ([`take`]), template versions and file-name labels.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::plan::{Plan, Transcript};
+use super::results::BenchResults;
+use super::DataError;
+use crate::model::chat::Message;
+
+/// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
+pub type TokenCounter = std::sync::Arc<dyn Fn(&[Message]) -> usize + Send + Sync>;
+
+/// Options of the individual protocols; each protocol reads the ones it names in
+/// [`Protocol::options`] and refuses the others (see [`ProtocolOptions::check_unused`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolOptions {
+    /// fbbench: `v3` / `v1`; fennec: `auto-j` / `pandalm`.
+    pub dataset: Option<String>,
+    /// fbbench: `published` / `paper`.
+    pub rule: String,
+    /// refutebench: recall earlier instructions.
+    pub recall: bool,
+    /// refutebench: recall and repeat.
+    pub recall_repeat: bool,
+    /// realmistake: detection prompts by paper name.
+    pub prompts: Vec<String>,
+    /// realmistake: samples per prompt.
+    pub samples: usize,
+    /// fennec: criteria kept per item.
+    pub branches: usize,
+    /// fennec: `pairwise` / `single`.
+    pub mode: String,
+    /// fennec: skip the correction step.
+    pub no_correction: bool,
+    /// All protocols: the most tokens one generation may produce.
+    pub max_new_tokens: Option<usize>,
+    /// Set by `candor run all`: each protocol reads its own options and ignores the others'.
+    pub all: bool,
+}
+
+impl Default for ProtocolOptions {
+    /// The command line's defaults.
+    fn default() -> Self {
+        ProtocolOptions {
+            dataset: None,
+            rule: "published".to_string(),
+            recall: false,
+            recall_repeat: false,
+            prompts: Vec::new(),
+            samples: 1,
+            branches: 5,
+            mode: "pairwise".to_string(),
+            no_correction: false,
+            max_new_tokens: None,
+            all: false,
+        }
+    }
+}
+
+impl ProtocolOptions {
+    /// `limit` lowered to `--max-new-tokens` when that is given.
+    pub fn cap(&self, limit: usize) -> usize {
+        self.max_new_tokens.map_or(limit, |m| m.min(limit))
+    }
+
+    /// Fails when an option that `protocol` does not read (not in `used`) was changed from
+    /// its default.
+    pub fn check_unused(&self, protocol: &'static str, used: &[&str]) -> Result<(), ProtocolError> {
+        if self.all {
+            return Ok(());
+        }
+        let d = ProtocolOptions::default();
+        let given: [(&'static str, bool); 9] = [
+            ("--dataset", self.dataset.is_some()),
+            ("--rule", self.rule != d.rule),
+            ("--recall", self.recall),
+            ("--recall-repeat", self.recall_repeat),
+            ("--prompt", !self.prompts.is_empty()),
+            ("--samples", self.samples != d.samples),
+            ("--branches", self.branches != d.branches),
+            ("--mode", self.mode != d.mode),
+            ("--no-correction", self.no_correction),
+        ];
+        for (option, set) in given {
+            if set && !used.contains(&option) {
+                return Err(ProtocolError::Unused { option, protocol });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Errors of preparing a protocol: its options, its subsets and its data.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("{option} does not apply to {protocol}")]
+    Unused {
+        option: &'static str,
+        protocol: &'static str,
+    },
+    #[error("{option} {value:?}: {message}")]
+    BadValue {
+        option: &'static str,
+        value: String,
+        message: String,
+    },
+    #[error("--subset {subset:?} matches no item; known names: {known}")]
+    Subset { subset: String, known: String },
+    #[error("{}: the {what} was not found (set --data or ${})", path.display(), super::DATA_ENV)]
+    MissingData { path: PathBuf, what: &'static str },
+    #[error(transparent)]
+    Data(#[from] DataError),
+}
+
+impl ProtocolError {
+    /// An option given a value the protocol does not know.
+    pub fn bad_value(
+        option: &'static str,
+        value: impl ToString,
+        message: impl Into<String>,
+    ) -> Self {
+        ProtocolError::BadValue {
+            option,
+            value: value.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// How many `--model`s a protocol evaluates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidates {
+    /// Exactly one (FB-Bench, RefuteBench).
+    One,
+    /// Any number (ReaLMistake's detectors, majority vote).
+    Many,
+    /// None: only the judge works (Fennec; its judge defaults to the first `--model`).
+    JudgeOnly,
+}
+
+/// The first candidate's context, when it is a real model: protocols that keep
+/// conversations within the context (RefuteBench) need it at planning time.
+#[derive(Clone)]
+pub struct CandidateContext {
+    /// Positions the model attends over.
+    pub context_len: usize,
+    pub count: TokenCounter,
+}
+
+/// What a protocol is prepared against: where the data is, what to select, and who plays.
+#[derive(Clone)]
+pub struct RunContext {
+    /// The data root (a folder per protocol below it).
+    pub data: PathBuf,
+    pub subsets: Vec<String>,
+    pub limit: Option<usize>,
+    pub seed: u64,
+    /// The candidates' names, as given.
+    pub candidates: Vec<String>,
+    /// The judge's name.
+    pub judge: String,
+    pub candidate_context: Option<CandidateContext>,
+}
+
+/// A prepared protocol: its plan and items, and what the manifest records about them.
+pub struct Prepared<P: Plan> {
+    pub plan: P,
+    pub items: Vec<P::Item>,
+    /// Every data file read (hashed into the manifest).
+    pub data_files: Vec<PathBuf>,
+    /// Template name → version.
+    pub prompt_templates: BTreeMap<String, String>,
+    /// Protocol settings that change results (subset, limit, options).
+    pub settings: serde_json::Value,
+    /// Decoding parameters the protocol applies.
+    pub decoding: serde_json::Value,
+}
+
+/// A file written beside the results, in a format of the authors'.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputFile {
+    /// Relative to the run directory.
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    /// One line for the user (what the file is).
+    pub note: String,
+}
+
+/// What scoring produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scored {
+    pub results: BenchResults,
+    pub outputs: Vec<OutputFile>,
+}
+
+impl From<BenchResults> for Scored {
+    fn from(results: BenchResults) -> Self {
+        Scored {
+            results,
+            outputs: Vec::new(),
+        }
+    }
+}
+
+/// One published protocol.
+pub trait Protocol {
+    type Plan: Plan;
+
+    /// snake_case name, as on the command line and in manifests.
+    fn name(&self) -> &'static str;
+
+    /// The protocol options it reads (`--dataset`, …); any other one given is refused.
+    fn options(&self) -> &'static [&'static str];
+
+    /// How many `--model`s it evaluates.
+    fn candidates(&self) -> Candidates {
+        Candidates::One
+    }
+
+    /// Whether a judge model takes part.
+    fn uses_judge(&self) -> bool {
+        true
+    }
+
+    /// Loads the selected items and builds the plan.
+    fn prepare(
+        &self,
+        ctx: &RunContext,
+        opts: &ProtocolOptions,
+    ) -> Result<Prepared<Self::Plan>, ProtocolError>;
+
+    /// How many steps `item` is expected to take, for the progress display's total: exact
+    /// where the plan is fixed, an upper estimate where it depends on replies (the runner
+    /// corrects the total as items finish). `None` when unknown.
+    fn planned_steps(
+        &self,
+        _prepared: &Prepared<Self::Plan>,
+        _item: &<Self::Plan as Plan>::Item,
+    ) -> Option<usize> {
+        None
+    }
+
+    /// Scores the completed items (`runs`) and renders any extra files.
+    fn score(
+        &self,
+        ctx: &RunContext,
+        opts: &ProtocolOptions,
+        prepared: &Prepared<Self::Plan>,
+        runs: &[(&<Self::Plan as Plan>::Item, &Transcript)],
+    ) -> Scored;
+}
+
+/// The version recorded for a prompt template: the first 16 hex digits of its text's sha256.
+pub fn template_version(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let h = hex::encode(Sha256::digest(text.as_bytes()));
+    format!("sha256:{}", &h[..16])
+}
+
+/// Keeps the items that match any of `subsets` (all items when none is given); each subset
+/// must match at least one item. `labels` gives the names an item answers to.
+pub fn select<T>(
+    items: Vec<T>,
+    subsets: &[String],
+    labels: impl Fn(&T) -> Vec<String>,
+) -> Result<Vec<T>, ProtocolError> {
+    if subsets.is_empty() {
+        return Ok(items);
+    }
+    let mut known: Vec<String> = Vec::new();
+    let mut hits = vec![0usize; subsets.len()];
+    let mut kept = Vec::new();
+    for item in items {
+        let names = labels(&item);
+        let mut keep = false;
+        for (i, s) in subsets.iter().enumerate() {
+            if subset_matches(s, &names) {
+                hits[i] += 1;
+                keep = true;
+            }
+        }
+        for n in names {
+            if !known.contains(&n) {
+                known.push(n);
+            }
+        }
+        if keep {
+            kept.push(item);
+        }
+    }
+    if let Some(i) = hits.iter().position(|&h| h == 0) {
+        known.sort();
+        return Err(ProtocolError::Subset {
+            subset: subsets[i].clone(),
+            known: known.join(", "),
+        });
+    }
+    Ok(kept)
+}
+
+/// A subset matches when it is one of the item's names, or when every `/`-separated part of it
+/// is (`qa/multi`).
+fn subset_matches(subset: &str, names: &[String]) -> bool {
+    let is_name = |part: &str| names.iter().any(|n| n.eq_ignore_ascii_case(part));
+    is_name(subset) || subset.split('/').all(is_name)
+}
+
+/// The first `limit` items (all when `None`).
+pub fn take<T>(mut items: Vec<T>, limit: Option<usize>) -> Vec<T> {
+    if let Some(n) = limit {
+        items.truncate(n);
+    }
+    items
+}
+
+/// A file-name-safe form of a model name (`default`, a path or a hub id).
+pub fn file_label(name: &str) -> String {
+    let base = if name == "default" {
+        crate::model::source::DEFAULT_MODEL_FILE
+    } else {
+        name.rsplit('/').next().unwrap_or(name)
+    };
+    let base = base.strip_suffix(".gguf").unwrap_or(base);
+    base.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Fails with [`ProtocolError::MissingData`] when `path` is not a folder.
+pub fn require_dir(path: &Path, what: &'static str) -> Result<(), ProtocolError> {
+    if path.is_dir() {
+        Ok(())
+    } else {
+        Err(ProtocolError::MissingData {
+            path: path.to_path_buf(),
+            what,
+        })
+    }
+}
+
+/// Fails with [`ProtocolError::MissingData`] when `path` is not a file.
+pub fn require_file(path: &Path, what: &'static str) -> Result<(), ProtocolError> {
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(ProtocolError::MissingData {
+            path: path.to_path_buf(),
+            what,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(s: &str) -> Vec<String> {
+        s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn subsets_select_by_every_part_and_unknown_ones_fail() {
+        let items = vec!["qa,memory_nc0", "qa,multi", "mt,en-zh,multi"];
+        let got = select(items.clone(), &["qa/multi".into()], |s| names(s)).unwrap();
+        assert_eq!(got, ["qa,multi"]);
+        let ids = vec!["auto_j/1,x", "auto_j/2,x"];
+        let got = select(ids, &["auto_j/2".into()], |s| names(s)).unwrap();
+        assert_eq!(got, ["auto_j/2,x"]);
+        let got = select(items.clone(), &["multi".into(), "QA".into()], |s| names(s)).unwrap();
+        assert_eq!(got, items);
+        let err = select(items.clone(), &["nope".into()], |s| names(s)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--subset \"nope\" matches no item; known names: en-zh, memory_nc0, mt, multi, qa"
+        );
+        assert_eq!(take(items.clone(), Some(2)).len(), 2);
+        assert_eq!(take(items, None).len(), 3);
+    }
+
+    #[test]
+    fn caps_and_labels() {
+        let mut a = ProtocolOptions::default();
+        assert_eq!(a.cap(256), 256);
+        a.max_new_tokens = Some(32);
+        assert_eq!((a.cap(256), a.cap(16)), (32, 16));
+        assert_eq!(file_label("default"), "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(file_label("models/x y.gguf"), "x_y");
+        assert_eq!(file_label("fake:a"), "fake_a");
+        assert_eq!(template_version("x"), "sha256:2d711642b726b044");
+    }
+
+    #[test]
+    fn options_of_other_protocols_are_refused() {
+        let a = ProtocolOptions::default();
+        assert!(a.check_unused("fbbench", &[]).is_ok());
+        let b = ProtocolOptions {
+            samples: 3,
+            ..a.clone()
+        };
+        let err = b.check_unused("fbbench", &["--rule"]).unwrap_err();
+        assert_eq!(err.to_string(), "--samples does not apply to fbbench");
+        assert!(b.check_unused("realmistake", &["--samples"]).is_ok());
+        let c = ProtocolOptions {
+            no_correction: true,
+            ..a.clone()
+        };
+        let err = c.check_unused("fbbench", &["--rule"]).unwrap_err();
+        assert_eq!(err.to_string(), "--no-correction does not apply to fbbench");
+        let all = ProtocolOptions { all: true, ..c };
+        assert!(all.check_unused("fbbench", &[]).is_ok());
+    }
+}

@@ -1,0 +1,164 @@
+//! ReaLMistake as a [`Protocol`]: every `--model` as an error detector, with the paper's
+//! prompts (1-A, 1-B, 2-A, 2-B; `--prompt` to choose), `--samples k` for self-consistency,
+//! and the authors' majority vote when several `--model`s are given.
+//!
+//! The benchmark's text stays encrypted at rest: `data.zip` is decrypted into memory only
+//! ([`super::data`]). `--subset` names a task (`math_word_problem_generation`,
+//! `finegrained_fact_verification`, `answerability_classification`) or a response model
+//! (`gpt-4-0613`, `Llama-2-70b-chat-hf`) or an item id, parts joined by `/` all matching;
+//! `--limit N` keeps the first N items in (task, response model, file) order. The judge plays
+//! no part.
+
+use serde_json::json;
+
+use super::data::{load_benchmark, Item};
+use super::plan::DetectionPlan;
+use crate::bench::plan::Transcript;
+use crate::bench::protocol::{
+    require_file, select, take, template_version, Candidates, Prepared, Protocol, ProtocolError,
+    ProtocolOptions, RunContext, Scored,
+};
+use crate::judge::error_detection::{detection_prompt, DetectionPrompt};
+
+/// ReaLMistake.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReaLMistake;
+
+/// The prompts named by `--prompt` (paper names), or the four simple ones.
+fn prompts(names: &[String]) -> Result<Vec<DetectionPrompt>, ProtocolError> {
+    if names.is_empty() {
+        return Ok(DetectionPrompt::SIMPLE.to_vec());
+    }
+    let mut out = Vec::new();
+    for n in names {
+        let p = DetectionPrompt::SIMPLE
+            .into_iter()
+            .find(|p| p.paper_name().eq_ignore_ascii_case(n))
+            .ok_or_else(|| {
+                ProtocolError::bad_value("--prompt", n, "realmistake has 1-A, 1-B, 2-A and 2-B")
+            })?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+impl Protocol for ReaLMistake {
+    type Plan = DetectionPlan;
+
+    fn name(&self) -> &'static str {
+        "realmistake"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["--prompt", "--samples"]
+    }
+
+    fn candidates(&self) -> Candidates {
+        Candidates::Many
+    }
+
+    fn uses_judge(&self) -> bool {
+        false
+    }
+
+    fn prepare(
+        &self,
+        ctx: &RunContext,
+        opts: &ProtocolOptions,
+    ) -> Result<Prepared<DetectionPlan>, ProtocolError> {
+        if opts.samples == 0 {
+            return Err(ProtocolError::bad_value(
+                "--samples",
+                0,
+                "must be at least 1",
+            ));
+        }
+        let prompts = prompts(&opts.prompts)?;
+        let path = ctx.data.join("realmistake/data.zip");
+        require_file(&path, "ReaLMistake archive")?;
+        let benchmark = load_benchmark(&path)?;
+        let all: Vec<Item> = benchmark.into_values().flatten().collect();
+        let items = take(
+            select(all, &ctx.subsets, |i| {
+                vec![i.task.clone(), i.response_model.clone(), i.id.clone()]
+            })?,
+            ctx.limit,
+        );
+        let defaults = DetectionPlan::default();
+        let plan = DetectionPlan {
+            detectors: ctx.candidates.len(),
+            prompts,
+            samples: opts.samples,
+            max_new_tokens: opts.cap(defaults.max_new_tokens),
+            seed: ctx.seed,
+            ..defaults
+        };
+        Ok(Prepared {
+            data_files: vec![path],
+            prompt_templates: plan
+                .prompts
+                .iter()
+                .map(|&p| {
+                    (
+                        format!("realmistake/{}", p.paper_name()),
+                        template_version(&detection_prompt(p, "{input}", "{response}")),
+                    )
+                })
+                .collect(),
+            settings: json!({
+                "subsets": ctx.subsets,
+                "limit": ctx.limit,
+                "detectors": plan.detectors,
+                "prompts": plan.prompts.iter().map(|p| p.paper_name()).collect::<Vec<_>>(),
+                "samples": plan.samples,
+                "max_new_tokens": opts.max_new_tokens,
+            }),
+            decoding: json!({
+                "temperature": if plan.samples > 1 { plan.sample_temperature } else { 0.0 },
+                "top_p": 1.0,
+                "max_new_tokens": plan.max_new_tokens,
+            }),
+            plan,
+            items,
+        })
+    }
+
+    /// One step per detector, prompt and sample.
+    fn planned_steps(&self, prepared: &Prepared<DetectionPlan>, _item: &Item) -> Option<usize> {
+        let p = &prepared.plan;
+        Some(p.detectors * p.prompts.len() * p.samples.max(1))
+    }
+
+    fn score(
+        &self,
+        ctx: &RunContext,
+        _opts: &ProtocolOptions,
+        prepared: &Prepared<DetectionPlan>,
+        runs: &[(&Item, &Transcript)],
+    ) -> Scored {
+        let owned: Vec<_> = runs
+            .iter()
+            .map(|(item, done)| ((*item).clone(), (*done).clone()))
+            .collect();
+        prepared.plan.score(&owned, ctx.seed).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_by_paper_name() {
+        assert_eq!(prompts(&[]).unwrap(), DetectionPrompt::SIMPLE);
+        let got = prompts(&["2-b".into(), "1-A".into(), "2-B".into()]).unwrap();
+        assert_eq!(got, [DetectionPrompt::P4, DetectionPrompt::P1]);
+        let err = prompts(&["3-A".into()]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "--prompt \"3-A\": realmistake has 1-A, 1-B, 2-A and 2-B"
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! RefuteBench as a [`Protocol`]: dialogues (each turn the candidate's, each feedback turn
+//! judged for acceptance by the judge) over the authors' files, scored into feedback
+//! acceptance (FA) and response rate (RR).
+//!
+//! `--subset` selects data files by task (`qa`, `mt`, `email`), group or language pair
+//! (`mt_en_zh`, `en-zh`, …), scenario (`single`, `multi`), verification (`memory`,
+//! `generalization`) or setting (`memory_nc0` … `generalization_nc3`, the paper's Context=k);
+//! parts joined by `/` must all match (`qa/memory_nc1`), several `--subset`s add up.
+//! `--limit N` keeps the first N items in file order (files sorted by path), and only the
+//! files those come from are read and hashed. `--recall` / `--recall-repeat` choose the
+//! paper's recall strategies. When the candidate is a real model, conversations are kept
+//! within its context (whole earlier exchanges dropped and recorded, see
+//! [`super::plan`]).
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::data::{list_files, load_file, Query};
+use super::plan::ContextLimit;
+use super::prompts::{RECALL_HEADER, RECALL_ITEM, REPEAT_SUFFIX};
+use super::source::{Setting, Source, Verification};
+use super::{Item, RefutePlan, Strategy};
+use crate::bench::plan::Transcript;
+use crate::bench::protocol::{
+    require_dir, select, template_version, Prepared, Protocol, ProtocolError, ProtocolOptions,
+    RunContext, Scored,
+};
+use crate::bench::DataError;
+use crate::judge::feedback_acceptance;
+
+/// RefuteBench.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RefuteBench;
+
+/// The names `--subset` matches a data file against.
+fn labels(source: &Source) -> Vec<String> {
+    let mut out = vec![source.task.as_str().to_string()];
+    if source.pair.is_some() {
+        out.push(source.group());
+    }
+    out.extend(source.pair.clone());
+    match source.setting {
+        Setting::Multi => out.push("multi".into()),
+        Setting::Single {
+            verification,
+            context,
+        } => {
+            out.push("single".into());
+            out.push(
+                match verification {
+                    Verification::Memory => "memory",
+                    Verification::Generalization => "generalization",
+                }
+                .into(),
+            );
+            out.push(format!("nc{context}"));
+            out.push(source.setting.label());
+        }
+    }
+    out
+}
+
+/// The selected items and the files they came from.
+fn load_items(
+    root: &Path,
+    subsets: &[String],
+    limit: Option<usize>,
+) -> Result<(Vec<Item>, Vec<String>), ProtocolError> {
+    require_dir(root, "RefuteBench data folder")?;
+    let files = list_files(root)?;
+    let sourced = files
+        .iter()
+        .map(|rel| {
+            Source::from_rel_path(rel)
+                .map(|s| (rel.clone(), s))
+                .map_err(|message| DataError::Layout {
+                    path: root.join(rel),
+                    message,
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let chosen = select(sourced, subsets, |(_, s)| labels(s))?;
+    let mut items = Vec::new();
+    let mut read = Vec::new();
+    for (rel, _) in chosen {
+        if limit.is_some_and(|n| items.len() >= n) {
+            break;
+        }
+        items.extend(load_file(root, &rel)?);
+        read.push(rel);
+    }
+    if let Some(n) = limit {
+        items.truncate(n);
+    }
+    Ok((items, read))
+}
+
+impl Protocol for RefuteBench {
+    type Plan = RefutePlan;
+
+    fn name(&self) -> &'static str {
+        "refutebench"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["--recall", "--recall-repeat"]
+    }
+
+    fn prepare(
+        &self,
+        ctx: &RunContext,
+        opts: &ProtocolOptions,
+    ) -> Result<Prepared<RefutePlan>, ProtocolError> {
+        let root = ctx.data.join("refutebench");
+        let (items, files) = load_items(&root, &ctx.subsets, ctx.limit)?;
+        let mut plan = RefutePlan::new(ctx.seed);
+        plan.strategy = match (opts.recall, opts.recall_repeat) {
+            (_, true) => Strategy::RecallRepeat,
+            (true, false) => Strategy::Recall,
+            (false, false) => Strategy::Vanilla,
+        };
+        plan.candidate.max_new_tokens = opts.cap(plan.candidate.max_new_tokens);
+        plan.judge.max_new_tokens = opts.cap(plan.judge.max_new_tokens);
+        if let Some(c) = &ctx.candidate_context {
+            plan.context = Some(ContextLimit {
+                max_prompt_tokens: c.context_len.saturating_sub(plan.candidate.max_new_tokens),
+                count: c.count.clone(),
+            });
+        }
+        let record = plan.record();
+        let templates = [
+            (
+                "refutebench/fa_judge",
+                feedback_acceptance::TEMPLATE.to_string(),
+            ),
+            (
+                "refutebench/recall",
+                format!("{RECALL_HEADER}{RECALL_ITEM}{REPEAT_SUFFIX}"),
+            ),
+        ];
+        Ok(Prepared {
+            data_files: files.iter().map(|rel| root.join(rel)).collect(),
+            prompt_templates: templates
+                .iter()
+                .map(|(name, text)| (name.to_string(), template_version(text)))
+                .collect(),
+            settings: json!({
+                "subsets": ctx.subsets,
+                "limit": ctx.limit,
+                "files": files,
+                "plan": record,
+                "max_new_tokens": opts.max_new_tokens,
+            }),
+            decoding: json!({ "candidate": record.candidate, "judge": record.judge }),
+            plan,
+            items,
+        })
+    }
+
+    /// A candidate turn per non-empty query and feedback slot, and an acceptance judgement
+    /// per feedback slot: an estimate (a slot gets feedback only when one applies).
+    fn planned_steps(&self, prepared: &Prepared<RefutePlan>, item: &Item) -> Option<usize> {
+        let turns = item
+            .queries
+            .iter()
+            .filter(|q| !matches!(q, Query::Text(t) if t.is_empty()))
+            .count();
+        let feedback = item
+            .queries
+            .iter()
+            .filter(|q| matches!(q, Query::Feedback))
+            .count();
+        Some(
+            turns
+                + if prepared.plan.judge_feedback {
+                    feedback
+                } else {
+                    0
+                },
+        )
+    }
+
+    fn score(
+        &self,
+        ctx: &RunContext,
+        _opts: &ProtocolOptions,
+        prepared: &Prepared<RefutePlan>,
+        runs: &[(&Item, &Transcript)],
+    ) -> Scored {
+        prepared.plan.score(runs, ctx.seed).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_labels_cover_task_pair_and_setting() {
+        let s = Source::from_rel_path("mt/single/en-he.generalization.NC-3.jsonl").unwrap();
+        assert_eq!(
+            labels(&s),
+            [
+                "mt",
+                "mt_en_he",
+                "en-he",
+                "single",
+                "generalization",
+                "nc3",
+                "generalization_nc3"
+            ]
+        );
+        let m = Source::from_rel_path("qa/multi/qa.jsonl").unwrap();
+        assert_eq!(labels(&m), ["qa", "multi"]);
+    }
+}

@@ -1,0 +1,98 @@
+//! A published protocol run end to end: the manifest from what the protocol prepared
+//! ([`crate::bench::protocol::Prepared`]) and the models' identities, the runner over the
+//! plan, the protocol's scoring, and the extra files it renders (FB-Bench's judgements in the
+//! authors' format), written atomically beside `results.json`.
+
+use std::path::{Path, PathBuf};
+
+use super::manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
+use super::models::Models;
+use super::run_dir::write_atomic;
+use super::runner::{Run, RunOutcome};
+use super::StoreError;
+use crate::bench::protocol::{OutputFile, Prepared, Protocol, ProtocolOptions, RunContext};
+use crate::report::progress::Progress;
+
+/// One protocol run to execute or resume.
+pub struct ProtocolRun<'a, Pr: Protocol> {
+    pub protocol: &'a Pr,
+    pub ctx: &'a RunContext,
+    pub options: &'a ProtocolOptions,
+    pub prepared: &'a Prepared<Pr::Plan>,
+    /// The run directory.
+    pub dir: &'a Path,
+    /// Every model of the run in its role (`candidate/0`, …, `judge`).
+    pub models: Vec<ModelIdentity>,
+    pub environment: Environment,
+    /// Most requests sent to a model at once.
+    pub batch_size: usize,
+}
+
+/// What a protocol run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolOutcome {
+    pub run: RunOutcome,
+    /// The extra files written (absolute path, and what each is).
+    pub outputs: Vec<(PathBuf, String)>,
+}
+
+impl<Pr: Protocol> ProtocolRun<'_, Pr> {
+    /// The manifest this run writes (or compares on resume).
+    pub fn manifest(&self) -> Result<Manifest, StoreError> {
+        let p = self.prepared;
+        let data_files = p
+            .data_files
+            .iter()
+            .map(|f| DataFile::from_path(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        let identity = RunIdentity {
+            candor_version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol: self.protocol.name().to_string(),
+            settings: p.settings.clone(),
+            seed: self.ctx.seed,
+            models: self.models.clone(),
+            data_files,
+            prompt_templates: p.prompt_templates.clone(),
+            decoding: p.decoding.clone(),
+            items: Default::default(),
+        };
+        Ok(Manifest::new(identity, self.environment.clone()))
+    }
+
+    /// Runs (or resumes) to the end, then writes the protocol's extra files.
+    pub fn execute<M: Models>(
+        self,
+        models: &mut M,
+        progress: &mut dyn Progress,
+    ) -> Result<ProtocolOutcome, StoreError> {
+        let manifest = self.manifest()?;
+        let mut outputs: Vec<OutputFile> = Vec::new();
+        let run = Run {
+            dir: self.dir,
+            manifest,
+            plan: &self.prepared.plan,
+            items: &self.prepared.items,
+            batch_size: self.batch_size,
+        };
+        let outcome = run.execute(models, progress, |runs| {
+            let scored = self
+                .protocol
+                .score(self.ctx, self.options, self.prepared, runs);
+            outputs = scored.outputs;
+            scored.results
+        })?;
+        let mut written = Vec::new();
+        for file in outputs {
+            let path = self.dir.join(&file.path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+            }
+            write_atomic(&path, &file.bytes)?;
+            written.push((path, file.note));
+        }
+        Ok(ProtocolOutcome {
+            run: outcome,
+            outputs: written,
+        })
+    }
+}
