@@ -5,6 +5,7 @@ mod util;
 mod engine;
 mod fbbench;
 mod fennec;
+mod fuzz;
 mod hostile;
 mod realmistake;
 mod refutebench;
