@@ -107,7 +107,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
 
-    /// The authors' public data (default: $CANDOR_DATA, else ../shared/data).
+    /// The authors' public data (default: $CANDOR_DATA, else ../shared/data, else the cache,
+    /// fetched on first use; see `candor data`).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
 
@@ -196,7 +197,7 @@ impl RunConfig {
             batch_size: args.batch_size,
             threads,
             seed: args.seed,
-            data: args.data.unwrap_or_else(crate::bench::data_root),
+            data: args.data.unwrap_or_else(crate::store::data::default_root),
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options,
         })

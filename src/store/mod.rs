@@ -18,6 +18,7 @@
 //! - [`runner`]: the scheduling loop, scoring and the final files.
 //! - [`testkit`]: a scripted fake model and a toy plan, for tests and the hidden `toy` protocol.
 
+pub mod data;
 pub mod manifest;
 pub mod models;
 pub mod resume;

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod data;
 mod engine;
 mod fbbench;
 mod fennec;

@@ -131,15 +131,7 @@ impl ProtocolArgs {
 /// Runs one published protocol (`cfg.protocol`) with `cfg.options`.
 pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
     let p = cfg.protocol;
-    let data = cfg.data.join(p.name());
-    if !data.is_dir() {
-        bail!(
-            "{}: the {} data folder was not found (set --data or ${})",
-            data.display(),
-            p.name(),
-            crate::bench::DATA_ENV
-        );
-    }
+    crate::store::data::ensure_protocol(&cfg.data, p.name())?;
     let opts = &cfg.options;
     match p {
         Protocol::Fbbench => fbbench::run(cfg, opts),
