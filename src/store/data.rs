@@ -363,7 +363,12 @@ pub fn fetch_file(root: &Path, file: &DataFile, source: &Source) -> Result<Fetch
             Err(ureq::Error::Status(code, r)) => {
                 return Err(http(format!("HTTP {code} {}", r.status_text())))
             }
-            Err(e) => return Err(http(e.to_string())),
+            Err(ureq::Error::Transport(t)) => {
+                return Err(http(match t.message() {
+                    Some(m) => format!("{}: {m}", t.kind()),
+                    None => t.kind().to_string(),
+                }))
+            }
         };
         let append = have > 0 && resp.status() == 206;
         resumed_from = if append { have } else { 0 };

@@ -244,3 +244,59 @@ fn data_fetch_and_list_through_the_command_line() {
         "{out}"
     );
 }
+
+#[test]
+fn run_fetches_what_it_needs_on_first_use() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    let m = serve(shared, HashSet::new());
+    // A working directory with no ../shared/data beside it, as on a fresh machine.
+    let cwd = tempfile::tempdir().unwrap();
+    let home = cwd.path().join("home");
+    let run = |out: &str, offline: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_candor"));
+        c.current_dir(cwd.path())
+            .args(["run", "fennec", "--model", "fake:a", "--limit", "1"])
+            .args(["--threads", "1", "--out", out])
+            .env("CANDOR_HOME", &home)
+            .env("CANDOR_MIRROR", &m.url)
+            .env_remove("CANDOR_DATA")
+            .env_remove("HF_HUB_OFFLINE");
+        if offline {
+            c.env("CANDOR_OFFLINE", "1");
+        } else {
+            c.env_remove("CANDOR_OFFLINE");
+        }
+        c.output().unwrap()
+    };
+    let out = run("first", false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fetched fennec/auto-j/testdata_pairwise.jsonl"),
+        "{stderr}"
+    );
+    assert!(cwd.path().join("first/results.json").is_file());
+    for f in data::files_for("fennec").unwrap() {
+        assert_eq!(
+            data::status(&home.join("data"), f),
+            Status::Present,
+            "{}",
+            f.rel
+        );
+    }
+    // Cached now: an offline run needs no network.
+    let before = m.requests.load(Ordering::SeqCst);
+    let out = run("second", true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(m.requests.load(Ordering::SeqCst), before);
+    assert_eq!(
+        std::fs::read(cwd.path().join("first/samples.jsonl")).unwrap(),
+        std::fs::read(cwd.path().join("second/samples.jsonl")).unwrap()
+    );
+}

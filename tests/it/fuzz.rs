@@ -8,7 +8,8 @@
 //!
 //! `cargo test --test it fuzz` runs a short smoke (a few hundred inputs per target, seconds).
 //! `CANDOR_FUZZ_ITERS=1000000 cargo test --release --test it fuzz -- --nocapture` is the long
-//! run; `CANDOR_FUZZ_SEED` changes the seed and `CANDOR_FUZZ_TARGET` picks one target. A
+//! run; `CANDOR_FUZZ_SEED` changes the seed, `CANDOR_FUZZ_TARGET` picks one target and
+//! `CANDOR_FUZZ_SECONDS` stops each target after that long (the count is printed). A
 //! panicking input is written to `target/fuzz-crashes/<target>-<seed>-<iteration>` and the test
 //! fails naming it; an input slower than [`SLOW`] fails too.
 //!
@@ -379,8 +380,9 @@ fn env_u64(key: &str) -> Option<u64> {
     std::env::var(key).ok().and_then(|v| v.parse().ok())
 }
 
-/// Runs one target for `iters` mutated inputs; returns (executions, elapsed).
-fn fuzz(target: &Target, seed: u64, iters: u64) -> (u64, Duration) {
+/// Runs one target for `iters` mutated inputs (or until `limit` has passed); returns
+/// (executions, elapsed).
+fn fuzz(target: &Target, seed: u64, iters: u64, limit: Option<Duration>) -> (u64, Duration) {
     let seeds = corpus(target.name);
     let mut rng = Rng(seed ^ fxhash(target.name));
     let start = Instant::now();
@@ -388,7 +390,12 @@ fn fuzz(target: &Target, seed: u64, iters: u64) -> (u64, Duration) {
     for s in &seeds {
         run_one(target, s, seed, u64::MAX);
     }
+    let mut done = 0;
     for i in 0..iters {
+        if limit.is_some_and(|l| start.elapsed() > l) {
+            break;
+        }
+        done += 1;
         let mut data = seeds[rng.below(seeds.len())].clone();
         for _ in 0..1 + rng.below(8) {
             mutate(&mut rng, &mut data, &seeds);
@@ -396,7 +403,7 @@ fn fuzz(target: &Target, seed: u64, iters: u64) -> (u64, Duration) {
         data.truncate(1 << 20);
         run_one(target, &data, seed, i);
     }
-    (iters + seeds.len() as u64, start.elapsed())
+    (done + seeds.len() as u64, start.elapsed())
 }
 
 fn fxhash(s: &str) -> u64 {
@@ -457,11 +464,12 @@ fn fuzz_smoke() {
     let iters = env_u64("CANDOR_FUZZ_ITERS").unwrap_or(SMOKE_ITERS);
     let seed = env_u64("CANDOR_FUZZ_SEED").unwrap_or(14);
     let only = std::env::var("CANDOR_FUZZ_TARGET").ok();
+    let limit = env_u64("CANDOR_FUZZ_SECONDS").map(Duration::from_secs);
     for target in targets() {
         if only.as_deref().is_some_and(|o| o != target.name) {
             continue;
         }
-        let (n, elapsed) = fuzz(&target, seed, iters);
+        let (n, elapsed) = fuzz(&target, seed, iters, limit);
         eprintln!(
             "fuzz {}: {n} executions in {:.1} s (seed {seed})",
             target.name,
