@@ -41,7 +41,7 @@ pub const MAX_OUTPUT_FIXED: usize = 64 * 1024;
 pub const MAX_OUTPUT_PER_INPUT_BYTE: usize = 4;
 
 /// Memory a render may hold beyond its output, fixed part and per byte of the messages.
-const MAX_MEMORY_FIXED: usize = 256 << 20;
+const MAX_MEMORY_FIXED: usize = 64 << 20;
 const MAX_MEMORY_PER_INPUT_BYTE: usize = 64;
 
 /// End-of-turn tokens used by common chat templates.

@@ -235,7 +235,13 @@ fn misaligned_tensor_offset_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("misaligned.gguf");
     std::fs::write(&path, &bytes).unwrap();
-    let Outcome { status, stderr, .. } = generate(&path, dir.path());
+    let Outcome {
+        status,
+        stderr,
+        elapsed,
+        ..
+    } = generate(&path, dir.path());
+    eprintln!("misaligned: {elapsed:?}: {stderr}");
     assert!(!status.success());
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
