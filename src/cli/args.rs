@@ -20,4 +20,6 @@ pub enum Command {
     Score(super::score::ScoreArgs),
     /// Run a protocol end to end with local models into a resumable run directory.
     Run(super::run::RunArgs),
+    /// Fetch the authors' data into the cache, or list what is cached.
+    Data(super::data::DataArgs),
 }

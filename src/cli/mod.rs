@@ -3,6 +3,7 @@
 //! `anyhow` lives here and in `main.rs` only; library modules return typed errors.
 
 mod args;
+mod data;
 mod generate;
 mod models;
 mod options;
@@ -22,6 +23,7 @@ pub fn run() -> i32 {
         Command::Generate(a) => generate::run(a),
         Command::Score(a) => score::run(a),
         Command::Run(a) => run::run(a),
+        Command::Data(a) => data::run(a),
     };
     match result {
         Ok(()) => 0,

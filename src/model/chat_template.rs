@@ -7,12 +7,19 @@
 //! `messages`, `add_generation_prompt`, `bos_token`, `eos_token` in the context. A template
 //! that raises or fails to render is a typed error, never a fallback format. This module also
 //! says which tokens end a turn ([`ChatTemplate::stop_token_ids`]); it does not tokenize.
+//!
+//! The template comes from a downloaded file and is untrusted code, so every render runs under
+//! a budget: at most [`FUEL`] minijinja instructions, an output of at most [`MAX_OUTPUT_FIXED`]
+//! bytes plus [`MAX_OUTPUT_PER_INPUT_BYTE`] per byte of the messages, and a memory budget for
+//! intermediate values ([`super::alloc_budget`]). A template that exceeds a budget on a short
+//! probe conversation is refused when it is loaded; errors name the model file.
 
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
 
+use super::alloc_budget;
 use super::chat::Message;
 use super::error::{ModelError, Result};
 use super::tokenizer::Tokenizer;
@@ -21,6 +28,21 @@ const TEMPLATE_NAME: &str = "chat_template";
 
 /// Marks errors that come from the template's own `raise_exception` call.
 const RAISED: &str = "\u{1}raised\u{1}";
+
+/// Instructions one render may execute. Real templates use a few hundred per message (the
+/// tests print their figures); this is a few tenths of a second of work.
+pub const FUEL: u64 = 2_000_000;
+
+/// Output every render may write regardless of the messages (system prompts, dates, tool
+/// preambles that real templates add).
+pub const MAX_OUTPUT_FIXED: usize = 64 * 1024;
+
+/// Output allowed per byte of message content (role markers, repeated system prompts).
+pub const MAX_OUTPUT_PER_INPUT_BYTE: usize = 4;
+
+/// Memory a render may hold beyond its output, fixed part and per byte of the messages.
+const MAX_MEMORY_FIXED: usize = 64 << 20;
+const MAX_MEMORY_PER_INPUT_BYTE: usize = 64;
 
 /// End-of-turn tokens used by common chat templates.
 const END_OF_TURN: &[&str] = &[
@@ -38,6 +60,8 @@ const END_OF_TURN: &[&str] = &[
 #[derive(Clone)]
 pub struct ChatTemplate {
     source: String,
+    /// Where the template came from (the model file), for error messages.
+    origin: String,
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
@@ -63,6 +87,7 @@ impl ChatTemplate {
     ) -> Result<Self> {
         let source = source.into();
         let mut env = Environment::new();
+        env.set_fuel(Some(FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -80,10 +105,32 @@ impl ChatTemplate {
             .map_err(|e| ModelError::Template(describe(&e)))?;
         Ok(ChatTemplate {
             source,
+            origin: "(template given inline)".to_string(),
             env,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
+    }
+
+    /// Names the file the template came from (used in every error message) and checks on a
+    /// short probe conversation that the template renders within its budget: a template that
+    /// runs out of fuel, output or memory there is refused now rather than on every prompt.
+    /// Ordinary render errors (a template that raises on the probe) are not refused here.
+    pub fn with_origin(mut self, origin: impl std::fmt::Display) -> Result<Self> {
+        self.origin = origin.to_string();
+        let probe = [
+            Message::system("You are a helpful assistant."),
+            Message::user("Hello! What is 2 + 2?"),
+            Message::assistant("2 + 2 = 4."),
+            Message::user("Thanks."),
+        ];
+        for messages in [&probe[1..2], &probe[..]] {
+            match self.render(messages, true) {
+                Err(e @ ModelError::TemplateBudget { .. }) => return Err(e),
+                _ => continue,
+            }
+        }
+        Ok(self)
     }
 
     /// The template a GGUF file carries (`tokenizer.chat_template`), with the tokenizer's
@@ -96,7 +143,7 @@ impl ChatTemplate {
             })?,
             None => return Err(ModelError::NoChatTemplate),
         };
-        Self::new(source.clone(), tokenizer.bos_token(), tokenizer.eos_token())
+        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())
     }
 
     /// The template in a `tokenizer_config.json` (`chat_template`: a string, or a list of
@@ -126,7 +173,7 @@ impl ChatTemplate {
             }
             None => return Err(ModelError::NoChatTemplate),
         };
-        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())
+        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())?.with_origin(path.display())
     }
 
     /// The Jinja source, for manifests.
@@ -136,21 +183,80 @@ impl ChatTemplate {
 
     /// Renders a conversation; with `add_generation_prompt` the text ends where the
     /// assistant's reply begins.
+    ///
+    /// The render runs under the template's budget (module docs); going over it is a
+    /// [`ModelError::TemplateBudget`] naming the model file (or, for memory, a one-line
+    /// message and exit, see [`super::alloc_budget`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        Ok(self.render_counted(messages, add_generation_prompt)?.0)
+    }
+
+    /// [`ChatTemplate::render`], also returning the fuel the render consumed.
+    pub fn render_counted(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<(String, u64)> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
-            .map_err(|e| ModelError::Template(describe(&e)))?;
+            .map_err(|e| ModelError::Template(format!("{}: {}", self.origin, describe(&e))))?;
+        let input: usize = messages
+            .iter()
+            .map(|m| m.content.len() + m.role.as_str().len())
+            .sum::<usize>()
+            + self.bos_token.len()
+            + self.eos_token.len();
+        let max_output =
+            MAX_OUTPUT_FIXED.saturating_add(input.saturating_mul(MAX_OUTPUT_PER_INPUT_BYTE));
+        let max_memory = MAX_MEMORY_FIXED
+            .saturating_add(input.saturating_mul(MAX_MEMORY_PER_INPUT_BYTE))
+            .saturating_add(max_output.saturating_mul(2));
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            cap: max_output,
+            over: false,
+        };
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        tmpl.render(ctx).map_err(|e| match raised_message(&e) {
-            Some(msg) => ModelError::TemplateRaised(msg),
-            None => ModelError::Template(describe(&e)),
-        })
+        let oom = format!(
+            "{}: chat template exceeded its memory budget of {} MiB while rendering",
+            self.origin,
+            max_memory >> 20
+        );
+        let rendered = alloc_budget::with_budget(max_memory, &oom, || {
+            tmpl.render_to_write(ctx, &mut out)
+                .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
+        });
+        let budget = |what: String| ModelError::TemplateBudget {
+            origin: self.origin.clone(),
+            what,
+        };
+        let fuel = match rendered {
+            Ok(fuel) => fuel,
+            Err(_) if out.over => {
+                return Err(budget(format!(
+                    "output over {max_output} bytes for {input} bytes of messages"
+                )))
+            }
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                return Err(budget(format!("more than {FUEL} instructions")))
+            }
+            Err(e) => {
+                return Err(match raised_message(&e) {
+                    Some(msg) => ModelError::TemplateRaised(msg),
+                    None => ModelError::Template(format!("{}: {}", self.origin, describe(&e))),
+                })
+            }
+        };
+        let text = String::from_utf8(out.buf).map_err(|_| {
+            ModelError::Template(format!("{}: rendered text is not UTF-8", self.origin))
+        })?;
+        Ok((text, fuel))
     }
 
     /// Token ids that end a turn: EOS, plus the end-of-turn tokens this template writes that
@@ -167,6 +273,30 @@ impl ChatTemplate {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+}
+
+/// The render's output, refused past `cap` bytes.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(data.len()) > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other(
+                "chat template output budget exceeded",
+            ));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -356,5 +486,114 @@ mod tests {
         std::fs::write(&p, cfg.to_string()).unwrap();
         let t = ChatTemplate::from_tokenizer_config(&p, &tok).unwrap();
         assert_eq!(t.render(&[], false).unwrap(), "<|im_end|>D");
+    }
+
+    /// The real templates of the supported families render a long conversation well inside
+    /// the budget.
+    #[test]
+    fn real_templates_render_well_inside_the_budget() {
+        let templates: &[(&str, &str, &str, &str)] = &[
+            (
+                "llama-3.1",
+                include_str!(
+                    "../../tests/fixtures/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
+                ),
+                "<|begin_of_text|>",
+                "<|eot_id|>",
+            ),
+            (
+                "mistral-nemo",
+                include_str!(
+                    "../../tests/fixtures/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"
+                ),
+                "<s>",
+                "</s>",
+            ),
+            (
+                "qwen2.5",
+                include_str!("../../tests/fixtures/templates/Qwen-Qwen2.5-7B-Instruct.jinja"),
+                "",
+                "<|im_end|>",
+            ),
+            (
+                "gemma-2",
+                include_str!("../../tests/fixtures/templates/google-gemma-2-2b-it.jinja"),
+                "<bos>",
+                "<eos>",
+            ),
+            (
+                "phi-3.5",
+                include_str!(
+                    "../../tests/fixtures/templates/microsoft-Phi-3.5-mini-instruct.jinja"
+                ),
+                "<s>",
+                "<|endoftext|>",
+            ),
+            ("chatml", CHATML, "", "<|im_end|>"),
+        ];
+        // 40 alternating turns of 2 KB each: longer than any protocol's dialogue.
+        let turns: Vec<Message> = (0..40)
+            .map(|i| {
+                let text = format!("turn {i}: {}", "word ".repeat(400));
+                if i % 2 == 0 {
+                    Message::user(text)
+                } else {
+                    Message::assistant(text)
+                }
+            })
+            .collect();
+        for (name, src, bos, eos) in templates {
+            let t = ChatTemplate::new(*src, *bos, *eos)
+                .and_then(|t| t.with_origin(name))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let (text, fuel) = t
+                .render_counted(&turns, true)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(text.contains("turn 39: word"), "{name}");
+            eprintln!("{name}: {fuel} instructions for 40 turns");
+            assert!(
+                fuel < FUEL / 20,
+                "{name} used {fuel} of {FUEL} instructions"
+            );
+        }
+    }
+
+    fn refused_quickly(src: &str) -> String {
+        let start = std::time::Instant::now();
+        let err = ChatTemplate::new(src, "", "")
+            .and_then(|t| t.with_origin("models/hostile.gguf"))
+            .unwrap_err();
+        assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
+        assert!(matches!(err, ModelError::TemplateBudget { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        assert!(msg.starts_with("models/hostile.gguf: "), "{msg}");
+        msg
+    }
+
+    #[test]
+    fn endless_loops_and_huge_output_are_refused_at_load() {
+        let msg = refused_quickly(
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        );
+        assert!(msg.contains("output over"), "{msg}");
+        let msg = refused_quickly(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        );
+        assert!(msg.contains("instructions"), "{msg}");
+        // A template that is fine on the probe but explodes with long input is refused when
+        // it renders that input.
+        let t = ChatTemplate::new(
+            "{% for m in messages %}{% for c in m.content %}{{ m.content }}{% endfor %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap()
+        .with_origin("m.gguf")
+        .unwrap();
+        let err = t
+            .render(&[Message::user("y".repeat(5000))], true)
+            .unwrap_err();
+        assert!(matches!(err, ModelError::TemplateBudget { .. }), "{err:?}");
     }
 }

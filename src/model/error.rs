@@ -60,6 +60,10 @@ pub enum ModelError {
     #[error("chat template: {0}")]
     Template(String),
 
+    /// The chat template went over its budget of work, output or memory.
+    #[error("{origin}: chat template over budget: {what}")]
+    TemplateBudget { origin: String, what: String },
+
     /// The chat template called `raise_exception` (it refuses these messages).
     #[error("chat template raised an exception: {0}")]
     TemplateRaised(String),

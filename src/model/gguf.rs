@@ -176,6 +176,16 @@ pub fn md_string(content: &Content, key: &str) -> Result<String> {
         .map_err(|e| md_err(key, e))
 }
 
+/// Reads and validates a GGUF header ([`super::gguf_check`]): the tensor layout first (candle's
+/// reader trusts offsets and panics on `general.alignment = 0`), then the metadata. `path`
+/// names the file in errors.
+pub fn read_checked<R: Read + std::io::Seek>(path: &Path, reader: &mut R) -> Result<Content> {
+    super::gguf_check::scan(path, reader)?;
+    let content = Content::read(reader).map_err(|e| ModelError::gguf(path, e.to_string()))?;
+    super::gguf_check::check_metadata(path, &content)?;
+    Ok(content)
+}
+
 /// An open GGUF file: its parsed header and a reader for its tensors.
 pub struct GgufFile {
     path: PathBuf,
@@ -188,8 +198,7 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<GgufFile> {
         let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
         let mut reader = BufReader::new(file);
-        let content =
-            Content::read(&mut reader).map_err(|e| ModelError::gguf(path, e.to_string()))?;
+        let content = read_checked(path, &mut reader)?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,

@@ -3,10 +3,12 @@
 //! This module turns files into an immutable, shareable model; it never sees requests or
 //! batches (that is [`crate::engine`]).
 
+pub mod alloc_budget;
 pub mod chat;
 pub mod chat_template;
 pub mod error;
 pub mod gguf;
+pub mod gguf_check;
 pub mod llama;
 pub mod pre_tokenizer;
 pub mod quant;

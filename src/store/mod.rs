@@ -19,6 +19,7 @@
 //! - [`protocol_run`]: a [`crate::bench::Protocol`] run end to end (manifest, runner, extra files).
 //! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
 
+pub mod data;
 pub mod manifest;
 pub mod models;
 pub mod protocol_run;

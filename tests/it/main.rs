@@ -2,9 +2,12 @@
 
 mod util;
 
+mod data;
 mod engine;
 mod fbbench;
 mod fennec;
+mod fuzz;
+mod hostile;
 mod realmistake;
 mod refutebench;
 mod run;

@@ -91,6 +91,11 @@ pub struct DetectorFile {
     pub records: Vec<DetectorRecord>,
 }
 
+/// Most bytes one archive member may unpack to (the largest real one is a few MB).
+pub const MAX_MEMBER_BYTES: u64 = 256 << 20;
+/// Most bytes all members of one archive may unpack to.
+pub const MAX_ARCHIVE_BYTES: u64 = 1 << 30;
+
 /// The text members of an archive or folder: (name relative to its root, contents).
 type Members = Vec<(String, String)>;
 
@@ -112,12 +117,22 @@ fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error>
     };
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_err("", e))?;
     let mut out = Vec::new();
+    let mut total: u64 = 0;
     for i in 0..archive.len() {
         let (name, encrypted) = {
             let raw = archive.by_index_raw(i).map_err(|e| zip_err("", e))?;
             let name = raw.name().map_err(|e| zip_err("", e))?.to_string();
             if raw.is_dir() || !name.ends_with(".jsonl") {
                 continue;
+            }
+            // Members are read into memory by name, never unpacked to disk; names that would
+            // escape a folder are refused all the same.
+            if raw.enclosed_name().is_none() {
+                return Err(Error::Member {
+                    path: path.to_path_buf(),
+                    member: name,
+                    message: "unsafe member name (absolute or `..`)".into(),
+                });
             }
             (name, raw.encrypted())
         };
@@ -127,14 +142,29 @@ fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error>
             archive.by_index(i)
         }
         .map_err(|e| zip_err(&name, e))?;
+        // Zip bombs: at most MAX_MEMBER_BYTES per member and MAX_ARCHIVE_BYTES in all,
+        // whatever the archive's headers claim.
         let mut text = String::new();
-        member
+        let cap = MAX_MEMBER_BYTES.min(MAX_ARCHIVE_BYTES.saturating_sub(total));
+        let n = (&mut member)
+            .take(cap + 1)
             .read_to_string(&mut text)
             .map_err(|e| Error::Member {
                 path: path.to_path_buf(),
                 member: name.clone(),
                 message: e.to_string(),
-            })?;
+            })? as u64;
+        if n > cap {
+            return Err(Error::Member {
+                path: path.to_path_buf(),
+                member: name,
+                message: format!(
+                    "unpacks to more than {cap} bytes (limits: {MAX_MEMBER_BYTES} per member, \
+                     {MAX_ARCHIVE_BYTES} per archive)"
+                ),
+            });
+        }
+        total += n;
         out.push((name, text));
     }
     Ok(out)

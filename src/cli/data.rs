@@ -1,0 +1,105 @@
+//! `candor data`: fetch the authors' files into the cache, and list what is there.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::store::data::{self, Fetched, Source, Status};
+
+#[derive(Debug, clap::Args)]
+pub struct DataArgs {
+    #[command(subcommand)]
+    pub command: DataCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum DataCommand {
+    /// Download protocols' files at pinned commits (sha256-checked) into the cache
+    /// ($CANDOR_HOME/data, else the platform cache folder); all protocols when none is named.
+    /// $CANDOR_MIRROR replaces the download base; $CANDOR_OFFLINE=1 never uses the network.
+    Fetch {
+        /// fbbench, refutebench, realmistake, fennec.
+        protocols: Vec<String>,
+        /// Fetch into this folder instead of the cache.
+        #[arg(long, value_name = "DIR")]
+        into: Option<PathBuf>,
+    },
+    /// Show each file of the cache (or of --data) and whether it is there.
+    List {
+        /// A data folder to list instead of the cache.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+}
+
+fn protocols(names: &[String]) -> Vec<String> {
+    if names.is_empty() {
+        data::PROTOCOLS.iter().map(|p| p.to_string()).collect()
+    } else {
+        names.to_vec()
+    }
+}
+
+pub fn run(args: DataArgs) -> anyhow::Result<()> {
+    match args.command {
+        DataCommand::Fetch {
+            protocols: names,
+            into,
+        } => {
+            let root = into.unwrap_or_else(data::cache_root);
+            let source = Source::from_env();
+            let (mut fetched, mut present) = (0, 0);
+            for p in protocols(&names) {
+                for file in data::files_for(&p)? {
+                    match data::fetch_file(&root, file, &source)
+                        .with_context(|| format!("fetching {p} into {}", root.display()))?
+                    {
+                        Fetched::Present => present += 1,
+                        Fetched::Downloaded {
+                            bytes,
+                            resumed_from,
+                        } => {
+                            fetched += 1;
+                            let resumed = if resumed_from > 0 {
+                                format!(", resumed at {resumed_from}")
+                            } else {
+                                String::new()
+                            };
+                            println!("fetched {} ({bytes} bytes{resumed})", file.rel);
+                        }
+                    }
+                }
+            }
+            println!(
+                "{}: {fetched} fetched, {present} already present",
+                root.display()
+            );
+            Ok(())
+        }
+        DataCommand::List { data: dir } => {
+            let root = dir.unwrap_or_else(data::cache_root);
+            println!("{}", root.display());
+            let mut counts = [0usize; 2];
+            for file in data::FILES {
+                let state = match data::status(&root, file) {
+                    Status::Present => {
+                        counts[0] += 1;
+                        "cached".to_string()
+                    }
+                    Status::Partial(n) => format!("partial ({n} of {} bytes)", file.size),
+                    Status::WrongSize(n) => format!("wrong size ({n}, expected {})", file.size),
+                    Status::Missing => "missing".to_string(),
+                };
+                counts[1] += 1;
+                println!(
+                    "  {:<10} {:>10}  {}  {state}",
+                    file.protocol(),
+                    file.size,
+                    file.rel
+                );
+            }
+            println!("{} of {} files cached", counts[0], counts[1]);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Data fetching against a loopback mirror of `../shared/data`: a fetch, a resumed partial
+//! download, a sha256 mismatch (refused, nothing left behind), offline mode, and `candor run`
+//! fetching what it needs on first use.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use candor::store::data::{self, DataError, Fetched, Source, Status};
+
+use crate::util;
+
+/// A tiny HTTP/1.1 file server on 127.0.0.1 for one test: GET with optional `Range:
+/// bytes=N-`, files under `root`, paths in `corrupt` served with their first byte changed.
+struct Mirror {
+    url: String,
+    requests: Arc<AtomicUsize>,
+    ranges: Arc<Mutex<Vec<String>>>,
+}
+
+fn serve(root: PathBuf, corrupt: HashSet<String>) -> Mirror {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let ranges = Arc::new(Mutex::new(Vec::new()));
+    let (req2, ranges2) = (Arc::clone(&requests), Arc::clone(&ranges));
+    std::thread::spawn(move || {
+        // Bounded: at most 1000 connections, then the thread ends.
+        for stream in listener.incoming().take(1000) {
+            let Ok(stream) = stream else { continue };
+            req2.fetch_add(1, Ordering::SeqCst);
+            let _ = answer(stream, &root, &corrupt, &ranges2);
+        }
+    });
+    Mirror {
+        url,
+        requests,
+        ranges,
+    }
+}
+
+fn answer(
+    stream: TcpStream,
+    root: &Path,
+    corrupt: &HashSet<String>,
+    ranges: &Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let mut start = 0u64;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h.trim().is_empty() || h.len() > 8192 {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("range: bytes=") {
+            ranges.lock().unwrap().push(v.trim().to_string());
+            start = v.trim().trim_end_matches('-').parse().unwrap_or(0);
+        }
+    }
+    let rel = path.trim_start_matches('/');
+    let mut out = stream;
+    let file = root.join(rel);
+    if rel.contains("..") || !file.is_file() {
+        return out.write_all(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+    }
+    let mut body = std::fs::read(&file)?;
+    if corrupt.contains(rel) {
+        body[0] ^= 0xff;
+    }
+    let (status, body) = if start > 0 && (start as usize) < body.len() {
+        ("206 Partial Content", &body[start as usize..])
+    } else {
+        ("200 OK", &body[..])
+    };
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    out.write_all(body)
+}
+
+fn mirror_source(m: &Mirror) -> Source {
+    Source {
+        mirror: Some(m.url.clone()),
+        offline: false,
+    }
+}
+
+fn file(rel: &str) -> &'static data::DataFile {
+    data::FILES.iter().find(|f| f.rel == rel).unwrap()
+}
+
+#[test]
+fn fetches_from_a_mirror_and_resumes_a_partial_download() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    let m = serve(shared.clone(), HashSet::new());
+    let cache = tempfile::tempdir().unwrap();
+    let src = mirror_source(&m);
+    for f in data::files_for("fennec").unwrap() {
+        let got = data::fetch_file(cache.path(), f, &src).unwrap();
+        assert_eq!(
+            got,
+            Fetched::Downloaded {
+                bytes: f.size,
+                resumed_from: 0
+            }
+        );
+        assert_eq!(
+            std::fs::read(cache.path().join(f.rel)).unwrap(),
+            std::fs::read(shared.join(f.rel)).unwrap()
+        );
+    }
+    // Present files are not fetched again.
+    let before = m.requests.load(Ordering::SeqCst);
+    let f = file("fennec/mt_bench/question.jsonl");
+    assert_eq!(
+        data::fetch_file(cache.path(), f, &src).unwrap(),
+        Fetched::Present
+    );
+    assert_eq!(m.requests.load(Ordering::SeqCst), before);
+
+    // A partial download resumes where it stopped.
+    let f = file("refutebench/qa/multi/qa.jsonl");
+    let dest = cache.path().join(f.rel);
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    let full = std::fs::read(shared.join(f.rel)).unwrap();
+    let half = full.len() / 2;
+    std::fs::write(dest.with_extension("jsonl.part"), &full[..half]).unwrap();
+    assert_eq!(data::status(cache.path(), f), Status::Partial(half as u64));
+    let got = data::fetch_file(cache.path(), f, &src).unwrap();
+    assert_eq!(
+        got,
+        Fetched::Downloaded {
+            bytes: f.size - half as u64,
+            resumed_from: half as u64
+        }
+    );
+    assert_eq!(std::fs::read(&dest).unwrap(), full);
+    assert!(m.ranges.lock().unwrap().contains(&format!("{half}-")));
+    assert!(!dest.with_extension("jsonl.part").exists());
+}
+
+#[test]
+fn sha256_mismatch_is_refused_and_nothing_is_left_behind() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    let rel = "fennec/mt_bench/question.jsonl";
+    let m = serve(shared, [rel.to_string()].into_iter().collect());
+    let cache = tempfile::tempdir().unwrap();
+    let f = file(rel);
+    let err = data::fetch_file(cache.path(), f, &mirror_source(&m)).unwrap_err();
+    assert!(matches!(err, DataError::Sha256 { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(rel) && msg.contains("expected") && !msg.contains('\n'),
+        "{msg}"
+    );
+    assert_eq!(data::status(cache.path(), f), Status::Missing);
+    let dir = cache.path().join("fennec/mt_bench");
+    assert_eq!(
+        std::fs::read_dir(dir).unwrap().count(),
+        0,
+        "no file or .part left"
+    );
+}
+
+#[test]
+fn offline_mode_never_touches_the_network() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    let m = serve(shared, HashSet::new());
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_candor"))
+        .args(["data", "fetch", "fennec"])
+        .env("CANDOR_HOME", home.path())
+        .env("CANDOR_MIRROR", &m.url)
+        .env("CANDOR_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("offline mode"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(m.requests.load(Ordering::SeqCst), 0);
+    assert!(!home.path().join("data/fennec").exists());
+}
+
+#[test]
+fn data_fetch_and_list_through_the_command_line() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    let m = serve(shared, HashSet::new());
+    let home = tempfile::tempdir().unwrap();
+    let candor = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_candor"))
+            .args(args)
+            .env("CANDOR_HOME", home.path())
+            .env("CANDOR_MIRROR", &m.url)
+            .env_remove("CANDOR_OFFLINE")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = candor(&["data", "fetch", "fennec"]);
+    let n = data::files_for("fennec").unwrap().len();
+    assert!(
+        out.contains(&format!("{n} fetched, 0 already present")),
+        "{out}"
+    );
+    let out = candor(&["data", "fetch", "fennec"]);
+    assert!(
+        out.contains(&format!("0 fetched, {n} already present")),
+        "{out}"
+    );
+    let out = candor(&["data", "list"]);
+    assert!(
+        out.contains(&format!("{n} of {} files cached", data::FILES.len())),
+        "{out}"
+    );
+    assert!(
+        out.contains("fennec/pandalm/testset-v1.json  cached"),
+        "{out}"
+    );
+}
+
+#[test]
+fn run_fetches_what_it_needs_on_first_use() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    let m = serve(shared, HashSet::new());
+    // A working directory with no ../shared/data beside it, as on a fresh machine.
+    let cwd = tempfile::tempdir().unwrap();
+    let home = cwd.path().join("home");
+    let run = |out: &str, offline: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_candor"));
+        c.current_dir(cwd.path())
+            .args(["run", "fennec", "--model", "fake:a", "--limit", "1"])
+            .args(["--threads", "1", "--out", out])
+            .env("CANDOR_HOME", &home)
+            .env("CANDOR_MIRROR", &m.url)
+            .env_remove("CANDOR_DATA")
+            .env_remove("HF_HUB_OFFLINE");
+        if offline {
+            c.env("CANDOR_OFFLINE", "1");
+        } else {
+            c.env_remove("CANDOR_OFFLINE");
+        }
+        c.output().unwrap()
+    };
+    let out = run("first", false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fetched fennec/auto-j/testdata_pairwise.jsonl"),
+        "{stderr}"
+    );
+    assert!(cwd.path().join("first/results.json").is_file());
+    for f in data::files_for("fennec").unwrap() {
+        assert_eq!(
+            data::status(&home.join("data"), f),
+            Status::Present,
+            "{}",
+            f.rel
+        );
+    }
+    // Cached now: an offline run needs no network.
+    let before = m.requests.load(Ordering::SeqCst);
+    let out = run("second", true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(m.requests.load(Ordering::SeqCst), before);
+    assert_eq!(
+        std::fs::read(cwd.path().join("first/samples.jsonl")).unwrap(),
+        std::fs::read(cwd.path().join("second/samples.jsonl")).unwrap()
+    );
+}
