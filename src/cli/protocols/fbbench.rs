@@ -16,6 +16,7 @@ use super::{file_label, select, take, template_version, ProtocolArgs};
 use crate::bench::fbbench::data::load_dataset;
 use crate::bench::fbbench::plan::{judgement_records, score_transcripts, write_judgements};
 use crate::bench::fbbench::prompts::judge_template;
+use crate::bench::fbbench::score::tables_for_version;
 use crate::bench::fbbench::{FbBenchPlan, Item, Rule, Version};
 use crate::bench::plan::Plan;
 use crate::cli::run::{execute, ProtocolSetup, RunConfig};
@@ -108,7 +109,9 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     let mut judgements = None;
     execute(cfg, setup, &plan, &items, |runs| {
         judgements = Some(judgement_records(&plan, runs, &candidate, &judge));
-        score_transcripts(&candidate, runs, rule, cfg.seed)
+        let mut r = score_transcripts(&candidate, runs, rule, cfg.seed);
+        r.tables = tables_for_version(r.tables, version);
+        r
     })?;
     let Some((records, left_out)) = judgements else {
         return Ok(());
