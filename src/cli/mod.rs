@@ -3,12 +3,17 @@
 //! `anyhow` lives here and in `main.rs` only; library modules return typed errors.
 
 mod args;
+mod cache;
 mod generate;
+mod launch;
+mod merge;
 mod models;
 mod protocols;
+mod report;
 mod run;
 mod score;
 mod setup;
+mod verify;
 
 use clap::Parser;
 
@@ -22,6 +27,10 @@ pub fn run() -> i32 {
         Command::Generate(a) => generate::run(a),
         Command::Score(a) => score::run(a),
         Command::Run(a) => run::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Merge(a) => merge::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Launch(a) => launch::run(a),
     };
     match result {
         Ok(()) => 0,

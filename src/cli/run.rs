@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -19,12 +20,15 @@ use crate::bench::plan::{Plan, Transcript};
 use crate::bench::results::BenchResults;
 use crate::model::llama::WeightDType;
 use crate::report::BarProgress;
+use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
 use crate::store::manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
 use crate::store::run_dir::sha256_bytes;
+use crate::store::shard::{strip_run_args, ReplayModels, ReplayPool, Shard};
 use crate::store::testkit::{toy_items, toy_score, FakeModels, ToyPlan};
 use crate::store::{Models, Run};
 
-use super::models::{engine_models, engine_options, ModelInfo};
+use super::cache::{self, CacheArgs};
+use super::models::{dtype_name, engine_models, engine_options, ModelInfo};
 use super::protocols::{self, ProtocolArgs};
 
 /// The protocols `candor run` knows; one snake_case name each, as everywhere in Candor.
@@ -111,6 +115,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
 
+    /// Run only shard I of N (0-based): the items at positions I, I+N, I+2N… after --subset
+    /// and --limit. Recorded in the manifest; `candor merge` joins the N shard directories.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+
     /// Sleep per batch of the `fake:` models, in milliseconds (tests kill runs mid-way).
     #[arg(long, hide = true, default_value_t = 0)]
     pub fake_delay_ms: u64,
@@ -118,6 +127,9 @@ pub struct RunArgs {
     // integrate: the per-protocol options (src/cli/protocols/mod.rs).
     #[command(flatten)]
     pub options: ProtocolArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 /// A model as named on the command line.
@@ -162,6 +174,11 @@ pub struct RunConfig {
     pub data: PathBuf,
     pub fake_delay: Duration,
     pub options: ProtocolArgs,
+    /// This process's share of the items (`--shard`).
+    pub shard: Option<Shard>,
+    /// Set by `candor merge`: every step is answered from the shards' logs.
+    pub replay: Option<Arc<ReplayPool>>,
+    pub cache: CacheArgs,
 }
 
 impl RunConfig {
@@ -199,12 +216,31 @@ impl RunConfig {
             data: args.data.unwrap_or_else(crate::bench::data_root),
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options,
+            shard: args.shard,
+            replay: None,
+            cache: args.cache,
         })
     }
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let cfg = RunConfig::from_args(args)?;
+    let mut cfg = RunConfig::from_args(args)?;
+    if let Some(shard) = &mut cfg.shard {
+        let argv: Vec<String> = std::env::args().skip(2).collect();
+        shard.args = strip_run_args(&argv);
+    }
+    run_config(cfg)
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    Shard::parse(s).map_err(|e| e.to_string())
+}
+
+/// Runs a resolved configuration (also what `candor merge` calls).
+pub fn run_config(cfg: RunConfig) -> anyhow::Result<()> {
+    if cfg.shard.is_some() && cfg.protocol == Protocol::All {
+        bail!("--shard applies to one protocol at a time; shard each protocol's run on its own");
+    }
     rayon::ThreadPoolBuilder::new()
         .num_threads(cfg.threads)
         .build_global()
@@ -264,7 +300,10 @@ pub fn execute<P: Plan>(
     plan: &P,
     items: &[P::Item],
     score: impl FnOnce(&[(&P::Item, &Transcript)]) -> BenchResults,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<()>
+where
+    P::Item: Clone,
+{
     let data_files = setup
         .data_files
         .iter()
@@ -299,6 +338,20 @@ pub fn execute<P: Plan>(
         prompt_templates: setup.prompt_templates,
         decoding: setup.decoding,
         items: Default::default(),
+        shard: cfg.shard.clone(),
+    };
+    // integrate: a shard runs its share of the items (store/shard.rs).
+    let share: Vec<P::Item>;
+    let items = match &cfg.shard {
+        Some(shard) => {
+            share = shard
+                .positions(items.len())
+                .into_iter()
+                .map(|p| items[p].clone())
+                .collect();
+            &share[..]
+        }
+        None => items,
     };
     let manifest = Manifest::new(identity, Environment::detect(cfg.threads, cfg.batch_size));
     let run = Run {
@@ -308,6 +361,12 @@ pub fn execute<P: Plan>(
         items,
         batch_size: cfg.batch_size,
     };
+    if let Some(pool) = &cfg.replay {
+        let models = ReplayModels {
+            pool: Arc::clone(pool),
+        };
+        return finish(run, models, None, score);
+    }
     let fakes: Option<Vec<String>> = roles
         .iter()
         .map(|(_, m)| match m {
@@ -321,7 +380,8 @@ pub fn execute<P: Plan>(
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let mut models = FakeModels::new(&refs, &judge);
             models.delay = cfg.fake_delay;
-            finish(run, &mut models, score)
+            let cache = (cfg.cache.for_fakes()).map(|c| (c, cache::fake_keyer(&refs, &judge)));
+            finish(run, models, cache, score)
         }
         // integrate: real models, loaded by the engine one at a time.
         None => {
@@ -338,8 +398,11 @@ pub fn execute<P: Plan>(
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let judge = info(&cfg.judge)?;
             let options = engine_options(cfg.batch_size, WeightDType::default());
-            let mut models = engine_models(&candidates, &judge, options);
-            finish(run, &mut models, score)
+            let models = engine_models(&candidates, &judge, options);
+            let dtype = dtype_name(WeightDType::default());
+            let cache = (cfg.cache.for_engine())
+                .map(|c| (c, cache::engine_keyer(&candidates, &judge, dtype)));
+            finish(run, models, cache, score)
         }
     }
 }
@@ -368,7 +431,25 @@ fn model_identity(
     }
 }
 
+/// [`finish_with`] behind the generation cache when there is one.
 fn finish<P: Plan, M: Models>(
+    run: Run<'_, P>,
+    mut models: M,
+    cache: Option<(GenCache, Keyer)>,
+    score: impl FnOnce(&[(&P::Item, &Transcript)]) -> BenchResults,
+) -> anyhow::Result<()> {
+    match cache {
+        None => finish_with(run, &mut models, score),
+        Some((dir, keyer)) => {
+            let mut cached = CachedModels::new(models, dir, keyer);
+            let done = finish_with(run, &mut cached, score);
+            eprintln!("candor: {}", cache::summary(&cached.cache, &cached.stats));
+            done
+        }
+    }
+}
+
+fn finish_with<P: Plan, M: Models>(
     run: Run<'_, P>,
     models: &mut M,
     score: impl FnOnce(&[(&P::Item, &Transcript)]) -> BenchResults,

@@ -11,19 +11,23 @@
 //! protocols reach it through [`crate::bench::plan::Plan`], models through [`Models`].
 //!
 //! - [`run_dir`]: paths, the directory lock, atomic writes, file hashes.
+//! - [`gen_cache`]: replies stored by content and shared by runs (a layer around [`Models`]).
 //! - [`manifest`]: what a run is, and the check that refuses a mismatched resume.
 //! - [`samples`]: the sample line format, reading (torn tails cut) and appending.
 //! - [`models`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
 //! - [`runner`]: the scheduling loop, scoring and the final files.
+//! - [`shard`]: `--shard I/N` and merging shards into the unsharded run.
 //! - [`testkit`]: a scripted fake model and a toy plan, for tests and the hidden `toy` protocol.
 
+pub mod gen_cache;
 pub mod manifest;
 pub mod models;
 pub mod resume;
 pub mod run_dir;
 pub mod runner;
 pub mod samples;
+pub mod shard;
 pub mod testkit;
 
 use std::path::PathBuf;

@@ -7,5 +7,6 @@ mod fbbench;
 mod fennec;
 mod realmistake;
 mod refutebench;
+mod report;
 mod run;
 mod tokenizer;
