@@ -542,7 +542,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
         "fennec" => {
             let names = f.metric_names(|_| true);
             out += &chart(
-                "Leaderboard: Agreement, Consistency (and position bias)",
+                "Leaderboard: Agreement, Consistency, first-position preference (position bias)",
                 &f.metric_groups(&names, plain),
             );
             let note = |t: &Table, row: &[String], failed: usize| {
@@ -566,6 +566,28 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
         _ => {
             let names = f.metric_names(|_| true);
             out += &chart("Leaderboard", &f.metric_groups(&names, plain));
+            // Any other protocol: each table's last numeric column by its first column.
+            let note = |_: &Table, _: &[String], failed: usize| failed_note(failed);
+            let mut titles: Vec<(String, String, String)> = Vec::new();
+            for run in &f.runs {
+                for t in &run.results.results.tables {
+                    let numeric = (1..t.columns.len()).rev().find(|&c| {
+                        t.rows
+                            .iter()
+                            .any(|r| r.get(c).and_then(|x| parse_cell(x)).is_some())
+                    });
+                    if let (Some(c), Some(first)) = (numeric, t.columns.first()) {
+                        let key = (t.title.clone(), first.clone(), t.columns[c].clone());
+                        if !titles.contains(&key) {
+                            titles.push(key);
+                        }
+                    }
+                }
+            }
+            for (title, label, value) in titles {
+                let groups = f.table_groups(&title, &[&label], &value, &note);
+                out += &chart(&format!("{title}: {value}"), &groups);
+            }
         }
     }
     out

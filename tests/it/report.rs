@@ -4,8 +4,8 @@
 //! any console message (the page has no script, so a message means a blocked outside resource
 //! or a broken page) and on a chart without a drawn value, and keeps a screenshot in
 //! `target/report-test/report.png`. Runs for the report come from the `toy` protocol with
-//! `fake:` models and from a recorded real run of the four protocols with the default model
-//! (`tests/fixtures/report/demo`, see its README). Sharding and verification use the toy
+//! `fake:` models and from the authors' recorded outputs scored by Candor (FB-Bench
+//! judgements, ReaLMistake detector outputs, Auto-J's pairwise outputs). Sharding and verification use the toy
 //! protocol, so they need neither weights nor data.
 
 use std::path::{Path, PathBuf};
@@ -129,8 +129,93 @@ fn charts(dom: &str) -> Vec<(String, usize)> {
         .collect()
 }
 
-fn fixture_runs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report/demo")
+/// A run directory holding only `results.json`, made from recorded outputs scored by Candor
+/// (`bench` has the `metrics` and `tables` of a scoring).
+fn scored_run(dir: &Path, protocol: &str, label: &str, bench: &serde_json::Value) {
+    std::fs::create_dir_all(dir).unwrap();
+    let results = serde_json::json!({
+        "protocol": protocol,
+        "models": [{"role": "candidate/0", "name": label, "sha256": ""}],
+        "items": bench["metrics"][0]["n"],
+        "completed": bench["metrics"][0]["n"],
+        "samples": 0,
+        "failed": [],
+        "metrics": bench["metrics"],
+        "tables": bench["tables"],
+    });
+    std::fs::write(dir.join("results.json"), results.to_string()).unwrap();
+}
+
+/// Runs of the published protocols from the authors' recorded outputs (FB-Bench judgements of
+/// two models, ReaLMistake detector outputs, Auto-J's Fennec-format pairwise outputs), scored
+/// by Candor; empty when the data is absent.
+fn recorded_runs(root: &Path) -> Vec<PathBuf> {
+    use candor::bench::fbbench::data::load_judgements;
+    use candor::bench::fbbench::score::{results, units_from_records, ModelUnits, Rule};
+    let mut dirs = Vec::new();
+    let Some(fb) = crate::util::shared_file("fbbench/v3/judgments") else {
+        return dirs;
+    };
+    for model in ["gpt-4o-2024-05-13", "gemma-2-9b-it"] {
+        let records = load_judgements(&fb.join(format!("{model}.jsonl"))).unwrap();
+        let units = ModelUnits {
+            model: model.into(),
+            units: units_from_records(&records, Rule::Published, false).unwrap(),
+        };
+        let bench = serde_json::to_value(results(&units, Rule::Published, 0)).unwrap();
+        let d = root.join(format!("fbbench-{model}"));
+        scored_run(&d, "fbbench", model, &bench);
+        dirs.push(d);
+    }
+    if let Some(outputs) = crate::util::shared_file("realmistake/detector_outputs_open.zip") {
+        let json = root.join("rm.json");
+        ok(&[
+            "score",
+            "realmistake",
+            "--outputs",
+            &outputs.display().to_string(),
+            "--out",
+            &root.join("rm-perf.json").display().to_string(),
+            "--results",
+            &json.display().to_string(),
+        ]);
+        let all: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        for (det, bench) in all.as_object().unwrap().iter().take(3) {
+            let d = root.join(format!("realmistake-{det}"));
+            scored_run(&d, "realmistake", det, bench);
+            dirs.push(d);
+        }
+    }
+    let aj = "fennec/auto-j";
+    if let (Some(data), Some(normal), Some(exchanged)) = (
+        crate::util::shared_file(&format!("{aj}/testdata_pairwise.jsonl")),
+        crate::util::shared_file(&format!("{aj}/pairwise_example_output.jsonl")),
+        crate::util::shared_file(&format!("{aj}/pairwise_exchange_example_output.jsonl")),
+    ) {
+        let json = root.join("fennec.json");
+        let p = |x: &PathBuf| x.display().to_string();
+        ok(&[
+            "score",
+            "fennec",
+            "--format",
+            "auto-j",
+            "--data",
+            &p(&data),
+            "--normal",
+            &p(&normal),
+            "--exchanged",
+            &p(&exchanged),
+            "--out",
+            &p(&json),
+        ]);
+        let bench: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let d = root.join("fennec-auto-j");
+        scored_run(&d, "fennec", "Auto-J (published outputs)", &bench);
+        dirs.push(d);
+    }
+    dirs
 }
 
 #[test]
@@ -143,15 +228,13 @@ fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() 
     let own = String::from_utf8(read(&a, "report.html")).unwrap();
     assert!(own.contains("fake:alpha (judge fake:judge)"), "{own}");
     let site = tmp.path().join("site");
-    let demo = fixture_runs();
+    let recorded = recorded_runs(tmp.path());
     let mut args = vec![
         "report".to_string(),
         a.display().to_string(),
         b.display().to_string(),
     ];
-    if demo.is_dir() {
-        args.push(demo.display().to_string());
-    }
+    args.extend(recorded.iter().map(|d| d.display().to_string()));
     args.extend(["--out".to_string(), site.display().to_string()]);
     let out = candor().args(&args).output().unwrap();
     assert!(
@@ -164,8 +247,8 @@ fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() 
     for banned in ["<script", "<link", "https://", "@import"] {
         assert!(!html.contains(banned), "the page has {banned:?}");
     }
-    if demo.is_dir() {
-        for p in ["FB-Bench", "RefuteBench", "ReaLMistake", "Fennec"] {
+    if !recorded.is_empty() {
+        for p in ["FB-Bench", "ReaLMistake", "Fennec"] {
             assert!(html.contains(&format!("<h2>{p}</h2>")), "no {p} section");
         }
     }
@@ -301,9 +384,9 @@ fn verify_recomputes_the_log_and_names_the_first_difference() {
     let dir = run.display().to_string();
     let out = ok(&["verify", &dir, "--batch-size", "3"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("49 identical, 0 differing"), "{text}");
+    assert!(text.contains("25 identical, 0 differing"), "{text}");
     let out = ok(&["verify", &dir, "--sample", "5", "--seed", "3"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("verified 5 of 49 steps"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verified 5 of 25 steps"));
 
     // Edit one logged reply: verify names it and fails.
     let log = String::from_utf8(read(&run, "samples.jsonl")).unwrap();
@@ -327,7 +410,7 @@ fn verify_recomputes_the_log_and_names_the_first_difference() {
         stdout.contains("first difference at character 8"),
         "{stdout}"
     );
-    assert!(stdout.contains("48 identical, 1 differing"), "{stdout}");
+    assert!(stdout.contains("24 identical, 1 differing"), "{stdout}");
 }
 
 /// Whether a Slurm cluster answers here (`sinfo` runs and lists a node), else skip loudly.
