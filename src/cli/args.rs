@@ -22,4 +22,12 @@ pub enum Command {
     Run(super::run::RunArgs),
     /// Fetch the authors' data into the cache, or list what is cached.
     Data(super::data::DataArgs),
+    /// Write one self-contained HTML page (index.html) for one run or a comparison of several.
+    Report(super::report::ReportArgs),
+    /// Join the shard directories of a `candor run … --shard I/N` into one run directory.
+    Merge(super::merge::MergeArgs),
+    /// Recompute a run's recorded steps on this machine and report any that differ.
+    Verify(super::verify::VerifyArgs),
+    /// Print a Slurm or Kubernetes script running a `candor run` as N shards, then the merge.
+    Launch(super::launch::LaunchArgs),
 }

@@ -4,12 +4,17 @@
 
 mod args;
 mod data;
+mod cache;
 mod generate;
+mod launch;
+mod merge;
 mod models;
 mod options;
+mod report;
 mod run;
 mod score;
 mod setup;
+mod verify;
 
 use clap::Parser;
 
@@ -24,6 +29,10 @@ pub fn run() -> i32 {
         Command::Score(a) => score::run(a),
         Command::Run(a) => run::run(a),
         Command::Data(a) => data::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Merge(a) => merge::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Launch(a) => launch::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -19,11 +20,14 @@ use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
 use crate::model::llama::WeightDType;
 use crate::report::BarProgress;
+use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
 use crate::store::manifest::{Environment, ModelIdentity};
 use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
+use crate::store::shard::{strip_run_args, ReplayModels, ReplayPool, Shard};
 use crate::store::Models;
 
-use super::models::{engine_models, engine_options, ModelInfo};
+use super::cache::{self, CacheArgs};
+use super::models::{dtype_name, engine_models, engine_options, ModelInfo};
 use super::options::ProtocolArgs;
 
 /// The protocols `candor run` knows; one snake_case name each, as everywhere in Candor.
@@ -112,12 +116,20 @@ pub struct RunArgs {
     pub data: Option<PathBuf>,
 
     /// Sleep per batch of the `fake:` models, in milliseconds (tests kill runs mid-way).
+    /// Run only shard I of N (0-based): the items at positions I, I+N, I+2N… after --subset
+    /// and --limit. Recorded in the manifest; `candor merge` joins the N shard directories.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+
     #[arg(long, hide = true, default_value_t = 0)]
     pub fake_delay_ms: u64,
 
     // The per-protocol options (src/cli/options.rs).
     #[command(flatten)]
     pub options: ProtocolArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 /// A model as named on the command line.
@@ -166,6 +178,11 @@ pub struct RunConfig {
     pub options: ProtocolOptions,
     /// Whether `--judge` was given (a protocol without a judge refuses it).
     pub judge_given: bool,
+    /// This process's share of the items (`--shard`).
+    pub shard: Option<Shard>,
+    /// Set by `candor merge`: every step is answered from the shards' logs.
+    pub replay: Option<Arc<ReplayPool>>,
+    pub cache: CacheArgs,
 }
 
 impl RunConfig {
@@ -204,12 +221,31 @@ impl RunConfig {
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options.to_options(),
             judge_given: args.judge.is_some(),
+            shard: args.shard,
+            replay: None,
+            cache: args.cache,
         })
     }
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let cfg = RunConfig::from_args(args)?;
+    let mut cfg = RunConfig::from_args(args)?;
+    if let Some(shard) = &mut cfg.shard {
+        let argv: Vec<String> = std::env::args().skip(2).collect();
+        shard.args = strip_run_args(&argv);
+    }
+    run_config(cfg)
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    Shard::parse(s).map_err(|e| e.to_string())
+}
+
+/// Runs a resolved configuration (also what `candor merge` calls).
+pub fn run_config(cfg: RunConfig) -> anyhow::Result<()> {
+    if cfg.shard.is_some() && cfg.protocol == Protocol::All {
+        bail!("--shard applies to one protocol at a time; shard each protocol's run on its own");
+    }
     rayon::ThreadPoolBuilder::new()
         .num_threads(cfg.threads)
         .build_global()
@@ -333,7 +369,18 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
         judge: cfg.judge.name(),
         candidate_context,
     };
-    let prepared = protocol.prepare(&ctx, &cfg.options)?;
+    let mut prepared = protocol.prepare(&ctx, &cfg.options)?;
+    // A shard runs its share of the items (store/shard.rs).
+    if let Some(shard) = &cfg.shard {
+        let keep: std::collections::BTreeSet<usize> =
+            shard.positions(prepared.items.len()).into_iter().collect();
+        prepared.items = std::mem::take(&mut prepared.items)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep.contains(i))
+            .map(|(_, item)| item)
+            .collect();
+    }
     let models = roles
         .iter()
         .map(|(role, m)| model_identity(role, m, &infos))
@@ -347,7 +394,14 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
         models,
         environment: Environment::detect(cfg.threads, cfg.batch_size),
         batch_size: cfg.batch_size,
+        shard: cfg.shard.clone(),
     };
+    if let Some(pool) = &cfg.replay {
+        let models = ReplayModels {
+            pool: Arc::clone(pool),
+        };
+        return finish(run, models, None);
+    }
     let fakes: Option<Vec<String>> = roles
         .iter()
         .map(|(_, m)| match m {
@@ -362,7 +416,8 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let mut models = crate::store::testkit::FakeModels::new(&refs, &judge);
             models.delay = cfg.fake_delay;
-            finish(run, &mut models)
+            let cache = (cfg.cache.for_fakes()).map(|c| (c, cache::fake_keyer(&refs, &judge)));
+            finish(run, models, cache)
         }
         #[cfg(not(feature = "testkit"))]
         Some(labels) => bail!(
@@ -383,8 +438,11 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let judge = info(&cfg.judge)?;
             let options = engine_options(cfg.batch_size, WeightDType::default());
-            let mut models = engine_models(&candidates, &judge, options);
-            finish(run, &mut models)
+            let models = engine_models(&candidates, &judge, options);
+            let dtype = dtype_name(WeightDType::default());
+            let cache = (cfg.cache.for_engine())
+                .map(|c| (c, cache::engine_keyer(&candidates, &judge, dtype)));
+            finish(run, models, cache)
         }
     }
 }
@@ -413,7 +471,24 @@ fn model_identity(
     }
 }
 
+/// [`finish_with`] behind the generation cache when there is one.
 fn finish<Pr: BenchProtocol, M: Models>(
+    run: ProtocolRun<'_, Pr>,
+    mut models: M,
+    cache: Option<(GenCache, Keyer)>,
+) -> anyhow::Result<()> {
+    match cache {
+        None => finish_with(run, &mut models),
+        Some((dir, keyer)) => {
+            let mut cached = CachedModels::new(models, dir, keyer);
+            let done = finish_with(run, &mut cached);
+            eprintln!("candor: {}", cache::summary(&cached.cache, &cached.stats));
+            done
+        }
+    }
+}
+
+fn finish_with<Pr: BenchProtocol, M: Models>(
     run: ProtocolRun<'_, Pr>,
     models: &mut M,
 ) -> anyhow::Result<()> {

@@ -50,6 +50,9 @@ pub struct RunIdentity {
     /// Decoding parameters the protocol applies (per-step params are also in each sample).
     pub decoding: Value,
     pub items: ItemSet,
+    /// The share of the items this run takes (`candor run --shard I/N`); absent when whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<super::shard::Shard>,
 }
 
 /// One loaded model and the hashes that identify it; filled by the engine side.
@@ -345,6 +348,7 @@ mod tests {
                 prompt_templates: [("judge".to_string(), "v1".to_string())].into(),
                 decoding: serde_json::json!({"temperature": 0.0}),
                 items: ItemSet::from_ids(&["a".into(), "b".into()]),
+                shard: None,
             },
             Environment::detect(2, 8),
         )

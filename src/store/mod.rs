@@ -11,15 +11,18 @@
 //! protocols reach it through [`crate::bench::plan::Plan`], models through [`Models`].
 //!
 //! - [`run_dir`]: paths, the directory lock, atomic writes, file hashes.
+//! - [`gen_cache`]: replies stored by content and shared by runs (a layer around [`Models`]).
 //! - [`manifest`]: what a run is, and the check that refuses a mismatched resume.
 //! - [`samples`]: the sample line format, reading (torn tails cut) and appending.
 //! - [`models`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
 //! - [`runner`]: the scheduling loop, scoring and the final files.
 //! - [`protocol_run`]: a [`crate::bench::Protocol`] run end to end (manifest, runner, extra files).
+//! - [`shard`]: `--shard I/N` and merging shards into the unsharded run.
 //! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
 
 pub mod data;
+pub mod gen_cache;
 pub mod manifest;
 pub mod models;
 pub mod protocol_run;
@@ -27,6 +30,7 @@ pub mod resume;
 pub mod run_dir;
 pub mod runner;
 pub mod samples;
+pub mod shard;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 

@@ -26,6 +26,9 @@ pub struct ProtocolRun<'a, Pr: Protocol> {
     pub environment: Environment,
     /// Most requests sent to a model at once.
     pub batch_size: usize,
+    /// The share of the items this run takes (`--shard I/N`), recorded in the manifest;
+    /// `prepared.items` holds that share only.
+    pub shard: Option<super::shard::Shard>,
 }
 
 /// What a protocol run did.
@@ -55,6 +58,7 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
             prompt_templates: p.prompt_templates.clone(),
             decoding: p.decoding.clone(),
             items: Default::default(),
+            shard: self.shard.clone(),
         };
         Ok(Manifest::new(identity, self.environment.clone()))
     }

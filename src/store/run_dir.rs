@@ -19,6 +19,7 @@ pub const MANIFEST: &str = "manifest.json";
 pub const SAMPLES: &str = "samples.jsonl";
 pub const RESULTS: &str = "results.json";
 pub const REPORT: &str = "report.md";
+pub const REPORT_HTML: &str = "report.html";
 pub const ATTEMPTS: &str = "attempts.jsonl";
 const LOCK: &str = ".lock";
 
@@ -81,14 +82,22 @@ impl RunDir {
         self.root.join(REPORT)
     }
 
+    pub fn report_html_path(&self) -> PathBuf {
+        self.root.join(REPORT_HTML)
+    }
+
     pub fn attempts_path(&self) -> PathBuf {
         self.root.join(ATTEMPTS)
     }
 
-    /// Removes `results.json` and `report.md` left by an earlier attempt, so that their presence
-    /// always means "this run finished and these match its samples".
+    /// Removes `results.json`, `report.md` and `report.html` left by an earlier attempt, so
+    /// that their presence always means "this run finished and these match its samples".
     pub fn clear_outputs(&self) -> Result<(), StoreError> {
-        for path in [self.results_path(), self.report_path()] {
+        for path in [
+            self.results_path(),
+            self.report_path(),
+            self.report_html_path(),
+        ] {
             match fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

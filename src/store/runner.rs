@@ -25,6 +25,7 @@ use super::{error_chain, ActorName, StoreError};
 use crate::bench::plan::{Actor, Plan, Step, StepOutput, Transcript};
 use crate::bench::results::BenchResults;
 use crate::engine::{ChatReply, ChatRequest, Generate};
+use crate::report::html::{self, ReportRun};
 use crate::report::markdown;
 use crate::report::progress::Progress;
 use crate::report::results::{FailedStep, RunModel, RunResults};
@@ -156,6 +157,8 @@ impl<P: Plan> Run<'_, P> {
         };
         write_atomic(&dir.results_path(), &results.to_json())?;
         write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
+        let page = ReportRun::new(results.clone(), Some(self.manifest.identity.clone()));
+        write_atomic(&dir.report_html_path(), html::render(&[page]).as_bytes())?;
         progress.finish(&format!(
             "finished: {} of {} items completed, results in {}",
             completed,

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use candor::bench::fbbench::data::{load_answers, load_dataset, load_judgements, Version};
 use candor::bench::fbbench::prompts::judge_messages;
-use candor::bench::fbbench::score::{published_tables, units_from_records, ModelUnits, Rule};
+use candor::bench::fbbench::score::{
+    published_tables, tables_for_version, units_from_records, ModelUnits, Rule,
+};
 use candor::bench::results::Table;
 
 use crate::util::shared_file;
@@ -119,7 +121,7 @@ fn compare(
     (n_rows, value_cols.len(), good, total, same)
 }
 
-fn check_version(tag: &str, expected_models: usize, overall_rename: &[(&str, &str)]) {
+fn check_version(tag: &str, version: Version, expected_models: usize) {
     let Some(dir) = shared_file(&format!("fbbench/{tag}/judgments")) else {
         return;
     };
@@ -128,7 +130,7 @@ fn check_version(tag: &str, expected_models: usize, overall_rename: &[(&str, &st
     };
     let models = load_models(&dir);
     assert_eq!(models.len(), expected_models);
-    let ours = published_tables(&models, Rule::Published);
+    let ours = tables_for_version(published_tables(&models, Rule::Published), version);
     let names = [
         ("overall_score", "overall", 1),
         ("per_task_score", "per-task", 2),
@@ -148,12 +150,13 @@ fn check_version(tag: &str, expected_models: usize, overall_rename: &[(&str, &st
     for (title, label, label_cols) in names {
         let table = ours.iter().find(|t| t.title == title).expect("table");
         let published = tables_dir.join(format!("{tag}_{title}.csv"));
-        let rename = if title == "overall_score" {
-            overall_rename
-        } else {
-            &[]
-        };
-        let (rows, cols, good, total, same) = compare(table, &published, label_cols, rename);
+        // The authors' column names, exactly and in their order.
+        assert_eq!(
+            table.columns,
+            read_csv(&published).0,
+            "{tag} {title} columns"
+        );
+        let (rows, cols, good, total, same) = compare(table, &published, label_cols, &[]);
         println!(
             "{tag} {label}: {rows} rows × {cols} cols = {good}/{total} cells within 0.01 \
              ({same} identical as text)"
@@ -167,19 +170,56 @@ fn check_version(tag: &str, expected_models: usize, overall_rename: &[(&str, &st
 
 #[test]
 fn fbbench_v3_published_tables_reproduced() {
-    check_version("v3", 13, &[]);
+    check_version("v3", Version::V3, 13);
 }
 
 #[test]
 fn fbbench_v1_published_tables_reproduced() {
-    // The v1 overall table names its columns differently and has no EC-RM.
-    check_version(
-        "v1",
-        2,
-        &[
-            ("Error_correct", "Error Correction"),
-            ("Response_maintenance", "Response Maintenance"),
-        ],
+    // The v1 overall table names its columns `Error_correct`, `Response_maintenance` and
+    // has no EC-RM.
+    check_version("v1", Version::V1, 2);
+}
+
+#[test]
+fn fbbench_score_cli_writes_v1_tables_with_the_v1_column_names() {
+    let Some(dir) = shared_file("fbbench/v1/judgments") else {
+        return;
+    };
+    let Some(tables) = shared_file("fbbench/tables") else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_candor"))
+        .args(["score", "fbbench", "--judgments"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("run candor");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for name in [
+        "overall_score",
+        "per_task_score",
+        "per_error_score",
+        "per_feedback_score_correct",
+        "per_feedback_score_antisyco",
+    ] {
+        let first_line = |p: &Path| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines().next().unwrap_or("").trim_end().to_string()
+        };
+        let ours = first_line(&out.path().join(format!("{name}.csv")));
+        let theirs = first_line(&tables.join(format!("v1_{name}.csv")));
+        assert_eq!(ours, theirs, "{name}.csv header");
+    }
+    let overall = std::fs::read_to_string(out.path().join("overall_score.csv")).unwrap();
+    assert!(
+        overall.starts_with("model,Error_correct,Response_maintenance,Overall\r\n"),
+        "{overall}"
     );
 }
 

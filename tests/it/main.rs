@@ -10,5 +10,6 @@ mod fuzz;
 mod hostile;
 mod realmistake;
 mod refutebench;
+mod report;
 mod run;
 mod tokenizer;

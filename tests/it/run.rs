@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 fn candor() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_candor"));
     c.stdin(Stdio::null());
+    // Repeated runs must recompute, not reuse the generation cache.
+    c.env("CANDOR_NO_CACHE", "1");
     c
 }
 

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::data::load_dataset;
 use super::plan::{judgement_records, score_transcripts, write_judgements};
+use super::score::tables_for_version;
 use super::prompts::judge_template;
 use super::{FbBenchPlan, Item, Rule, Version};
 use crate::bench::plan::{Plan, Transcript};
@@ -149,7 +150,8 @@ impl Protocol for FbBench {
         let (records, left_out) = judgement_records(&prepared.plan, runs, candidate, &ctx.judge);
         // `prepare` checked the rule.
         let rule = rule(opts).unwrap_or(Rule::Published);
-        let results = score_transcripts(candidate, runs, rule, ctx.seed);
+        let mut results = score_transcripts(candidate, runs, rule, ctx.seed);
+        results.tables = tables_for_version(results.tables, prepared.plan.version);
         let mut bytes = Vec::new();
         // Writing into memory cannot fail.
         let _ = write_judgements(&mut bytes, &records);

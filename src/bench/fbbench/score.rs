@@ -11,7 +11,7 @@
 //! notebook tests the value's truth); `Published` keeps that quirk, `Paper` prints 0.
 //! Reading files and writing CSV are not done here.
 
-use super::data::{BenchType, FbBenchError, JudgementRecord};
+use super::data::{BenchType, FbBenchError, JudgementRecord, Version};
 use super::pynum::{format_cell, py_round, py_sum, PyNum};
 use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::{bootstrap, RESAMPLES};
@@ -291,6 +291,33 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
     ]
 }
 
+/// The tables as `version`'s published files name them. v3 (what [`published_tables`]
+/// makes) is unchanged; the v1 `overall_score` names its columns `Error_correct` and
+/// `Response_maintenance` and has no `EC-RM` column (the authors' v1 notebook), so tools
+/// reading the published v1 files find their columns. The other four tables are alike in both.
+pub fn tables_for_version(mut tables: Vec<Table>, version: Version) -> Vec<Table> {
+    if version == Version::V3 {
+        return tables;
+    }
+    for t in tables.iter_mut().filter(|t| t.title == "overall_score") {
+        let keep: Vec<usize> = (0..t.columns.len())
+            .filter(|&i| t.columns[i] != "EC-RM")
+            .collect();
+        t.columns = keep
+            .iter()
+            .map(|&i| match t.columns[i].as_str() {
+                "Error Correction" => "Error_correct".to_string(),
+                "Response Maintenance" => "Response_maintenance".to_string(),
+                other => other.to_string(),
+            })
+            .collect();
+        for row in &mut t.rows {
+            *row = keep.iter().filter_map(|&i| row.get(i).cloned()).collect();
+        }
+    }
+    tables
+}
+
 /// Checks that every unit's categories are among the authors' (their notebook fails on an
 /// unknown one; so does Candor, naming it).
 pub fn check_categories(units: &[Unit]) -> Result<(), FbBenchError> {
@@ -492,6 +519,27 @@ mod tests {
         assert_eq!(t[1].rows[0][..2], ["low", "Coding"]);
         assert_eq!(t[1].rows[0][2..], ["20", "", "20"]);
         assert_eq!(t[3].columns[2], "error_correct_score");
+    }
+
+    #[test]
+    fn v1_tables_use_the_v1_overall_columns() {
+        use BenchType::*;
+        let m = ModelUnits {
+            model: "m".into(),
+            units: vec![
+                unit(ErrorCorrection, "Coding", f(0.5)),
+                unit(ResponseMaintenance, "Reasoning", f(1.0)),
+            ],
+        };
+        let v3 = published_tables(std::slice::from_ref(&m), Rule::Published);
+        let v1 = tables_for_version(v3.clone(), Version::V1);
+        assert_eq!(
+            v1[0].columns,
+            ["model", "Error_correct", "Response_maintenance", "Overall"]
+        );
+        assert_eq!(v1[0].rows[0], ["m", "50", "100", "75"]);
+        assert_eq!(v1[1..], v3[1..]);
+        assert_eq!(tables_for_version(v3.clone(), Version::V3), v3);
     }
 
     #[test]

@@ -213,6 +213,22 @@ fn pair_indicators(o: &PairOutcome) -> Option<(f64, f64)> {
     Some((f64::from(u8::from(agree)), f64::from(u8::from(n == e))))
 }
 
+/// Position bias: per scored pair, 1 when the judge preferred whichever response it was
+/// shown first in both orders (A in the normal order, B — shown first — when exchanged), else 0.
+/// An unbiased judge is near 0; a judge that always picks the first response is at 1 on every
+/// pair whose responses differ.
+fn first_position(outcomes: &[PairOutcome]) -> Vec<f64> {
+    outcomes
+        .iter()
+        .filter_map(|o| {
+            let (n, e) = (o.normal.scored()?, o.exchanged.scored()?);
+            Some(f64::from(u8::from(
+                *n == Preference::A && *e == Preference::B,
+            )))
+        })
+        .collect()
+}
+
 fn single_indicator(o: &SingleOutcome) -> Option<f64> {
     o.verdict
         .scored()
@@ -286,6 +302,12 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
         metrics: vec![
             metric("agreement", &agreement, unscored, seed),
             metric("consistency", &consistency, unscored, seed),
+            metric(
+                "first_position_preference",
+                &first_position(outcomes),
+                unscored,
+                seed,
+            ),
         ],
         tables: vec![Table {
             title: "Pairwise agreement with human labels (both orders) and consistency (%)"

@@ -374,7 +374,11 @@ pub fn headline(cells: &[Cell], seed: u64) -> BenchResults {
         .collect();
     BenchResults {
         metrics,
-        tables: vec![detector_table(cells), random_table(cells)],
+        tables: vec![
+            detector_table(cells),
+            random_table(cells),
+            task_prompt_table(cells),
+        ],
     }
 }
 
@@ -412,6 +416,50 @@ fn detector_table(cells: &[Cell]) -> Table {
             "precision",
             "recall",
             "accuracy",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    }
+}
+
+/// Per task and prompt: mean over response models and detectors of the four metrics, with
+/// the pairs that entered and the predictions without a verdict (for reports).
+fn task_prompt_table(cells: &[Cell]) -> Table {
+    let mut groups: BTreeMap<(String, String), Vec<&Cell>> = BTreeMap::new();
+    for c in cells {
+        groups
+            .entry((c.task.clone(), c.prompt.clone()))
+            .or_default()
+            .push(c);
+    }
+    let rows = groups
+        .iter()
+        .map(|((task, prompt), cs)| {
+            let ms: Vec<Metrics> = cs.iter().map(|c| c.confusion().metrics()).collect();
+            let mut row = vec![task.clone(), prompt.clone()];
+            for name in HEADLINE {
+                let values: Vec<f64> = ms.iter().map(|m| pick(m, name)).collect();
+                row.push(fmt(mean_std(&values).0));
+            }
+            let n: usize = cs.iter().map(|c| c.pairs.len()).sum();
+            let unscored: usize = cs.iter().map(|c| c.confusion().no_verdict()).sum();
+            row.push(n.to_string());
+            row.push(unscored.to_string());
+            row
+        })
+        .collect();
+    Table {
+        title: "ReaLMistake: per task and prompt (%)".to_string(),
+        columns: [
+            "task",
+            "prompt",
+            "f1",
+            "precision",
+            "recall",
+            "accuracy",
+            "n",
+            "unscored",
         ]
         .map(String::from)
         .to_vec(),

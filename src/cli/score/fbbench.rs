@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::bench::fbbench::data::load_judgements;
+use crate::bench::fbbench::data::{load_judgements, Version};
 use crate::bench::fbbench::score::{
-    check_categories, published_tables, results, units_from_records, ModelUnits, Rule,
+    check_categories, published_tables, results, tables_for_version, units_from_records,
+    ModelUnits, Rule,
 };
 use crate::bench::results::Table;
 
@@ -49,8 +50,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         RuleArg::Published => Rule::Published,
         RuleArg::Paper => Rule::Paper,
     };
-    let models = load_models(&args.judgments, rule, args.reparse)?;
-    let tables = published_tables(&models, rule);
+    let (models, version) = load_models(&args.judgments, rule, args.reparse)?;
+    let tables = tables_for_version(published_tables(&models, rule), version);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     for table in &tables {
@@ -73,8 +74,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// Every `*.jsonl` in `dir`, by file name; the model is the file stem.
-fn load_models(dir: &Path, rule: Rule, reparse: bool) -> anyhow::Result<Vec<ModelUnits>> {
+/// Every `*.jsonl` in `dir`, by file name; the model is the file stem. Also the dataset
+/// version the records come from (v1 records all carry a reference follow-up response).
+fn load_models(
+    dir: &Path,
+    rule: Rule,
+    reparse: bool,
+) -> anyhow::Result<(Vec<ModelUnits>, Version)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
@@ -87,10 +93,12 @@ fn load_models(dir: &Path, rule: Rule, reparse: bool) -> anyhow::Result<Vec<Mode
         "{}: no *.jsonl judgement files",
         dir.display()
     );
-    files
+    let mut versions = Vec::new();
+    let models = files
         .iter()
         .map(|path| {
             let records = load_judgements(path)?;
+            versions.push((path, Version::recognise(records.iter().map(|r| &r.item))));
             let units = units_from_records(&records, rule, reparse)
                 .and_then(|u| check_categories(&u).map(|()| u))
                 .with_context(|| path.display().to_string())?;
@@ -100,7 +108,16 @@ fn load_models(dir: &Path, rule: Rule, reparse: bool) -> anyhow::Result<Vec<Mode
                 .unwrap_or_default();
             Ok(ModelUnits { model, units })
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let version = versions[0].1;
+    if let Some((path, v)) = versions.iter().find(|(_, v)| *v != version) {
+        anyhow::bail!(
+            "{}: {v:?} judgements, but {} holds {version:?} ones; score one version at a time",
+            path.display(),
+            versions[0].0.display()
+        );
+    }
+    Ok((models, version))
 }
 
 fn write_csv(path: &Path, table: &Table) -> anyhow::Result<()> {

@@ -1,0 +1,61 @@
+//! `candor merge SHARD_DIR… --out DIR`: joins the N shard directories of one run
+//! (`candor run … --shard I/N`) into the run directory an unsharded run would have written.
+//!
+//! The checks (one run, shards `0..N` each finished, no item twice) and the replay are
+//! [`crate::store::shard`]'s; this file re-runs the recorded `candor run` arguments with every
+//! step answered from the shards' logs (no model is loaded; the model files are still hashed
+//! into the manifest, so they must be where the shards found them — run the merge from the
+//! same working directory). It then checks that every logged sample was used.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+use crate::store::shard::{check_shards, ReplayPool, ShardDir};
+
+use super::run::{run_config, RunConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct MergeArgs {
+    /// The shard directories (all N of them, any order).
+    #[arg(required = true, value_name = "SHARD_DIR")]
+    pub shards: Vec<PathBuf>,
+    /// The merged run directory (new, or a merge to finish).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+pub fn run(args: MergeArgs) -> anyhow::Result<()> {
+    let shards = args
+        .shards
+        .iter()
+        .map(|d| ShardDir::open(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let run_args = check_shards(&shards)?;
+    let pool = Arc::new(ReplayPool::new(&shards));
+    let mut argv = vec!["candor".to_string(), "run".to_string()];
+    argv.extend(run_args.iter().cloned());
+    argv.push("--out".into());
+    argv.push(args.out.display().to_string());
+    let parsed = super::Args::try_parse_from(&argv)
+        .with_context(|| format!("the shards' run arguments: {}", run_args.join(" ")))?;
+    let super::Command::Run(run) = parsed.command else {
+        bail!("the shards' run arguments are not a `candor run`");
+    };
+    let mut cfg = RunConfig::from_args(run)?;
+    cfg.shard = None;
+    cfg.replay = Some(Arc::clone(&pool));
+    run_config(cfg).context("merging the shards")?;
+    let unused = pool.unused();
+    if unused > 0 {
+        bail!(
+            "{unused} logged samples of the shards were not part of the run: the shards are \
+             not from this run's items (the merged files in {} are not to be trusted)",
+            args.out.display()
+        );
+    }
+    println!("merged {} shards into {}", shards.len(), args.out.display());
+    Ok(())
+}

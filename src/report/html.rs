@@ -1,0 +1,966 @@
+//! `report.html`: one self-contained page for one run or a comparison of several.
+//!
+//! Everything is inline: the styles, and the charts, which are SVG drawn here (no script, no
+//! font, no image, no network; a Content-Security-Policy forbids any outside resource). For
+//! each protocol there is a leaderboard of its headline metrics with their bootstrap 95%
+//! intervals as whiskers, then the protocol's breakdowns (FB-Bench per task, error type and
+//! feedback type; RefuteBench FA and RR per setting and context depth; ReaLMistake per task
+//! and prompt; Fennec per scenario and its position bias), each figure with its `n`,
+//! unscored and failed counts beside it, and every table with the exact numbers. A last
+//! section summarises each run's manifest (models with hashes, settings, decoding, Candor
+//! version). The page is written from `results.json` and the manifest's identity alone, so
+//! it is as deterministic as they are (two runs of the same manifest write the same bytes).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::results::RunResults;
+use crate::bench::plan::Actor;
+use crate::bench::results::{Metric, Table};
+use crate::store::manifest::RunIdentity;
+
+/// One run as the report shows it.
+#[derive(Debug, Clone)]
+pub struct ReportRun {
+    /// How the run is named in legends (its candidate models, or its directory).
+    pub label: String,
+    pub results: RunResults,
+    /// The manifest's identity, when the run directory had one.
+    pub identity: Option<RunIdentity>,
+}
+
+impl ReportRun {
+    /// A run labelled by its candidate models (and its judge, when another model).
+    pub fn new(results: RunResults, identity: Option<RunIdentity>) -> Self {
+        let candidates: Vec<&str> = results
+            .models
+            .iter()
+            .filter(|m| m.role.starts_with("candidate"))
+            .map(|m| m.name.as_str())
+            .collect();
+        let judge = results
+            .models
+            .iter()
+            .find(|m| m.role == "judge")
+            .map(|m| m.name.as_str());
+        let mut label = candidates.join(" + ");
+        if let Some(j) = judge.filter(|j| candidates.first() != Some(j)) {
+            label = format!("{label} (judge {j})");
+        }
+        if label.is_empty() {
+            label = results.protocol.clone();
+        }
+        ReportRun {
+            label,
+            results,
+            identity,
+        }
+    }
+}
+
+/// Colours of the runs, in order (and again after eight).
+const PALETTE: [&str; 8] = [
+    "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f",
+];
+
+fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Escapes text for HTML and SVG.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn num(x: f64) -> String {
+    if !x.is_finite() {
+        "n/a".to_string()
+    } else if x.abs() >= 10.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.4}")
+    }
+}
+
+/// A value of a figure: the point, its interval when known, and what is written beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    pub value: Option<f64>,
+    pub interval: Option<(f64, f64)>,
+    /// `n`, unscored and failed counts, shown beside the bar.
+    pub note: String,
+}
+
+impl Bar {
+    fn from_metric(m: &Metric, failed: usize) -> Bar {
+        let i = m.interval;
+        Bar {
+            value: i.value.is_finite().then_some(i.value),
+            interval: (i.low.is_finite() && i.high.is_finite()).then_some((i.low, i.high)),
+            note: format!("n={} · unscored {} · failed {}", m.n, m.unscored, failed),
+        }
+    }
+}
+
+/// A row group of a chart: a category and one bar per run (`None`: the run lacks it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub label: String,
+    pub bars: Vec<Option<Bar>>,
+}
+
+/// The upper end of a chart's axis: 1 for proportions, 100 for percentages, else the
+/// largest value rounded up.
+fn axis_max(groups: &[Group]) -> f64 {
+    let top = groups
+        .iter()
+        .flat_map(|g| g.bars.iter().flatten())
+        .flat_map(|b| [b.value, b.interval.map(|i| i.1)])
+        .flatten()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
+    if top <= 1.0 {
+        1.0
+    } else if top <= 100.0 {
+        100.0
+    } else {
+        let p = 10f64.powf(top.log10().floor());
+        (top / p).ceil() * p
+    }
+}
+
+/// A horizontal bar chart as inline SVG: per group one bar per run (its colour), whiskers for
+/// intervals, the value and the note at the right. Each drawn bar is a `rect.bar`; a chart
+/// without any value says so in its text (and then has no bar).
+pub fn chart(title: &str, groups: &[Group]) -> String {
+    const LABEL_W: f64 = 230.0;
+    const PLOT_W: f64 = 360.0;
+    const NOTE_W: f64 = 330.0;
+    const BAR_H: f64 = 14.0;
+    const GAP: f64 = 10.0;
+    const TOP: f64 = 26.0;
+    let max = axis_max(groups);
+    let rows: usize = groups.iter().map(|g| g.bars.len().max(1)).sum();
+    let height = TOP + rows as f64 * (BAR_H + 2.0) + groups.len() as f64 * GAP + 24.0;
+    let width = LABEL_W + PLOT_W + NOTE_W;
+    let x = |v: f64| LABEL_W + (v.clamp(0.0, max) / max) * PLOT_W;
+    let mut s = String::new();
+    let marks = groups
+        .iter()
+        .flat_map(|g| g.bars.iter().flatten())
+        .filter(|b| b.value.is_some())
+        .count();
+    let _ = write!(
+        s,
+        r#"<figure><figcaption>{}</figcaption><svg class="chart" data-marks="{marks}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" role="img">"#,
+        esc(title)
+    );
+    let bottom = height - 20.0;
+    for k in 0..=4 {
+        let v = max * f64::from(k) / 4.0;
+        let gx = x(v);
+        let _ = write!(
+            s,
+            r##"<line x1="{gx:.1}" y1="{:.1}" x2="{gx:.1}" y2="{bottom:.1}" stroke="#e5e7eb"/><text x="{gx:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>"##,
+            TOP - 6.0,
+            bottom + 13.0,
+            if max == 1.0 {
+                format!("{v:.2}")
+            } else {
+                format!("{v:.0}")
+            }
+        );
+    }
+    let mut y = TOP;
+    for g in groups {
+        let n = g.bars.len().max(1) as f64;
+        let mid = y + n * (BAR_H + 2.0) / 2.0;
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="end" fill="#111827">{}</text>"##,
+            LABEL_W - 8.0,
+            mid + 4.0,
+            esc(&truncate(&g.label, 34))
+        );
+        for (r, bar) in g.bars.iter().enumerate() {
+            let by = y + r as f64 * (BAR_H + 2.0);
+            let cy = by + BAR_H / 2.0;
+            let note_x = LABEL_W + PLOT_W + 8.0;
+            let Some(b) = bar else {
+                continue;
+            };
+            match b.value {
+                Some(v) => {
+                    let _ = write!(
+                        s,
+                        r#"<rect class="bar" x="{LABEL_W}" y="{by:.1}" width="{:.1}" height="{BAR_H}" fill="{}" fill-opacity="0.75"><title>{}: {}</title></rect>"#,
+                        (x(v) - LABEL_W).max(0.5),
+                        colour(r),
+                        esc(&g.label),
+                        num(v)
+                    );
+                    if let Some((lo, hi)) = b.interval {
+                        let (x1, x2) = (x(lo), x(hi));
+                        let _ = write!(
+                            s,
+                            r##"<g class="whisker" stroke="#111827" stroke-width="1.2"><line x1="{x1:.1}" y1="{cy:.1}" x2="{x2:.1}" y2="{cy:.1}"/><line x1="{x1:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}"/><line x1="{x2:.1}" y1="{:.1}" x2="{x2:.1}" y2="{:.1}"/></g>"##,
+                            cy - 4.0,
+                            cy + 4.0,
+                            cy - 4.0,
+                            cy + 4.0
+                        );
+                    }
+                    let interval = b
+                        .interval
+                        .map(|(lo, hi)| format!(" [{}, {}]", num(lo), num(hi)))
+                        .unwrap_or_default();
+                    let _ = write!(
+                        s,
+                        r##"<text x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{}{} · {}</text>"##,
+                        cy + 4.0,
+                        num(v),
+                        esc(&interval),
+                        esc(&b.note)
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        s,
+                        r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#6b7280">no value · {}</text>"##,
+                        LABEL_W + 4.0,
+                        cy + 4.0,
+                        esc(&b.note)
+                    );
+                }
+            }
+        }
+        y += n * (BAR_H + 2.0) + GAP;
+    }
+    if marks == 0 {
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" font-size="12" fill="#b91c1c">no values to draw</text>"##,
+            LABEL_W + 8.0,
+            TOP + 10.0
+        );
+    }
+    s.push_str("</svg></figure>\n");
+    s
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// A table cell as a number: `12.5`, or `12.5 [10.1, 14.9]` with its interval; None when
+/// empty, `-` or not a number.
+pub fn parse_cell(cell: &str) -> Option<(f64, Option<(f64, f64)>)> {
+    let cell = cell.trim();
+    let (head, rest) = match cell.split_once('[') {
+        Some((h, r)) => (h.trim(), Some(r.trim_end_matches(']'))),
+        None => (cell, None),
+    };
+    let v: f64 = head.parse().ok().filter(|v: &f64| v.is_finite())?;
+    let interval = rest.and_then(|r| {
+        let (a, b) = r.split_once(',')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    });
+    Some((v, interval))
+}
+
+/// What one run has to say about one protocol's figures.
+struct Figures<'a> {
+    runs: Vec<&'a ReportRun>,
+}
+
+impl Figures<'_> {
+    fn failed(&self, r: usize) -> usize {
+        self.runs[r].results.failed.len()
+    }
+
+    /// One group per metric name in `names` (those no run has are left out).
+    fn metric_groups(&self, names: &[String], label: impl Fn(&str) -> String) -> Vec<Group> {
+        names
+            .iter()
+            .filter_map(|name| {
+                let bars: Vec<Option<Bar>> = self
+                    .runs
+                    .iter()
+                    .enumerate()
+                    .map(|(r, run)| {
+                        run.results
+                            .results
+                            .metrics
+                            .iter()
+                            .find(|m| &m.name == name)
+                            .map(|m| Bar::from_metric(m, self.failed(r)))
+                    })
+                    .collect();
+                bars.iter().any(Option::is_some).then(|| Group {
+                    label: label(name),
+                    bars,
+                })
+            })
+            .collect()
+    }
+
+    /// Every metric name of the runs, first-seen order.
+    fn metric_names(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for run in &self.runs {
+            for m in &run.results.results.metrics {
+                if keep(&m.name) && !names.contains(&m.name) {
+                    names.push(m.name.clone());
+                }
+            }
+        }
+        names
+    }
+
+    /// Groups from a table (found by title prefix) of every run: the row label is the
+    /// `label_cols` joined, the value the column `value_col`; `note` makes the note of a row.
+    fn table_groups(
+        &self,
+        title: &str,
+        label_cols: &[&str],
+        value_col: &str,
+        note: &dyn Fn(&Table, &[String], usize) -> String,
+    ) -> Vec<Group> {
+        let mut order: Vec<String> = Vec::new();
+        let mut cells: BTreeMap<(String, usize), Bar> = BTreeMap::new();
+        for (r, run) in self.runs.iter().enumerate() {
+            let Some(t) = run
+                .results
+                .results
+                .tables
+                .iter()
+                .find(|t| t.title.starts_with(title))
+            else {
+                continue;
+            };
+            let col = |name: &str| t.columns.iter().position(|c| c == name);
+            let (Some(vc), Some(lcs)) = (
+                col(value_col),
+                label_cols
+                    .iter()
+                    .map(|c| col(c))
+                    .collect::<Option<Vec<_>>>(),
+            ) else {
+                continue;
+            };
+            for row in &t.rows {
+                let label = lcs
+                    .iter()
+                    .map(|&i| row.get(i).map_or("", String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" · ");
+                let parsed = row.get(vc).and_then(|c| parse_cell(c));
+                if !order.contains(&label) {
+                    order.push(label.clone());
+                }
+                cells.insert(
+                    (label, r),
+                    Bar {
+                        value: parsed.map(|p| p.0),
+                        interval: parsed.and_then(|p| p.1),
+                        note: note(t, row, self.failed(r)),
+                    },
+                );
+            }
+        }
+        order
+            .into_iter()
+            .map(|label| Group {
+                bars: (0..self.runs.len())
+                    .map(|r| cells.get(&(label.clone(), r)).cloned())
+                    .collect(),
+                label,
+            })
+            .collect()
+    }
+}
+
+/// The value of column `name` in `row` of `t`.
+fn col<'a>(t: &Table, row: &'a [String], name: &str) -> &'a str {
+    t.columns
+        .iter()
+        .position(|c| c == name)
+        .and_then(|i| row.get(i))
+        .map_or("?", String::as_str)
+}
+
+fn failed_note(failed: usize) -> String {
+    format!("failed {failed}")
+}
+
+/// The charts of one protocol.
+fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
+    let mut out = String::new();
+    let plain = |s: &str| s.to_string();
+    match protocol {
+        "fbbench" => {
+            let names = f.metric_names(|_| true);
+            out += &chart(
+                "Leaderboard: Error Correction, Response Maintenance, Overall (0–100)",
+                &f.metric_groups(&names, plain),
+            );
+            let note = |_: &Table, _: &[String], failed: usize| failed_note(failed);
+            for (title, col, what) in [
+                (
+                    "per_task_score",
+                    "all_avg_score",
+                    "Per task type (all_avg_score)",
+                ),
+                (
+                    "per_error_score",
+                    "correct_avg_score",
+                    "Per error type (Error Correction)",
+                ),
+                (
+                    "per_feedback_score_correct",
+                    "error_correct_score",
+                    "Per feedback type, Error Correction",
+                ),
+                (
+                    "per_feedback_score_antisyco",
+                    "response_maintenance_score",
+                    "Per feedback type, Response Maintenance",
+                ),
+            ] {
+                let category = f
+                    .runs
+                    .iter()
+                    .flat_map(|r| &r.results.results.tables)
+                    .find(|t| t.title == title)
+                    .and_then(|t| t.columns.get(1).cloned())
+                    .unwrap_or_default();
+                let groups = f.table_groups(title, &[&category], col, &note);
+                if !groups.is_empty() {
+                    out += &chart(what, &groups);
+                }
+            }
+        }
+        "refutebench" => {
+            let note = |t: &Table, row: &[String], failed: usize, which: &str| {
+                let unscored = if which == "FA" {
+                    format!(" · unscored {}", col(t, row, "FA unscored"))
+                } else {
+                    String::new()
+                };
+                format!(
+                    "n={}{unscored} · incomplete {} · failed {failed}",
+                    col(t, row, &format!("{which} n")),
+                    col(t, row, "incomplete")
+                )
+            };
+            for which in ["FA", "RR"] {
+                let groups = f.table_groups(
+                    "RefuteBench",
+                    &["group", "setting"],
+                    which,
+                    &|t, row, failed| note(t, row, failed, which),
+                );
+                let what = if which == "FA" {
+                    "Feedback acceptance (FA, %) by context depth and setting"
+                } else {
+                    "Response rate (RR, %) by context depth and setting"
+                };
+                out += &chart(what, &groups);
+            }
+            for suffix in ["_fa", "_rr"] {
+                let names = f.metric_names(|n| n.ends_with(suffix));
+                let title = if suffix == "_fa" {
+                    "Leaderboard: FA per task and setting (%)"
+                } else {
+                    "Leaderboard: RR per task and setting (%)"
+                };
+                out += &chart(
+                    title,
+                    &f.metric_groups(&names, |n| {
+                        n.strip_suffix(suffix).unwrap_or(n).replace('_', " ")
+                    }),
+                );
+            }
+        }
+        "realmistake" => {
+            let names = f.metric_names(|_| true);
+            out += &chart(
+                "Leaderboard: F1, precision, recall, accuracy (mean over tasks and prompts)",
+                &f.metric_groups(&names, plain),
+            );
+            let note = |t: &Table, row: &[String], failed: usize| {
+                let n = ["n", "cells", "tasks"]
+                    .iter()
+                    .map(|c| col(t, row, c))
+                    .find(|v| *v != "?")
+                    .unwrap_or("?");
+                let unscored = col(t, row, "unscored");
+                if unscored == "?" {
+                    format!("{n} · failed {failed}")
+                } else {
+                    format!("n={n} · unscored {unscored} · failed {failed}")
+                }
+            };
+            for metric in ["f1", "precision", "recall"] {
+                let groups = f.table_groups(
+                    "ReaLMistake: per task and prompt",
+                    &["task", "prompt"],
+                    metric,
+                    &note,
+                );
+                if !groups.is_empty() {
+                    out += &chart(&format!("{metric} (%) per task and prompt"), &groups);
+                }
+            }
+            let groups = f.table_groups(
+                "ReaLMistake: mean over tasks and prompts",
+                &["detector", "response_model"],
+                "f1",
+                &note,
+            );
+            if !groups.is_empty() {
+                out += &chart("F1 (%) per detector and response model", &groups);
+            }
+        }
+        "fennec" => {
+            let names = f.metric_names(|_| true);
+            out += &chart(
+                "Leaderboard: Agreement, Consistency, first-position preference (position bias)",
+                &f.metric_groups(&names, plain),
+            );
+            let note = |t: &Table, row: &[String], failed: usize| {
+                format!(
+                    "n={} · unscored {} · failed {failed}",
+                    col(t, row, "n"),
+                    col(t, row, "unscored")
+                )
+            };
+            for (c, what) in [
+                ("agreement", "Agreement (%) per scenario group"),
+                ("consistency", "Consistency (%) per scenario group"),
+                ("accuracy", "Accuracy (%) per scenario group"),
+            ] {
+                let groups = f.table_groups("", &["group"], c, &note);
+                if !groups.is_empty() {
+                    out += &chart(what, &groups);
+                }
+            }
+        }
+        _ => {
+            let names = f.metric_names(|_| true);
+            out += &chart("Leaderboard", &f.metric_groups(&names, plain));
+            // Any other protocol: each table's last numeric column by its first column.
+            let note = |_: &Table, _: &[String], failed: usize| failed_note(failed);
+            let mut titles: Vec<(String, String, String)> = Vec::new();
+            for run in &f.runs {
+                for t in &run.results.results.tables {
+                    let numeric = (1..t.columns.len()).rev().find(|&c| {
+                        t.rows
+                            .iter()
+                            .any(|r| r.get(c).and_then(|x| parse_cell(x)).is_some())
+                    });
+                    if let (Some(c), Some(first)) = (numeric, t.columns.first()) {
+                        let key = (t.title.clone(), first.clone(), t.columns[c].clone());
+                        if !titles.contains(&key) {
+                            titles.push(key);
+                        }
+                    }
+                }
+            }
+            for (title, label, value) in titles {
+                let groups = f.table_groups(&title, &[&label], &value, &note);
+                out += &chart(&format!("{title}: {value}"), &groups);
+            }
+        }
+    }
+    out
+}
+
+fn html_table(title: &str, columns: &[String], rows: &[Vec<String>]) -> String {
+    let mut s = format!("<details><summary>{}</summary><table><tr>", esc(title));
+    for c in columns {
+        let _ = write!(s, "<th>{}</th>", esc(c));
+    }
+    s.push_str("</tr>");
+    for row in rows {
+        s.push_str("<tr>");
+        for c in row {
+            let _ = write!(s, "<td>{}</td>", esc(c));
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table></details>\n");
+    s
+}
+
+fn legend(runs: &[&ReportRun]) -> String {
+    let mut s = String::from("<p class=\"legend\">");
+    for (i, r) in runs.iter().enumerate() {
+        let res = &r.results;
+        let unscored: usize = res
+            .results
+            .metrics
+            .iter()
+            .map(|m| m.unscored)
+            .max()
+            .unwrap_or(0);
+        let _ = write!(
+            s,
+            "<span><i style=\"background:{}\"></i>{} — {} items, {} completed, {} failed steps, \
+             up to {} unscored per metric</span>",
+            colour(i),
+            esc(&r.label),
+            res.items,
+            res.completed,
+            res.failed.len(),
+            unscored
+        );
+    }
+    s.push_str("</p>\n");
+    s
+}
+
+fn json_compact(v: &serde_json::Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn manifest_summary(i: usize, run: &ReportRun) -> String {
+    let r = &run.results;
+    let mut s = format!(
+        "<div class=\"run\"><h3><i style=\"background:{}\"></i>{}</h3>",
+        colour(i),
+        esc(&run.label)
+    );
+    let _ = write!(
+        s,
+        "<p>protocol <b>{}</b> · {} items, {} completed, {} failed steps, {} samples</p>",
+        esc(&r.protocol),
+        r.items,
+        r.completed,
+        r.failed.len(),
+        r.samples
+    );
+    s.push_str("<table><tr><th>role</th><th>model</th><th>sha256</th><th>tokenizer sha256</th><th>options</th></tr>");
+    match &run.identity {
+        Some(id) => {
+            for m in &id.models {
+                let opts: Vec<String> = m.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = write!(
+                    s,
+                    "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>",
+                    esc(&m.role),
+                    esc(&m.name),
+                    esc(&m.sha256),
+                    esc(&m.tokenizer_sha256),
+                    esc(&opts.join(", "))
+                );
+            }
+        }
+        None => {
+            for m in &r.models {
+                let _ = write!(
+                    s,
+                    "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td></td><td></td></tr>",
+                    esc(&m.role),
+                    esc(&m.name),
+                    esc(&m.sha256)
+                );
+            }
+        }
+    }
+    s.push_str("</table>");
+    if let Some(id) = &run.identity {
+        let _ = write!(
+            s,
+            "<dl><dt>Candor version</dt><dd>{}</dd><dt>seed</dt><dd>{}</dd>\
+             <dt>settings</dt><dd><code>{}</code></dd><dt>decoding</dt><dd><code>{}</code></dd>\
+             <dt>items</dt><dd>{} (ids sha256 <code>{}</code>)</dd>",
+            esc(&id.candor_version),
+            id.seed,
+            esc(&json_compact(&id.settings)),
+            esc(&json_compact(&id.decoding)),
+            id.items.count,
+            esc(&id.items.ids_sha256)
+        );
+        for d in &id.data_files {
+            let _ = write!(
+                s,
+                "<dt>data</dt><dd>{} <code>{}</code></dd>",
+                esc(&d.path),
+                esc(&d.sha256)
+            );
+        }
+        for (name, version) in &id.prompt_templates {
+            let _ = write!(
+                s,
+                "<dt>template</dt><dd>{} <code>{}</code></dd>",
+                esc(name),
+                esc(version)
+            );
+        }
+        s.push_str("</dl>");
+    } else {
+        s.push_str("<p>(no manifest.json beside the results)</p>");
+    }
+    if !r.failed.is_empty() {
+        let rows: Vec<Vec<String>> = r
+            .failed
+            .iter()
+            .map(|f| {
+                let actor = match f.actor {
+                    Actor::Candidate(i) => format!("candidate {i}"),
+                    Actor::Judge => "judge".to_string(),
+                };
+                vec![f.item.clone(), f.key.clone(), actor, f.error.clone()]
+            })
+            .collect();
+        let cols = ["item", "step", "actor", "error"].map(String::from);
+        s += &html_table(&format!("Failed steps ({})", rows.len()), &cols, &rows);
+    }
+    s.push_str("</div>\n");
+    s
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#111827}\
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #d1d5db;margin-top:32px}h3{font-size:15px}\
+figure{margin:16px 0}figcaption{font-weight:600;margin-bottom:4px}\
+table{border-collapse:collapse;font-size:12px;margin:6px 0}td,th{border:1px solid #e5e7eb;padding:2px 6px;text-align:left}\
+code{font-size:11px;word-break:break-all}.legend span{display:inline-block;margin-right:16px}\
+i{display:inline-block;width:10px;height:10px;margin-right:5px;border-radius:2px}\
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:12px}dd{margin:0}\
+details{margin:4px 0}summary{cursor:pointer;color:#374151}";
+
+/// Protocols in report order: the four published ones first, then others by name.
+fn protocol_order(runs: &[ReportRun]) -> Vec<String> {
+    let mut names: Vec<String> = runs.iter().map(|r| r.results.protocol.clone()).collect();
+    names.sort_by_key(|p| {
+        let rank = ["fbbench", "refutebench", "realmistake", "fennec"]
+            .iter()
+            .position(|k| k == p)
+            .unwrap_or(4);
+        (rank, p.clone())
+    });
+    names.dedup();
+    names
+}
+
+fn protocol_title(p: &str) -> &str {
+    match p {
+        "fbbench" => "FB-Bench",
+        "refutebench" => "RefuteBench",
+        "realmistake" => "ReaLMistake",
+        "fennec" => "Fennec",
+        other => other,
+    }
+}
+
+/// The whole page.
+pub fn render(runs: &[ReportRun]) -> String {
+    let mut s = String::new();
+    s.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    s.push_str(
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; img-src data:\">",
+    );
+    let _ = write!(
+        s,
+        "<title>Candor report</title><style>{STYLE}</style></head><body>\n<h1>Candor report</h1>\n"
+    );
+    let protocols = protocol_order(runs);
+    let _ = writeln!(
+        s,
+        "<p>{} run{} · {}. Bars are point estimates; whiskers are seeded bootstrap 95% \
+         intervals; beside each: n, unscored (judge outputs that could not be parsed, left out) \
+         and failed steps (their items left out).</p>",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        esc(&protocols
+            .iter()
+            .map(|p| protocol_title(p))
+            .collect::<Vec<_>>()
+            .join(", "))
+    );
+    for p in &protocols {
+        let prs: Vec<&ReportRun> = runs.iter().filter(|r| &r.results.protocol == p).collect();
+        let _ = writeln!(s, "<section><h2>{}</h2>", esc(protocol_title(p)));
+        s += &legend(&prs);
+        let f = Figures { runs: prs.clone() };
+        s += &protocol_charts(p, &f);
+        for run in &prs {
+            for t in &run.results.results.tables {
+                let title = if prs.len() > 1 {
+                    format!("{} — {}", t.title, run.label)
+                } else {
+                    t.title.clone()
+                };
+                s += &html_table(&title, &t.columns, &t.rows);
+            }
+            let rows: Vec<Vec<String>> = run
+                .results
+                .results
+                .metrics
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.name.clone(),
+                        num(m.interval.value),
+                        format!("[{}, {}]", num(m.interval.low), num(m.interval.high)),
+                        m.n.to_string(),
+                        m.unscored.to_string(),
+                    ]
+                })
+                .collect();
+            let cols = ["metric", "value", "95% interval", "n", "unscored"].map(String::from);
+            let title = if prs.len() > 1 {
+                format!("Metrics — {}", run.label)
+            } else {
+                "Metrics".to_string()
+            };
+            s += &html_table(&title, &cols, &rows);
+        }
+        s.push_str("</section>\n");
+    }
+    s.push_str("<section><h2>Runs</h2>\n");
+    for p in &protocols {
+        for (k, run) in runs.iter().filter(|r| &r.results.protocol == p).enumerate() {
+            s += &manifest_summary(k, run);
+        }
+    }
+    s.push_str("</section>\n<footer><p>Written by Candor ");
+    s.push_str(env!("CARGO_PKG_VERSION"));
+    s.push_str(" from results.json and manifest.json.</p></footer>\n</body></html>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::results::BenchResults;
+    use crate::bench::stats::Interval;
+    use crate::report::results::RunModel;
+
+    fn run(protocol: &str, model: &str, value: f64) -> ReportRun {
+        ReportRun::new(
+            RunResults {
+                protocol: protocol.into(),
+                models: vec![
+                    RunModel {
+                        role: "candidate/0".into(),
+                        name: model.into(),
+                        sha256: "ab".into(),
+                    },
+                    RunModel {
+                        role: "judge".into(),
+                        name: "j<x>".into(),
+                        sha256: "cd".into(),
+                    },
+                ],
+                items: 3,
+                completed: 2,
+                samples: 6,
+                failed: vec![],
+                results: BenchResults {
+                    metrics: vec![Metric {
+                        name: "overall".into(),
+                        interval: Interval {
+                            value,
+                            low: value - 5.0,
+                            high: value + 5.0,
+                        },
+                        n: 2,
+                        unscored: 1,
+                    }],
+                    tables: vec![Table {
+                        title: "per_task_score".into(),
+                        columns: ["model", "task_type", "correct_avg_score", "all_avg_score"]
+                            .map(String::from)
+                            .to_vec(),
+                        rows: vec![vec!["m".into(), "Coding".into(), "40".into(), "".into()]],
+                    }],
+                },
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn cells_parse_with_and_without_intervals() {
+        assert_eq!(parse_cell("12.5"), Some((12.5, None)));
+        assert_eq!(
+            parse_cell("50.00 [25.00, 75.00]"),
+            Some((50.0, Some((25.0, 75.0))))
+        );
+        assert_eq!(parse_cell(""), None);
+        assert_eq!(parse_cell("-"), None);
+        assert_eq!(parse_cell("NaN"), None);
+    }
+
+    #[test]
+    fn page_is_self_contained_escaped_and_draws_every_value() {
+        let runs = [run("fbbench", "a&b", 60.0), run("fbbench", "c", 40.0)];
+        let html = render(&runs);
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        for banned in ["<script", "http://", "https://", "<link", "@import", "url("] {
+            let outside = html.replace("http://www.w3.org/2000/svg", "");
+            assert!(!outside.contains(banned), "{banned}");
+        }
+        assert!(html.contains("a&amp;b (judge j&lt;x&gt;)"), "{html}");
+        // Leaderboard: two bars with whiskers; per task: one bar (the other run's cell too).
+        assert!(html.contains("data-marks=\"2\""), "{html}");
+        assert_eq!(html.matches("class=\"whisker\"").count(), 2);
+        assert!(html.contains("n=2 · unscored 1 · failed 0"));
+        assert!(html.contains("[55.00, 65.00]"));
+        assert_eq!(render(&runs), html, "deterministic");
+    }
+
+    #[test]
+    fn empty_chart_says_so() {
+        let svg = chart(
+            "t",
+            &[Group {
+                label: "x".into(),
+                bars: vec![Some(Bar {
+                    value: None,
+                    interval: None,
+                    note: "n=0".into(),
+                })],
+            }],
+        );
+        assert!(svg.contains("data-marks=\"0\""));
+        assert!(svg.contains("no values to draw"));
+    }
+
+    #[test]
+    fn axis_is_proportion_percent_or_rounded() {
+        let g = |v: f64| {
+            vec![Group {
+                label: "x".into(),
+                bars: vec![Some(Bar {
+                    value: Some(v),
+                    interval: None,
+                    note: String::new(),
+                })],
+            }]
+        };
+        assert_eq!(axis_max(&g(0.7)), 1.0);
+        assert_eq!(axis_max(&g(70.0)), 100.0);
+        assert_eq!(axis_max(&g(340.0)), 400.0);
+    }
+}

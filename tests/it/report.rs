@@ -1,0 +1,506 @@
+//! `candor report`, `candor merge`, `candor verify` through the binary.
+//!
+//! The HTML report is rendered in headless Chromium (Debian's `chromium`): the test fails on
+//! any console message (the page has no script, so a message means a blocked outside resource
+//! or a broken page) and on a chart without a drawn value, and keeps a screenshot in
+//! `target/report-test/report.png`. Runs for the report come from the `toy` protocol with
+//! `fake:` models and from the authors' recorded outputs scored by Candor (FB-Bench
+//! judgements, ReaLMistake detector outputs, Auto-J's pairwise outputs). Sharding and verification use the toy
+//! protocol, so they need neither weights nor data.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn candor() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_candor"));
+    c.stdin(Stdio::null());
+    c
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = candor().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "candor {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn toy(out: &Path, model: &str, extra: &[&str]) -> Output {
+    let o = out.display().to_string();
+    let mut args = vec![
+        "run",
+        "toy",
+        "--model",
+        model,
+        "--judge",
+        "fake:judge",
+        "--limit",
+        "9",
+        "--threads",
+        "1",
+        "--batch-size",
+        "4",
+        "--out",
+        &o,
+    ];
+    args.extend_from_slice(extra);
+    ok(&args)
+}
+
+fn read(dir: &Path, name: &str) -> Vec<u8> {
+    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()))
+}
+
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Chromium's binary (`$CHROMIUM`, else `chromium` on PATH), or None (skip, loudly).
+fn chromium() -> Option<PathBuf> {
+    let name = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(&name))
+            .find(|p| p.is_file())
+    });
+    let found = found.or_else(|| Some(PathBuf::from(&name)).filter(|p| p.is_file()));
+    if found.is_none() {
+        let msg = "headless Chromium not found (apt-get install chromium, or set $CHROMIUM)";
+        if under_ci() {
+            panic!("{msg}; under CI=true this is a failure");
+        }
+        eprintln!("\n*** SKIPPED: {msg} ***\n");
+    }
+    found
+}
+
+/// Runs headless Chromium on `page` with a fresh profile; returns (stdout, console lines).
+fn chromium_run(bin: &Path, page: &Path, extra: &[String]) -> (String, Vec<String>) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(format!("file://{}", page.canonicalize().unwrap().display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let console = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
+        .map(String::from)
+        .collect();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), console)
+}
+
+/// The charts of a rendered DOM: (caption, bars drawn).
+fn charts(dom: &str) -> Vec<(String, usize)> {
+    dom.split("<figure>")
+        .skip(1)
+        .map(|fig| {
+            let caption = fig
+                .split("<figcaption>")
+                .nth(1)
+                .and_then(|c| c.split("</figcaption>").next())
+                .unwrap_or("")
+                .to_string();
+            let svg = fig.split("</svg>").next().unwrap_or("");
+            (caption, svg.matches("class=\"bar\"").count())
+        })
+        .collect()
+}
+
+/// A run directory holding only `results.json`, made from recorded outputs scored by Candor
+/// (`bench` has the `metrics` and `tables` of a scoring).
+fn scored_run(dir: &Path, protocol: &str, label: &str, bench: &serde_json::Value) {
+    std::fs::create_dir_all(dir).unwrap();
+    let results = serde_json::json!({
+        "protocol": protocol,
+        "models": [{"role": "candidate/0", "name": label, "sha256": ""}],
+        "items": bench["metrics"][0]["n"],
+        "completed": bench["metrics"][0]["n"],
+        "samples": 0,
+        "failed": [],
+        "metrics": bench["metrics"],
+        "tables": bench["tables"],
+    });
+    std::fs::write(dir.join("results.json"), results.to_string()).unwrap();
+}
+
+/// Runs of the published protocols from the authors' recorded outputs (FB-Bench judgements of
+/// two models, ReaLMistake detector outputs, Auto-J's Fennec-format pairwise outputs), scored
+/// by Candor; empty when the data is absent.
+fn recorded_runs(root: &Path) -> Vec<PathBuf> {
+    use candor::bench::fbbench::data::load_judgements;
+    use candor::bench::fbbench::score::{results, units_from_records, ModelUnits, Rule};
+    let mut dirs = Vec::new();
+    let Some(fb) = crate::util::shared_file("fbbench/v3/judgments") else {
+        return dirs;
+    };
+    for model in ["gpt-4o-2024-05-13", "gemma-2-9b-it"] {
+        let records = load_judgements(&fb.join(format!("{model}.jsonl"))).unwrap();
+        let units = ModelUnits {
+            model: model.into(),
+            units: units_from_records(&records, Rule::Published, false).unwrap(),
+        };
+        let bench = serde_json::to_value(results(&units, Rule::Published, 0)).unwrap();
+        let d = root.join(format!("fbbench-{model}"));
+        scored_run(&d, "fbbench", model, &bench);
+        dirs.push(d);
+    }
+    if let Some(outputs) = crate::util::shared_file("realmistake/detector_outputs_open.zip") {
+        let json = root.join("rm.json");
+        ok(&[
+            "score",
+            "realmistake",
+            "--outputs",
+            &outputs.display().to_string(),
+            "--out",
+            &root.join("rm-perf.json").display().to_string(),
+            "--results",
+            &json.display().to_string(),
+        ]);
+        let all: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        for (det, bench) in all.as_object().unwrap().iter().take(3) {
+            let d = root.join(format!("realmistake-{det}"));
+            scored_run(&d, "realmistake", det, bench);
+            dirs.push(d);
+        }
+    }
+    let aj = "fennec/auto-j";
+    if let (Some(data), Some(normal), Some(exchanged)) = (
+        crate::util::shared_file(&format!("{aj}/testdata_pairwise.jsonl")),
+        crate::util::shared_file(&format!("{aj}/pairwise_example_output.jsonl")),
+        crate::util::shared_file(&format!("{aj}/pairwise_exchange_example_output.jsonl")),
+    ) {
+        let json = root.join("fennec.json");
+        let p = |x: &PathBuf| x.display().to_string();
+        ok(&[
+            "score",
+            "fennec",
+            "--format",
+            "auto-j",
+            "--data",
+            &p(&data),
+            "--normal",
+            &p(&normal),
+            "--exchanged",
+            &p(&exchanged),
+            "--out",
+            &p(&json),
+        ]);
+        let bench: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let d = root.join("fennec-auto-j");
+        scored_run(&d, "fennec", "Auto-J (published outputs)", &bench);
+        dirs.push(d);
+    }
+    dirs
+}
+
+#[test]
+fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    toy(&a, "fake:alpha", &[]);
+    toy(&b, "fake:beta", &[]);
+    // Each run writes its own report.html too.
+    let own = String::from_utf8(read(&a, "report.html")).unwrap();
+    assert!(own.contains("fake:alpha (judge fake:judge)"), "{own}");
+    let site = tmp.path().join("site");
+    let recorded = recorded_runs(tmp.path());
+    let mut args = vec![
+        "report".to_string(),
+        a.display().to_string(),
+        b.display().to_string(),
+    ];
+    args.extend(recorded.iter().map(|d| d.display().to_string()));
+    args.extend(["--out".to_string(), site.display().to_string()]);
+    let out = candor().args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = site.join("index.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for banned in ["<script", "<link", "https://", "@import"] {
+        assert!(!html.contains(banned), "the page has {banned:?}");
+    }
+    if !recorded.is_empty() {
+        for p in ["FB-Bench", "ReaLMistake", "Fennec"] {
+            assert!(html.contains(&format!("<h2>{p}</h2>")), "no {p} section");
+        }
+    }
+    let Some(bin) = chromium() else {
+        return;
+    };
+    let (dom, console) = chromium_run(&bin, &page, &["--dump-dom".to_string()]);
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    let found = charts(&dom);
+    assert!(found.len() >= 2, "charts in the DOM: {found:?}");
+    let empty: Vec<&(String, usize)> = found.iter().filter(|(_, n)| *n == 0).collect();
+    assert!(empty.is_empty(), "empty charts: {empty:?}");
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("report-test");
+    std::fs::create_dir_all(&shots).unwrap();
+    let png = shots.join("report.png");
+    let _ = std::fs::remove_file(&png);
+    let (_, console) = chromium_run(
+        &bin,
+        &page,
+        &[
+            format!("--screenshot={}", png.display()),
+            "--window-size=1100,2600".to_string(),
+        ],
+    );
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    let shot = std::fs::read(&png).expect("screenshot written");
+    assert_eq!(&shot[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(shot.len() > 20_000, "screenshot of {} bytes", shot.len());
+    eprintln!(
+        "report: {} charts, all drawn; screenshot {}",
+        found.len(),
+        png.display()
+    );
+
+    // The check can fail: an outside resource under the page's policy is a console message.
+    let bad = tmp.path().join("bad.html");
+    std::fs::write(
+        &bad,
+        html.replace("<h1>", "<img src=\"https://example.invalid/x.png\"><h1>"),
+    )
+    .unwrap();
+    let (_, console) = chromium_run(&bin, &bad, &["--dump-dom".to_string()]);
+    assert!(
+        !console.is_empty(),
+        "a blocked image must show in the console"
+    );
+}
+
+#[test]
+fn report_of_an_unfinished_or_missing_run_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("manifest.json"), "{}").unwrap();
+    let out = candor()
+        .args(["report"])
+        .arg(tmp.path())
+        .args(["--out"])
+        .arg(tmp.path().join("site"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has not finished"), "{err}");
+}
+
+#[test]
+fn sharded_runs_merge_to_the_unsharded_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole");
+    toy(&whole, "fake:alpha", &[]);
+    let n = 3;
+    let mut dirs = Vec::new();
+    for i in 0..n {
+        let d = tmp.path().join(format!("shard{i}"));
+        toy(&d, "fake:alpha", &["--shard", &format!("{i}/{n}")]);
+        let m: serde_json::Value = serde_json::from_slice(&read(&d, "manifest.json")).unwrap();
+        assert_eq!(m["identity"]["shard"]["index"], i);
+        assert_eq!(m["identity"]["shard"]["count"], n);
+        dirs.push(d);
+    }
+    let merged = tmp.path().join("merged");
+    let mut args: Vec<String> = vec!["merge".into()];
+    // Any order.
+    args.extend(dirs.iter().rev().map(|d| d.display().to_string()));
+    args.extend(["--out".into(), merged.display().to_string()]);
+    let out = candor().args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["samples.jsonl", "results.json", "report.md", "report.html"] {
+        assert!(
+            read(&whole, name) == read(&merged, name),
+            "{name} differs from the unsharded run's"
+        );
+    }
+    let wm: serde_json::Value = serde_json::from_slice(&read(&whole, "manifest.json")).unwrap();
+    let mm: serde_json::Value = serde_json::from_slice(&read(&merged, "manifest.json")).unwrap();
+    assert_eq!(wm["identity"], mm["identity"]);
+
+    // A missing shard, a shard twice, and another run's shard are refused.
+    let refuse = |dirs: &[&PathBuf], want: &str| {
+        let target = tmp.path().join("refused");
+        let _ = std::fs::remove_dir_all(&target);
+        let out = candor()
+            .arg("merge")
+            .args(dirs)
+            .arg("--out")
+            .arg(&target)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{want}: {err}");
+    };
+    refuse(&[&dirs[0], &dirs[1]], "shards missing: 2/3");
+    refuse(&[&dirs[0], &dirs[1], &dirs[1]], "are both shard 1/3");
+    let other = tmp.path().join("other2");
+    toy(&other, "fake:beta", &["--shard", "2/3"]);
+    refuse(&[&dirs[0], &dirs[1], &other], "differ in");
+    let unsharded = refuse;
+    unsharded(&[&whole], "not a shard");
+}
+
+#[test]
+fn verify_recomputes_the_log_and_names_the_first_difference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    toy(&run, "fake:alpha", &[]);
+    let dir = run.display().to_string();
+    let out = ok(&["verify", &dir, "--batch-size", "3"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("25 identical, 0 differing"), "{text}");
+    let out = ok(&["verify", &dir, "--sample", "5", "--seed", "3"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verified 5 of 25 steps"));
+
+    // Edit one logged reply: verify names it and fails.
+    let log = String::from_utf8(read(&run, "samples.jsonl")).unwrap();
+    let line = log.lines().nth(4).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let text = v["output"]["text"].as_str().unwrap();
+    let edited_text = format!("{}X{}", &text[..8], &text[9..]);
+    let edited = log.replacen(
+        &serde_json::to_string(text).unwrap(),
+        &serde_json::to_string(&edited_text).unwrap(),
+        1,
+    );
+    assert_ne!(edited, log);
+    std::fs::write(run.join("samples.jsonl"), edited).unwrap();
+    let out = candor().args(["verify", &dir]).output().unwrap();
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let item = v["item"].as_str().unwrap();
+    assert!(stdout.contains(&format!("DIFFERS {item}")), "{stdout}");
+    assert!(
+        stdout.contains("first difference at character 8"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("24 identical, 1 differing"), "{stdout}");
+}
+
+/// Whether a Slurm cluster answers here (`sinfo` runs and lists a node), else skip loudly.
+fn slurm_cluster() -> bool {
+    let up = Command::new("sinfo")
+        .args(["-h", "-o", "%t"])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !up {
+        eprintln!(
+            "\n*** SKIPPED: no Slurm cluster answers here (sinfo); a single-node one: \
+             bash tests/fixtures/slurm/single-node.sh ***\n"
+        );
+    }
+    up
+}
+
+#[test]
+fn slurm_launch_runs_shards_then_merge() {
+    if !slurm_cluster() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole");
+    toy(&whole, "fake:alpha", &[]);
+    let out = tmp.path().join("slurm-run");
+    let work = tmp.path().display().to_string();
+    let o = out.display().to_string();
+    let script = ok(&[
+        "launch",
+        "slurm",
+        "--shards",
+        "3",
+        "--cpus",
+        "1",
+        "--mem",
+        "500M",
+        "--workdir",
+        &work,
+        "--candor",
+        env!("CARGO_BIN_EXE_candor"),
+        "--",
+        "toy",
+        "--model",
+        "fake:alpha",
+        "--judge",
+        "fake:judge",
+        "--limit",
+        "9",
+        "--batch-size",
+        "4",
+        "--out",
+        &o,
+    ])
+    .stdout;
+    let path = tmp.path().join("submit.sh");
+    std::fs::write(&path, &script).unwrap();
+    let submitted = Command::new("bash").arg(&path).output().unwrap();
+    let said = String::from_utf8_lossy(&submitted.stdout).into_owned();
+    assert!(
+        submitted.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    eprintln!("{said}");
+    let start = std::time::Instant::now();
+    let logs = tmp.path().join("slurm-run.shards/logs");
+    let merge_done = || {
+        std::fs::read_to_string(logs.join("merge.out"))
+            .is_ok_and(|t| t.contains("merged 3 shards") || t.contains("error"))
+    };
+    while !merge_done() {
+        assert!(
+            start.elapsed().as_secs() < 180,
+            "the Slurm jobs did not finish in 3 minutes; logs in {}: {:?}",
+            logs.display(),
+            std::fs::read_to_string(logs.join("merge.out"))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    for name in ["samples.jsonl", "results.json", "report.md", "report.html"] {
+        assert!(
+            read(&whole, name) == read(&out, name),
+            "{name}: the Slurm merge differs from the unsharded run"
+        );
+    }
+    for i in 0..3 {
+        assert!(logs.join(format!("shard-{i}.out")).is_file());
+    }
+    let merge_log = std::fs::read_to_string(logs.join("merge.out")).unwrap_or_default();
+    eprintln!("slurm merge log:\n{merge_log}");
+    assert!(merge_log.contains("merged 3 shards"), "{merge_log}");
+}
