@@ -18,7 +18,7 @@ use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
 use crate::model::llama::WeightDType;
-use crate::report::BarProgress;
+use crate::report::{BarProgress, Progress};
 use crate::store::manifest::{Environment, ModelIdentity};
 use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
 use crate::store::Models;
@@ -213,14 +213,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .num_threads(cfg.threads)
         .build_global()
         .context("setting up the thread pool")?;
+    // One display for the whole run: every round, model and protocol.
+    let mut progress = BarProgress::new();
     match cfg.protocol {
-        Protocol::All => run_all(&cfg),
-        _ => run_one(&cfg),
+        Protocol::All => run_all(&cfg, &mut progress),
+        _ => run_one(&cfg, &mut progress),
     }
 }
 
 /// Runs one protocol (`cfg.protocol`, not `all`).
-pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
+pub fn run_one(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<()> {
     let p = cfg.protocol;
     if p != Protocol::Toy {
         let data = cfg.data.join(p.name());
@@ -234,12 +236,12 @@ pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
         }
     }
     match p {
-        Protocol::Fbbench => execute(cfg, &FbBench),
-        Protocol::Refutebench => execute(cfg, &RefuteBench),
-        Protocol::Realmistake => execute(cfg, &ReaLMistake),
-        Protocol::Fennec => execute(cfg, &Fennec),
+        Protocol::Fbbench => execute(cfg, &FbBench, progress),
+        Protocol::Refutebench => execute(cfg, &RefuteBench, progress),
+        Protocol::Realmistake => execute(cfg, &ReaLMistake, progress),
+        Protocol::Fennec => execute(cfg, &Fennec, progress),
         #[cfg(feature = "testkit")]
-        Protocol::Toy => execute(cfg, &crate::store::testkit::Toy),
+        Protocol::Toy => execute(cfg, &crate::store::testkit::Toy, progress),
         #[cfg(not(feature = "testkit"))]
         Protocol::Toy => bail!("the toy protocol exists only in test builds (feature `testkit`)"),
         Protocol::All => bail!("`all` is not one protocol"),
@@ -250,7 +252,7 @@ pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
 /// its own protocol options and ignores the others'; `--limit` and `--max-new-tokens` apply
 /// to each. Subsets and data sets are named per protocol, so `--subset` and `--dataset` are
 /// refused.
-pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
+pub fn run_all(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<()> {
     if !cfg.subsets.is_empty() {
         bail!("--subset names differ per protocol; run the protocols one by one to use it");
     }
@@ -276,7 +278,7 @@ pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
         };
         one.options.all = true;
         println!("== {}", p.name());
-        run_one(&one).with_context(|| format!("candor run all: {}", p.name()))?;
+        run_one(&one, progress).with_context(|| format!("candor run all: {}", p.name()))?;
     }
     Ok(())
 }
@@ -304,7 +306,11 @@ fn check_roles<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
 
 /// Checks the options, resolves the models, prepares the protocol and runs (or resumes) it to
 /// the end, then prints the headline metrics.
-pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Result<()> {
+pub fn execute<Pr: BenchProtocol>(
+    cfg: &RunConfig,
+    protocol: &Pr,
+    progress: &mut dyn Progress,
+) -> anyhow::Result<()> {
     check_roles(cfg, protocol)?;
     cfg.options
         .check_unused(protocol.name(), protocol.options())?;
@@ -369,7 +375,7 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let mut models = crate::store::testkit::FakeModels::new(&refs, &judge);
             models.delay = cfg.fake_delay;
-            finish(run, &mut models)
+            finish(run, &mut models, progress)
         }
         #[cfg(not(feature = "testkit"))]
         Some(labels) => bail!(
@@ -391,7 +397,7 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
             let judge = info(&cfg.judge)?;
             let options = engine_options(cfg.batch_size, WeightDType::default());
             let mut models = engine_models(&candidates, &judge, options);
-            finish(run, &mut models)
+            finish(run, &mut models, progress)
         }
     }
 }
@@ -423,14 +429,14 @@ fn model_identity(
 fn finish<Pr: BenchProtocol, M: Models>(
     run: ProtocolRun<'_, Pr>,
     models: &mut M,
+    progress: &mut dyn Progress,
 ) -> anyhow::Result<()> {
     let dir = run.dir.to_path_buf();
-    let mut progress = BarProgress::new();
     let ProtocolOutcome {
         run: outcome,
         outputs,
     } = run
-        .execute(models, &mut progress)
+        .execute(models, progress)
         .with_context(|| format!("run in {}", dir.display()))?;
     for w in &outcome.warnings {
         eprintln!("candor: warning: {w}");
@@ -443,12 +449,19 @@ fn finish<Pr: BenchProtocol, M: Models>(
     }
     let r = &outcome.results;
     println!(
-        "{}: {} items, {} completed, {} failed steps",
+        "{}: {} items, {} completed, {} failed ({} later steps skipped)",
         r.protocol,
         r.items,
         r.completed,
-        r.failed.len()
+        r.failed.len(),
+        r.skipped_steps
     );
+    for f in &r.failed {
+        eprintln!(
+            "candor: failed: item {} step {}: {}",
+            f.item, f.key, f.error
+        );
+    }
     let num = |x: f64| {
         if x.is_finite() {
             format!("{x:.4}")
@@ -458,13 +471,14 @@ fn finish<Pr: BenchProtocol, M: Models>(
     };
     for m in &r.results.metrics {
         println!(
-            "{:<28} {:>8}  [{}, {}]  n={} unscored={}",
+            "{:<28} {:>8}  [{}, {}]  n={} unscored={} failed={}",
             m.name,
             num(m.interval.value),
             num(m.interval.low),
             num(m.interval.high),
             m.n,
-            m.unscored
+            m.unscored,
+            r.failed.len()
         );
     }
     for (path, note) in &outputs {
@@ -523,6 +537,39 @@ mod tests {
         assert_eq!(c.judge, ModelSpec::Fake("j".into()));
         assert_eq!((c.limit, c.seed), (Some(3), 9));
         assert_eq!(c.subsets, ["math"]);
+    }
+
+    #[test]
+    fn model_options_a_protocol_does_not_use_are_refused() {
+        let roles = |args: &[&str], p: &dyn Fn(&RunConfig) -> anyhow::Result<()>| {
+            p(&parse(args).unwrap()).err().map(|e| e.to_string())
+        };
+        let fb = |c: &RunConfig| check_roles(c, &FbBench);
+        let rm = |c: &RunConfig| check_roles(c, &ReaLMistake);
+        let fe = |c: &RunConfig| check_roles(c, &Fennec);
+        let two = ["fbbench", "--out", "x", "--model", "a", "--model", "b"];
+        assert_eq!(
+            roles(&two, &fb).unwrap(),
+            "fbbench evaluates one --model, but 2 were given; run it once per model"
+        );
+        assert_eq!(roles(&two, &rm), None);
+        assert!(roles(&two, &fe)
+            .unwrap()
+            .contains("fennec runs only the judge"));
+        let judged = ["realmistake", "--out", "x", "--judge", "j"];
+        assert_eq!(
+            roles(&judged, &rm).unwrap(),
+            "--judge does not apply to realmistake: no judge takes part (every --model is \
+             evaluated)"
+        );
+        assert_eq!(roles(&judged, &fb), None);
+        // Protocol options of another protocol: named with the protocol.
+        let c = parse(&["fbbench", "--out", "x", "--branches", "3"]).unwrap();
+        let err = c.options.check_unused("fbbench", FbBench.options());
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "--branches does not apply to fbbench"
+        );
     }
 
     #[test]
