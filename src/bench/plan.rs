@@ -77,6 +77,13 @@ pub trait Plan {
     /// The steps that can run now for `item`, given its finished steps. Never returns a step
     /// whose key is already in `done`; returns nothing once the item is complete.
     fn next_steps(&self, item: &Self::Item, done: &Transcript) -> Vec<Step>;
+
+    /// How many steps `item` is expected to take (exact, or an upper estimate where the plan
+    /// depends on replies); `None` when unknown. Only progress and the count of steps a
+    /// failed item skipped use it.
+    fn planned_steps(&self, _item: &Self::Item) -> Option<usize> {
+        None
+    }
 }
 
 /// A stable 64-bit seed for one step: FNV-1a of the item id and step key, mixed with the run

@@ -14,13 +14,14 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::bench::refutebench::plan::TokenCounter;
-use crate::engine::{Engine, EngineError, EngineOptions, SchedulerConfig};
+use crate::engine::{ChatRequest, Engine, EngineError, EngineOptions, SchedulerConfig};
 use crate::model::chat::Message;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::gguf::{file_sha256, GgufFile, LlamaConfig};
 use crate::model::llama::WeightDType;
 use crate::model::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 use crate::model::tokenizer::Tokenizer;
+use crate::model::ModelError;
 use crate::store::manifest::ModelIdentity;
 use crate::store::run_dir::sha256_bytes;
 use crate::store::{error_chain, BoxError, FnModels};
@@ -138,7 +139,44 @@ fn is_request_error(err: &EngineError) -> bool {
         EngineError::EmptyPrompt { .. }
             | EngineError::TokenOutOfRange { .. }
             | EngineError::PrefixTooLong { .. }
+            | EngineError::Model(
+                ModelError::Template(_) | ModelError::TemplateRaised(_) | ModelError::Tokenizer(_)
+            )
     )
+}
+
+/// Whether a model can take `request`: its template renders the conversation, its tokenizer
+/// encodes it, and the prompt leaves room in the context for at least one token. Returns the
+/// prompt's length, or the reason (one line) it cannot be generated.
+pub fn check_prompt(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    context_len: usize,
+    messages: &[Message],
+) -> Result<usize, String> {
+    let text = template
+        .render(messages, true)
+        .map_err(|e| error_chain(&e))?;
+    let ids = tokenizer.encode(&text).map_err(|e| error_chain(&e))?;
+    if ids.len() >= context_len {
+        return Err(format!(
+            "the prompt has {} tokens and the model's context {context_len}: nothing could be \
+             generated",
+            ids.len()
+        ));
+    }
+    Ok(ids.len())
+}
+
+/// [`check_prompt`] with a loaded engine, before the runner generates a request.
+fn engine_preflight(engine: &Engine, request: &ChatRequest) -> Result<(), String> {
+    check_prompt(
+        engine.template(),
+        engine.tokenizer(),
+        engine.config().context_len,
+        &request.messages,
+    )
+    .map(|_| ())
 }
 
 /// The runner's [`crate::store::Models`] over real engines: candidates by index, then the
@@ -166,4 +204,68 @@ pub fn engine_models(
         loader,
     )
     .with_request_errors(is_request_error)
+    .with_preflight(engine_preflight)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default model's files, or `None` (skipped loudly; a failure under `CI=true`).
+    fn default_model() -> Option<ModelInfo> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models")
+            .join(DEFAULT_MODEL_FILE);
+        if !p.is_file() {
+            let msg = format!("the default model not found at {}", p.display());
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{msg}; under CI=true this is a failure"
+            );
+            eprintln!("\n*** SKIPPED: {msg} (run `cargo run -- setup`) ***\n");
+            return None;
+        }
+        Some(ModelInfo::inspect(p.to_str()?).unwrap())
+    }
+
+    /// With the real tokenizer and context: a raising template, a prompt longer than the
+    /// context and an ordinary prompt.
+    #[test]
+    fn prompts_the_model_cannot_take_are_refused_with_their_reason() {
+        let Some(info) = default_model() else { return };
+        let ctx = info.context_len;
+        let check = |template: &ChatTemplate, messages: &[Message]| {
+            check_prompt(template, &info.tokenizer, ctx, messages)
+        };
+        let hi = [Message::user("Hello")];
+        let n = check(&info.template, &hi).unwrap();
+        assert!(n > 1 && n < 64, "{n}");
+        // A Mistral-style template raises on a system message.
+        let mistral = ChatTemplate::new(
+            "{% for m in messages %}{% if m['role'] == 'system' %}\
+             {{ raise_exception('Conversation roles must alternate user/assistant') }}\
+             {% endif %}[INST] {{ m['content'] }} [/INST]{% endfor %}",
+            "<s>",
+            "</s>",
+        )
+        .unwrap();
+        assert!(check(&mistral, &hi).is_ok());
+        let err = check(
+            &mistral,
+            &[Message::system("Be brief."), Message::user("Hi")],
+        )
+        .unwrap_err();
+        assert!(err.contains("Conversation roles must alternate"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        // A prompt longer than the context (8192 for SmolLM2).
+        let long = [Message::user("word ".repeat(ctx + 10))];
+        let err = check(&info.template, &long).unwrap_err();
+        assert!(
+            err.starts_with("the prompt has ")
+                && err.ends_with(&format!(
+                    "tokens and the model's context {ctx}: nothing could be generated"
+                )),
+            "{err}"
+        );
+    }
 }

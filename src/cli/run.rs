@@ -19,7 +19,7 @@ use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
 use crate::model::llama::WeightDType;
-use crate::report::BarProgress;
+use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
 use crate::store::manifest::{Environment, ModelIdentity};
 use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
@@ -250,25 +250,27 @@ pub fn run_config(cfg: RunConfig) -> anyhow::Result<()> {
         .num_threads(cfg.threads)
         .build_global()
         .context("setting up the thread pool")?;
+    // One display for the whole run: every round, model and protocol.
+    let mut progress = BarProgress::new();
     match cfg.protocol {
-        Protocol::All => run_all(&cfg),
-        _ => run_one(&cfg),
+        Protocol::All => run_all(&cfg, &mut progress),
+        _ => run_one(&cfg, &mut progress),
     }
 }
 
 /// Runs one protocol (`cfg.protocol`, not `all`).
-pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
+pub fn run_one(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<()> {
     let p = cfg.protocol;
     if p != Protocol::Toy {
         crate::store::data::ensure_protocol(&cfg.data, p.name())?;
     }
     match p {
-        Protocol::Fbbench => execute(cfg, &FbBench),
-        Protocol::Refutebench => execute(cfg, &RefuteBench),
-        Protocol::Realmistake => execute(cfg, &ReaLMistake),
-        Protocol::Fennec => execute(cfg, &Fennec),
+        Protocol::Fbbench => execute(cfg, &FbBench, progress),
+        Protocol::Refutebench => execute(cfg, &RefuteBench, progress),
+        Protocol::Realmistake => execute(cfg, &ReaLMistake, progress),
+        Protocol::Fennec => execute(cfg, &Fennec, progress),
         #[cfg(feature = "testkit")]
-        Protocol::Toy => execute(cfg, &crate::store::testkit::Toy),
+        Protocol::Toy => execute(cfg, &crate::store::testkit::Toy, progress),
         #[cfg(not(feature = "testkit"))]
         Protocol::Toy => bail!("the toy protocol exists only in test builds (feature `testkit`)"),
         Protocol::All => bail!("`all` is not one protocol"),
@@ -279,7 +281,7 @@ pub fn run_one(cfg: &RunConfig) -> anyhow::Result<()> {
 /// its own protocol options and ignores the others'; `--limit` and `--max-new-tokens` apply
 /// to each. Subsets and data sets are named per protocol, so `--subset` and `--dataset` are
 /// refused.
-pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
+pub fn run_all(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<()> {
     if !cfg.subsets.is_empty() {
         bail!("--subset names differ per protocol; run the protocols one by one to use it");
     }
@@ -305,7 +307,7 @@ pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
         };
         one.options.all = true;
         println!("== {}", p.name());
-        run_one(&one).with_context(|| format!("candor run all: {}", p.name()))?;
+        run_one(&one, progress).with_context(|| format!("candor run all: {}", p.name()))?;
     }
     Ok(())
 }
@@ -333,7 +335,11 @@ fn check_roles<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
 
 /// Checks the options, resolves the models, prepares the protocol and runs (or resumes) it to
 /// the end, then prints the headline metrics.
-pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Result<()> {
+pub fn execute<Pr: BenchProtocol>(
+    cfg: &RunConfig,
+    protocol: &Pr,
+    progress: &mut dyn Progress,
+) -> anyhow::Result<()> {
     check_roles(cfg, protocol)?;
     cfg.options
         .check_unused(protocol.name(), protocol.options())?;
@@ -400,7 +406,7 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
         let models = ReplayModels {
             pool: Arc::clone(pool),
         };
-        return finish(run, models, None);
+        return finish(run, models, None, progress);
     }
     let fakes: Option<Vec<String>> = roles
         .iter()
@@ -417,7 +423,7 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
             let mut models = crate::store::testkit::FakeModels::new(&refs, &judge);
             models.delay = cfg.fake_delay;
             let cache = (cfg.cache.for_fakes()).map(|c| (c, cache::fake_keyer(&refs, &judge)));
-            finish(run, models, cache)
+            finish(run, models, cache, progress)
         }
         #[cfg(not(feature = "testkit"))]
         Some(labels) => bail!(
@@ -442,7 +448,7 @@ pub fn execute<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
             let dtype = dtype_name(WeightDType::default());
             let cache = (cfg.cache.for_engine())
                 .map(|c| (c, cache::engine_keyer(&candidates, &judge, dtype)));
-            finish(run, models, cache)
+            finish(run, models, cache, progress)
         }
     }
 }
@@ -476,12 +482,13 @@ fn finish<Pr: BenchProtocol, M: Models>(
     run: ProtocolRun<'_, Pr>,
     mut models: M,
     cache: Option<(GenCache, Keyer)>,
+    progress: &mut dyn Progress,
 ) -> anyhow::Result<()> {
     match cache {
-        None => finish_with(run, &mut models),
+        None => finish_with(run, &mut models, progress),
         Some((dir, keyer)) => {
             let mut cached = CachedModels::new(models, dir, keyer);
-            let done = finish_with(run, &mut cached);
+            let done = finish_with(run, &mut cached, progress);
             eprintln!("candor: {}", cache::summary(&cached.cache, &cached.stats));
             done
         }
@@ -491,14 +498,14 @@ fn finish<Pr: BenchProtocol, M: Models>(
 fn finish_with<Pr: BenchProtocol, M: Models>(
     run: ProtocolRun<'_, Pr>,
     models: &mut M,
+    progress: &mut dyn Progress,
 ) -> anyhow::Result<()> {
     let dir = run.dir.to_path_buf();
-    let mut progress = BarProgress::new();
     let ProtocolOutcome {
         run: outcome,
         outputs,
     } = run
-        .execute(models, &mut progress)
+        .execute(models, progress)
         .with_context(|| format!("run in {}", dir.display()))?;
     for w in &outcome.warnings {
         eprintln!("candor: warning: {w}");
@@ -511,12 +518,19 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     }
     let r = &outcome.results;
     println!(
-        "{}: {} items, {} completed, {} failed steps",
+        "{}: {} items, {} completed, {} failed ({} later steps skipped)",
         r.protocol,
         r.items,
         r.completed,
-        r.failed.len()
+        r.failed.len(),
+        r.skipped_steps
     );
+    for f in &r.failed {
+        eprintln!(
+            "candor: failed: item {} step {}: {}",
+            f.item, f.key, f.error
+        );
+    }
     let num = |x: f64| {
         if x.is_finite() {
             format!("{x:.4}")
@@ -526,13 +540,14 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     };
     for m in &r.results.metrics {
         println!(
-            "{:<28} {:>8}  [{}, {}]  n={} unscored={}",
+            "{:<28} {:>8}  [{}, {}]  n={} unscored={} failed={}",
             m.name,
             num(m.interval.value),
             num(m.interval.low),
             num(m.interval.high),
             m.n,
-            m.unscored
+            m.unscored,
+            r.failed.len()
         );
     }
     for (path, note) in &outputs {
@@ -591,6 +606,39 @@ mod tests {
         assert_eq!(c.judge, ModelSpec::Fake("j".into()));
         assert_eq!((c.limit, c.seed), (Some(3), 9));
         assert_eq!(c.subsets, ["math"]);
+    }
+
+    #[test]
+    fn model_options_a_protocol_does_not_use_are_refused() {
+        let roles = |args: &[&str], p: &dyn Fn(&RunConfig) -> anyhow::Result<()>| {
+            p(&parse(args).unwrap()).err().map(|e| e.to_string())
+        };
+        let fb = |c: &RunConfig| check_roles(c, &FbBench);
+        let rm = |c: &RunConfig| check_roles(c, &ReaLMistake);
+        let fe = |c: &RunConfig| check_roles(c, &Fennec);
+        let two = ["fbbench", "--out", "x", "--model", "a", "--model", "b"];
+        assert_eq!(
+            roles(&two, &fb).unwrap(),
+            "fbbench evaluates one --model, but 2 were given; run it once per model"
+        );
+        assert_eq!(roles(&two, &rm), None);
+        assert!(roles(&two, &fe)
+            .unwrap()
+            .contains("fennec runs only the judge"));
+        let judged = ["realmistake", "--out", "x", "--judge", "j"];
+        assert_eq!(
+            roles(&judged, &rm).unwrap(),
+            "--judge does not apply to realmistake: no judge takes part (every --model is \
+             evaluated)"
+        );
+        assert_eq!(roles(&judged, &fb), None);
+        // Protocol options of another protocol: named with the protocol.
+        let c = parse(&["fbbench", "--out", "x", "--branches", "3"]).unwrap();
+        let err = c.options.check_unused("fbbench", FbBench.options());
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "--branches does not apply to fbbench"
+        );
     }
 
     #[test]

@@ -211,8 +211,16 @@ impl Generate for Engine {
     type Error = EngineError;
 
     fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, EngineError> {
+        self.generate_chat_with_progress(requests, &mut |_| {})
+    }
+
+    fn generate_chat_with_progress(
+        &mut self,
+        requests: &[ChatRequest],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<ChatReply>, EngineError> {
         Ok(self
-            .chat_with_timings(requests, &mut |_| {})?
+            .chat_with_timings(requests, done)?
             .into_iter()
             .map(|(chat, _)| chat)
             .collect())

@@ -98,4 +98,16 @@ pub struct ChatReply {
 pub trait Generate {
     type Error: std::error::Error + Send + Sync + 'static;
     fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, Self::Error>;
+
+    /// [`Generate::generate_chat`], calling `done(i)` as soon as request `i` is answered
+    /// (by default, for every request once all are answered).
+    fn generate_chat_with_progress(
+        &mut self,
+        requests: &[ChatRequest],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<ChatReply>, Self::Error> {
+        let replies = self.generate_chat(requests)?;
+        (0..replies.len()).for_each(&mut *done);
+        Ok(replies)
+    }
 }

@@ -876,6 +876,7 @@ mod tests {
                 completed: 2,
                 samples: 6,
                 failed: vec![],
+                skipped_steps: 0,
                 results: BenchResults {
                     metrics: vec![Metric {
                         name: "overall".into(),

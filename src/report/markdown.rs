@@ -16,10 +16,11 @@ pub fn render(r: &RunResults) -> String {
     let _ = writeln!(out, "# Candor run: {}\n", r.protocol);
     let _ = writeln!(
         out,
-        "{} items, {} completed, {} failed steps, {} samples.\n",
+        "{} items, {} completed, {} failed (their {} later steps skipped), {} samples.\n",
         r.items,
         r.completed,
         r.failed.len(),
+        r.skipped_steps,
         r.samples
     );
     if !r.models.is_empty() {
@@ -41,13 +42,14 @@ pub fn render(r: &RunResults) -> String {
                 format!("[{}, {}]", num(m.interval.low), num(m.interval.high)),
                 m.n.to_string(),
                 m.unscored.to_string(),
+                r.failed.len().to_string(),
             ]
         })
         .collect();
     table(
         &mut out,
         "Metrics",
-        &["metric", "value", "95% interval", "n", "unscored"],
+        &["metric", "value", "95% interval", "n", "unscored", "failed"],
         &rows,
     );
     for t in &r.results.tables {
@@ -63,13 +65,20 @@ pub fn render(r: &RunResults) -> String {
                     Actor::Candidate(i) => format!("candidate {i}"),
                     Actor::Judge => "judge".to_string(),
                 };
-                vec![f.item.clone(), f.key.clone(), actor, f.error.clone()]
+                let skipped = f.skipped.map_or("?".to_string(), |n| n.to_string());
+                vec![
+                    f.item.clone(),
+                    f.key.clone(),
+                    actor,
+                    f.error.clone(),
+                    skipped,
+                ]
             })
             .collect();
         table(
             &mut out,
             "Failed steps",
-            &["item", "step", "actor", "error"],
+            &["item", "step", "actor", "error", "later steps skipped"],
             &rows,
         );
     }
@@ -123,11 +132,13 @@ mod tests {
             items: 3,
             completed: 2,
             samples: 7,
+            skipped_steps: 3,
             failed: vec![FailedStep {
                 item: "c".into(),
                 key: "turn/1".into(),
                 actor: Actor::Candidate(0),
                 error: "line one\nline two".into(),
+                skipped: Some(3),
             }],
             results: BenchResults {
                 metrics: vec![Metric {
@@ -151,7 +162,7 @@ mod tests {
         let want = "\
 # Candor run: toy
 
-3 items, 2 completed, 1 failed steps, 7 samples.
+3 items, 2 completed, 1 failed (their 3 later steps skipped), 7 samples.
 
 ## Models
 
@@ -161,9 +172,9 @@ mod tests {
 
 ## Metrics
 
-| metric | value | 95% interval | n | unscored |
-|---|---|---|---|---|
-| score | 0.5000 | [0.2500, n/a] | 2 | 1 |
+| metric | value | 95% interval | n | unscored | failed |
+|---|---|---|---|---|---|
+| score | 0.5000 | [0.2500, n/a] | 2 | 1 | 1 |
 
 ## Per item
 
@@ -173,9 +184,9 @@ mod tests {
 
 ## Failed steps
 
-| item | step | actor | error |
-|---|---|---|---|
-| c | turn/1 | candidate 0 | line one line two |
+| item | step | actor | error | later steps skipped |
+|---|---|---|---|---|
+| c | turn/1 | candidate 0 | line one line two | 3 |
 
 ";
         assert_eq!(md, want);

@@ -9,7 +9,7 @@
 
 use super::BoxError;
 use crate::bench::plan::Actor;
-use crate::engine::Generate;
+use crate::engine::{ChatRequest, Generate};
 
 /// Where the runner gets a model for an actor.
 pub trait Models {
@@ -30,6 +30,13 @@ pub trait Models {
     fn is_request_error(&self, _err: &<Self::Gen as Generate>::Error) -> bool {
         false
     }
+
+    /// Checks one request before it is generated: `Err(reason)` when the model cannot take it
+    /// (its chat template raises, its tokenizer fails, its prompt leaves no room in the
+    /// context). The runner logs such a request as a failed step and generates the others.
+    fn preflight(&self, _gen: &Self::Gen, _request: &ChatRequest) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A [`Models`] made of a model name per actor and a function that loads a name.
@@ -41,6 +48,7 @@ pub struct FnModels<G: Generate, L> {
     judge: String,
     loader: L,
     request_error: fn(&G::Error) -> bool,
+    preflight: fn(&G, &ChatRequest) -> Result<(), String>,
 }
 
 impl<G, L> FnModels<G, L>
@@ -54,7 +62,14 @@ where
             judge,
             loader,
             request_error: |_| false,
+            preflight: |_, _| Ok(()),
         }
+    }
+
+    /// Sets the check run on every request before it is generated.
+    pub fn with_preflight(mut self, check: fn(&G, &ChatRequest) -> Result<(), String>) -> Self {
+        self.preflight = check;
+        self
     }
 
     /// Sets the classifier of request-level errors.
@@ -94,12 +109,16 @@ where
     fn is_request_error(&self, err: &G::Error) -> bool {
         (self.request_error)(err)
     }
+
+    fn preflight(&self, gen: &G, request: &ChatRequest) -> Result<(), String> {
+        (self.preflight)(gen, request)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{ChatReply, ChatRequest};
+    use crate::engine::ChatReply;
 
     struct Named(String);
     impl Generate for Named {

@@ -10,6 +10,7 @@ use super::models::Models;
 use super::run_dir::write_atomic;
 use super::runner::{Run, RunOutcome};
 use super::StoreError;
+use crate::bench::plan::{Plan, Step, Transcript};
 use crate::bench::protocol::{OutputFile, Prepared, Protocol, ProtocolOptions, RunContext};
 use crate::report::progress::Progress;
 
@@ -71,10 +72,14 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
     ) -> Result<ProtocolOutcome, StoreError> {
         let manifest = self.manifest()?;
         let mut outputs: Vec<OutputFile> = Vec::new();
+        let plan = Planned {
+            protocol: self.protocol,
+            prepared: self.prepared,
+        };
         let run = Run {
             dir: self.dir,
             manifest,
-            plan: &self.prepared.plan,
+            plan: &plan,
             items: &self.prepared.items,
             batch_size: self.batch_size,
         };
@@ -98,5 +103,29 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
             run: outcome,
             outputs: written,
         })
+    }
+}
+
+/// A protocol's plan with the protocol's step counts ([`Protocol::planned_steps`]).
+struct Planned<'a, Pr: Protocol> {
+    protocol: &'a Pr,
+    prepared: &'a Prepared<Pr::Plan>,
+}
+
+impl<Pr: Protocol> Plan for Planned<'_, Pr> {
+    type Item = <Pr::Plan as Plan>::Item;
+
+    fn item_id(&self, item: &Self::Item) -> String {
+        self.prepared.plan.item_id(item)
+    }
+
+    fn next_steps(&self, item: &Self::Item, done: &Transcript) -> Vec<Step> {
+        self.prepared.plan.next_steps(item, done)
+    }
+
+    fn planned_steps(&self, item: &Self::Item) -> Option<usize> {
+        self.protocol
+            .planned_steps(self.prepared, item)
+            .or_else(|| self.prepared.plan.planned_steps(item))
     }
 }

@@ -24,7 +24,7 @@ use super::samples::{Sample, SampleOutcome, SampleWriter};
 use super::{error_chain, ActorName, StoreError};
 use crate::bench::plan::{Actor, Plan, Step, StepOutput, Transcript};
 use crate::bench::results::BenchResults;
-use crate::engine::{ChatReply, ChatRequest, Generate};
+use crate::engine::{ChatReply, ChatRequest, Generate, StopReason};
 use crate::report::html::{self, ReportRun};
 use crate::report::markdown;
 use crate::report::progress::Progress;
@@ -62,6 +62,10 @@ struct Ledger {
     transcripts: Vec<Transcript>,
     stopped: Vec<bool>,
     failed: Vec<FailedStep>,
+    /// Steps each item was expected to take (see [`Plan::planned_steps`]).
+    planned: Vec<Option<usize>>,
+    /// Items whose planned count was already corrected in the progress total.
+    closed: Vec<bool>,
 }
 
 impl Ledger {
@@ -72,11 +76,15 @@ impl Ledger {
             }
             SampleOutcome::Error(error) => {
                 self.stopped[i] = true;
+                // The failed step and the ones before it ran; the rest of the plan is skipped.
+                let skipped =
+                    self.planned[i].map(|p| p.saturating_sub(self.transcripts[i].len() + 1));
                 self.failed.push(FailedStep {
                     item: self.ids[i].clone(),
                     key: step.key.clone(),
                     actor: step.actor,
                     error,
+                    skipped,
                 });
             }
         }
@@ -116,11 +124,19 @@ impl<P: Plan> Run<'_, P> {
         let mut replay = Replay::new(&samples_path, logged);
 
         let n = self.items.len();
+        let planned: Vec<Option<usize>> = self
+            .items
+            .iter()
+            .map(|i| self.plan.planned_steps(i))
+            .collect();
+        progress.plan(planned.iter().map(|p| p.unwrap_or(0)).sum());
         let mut ledger = Ledger {
             ids,
             transcripts: vec![Transcript::new(); n],
             stopped: vec![false; n],
             failed: Vec::new(),
+            planned,
+            closed: vec![false; n],
         };
         let computed = self.schedule(models, progress, &mut replay, &mut writer, &mut ledger)?;
         let replayed = replay.finish()?;
@@ -152,6 +168,7 @@ impl<P: Plan> Run<'_, P> {
             items: n,
             completed,
             samples: writer.lines(),
+            skipped_steps: ledger.failed.iter().filter_map(|f| f.skipped).sum(),
             failed: ledger.failed,
             results: bench,
         };
@@ -188,7 +205,7 @@ impl<P: Plan> Run<'_, P> {
         let mut computed = 0;
         let mut round_no = 0;
         loop {
-            let pending = self.pending_steps(ledger)?;
+            let pending = self.pending_steps(ledger, progress)?;
             let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
                 break;
             };
@@ -231,7 +248,7 @@ impl<P: Plan> Run<'_, P> {
             };
             let gen = &mut slot.1;
             for chunk in round[next..].chunks(self.batch_size) {
-                let outcomes = generate_chunk(&*models, gen, actor, chunk)?;
+                let outcomes = generate_chunk(&*models, gen, actor, chunk, progress)?;
                 let lines: Vec<Sample> = chunk
                     .iter()
                     .zip(&outcomes)
@@ -248,14 +265,32 @@ impl<P: Plan> Run<'_, P> {
         Ok(computed)
     }
 
-    /// Every unfinished item's next steps, in (item order, step key) order, checked.
-    fn pending_steps(&self, ledger: &Ledger) -> Result<Vec<(usize, Step)>, StoreError> {
+    /// Every unfinished item's next steps, in (item order, step key) order, checked. Items
+    /// that finished or failed since the last call correct the progress total by the steps
+    /// they took beyond (or short of) their plan.
+    fn pending_steps(
+        &self,
+        ledger: &mut Ledger,
+        progress: &mut dyn Progress,
+    ) -> Result<Vec<(usize, Step)>, StoreError> {
         let mut out = Vec::new();
         for (i, item) in self.items.iter().enumerate() {
+            let close = |ledger: &mut Ledger, progress: &mut dyn Progress, took: usize| {
+                if let (false, Some(p)) = (ledger.closed[i], ledger.planned[i]) {
+                    progress.replan(took as i64 - p as i64);
+                }
+                ledger.closed[i] = true;
+            };
             if ledger.stopped[i] {
+                let took = ledger.transcripts[i].len() + 1;
+                close(ledger, progress, took);
                 continue;
             }
             let mut steps = self.plan.next_steps(item, &ledger.transcripts[i]);
+            if steps.is_empty() {
+                let took = ledger.transcripts[i].len();
+                close(ledger, progress, took);
+            }
             steps.sort_by(|a, b| a.key.cmp(&b.key));
             let invalid = |message: String| StoreError::Plan {
                 item: ledger.ids[i].clone(),
@@ -328,21 +363,74 @@ fn step_output(reply: ChatReply) -> StepOutput {
     }
 }
 
-/// Runs one chunk; on a request-level error, retries request by request so that only the
-/// offending requests are logged as failed.
+/// A reply as logged: a prompt that filled the context, so that nothing was generated, is a
+/// failed step (never an empty answer to grade).
+fn reply_outcome(reply: ChatReply) -> SampleOutcome {
+    if reply.stop_reason == StopReason::ContextFull && reply.output_ids.is_empty() {
+        return SampleOutcome::Error(format!(
+            "the prompt ({} tokens) fills the model's context: nothing could be generated",
+            reply.prompt_ids.len()
+        ));
+    }
+    SampleOutcome::Output(step_output(reply))
+}
+
+/// Runs one chunk: requests the model cannot take ([`Models::preflight`]) are failed steps
+/// and are not generated; on a request-level error, the rest are retried request by request so
+/// that only the offending requests are logged as failed. Reports finished requests and
+/// generated tokens to `progress` as they come.
 fn generate_chunk<M: Models>(
     models: &M,
     gen: &mut M::Gen,
     actor: Actor,
     chunk: &[(usize, Step)],
+    progress: &mut dyn Progress,
 ) -> Result<Vec<SampleOutcome>, StoreError> {
-    let requests: Vec<ChatRequest> = chunk
-        .iter()
-        .map(|(_, s)| ChatRequest {
+    let mut out: Vec<Option<SampleOutcome>> = vec![None; chunk.len()];
+    let mut todo: Vec<usize> = Vec::new();
+    let mut requests: Vec<ChatRequest> = Vec::new();
+    for (k, (_, s)) in chunk.iter().enumerate() {
+        let request = ChatRequest {
             messages: s.messages.clone(),
             params: s.params.clone(),
+        };
+        match models.preflight(gen, &request) {
+            Ok(()) => {
+                todo.push(k);
+                requests.push(request);
+            }
+            Err(reason) => out[k] = Some(SampleOutcome::Error(reason)),
+        }
+    }
+    let failed_early = chunk.len() - todo.len();
+    let generated = generate_requests(models, gen, actor, &requests, &mut |n| {
+        progress.in_flight(failed_early + n)
+    })?;
+    let tokens: usize = generated
+        .iter()
+        .map(|o| match o {
+            SampleOutcome::Output(o) => o.output_tokens,
+            SampleOutcome::Error(_) => 0,
         })
-        .collect();
+        .sum();
+    progress.tokens(tokens);
+    for (k, o) in todo.into_iter().zip(generated) {
+        out[k] = Some(o);
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// Generates `requests`; `finished(n)` is told how many are answered so far.
+fn generate_requests<M: Models>(
+    models: &M,
+    gen: &mut M::Gen,
+    actor: Actor,
+    requests: &[ChatRequest],
+    finished: &mut dyn FnMut(usize),
+) -> Result<Vec<SampleOutcome>, StoreError> {
+    if requests.is_empty() {
+        return Ok(Vec::new());
+    }
     let engine_failed = |e: <M::Gen as Generate>::Error| StoreError::Engine {
         actor: ActorName(actor),
         source: Box::new(e),
@@ -357,24 +445,30 @@ fn generate_chunk<M: Models>(
             })
         }
     };
-    match gen.generate_chat(&requests) {
+    let mut answered = 0;
+    let result = gen.generate_chat_with_progress(requests, &mut |_| {
+        answered += 1;
+        finished(answered);
+    });
+    match result {
         Ok(replies) => Ok(check(replies, requests.len())?
             .into_iter()
-            .map(|r| SampleOutcome::Output(step_output(r)))
+            .map(reply_outcome)
             .collect()),
         Err(e) if models.is_request_error(&e) => {
             let mut out = Vec::with_capacity(requests.len());
-            for req in &requests {
+            for (k, req) in requests.iter().enumerate() {
                 match gen.generate_chat(std::slice::from_ref(req)) {
                     Ok(replies) => {
                         let reply = check(replies, 1)?.into_iter().next();
-                        out.extend(reply.map(|r| SampleOutcome::Output(step_output(r))));
+                        out.extend(reply.map(reply_outcome));
                     }
                     Err(e) if models.is_request_error(&e) => {
                         out.push(SampleOutcome::Error(error_chain(&e)));
                     }
                     Err(e) => return Err(engine_failed(e)),
                 }
+                finished(k + 1);
             }
             Ok(out)
         }
@@ -667,6 +761,71 @@ mod tests {
             .map(|m| m.n + m.unscored)
             .sum();
         assert_eq!(scored, 6);
+    }
+
+    #[test]
+    fn template_tokenizer_and_context_failures_are_failed_steps_and_the_run_goes_on() {
+        use crate::store::testkit::{OVERFLOW_MARKER, TEMPLATE_MARKER, TOKENIZER_MARKER};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut items = toy_items(5);
+        items[1].question.push_str(TEMPLATE_MARKER);
+        items[2].question.push_str(TOKENIZER_MARKER);
+        items[3].question.push_str(OVERFLOW_MARKER);
+        let plan = plan(1);
+        let mut models = FakeModels::new(&["a"], "j");
+        let out = run_toy(tmp.path(), &items, &plan, &mut models, 4).unwrap();
+        let r = &out.results;
+        assert_eq!((r.items, r.completed, r.failed.len()), (5, 2, 3));
+        let failed: Vec<(&str, &str, Option<usize>)> = r
+            .failed
+            .iter()
+            .map(|f| (f.item.as_str(), f.key.as_str(), f.skipped))
+            .collect();
+        // Each failed on its first step; the second turn and the judgement were skipped.
+        assert_eq!(
+            failed,
+            [
+                ("toy-001", "c0/turn/1", Some(2)),
+                ("toy-002", "c0/turn/1", Some(2)),
+                ("toy-003", "c0/turn/1", Some(2)),
+            ]
+        );
+        assert_eq!(r.skipped_steps, 6);
+        assert!(
+            r.failed[0].error.contains("chat template raised"),
+            "{:?}",
+            r.failed[0]
+        );
+        assert!(
+            r.failed[1].error.starts_with("tokenizer:"),
+            "{:?}",
+            r.failed[1]
+        );
+        assert_eq!(
+            r.failed[2].error,
+            "the prompt (9000 tokens) fills the model's context: nothing could be generated"
+        );
+        // The reasons are in the samples, and the failed items asked for nothing more.
+        let text = std::fs::read_to_string(tmp.path().join("samples.jsonl")).unwrap();
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("\"error\"")).collect();
+        assert_eq!(errors.len(), 3);
+        assert!(
+            errors[2].contains("fills the model's context"),
+            "{}",
+            errors[2]
+        );
+        assert_eq!(text.lines().count(), 2 * 3 + 3);
+        // Counts beside every metric, in both files.
+        let json = std::fs::read_to_string(tmp.path().join("results.json")).unwrap();
+        assert!(
+            json.contains("\"unscored\": 0,\n      \"failed\": 3"),
+            "{json}"
+        );
+        let md = std::fs::read_to_string(tmp.path().join("report.md")).unwrap();
+        assert!(md.contains("| n | unscored | failed |"), "{md}");
+        assert!(md.contains("5 items, 2 completed, 3 failed (their 6 later steps skipped)"));
+        let m = &r.results.metrics[0];
+        assert_eq!(m.n + m.unscored, 2);
     }
 
     #[test]

@@ -27,6 +27,15 @@ use crate::model::chat::Message;
 
 /// A request whose messages contain this is refused by the fake model (a request error).
 pub const FAIL_MARKER: &str = "<refuse>";
+/// A request whose messages contain this fails the fake model's preflight, as a chat template
+/// that raises does (e.g. a Mistral-style template given a system message).
+pub const TEMPLATE_MARKER: &str = "<template-raises>";
+/// A request whose messages contain this fails the fake model's preflight, as a tokenizer
+/// error does.
+pub const TOKENIZER_MARKER: &str = "<tokenizer-fails>";
+/// A request whose messages contain this gets what the engine returns for a prompt longer
+/// than the context: an empty `context_full` reply.
+pub const OVERFLOW_MARKER: &str = "<too-long>";
 
 /// Counters shared by a fake model family, for tests to inspect.
 #[derive(Debug, Default)]
@@ -87,6 +96,18 @@ pub fn fake_reply(label: &str, req: &ChatRequest) -> ChatReply {
         text.push_str(&format!(". score: {}", d[0] % 11));
     }
     let prompt_len: usize = req.messages.iter().map(|m| m.content.len() / 4 + 4).sum();
+    if req
+        .messages
+        .iter()
+        .any(|m| m.content.contains(OVERFLOW_MARKER))
+    {
+        return ChatReply {
+            prompt_ids: vec![0; 9000],
+            output_ids: Vec::new(),
+            text: String::new(),
+            stop_reason: StopReason::ContextFull,
+        };
+    }
     ChatReply {
         prompt_ids: (0..prompt_len).map(|k| d[k % 32] as u32).collect(),
         output_ids: (0..words.len() + 3)
@@ -185,6 +206,17 @@ impl Models for FakeModels {
     fn is_request_error(&self, err: &FakeError) -> bool {
         matches!(err, FakeError::Refused)
     }
+
+    fn preflight(&self, _gen: &HashGenerate, request: &ChatRequest) -> Result<(), String> {
+        let has = |marker: &str| request.messages.iter().any(|m| m.content.contains(marker));
+        if has(TEMPLATE_MARKER) {
+            Err("chat template raised an exception: Conversation roles must alternate".into())
+        } else if has(TOKENIZER_MARKER) {
+            Err("tokenizer: the fake tokenizer cannot encode this text".into())
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// One toy question.
@@ -194,11 +226,21 @@ pub struct ToyItem {
     pub question: String,
 }
 
-/// `n` toy items; every seventh (index 5, 12, ...) carries [`FAIL_MARKER`].
+/// `n` toy items; every seventh (index 5, 12, ...) carries [`FAIL_MARKER`], every eleventh
+/// (index 9, 20, ...) [`TEMPLATE_MARKER`] and every thirteenth (index 10, 23, ...)
+/// [`OVERFLOW_MARKER`]: a run of 12 items has three failed ones.
 pub fn toy_items(n: usize) -> Vec<ToyItem> {
     (0..n)
         .map(|i| {
-            let marker = if i % 7 == 5 { FAIL_MARKER } else { "" };
+            let marker = if i % 7 == 5 {
+                FAIL_MARKER
+            } else if i % 11 == 9 {
+                TEMPLATE_MARKER
+            } else if i % 13 == 10 {
+                OVERFLOW_MARKER
+            } else {
+                ""
+            };
             ToyItem {
                 id: format!("toy-{i:03}"),
                 question: format!("What is {} plus {}?{marker}", i * 3 % 17, i * 5 % 13),
@@ -230,6 +272,11 @@ impl Plan for ToyPlan {
 
     fn item_id(&self, item: &ToyItem) -> String {
         item.id.clone()
+    }
+
+    /// Two turns per candidate, then a judgement per candidate.
+    fn planned_steps(&self, _item: &ToyItem) -> Option<usize> {
+        Some(3 * self.candidates)
     }
 
     fn next_steps(&self, item: &ToyItem, done: &Transcript) -> Vec<Step> {
@@ -379,11 +426,6 @@ impl Protocol for Toy {
             settings: serde_json::json!({ "limit": ctx.limit, "candidates": ctx.candidates.len() }),
             decoding: serde_json::json!({ "temperature": 0.0, "max_new_tokens": 16 }),
         })
-    }
-
-    /// Two turns per candidate, then a judgement per candidate.
-    fn planned_steps(&self, prepared: &Prepared<ToyPlan>, _item: &ToyItem) -> Option<usize> {
-        Some(3 * prepared.plan.candidates)
     }
 
     fn score(

@@ -101,6 +101,106 @@ fn bad_arguments_exit_non_zero_with_a_clear_message() {
     assert!(!out.status.success());
 }
 
+/// A run whose items fail on their own (a request the model refuses, a chat template that
+/// raises, a prompt longer than the context) completes with exit 0: each failure is a failed
+/// step with its reason in samples.jsonl, the item's later steps are skipped and counted, and
+/// results.json and report.md show the failed count beside every metric.
+#[test]
+fn a_run_with_failed_items_completes_and_counts_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_ok(&toy_args(tmp.path(), 12, 4));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("toy: 12 items, 9 completed, 3 failed (6 later steps skipped)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("n=7 unscored=2 failed=3"), "{stdout}");
+    let samples = String::from_utf8(read(tmp.path(), "samples.jsonl")).unwrap();
+    let errors: Vec<serde_json::Value> = samples
+        .lines()
+        .filter(|l| l.contains("\"error\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let got: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (e["item"].as_str().unwrap(), e["error"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[0].0, "toy-005");
+    assert!(got[0].1.contains("refuses"), "{got:?}");
+    assert_eq!(got[1].0, "toy-009");
+    assert!(got[1].1.starts_with("chat template raised"), "{got:?}");
+    assert_eq!(got[2].0, "toy-010");
+    assert!(got[2].1.contains("fills the model's context"), "{got:?}");
+    // 9 complete items × 3 steps, 3 failed first steps; nothing else was asked for them.
+    assert_eq!(samples.lines().count(), 9 * 3 + 3);
+    let results: serde_json::Value =
+        serde_json::from_slice(&read(tmp.path(), "results.json")).unwrap();
+    assert_eq!(results["skipped_steps"], 6);
+    assert_eq!(results["metrics"][0]["failed"], 3);
+    let report = String::from_utf8(read(tmp.path(), "report.md")).unwrap();
+    assert!(report.contains("| n | unscored | failed |"), "{report}");
+}
+
+/// Without a terminal, progress is plain lines on stderr at a fixed interval, each with the
+/// whole run's steps done out of planned, tokens, tok/s and a measured ETA.
+#[test]
+fn progress_without_a_terminal_is_periodic_plain_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = toy_args(tmp.path(), 12, 2);
+    args.extend(["--fake-delay-ms".to_string(), "300".to_string()]);
+    let out = candor()
+        .args(&args)
+        .env("CANDOR_PROGRESS_SECS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(" steps (")).collect();
+    assert!(lines.len() >= 3, "{err}");
+    // The planned total covers every round: 12 items × 3 steps, less what failed items skip.
+    assert!(lines[0].contains("/36 steps"), "{err}");
+    assert!(
+        lines.last().unwrap().contains("30/30 steps (100%)"),
+        "{err}"
+    );
+    assert!(lines.iter().any(|l| l.contains("tok/s, ETA 00:")), "{err}");
+}
+
+#[test]
+fn options_a_protocol_does_not_use_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(data.join("fbbench")).unwrap();
+    let base = ["run", "fbbench", "--data", data.to_str().unwrap(), "--out"];
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--branches", "3"],
+            "candor: error: --branches does not apply to fbbench\n",
+        ),
+        (
+            &["--model", "a.gguf", "--model", "b.gguf"],
+            "candor: error: fbbench evaluates one --model, but 2 were given; run it once per \
+             model\n",
+        ),
+        (
+            &["--recall"],
+            "candor: error: --recall does not apply to fbbench\n",
+        ),
+    ];
+    for (extra, want) in cases {
+        let out = candor()
+            .args(base)
+            .arg(tmp.path().join("out"))
+            .args(extra)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{extra:?}");
+    }
+}
+
 /// Kills `candor run` with SIGKILL at several points (before anything is written, and after
 /// 1, a third and two thirds of the samples), resumes each, and compares every output file
 /// with an uninterrupted run's.
