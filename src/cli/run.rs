@@ -224,17 +224,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Runs one protocol (`cfg.protocol`, not `all`).
 pub fn run_one(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<()> {
     let p = cfg.protocol;
-    if p != Protocol::Toy {
-        let data = cfg.data.join(p.name());
-        if !data.is_dir() {
-            bail!(
-                "{}: the {} data folder was not found (set --data or ${})",
-                data.display(),
-                p.name(),
-                crate::bench::DATA_ENV
-            );
-        }
-    }
     match p {
         Protocol::Fbbench => execute(cfg, &FbBench, progress),
         Protocol::Refutebench => execute(cfg, &RefuteBench, progress),
@@ -314,6 +303,17 @@ pub fn execute<Pr: BenchProtocol>(
     check_roles(cfg, protocol)?;
     cfg.options
         .check_unused(protocol.name(), protocol.options())?;
+    if cfg.protocol != Protocol::Toy {
+        let data = cfg.data.join(protocol.name());
+        if !data.is_dir() {
+            bail!(
+                "{}: the {} data folder was not found (set --data or ${})",
+                data.display(),
+                protocol.name(),
+                crate::bench::DATA_ENV
+            );
+        }
+    }
     let mut roles: Vec<(String, &ModelSpec)> = cfg
         .candidates
         .iter()
