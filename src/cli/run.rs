@@ -261,9 +261,6 @@ pub fn run_config(cfg: RunConfig) -> anyhow::Result<()> {
 /// Runs one protocol (`cfg.protocol`, not `all`).
 pub fn run_one(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<()> {
     let p = cfg.protocol;
-    if p != Protocol::Toy {
-        crate::store::data::ensure_protocol(&cfg.data, p.name())?;
-    }
     match p {
         Protocol::Fbbench => execute(cfg, &FbBench, progress),
         Protocol::Refutebench => execute(cfg, &RefuteBench, progress),
@@ -343,6 +340,9 @@ pub fn execute<Pr: BenchProtocol>(
     check_roles(cfg, protocol)?;
     cfg.options
         .check_unused(protocol.name(), protocol.options())?;
+    if cfg.protocol != Protocol::Toy {
+        crate::store::data::ensure_protocol(&cfg.data, protocol.name())?;
+    }
     let mut roles: Vec<(String, &ModelSpec)> = cfg
         .candidates
         .iter()

@@ -177,6 +177,8 @@ impl Shared {
 /// The display of a whole run: an indicatif bar on a terminal, plain periodic lines otherwise.
 pub struct BarProgress {
     shared: Arc<Shared>,
+    /// The round under way, shown again once a stage (a model load) is over.
+    round: String,
     bar: Option<ProgressBar>,
     ticker: Option<JoinHandle<()>>,
 }
@@ -252,6 +254,7 @@ impl BarProgress {
         };
         BarProgress {
             shared,
+            round: String::new(),
             bar,
             ticker,
         }
@@ -292,11 +295,14 @@ impl Progress for BarProgress {
     }
 
     fn round(&mut self, label: &str, _total: usize) {
+        self.round = label.to_string();
         self.update(|c| c.activity = label.to_string());
     }
 
     fn advance(&mut self, n: usize, replayed: bool) {
+        let round = self.round.clone();
         self.update(|c| {
+            c.activity = round;
             c.in_flight = 0;
             if replayed {
                 c.replayed += n;
@@ -329,7 +335,11 @@ impl Progress for BarProgress {
     }
 
     fn in_flight(&mut self, n: usize) {
-        self.update(|c| c.in_flight = n);
+        let round = self.round.clone();
+        self.update(|c| {
+            c.activity = round;
+            c.in_flight = n;
+        });
     }
 
     fn tokens(&mut self, n: usize) {
@@ -375,6 +385,8 @@ mod tests {
         p.plan(10);
         p.plan(5);
         p.round("round 1", 3);
+        p.stage("loading the model for judge");
+        assert_eq!(p.counts().activity, "loading the model for judge");
         p.advance(3, true);
         p.in_flight(2);
         assert_eq!(p.counts().done(), 5);

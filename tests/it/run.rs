@@ -199,6 +199,26 @@ fn options_a_protocol_does_not_use_are_refused() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}");
         assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{extra:?}");
     }
+    // Refused before any data is looked for.
+    let out = candor()
+        .args([
+            "run",
+            "realmistake",
+            "--judge",
+            "j.gguf",
+            "--data",
+            "/nonexistent",
+            "--out",
+        ])
+        .arg(tmp.path().join("rm"))
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "candor: error: --judge does not apply to realmistake: no judge takes part (every \
+         --model is evaluated)\n"
+    );
 }
 
 /// Kills `candor run` with SIGKILL at several points (before anything is written, and after
