@@ -588,4 +588,78 @@ mod tests {
             assert!(scan_bytes(&full[..cut]).is_err(), "cut at {cut}");
         }
     }
+
+    fn content(n_tokens: usize, embd_rows: usize) -> Content {
+        use candle_core::quantized::gguf_file::{TensorInfo, VersionedMagic};
+        use candle_core::quantized::GgmlDType;
+        let mut metadata = std::collections::HashMap::new();
+        let tokens = (0..n_tokens)
+            .map(|i| Value::String(format!("t{i}")))
+            .collect();
+        metadata.insert("general.architecture".into(), Value::String("llama".into()));
+        metadata.insert("tokenizer.ggml.tokens".into(), Value::Array(tokens));
+        metadata.insert(
+            "tokenizer.ggml.scores".into(),
+            Value::Array(vec![Value::F32(0.0); n_tokens]),
+        );
+        metadata.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(1));
+        let mut tensor_infos = std::collections::HashMap::new();
+        tensor_infos.insert(
+            "token_embd.weight".to_string(),
+            TensorInfo {
+                ggml_dtype: GgmlDType::F32,
+                shape: candle_core::Shape::from((embd_rows, 4)),
+                offset: 0,
+            },
+        );
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos,
+            tensor_data_offset: 0,
+        }
+    }
+
+    #[test]
+    fn metadata_and_vocabulary_checks() {
+        let p = Path::new("m.gguf");
+        check_metadata(p, &content(4, 4)).unwrap();
+        let err = |c: &Content| check_metadata(p, c).unwrap_err().to_string();
+        let e = err(&content(4, 5));
+        assert!(
+            e.contains("tensor `token_embd.weight`: 5 rows for a vocabulary of 4"),
+            "{e}"
+        );
+        let mut c = content(4, 4);
+        c.metadata
+            .insert("tokenizer.ggml.eos_token_id".into(), Value::U32(4));
+        let e = err(&c);
+        assert!(
+            e.contains("`tokenizer.ggml.eos_token_id`: token id 4 is outside"),
+            "{e}"
+        );
+        let mut c = content(4, 4);
+        c.metadata.insert(
+            "tokenizer.ggml.scores".into(),
+            Value::Array(vec![Value::F32(0.0); 3]),
+        );
+        let e = err(&c);
+        assert!(
+            e.contains("`tokenizer.ggml.scores`: 3 entries for 4 tokens"),
+            "{e}"
+        );
+        let mut c = content(4, 4);
+        c.metadata
+            .insert("llama.block_count".into(), Value::String("30".into()));
+        let e = err(&c);
+        assert!(e.contains("`llama.block_count`: expected"), "{e}");
+        let mut c = content(4, 4);
+        c.metadata.insert(
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(vec![Value::U32(0); 4]),
+        );
+        let e = err(&c);
+        assert!(e.contains("element 0 is U32"), "{e}");
+        assert!(e.starts_with("m.gguf: gguf: ") && !e.contains('\n'), "{e}");
+    }
 }

@@ -106,10 +106,20 @@ pub fn read_zip_members(path: &Path) -> Result<Members, Error> {
         path: path.to_path_buf(),
         source,
     })?;
-    zip_members(std::io::BufReader::new(file), path)
+    zip_members(
+        std::io::BufReader::new(file),
+        path,
+        MAX_MEMBER_BYTES,
+        MAX_ARCHIVE_BYTES,
+    )
 }
 
-fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error> {
+fn zip_members<R: Read + Seek>(
+    reader: R,
+    path: &Path,
+    max_member: u64,
+    max_archive: u64,
+) -> Result<Members, Error> {
     let zip_err = |member: &str, source| Error::Zip {
         path: path.to_path_buf(),
         member: member.to_string(),
@@ -127,7 +137,10 @@ fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error>
             }
             // Members are read into memory by name, never unpacked to disk; names that would
             // escape a folder are refused all the same.
-            if raw.enclosed_name().is_none() {
+            let escapes = name.starts_with(['/', '\\'])
+                || name.split(['/', '\\']).any(|c| c == "..")
+                || raw.enclosed_name().is_none();
+            if escapes {
                 return Err(Error::Member {
                     path: path.to_path_buf(),
                     member: name,
@@ -145,7 +158,7 @@ fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error>
         // Zip bombs: at most MAX_MEMBER_BYTES per member and MAX_ARCHIVE_BYTES in all,
         // whatever the archive's headers claim.
         let mut text = String::new();
-        let cap = MAX_MEMBER_BYTES.min(MAX_ARCHIVE_BYTES.saturating_sub(total));
+        let cap = max_member.min(max_archive.saturating_sub(total));
         let n = (&mut member)
             .take(cap + 1)
             .read_to_string(&mut text)
@@ -159,8 +172,8 @@ fn zip_members<R: Read + Seek>(reader: R, path: &Path) -> Result<Members, Error>
                 path: path.to_path_buf(),
                 member: name,
                 message: format!(
-                    "unpacks to more than {cap} bytes (limits: {MAX_MEMBER_BYTES} per member, \
-                     {MAX_ARCHIVE_BYTES} per archive)"
+                    "unpacks to more than {cap} bytes (limits: {max_member} per member, \
+                     {max_archive} per archive)"
                 ),
             });
         }
@@ -448,5 +461,46 @@ mod tests {
         );
         let none: Members = vec![("readme.jsonl".into(), rec.into())];
         assert!(detector_files_from_members(&none, Path::new("dir")).is_err());
+    }
+
+    fn zip(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut buf = std::io::Cursor::new(Vec::new());
+        let mut zw = zip::ZipWriter::new(&mut buf);
+        for (name, data) in members {
+            zw.start_file(*name, zip::write::SimpleFileOptions::default())
+                .unwrap();
+            std::io::Write::write_all(&mut zw, data).unwrap();
+        }
+        zw.finish().unwrap();
+        buf.into_inner()
+    }
+
+    #[test]
+    fn zip_bombs_and_path_escapes_are_refused() {
+        let p = Path::new("a.zip");
+        let zeros = vec![b'0'; 5000];
+        let ok = zip(&[("d/a.jsonl", b"{}"), ("d/b.jsonl", b"{}")]);
+        let read = |bytes: &[u8], member, archive| {
+            zip_members(std::io::Cursor::new(bytes.to_vec()), p, member, archive)
+        };
+        assert_eq!(read(&ok, 10, 10).unwrap().len(), 2);
+        // One member over the per-member cap (it compresses to a few bytes: a small bomb).
+        let bomb = zip(&[("d/a.jsonl", &zeros)]);
+        assert!(bomb.len() < 1000);
+        let e = read(&bomb, 4096, 1 << 20).unwrap_err().to_string();
+        assert!(e.contains("unpacks to more than 4096 bytes"), "{e}");
+        // Members within their cap but over the archive's.
+        let two = zip(&[("d/a.jsonl", &zeros), ("d/b.jsonl", &zeros)]);
+        let e = read(&two, 6000, 8000).unwrap_err().to_string();
+        assert!(
+            e.contains("d/b.jsonl") && e.contains("more than 3000"),
+            "{e}"
+        );
+        for name in ["../evil.jsonl", "/etc/evil.jsonl"] {
+            let e = read(&zip(&[(name, b"{}")]), 10, 10)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("unsafe member name"), "{e}");
+        }
     }
 }
