@@ -180,8 +180,8 @@ impl<G: Generate> Generate for CachedGen<G> {
             .iter()
             .map(|k| k.as_deref().and_then(|k| self.cache.get(k)))
             .collect();
+        // Counted once the call succeeds (a failed call is asked again request by request).
         let hits = replies.iter().filter(|r| r.is_some()).count();
-        self.stats.hits.fetch_add(hits, Ordering::Relaxed);
         let missing: Vec<usize> = (0..requests.len())
             .filter(|&i| replies[i].is_none())
             .collect();
@@ -198,6 +198,7 @@ impl<G: Generate> Generate for CachedGen<G> {
                 replies[i] = Some(reply);
             }
         }
+        self.stats.hits.fetch_add(hits, Ordering::Relaxed);
         // A generator that returned fewer replies than asked leaves holes: return what there
         // is, and the runner reports the broken contract.
         Ok(replies.into_iter().flatten().collect())

@@ -504,3 +504,78 @@ fn slurm_launch_runs_shards_then_merge() {
     eprintln!("slurm merge log:\n{merge_log}");
     assert!(merge_log.contains("merged 3 shards"), "{merge_log}");
 }
+
+#[test]
+fn generation_cache_is_shared_by_concurrent_processes_and_reused_by_a_new_judge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache").display().to_string();
+    let args = |out: &Path, judge: &str| -> Vec<String> {
+        [
+            "run",
+            "toy",
+            "--model",
+            "fake:alpha",
+            "--judge",
+            judge,
+            "--limit",
+            "9",
+            "--threads",
+            "1",
+            "--batch-size",
+            "2",
+            "--cache-dir",
+            &cache,
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([out.display().to_string()])
+        .collect()
+    };
+    // Two processes fill one cache at once.
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let pa = candor().args(args(&a, "fake:judge")).spawn().unwrap();
+    let pb = candor().args(args(&b, "fake:judge")).spawn().unwrap();
+    for p in [pa, pb] {
+        assert!(p.wait_with_output().unwrap().status.success());
+    }
+    assert!(read(&a, "samples.jsonl") == read(&b, "samples.jsonl"));
+    // Every entry is whole JSON (no torn or temporary files).
+    let mut entries = 0;
+    for d in std::fs::read_dir(tmp.path().join("cache")).unwrap() {
+        for f in std::fs::read_dir(d.unwrap().path()).unwrap() {
+            let f = f.unwrap().path();
+            assert_eq!(
+                f.extension().and_then(|e| e.to_str()),
+                Some("json"),
+                "{f:?}"
+            );
+            let _: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).unwrap())
+                .unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            entries += 1;
+        }
+    }
+    // 9 items: 16 candidate replies (one item is refused at its first turn) and 8 judgements.
+    assert_eq!(entries, 24);
+    // Another judge: the candidate replies come from the cache, byte for byte.
+    let c = tmp.path().join("c");
+    let out = candor().args(args(&c, "fake:other")).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("16 replies reused, 8 stored"), "{err}");
+    let candidate_lines = |d: &Path| -> Vec<String> {
+        String::from_utf8(read(d, "samples.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"actor\":{\"candidate\":0}"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(candidate_lines(&a), candidate_lines(&c));
+    // Deleting the cache only costs recomputation.
+    std::fs::remove_dir_all(tmp.path().join("cache")).unwrap();
+    let d = tmp.path().join("d");
+    let out = candor().args(args(&d, "fake:judge")).output().unwrap();
+    assert!(out.status.success());
+    assert!(read(&a, "samples.jsonl") == read(&d, "samples.jsonl"));
+}
