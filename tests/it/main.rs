@@ -5,6 +5,7 @@ mod util;
 mod engine;
 mod fbbench;
 mod fennec;
+mod quant;
 mod realmistake;
 mod refutebench;
 mod run;
