@@ -230,7 +230,7 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
     };
     let refs: Vec<Reference> = jsonl(&fixture("reference/teacher_forced.jsonl"));
     let types: Vec<TypeRecord> = jsonl(&fixture("quant/teacher_forced.jsonl"));
-    assert!(types.len() >= 8, "{} types in the fixture", types.len());
+    assert!(types.len() >= 2, "{} types in the fixture", types.len());
     let mut report = Vec::new();
     for t in &types {
         let path = dir.join(&t.file);
