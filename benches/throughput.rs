@@ -1,5 +1,6 @@
 //! Throughput of the decode loop on the default model: prefill and decode tokens per second at
-//! batch sizes 1, 4 and 16 on a two-thread pool (`cargo bench --bench throughput`).
+//! batch sizes 1, 4 and 16 on a two-thread pool (`cargo bench --bench throughput`; another
+//! GGUF file with `cargo bench --bench throughput -- --model PATH` or `CANDOR_MODEL=PATH`).
 //!
 //! Prompts are fixed pseudo-random token ids, and no token stops generation, so every request
 //! decodes exactly the same number of tokens. Prefill speed is measured by generating one token
@@ -43,8 +44,14 @@ fn timed(dec: &mut Decoder, reqs: &[TokenRequest]) -> f64 {
 }
 
 fn main() {
-    let path = std::env::var_os("CANDOR_MODEL")
-        .map(PathBuf::from)
+    let args: Vec<String> = std::env::args().collect();
+    let flag = args
+        .iter()
+        .position(|a| a == "--model")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from);
+    let path = flag
+        .or_else(|| std::env::var_os("CANDOR_MODEL").map(PathBuf::from))
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
         });

@@ -68,10 +68,7 @@ pub struct SeqStep<'a, K: KvSeq> {
 
 /// Whether the quantized kernels handle a stored type natively.
 fn has_native_kernel(dtype: GgmlDType) -> bool {
-    matches!(
-        dtype,
-        GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32 | GgmlDType::F16
-    )
+    super::quant::has_kernel(dtype)
 }
 
 /// Builds a weight matrix: as stored (`Native`, quantized kernels) or dequantized (`F32`).

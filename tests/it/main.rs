@@ -8,6 +8,7 @@ mod fbbench;
 mod fennec;
 mod fuzz;
 mod hostile;
+mod quant;
 mod realmistake;
 mod refutebench;
 mod report;

@@ -1,13 +1,16 @@
 //! Memory layouts of the quantized matmul: weight panels repacked from GGUF blocks, and the
-//! activation rows quantized to Q8_0 / Q8_1 blocks exactly as ggml's reference code does.
+//! activation rows quantized to Q8_0 / Q8_1 / Q8_K blocks exactly as ggml's reference code does.
 //!
 //! Weights are stored as *panels* of [`PANEL`] consecutive output rows. Within a panel, block
-//! `b` of all eight rows forms one record: the eight f16 scales side by side (and, for Q4_1,
-//! the eight f16 minimums), then the eight rows' quants, each row's bytes exactly as in the GGUF
-//! block. A panel's records are contiguous, so one pass over a panel streams its memory once
-//! and a SIMD kernel loads the eight scales of a block with one instruction. Rows past `n` in
-//! the last panel are zero. This file only moves bytes and quantizes activations; it does no
-//! dot products (those are in `scalar.rs` and `avx2.rs`).
+//! `b` of all eight rows forms one record. A GGUF block is a sequence of fields (say Q5_0: the
+//! f16 scale, 4 bytes of high bits, 16 bytes of nibbles); a record holds, field after field,
+//! that field of the eight rows side by side, each row's bytes exactly as in the GGUF block. So
+//! the eight f16 scales of a block are one 16-byte load, and so on. The k-quants (Q4_K, Q5_K,
+//! Q6_K: 256-element super-blocks with packed sub-block scales) are one field: the eight rows'
+//! blocks verbatim. A panel's records are contiguous, so one pass over a panel streams its
+//! memory once. Rows past `n` in the last panel are zero. This file only moves bytes, decodes
+//! blocks to f32 and quantizes activations; it does no dot products (those are in `scalar.rs`
+//! and `x86.rs`).
 
 use half::f16;
 
@@ -15,13 +18,10 @@ use super::QuantError;
 
 /// Output rows per weight panel (one AVX2 register of f32 results).
 pub(crate) const PANEL: usize = 8;
-/// Elements per quantization block (Q4_1, Q8_0, Q8_1).
+/// Elements per block of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1).
 pub(crate) const QK: usize = 32;
-
-/// Bytes of one GGUF Q8_0 block: f16 scale, 32 × i8.
-const GGUF_Q8_0: usize = 2 + QK;
-/// Bytes of one GGUF Q4_1 block: f16 scale, f16 minimum, 16 bytes of nibbles.
-const GGUF_Q4_1: usize = 2 + 2 + QK / 2;
+/// Elements per k-quant super-block (Q4_K, Q5_K, Q6_K, Q8_K).
+pub(crate) const QK_K: usize = 256;
 
 /// Bytes of one panel record of Q8_0 weights: 8 f16 scales, then 8 × 32 i8.
 pub(crate) const REC_Q8_0: usize = PANEL * 2 + PANEL * QK;
@@ -29,32 +29,111 @@ pub(crate) const REC_Q8_0: usize = PANEL * 2 + PANEL * QK;
 pub(crate) const REC_Q4_1: usize = PANEL * 2 * 2 + PANEL * QK / 2;
 /// Offset of the quants in a Q8_0 record.
 pub(crate) const Q8_0_QS: usize = PANEL * 2;
-/// Offset of the minimums in a Q4_1 record.
+/// Offset of the minimums in a Q4_1 (and Q5_1) record.
 pub(crate) const Q4_1_MS: usize = PANEL * 2;
 /// Offset of the quants in a Q4_1 record.
 pub(crate) const Q4_1_QS: usize = PANEL * 4;
+/// Offset of the quants in a Q4_0 record (after 8 scales).
+pub(crate) const Q4_0_QS: usize = PANEL * 2;
+/// Offset of the high bits in a Q5_0 record; the quants follow 8 × 4 bytes later.
+pub(crate) const Q5_0_QH: usize = PANEL * 2;
+/// Offset of the quants in a Q5_0 record.
+pub(crate) const Q5_0_QS: usize = Q5_0_QH + PANEL * 4;
+/// Offset of the high bits in a Q5_1 record.
+pub(crate) const Q5_1_QH: usize = PANEL * 4;
+/// Offset of the quants in a Q5_1 record.
+pub(crate) const Q5_1_QS: usize = Q5_1_QH + PANEL * 4;
 
-/// The two quantized weight formats kept quantized.
+/// Bytes of one GGUF Q4_K block: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 of nibbles.
+pub(crate) const BLOCK_Q4_K: usize = 2 + 2 + 12 + QK_K / 2;
+/// Bytes of one GGUF Q5_K block: as Q4_K plus 32 bytes of high bits before the nibbles.
+pub(crate) const BLOCK_Q5_K: usize = 2 + 2 + 12 + QK_K / 8 + QK_K / 2;
+/// Bytes of one GGUF Q6_K block: 128 bytes of low nibbles, 64 of 2-bit highs, 16 i8 scales, f16 d.
+pub(crate) const BLOCK_Q6_K: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
+
+/// The activation quantization a weight format's kernel wants (as ggml's `vec_dot_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActKind {
+    /// Blocks of 32, f16 scale.
+    Q8_0,
+    /// Blocks of 32, f16 scale and f16 `d * sum(q)`.
+    Q8_1,
+    /// Blocks of 256, f32 scale, integer sums of every 16 quants.
+    Q8K,
+}
+
+impl ActKind {
+    /// Elements per activation block.
+    pub(crate) fn block(self) -> usize {
+        match self {
+            ActKind::Q8_0 | ActKind::Q8_1 => QK,
+            ActKind::Q8K => QK_K,
+        }
+    }
+}
+
+/// The quantized weight formats kept quantized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum QFormat {
     Q8_0,
+    Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
+    Q4K,
+    Q5K,
+    Q6K,
 }
 
 impl QFormat {
-    /// Bytes of one GGUF block of this format.
-    fn gguf_block(self) -> usize {
+    /// The byte lengths of the fields of one GGUF block, in order (see the module doc).
+    fn fields(self) -> &'static [usize] {
         match self {
-            QFormat::Q8_0 => GGUF_Q8_0,
-            QFormat::Q4_1 => GGUF_Q4_1,
+            QFormat::Q8_0 => &[2, QK],
+            QFormat::Q4_0 => &[2, QK / 2],
+            QFormat::Q4_1 => &[2, 2, QK / 2],
+            QFormat::Q5_0 => &[2, 4, QK / 2],
+            QFormat::Q5_1 => &[2, 2, 4, QK / 2],
+            QFormat::Q4K => &[BLOCK_Q4_K],
+            QFormat::Q5K => &[BLOCK_Q5_K],
+            QFormat::Q6K => &[BLOCK_Q6_K],
+        }
+    }
+
+    /// Bytes of one GGUF block of this format.
+    pub(crate) fn gguf_block(self) -> usize {
+        self.fields().iter().sum()
+    }
+
+    /// Elements per block.
+    pub(crate) fn block(self) -> usize {
+        match self {
+            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => QK_K,
+            _ => QK,
         }
     }
 
     /// Bytes of one panel record of this format.
     pub(crate) fn record(self) -> usize {
+        PANEL * self.gguf_block()
+    }
+
+    /// The activation blocks this format's kernel multiplies with.
+    pub(crate) fn act(self) -> ActKind {
         match self {
-            QFormat::Q8_0 => REC_Q8_0,
-            QFormat::Q4_1 => REC_Q4_1,
+            QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => ActKind::Q8_0,
+            QFormat::Q4_1 | QFormat::Q5_1 => ActKind::Q8_1,
+            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => ActKind::Q8K,
+        }
+    }
+
+    /// Copies lane `lane`'s GGUF block out of record `rec` into `out` (`gguf_block()` bytes).
+    pub(crate) fn gather(self, rec: &[u8], lane: usize, out: &mut [u8]) {
+        let (mut at, mut src) = (0, 0);
+        for &len in self.fields() {
+            out[at..at + len].copy_from_slice(&rec[src + lane * len..src + (lane + 1) * len]);
+            at += len;
+            src += PANEL * len;
         }
     }
 }
@@ -63,24 +142,25 @@ impl QFormat {
 #[derive(Debug, Clone)]
 pub(crate) struct Panels {
     pub(crate) format: QFormat,
-    /// Blocks per row (`k / 32`).
+    /// Blocks per row (`k / block`).
     pub(crate) nb: usize,
     /// `ceil(n / 8) * nb` records.
     pub(crate) data: Vec<u8>,
 }
 
 impl Panels {
-    /// Repacks the raw GGUF blocks of an `n × k` tensor (row-major, `k / 32` blocks per row).
+    /// Repacks the raw GGUF blocks of an `n × k` tensor (row-major, `k / block` blocks per row).
     pub(crate) fn from_gguf(
         format: QFormat,
         raw: &[u8],
         n: usize,
         k: usize,
     ) -> Result<Panels, QuantError> {
-        if !k.is_multiple_of(QK) {
-            return Err(QuantError::RaggedBlocks { cols: k, block: QK });
+        let block = format.block();
+        if !k.is_multiple_of(block) {
+            return Err(QuantError::RaggedBlocks { cols: k, block });
         }
-        let nb = k / QK;
+        let nb = k / block;
         let blk = format.gguf_block();
         let want = n * nb * blk;
         if raw.len() != want {
@@ -97,17 +177,11 @@ impl Panels {
             for b in 0..nb {
                 let src = &raw[(row * nb + b) * blk..(row * nb + b + 1) * blk];
                 let dst = &mut data[(p * nb + b) * rec..(p * nb + b + 1) * rec];
-                dst[lane * 2..lane * 2 + 2].copy_from_slice(&src[0..2]);
-                match format {
-                    QFormat::Q8_0 => {
-                        let at = Q8_0_QS + lane * QK;
-                        dst[at..at + QK].copy_from_slice(&src[2..]);
-                    }
-                    QFormat::Q4_1 => {
-                        dst[Q4_1_MS + lane * 2..Q4_1_MS + lane * 2 + 2].copy_from_slice(&src[2..4]);
-                        let at = Q4_1_QS + lane * QK / 2;
-                        dst[at..at + QK / 2].copy_from_slice(&src[4..]);
-                    }
+                let (mut at, mut to) = (0, 0);
+                for &len in format.fields() {
+                    dst[to + lane * len..to + (lane + 1) * len].copy_from_slice(&src[at..at + len]);
+                    at += len;
+                    to += PANEL * len;
                 }
             }
         }
@@ -120,30 +194,144 @@ impl Panels {
         &self.data[p * size..(p + 1) * size]
     }
 
-    /// Dequantizes row `row` into `out` (length `k`), with ggml's formulas
-    /// (`q * d` for Q8_0, `q * d + m` for Q4_1).
+    /// Dequantizes row `row` into `out` (length `k`) with ggml's formulas (see [`dequantize`]).
     pub(crate) fn row_f32(&self, row: usize, out: &mut [f32]) {
         let (p, lane) = (row / PANEL, row % PANEL);
         let rec = self.format.record();
         let panel = self.panel(p);
-        for (b, out) in out.chunks_exact_mut(QK).enumerate().take(self.nb) {
-            let r = &panel[b * rec..(b + 1) * rec];
-            let d = f16_at(r, lane * 2);
-            match self.format {
-                QFormat::Q8_0 => {
-                    let qs = &r[Q8_0_QS + lane * QK..Q8_0_QS + (lane + 1) * QK];
-                    for (o, &q) in out.iter_mut().zip(qs) {
-                        *o = (q as i8) as f32 * d;
+        let mut blk = [0u8; BLOCK_Q6_K];
+        let blk = &mut blk[..self.format.gguf_block()];
+        for (b, out) in out
+            .chunks_exact_mut(self.format.block())
+            .enumerate()
+            .take(self.nb)
+        {
+            self.format
+                .gather(&panel[b * rec..(b + 1) * rec], lane, blk);
+            dequantize(self.format, blk, out);
+        }
+    }
+}
+
+/// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K / Q5_K block's 12 scale bytes.
+#[inline]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// All eight (scale, min) pairs of a Q4_K / Q5_K block's 12 scale bytes.
+#[inline]
+pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..8 {
+        (sc[j], m[j]) = scale_min_k4(j, q);
+    }
+    (sc, m)
+}
+
+/// The unsigned 5-bit value of element `e` of a Q5_0 / Q5_1 block (nibbles `qs`, high bits `qh`).
+#[inline]
+pub(crate) fn q5_value(qs: &[u8], qh: u32, e: usize) -> u8 {
+    let nib = if e < QK / 2 {
+        qs[e] & 0x0F
+    } else {
+        qs[e - QK / 2] >> 4
+    };
+    nib | (((qh >> e) & 1) << 4) as u8
+}
+
+/// The unsigned 5-bit value of element `e` (0..256) of a Q5_K block.
+#[inline]
+pub(crate) fn q5k_value(blk: &[u8], e: usize) -> u8 {
+    let (qh, qs) = (&blk[16..48], &blk[48..]);
+    let (j, l) = (e / 64, e % 64);
+    let (nib, bit) = if l < 32 {
+        (qs[32 * j + l] & 0x0F, 2 * j)
+    } else {
+        (qs[32 * j + l - 32] >> 4, 2 * j + 1)
+    };
+    nib | (((qh[l % 32] >> bit) & 1) << 4)
+}
+
+/// The unsigned 6-bit value (0..64, the stored value + 32) of element `e` of a Q6_K block.
+#[inline]
+pub(crate) fn q6k_value(blk: &[u8], e: usize) -> u8 {
+    let (ql, qh) = (&blk[..128], &blk[128..192]);
+    let (n, t, l) = (e / 128, (e % 128) / 32, e % 32);
+    let low = ql[64 * n + 32 * (t % 2) + l];
+    let nib = if t < 2 { low & 0x0F } else { low >> 4 };
+    nib | (((qh[32 * n + l] >> (2 * t)) & 3) << 4)
+}
+
+/// Decodes one GGUF block of `format` (`bytes`) into `out` (`format.block()` values), with
+/// the expressions of ggml's `dequantize_row_*`.
+pub(crate) fn dequantize(format: QFormat, bytes: &[u8], out: &mut [f32]) {
+    let d = f16_at(bytes, 0);
+    let qh32 =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    match format {
+        QFormat::Q8_0 => {
+            for (o, &q) in out.iter_mut().zip(&bytes[2..2 + QK]) {
+                *o = (q as i8) as f32 * d;
+            }
+        }
+        QFormat::Q4_0 => {
+            for (j, &q) in bytes[2..2 + QK / 2].iter().enumerate() {
+                out[j] = ((q & 0x0F) as i32 - 8) as f32 * d;
+                out[j + QK / 2] = ((q >> 4) as i32 - 8) as f32 * d;
+            }
+        }
+        QFormat::Q4_1 => {
+            let m = f16_at(bytes, 2);
+            for (j, &q) in bytes[4..4 + QK / 2].iter().enumerate() {
+                out[j] = (q & 0x0F) as f32 * d + m;
+                out[j + QK / 2] = (q >> 4) as f32 * d + m;
+            }
+        }
+        QFormat::Q5_0 => {
+            let qh = qh32(2);
+            for (e, o) in out.iter_mut().enumerate().take(QK) {
+                *o = (q5_value(&bytes[6..], qh, e) as i32 - 16) as f32 * d;
+            }
+        }
+        QFormat::Q5_1 => {
+            let (m, qh) = (f16_at(bytes, 2), qh32(4));
+            for (e, o) in out.iter_mut().enumerate().take(QK) {
+                *o = q5_value(&bytes[8..], qh, e) as f32 * d + m;
+            }
+        }
+        QFormat::Q4K | QFormat::Q5K => {
+            let dmin = f16_at(bytes, 2);
+            let (sc, m) = scales_mins_k4(&bytes[4..16]);
+            for (e, o) in out.iter_mut().enumerate().take(QK_K) {
+                let j = e / 32;
+                let q = if format == QFormat::Q4K {
+                    let b = bytes[16 + 32 * (e / 64) + e % 32];
+                    if (e / 32).is_multiple_of(2) {
+                        b & 0x0F
+                    } else {
+                        b >> 4
                     }
-                }
-                QFormat::Q4_1 => {
-                    let m = f16_at(r, Q4_1_MS + lane * 2);
-                    let qs = &r[Q4_1_QS + lane * QK / 2..Q4_1_QS + (lane + 1) * QK / 2];
-                    for (j, &q) in qs.iter().enumerate() {
-                        out[j] = (q & 0x0F) as f32 * d + m;
-                        out[j + QK / 2] = (q >> 4) as f32 * d + m;
-                    }
-                }
+                } else {
+                    q5k_value(bytes, e)
+                };
+                *o = (d * sc[j] as f32) * q as f32 - dmin * m[j] as f32;
+            }
+        }
+        QFormat::Q6K => {
+            let d = f16_at(bytes, 208);
+            for (e, o) in out.iter_mut().enumerate().take(QK_K) {
+                let sc = bytes[192 + e / 16] as i8;
+                let q = q6k_value(bytes, e) as i32 - 32;
+                *o = (d * sc as f32) * q as f32;
             }
         }
     }
@@ -168,85 +356,122 @@ pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
 }
 
-/// `m` activation rows quantized to blocks of 32 (Q8_0, or Q8_1 with the block sums).
+/// `m` activation rows quantized to blocks (Q8_0, Q8_1 with the block sums, or Q8_K).
 ///
-/// Scales are stored already rounded through f16 and widened back to f32, so kernels read
-/// exactly the values ggml's `block_q8_0.d` / `block_q8_1.{d,s}` would hold.
-#[derive(Debug, Default, Clone)]
+/// Q8_0 / Q8_1 scales are stored already rounded through f16 and widened back to f32, so
+/// kernels read exactly the values ggml's `block_q8_0.d` / `block_q8_1.{d,s}` would hold;
+/// Q8_K scales are f32 as in ggml.
+#[derive(Debug, Clone)]
 pub(crate) struct QuantizedRows {
+    pub(crate) kind: ActKind,
+    /// Blocks per row.
     pub(crate) nb: usize,
     /// `m × k` quants.
     pub(crate) qs: Vec<i8>,
     /// `m × nb` block scales.
     pub(crate) d: Vec<f32>,
-    /// `m × nb` values of `d * sum(qs)` (Q8_1 only; empty for Q8_0).
+    /// `m × nb` values of `d * sum(qs)` (Q8_1 only; else empty).
     pub(crate) s: Vec<f32>,
+    /// `m × k / 16` sums of 16 consecutive quants (Q8_K only; else empty).
+    pub(crate) bsums: Vec<i32>,
 }
 
 impl QuantizedRows {
-    /// Quantizes the `m × k` rows of `x`: Q8_1 (with sums) when `with_sums`, else Q8_0.
+    /// Quantizes the `m × k` rows of `x` to `kind` blocks.
     ///
-    /// Follows ggml's `quantize_row_q8_0_ref` / `quantize_row_q8_1_ref`: `d = amax / 127`,
-    /// `q = round(x / d)` (half away from zero, through `id = 1 / d`), `s = f16(d * sum(q))`
-    /// with the unrounded f32 `d`.
-    pub(crate) fn quantize(x: &[f32], k: usize, with_sums: bool) -> QuantizedRows {
-        debug_assert_eq!(k % QK, 0);
-        let nb = k / QK;
-        let blocks = x.len() / QK;
+    /// Q8_0 / Q8_1 follow ggml's `quantize_row_q8_0_ref` / `quantize_row_q8_1_ref`:
+    /// `d = amax / 127`, `q = round(x / d)` (half away from zero, through `id = 1 / d`),
+    /// `s = f16(d * sum(q))` with the unrounded f32 `d`. Q8_K follows `quantize_row_q8_K_ref`:
+    /// `iscale = -127 / x_amax` (the signed element of largest magnitude), `q = min(127,
+    /// round_half_even(iscale * x))`, `d = 1 / iscale`.
+    pub(crate) fn quantize(x: &[f32], k: usize, kind: ActKind) -> QuantizedRows {
+        let block = kind.block();
+        debug_assert_eq!(k % block, 0);
+        let nb = k / block;
+        let blocks = x.len() / block;
         let mut qs = vec![0i8; x.len()];
         let mut d = Vec::with_capacity(blocks);
-        let mut s = Vec::with_capacity(if with_sums { blocks } else { 0 });
-        for (xs, q) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)) {
+        let mut s = Vec::with_capacity(if kind == ActKind::Q8_1 { blocks } else { 0 });
+        let mut bsums = Vec::with_capacity(if kind == ActKind::Q8K {
+            x.len() / 16
+        } else {
+            0
+        });
+        for (xs, q) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)) {
+            if kind == ActKind::Q8K {
+                let (mut max, mut amax) = (0f32, 0f32);
+                for &v in xs {
+                    if v.abs() > amax {
+                        amax = v.abs();
+                        max = v;
+                    }
+                }
+                if amax == 0.0 {
+                    d.push(0.0);
+                    bsums.extend(std::iter::repeat_n(0, block / 16));
+                    continue;
+                }
+                let iscale = -127.0 / max;
+                for (q, &v) in q.iter_mut().zip(xs) {
+                    *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+                }
+                bsums.extend(
+                    q.chunks_exact(16)
+                        .map(|c| c.iter().map(|&v| v as i32).sum::<i32>()),
+                );
+                d.push(1.0 / iscale);
+                continue;
+            }
             let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
             for (q, &v) in q.iter_mut().zip(xs) {
                 *q = round_away(v * id);
             }
-            let sum: i32 = q.iter().map(|&q| q as i32).sum();
             d.push(f16::from_f32(dd).to_f32());
-            if with_sums {
+            if kind == ActKind::Q8_1 {
+                let sum: i32 = q.iter().map(|&q| q as i32).sum();
                 s.push(f16::from_f32(sum as f32 * dd).to_f32());
             }
         }
-        QuantizedRows { nb, qs, d, s }
+        QuantizedRows {
+            kind,
+            nb,
+            qs,
+            d,
+            s,
+            bsums,
+        }
     }
 
     /// Row `i`'s blocks.
     pub(crate) fn row(&self, i: usize) -> ActRow<'_> {
+        let k = self.nb * self.kind.block();
         ActRow {
-            qs: self.row_qs(i),
-            d: self.row_d(i),
-            s: self.row_s(i),
-        }
-    }
-
-    /// Quants of row `i`.
-    pub(crate) fn row_qs(&self, i: usize) -> &[i8] {
-        &self.qs[i * self.nb * QK..(i + 1) * self.nb * QK]
-    }
-
-    /// Scales of row `i`.
-    pub(crate) fn row_d(&self, i: usize) -> &[f32] {
-        &self.d[i * self.nb..(i + 1) * self.nb]
-    }
-
-    /// Scaled sums of row `i` (Q8_1; empty slice for Q8_0).
-    pub(crate) fn row_s(&self, i: usize) -> &[f32] {
-        if self.s.is_empty() {
-            &[]
-        } else {
-            &self.s[i * self.nb..(i + 1) * self.nb]
+            qs: &self.qs[i * k..(i + 1) * k],
+            d: &self.d[i * self.nb..(i + 1) * self.nb],
+            s: if self.s.is_empty() {
+                &[]
+            } else {
+                &self.s[i * self.nb..(i + 1) * self.nb]
+            },
+            bsums: if self.bsums.is_empty() {
+                &[]
+            } else {
+                &self.bsums[i * k / 16..(i + 1) * k / 16]
+            },
         }
     }
 }
 
-/// One quantized activation row: quants, block scales, block sums (Q8_1; else empty).
+/// One quantized activation row: quants, block scales, block sums (Q8_1; else empty), sums
+/// of 16 quants (Q8_K; else empty).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ActRow<'a> {
     pub(crate) qs: &'a [i8],
     pub(crate) d: &'a [f32],
     pub(crate) s: &'a [f32],
+    pub(crate) bsums: &'a [i32],
 }
 
 #[cfg(test)]
@@ -260,7 +485,7 @@ mod tests {
             *v = (i as f32 - 20.0) * 0.37;
         }
         x[40] = 0.0;
-        let q = QuantizedRows::quantize(&x, 64, true);
+        let q = QuantizedRows::quantize(&x, 64, ActKind::Q8_1);
         // amax of block 0 is 20 * 0.37 at i = 0.
         let d0 = 20.0f32 * 0.37 / 127.0;
         assert_eq!(q.d[0], f16::from_f32(d0).to_f32());
@@ -269,10 +494,39 @@ mod tests {
         let sum: i32 = q.qs[..32].iter().map(|&v| v as i32).sum();
         assert_eq!(q.s[0], f16::from_f32(sum as f32 * d0).to_f32());
         // A zero block has d = 0 and all-zero quants.
-        let z = QuantizedRows::quantize(&[0f32; 32], 32, false);
+        let z = QuantizedRows::quantize(&[0f32; 32], 32, ActKind::Q8_0);
         assert_eq!(z.d, vec![0.0]);
         assert!(z.qs.iter().all(|&v| v == 0));
         assert!(z.s.is_empty());
+    }
+
+    #[test]
+    fn q8_k_follows_ggml_rule() {
+        // The largest-magnitude element is negative: iscale = -127 / -4 > 0.
+        let mut x = vec![0f32; 256];
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = (i % 9) as f32 * 0.25;
+        }
+        x[7] = -4.0;
+        let q = QuantizedRows::quantize(&x, 256, ActKind::Q8K);
+        let iscale = -127.0f32 / -4.0;
+        assert_eq!(q.d, vec![1.0 / iscale]);
+        assert_eq!(q.qs[7], -127);
+        // 0.5 * 31.75 = 15.875 → 16; 0.25 * 31.75 = 7.9375 → 8.
+        assert_eq!((q.qs[2], q.qs[1]), (16, 8));
+        assert_eq!(q.bsums.len(), 16);
+        for g in 0..16 {
+            let want: i32 = q.qs[g * 16..(g + 1) * 16].iter().map(|&v| v as i32).sum();
+            assert_eq!(q.bsums[g], want);
+        }
+        // A positive maximum gives -127 / max < 0 and clamps +128 to 127.
+        let mut y = [0f32; 256];
+        y[0] = 2.0;
+        y[1] = -2.0;
+        let q = QuantizedRows::quantize(&y, 256, ActKind::Q8K);
+        assert_eq!((q.qs[0], q.qs[1]), (-127, 127));
+        let z = QuantizedRows::quantize(&[0f32; 256], 256, ActKind::Q8K);
+        assert_eq!((z.d[0], z.bsums.len()), (0.0, 16));
     }
 
     #[test]
@@ -282,7 +536,7 @@ mod tests {
         x[0] = 127.0;
         x[1] = 2.5;
         x[2] = -2.5;
-        let q = QuantizedRows::quantize(&x, 32, false);
+        let q = QuantizedRows::quantize(&x, 32, ActKind::Q8_0);
         assert_eq!(&q.qs[..3], &[127, 3, -3]);
     }
 
@@ -308,6 +562,13 @@ mod tests {
             Panels::from_gguf(QFormat::Q4_1, &[0u8; 19], 1, 32),
             Err(QuantError::DataSize { got: 19, want: 20 })
         ));
+        assert!(matches!(
+            Panels::from_gguf(QFormat::Q4K, &[0u8; 144 * 3], 1, 576),
+            Err(QuantError::RaggedBlocks {
+                cols: 576,
+                block: 256
+            })
+        ));
     }
 
     #[test]
@@ -328,6 +589,22 @@ mod tests {
             let (d, m) = (row as f32 + 1.0, -(row as f32));
             assert_eq!(out[0], lo as f32 * d + m, "row {row}");
             assert_eq!(out[31], hi as f32 * d + m, "row {row}");
+        }
+        // gather undoes the repacking for every format.
+        for format in [QFormat::Q5_1, QFormat::Q6K] {
+            let blk = format.gguf_block();
+            let raw: Vec<u8> = (0..9 * blk).map(|i| (i * 7 % 251) as u8).collect();
+            let p = Panels::from_gguf(format, &raw, 9, format.block()).expect("valid");
+            let mut got = vec![0u8; blk];
+            for row in 0..9 {
+                let rec = &p.panel(row / PANEL)[..format.record()];
+                format.gather(rec, row % PANEL, &mut got);
+                assert_eq!(
+                    &got[..],
+                    &raw[row * blk..(row + 1) * blk],
+                    "{format:?} {row}"
+                );
+            }
         }
     }
 }

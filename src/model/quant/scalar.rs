@@ -1,55 +1,122 @@
 //! Portable kernels: the reference sequence of floating-point operations for every output
-//! element. The AVX2 kernels (`avx2.rs`) must reproduce these bits exactly; tests compare them.
+//! element. The AVX2 kernels (`x86.rs`) must reproduce these bits exactly; tests compare them.
 //!
-//! Quantized formats: per 32-element block an exact integer dot product `sumi`, then
-//! `acc += (sumi as f32 * d_w) * d_x` (Q8_0 × Q8_0) or
-//! `acc += (sumi as f32 * d_w) * d_x + m_w * s_x` (Q4_1 × Q8_1), blocks in order from
-//! `acc = 0` — the same per-block expression as ggml's and candle's generic `vec_dot`.
+//! Quantized formats: per block an exact integer dot product `sumi` (and, for some formats, a
+//! second exact integer `summ`), then one float expression per block, blocks in order from
+//! `acc = 0`:
 //!
-//! Float formats (F32, F16 widened exactly): the first `32 * floor(k / 32)` elements go into 32
-//! fused multiply-add lanes (element `t` into lane `t % 32`), the lanes are summed in a fixed
-//! tree (see [`dot_f32`]), and the remaining `k % 32` elements are added in order with fused
-//! multiply-adds. This file does no threading and knows nothing of the output layout.
+//! | weights × activations | per-block update |
+//! | --- | --- |
+//! | Q8_0, Q4_0, Q5_0 × Q8_0 | `acc += (sumi as f32 * d_w) * d_x` |
+//! | Q4_1, Q5_1 × Q8_1 | `acc += (sumi as f32 * d_w) * d_x + m_w * s_x` |
+//! | Q4_K, Q5_K × Q8_K | `acc += (d_x * d_w) * sumi as f32 - (d_x * dmin_w) * summ as f32` |
+//! | Q6_K × Q8_K | `acc += (d_x * d_w) * sumi as f32` |
+//!
+//! where `sumi` is the sum over the block of `q_w · q_x` (Q4_0 / Q5_0 / Q6_K with the stored
+//! offset subtracted from `q_w`; k-quants with each product times its sub-block scale) and
+//! `summ` the sum over the eight sub-blocks of `min_j · sum(q_x in sub-block j)` — the
+//! per-block expressions of ggml's generic `vec_dot`s.
+//!
+//! Float formats (F32, F16 and BF16 widened exactly): the first `32 * floor(k / 32)` elements
+//! go into 32 fused multiply-add lanes (element `t` into lane `t % 32`), the lanes are summed in
+//! a fixed tree (see [`dot_f32`]), and the remaining `k % 32` elements are added in order with
+//! fused multiply-adds. This file does no threading and knows nothing of the output layout.
 
 use half::f16;
 
-use super::layout::{f16_at, ActRow, QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK};
+use super::layout::{
+    f16_at, q5_value, q5k_value, q6k_value, scales_mins_k4, ActRow, QFormat, BLOCK_Q6_K, PANEL, QK,
+    QK_K,
+};
 
 /// Lanes of the float dot product (4 AVX2 accumulators × 8).
 pub(crate) const F_LANES: usize = 32;
 
+/// The exact integer parts of one weight block (GGUF bytes `w`) against block `b` of `act`:
+/// `(sumi, summ)` as in the module doc (`summ` is 0 where the format has none).
+pub(crate) fn block_ints(format: QFormat, w: &[u8], act: &ActRow<'_>, b: usize) -> (i32, i32) {
+    let a = &act.qs[b * format.block()..(b + 1) * format.block()];
+    let dot = |q: &dyn Fn(usize) -> i32| -> i32 { (0..a.len()).map(|e| q(e) * a[e] as i32).sum() };
+    let nib = |qs: &[u8], e: usize| -> i32 {
+        if e < QK / 2 {
+            (qs[e] & 0x0F) as i32
+        } else {
+            (qs[e - QK / 2] >> 4) as i32
+        }
+    };
+    let qh = |at: usize| u32::from_le_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
+    match format {
+        QFormat::Q8_0 => (dot(&|e| (w[2 + e] as i8) as i32), 0),
+        QFormat::Q4_0 => (dot(&|e| nib(&w[2..], e) - 8), 0),
+        QFormat::Q4_1 => (dot(&|e| nib(&w[4..], e)), 0),
+        QFormat::Q5_0 => {
+            let h = qh(2);
+            (dot(&|e| q5_value(&w[6..], h, e) as i32 - 16), 0)
+        }
+        QFormat::Q5_1 => {
+            let h = qh(4);
+            (dot(&|e| q5_value(&w[8..], h, e) as i32), 0)
+        }
+        QFormat::Q4K | QFormat::Q5K => {
+            let (sc, m) = scales_mins_k4(&w[4..16]);
+            let q = |e: usize| -> i32 {
+                if format == QFormat::Q4K {
+                    let byte = w[16 + 32 * (e / 64) + e % 32];
+                    (if (e / 32).is_multiple_of(2) {
+                        byte & 0x0F
+                    } else {
+                        byte >> 4
+                    }) as i32
+                } else {
+                    q5k_value(w, e) as i32
+                }
+            };
+            let sumi = dot(&|e| sc[e / 32] as i32 * q(e));
+            let bs = &act.bsums[b * QK_K / 16..(b + 1) * QK_K / 16];
+            let summ = (0..8)
+                .map(|j| m[j] as i32 * (bs[2 * j] + bs[2 * j + 1]))
+                .sum();
+            (sumi, summ)
+        }
+        QFormat::Q6K => {
+            let sumi = dot(&|e| (w[192 + e / 16] as i8) as i32 * (q6k_value(w, e) as i32 - 32));
+            (sumi, 0)
+        }
+    }
+}
+
+/// Adds one block's contribution to `acc` (the float expressions of the module doc).
+#[inline]
+pub(crate) fn block_update(format: QFormat, w: &[u8], act: &ActRow<'_>, b: usize, acc: &mut f32) {
+    let (sumi, summ) = block_ints(format, w, act, b);
+    let dx = act.d[b];
+    match format {
+        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => {
+            *acc += (sumi as f32 * f16_at(w, 0)) * dx;
+        }
+        QFormat::Q4_1 | QFormat::Q5_1 => {
+            *acc += (sumi as f32 * f16_at(w, 0)) * dx + f16_at(w, 2) * act.s[b];
+        }
+        QFormat::Q4K | QFormat::Q5K => {
+            *acc += (dx * f16_at(w, 0)) * sumi as f32 - (dx * f16_at(w, 2)) * summ as f32;
+        }
+        QFormat::Q6K => {
+            *acc += (dx * f16_at(w, 208)) * sumi as f32;
+        }
+    }
+}
+
 /// One panel of quantized weights against one quantized activation row: the 8 outputs.
 pub(crate) fn panel_dot(format: QFormat, panel: &[u8], nb: usize, act: ActRow<'_>) -> [f32; PANEL] {
-    let (qs, d, s) = (act.qs, act.d, act.s);
     let rec = format.record();
     let mut acc = [0f32; PANEL];
+    let mut blk = [0u8; BLOCK_Q6_K];
+    let blk = &mut blk[..format.gguf_block()];
     for b in 0..nb {
         let r = &panel[b * rec..(b + 1) * rec];
-        let a = &qs[b * QK..(b + 1) * QK];
-        let dx = d[b];
         for (lane, acc) in acc.iter_mut().enumerate() {
-            let dw = f16_at(r, lane * 2);
-            match format {
-                QFormat::Q8_0 => {
-                    let w = &r[Q8_0_QS + lane * QK..Q8_0_QS + (lane + 1) * QK];
-                    let sumi: i32 = w
-                        .iter()
-                        .zip(a)
-                        .map(|(&w, &a)| (w as i8) as i32 * a as i32)
-                        .sum();
-                    *acc += (sumi as f32 * dw) * dx;
-                }
-                QFormat::Q4_1 => {
-                    let w = &r[Q4_1_QS + lane * QK / 2..Q4_1_QS + (lane + 1) * QK / 2];
-                    let mut sumi = 0i32;
-                    for (j, &q) in w.iter().enumerate() {
-                        sumi += (q & 0x0F) as i32 * a[j] as i32
-                            + (q >> 4) as i32 * a[j + QK / 2] as i32;
-                    }
-                    let mw = f16_at(r, Q4_1_MS + lane * 2);
-                    *acc += (sumi as f32 * dw) * dx + mw * s[b];
-                }
-            }
+            format.gather(r, lane, blk);
+            block_update(format, blk, &act, b, acc);
         }
     }
     acc
@@ -91,8 +158,21 @@ pub(crate) fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
     dot_by(x, w.len(), |t| f16::from_bits(w[t]).to_f32())
 }
 
+/// BF16-weight dot product: `w` widened exactly to f32, then as [`dot_f32`].
+pub(crate) fn dot_bf16(x: &[f32], w: &[u16]) -> f32 {
+    debug_assert_eq!(x.len(), w.len());
+    dot_by(x, w.len(), |t| bf16_to_f32(w[t]))
+}
+
+/// The f32 with the same value as the bf16 bit pattern `h`.
+#[inline]
+pub(crate) fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::layout::Q8_0_QS;
     use super::*;
 
     #[test]
@@ -121,6 +201,7 @@ mod tests {
             qs: &[2i8; QK],
             d: &[0.25],
             s: &[],
+            bsums: &[],
         };
         let out = panel_dot(QFormat::Q8_0, &rec, 1, act);
         for (lane, &o) in out.iter().enumerate() {

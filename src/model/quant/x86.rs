@@ -9,7 +9,10 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{ActRow, QFormat, PANEL, Q4_1_MS, Q4_1_QS, Q8_0_QS, QK, REC_Q4_1, REC_Q8_0};
+use super::layout::{
+    scales_mins_k4, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS, Q5_1_QH,
+    Q5_1_QS, Q8_0_QS, QK, QK_K, REC_Q4_1, REC_Q8_0,
+};
 use super::scalar;
 
 /// Whether this CPU runs the kernels of this file.
@@ -36,8 +39,12 @@ pub(crate) fn panel_dot<const R: usize>(
 ) -> [[f32; PANEL]; R] {
     assert!(panel.len() >= nb * format.record());
     for a in acts {
-        assert!(a.qs.len() >= nb * QK && a.d.len() >= nb);
-        assert!(format == QFormat::Q8_0 || a.s.len() >= nb);
+        assert!(a.qs.len() >= nb * format.block() && a.d.len() >= nb);
+        match format.act() {
+            super::layout::ActKind::Q8_0 => {}
+            super::layout::ActKind::Q8_1 => assert!(a.s.len() >= nb),
+            super::layout::ActKind::Q8K => assert!(a.bsums.len() >= nb * QK_K / 16),
+        }
     }
     if !available() {
         return acts.map(|a| scalar::panel_dot(format, panel, nb, a));
@@ -45,14 +52,17 @@ pub(crate) fn panel_dot<const R: usize>(
     // SAFETY: the features are present (checked above) and the asserts bound every read.
     unsafe {
         if R >= 8 && wide() {
-            return match format {
-                QFormat::Q8_0 => panel_q8_0_512(panel, nb, acts),
-                QFormat::Q4_1 => panel_q4_1_512(panel, nb, acts),
-            };
+            match format {
+                QFormat::Q8_0 => return panel_q8_0_512(panel, nb, acts),
+                QFormat::Q4_1 => return panel_q4_1_512(panel, nb, acts),
+                _ => {}
+            }
         }
         match format {
             QFormat::Q8_0 => panel_q8_0(panel, nb, acts),
             QFormat::Q4_1 => panel_q4_1(panel, nb, acts),
+            QFormat::Q4_0 | QFormat::Q5_0 | QFormat::Q5_1 => panel_legacy(format, panel, nb, acts),
+            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => panel_k(format, panel, nb, acts),
         }
     }
 }
@@ -75,6 +85,16 @@ pub(crate) fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
     }
     // SAFETY: features checked; lengths equal.
     unsafe { dot_f16_avx(x, w) }
+}
+
+/// BF16-weight dot product (see `scalar::dot_bf16`).
+pub(crate) fn dot_bf16(x: &[f32], w: &[u16]) -> f32 {
+    assert_eq!(x.len(), w.len());
+    if !available() {
+        return scalar::dot_bf16(x, w);
+    }
+    // SAFETY: features checked; lengths equal.
+    unsafe { dot_bf16_avx(x, w) }
 }
 
 /// Lane `r` of the result is the sum of the eight i32 lanes of `v[r]`, given
@@ -265,6 +285,290 @@ float_dot!(
     |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
     |v: u16| half::f16::from_bits(v).to_f32()
 );
+
+float_dot!(
+    dot_bf16_avx,
+    u16,
+    |p: *const u16| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+        _mm_loadu_si128(p as *const __m128i)
+    ))),
+    scalar::bf16_to_f32
+);
+
+/// Byte `e` of the result is `0x10` where bit `e` of `qh` is set, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn high_bits(qh: u32) -> __m256i {
+    // Byte e gets byte e / 8 of qh, then is tested against bit e % 8.
+    let spread = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let hit = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    _mm256_and_si256(hit, _mm256_set1_epi8(0x10))
+}
+
+/// The 32 nibbles at `p` (16 bytes, ggml order: low nibbles, then high nibbles) as bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    let t = _mm_loadu_si128(p as *const __m128i);
+    _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+        _mm256_set1_epi8(0x0F),
+    )
+}
+
+/// Lane `lane`'s 32 weights of a Q4_0 / Q5_0 (signed, offset removed) or Q5_1 (unsigned)
+/// record at `r`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn legacy_weights(format: QFormat, r: *const u8, lane: usize) -> __m256i {
+    let qh = |at: usize| (r.add(at + lane * 4) as *const u32).read_unaligned();
+    match format {
+        QFormat::Q4_0 => _mm256_sub_epi8(nibbles(r.add(Q4_0_QS + lane * 16)), _mm256_set1_epi8(8)),
+        QFormat::Q5_0 => _mm256_sub_epi8(
+            _mm256_or_si256(nibbles(r.add(Q5_0_QS + lane * 16)), high_bits(qh(Q5_0_QH))),
+            _mm256_set1_epi8(16),
+        ),
+        _ => _mm256_or_si256(nibbles(r.add(Q5_1_QS + lane * 16)), high_bits(qh(Q5_1_QH))),
+    }
+}
+
+/// For each activation block `a[i]`: `hadd` of the i32 lanes of the 32-element dot products of
+/// weights `w0` and `w1` with `a[i]` (`signed`: weights are i8, else u8).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn pair_dot<const R: usize>(
+    signed: bool,
+    w0: __m256i,
+    w1: __m256i,
+    a: &[__m256i; R],
+) -> [__m256i; R] {
+    let ones = _mm256_set1_epi16(1);
+    if signed {
+        let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+        a.map(|a| {
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a, w0)), ones);
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a, w1)), ones);
+            _mm256_hadd_epi32(p0, p1)
+        })
+    } else {
+        a.map(|a| {
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones);
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones);
+            _mm256_hadd_epi32(p0, p1)
+        })
+    }
+}
+
+/// Q4_0, Q5_0 (× Q8_0) and Q5_1 (× Q8_1) panels: as `panel_q8_0` / `panel_q4_1`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_legacy<const R: usize>(
+    format: QFormat,
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    let rec = format.record();
+    let signed = format != QFormat::Q5_1;
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let r = panel.as_ptr().add(b * rec);
+        prefetch(r, rec);
+        let a = act_blocks(acts, b);
+        let mut h = [[_mm256_setzero_si256(); R]; 4];
+        for (pair, h) in h.iter_mut().enumerate() {
+            let w0 = legacy_weights(format, r, 2 * pair);
+            let w1 = legacy_weights(format, r, 2 * pair + 1);
+            *h = pair_dot(signed, w0, w1, &a);
+        }
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
+            let scaled = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                _mm256_set1_ps(acts[i].d[b]),
+            );
+            let v = if signed {
+                scaled
+            } else {
+                let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
+                _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])))
+            };
+            *acc = _mm256_add_ps(*acc, v);
+        }
+    }
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
+}
+
+/// One k-quant block (`blk`, GGUF bytes) against block `b` of each activation row: per row, 8
+/// i32 lanes whose sum is the block's scaled integer dot product (for Q6_K before the
+/// `32 · Σ sc · bsum` offset correction, which goes into `extra`); `extra[i]` gets Q4_K/Q5_K's
+/// `summ` or Q6_K's correction.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn lane_k<const R: usize>(
+    format: QFormat,
+    blk: *const u8,
+    acts: &[ActRow<'_>; R],
+    b: usize,
+    extra: &mut [i32; R],
+) -> [__m256i; R] {
+    let mut s = [_mm256_setzero_si256(); R];
+    let low = _mm256_set1_epi8(0x0F);
+    let act = |i: usize, at: usize| {
+        _mm256_loadu_si256(acts[i].qs.as_ptr().add(b * QK_K + at) as *const __m256i)
+    };
+    let bsums = |i: usize| &acts[i].bsums[b * QK_K / 16..(b + 1) * QK_K / 16];
+    if format == QFormat::Q6K {
+        let sc = std::slice::from_raw_parts(blk.add(192) as *const i8, 16);
+        let three = _mm256_set1_epi8(3);
+        for n in 0..2 {
+            let ql0 = _mm256_loadu_si256(blk.add(64 * n) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(blk.add(64 * n + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i);
+            let high = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, three));
+            let u = [
+                _mm256_or_si256(_mm256_and_si256(ql0, low), high(qh)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low), high(_mm256_srli_epi16::<2>(qh))),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
+                    high(_mm256_srli_epi16::<4>(qh)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
+                    high(_mm256_srli_epi16::<6>(qh)),
+                ),
+            ];
+            for (t, &u) in u.iter().enumerate() {
+                let c = 4 * n + t;
+                let sv = _mm256_set_m128i(
+                    _mm_set1_epi16(sc[2 * c + 1] as i16),
+                    _mm_set1_epi16(sc[2 * c] as i16),
+                );
+                for (i, s) in s.iter_mut().enumerate() {
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, act(i, 32 * c)), sv);
+                    *s = _mm256_add_epi32(*s, p);
+                }
+            }
+        }
+        for (i, e) in extra.iter_mut().enumerate() {
+            let bs = bsums(i);
+            *e = 32 * (0..16).map(|g| sc[g] as i32 * bs[g]).sum::<i32>();
+        }
+        return s;
+    }
+    let scales = std::slice::from_raw_parts(blk.add(4), 12);
+    let (sc, m) = scales_mins_k4(scales);
+    let (qs, qh) = if format == QFormat::Q5K {
+        (48, Some(_mm256_loadu_si256(blk.add(16) as *const __m256i)))
+    } else {
+        (16, None)
+    };
+    let one = _mm256_set1_epi8(1);
+    for j in 0..4 {
+        let raw = _mm256_loadu_si256(blk.add(qs + 32 * j) as *const __m256i);
+        let mut lo = _mm256_and_si256(raw, low);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low);
+        if let Some(qh) = qh {
+            let bit = |sh: usize| {
+                let v = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(sh as i32));
+                _mm256_slli_epi16::<4>(_mm256_and_si256(v, one))
+            };
+            lo = _mm256_or_si256(lo, bit(2 * j));
+            hi = _mm256_or_si256(hi, bit(2 * j + 1));
+        }
+        let (s0, s1) = (
+            _mm256_set1_epi16(sc[2 * j] as i16),
+            _mm256_set1_epi16(sc[2 * j + 1] as i16),
+        );
+        for (i, s) in s.iter_mut().enumerate() {
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act(i, 64 * j)), s0);
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, act(i, 64 * j + 32)), s1);
+            *s = _mm256_add_epi32(*s, _mm256_add_epi32(p0, p1));
+        }
+    }
+    for (i, e) in extra.iter_mut().enumerate() {
+        let bs = bsums(i);
+        *e = (0..8)
+            .map(|j| m[j] as i32 * (bs[2 * j] + bs[2 * j + 1]))
+            .sum::<i32>();
+    }
+    s
+}
+
+/// Q4_K, Q5_K, Q6_K (× Q8_K) panels: per block, the eight rows' exact integer sums (one lane
+/// per row), then `scalar::block_update`'s float expression lane-wise.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_k<const R: usize>(
+    format: QFormat,
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    let (rec, blk) = (format.record(), format.gguf_block());
+    let (d_at, dmin_at) = if format == QFormat::Q6K {
+        (208, 0)
+    } else {
+        (0, 2)
+    };
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let r = panel.as_ptr().add(b * rec);
+        prefetch(r, rec);
+        let mut dw = [0u16; PANEL];
+        let mut dm = [0u16; PANEL];
+        let mut extra = [[0i32; PANEL]; R];
+        let mut h = [[_mm256_setzero_si256(); R]; 4];
+        for (pair, h) in h.iter_mut().enumerate() {
+            let mut e = [[0i32; R]; 2];
+            let l0 = 2 * pair;
+            let v0 = lane_k(format, r.add(l0 * blk), acts, b, &mut e[0]);
+            let v1 = lane_k(format, r.add((l0 + 1) * blk), acts, b, &mut e[1]);
+            for i in 0..R {
+                h[i] = _mm256_hadd_epi32(v0[i], v1[i]);
+                extra[i][l0] = e[0][i];
+                extra[i][l0 + 1] = e[1][i];
+            }
+            for lane in [l0, l0 + 1] {
+                let p = r.add(lane * blk);
+                dw[lane] = (p.add(d_at) as *const u16).read_unaligned();
+                dm[lane] = (p.add(dmin_at) as *const u16).read_unaligned();
+            }
+        }
+        let dwv = _mm256_cvtph_ps(_mm_loadu_si128(dw.as_ptr() as *const __m128i));
+        let dmv = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
+            let ex = _mm256_loadu_si256(extra[i].as_ptr() as *const __m256i);
+            let dx = _mm256_set1_ps(acts[i].d[b]);
+            let v = if format == QFormat::Q6K {
+                let sumi = _mm256_sub_epi32(sum, ex);
+                _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
+            } else {
+                _mm256_sub_ps(
+                    _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sum)),
+                    _mm256_mul_ps(_mm256_mul_ps(dx, dmv), _mm256_cvtepi32_ps(ex)),
+                )
+            };
+            *acc = _mm256_add_ps(*acc, v);
+        }
+    }
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
+}
 
 /// `(acc0 + acc1) + (acc2 + acc3)`, then lanes `l + l+4`, then `l + l+2`, then the last two.
 #[target_feature(enable = "avx2,fma,f16c")]
