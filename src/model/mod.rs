@@ -3,6 +3,7 @@
 //! This module turns files into an immutable, shareable model; it never sees requests or
 //! batches (that is [`crate::engine`]).
 
+pub mod arch;
 pub mod chat;
 pub mod chat_template;
 pub mod error;
@@ -10,7 +11,9 @@ pub mod gguf;
 pub mod llama;
 pub mod pre_tokenizer;
 pub mod quant;
+pub mod safetensors;
 pub mod source;
+pub mod spm;
 pub mod tokenizer;
 
 pub use error::{ModelError, Result};

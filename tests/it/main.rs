@@ -2,6 +2,7 @@
 
 mod util;
 
+mod arch;
 mod engine;
 mod fbbench;
 mod fennec;
