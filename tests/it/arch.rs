@@ -196,7 +196,9 @@ fn gguf_conversions_match_transformers_greedy() {
         eprintln!("*** SKIPPED: set CANDOR_TINY_GGUF to the output of make_tiny.py --gguf ***");
         return;
     };
-    for arch in ARCHS {
+    // convert_hf_to_gguf.py writes Mistral as `llama` without its sliding window (llama.cpp
+    // runs it with full attention), so the transformers reference does not apply to it.
+    for arch in ARCHS.iter().filter(|a| **a != "mistral") {
         let path = Path::new(&dir).join(format!("{arch}-f32.gguf"));
         let mut file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{arch}: {e}"));
         let model =

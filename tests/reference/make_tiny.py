@@ -98,7 +98,9 @@ ARCHS = {
             head_dim=16,
             query_pre_attn_scalar=16,
             sliding_window=6,
-            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            # Six layers: llama.cpp's default pattern (five sliding, one full), which is also
+            # what convert_hf_to_gguf.py leaves it to assume.
+            num_hidden_layers=6,
             rope_theta=1000000.0,
             rope_local_base_freq=10000.0,
             hidden_activation="gelu_pytorch_tanh",
