@@ -287,3 +287,55 @@ fn every_architecture_is_batch_invariant() {
         );
     }
 }
+
+/// Candor's tokenizer against llama.cpp's `llama-tokenize` on real vocabularies: with
+/// `CANDOR_TOKENIZER_GGUFS=<dir>` holding `<name>.gguf` (vocab-only conversions) and the
+/// `<name>.expected.jsonl` that `tests/reference/tokenizer_agreement.py` writes.
+#[test]
+fn tokenizer_agreement_with_llama_cpp() {
+    let Some(dir) = std::env::var_os("CANDOR_TOKENIZER_GGUFS") else {
+        eprintln!("*** SKIPPED: set CANDOR_TOKENIZER_GGUFS (see tests/reference/tokenizer_agreement.py) ***");
+        return;
+    };
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    names.sort();
+    let mut failures = Vec::new();
+    for gguf in names {
+        let expected = gguf.with_extension("expected.jsonl");
+        let Ok(text) = std::fs::read_to_string(&expected) else {
+            continue;
+        };
+        let tok = candor::model::tokenizer::Tokenizer::from_gguf_file(&gguf)
+            .unwrap_or_else(|e| panic!("{}: {e}", gguf.display()));
+        let (mut same, mut total) = (0, 0);
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let sample = v["text"].as_str().unwrap();
+            let want: Vec<u32> = v["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
+            let got = tok.encode(sample).unwrap();
+            total += 1;
+            if got == want {
+                same += 1;
+            } else {
+                failures.push(format!(
+                    "{}: {sample:?}: candor {got:?}, llama.cpp {want:?}",
+                    gguf.display()
+                ));
+            }
+        }
+        eprintln!(
+            "{}: {same}/{total} samples tokenized identically to llama.cpp",
+            gguf.file_name().unwrap().to_string_lossy()
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
