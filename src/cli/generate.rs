@@ -156,7 +156,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         },
     };
     let mut engine = Engine::from_files(&files, options)
-        .with_context(|| format!("loading {}", files.gguf.display()))?;
+        .with_context(|| format!("loading {}", files.weights.display()))?;
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(n) = args.threads {
         pool = pool.num_threads(n);

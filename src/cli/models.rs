@@ -44,7 +44,10 @@ impl ModelInfo {
     /// weights), hashing the weights file.
     pub fn inspect(name: &str) -> anyhow::Result<ModelInfo> {
         let files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
-        let file = GgufFile::open(&files.gguf).with_context(|| format!("model {name:?}"))?;
+        if files.checkpoint {
+            return ModelInfo::inspect_checkpoint(name, files);
+        }
+        let file = GgufFile::open(&files.weights).with_context(|| format!("model {name:?}"))?;
         let tokenizer = match &files.tokenizer_json {
             Some(path) => Tokenizer::from_tokenizer_json(path),
             None => Tokenizer::from_gguf(file.content()),
@@ -53,24 +56,60 @@ impl ModelInfo {
         let template = match &files.tokenizer_config {
             Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
             None => ChatTemplate::from_gguf(file.content(), &tokenizer)
-                .and_then(|t| t.with_origin(files.gguf.display())),
+                .and_then(|t| t.with_origin(files.weights.display())),
         }
         .with_context(|| format!("model {name:?}: chat template"))?;
         let config = LlamaConfig::from_gguf(file.content())
             .with_context(|| format!("model {name:?}: configuration"))?;
-        let sha256 = file_sha256(&files.gguf)
-            .with_context(|| format!("model {name:?}: hashing {}", files.gguf.display()))?;
+        let sha256 = file_sha256(&files.weights)
+            .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
         let is_default_file = files
-            .gguf
+            .weights
             .file_name()
             .is_some_and(|f| f == DEFAULT_MODEL_FILE);
         if is_default_file && sha256 != DEFAULT_MODEL_SHA256 {
             anyhow::bail!(
                 "{}: sha256 {sha256} is not the default model's ({DEFAULT_MODEL_SHA256}); \
                  run `candor setup` again",
-                files.gguf.display()
+                files.weights.display()
             );
         }
+        Ok(ModelInfo {
+            name: name.to_string(),
+            files,
+            sha256,
+            tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
+            context_len: config.context_len,
+        })
+    }
+
+    /// [`ModelInfo::inspect`] for a Hugging Face checkpoint folder: `tokenizer.json`,
+    /// `tokenizer_config.json` and `config.json` (not the weights).
+    fn inspect_checkpoint(name: &str, files: ModelFiles) -> anyhow::Result<ModelInfo> {
+        let tok = files
+            .tokenizer_json
+            .as_ref()
+            .with_context(|| format!("model {name:?}: checkpoint folder has no tokenizer.json"))?;
+        let tokenizer = Tokenizer::from_tokenizer_json(tok)
+            .with_context(|| format!("model {name:?}: tokenizer"))?;
+        let cfg = files.tokenizer_config.as_ref().with_context(|| {
+            format!(
+                "model {name:?}: checkpoint folder has no tokenizer_config.json (chat template)"
+            )
+        })?;
+        let template = ChatTemplate::from_tokenizer_config(cfg, &tokenizer)
+            .with_context(|| format!("model {name:?}: chat template"))?;
+        let config_path = files.weights.join("config.json");
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&config_path)
+                .with_context(|| format!("model {name:?}: {}", config_path.display()))?,
+        )
+        .with_context(|| format!("model {name:?}: {}", config_path.display()))?;
+        let config = LlamaConfig::from_hf_config(&config_path, &json)
+            .with_context(|| format!("model {name:?}: configuration"))?;
+        let sha256 = source::weights_sha256(&files.weights)
+            .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
         Ok(ModelInfo {
             name: name.to_string(),
             files,

@@ -123,7 +123,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 bail!(
                     "model {name:?}: {} has sha256 {}, the run used {want}; cannot verify \
                      with another model",
-                    info.files.gguf.display(),
+                    info.files.weights.display(),
                     info.sha256
                 );
             }

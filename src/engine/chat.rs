@@ -15,10 +15,34 @@ use super::kv::SeqId;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 use super::{ChatReply, ChatRequest, EngineError, Generate};
 use crate::model::chat_template::ChatTemplate;
-use crate::model::gguf::{file_sha256, GgufFile, LlamaConfig};
+use crate::model::gguf::{GgufFile, LlamaConfig};
 use crate::model::llama::{Llama, WeightDType};
-use crate::model::source::ModelFiles;
+use crate::model::safetensors::Checkpoint;
+use crate::model::source::{weights_sha256, ModelFiles};
 use crate::model::tokenizer::Tokenizer;
+use crate::model::ModelError;
+
+/// The `eos_token_id` (one id or a list) of a `generation_config.json`.
+pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {
+    let bad = |msg: String| ModelError::Config {
+        path: path.to_path_buf(),
+        key: "eos_token_id".into(),
+        msg,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let id = |v: &serde_json::Value| {
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| bad(format!("{v} is not a token id")))
+    };
+    match json.get("eos_token_id") {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(serde_json::Value::Array(a)) => a.iter().map(id).collect(),
+        Some(v) => Ok(vec![id(v)?]),
+    }
+}
 
 impl TextDecoder for Tokenizer {
     fn decode(&self, ids: &[u32]) -> String {
@@ -49,13 +73,25 @@ impl Engine {
         let tokenizer = Tokenizer::from_gguf(file.content())?;
         let template =
             ChatTemplate::from_gguf(file.content(), &tokenizer)?.with_origin(gguf.display())?;
-        Engine::build(&mut file, tokenizer, template, options)
+        let model = Llama::from_gguf(&mut file, options.dtype)?;
+        Ok(Engine::build(
+            model,
+            gguf,
+            tokenizer,
+            template,
+            &[],
+            options,
+        ))
     }
 
     /// Loads resolved model files: a `tokenizer.json` (and its `tokenizer_config.json`) beside
-    /// the GGUF take precedence over the GGUF's own tokenizer and template.
+    /// the GGUF take precedence over the GGUF's own tokenizer and template. A checkpoint
+    /// folder needs its `tokenizer.json`; its `generation_config.json` eos ids also stop.
     pub fn from_files(files: &ModelFiles, options: EngineOptions) -> Result<Engine, EngineError> {
-        let mut file = GgufFile::open(&files.gguf)?;
+        if files.checkpoint {
+            return Engine::from_checkpoint(files, options);
+        }
+        let mut file = GgufFile::open(&files.weights)?;
         let tokenizer = match &files.tokenizer_json {
             Some(path) => Tokenizer::from_tokenizer_json(path)?,
             None => Tokenizer::from_gguf(file.content())?,
@@ -63,26 +99,65 @@ impl Engine {
         let template = match &files.tokenizer_config {
             Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
             None => ChatTemplate::from_gguf(file.content(), &tokenizer)?
-                .with_origin(files.gguf.display())?,
+                .with_origin(files.weights.display())?,
         };
-        Engine::build(&mut file, tokenizer, template, options)
+        let model = Llama::from_gguf(&mut file, options.dtype)?;
+        Ok(Engine::build(
+            model,
+            &files.weights,
+            tokenizer,
+            template,
+            &[],
+            options,
+        ))
+    }
+
+    fn from_checkpoint(files: &ModelFiles, options: EngineOptions) -> Result<Engine, EngineError> {
+        let dir = &files.weights;
+        let missing = |what: &str| ModelError::Source {
+            source_name: dir.display().to_string(),
+            msg: format!("checkpoint folder has no {what}"),
+        };
+        let tok_path = files
+            .tokenizer_json
+            .as_ref()
+            .ok_or_else(|| missing("tokenizer.json"))?;
+        let tokenizer = Tokenizer::from_tokenizer_json(tok_path)?;
+        let template = match &files.tokenizer_config {
+            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
+            None => return Err(ModelError::NoChatTemplate.into()),
+        };
+        let eos = match &files.generation_config {
+            Some(p) => generation_eos_ids(p)?,
+            None => Vec::new(),
+        };
+        let mut ck = Checkpoint::open(dir)?;
+        let config = ck.config().clone();
+        let model = Llama::from_source(config, &mut ck, options.dtype)?;
+        Ok(Engine::build(
+            model, dir, tokenizer, template, &eos, options,
+        ))
     }
 
     fn build(
-        file: &mut GgufFile,
+        model: Llama,
+        path: &Path,
         tokenizer: Tokenizer,
         template: ChatTemplate,
+        extra_stops: &[u32],
         options: EngineOptions,
-    ) -> Result<Engine, EngineError> {
-        let model = Llama::from_gguf(file, options.dtype)?;
-        let stop_ids = template.stop_token_ids(&tokenizer);
-        Ok(Engine {
+    ) -> Engine {
+        let mut stop_ids = template.stop_token_ids(&tokenizer);
+        stop_ids.extend(extra_stops);
+        stop_ids.sort_unstable();
+        stop_ids.dedup();
+        Engine {
             decoder: Decoder::new(Arc::new(model), options.scheduler, stop_ids),
             tokenizer: Arc::new(tokenizer),
             template,
-            model_path: file.path().to_path_buf(),
+            model_path: path.to_path_buf(),
             model_sha256: OnceLock::new(),
-        })
+        }
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -116,7 +191,7 @@ impl Engine {
         if let Some(h) = self.model_sha256.get() {
             return Ok(h);
         }
-        let h = file_sha256(&self.model_path)?;
+        let h = weights_sha256(&self.model_path)?;
         Ok(self.model_sha256.get_or_init(|| h))
     }
 

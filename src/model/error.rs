@@ -28,8 +28,20 @@ pub enum ModelError {
     #[error("gguf metadata key `{key}`: {msg}")]
     Metadata { key: String, msg: String },
 
+    /// A Hugging Face `config.json` key is missing, mistyped or unsupported.
+    #[error("{}: config key `{key}`: {msg}", path.display())]
+    Config {
+        path: PathBuf,
+        key: String,
+        msg: String,
+    },
+
+    /// A safetensors file (or its shard index) is malformed or disagrees with its index.
+    #[error("{}: safetensors: {msg}", path.display())]
+    Safetensors { path: PathBuf, msg: String },
+
     /// The model's architecture (GGUF `general.architecture`) is not implemented.
-    #[error("unsupported model architecture `{0}`")]
+    #[error("unsupported model architecture `{0}` (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)")]
     UnsupportedArchitecture(String),
 
     /// A tensor is stored in a type the loader cannot use.
@@ -53,7 +65,9 @@ pub enum ModelError {
     Tokenizer(String),
 
     /// The tokenizer's pre-tokenizer profile (GGUF `tokenizer.ggml.pre`) is not implemented.
-    #[error("unsupported pre-tokenizer `{0}` (supported: smollm, gpt2, llama-bpe)")]
+    #[error(
+        "unsupported pre-tokenizer `{0}` (supported: smollm, gpt2, llama-bpe, qwen2, default)"
+    )]
     UnsupportedPreTokenizer(String),
 
     /// The chat template could not be parsed or rendered, or it raised an exception.

@@ -1,9 +1,9 @@
 //! GGUF files: open one, read the llama-family hyperparameters from its metadata and hand out
 //! its tensors by name.
 //!
-//! This module knows the GGUF key names (`<arch>.block_count`, `<arch>.rope.freq_base`, ...)
-//! and turns them into a resolved [`LlamaConfig`]; it does not build layers or run anything
-//! (that is [`super::llama`]). Absent tensors are reported as such, never guessed: "is there an
+//! The architecture's GGUF keys are read by [`super::arch`] (re-exported here as
+//! [`LlamaConfig`]); this module does not build layers or run anything (that is
+//! [`super::llama`]). Absent tensors are reported as such, never guessed: "is there an
 //! `output.weight`?" is answered by looking the name up, not by catching a read error.
 
 use std::fs::File;
@@ -17,98 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, Result};
 
-/// Architectures (GGUF `general.architecture`) that run through the llama forward pass.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "mistral"];
-
-/// The hyperparameters of a llama-family model, resolved from GGUF metadata.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LlamaConfig {
-    pub architecture: String,
-    pub n_layer: usize,
-    pub dim: usize,
-    pub ffn_dim: usize,
-    pub n_head: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-    /// Number of leading dimensions of each head that RoPE rotates.
-    pub rope_dim: usize,
-    pub rope_base: f32,
-    pub rms_eps: f32,
-    pub context_len: usize,
-    pub vocab_size: usize,
-}
-
-impl LlamaConfig {
-    /// Width of one token's keys (or values) across all KV heads.
-    pub fn kv_dim(&self) -> usize {
-        self.n_kv_head * self.head_dim
-    }
-
-    /// Reads the configuration from a GGUF header; `vocab_size` comes from `token_embd`.
-    pub fn from_gguf(content: &Content) -> Result<LlamaConfig> {
-        let arch = md_string(content, "general.architecture")?;
-        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArchitecture(arch));
-        }
-        let key = |k: &str| format!("{arch}.{k}");
-        let n_layer = md_usize(content, &key("block_count"))?;
-        let dim = md_usize(content, &key("embedding_length"))?;
-        let ffn_dim = md_usize(content, &key("feed_forward_length"))?;
-        let n_head = md_usize(content, &key("attention.head_count"))?;
-        let n_kv_head = match content.metadata.get(&key("attention.head_count_kv")) {
-            Some(_) => md_usize(content, &key("attention.head_count_kv"))?,
-            None => n_head,
-        };
-        let rms_eps = md_f32(content, &key("attention.layer_norm_rms_epsilon"))?;
-        let rope_base = match content.metadata.get(&key("rope.freq_base")) {
-            Some(_) => md_f32(content, &key("rope.freq_base"))?,
-            None => 10_000.0,
-        };
-        let context_len = md_usize(content, &key("context_length"))?;
-        let bad = |k: &str, msg: String| ModelError::Metadata { key: key(k), msg };
-        if n_head == 0 || dim % n_head != 0 {
-            return Err(bad(
-                "attention.head_count",
-                format!("{n_head} heads do not divide embedding length {dim}"),
-            ));
-        }
-        if n_kv_head == 0 || n_head % n_kv_head != 0 {
-            return Err(bad(
-                "attention.head_count_kv",
-                format!("{n_kv_head} kv heads do not divide {n_head} heads"),
-            ));
-        }
-        let head_dim = dim / n_head;
-        let rope_dim = match content.metadata.get(&key("rope.dimension_count")) {
-            Some(_) => md_usize(content, &key("rope.dimension_count"))?,
-            None => head_dim,
-        };
-        if rope_dim > head_dim || rope_dim % 2 != 0 {
-            return Err(bad(
-                "rope.dimension_count",
-                format!("{rope_dim} is odd or exceeds the head dimension {head_dim}"),
-            ));
-        }
-        let vocab_size = match content.tensor_infos.get("token_embd.weight") {
-            Some(info) => info.shape.dims()[0],
-            None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
-        };
-        Ok(LlamaConfig {
-            architecture: arch,
-            n_layer,
-            dim,
-            ffn_dim,
-            n_head,
-            n_kv_head,
-            head_dim,
-            rope_dim,
-            rope_base,
-            rms_eps,
-            context_len,
-            vocab_size,
-        })
-    }
-}
+pub use super::arch::{LlamaConfig, SUPPORTED_ARCHITECTURES};
 
 fn md<'a>(content: &'a Content, key: &str) -> Result<&'a Value> {
     content

@@ -1,5 +1,8 @@
-//! The llama architecture (Touvron et al., 2023, "LLaMA"; llama.cpp's `llm_build_llama` is the
-//! reference implementation): weights built from a GGUF file and a forward pass over packed rows.
+//! The one forward pass over packed rows, for every supported architecture (llama, mistral,
+//! qwen2, qwen3, gemma2, gemma3, phi3; llama.cpp's `src/models/<arch>.cpp` are the reference
+//! implementations). What differs between them is data in [`LlamaConfig`] and optional
+//! weights (biases, q/k norms, post-norms, fused projections), never a second copy of the
+//! pass. Weights come from a GGUF file or a Hugging Face checkpoint through [`TensorSource`].
 //!
 //! One forward step takes several sequences, each contributing some new tokens (a prefill chunk
 //! or one decode token) at its own positions, attending over its own KV state only. There is no
@@ -15,8 +18,9 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
+use super::arch::{Activation, LlamaConfig, TensorSource};
 use super::error::{ModelError, Result};
-use super::gguf::{GgufFile, LlamaConfig};
+use super::gguf::GgufFile;
 use super::quant::QWeight;
 
 /// How matrix weights are held.
@@ -105,19 +109,41 @@ fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
         })
 }
 
-struct Layer {
-    attn_norm: Vec<f32>,
-    wq: QWeight,
-    wk: QWeight,
-    wv: QWeight,
-    wo: QWeight,
-    ffn_norm: Vec<f32>,
-    w_gate: QWeight,
-    w_up: QWeight,
-    w_down: QWeight,
+/// Query, key and value projections: separate, or one fused matrix (Phi-3) whose rows are
+/// the queries, then the keys, then the values.
+enum Qkv {
+    Split { q: QWeight, k: QWeight, v: QWeight },
+    Fused(QWeight),
 }
 
-/// A loaded llama-family model: configuration and immutable weights.
+/// Gate and up projections: separate, or one fused matrix (Phi-3), gate rows first.
+enum GateUp {
+    Split { gate: QWeight, up: QWeight },
+    Fused(QWeight),
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    qkv: Qkv,
+    /// q/k/v biases (Qwen2).
+    bias: Option<[Vec<f32>; 3]>,
+    /// Per-head RMS norms of queries and keys before RoPE (Qwen3, Gemma 3).
+    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    wo: QWeight,
+    /// Norm of the attention output before the residual add (Gemma).
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    gate_up: GateUp,
+    w_down: QWeight,
+    /// Norm of the feed-forward output before the residual add (Gemma).
+    post_ffn_norm: Option<Vec<f32>>,
+    /// Sliding-window layer (its own RoPE frequencies and attention window).
+    swa: bool,
+}
+
+/// A loaded model of one of the supported architectures: configuration and immutable
+/// weights. The name is historical: every architecture runs through this one forward pass,
+/// parameterised by its [`LlamaConfig`].
 pub struct Llama {
     config: LlamaConfig,
     dtype: WeightDType,
@@ -127,12 +153,15 @@ pub struct Llama {
     output_norm: Vec<f32>,
     /// `None` when tied to the embedding.
     output: Option<QWeight>,
-    /// Inverse RoPE frequency per rotated pair (llama 3 frequency factors applied).
+    /// Inverse RoPE frequency per rotated pair of full-attention layers (Llama 3 frequency
+    /// factors and linear scaling applied).
     inv_freq: Vec<f64>,
+    /// The same for sliding-window layers, when they differ.
+    inv_freq_swa: Option<Vec<f64>>,
 }
 
 impl Llama {
-    /// Loads a llama-family GGUF file.
+    /// Loads a GGUF file.
     pub fn from_gguf_path(path: &Path, dtype: WeightDType) -> Result<Llama> {
         let mut file = GgufFile::open(path)?;
         Llama::from_gguf(&mut file, dtype)
@@ -141,69 +170,110 @@ impl Llama {
     /// Builds the model from an open GGUF file.
     pub fn from_gguf(file: &mut GgufFile, dtype: WeightDType) -> Result<Llama> {
         let config = LlamaConfig::from_gguf(file.content())?;
+        Llama::from_source(config, file, dtype)
+    }
+
+    /// Builds the model from tensors under GGUF names (a GGUF file or a checkpoint).
+    pub fn from_source(
+        config: LlamaConfig,
+        src: &mut dyn TensorSource,
+        dtype: WeightDType,
+    ) -> Result<Llama> {
         let c = &config;
-        let (dim, kv_dim, ffn) = (c.dim, c.kv_dim(), c.ffn_dim);
-        let embd_q = file.tensor("token_embd.weight", &[c.vocab_size, dim])?;
+        let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
+        let embd_q = src.read_tensor("token_embd.weight", &[c.vocab_size, dim])?;
         let embedding = build_matrix("token_embd.weight", &embd_q, dtype)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
+            let name = |suffix: &str| format!("blk.{i}.{suffix}");
             let mut mat = |suffix: &str, shape: &[usize]| -> Result<QWeight> {
-                let name = format!("blk.{i}.{suffix}.weight");
-                let q = file.tensor(&name, shape)?;
-                build_matrix(&name, &q, dtype)
+                let n = name(suffix);
+                let q = src.read_tensor(&n, shape)?;
+                build_matrix(&n, &q, dtype)
             };
-            let wq = mat("attn_q", &[dim, dim])?;
-            let wk = mat("attn_k", &[kv_dim, dim])?;
-            let wv = mat("attn_v", &[kv_dim, dim])?;
-            let wo = mat("attn_output", &[dim, dim])?;
-            let w_gate = mat("ffn_gate", &[ffn, dim])?;
-            let w_up = mat("ffn_up", &[ffn, dim])?;
-            let w_down = mat("ffn_down", &[dim, ffn])?;
-            let mut norm = |suffix: &str| -> Result<Vec<f32>> {
-                let name = format!("blk.{i}.{suffix}.weight");
-                let q = file.tensor(&name, &[dim])?;
-                to_f32_vec(&name, &q)
+            let qkv = if c.arch.fused() {
+                Qkv::Fused(mat("attn_qkv.weight", &[q_dim + 2 * kv_dim, dim])?)
+            } else {
+                Qkv::Split {
+                    q: mat("attn_q.weight", &[q_dim, dim])?,
+                    k: mat("attn_k.weight", &[kv_dim, dim])?,
+                    v: mat("attn_v.weight", &[kv_dim, dim])?,
+                }
             };
-            let attn_norm = norm("attn_norm")?;
-            let ffn_norm = norm("ffn_norm")?;
+            let wo = mat("attn_output.weight", &[dim, q_dim])?;
+            let gate_up = if c.arch.fused() {
+                GateUp::Fused(mat("ffn_up.weight", &[2 * ffn, dim])?)
+            } else {
+                GateUp::Split {
+                    gate: mat("ffn_gate.weight", &[ffn, dim])?,
+                    up: mat("ffn_up.weight", &[ffn, dim])?,
+                }
+            };
+            let w_down = mat("ffn_down.weight", &[dim, ffn])?;
+            let has_bias = src.has_tensor(&name("attn_q.bias"));
+            let has_qk_norm = src.has_tensor(&name("attn_q_norm.weight"));
+            let mut vector = |suffix: &str, len: usize| -> Result<Vec<f32>> {
+                let n = name(suffix);
+                to_f32_vec(&n, &src.read_tensor(&n, &[len])?)
+            };
+            let attn_norm = vector("attn_norm.weight", dim)?;
+            let ffn_norm = vector("ffn_norm.weight", dim)?;
+            let bias = if has_bias {
+                Some([
+                    vector("attn_q.bias", q_dim)?,
+                    vector("attn_k.bias", kv_dim)?,
+                    vector("attn_v.bias", kv_dim)?,
+                ])
+            } else {
+                None
+            };
+            let qk_norm = if has_qk_norm {
+                Some((
+                    vector("attn_q_norm.weight", hd)?,
+                    vector("attn_k_norm.weight", hd)?,
+                ))
+            } else {
+                None
+            };
+            let gemma = c.arch.norm_plus_one();
+            let post_attn_norm = if gemma {
+                Some(vector("post_attention_norm.weight", dim)?)
+            } else {
+                None
+            };
+            let post_ffn_norm = if gemma {
+                Some(vector("post_ffw_norm.weight", dim)?)
+            } else {
+                None
+            };
             layers.push(Layer {
                 attn_norm,
-                wq,
-                wk,
-                wv,
+                qkv,
+                bias,
+                qk_norm,
                 wo,
+                post_attn_norm,
                 ffn_norm,
-                w_gate,
-                w_up,
+                gate_up,
                 w_down,
+                post_ffn_norm,
+                swa: c.window(i).is_some(),
             });
         }
         let output_norm = to_f32_vec(
             "output_norm.weight",
-            &file.tensor("output_norm.weight", &[dim])?,
+            &src.read_tensor("output_norm.weight", &[dim])?,
         )?;
-        // Tied embeddings exactly when the file has no `output.weight`.
-        let output = if file.has_tensor("output.weight") {
-            let q = file.tensor("output.weight", &[c.vocab_size, dim])?;
+        // Tied embeddings exactly when there is no `output.weight`.
+        let output = if src.has_tensor("output.weight") {
+            let q = src.read_tensor("output.weight", &[c.vocab_size, dim])?;
             Some(build_matrix("output.weight", &q, dtype)?)
         } else {
             None
         };
-        let n_pairs = c.rope_dim / 2;
-        let factors = if file.has_tensor("rope_freqs.weight") {
-            to_f32_vec(
-                "rope_freqs.weight",
-                &file.tensor("rope_freqs.weight", &[n_pairs])?,
-            )?
-        } else {
-            vec![1.0; n_pairs]
-        };
-        let inv_freq = (0..n_pairs)
-            .map(|i| {
-                let f = (c.rope_base as f64).powf(-2.0 * i as f64 / c.rope_dim as f64);
-                f / factors[i] as f64
-            })
-            .collect();
+        let factors = src.rope_factors(c)?;
+        let inv_freq = c.inv_freq(false, factors.as_deref());
+        let inv_freq_swa = Some(c.inv_freq(true, factors.as_deref())).filter(|f| *f != inv_freq);
         Ok(Llama {
             config,
             dtype,
@@ -212,6 +282,7 @@ impl Llama {
             output_norm,
             output,
             inv_freq,
+            inv_freq_swa,
         })
     }
 
@@ -237,7 +308,8 @@ impl Llama {
         scratch: &'s mut Scratch,
     ) -> &'s [f32] {
         let c = &self.config;
-        let (dim, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
+        let (dim, q_dim, kv_dim, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let rd = c.rope_dim;
         let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         scratch.prepare(c, rows);
         let s = scratch;
@@ -250,31 +322,72 @@ impl Llama {
             s.seq_spans.push((row, seq.tokens.len(), start_pos));
             seq.kv.grow(seq.tokens.len());
             for (i, &t) in seq.tokens.iter().enumerate() {
-                self.embedding
-                    .row_f32(t as usize, &mut s.x[(row + i) * dim..(row + i + 1) * dim]);
-                self.rope_row(
+                let x = &mut s.x[(row + i) * dim..(row + i + 1) * dim];
+                self.embedding.row_f32(t as usize, x);
+                if let Some(scale) = c.embed_scale {
+                    for v in x.iter_mut() {
+                        *v *= scale;
+                    }
+                }
+                rope_row(
+                    &self.inv_freq,
                     start_pos + i,
-                    &mut s.rope[(row + i) * c.rope_dim..][..c.rope_dim],
+                    &mut s.rope[(row + i) * rd..][..rd],
                 );
+                if let Some(f) = &self.inv_freq_swa {
+                    rope_row(f, start_pos + i, &mut s.rope_swa[(row + i) * rd..][..rd]);
+                }
             }
             row += seq.tokens.len();
         }
 
         for (l, layer) in self.layers.iter().enumerate() {
-            rms_norm_rows(&s.x, &layer.attn_norm, c.rms_eps, &mut s.xb);
-            QWeight::matmul_shared(
-                &[&layer.wq, &layer.wk, &layer.wv],
-                &s.xb,
-                rows,
-                &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+            rms_norm_rows(&s.x, &layer.attn_norm, c.rms_eps, &mut s.xb[..rows * dim]);
+            let xb = &s.xb[..rows * dim];
+            let (q, k, v) = (
+                &mut s.q[..rows * q_dim],
+                &mut s.k[..rows * kv_dim],
+                &mut s.v[..rows * kv_dim],
             );
+            match &layer.qkv {
+                Qkv::Split {
+                    q: wq,
+                    k: wk,
+                    v: wv,
+                } => {
+                    QWeight::matmul_shared(&[wq, wk, wv], xb, rows, &mut [q, k, v]);
+                }
+                Qkv::Fused(w) => {
+                    let width = q_dim + 2 * kv_dim;
+                    let fused = &mut s.fused[..rows * width];
+                    w.matmul(xb, rows, fused);
+                    for (r, f) in fused.chunks_exact(width).enumerate() {
+                        q[r * q_dim..(r + 1) * q_dim].copy_from_slice(&f[..q_dim]);
+                        k[r * kv_dim..(r + 1) * kv_dim].copy_from_slice(&f[q_dim..q_dim + kv_dim]);
+                        v[r * kv_dim..(r + 1) * kv_dim].copy_from_slice(&f[q_dim + kv_dim..]);
+                    }
+                }
+            }
+            if let Some([bq, bk, bv]) = &layer.bias {
+                add_rows(q, bq);
+                add_rows(k, bk);
+                add_rows(v, bv);
+            }
+            if let Some((nq, nk)) = &layer.qk_norm {
+                rms_norm_in_place(q, nq, c.rms_eps);
+                rms_norm_in_place(k, nk, c.rms_eps);
+            }
+            let rope = match (&self.inv_freq_swa, layer.swa) {
+                (Some(_), true) => &s.rope_swa,
+                _ => &s.rope,
+            };
             for r in 0..rows {
-                let cs = &s.rope[r * c.rope_dim..(r + 1) * c.rope_dim];
+                let cs = &rope[r * rd..(r + 1) * rd];
                 for h in 0..c.n_head {
-                    apply_rope(&mut s.q[r * dim + h * hd..][..c.rope_dim], cs);
+                    apply_rope(&mut q[r * q_dim + h * hd..][..hd], cs, rd, c.rope_neox);
                 }
                 for h in 0..c.n_kv_head {
-                    apply_rope(&mut s.k[r * kv_dim + h * hd..][..c.rope_dim], cs);
+                    apply_rope(&mut k[r * kv_dim + h * hd..][..hd], cs, rd, c.rope_neox);
                 }
             }
             for (seq, &(r0, n, p0)) in seqs.iter_mut().zip(&s.seq_spans) {
@@ -283,26 +396,54 @@ impl Llama {
                     seq.kv.write(
                         l,
                         p0 + i,
-                        &s.k[r * kv_dim..(r + 1) * kv_dim],
-                        &s.v[r * kv_dim..(r + 1) * kv_dim],
+                        &k[r * kv_dim..(r + 1) * kv_dim],
+                        &v[r * kv_dim..(r + 1) * kv_dim],
                     );
                 }
             }
-            self.attention(l, seqs, &s.seq_spans, &s.q, &mut s.xb);
-            layer.wo.matmul(&s.xb, rows, &mut s.q);
-            add_in_place(&mut s.x, &s.q);
-            rms_norm_rows(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.xb);
-            QWeight::matmul_shared(
-                &[&layer.w_gate, &layer.w_up],
-                &s.xb,
-                rows,
-                &mut [&mut s.gate[..], &mut s.up[..]],
-            );
-            for (g, u) in s.gate.iter_mut().zip(&s.up) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
+            let attn = &mut s.attn[..rows * q_dim];
+            self.attention(l, seqs, &s.seq_spans, q, attn);
+            let out = &mut s.xb[..rows * dim];
+            layer.wo.matmul(attn, rows, out);
+            if let Some(w) = &layer.post_attn_norm {
+                rms_norm_in_place(out, w, c.rms_eps);
             }
-            layer.w_down.matmul(&s.gate, rows, &mut s.q);
-            add_in_place(&mut s.x, &s.q);
+            add_in_place(&mut s.x, out);
+            rms_norm_rows(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.xb[..rows * dim]);
+            let xb = &s.xb[..rows * dim];
+            let (gate, up) = (&mut s.gate[..], &mut s.up[..]);
+            match &layer.gate_up {
+                GateUp::Split { gate: wg, up: wu } => {
+                    QWeight::matmul_shared(&[wg, wu], xb, rows, &mut [gate, up]);
+                }
+                GateUp::Fused(w) => {
+                    let ffn = c.ffn_dim;
+                    let fused = &mut s.fused[..rows * 2 * ffn];
+                    w.matmul(xb, rows, fused);
+                    for (r, f) in fused.chunks_exact(2 * ffn).enumerate() {
+                        gate[r * ffn..(r + 1) * ffn].copy_from_slice(&f[..ffn]);
+                        up[r * ffn..(r + 1) * ffn].copy_from_slice(&f[ffn..]);
+                    }
+                }
+            }
+            match c.activation {
+                Activation::Silu => {
+                    for (g, u) in s.gate.iter_mut().zip(&s.up) {
+                        *g = *g / (1.0 + (-*g).exp()) * u;
+                    }
+                }
+                Activation::GeluTanh => {
+                    for (g, u) in s.gate.iter_mut().zip(&s.up) {
+                        *g = gelu_tanh(*g) * u;
+                    }
+                }
+            }
+            let out = &mut s.xb[..rows * dim];
+            layer.w_down.matmul(&s.gate, rows, out);
+            if let Some(w) = &layer.post_ffn_norm {
+                rms_norm_in_place(out, w, c.rms_eps);
+            }
+            add_in_place(&mut s.x, out);
         }
 
         // Final norm and output projection, only for the rows whose logits are wanted.
@@ -318,27 +459,23 @@ impl Llama {
                 m += 1;
             }
         }
-        let normed = &mut s.q[..m * dim];
+        let normed = &mut s.attn[..m * dim];
         rms_norm_rows(&s.xb[..m * dim], &self.output_norm, c.rms_eps, normed);
         s.logits.resize(m * c.vocab_size, 0.0);
         self.output
             .as_ref()
             .unwrap_or(&self.embedding)
             .matmul(normed, m, &mut s.logits);
+        if let Some(cap) = c.final_softcap {
+            for v in s.logits.iter_mut() {
+                *v = (*v / cap).tanh() * cap;
+            }
+        }
         &s.logits
     }
 
-    /// Cosine and sine of each rotated pair's angle at `pos`, interleaved `[cos, sin, ...]`.
-    fn rope_row(&self, pos: usize, out: &mut [f32]) {
-        for (i, f) in self.inv_freq.iter().enumerate() {
-            let a = pos as f64 * f;
-            out[2 * i] = a.cos() as f32;
-            out[2 * i + 1] = a.sin() as f32;
-        }
-    }
-
     /// Causal attention of each sequence's new rows over its own KV, written into `out`
-    /// (`[row][dim]`). Tasks are (sequence, KV head) pairs, run in parallel; each handles the
+    /// (`[row][q_dim]`). Tasks are (sequence, KV head) pairs, run in parallel; each handles the
     /// query heads sharing that KV head, so every key and value is read once per row.
     fn attention<K: KvSeq>(
         &self,
@@ -350,10 +487,12 @@ impl Llama {
     ) {
         let c = &self.config;
         let geo = Geometry {
-            dim: c.dim,
+            dim: c.q_dim(),
             hd: c.head_dim,
             group: c.n_head / c.n_kv_head,
-            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            scale: c.attn_scale,
+            softcap: c.attn_softcap,
+            window: c.window(layer),
         };
         let n_kv = c.n_kv_head;
         let results: Vec<Vec<f32>> = (0..seqs.len() * n_kv)
@@ -374,6 +513,40 @@ impl Llama {
     }
 }
 
+/// Cosine and sine of each rotated pair's angle at `pos`, interleaved `[cos, sin, ...]`.
+fn rope_row(inv_freq: &[f64], pos: usize, out: &mut [f32]) {
+    for (i, f) in inv_freq.iter().enumerate() {
+        let a = pos as f64 * f;
+        out[2 * i] = a.cos() as f32;
+        out[2 * i + 1] = a.sin() as f32;
+    }
+}
+
+/// `gelu(x)` with the tanh approximation (PyTorch's `gelu(approximate="tanh")`).
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// Adds `b` to every `b.len()`-wide row of `x`.
+fn add_rows(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        add_in_place(row, b);
+    }
+}
+
+/// RMS norm of every `w.len()`-wide slice of `x` in place (per head for q/k norms).
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    for xr in x.chunks_exact_mut(d) {
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let scale = (1.0 / (ss / d as f64 + eps as f64).sqrt()) as f32;
+        for (v, &g) in xr.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    }
+}
+
 /// Head geometry for attention.
 #[derive(Debug, Clone, Copy)]
 struct Geometry {
@@ -382,6 +555,10 @@ struct Geometry {
     /// Query heads per KV head.
     group: usize,
     scale: f32,
+    /// Attention-score soft-cap (Gemma 2).
+    softcap: Option<f32>,
+    /// Sliding window: keys at positions `p - window + 1 ..= p` only.
+    window: Option<usize>,
 }
 
 /// Attention of one sequence's new rows for the query heads of KV head `g`; returns
@@ -432,6 +609,8 @@ fn attend_group_body<K: KvSeq>(
         hd,
         group,
         scale,
+        softcap,
+        window,
     } = geo;
     let kvo = g * hd;
     let cap = p0 + n;
@@ -442,26 +621,30 @@ fn attend_group_body<K: KvSeq>(
     for i in 0..n {
         let r = r0 + i;
         let ctx = p0 + i + 1;
+        let lo = window.map_or(0, |w| ctx.saturating_sub(w));
         let qrow = &q[r * dim + g * group * hd..][..group * hd];
         max.fill(f32::NEG_INFINITY);
-        for p in 0..ctx {
+        for p in lo..ctx {
             let k = &kv.key(layer, p)[kvo..kvo + hd];
             for hh in 0..group {
-                let sc = dot(&qrow[hh * hd..(hh + 1) * hd], k) * scale;
+                let mut sc = dot(&qrow[hh * hd..(hh + 1) * hd], k) * scale;
+                if let Some(c) = softcap {
+                    sc = (sc / c).tanh() * c;
+                }
                 max[hh] = max[hh].max(sc);
                 scores[hh * cap + p] = sc;
             }
         }
         for hh in 0..group {
             let mut s = 0f32;
-            for sc in scores[hh * cap..hh * cap + ctx].iter_mut() {
+            for sc in scores[hh * cap + lo..hh * cap + ctx].iter_mut() {
                 *sc = (*sc - max[hh]).exp();
                 s += *sc;
             }
             sum[hh] = s;
         }
         let o = &mut out[i * group * hd..(i + 1) * group * hd];
-        for p in 0..ctx {
+        for p in lo..ctx {
             let v = &kv.value(layer, p)[kvo..kvo + hd];
             for hh in 0..group {
                 let w = scores[hh * cap + p];
@@ -490,7 +673,12 @@ pub struct Scratch {
     v: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// Attention output (`q_dim` wide).
+    attn: Vec<f32>,
+    /// Output of a fused projection before it is split.
+    fused: Vec<f32>,
     rope: Vec<f32>,
+    rope_swa: Vec<f32>,
     logits: Vec<f32>,
     seq_spans: Vec<(usize, usize, usize)>,
 }
@@ -498,14 +686,21 @@ pub struct Scratch {
 impl Scratch {
     fn prepare(&mut self, c: &LlamaConfig, rows: usize) {
         let fit = |v: &mut Vec<f32>, n: usize| v.resize(n, 0.0);
+        let wide = c.dim.max(c.q_dim());
         fit(&mut self.x, rows * c.dim);
         fit(&mut self.xb, rows * c.dim);
-        fit(&mut self.q, rows * c.dim);
+        fit(&mut self.q, rows * c.q_dim());
         fit(&mut self.k, rows * c.kv_dim());
         fit(&mut self.v, rows * c.kv_dim());
         fit(&mut self.gate, rows * c.ffn_dim);
         fit(&mut self.up, rows * c.ffn_dim);
+        fit(&mut self.attn, rows * wide);
+        if c.arch.fused() {
+            let w = (c.q_dim() + 2 * c.kv_dim()).max(2 * c.ffn_dim);
+            fit(&mut self.fused, rows * w);
+        }
         fit(&mut self.rope, rows * c.rope_dim);
+        fit(&mut self.rope_swa, rows * c.rope_dim);
     }
 }
 
@@ -521,12 +716,22 @@ fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Rotates adjacent pairs `(v[2i], v[2i+1])` (llama.cpp's NORM RoPE mode).
-fn apply_rope(v: &mut [f32], cs: &[f32]) {
-    for (pair, c) in v.chunks_exact_mut(2).zip(cs.chunks_exact(2)) {
-        let (x0, x1) = (pair[0], pair[1]);
-        pair[0] = x0 * c[0] - x1 * c[1];
-        pair[1] = x0 * c[1] + x1 * c[0];
+/// Rotates the first `rd` dimensions of one head: adjacent pairs `(v[2i], v[2i+1])`
+/// (llama.cpp's NORM mode) or halves `(v[i], v[i + rd/2])` (NEOX mode).
+fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
+    if neox {
+        let half = rd / 2;
+        for (i, c) in cs.chunks_exact(2).enumerate() {
+            let (x0, x1) = (v[i], v[i + half]);
+            v[i] = x0 * c[0] - x1 * c[1];
+            v[i + half] = x0 * c[1] + x1 * c[0];
+        }
+    } else {
+        for (pair, c) in v[..rd].chunks_exact_mut(2).zip(cs.chunks_exact(2)) {
+            let (x0, x1) = (pair[0], pair[1]);
+            pair[0] = x0 * c[0] - x1 * c[1];
+            pair[1] = x0 * c[1] + x1 * c[0];
+        }
     }
 }
 

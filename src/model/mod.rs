@@ -4,6 +4,7 @@
 //! batches (that is [`crate::engine`]).
 
 pub mod alloc_budget;
+pub mod arch;
 pub mod chat;
 pub mod chat_template;
 pub mod error;
@@ -12,7 +13,9 @@ pub mod gguf_check;
 pub mod llama;
 pub mod pre_tokenizer;
 pub mod quant;
+pub mod safetensors;
 pub mod source;
+pub mod spm;
 pub mod tokenizer;
 
 pub use error::{ModelError, Result};

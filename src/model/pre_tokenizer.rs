@@ -25,6 +25,9 @@ const GPT2_REGEX: &str =
 /// Llama 3's pre-tokenizer regex (llama.cpp `llama-bpe`).
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen2's pre-tokenizer regex (llama.cpp `qwen2`): Llama 3's with single digits.
+const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -36,6 +39,8 @@ pub enum PreTokenizer {
     Default,
     /// `llama-bpe` (Llama 3): its own regex, and whole words found in the vocab skip merging.
     Llama3,
+    /// `qwen2` (Qwen2/2.5, and the distills llama.cpp maps to it).
+    Qwen2,
 }
 
 impl PreTokenizer {
@@ -46,6 +51,7 @@ impl PreTokenizer {
             Some("smollm") => Ok(PreTokenizer::Smollm),
             Some("gpt2") => Ok(PreTokenizer::Gpt2),
             Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
+            Some("qwen2") | Some("deepseek-r1-qwen") => Ok(PreTokenizer::Qwen2),
             Some(other) => Err(ModelError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
@@ -61,6 +67,7 @@ impl PreTokenizer {
                 r"[0-9][0-9][0-9]",
             ],
             PreTokenizer::Llama3 => &[LLAMA3_REGEX],
+            PreTokenizer::Qwen2 => &[QWEN2_REGEX],
         }
     }
 

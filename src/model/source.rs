@@ -1,12 +1,14 @@
 //! Where a model's files are: resolving a `--model` value (`default`, a local path, or a
-//! Hugging Face Hub id) to a GGUF file plus, optionally, a `tokenizer.json` and a
-//! `tokenizer_config.json` beside it.
+//! Hugging Face Hub id) to a GGUF file, or to a Hugging Face checkpoint folder (`config.json`
+//! and `*.safetensors`), plus, optionally, a `tokenizer.json`, a `tokenizer_config.json` and
+//! a `generation_config.json` beside it.
 //!
 //! `default` is the SmolLM2-135M-Instruct Q4_1 GGUF that `candor setup` puts in `models/`
 //! (under the crate root or the current directory). A Hub id is `org/repo` (the repo must
-//! hold exactly one `.gguf`) or `org/repo:file.gguf`; files come through hf-hub, which keeps
-//! its cache (`HF_HOME`) and, with `HF_HUB_OFFLINE=1`, never touches the network. This module
-//! only finds files; it does not read them ([`super::tokenizer`], the weights loader do).
+//! hold exactly one `.gguf`, or be a safetensors checkpoint with no `.gguf`) or
+//! `org/repo:file.gguf`; files come through hf-hub, which keeps its cache (`HF_HOME`) and,
+//! with `HF_HUB_OFFLINE=1`, never touches the network. This module only finds files; it does
+//! not read them ([`super::tokenizer`], the weights loaders do).
 
 use std::path::{Path, PathBuf};
 
@@ -73,12 +75,78 @@ fn looks_like_hub_id(s: &str) -> bool {
 /// The files a model was resolved to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFiles {
-    /// The weights and (unless `tokenizer_json` is given) the tokenizer.
-    pub gguf: PathBuf,
-    /// A Hugging Face tokenizer beside the GGUF, which then takes precedence.
+    /// The weights: a `.gguf` file (which also holds the tokenizer unless `tokenizer_json` is
+    /// given), or a checkpoint folder when `checkpoint` is set.
+    pub weights: PathBuf,
+    /// `weights` is a Hugging Face checkpoint folder (`config.json`, `*.safetensors`).
+    pub checkpoint: bool,
+    /// A Hugging Face tokenizer beside the weights, which then takes precedence.
     pub tokenizer_json: Option<PathBuf>,
     /// Its `tokenizer_config.json` (BOS/EOS, chat template), when present.
     pub tokenizer_config: Option<PathBuf>,
+    /// `generation_config.json` (its `eos_token_id`s also stop generation), when present.
+    pub generation_config: Option<PathBuf>,
+}
+
+impl ModelFiles {
+    fn gguf(gguf: PathBuf) -> ModelFiles {
+        ModelFiles {
+            weights: gguf,
+            checkpoint: false,
+            tokenizer_json: None,
+            tokenizer_config: None,
+            generation_config: None,
+        }
+    }
+}
+
+/// Whether a folder looks like a Hugging Face checkpoint (`config.json` and safetensors).
+pub fn is_checkpoint_dir(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
+        && std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .any(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+        })
+}
+
+/// A checkpoint folder with whichever tokenizer and generation files it has.
+fn checkpoint_files(dir: &Path) -> ModelFiles {
+    let opt = |n: &str| Some(dir.join(n)).filter(|p| p.is_file());
+    ModelFiles {
+        weights: dir.to_path_buf(),
+        checkpoint: true,
+        tokenizer_json: opt("tokenizer.json"),
+        tokenizer_config: opt("tokenizer_config.json"),
+        generation_config: opt("generation_config.json"),
+    }
+}
+
+/// The sha256 a run manifest records for the weights: the file's own for a GGUF; for a
+/// checkpoint folder, the sha256 of the lines `<sha256>  <name>` of its `config.json`,
+/// `*.safetensors` and index, sorted by name.
+pub fn weights_sha256(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    if !path.is_dir() {
+        return super::gguf::file_sha256(path);
+    }
+    let mut names: Vec<String> = std::fs::read_dir(path)
+        .map_err(|e| ModelError::io(path, e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n == "config.json"
+                || n.ends_with(".safetensors")
+                || n.ends_with(".safetensors.index.json")
+        })
+        .collect();
+    names.sort();
+    let mut hasher = Sha256::new();
+    for n in names {
+        let h = super::gguf::file_sha256(&path.join(&n))?;
+        hasher.update(format!("{h}  {n}\n"));
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Resolves a `--model` value to files on disk, downloading from the Hub if needed.
@@ -108,11 +176,7 @@ pub fn resolve_default(dirs: &[PathBuf]) -> Result<ModelFiles> {
     for d in dirs {
         let p = d.join(DEFAULT_MODEL_FILE);
         if p.is_file() {
-            return Ok(ModelFiles {
-                gguf: p,
-                tokenizer_json: None,
-                tokenizer_config: None,
-            });
+            return Ok(ModelFiles::gguf(p));
         }
     }
     let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
@@ -125,8 +189,8 @@ pub fn resolve_default(dirs: &[PathBuf]) -> Result<ModelFiles> {
     ))
 }
 
-/// A local `.gguf` file, or a directory with exactly one `.gguf` (and optionally
-/// `tokenizer.json` / `tokenizer_config.json`).
+/// A local `.gguf` file, a directory with exactly one `.gguf` (and optionally
+/// `tokenizer.json` / `tokenizer_config.json`), or a checkpoint folder with no `.gguf`.
 pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
     let name = path.display().to_string();
     if path.is_file() {
@@ -150,7 +214,11 @@ pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
     }
     ggufs.sort();
     match ggufs.len() {
-        0 => Err(source_err(&name, "directory holds no .gguf file")),
+        0 if is_checkpoint_dir(path) => Ok(checkpoint_files(path)),
+        0 => Err(source_err(
+            &name,
+            "directory holds no .gguf file and is not a checkpoint (config.json and *.safetensors)",
+        )),
         1 => Ok(with_tokenizer_files(ggufs.remove(0), path)),
         _ => Err(source_err(
             &name,
@@ -166,9 +234,9 @@ pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
 fn with_tokenizer_files(gguf: PathBuf, dir: &Path) -> ModelFiles {
     let opt = |n: &str| Some(dir.join(n)).filter(|p| p.is_file());
     ModelFiles {
-        gguf,
         tokenizer_json: opt("tokenizer.json"),
         tokenizer_config: opt("tokenizer_config.json"),
+        ..ModelFiles::gguf(gguf)
     }
 }
 
@@ -202,7 +270,11 @@ pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
         let cached = cache.model(repo.to_string());
         let file = match file {
             Some(f) => f.to_string(),
-            None => single_cached_gguf(&cache, repo).map_err(|m| source_err(&name, m))?,
+            None => match single_cached_gguf(&cache, repo) {
+                Ok(f) => f,
+                Err(CachedGguf::Checkpoint(dir)) => return Ok(checkpoint_files(&dir)),
+                Err(CachedGguf::Error(m)) => return Err(source_err(&name, m)),
+            },
         };
         let gguf = cached.get(&file).ok_or_else(|| {
             source_err(
@@ -213,11 +285,7 @@ pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
                 ),
             )
         })?;
-        return Ok(ModelFiles {
-            gguf,
-            tokenizer_json: None,
-            tokenizer_config: None,
-        });
+        return Ok(ModelFiles::gguf(gguf));
     }
     let api = hf_hub::api::sync::ApiBuilder::from_env()
         .with_progress(false)
@@ -230,45 +298,106 @@ pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
             let info = api_repo
                 .info()
                 .map_err(|e| source_err(&name, format!("listing the repository: {e}")))?;
-            let ggufs: Vec<String> = info
-                .siblings
-                .into_iter()
-                .map(|s| s.rfilename)
+            let all: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
+            let ggufs: Vec<String> = all
+                .iter()
                 .filter(|f| f.ends_with(".gguf"))
+                .cloned()
                 .collect();
+            let checkpoint = all.iter().any(|f| f == "config.json")
+                && all.iter().any(|f| f.ends_with(".safetensors"));
+            if ggufs.is_empty() && checkpoint {
+                return download_checkpoint(&api_repo, &all).map_err(|m| source_err(&name, m));
+            }
             pick_one(ggufs).map_err(|m| source_err(&name, m))?
         }
     };
     let gguf = api_repo
         .get(&file)
         .map_err(|e| source_err(&name, format!("downloading `{file}`: {e}")))?;
-    Ok(ModelFiles {
-        gguf,
-        tokenizer_json: None,
-        tokenizer_config: None,
-    })
+    Ok(ModelFiles::gguf(gguf))
+}
+
+/// Downloads a checkpoint's files (config, index, the shards it needs, tokenizer and
+/// generation files) into the Hub cache; they share one snapshot folder.
+fn download_checkpoint(
+    repo: &hf_hub::api::sync::ApiRepo,
+    listing: &[String],
+) -> std::result::Result<ModelFiles, String> {
+    let get = |f: &str| repo.get(f).map_err(|e| format!("downloading `{f}`: {e}"));
+    let config = get("config.json")?;
+    let index = super::safetensors::INDEX_FILE;
+    let shards: Vec<String> = if listing.iter().any(|f| f == index) {
+        let path = get(index)?;
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{index}: {e}"))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{index}: {e}"))?;
+        let mut v: Vec<String> = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| format!("{index}: no `weight_map`"))?
+            .values()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    } else if listing.iter().any(|f| f == "model.safetensors") {
+        vec!["model.safetensors".to_string()]
+    } else {
+        return Err(format!(
+            "no model.safetensors and no {index} in the repository"
+        ));
+    };
+    for s in &shards {
+        get(s)?;
+    }
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        if listing.iter().any(|l| l == f) {
+            get(f)?;
+        }
+    }
+    let dir = config.parent().unwrap_or(Path::new("."));
+    Ok(checkpoint_files(dir))
+}
+
+/// Why no single cached `.gguf` was found.
+enum CachedGguf {
+    /// The cached snapshot is a checkpoint folder instead.
+    Checkpoint(PathBuf),
+    Error(String),
 }
 
 /// The only `.gguf` in the cached snapshot of the repo's `main`.
-fn single_cached_gguf(cache: &hf_hub::Cache, repo: &str) -> std::result::Result<String, String> {
+fn single_cached_gguf(
+    cache: &hf_hub::Cache,
+    repo: &str,
+) -> std::result::Result<String, CachedGguf> {
     let folder = cache
         .path()
         .join(format!("models--{}", repo.replace('/', "--")));
     let main = std::fs::read_to_string(folder.join("refs").join("main")).map_err(|_| {
-        format!(
+        CachedGguf::Error(format!(
             "HF_HUB_OFFLINE is set and the repository is not in the Hub cache at {}",
             cache.path().display()
-        )
+        ))
     })?;
     let snapshot = folder.join("snapshots").join(main.trim());
-    let entries =
-        std::fs::read_dir(&snapshot).map_err(|e| format!("reading {}: {e}", snapshot.display()))?;
-    let ggufs = entries
+    let entries = std::fs::read_dir(&snapshot)
+        .map_err(|e| CachedGguf::Error(format!("reading {}: {e}", snapshot.display())))?;
+    let ggufs: Vec<String> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|f| f.ends_with(".gguf"))
         .collect();
-    pick_one(ggufs)
+    if ggufs.is_empty() && is_checkpoint_dir(&snapshot) {
+        return Err(CachedGguf::Checkpoint(snapshot));
+    }
+    pick_one(ggufs).map_err(CachedGguf::Error)
 }
 
 fn pick_one(mut ggufs: Vec<String>) -> std::result::Result<String, String> {
@@ -337,7 +466,7 @@ mod tests {
         assert!(err.contains("run `candor setup`"), "{err}");
         std::fs::write(dir.path().join(DEFAULT_MODEL_FILE), b"x").unwrap();
         let files = resolve_default(&[dir.path().to_path_buf()]).unwrap();
-        assert_eq!(files.gguf, dir.path().join(DEFAULT_MODEL_FILE));
+        assert_eq!(files.weights, dir.path().join(DEFAULT_MODEL_FILE));
     }
 
     #[test]
@@ -345,10 +474,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = resolve_path(dir.path()).unwrap_err().to_string();
         assert!(err.contains("no .gguf"), "{err}");
+        // A checkpoint folder (config.json and safetensors, no .gguf) is accepted as such.
+        let ck = tempfile::tempdir().unwrap();
+        std::fs::write(ck.path().join("config.json"), b"{}").unwrap();
+        std::fs::write(ck.path().join("model.safetensors"), b"x").unwrap();
+        std::fs::write(ck.path().join("generation_config.json"), b"{}").unwrap();
+        let files = resolve_path(ck.path()).unwrap();
+        assert!(files.checkpoint);
+        assert_eq!(files.weights, ck.path());
+        assert!(files.generation_config.is_some() && files.tokenizer_json.is_none());
         std::fs::write(dir.path().join("a.gguf"), b"x").unwrap();
         std::fs::write(dir.path().join("tokenizer.json"), b"{}").unwrap();
         let files = resolve_path(dir.path()).unwrap();
-        assert_eq!(files.gguf, dir.path().join("a.gguf"));
+        assert_eq!(files.weights, dir.path().join("a.gguf"));
         assert_eq!(
             files.tokenizer_json,
             Some(dir.path().join("tokenizer.json"))

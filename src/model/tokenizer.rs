@@ -1,5 +1,6 @@
 //! The tokenizer: text to token ids and back, built from a GGUF file's `tokenizer.ggml.*`
-//! metadata (byte-level BPE, `gpt2` model) or from a Hugging Face `tokenizer.json`.
+//! metadata (byte-level BPE, `gpt2` model; or SentencePiece-style with byte fallback, `llama`
+//! model, see [`super::spm`]) or from a Hugging Face `tokenizer.json`.
 //!
 //! llama.cpp is the reference. Its byte-level BPE pre-tokenizes with a profile named by
 //! `tokenizer.ggml.pre`: an ordered list of regexes, each splitting every piece left by the
@@ -22,6 +23,7 @@ use tokenizers::AddedToken;
 
 use super::error::{ModelError, Result};
 use super::pre_tokenizer::{byte_level_bytes, PreTokenizer};
+use super::spm::{Spm, SpmToken};
 
 /// The kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +72,8 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     sha256: String,
+    /// Set for SentencePiece-style (`llama`) vocabularies, which encode through it.
+    spm: Option<Spm>,
 }
 
 impl Tokenizer {
@@ -77,9 +81,12 @@ impl Tokenizer {
     pub fn from_gguf(content: &Content) -> Result<Self> {
         let meta = &content.metadata;
         let model = meta_str(meta, "tokenizer.ggml.model")?;
+        if model == "llama" {
+            return Self::from_gguf_spm(content);
+        }
         if model != "gpt2" {
             return Err(ModelError::Tokenizer(format!(
-                "unsupported tokenizer model `{model}` (supported: gpt2 byte-level BPE)"
+                "unsupported tokenizer model `{model}` (supported: gpt2 byte-level BPE, llama SentencePiece)"
             )));
         }
         let pre_name = match meta.get("tokenizer.ggml.pre") {
@@ -142,6 +149,136 @@ impl Tokenizer {
             },
             sha256,
         )
+    }
+
+    /// A SentencePiece-style vocabulary (`tokenizer.ggml.model = "llama"`): tokens, scores and
+    /// types; byte fallback through `<0xXX>` tokens.
+    fn from_gguf_spm(content: &Content) -> Result<Self> {
+        let meta = &content.metadata;
+        let tokens = meta_strings(meta, "tokenizer.ggml.tokens")?;
+        let n = tokens.len();
+        let scores: Vec<f32> = match meta.get("tokenizer.ggml.scores") {
+            Some(Value::Array(vs)) => vs
+                .iter()
+                .map(|v| match v {
+                    Value::F32(x) => Ok(*x),
+                    Value::F64(x) => Ok(*x as f32),
+                    _ => Err(bad_key("tokenizer.ggml.scores", "not an array of floats")),
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(bad_key("tokenizer.ggml.scores", "not an array")),
+            None => vec![0.0; n],
+        };
+        let kinds = match meta.get("tokenizer.ggml.token_type") {
+            Some(Value::Array(vs)) => vs
+                .iter()
+                .map(|v| value_i64(v).and_then(TokenKind::from_gguf))
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => return Err(bad_key("tokenizer.ggml.token_type", "not an array")),
+            None => vec![TokenKind::Normal; n],
+        };
+        if kinds.len() != n || scores.len() != n {
+            return Err(ModelError::Tokenizer(format!(
+                "{} token types and {} scores for {n} tokens",
+                kinds.len(),
+                scores.len()
+            )));
+        }
+        let in_vocab = |what: &str, id: Option<u32>| -> Result<Option<u32>> {
+            match id {
+                Some(i) if i as usize >= n => Err(ModelError::Tokenizer(format!(
+                    "{what} token id {i} is outside the vocabulary of {n}"
+                ))),
+                other => Ok(other),
+            }
+        };
+        let eos = in_vocab("eos", meta_u32(meta, "tokenizer.ggml.eos_token_id")?)?
+            .ok_or_else(|| bad_key("tokenizer.ggml.eos_token_id", "missing"))?;
+        let bos = in_vocab("bos", meta_u32(meta, "tokenizer.ggml.bos_token_id")?)?;
+        let unk = in_vocab(
+            "unknown",
+            meta_u32(meta, "tokenizer.ggml.unknown_token_id")?,
+        )?;
+        let add_bos = meta_bool(meta, "tokenizer.ggml.add_bos_token")?.unwrap_or(true);
+        let add_eos = meta_bool(meta, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+        let add_space_prefix = meta_bool(meta, "tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
+        // llama.cpp strips whitespace after Phi-3's special tokens (but not these three).
+        let name = meta
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .map(|s| s.to_lowercase())
+            .unwrap_or_default();
+        let phi3 = name.contains("phi-3") || name.contains("phi3");
+        let special = |k: &TokenKind| {
+            matches!(
+                k,
+                TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown
+            )
+        };
+        let spm = Spm::new(
+            tokens
+                .iter()
+                .zip(&scores)
+                .zip(&kinds)
+                .map(|((t, &score), k)| SpmToken {
+                    text: t,
+                    score,
+                    special: special(k),
+                    rstrip: phi3
+                        && special(k)
+                        && !matches!(t.as_str(), "<unk>" | "<s>" | "<|endoftext|>"),
+                }),
+            unk,
+            add_space_prefix,
+        );
+        let pieces: Vec<Vec<u8>> = tokens
+            .iter()
+            .zip(&kinds)
+            .map(|(t, k)| match k {
+                TokenKind::Byte => t
+                    .strip_prefix("<0x")
+                    .and_then(|h| h.strip_suffix('>'))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .map_or_else(|| t.as_bytes().to_vec(), |b| vec![b]),
+                TokenKind::Normal | TokenKind::UserDefined | TokenKind::Unused => {
+                    t.replace('\u{2581}', " ").into_bytes()
+                }
+                TokenKind::Control | TokenKind::Unknown => t.as_bytes().to_vec(),
+            })
+            .collect();
+        let mut hasher = Sha256::new();
+        hasher.update(b"candor-gguf-tokenizer-v1\0llama\0");
+        for ((t, k), sc) in tokens.iter().zip(&kinds).zip(&scores) {
+            hasher.update([0u8, *k as u8]);
+            hasher.update(sc.to_le_bytes());
+            hasher.update(t.as_bytes());
+        }
+        hasher.update(format!(
+            "\0bos={bos:?} eos={eos} unk={unk:?} add_bos={add_bos} add_eos={add_eos} space={add_space_prefix} phi3={phi3}"
+        ));
+        let sha256 = hex::encode(hasher.finalize());
+        // `inner` serves id lookups only: a merge-free vocabulary.
+        let mut vocab: tokenizers::models::bpe::Vocab = Default::default();
+        for (i, t) in tokens.iter().enumerate() {
+            vocab.entry(t.clone()).or_insert(i as u32);
+        }
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, Vec::new())
+            .build()
+            .map_err(|e| ModelError::Tokenizer(format!("building the vocabulary: {e}")))?;
+        Ok(Tokenizer {
+            inner: tokenizers::Tokenizer::new(bpe),
+            tokens,
+            kinds,
+            pieces,
+            byte_level: true,
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+            sha256,
+            spm: Some(spm),
+        })
     }
 
     /// Reads a GGUF file's metadata and builds its tokenizer.
@@ -220,6 +357,7 @@ impl Tokenizer {
             add_bos: spec.add_bos,
             add_eos: spec.add_eos,
             sha256,
+            spm: None,
         })
     }
 
@@ -311,6 +449,7 @@ impl Tokenizer {
             add_bos,
             add_eos,
             sha256,
+            spm: None,
         })
     }
 
@@ -333,6 +472,9 @@ impl Tokenizer {
 
     /// Encodes text, parsing special tokens, adding nothing.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        if let Some(spm) = &self.spm {
+            return Ok(spm.encode(text, true));
+        }
         let enc = self
             .inner
             .encode_fast(text, false)
@@ -391,6 +533,9 @@ impl Tokenizer {
 
     /// The id of a vocabulary string (`<|im_end|>`), if present.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        if let Some(spm) = &self.spm {
+            return spm.token_id(token);
+        }
         self.inner.token_to_id(token)
     }
 
@@ -783,8 +928,8 @@ mod tests {
         assert!(err.contains("tokenizer.ggml.eos_token_id"), "{err}");
         let mut c = content(Some("smollm"), false);
         c.metadata
-            .insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
+            .insert("tokenizer.ggml.model".into(), Value::String("bert".into()));
         let err = Tokenizer::from_gguf(&c).unwrap_err().to_string();
-        assert!(err.contains("llama"), "{err}");
+        assert!(err.contains("bert"), "{err}");
     }
 }

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod arch;
 mod data;
 mod engine;
 mod fbbench;

@@ -1,0 +1,341 @@
+//! Every architecture against a float reference, and the batch-invariance contract per
+//! architecture.
+//!
+//! The fixtures under `tests/fixtures/tiny/<arch>/` are tiny random-weight checkpoints and
+//! transformers' f32 greedy continuations, written by `tests/reference/make_tiny.py`. Greedy
+//! decoding in f32 must give the reference's tokens, except after a step whose reference
+//! top-2 logit gap is below 0.01 (there float noise may legitimately flip the choice). With
+//! `CANDOR_TINY_GGUF=<dir>` the same checks also run on the GGUF files that script converts
+//! with llama.cpp's `convert_hf_to_gguf.py` (`<dir>/<arch>-f32.gguf`).
+
+use std::path::{Path, PathBuf};
+
+use candor::model::arch::TensorSource;
+use candor::model::gguf::GgufFile;
+use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
+use candor::model::safetensors::Checkpoint;
+
+const ARCHS: &[&str] = &[
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+];
+
+/// A plain growable KV store.
+struct VecKv {
+    kv_dim: usize,
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl VecKv {
+    fn new(n_layer: usize, kv_dim: usize) -> VecKv {
+        VecKv {
+            kv_dim,
+            keys: vec![Vec::new(); n_layer],
+            values: vec![Vec::new(); n_layer],
+            len: 0,
+        }
+    }
+}
+
+impl KvSeq for VecKv {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn grow(&mut self, n: usize) {
+        self.len += n;
+        for l in 0..self.keys.len() {
+            self.keys[l].resize(self.len * self.kv_dim, 0.0);
+            self.values[l].resize(self.len * self.kv_dim, 0.0);
+        }
+    }
+    fn write(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
+        let d = self.kv_dim;
+        self.keys[layer][pos * d..(pos + 1) * d].copy_from_slice(key);
+        self.values[layer][pos * d..(pos + 1) * d].copy_from_slice(value);
+    }
+    fn key(&self, layer: usize, pos: usize) -> &[f32] {
+        &self.keys[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    }
+    fn value(&self, layer: usize, pos: usize) -> &[f32] {
+        &self.values[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    }
+}
+
+fn fixture(arch: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tiny")
+        .join(arch)
+}
+
+fn load_checkpoint(arch: &str) -> Llama {
+    let mut ck = Checkpoint::open(&fixture(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let config = ck.config().clone();
+    let src: &mut dyn TensorSource = &mut ck;
+    Llama::from_source(config, src, WeightDType::F32).unwrap_or_else(|e| panic!("{arch}: {e}"))
+}
+
+struct Run {
+    prompt: Vec<u32>,
+    tokens: Vec<u32>,
+    gaps: Vec<f64>,
+    last_logits: Vec<f64>,
+}
+
+fn reference(arch: &str) -> Vec<Run> {
+    let text = std::fs::read_to_string(fixture(arch).join("reference.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let nums = |x: &serde_json::Value| -> Vec<f64> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_f64().unwrap())
+            .collect()
+    };
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| Run {
+            prompt: nums(&r["prompt"]).into_iter().map(|x| x as u32).collect(),
+            tokens: nums(&r["tokens"]).into_iter().map(|x| x as u32).collect(),
+            gaps: nums(&r["gaps"]),
+            last_logits: nums(&r["last_logits"]),
+        })
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy decoding of `n` tokens; also returns the prompt's last-position logits.
+fn greedy(model: &Llama, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+    let c = model.config();
+    let mut kv = VecKv::new(c.n_layer, c.kv_dim());
+    let mut scratch = Scratch::default();
+    let mut out = Vec::new();
+    let mut first = Vec::new();
+    let mut next: Vec<u32> = prompt.to_vec();
+    for step in 0..n {
+        let logits = model.forward(
+            &mut [SeqStep {
+                tokens: &next,
+                kv: &mut kv,
+                logits: Logits::Last,
+            }],
+            &mut scratch,
+        );
+        if step == 0 {
+            first = logits.to_vec();
+        }
+        let t = argmax(logits);
+        out.push(t);
+        next = vec![t];
+    }
+    (out, first)
+}
+
+/// Checks greedy agreement with the reference; returns (agreeing steps, compared steps).
+fn check_against_reference(arch: &str, model: &Llama, what: &str) -> (usize, usize) {
+    let (mut agree, mut total) = (0, 0);
+    for (i, run) in reference(arch).iter().enumerate() {
+        let (tokens, logits) = greedy(model, &run.prompt, run.tokens.len());
+        let max_diff = logits
+            .iter()
+            .zip(&run.last_logits)
+            .map(|(&a, &b)| (a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        eprintln!("{arch} ({what}) prompt {i}: last-position logits within {max_diff:.2e}");
+        assert!(
+            max_diff < 1e-3,
+            "{arch} ({what}) prompt {i}: last-position logits differ from transformers by {max_diff}"
+        );
+        for (s, (&ours, &theirs)) in tokens.iter().zip(&run.tokens).enumerate() {
+            total += 1;
+            if ours == theirs {
+                agree += 1;
+                continue;
+            }
+            let close = run.gaps[..=s].iter().any(|&g| g < 0.01);
+            assert!(
+                close,
+                "{arch} ({what}) prompt {i} step {s}: greedy token {ours}, transformers {theirs} \
+                 (gaps so far {:?})",
+                &run.gaps[..=s]
+            );
+            break;
+        }
+    }
+    eprintln!("{arch} ({what}): {agree}/{total} greedy steps identical to transformers f32");
+    (agree, total)
+}
+
+#[test]
+fn every_architecture_matches_transformers_greedy() {
+    let only = std::env::var("CANDOR_ARCH").ok();
+    for arch in ARCHS
+        .iter()
+        .filter(|a| only.as_deref().is_none_or(|o| o == **a))
+    {
+        let model = load_checkpoint(arch);
+        assert_eq!(model.config().architecture, *arch);
+        check_against_reference(arch, &model, "checkpoint");
+    }
+}
+
+#[test]
+fn gguf_conversions_match_transformers_greedy() {
+    let Some(dir) = std::env::var_os("CANDOR_TINY_GGUF") else {
+        eprintln!("*** SKIPPED: set CANDOR_TINY_GGUF to the output of make_tiny.py --gguf ***");
+        return;
+    };
+    // convert_hf_to_gguf.py writes Mistral as `llama` without its sliding window (llama.cpp
+    // runs it with full attention), so the transformers reference does not apply to it.
+    for arch in ARCHS.iter().filter(|a| **a != "mistral") {
+        let path = Path::new(&dir).join(format!("{arch}-f32.gguf"));
+        let mut file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let model =
+            Llama::from_gguf(&mut file, WeightDType::F32).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        check_against_reference(arch, &model, "gguf");
+    }
+}
+
+/// Logits of every prompt token for each prompt, run with the prompts packed `batch` at a
+/// time, prefilled in chunks of `chunk` tokens.
+fn packed_logits(model: &Llama, prompts: &[Vec<u32>], batch: usize, chunk: usize) -> Vec<Vec<f32>> {
+    let c = model.config();
+    let v = c.vocab_size;
+    let mut all = vec![Vec::new(); prompts.len()];
+    let mut scratch = Scratch::default();
+    for (g, group) in prompts.chunks(batch).enumerate() {
+        let mut kvs: Vec<VecKv> = group
+            .iter()
+            .map(|_| VecKv::new(c.n_layer, c.kv_dim()))
+            .collect();
+        let longest = group.iter().map(Vec::len).max().unwrap();
+        let mut start = 0;
+        while start < longest {
+            let mut steps = Vec::new();
+            let mut owners = Vec::new();
+            for (i, (p, kv)) in group.iter().zip(kvs.iter_mut()).enumerate() {
+                if start < p.len() {
+                    let end = (start + chunk).min(p.len());
+                    steps.push(SeqStep {
+                        tokens: &p[start..end],
+                        kv,
+                        logits: Logits::All,
+                    });
+                    owners.push((g * batch + i, end - start));
+                }
+            }
+            let logits = model.forward(&mut steps, &mut scratch);
+            let mut off = 0;
+            for (who, n) in owners {
+                all[who].extend_from_slice(&logits[off..off + n * v]);
+                off += n * v;
+            }
+            start += chunk;
+        }
+    }
+    all
+}
+
+#[test]
+fn every_architecture_is_batch_invariant() {
+    // 16 prompts of different lengths (2..=33), so batches mix lengths and sliding windows.
+    let prompts: Vec<Vec<u32>> = (0..16u32)
+        .map(|i| {
+            (0..2 + 2 * i)
+                .map(|j| (7 + 31 * i + 13 * j) % 500 + 3)
+                .collect()
+        })
+        .collect();
+    for arch in ARCHS {
+        let model = load_checkpoint(arch);
+        let one = packed_logits(&model, &prompts, 1, 64);
+        for (batch, chunk) in [(3, 64), (16, 64), (16, 5), (1, 1)] {
+            let other = packed_logits(&model, &prompts, batch, chunk);
+            for (i, (a, b)) in one.iter().zip(&other).enumerate() {
+                let same =
+                    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(
+                    same,
+                    "{arch}: prompt {i} logits differ between batch 1 and batch {batch} (chunk {chunk})"
+                );
+            }
+        }
+        // Thread count: one thread against the default pool.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let single = pool.install(|| packed_logits(&model, &prompts, 16, 64));
+        assert!(
+            single
+                .iter()
+                .flatten()
+                .zip(one.iter().flatten())
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{arch}: logits depend on the thread count"
+        );
+    }
+}
+
+/// Candor's tokenizer against llama.cpp's `llama-tokenize` on real vocabularies: with
+/// `CANDOR_TOKENIZER_GGUFS=<dir>` holding `<name>.gguf` (vocab-only conversions) and the
+/// `<name>.expected.jsonl` that `tests/reference/tokenizer_agreement.py` writes.
+#[test]
+fn tokenizer_agreement_with_llama_cpp() {
+    let Some(dir) = std::env::var_os("CANDOR_TOKENIZER_GGUFS") else {
+        eprintln!("*** SKIPPED: set CANDOR_TOKENIZER_GGUFS (see tests/reference/tokenizer_agreement.py) ***");
+        return;
+    };
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    names.sort();
+    let mut failures = Vec::new();
+    for gguf in names {
+        let expected = gguf.with_extension("expected.jsonl");
+        let Ok(text) = std::fs::read_to_string(&expected) else {
+            continue;
+        };
+        let tok = candor::model::tokenizer::Tokenizer::from_gguf_file(&gguf)
+            .unwrap_or_else(|e| panic!("{}: {e}", gguf.display()));
+        let (mut same, mut total) = (0, 0);
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let sample = v["text"].as_str().unwrap();
+            let want: Vec<u32> = v["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
+            let got = tok.encode(sample).unwrap();
+            total += 1;
+            if got == want {
+                same += 1;
+            } else {
+                failures.push(format!(
+                    "{}: {sample:?}: candor {got:?}, llama.cpp {want:?}",
+                    gguf.display()
+                ));
+            }
+        }
+        eprintln!(
+            "{}: {same}/{total} samples tokenized identically to llama.cpp",
+            gguf.file_name().unwrap().to_string_lossy()
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
