@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::data::load_dataset;
 use super::plan::{judgement_records, score_transcripts, write_judgements};
-use super::score::tables_for_version;
 use super::prompts::judge_template;
+use super::score::tables_for_version;
 use super::{FbBenchPlan, Item, Rule, Version};
 use crate::bench::plan::{Plan, Transcript};
 use crate::bench::protocol::{
