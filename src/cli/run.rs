@@ -75,7 +75,9 @@ pub struct RunArgs {
     pub models: Vec<String>,
 
     /// The judge model (FB-Bench checklist, RefuteBench acceptance, Fennec), in the same forms
-    /// as --model. Default: the first --model.
+    /// as --model. Required by fbbench and refutebench (the papers' judges are GPT-4o and
+    /// GPT-4; naming the candidate's model is allowed and recorded as self-judging); for
+    /// fennec the default is the first --model.
     #[arg(long, value_name = "J")]
     pub judge: Option<String>,
 
@@ -153,6 +155,8 @@ pub struct RunConfig {
     pub protocol: Protocol,
     pub candidates: Vec<ModelSpec>,
     pub judge: ModelSpec,
+    /// Whether `--judge` was given (fbbench and refutebench require it).
+    pub judge_given: bool,
     pub subsets: Vec<String>,
     pub limit: Option<usize>,
     pub out: PathBuf,
@@ -190,6 +194,7 @@ impl RunConfig {
             protocol: args.protocol,
             candidates,
             judge,
+            judge_given: args.judge.is_some(),
             subsets: args.subsets,
             limit: args.limit,
             out: args.out,
@@ -307,6 +312,14 @@ pub fn execute<P: Plan>(
         plan,
         items,
         batch_size: cfg.batch_size,
+    };
+    // Every protocol reports the replies that stopped at their length limit, per step kind.
+    let score = |runs: &[(&P::Item, &Transcript)]| {
+        let mut r = score(runs);
+        r.tables.push(crate::bench::results::length_limit_table(
+            runs.iter().map(|(_, t)| *t),
+        ));
+        r
     };
     let fakes: Option<Vec<String>> = roles
         .iter()
@@ -466,6 +479,24 @@ mod tests {
         assert_eq!(c.judge, ModelSpec::Fake("j".into()));
         assert_eq!((c.limit, c.seed), (Some(3), 9));
         assert_eq!(c.subsets, ["math"]);
+    }
+
+    #[test]
+    fn judged_protocols_need_an_explicit_judge() {
+        use crate::cli::protocols::require_judge;
+        let c = parse(&["fbbench", "--out", "x"]).unwrap();
+        assert!(!c.judge_given);
+        let err = require_judge(&c, "fbbench", "GPT-4o")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("fbbench needs --judge"), "{err}");
+        let c = parse(&["refutebench", "--judge", "default", "--out", "x"]).unwrap();
+        assert!(
+            require_judge(&c, "refutebench", "GPT-4").unwrap(),
+            "self-judging"
+        );
+        let c = parse(&["fbbench", "--judge", "j.gguf", "--out", "x"]).unwrap();
+        assert!(!require_judge(&c, "fbbench", "GPT-4o").unwrap());
     }
 
     #[test]

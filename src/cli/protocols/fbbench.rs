@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use super::{file_label, select, take, template_version, ProtocolArgs};
+use super::{
+    file_label, judge_note, notes_table, require_judge, select, take, template_version,
+    ProtocolArgs,
+};
 use crate::bench::fbbench::data::load_dataset;
 use crate::bench::fbbench::plan::{judgement_records, score_transcripts, write_judgements};
 use crate::bench::fbbench::prompts::judge_template;
@@ -45,6 +48,14 @@ fn rule(opts: &ProtocolArgs) -> anyhow::Result<Rule> {
     }
 }
 
+/// Which published figures a run of `version` is comparable with.
+pub fn comparable_with(version: Version) -> &'static str {
+    match version {
+        Version::V3 => "FB-Bench v3 (591 items), the authors' current configuration (their repository's v3 config and judge prompt); not a paper table",
+        Version::V1 => "FB-Bench v1 (734 items), the paper's Table 3 (judge prompt with the reference answer)",
+    }
+}
+
 /// The names `--subset` matches against: scenario, task type and item id.
 fn labels(plan: &FbBenchPlan, item: &Item) -> Vec<String> {
     vec![
@@ -58,6 +69,8 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     opts.check_unused("fbbench", &["--dataset", "--rule"])?;
     let version = version(opts)?;
     let rule = rule(opts)?;
+    let self_judging = require_judge(cfg, "fbbench", "GPT-4o")?;
+    let comparable = comparable_with(version);
     let path = dataset_path(&cfg.data, version);
     let dataset = load_dataset(&path).with_context(|| "loading FB-Bench".to_string())?;
     // Item ids depend on the item's text only, not on the plan's settings.
@@ -89,6 +102,8 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
             "subsets": cfg.subsets,
             "limit": cfg.limit,
             "max_new_tokens": opts.max_new_tokens,
+            "comparable_with": comparable,
+            "self_judging": self_judging,
         }),
         decoding: json!({
             "followup": {
@@ -108,7 +123,12 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     let mut judgements = None;
     execute(cfg, setup, &plan, &items, |runs| {
         judgements = Some(judgement_records(&plan, runs, &candidate, &judge));
-        score_transcripts(&candidate, runs, rule, cfg.seed)
+        let mut r = score_transcripts(&candidate, runs, rule, cfg.seed);
+        r.tables.push(notes_table(&[
+            ("comparable with", comparable.to_string()),
+            judge_note(cfg, self_judging),
+        ]));
+        r
     })?;
     let Some((records, left_out)) = judgements else {
         return Ok(());

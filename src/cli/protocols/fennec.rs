@@ -13,59 +13,45 @@ use std::path::PathBuf;
 use anyhow::bail;
 use serde_json::json;
 
-use super::{select, take, template_version, ProtocolArgs};
-use crate::bench::fennec::data::{load_autoj, load_pandalm};
-use crate::bench::fennec::plan::{FennecPlan, Mode};
+use super::{notes_table, select, take, template_version, ProtocolArgs};
+use crate::bench::fennec::data::{load_autoj, load_pandalm, PandaLabel};
+use crate::bench::fennec::plan::{FennecLimits, FennecPlan, Mode};
 use crate::cli::run::{execute, ProtocolSetup, RunConfig};
-use crate::judge::fennec::{
-    correction_prompt, criteria_prompt, guideline_prompt, pairwise_prompt, single_prompt, Order,
-    BRANCH_SYSTEM, CORRECTION_SYSTEM, PAIRWISE_SYSTEM, SINGLE_SYSTEM,
-};
 
-/// The prompt templates of the chain, rendered with placeholders, by name.
-fn templates(mode: Mode) -> Vec<(&'static str, String)> {
-    let (q, c, g, a, b) = (
-        "{query}",
-        "{criterion}",
-        "{guideline}",
-        "{response_a}",
-        "{response_b}",
-    );
-    let mut out = vec![
-        (
-            "fennec/criteria",
-            format!("{BRANCH_SYSTEM}\n{}", criteria_prompt(q)),
-        ),
-        (
-            "fennec/guideline",
-            format!("{BRANCH_SYSTEM}\n{}", guideline_prompt(q, c)),
-        ),
-        (
-            "fennec/correction",
-            format!(
-                "{CORRECTION_SYSTEM}\n{}",
-                correction_prompt(q, a, "{judge}")
-            ),
-        ),
-    ];
-    out.push(match mode {
-        Mode::Pairwise => (
-            "fennec/pairwise",
-            format!(
-                "{PAIRWISE_SYSTEM}\n{}",
-                pairwise_prompt(q, c, g, a, b, Order::Normal)
-            ),
-        ),
-        Mode::Single => (
-            "fennec/single",
-            format!("{SINGLE_SYSTEM}\n{}", single_prompt(q, c, g, a)),
-        ),
-    });
-    out
+/// Which table of the paper a run is comparable with.
+fn comparable_with(dataset: &str, mode: Mode, label: PandaLabel, branches: usize) -> String {
+    let table = match mode {
+        Mode::Pairwise => "Table 2 (pairwise-eval)",
+        Mode::Single => "Table 3 (single-eval)",
+    };
+    let column = match (dataset, label) {
+        ("pandalm", PandaLabel::Annotator1) => {
+            "PandaLM-test column (annotator1's labels, as the authors' code)"
+        }
+        ("pandalm", PandaLabel::Majority) => {
+            "PandaLM-test column, but with majority labels (not the authors' configuration)"
+        }
+        _ => "Auto-P column",
+    };
+    let ablation = if branches == 5 {
+        String::new()
+    } else {
+        format!("; {branches} branches (the paper's branch-number ablation; its main tables use 5)")
+    };
+    format!("Fennec paper {table}, {column}; greedy decoding (the authors' code samples at temperature 0.1){ablation}")
 }
 
 pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
-    opts.check_unused("fennec", &["--dataset", "--branches", "--mode"])?;
+    opts.check_unused(
+        "fennec",
+        &[
+            "--dataset",
+            "--branches",
+            "--mode",
+            "--correction",
+            "--label",
+        ],
+    )?;
     let (dataset, path): (&str, PathBuf) = match opts.dataset.as_deref() {
         None | Some("auto-j") => (
             "auto-j",
@@ -82,8 +68,19 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     if opts.branches == 0 {
         bail!("--branches must be at least 1");
     }
+    let label = match opts.label.as_deref() {
+        None => PandaLabel::default(),
+        Some(l) => match PandaLabel::parse(l) {
+            Some(l) if dataset == "pandalm" => l,
+            Some(_) => bail!("--label applies to --dataset pandalm only"),
+            None => bail!("--label {l:?}: pandalm has `annotator1` (default) and `majority`"),
+        },
+    };
+    if opts.correction && opts.no_correction {
+        bail!("--correction and --no-correction contradict each other");
+    }
     let all = match dataset {
-        "pandalm" => load_pandalm(&path)?,
+        "pandalm" => load_pandalm(&path, label)?,
         _ => load_autoj(&path)?,
     };
     let items = take(
@@ -96,30 +93,37 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
     let plan = FennecPlan {
         branches: opts.branches,
         mode,
-        correction: !opts.no_correction,
-        max_new_tokens: opts.cap(defaults.max_new_tokens),
+        // Off by default in pairwise runs (the authors' evaluation does not correct), on in
+        // single runs; `--correction` / `--no-correction` choose.
+        correction: opts.correction || (mode == Mode::Single && !opts.no_correction),
+        limits: opts
+            .max_new_tokens
+            .map_or(defaults.limits, FennecLimits::all),
         seed: cfg.seed,
         ..defaults
     };
     let setup = ProtocolSetup {
         data_files: vec![path],
-        prompt_templates: templates(mode)
+        prompt_templates: plan
+            .templates()
             .into_iter()
             .map(|(name, text)| (name.to_string(), template_version(&text)))
             .collect(),
         settings: json!({
             "dataset": dataset,
+            "pandalm_label": (dataset == "pandalm").then_some(label.as_str()),
             "subsets": cfg.subsets,
             "limit": cfg.limit,
             "branches": plan.branches,
             "mode": opts.mode,
             "correction": plan.correction,
+            "comparable_with": comparable_with(dataset, mode, label, plan.branches),
             "max_new_tokens": opts.max_new_tokens,
         }),
         decoding: json!({
             "temperature": plan.temperature,
             "top_p": 1.0,
-            "max_new_tokens": plan.max_new_tokens,
+            "max_new_tokens": plan.limits,
         }),
     };
     execute(cfg, setup, &plan, &items, |runs| {
@@ -127,6 +131,14 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(item, done)| ((*item).clone(), (*done).clone()))
             .collect();
-        plan.score(&owned, cfg.seed)
+        let mut r = plan.score(&owned, cfg.seed);
+        r.tables.push(notes_table(&[
+            (
+                "comparable with",
+                comparable_with(dataset, mode, label, plan.branches),
+            ),
+            ("judge (the model evaluated)", cfg.judge.name()),
+        ]));
+        r
     })
 }

@@ -25,8 +25,7 @@ use crate::store::run_dir::sha256_bytes;
 pub struct ProtocolArgs {
     /// fbbench: the dataset version, `v3` (default, 591 items) or `v1` (the paper's, 734
     /// items; its judge prompt shows the reference answer). fennec: the evaluation set,
-    /// `auto-j` (default, 1392 pairwise items) or `pandalm` (999 items, majority of three
-    /// annotators).
+    /// `auto-j` (default, 1392 pairwise items) or `pandalm` (999 items; see `--label`).
     #[arg(long, value_name = "NAME")]
     pub dataset: Option<String>,
 
@@ -45,8 +44,16 @@ pub struct ProtocolArgs {
     #[arg(long)]
     pub recall_repeat: bool,
 
-    /// realmistake: a detection prompt, `1-A`, `1-B`, `2-A` or `2-B` (repeatable; default all
-    /// four).
+    /// refutebench: how a conversation longer than the context is shortened, `authors`
+    /// (default: oldest messages first, system prompt included, budget the model's maximum
+    /// length − 261, that length 2,048 for LLaMA-2-class models) or `candor` (chit-chat, then
+    /// queries, then feedback; the system prompt kept).
+    #[arg(long, value_name = "POLICY")]
+    pub truncation: Option<String>,
+
+    /// realmistake: a detection prompt, `1-A`, `1-B`, `2-A`, `2-B` or `steps` (1-A with the
+    /// authors' evaluation steps, `cot_instruction_prompt`; the paper's advanced prompt)
+    /// (repeatable; default the four simple ones).
     #[arg(long = "prompt", value_name = "P")]
     pub prompts: Vec<String>,
 
@@ -64,13 +71,26 @@ pub struct ProtocolArgs {
     #[arg(long, value_name = "MODE", default_value = "pairwise")]
     pub mode: String,
 
-    /// fennec: skip the correction of low-scored responses.
+    /// fennec: skip the correction of low-scored responses (single mode; pairwise runs skip
+    /// it unless `--correction`).
     #[arg(long)]
     pub no_correction: bool,
 
-    /// All protocols: the most tokens any one generation may produce (default: each protocol's
-    /// own limits, e.g. FB-Bench 4096, RefuteBench 256). For quick runs; recorded in the
-    /// manifest, and replies cut short are marked `max_tokens` in the samples.
+    /// fennec: correct low-scored responses in pairwise runs too (the authors' pairwise
+    /// evaluation does not; no metric reads the corrections).
+    #[arg(long)]
+    pub correction: bool,
+
+    /// fennec with `--dataset pandalm`: the gold label, `annotator1` (default, what Fennec's
+    /// code reads) or `majority` (of the three annotators).
+    #[arg(long, value_name = "L")]
+    pub label: Option<String>,
+
+    /// All protocols: the new-token limit of every generation, replacing each protocol's own
+    /// (the papers': FB-Bench 4096, RefuteBench 256 and 16 for the judge, ReaLMistake 4096,
+    /// Fennec 1024 per step and 2048 for corrections), higher or lower. Recorded in the
+    /// manifest; replies that stopped at the limit are marked `max_tokens` in the samples and
+    /// counted per step kind in the results.
     #[arg(long, value_name = "N")]
     pub max_new_tokens: Option<usize>,
 
@@ -87,11 +107,14 @@ impl Default for ProtocolArgs {
             rule: "published".to_string(),
             recall: false,
             recall_repeat: false,
+            truncation: None,
             prompts: Vec::new(),
             samples: 1,
             branches: 5,
             mode: "pairwise".to_string(),
             no_correction: false,
+            correction: false,
+            label: None,
             max_new_tokens: None,
             all: false,
         }
@@ -99,9 +122,10 @@ impl Default for ProtocolArgs {
 }
 
 impl ProtocolArgs {
-    /// `limit` lowered to `--max-new-tokens` when that is given.
+    /// The new-token limit of a step whose protocol default is `limit`: `--max-new-tokens`
+    /// when given (higher or lower), else `limit`.
     pub fn cap(&self, limit: usize) -> usize {
-        self.max_new_tokens.map_or(limit, |m| m.min(limit))
+        self.max_new_tokens.unwrap_or(limit)
     }
 
     /// Fails when an option that only `protocol` does not read was changed from its default.
@@ -109,15 +133,18 @@ impl ProtocolArgs {
         if self.all {
             return Ok(());
         }
-        let given: [(&str, bool); 8] = [
+        let given: [(&str, bool); 11] = [
             ("--dataset", self.dataset.is_some()),
             ("--rule", self.rule != "published"),
             ("--recall", self.recall),
             ("--recall-repeat", self.recall_repeat),
+            ("--truncation", self.truncation.is_some()),
             ("--prompt", !self.prompts.is_empty()),
             ("--samples", self.samples != 1),
             ("--branches", self.branches != 5),
             ("--mode", self.mode != "pairwise" || self.no_correction),
+            ("--correction", self.correction),
+            ("--label", self.label.is_some()),
         ];
         for (flag, set) in given {
             if set && !used.contains(&flag) {
@@ -177,6 +204,44 @@ pub fn run_all(cfg: &RunConfig) -> anyhow::Result<()> {
         run_one(&one).with_context(|| format!("candor run all: {}", p.name()))?;
     }
     Ok(())
+}
+
+/// The judge of a protocol whose paper used a strong remote judge (`paper_judge`): refuses a
+/// run without an explicit `--judge`, and says whether the judge is also the candidate
+/// (self-judging), which the results and the report record.
+pub fn require_judge(cfg: &RunConfig, protocol: &str, paper_judge: &str) -> anyhow::Result<bool> {
+    if !cfg.judge_given {
+        bail!(
+            "{protocol} needs --judge (the paper's judge is {paper_judge}; name a local judge \
+             model, or the candidate's own model to let it judge itself, recorded as \
+             self-judging)"
+        );
+    }
+    Ok(cfg.candidates.contains(&cfg.judge))
+}
+
+/// The report's notes on what a run is comparable with and who judged: a table of
+/// (note, value) rows appended to the protocol's results.
+pub fn notes_table(rows: &[(&str, String)]) -> crate::bench::results::Table {
+    crate::bench::results::Table {
+        title: "Run notes".to_string(),
+        columns: vec!["note".to_string(), "value".to_string()],
+        rows: rows
+            .iter()
+            .map(|(k, v)| vec![k.to_string(), v.clone()])
+            .collect(),
+    }
+}
+
+/// The `judge` note: the judge's name, and whether it judges its own replies.
+pub fn judge_note(cfg: &RunConfig, self_judging: bool) -> (&'static str, String) {
+    let name = cfg.judge.name();
+    let v = if self_judging {
+        format!("{name} (self-judging: the judge is also the candidate)")
+    } else {
+        name
+    };
+    ("judge", v)
 }
 
 /// The version recorded for a prompt template: the first 16 hex digits of its text's sha256.
@@ -292,7 +357,8 @@ mod tests {
         let mut a = ProtocolArgs::default();
         assert_eq!(a.cap(256), 256);
         a.max_new_tokens = Some(32);
-        assert_eq!((a.cap(256), a.cap(16)), (32, 16));
+        // Either direction: the option replaces the protocol's limit.
+        assert_eq!((a.cap(256), a.cap(16)), (32, 32));
         assert_eq!(file_label("default"), "SmolLM2-135M-Instruct.Q4_1");
         assert_eq!(file_label("models/x y.gguf"), "x_y");
         assert_eq!(file_label("fake:a"), "fake_a");

@@ -12,13 +12,14 @@
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use super::{select, take, template_version, ProtocolArgs};
+use super::{notes_table, select, take, template_version, ProtocolArgs};
 use crate::bench::realmistake::data::{load_benchmark, Item};
 use crate::bench::realmistake::plan::DetectionPlan;
 use crate::cli::run::{execute, ProtocolSetup, RunConfig};
 use crate::judge::error_detection::{detection_prompt, DetectionPrompt};
 
-/// The prompts named by `--prompt` (paper names), or the four simple ones.
+/// The prompts named by `--prompt` (paper names, `steps` for the evaluation-steps prompt),
+/// or the four simple ones.
 fn prompts(names: &[String]) -> anyhow::Result<Vec<DetectionPrompt>> {
     if names.is_empty() {
         return Ok(DetectionPrompt::SIMPLE.to_vec());
@@ -27,13 +28,37 @@ fn prompts(names: &[String]) -> anyhow::Result<Vec<DetectionPrompt>> {
     for n in names {
         let p = DetectionPrompt::SIMPLE
             .into_iter()
+            .chain([DetectionPrompt::EvaluationSteps])
             .find(|p| p.paper_name().eq_ignore_ascii_case(n))
-            .with_context(|| format!("--prompt {n:?}: realmistake has 1-A, 1-B, 2-A and 2-B"))?;
+            .with_context(|| {
+                format!("--prompt {n:?}: realmistake has 1-A, 1-B, 2-A, 2-B and steps")
+            })?;
         if !out.contains(&p) {
             out.push(p);
         }
     }
     Ok(out)
+}
+
+/// Which table of the paper a run is comparable with.
+fn comparable_with(plan: &DetectionPlan) -> String {
+    let steps = plan.prompts.contains(&DetectionPrompt::EvaluationSteps);
+    let mut out = Vec::new();
+    if plan.samples > 1 {
+        out.push("the paper's Table 5 (self-consistency: prompt 1-A, k=5, temperature 0.5)");
+    } else if steps {
+        out.push("the paper's Table 7 (1-A with human-written evaluation steps)");
+    } else {
+        out.push("the paper's Table 4 (average of the four prompts, temperature 0)");
+    }
+    if plan.detectors > 1 {
+        out.push("Table 6 (majority vote over detectors and prompts)");
+    }
+    format!(
+        "ReaLMistake {} ; up to {} new tokens per reply (the paper: 4,096)",
+        out.join(" and "),
+        plan.max_new_tokens
+    )
 }
 
 pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
@@ -81,6 +106,7 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
             "prompts": plan.prompts.iter().map(|p| p.paper_name()).collect::<Vec<_>>(),
             "samples": plan.samples,
             "max_new_tokens": opts.max_new_tokens,
+            "comparable_with": comparable_with(&plan),
         }),
         decoding: json!({
             "temperature": if plan.samples > 1 { plan.sample_temperature } else { 0.0 },
@@ -93,7 +119,10 @@ pub fn run(cfg: &RunConfig, opts: &ProtocolArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(item, done)| ((*item).clone(), (*done).clone()))
             .collect();
-        plan.score(&owned, cfg.seed)
+        let mut r = plan.score(&owned, cfg.seed);
+        r.tables
+            .push(notes_table(&[("comparable with", comparable_with(&plan))]));
+        r
     })
 }
 
@@ -106,7 +135,9 @@ mod tests {
         assert_eq!(prompts(&[]).unwrap(), DetectionPrompt::SIMPLE);
         let got = prompts(&["2-b".into(), "1-A".into(), "2-B".into()]).unwrap();
         assert_eq!(got, [DetectionPrompt::P4, DetectionPrompt::P1]);
+        let got = prompts(&["steps".into()]).unwrap();
+        assert_eq!(got, [DetectionPrompt::EvaluationSteps]);
         let err = prompts(&["3-A".into()]).unwrap_err().to_string();
-        assert!(err.contains("has 1-A, 1-B, 2-A and 2-B"), "{err}");
+        assert!(err.contains("has 1-A, 1-B, 2-A, 2-B and steps"), "{err}");
     }
 }
