@@ -1,5 +1,6 @@
 //! `candor run fennec`: the judge model's Fennec chain (criteria → a guideline per branch →
-//! pairwise judgements in both orders, or single scores → merge → correction) on Auto-J's
+//! pairwise judgements in both orders, or single scores → merge → correction, which pairwise
+//! runs skip unless `--correction`) on Auto-J's
 //! pairwise test set (default) or PandaLM's, scored against the human labels: Agreement and
 //! Consistency (pairwise) or Accuracy (single).
 //!

@@ -1,5 +1,6 @@
 //! `candor run realmistake`: every `--model` as an error detector on ReaLMistake, with the
-//! paper's prompts (1-A, 1-B, 2-A, 2-B; `--prompt` to choose), `--samples k` for
+//! paper's prompts (1-A, 1-B, 2-A, 2-B, and `steps`, 1-A with the authors' evaluation steps;
+//! `--prompt` to choose), up to 4,096 new tokens per reply as the paper, `--samples k` for
 //! self-consistency, and the authors' majority vote when several `--model`s are given.
 //!
 //! The benchmark's text stays encrypted at rest: `data.zip` is decrypted into memory only
