@@ -3,8 +3,8 @@
 //! `anyhow` lives here and in `main.rs` only; library modules return typed errors.
 
 mod args;
-mod data;
 mod cache;
+mod data;
 mod generate;
 mod launch;
 mod merge;
