@@ -15,12 +15,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::plan::{Plan, Transcript};
-use super::results::BenchResults;
+use super::results::{BenchResults, Table};
 use super::DataError;
 use crate::model::chat::Message;
 
 /// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
 pub type TokenCounter = std::sync::Arc<dyn Fn(&[Message]) -> usize + Send + Sync>;
+
+/// Counts the tokens of a text alone (no template), as the authors' truncation does.
+pub type TextCounter = std::sync::Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 /// Options of the individual protocols; each protocol reads the ones it names in
 /// [`Protocol::options`] and refuses the others (see [`ProtocolOptions::check_unused`]).
@@ -34,6 +37,8 @@ pub struct ProtocolOptions {
     pub recall: bool,
     /// refutebench: recall and repeat.
     pub recall_repeat: bool,
+    /// refutebench: `authors` (default) / `candor` history truncation.
+    pub truncation: Option<String>,
     /// realmistake: detection prompts by paper name.
     pub prompts: Vec<String>,
     /// realmistake: samples per prompt.
@@ -42,9 +47,13 @@ pub struct ProtocolOptions {
     pub branches: usize,
     /// fennec: `pairwise` / `single`.
     pub mode: String,
-    /// fennec: skip the correction step.
+    /// fennec: skip the correction step (single mode).
     pub no_correction: bool,
-    /// All protocols: the most tokens one generation may produce.
+    /// fennec: run the correction step in pairwise runs too.
+    pub correction: bool,
+    /// fennec with pandalm: `annotator1` (default) / `majority` gold labels.
+    pub label: Option<String>,
+    /// All protocols: the new-token limit of every generation, replacing each protocol's own.
     pub max_new_tokens: Option<usize>,
     /// Set by `candor run all`: each protocol reads its own options and ignores the others'.
     pub all: bool,
@@ -58,11 +67,14 @@ impl Default for ProtocolOptions {
             rule: "published".to_string(),
             recall: false,
             recall_repeat: false,
+            truncation: None,
             prompts: Vec::new(),
             samples: 1,
             branches: 5,
             mode: "pairwise".to_string(),
             no_correction: false,
+            correction: false,
+            label: None,
             max_new_tokens: None,
             all: false,
         }
@@ -70,9 +82,10 @@ impl Default for ProtocolOptions {
 }
 
 impl ProtocolOptions {
-    /// `limit` lowered to `--max-new-tokens` when that is given.
+    /// The new-token limit of a step whose protocol default is `limit`: `--max-new-tokens`
+    /// when given (higher or lower), else `limit`.
     pub fn cap(&self, limit: usize) -> usize {
-        self.max_new_tokens.map_or(limit, |m| m.min(limit))
+        self.max_new_tokens.unwrap_or(limit)
     }
 
     /// Fails when an option that `protocol` does not read (not in `used`) was changed from
@@ -82,16 +95,19 @@ impl ProtocolOptions {
             return Ok(());
         }
         let d = ProtocolOptions::default();
-        let given: [(&'static str, bool); 9] = [
+        let given: [(&'static str, bool); 12] = [
             ("--dataset", self.dataset.is_some()),
             ("--rule", self.rule != d.rule),
             ("--recall", self.recall),
             ("--recall-repeat", self.recall_repeat),
+            ("--truncation", self.truncation.is_some()),
             ("--prompt", !self.prompts.is_empty()),
             ("--samples", self.samples != d.samples),
             ("--branches", self.branches != d.branches),
             ("--mode", self.mode != d.mode),
             ("--no-correction", self.no_correction),
+            ("--correction", self.correction),
+            ("--label", self.label.is_some()),
         ];
         for (option, set) in given {
             if set && !used.contains(&option) {
@@ -109,6 +125,14 @@ pub enum ProtocolError {
     Unused {
         option: &'static str,
         protocol: &'static str,
+    },
+    #[error(
+        "{protocol} needs --judge (the paper's judge is {paper_judge}; name a local judge model, \
+         or the candidate's own model to let it judge itself, recorded as self-judging)"
+    )]
+    NeedsJudge {
+        protocol: &'static str,
+        paper_judge: &'static str,
     },
     #[error("{option} {value:?}: {message}")]
     BadValue {
@@ -157,6 +181,11 @@ pub struct CandidateContext {
     /// Positions the model attends over.
     pub context_len: usize,
     pub count: TokenCounter,
+    /// Tokens of a bare text.
+    pub count_text: TextCounter,
+    /// Whether the model's chat template accepts a system message (Mistral-style templates
+    /// reject it; RefuteBench then runs without its system prompt, as the authors did).
+    pub accepts_system: bool,
 }
 
 /// What a protocol is prepared against: where the data is, what to select, and who plays.
@@ -171,6 +200,8 @@ pub struct RunContext {
     pub candidates: Vec<String>,
     /// The judge's name.
     pub judge: String,
+    /// Whether the judge was named explicitly (`--judge`); FB-Bench and RefuteBench require it.
+    pub judge_given: bool,
     pub candidate_context: Option<CandidateContext>,
 }
 
@@ -260,6 +291,49 @@ pub trait Protocol {
         prepared: &Prepared<Self::Plan>,
         runs: &[(&<Self::Plan as Plan>::Item, &Transcript)],
     ) -> Scored;
+}
+
+/// The judge of a protocol whose paper used a strong remote judge (`paper_judge`): refuses a
+/// run without an explicit `--judge`, and says whether the judge is also a candidate
+/// (self-judging), which the results and the report record.
+pub fn require_judge(
+    ctx: &RunContext,
+    protocol: &'static str,
+    paper_judge: &'static str,
+) -> Result<bool, ProtocolError> {
+    if !ctx.judge_given {
+        return Err(ProtocolError::NeedsJudge {
+            protocol,
+            paper_judge,
+        });
+    }
+    Ok(ctx.candidates.contains(&ctx.judge))
+}
+
+/// The report's notes on what a run is comparable with and who judged: a table of
+/// (note, value) rows appended to the protocol's results.
+pub fn notes_table(rows: &[(&str, String)]) -> Table {
+    Table {
+        title: "Run notes".to_string(),
+        columns: vec!["note".to_string(), "value".to_string()],
+        rows: rows
+            .iter()
+            .map(|(k, v)| vec![k.to_string(), v.clone()])
+            .collect(),
+    }
+}
+
+/// The `judge` note: the judge's name, and whether it judges its own replies.
+pub fn judge_note(ctx: &RunContext, self_judging: bool) -> (&'static str, String) {
+    let v = if self_judging {
+        format!(
+            "{} (self-judging: the judge is also the candidate)",
+            ctx.judge
+        )
+    } else {
+        ctx.judge.clone()
+    };
+    ("judge", v)
 }
 
 /// The version recorded for a prompt template: the first 16 hex digits of its text's sha256.
@@ -400,7 +474,8 @@ mod tests {
         let mut a = ProtocolOptions::default();
         assert_eq!(a.cap(256), 256);
         a.max_new_tokens = Some(32);
-        assert_eq!((a.cap(256), a.cap(16)), (32, 16));
+        // Either direction: the option replaces the protocol's limit.
+        assert_eq!((a.cap(256), a.cap(16)), (32, 32));
         assert_eq!(file_label("default"), "SmolLM2-135M-Instruct.Q4_1");
         assert_eq!(file_label("models/x y.gguf"), "x_y");
         assert_eq!(file_label("fake:a"), "fake_a");
@@ -426,5 +501,70 @@ mod tests {
         assert_eq!(err.to_string(), "--no-correction does not apply to fbbench");
         let all = ProtocolOptions { all: true, ..c };
         assert!(all.check_unused("fbbench", &[]).is_ok());
+        for (o, flag) in [
+            (
+                ProtocolOptions {
+                    truncation: Some("candor".into()),
+                    ..a.clone()
+                },
+                "--truncation",
+            ),
+            (
+                ProtocolOptions {
+                    correction: true,
+                    ..a.clone()
+                },
+                "--correction",
+            ),
+            (
+                ProtocolOptions {
+                    label: Some("majority".into()),
+                    ..a.clone()
+                },
+                "--label",
+            ),
+        ] {
+            let err = o.check_unused("realmistake", &["--prompt"]).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("{flag} does not apply to realmistake")
+            );
+            assert!(o.check_unused("x", &[flag]).is_ok());
+        }
+    }
+
+    fn ctx(candidates: &[&str], judge: &str, judge_given: bool) -> RunContext {
+        RunContext {
+            data: PathBuf::new(),
+            subsets: Vec::new(),
+            limit: None,
+            seed: 0,
+            candidates: candidates.iter().map(|c| c.to_string()).collect(),
+            judge: judge.to_string(),
+            judge_given,
+            candidate_context: None,
+        }
+    }
+
+    #[test]
+    fn judged_protocols_need_an_explicit_judge() {
+        let err = require_judge(&ctx(&["default"], "default", false), "fbbench", "GPT-4o")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("fbbench needs --judge (the paper's judge is GPT-4o"),
+            "{err}"
+        );
+        let c = ctx(&["default"], "default", true);
+        assert!(
+            require_judge(&c, "refutebench", "GPT-4").unwrap(),
+            "self-judging"
+        );
+        assert!(judge_note(&c, true).1.contains("self-judging"));
+        let c = ctx(&["default"], "j.gguf", true);
+        assert!(!require_judge(&c, "fbbench", "GPT-4o").unwrap());
+        assert_eq!(judge_note(&c, false).1, "j.gguf");
+        let t = notes_table(&[("comparable with", "x".into())]);
+        assert_eq!(t.rows, [["comparable with", "x"]]);
     }
 }

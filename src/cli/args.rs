@@ -10,6 +10,8 @@ pub struct Args {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the largest variant (`run`'s options) does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Fetch the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) into models/.

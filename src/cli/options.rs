@@ -10,8 +10,7 @@ use crate::bench::ProtocolOptions;
 pub struct ProtocolArgs {
     /// fbbench: the dataset version, `v3` (default, 591 items) or `v1` (the paper's, 734
     /// items; its judge prompt shows the reference answer). fennec: the evaluation set,
-    /// `auto-j` (default, 1392 pairwise items) or `pandalm` (999 items, majority of three
-    /// annotators).
+    /// `auto-j` (default, 1392 pairwise items) or `pandalm` (999 items; see `--label`).
     #[arg(long, value_name = "NAME")]
     pub dataset: Option<String>,
 
@@ -30,8 +29,16 @@ pub struct ProtocolArgs {
     #[arg(long)]
     pub recall_repeat: bool,
 
-    /// realmistake: a detection prompt, `1-A`, `1-B`, `2-A` or `2-B` (repeatable; default all
-    /// four).
+    /// refutebench: how a conversation longer than the context is shortened, `authors`
+    /// (default: oldest messages first, system prompt included, budget the model's maximum
+    /// length − 261, that length 2,048 for LLaMA-2-class models) or `candor` (chit-chat, then
+    /// queries, then feedback; the system prompt kept).
+    #[arg(long, value_name = "POLICY")]
+    pub truncation: Option<String>,
+
+    /// realmistake: a detection prompt, `1-A`, `1-B`, `2-A`, `2-B` or `steps` (1-A with the
+    /// authors' evaluation steps, `cot_instruction_prompt`; the paper's advanced prompt)
+    /// (repeatable; default the four simple ones).
     #[arg(long = "prompt", value_name = "P")]
     pub prompts: Vec<String>,
 
@@ -49,13 +56,26 @@ pub struct ProtocolArgs {
     #[arg(long, value_name = "MODE", default_value = "pairwise")]
     pub mode: String,
 
-    /// fennec: skip the correction of low-scored responses.
+    /// fennec: skip the correction of low-scored responses (single mode; pairwise runs skip
+    /// it unless `--correction`).
     #[arg(long)]
     pub no_correction: bool,
 
-    /// All protocols: the most tokens any one generation may produce (default: each protocol's
-    /// own limits, e.g. FB-Bench 4096, RefuteBench 256). For quick runs; recorded in the
-    /// manifest, and replies cut short are marked `max_tokens` in the samples.
+    /// fennec: correct low-scored responses in pairwise runs too (the authors' pairwise
+    /// evaluation does not; no metric reads the corrections).
+    #[arg(long, conflicts_with = "no_correction")]
+    pub correction: bool,
+
+    /// fennec with `--dataset pandalm`: the gold label, `annotator1` (default, what Fennec's
+    /// code reads) or `majority` (of the three annotators).
+    #[arg(long, value_name = "L")]
+    pub label: Option<String>,
+
+    /// All protocols: the new-token limit of every generation, replacing each protocol's own
+    /// (the papers': FB-Bench 4096, RefuteBench 256 and 16 for the judge, ReaLMistake 4096,
+    /// Fennec 1024 per step and 2048 for corrections), higher or lower. Recorded in the
+    /// manifest; replies that stopped at the limit are marked `max_tokens` in the samples and
+    /// counted per step kind in the results.
     #[arg(long, value_name = "N")]
     pub max_new_tokens: Option<usize>,
 }
@@ -68,11 +88,14 @@ impl ProtocolArgs {
             rule: self.rule.clone(),
             recall: self.recall,
             recall_repeat: self.recall_repeat,
+            truncation: self.truncation.clone(),
             prompts: self.prompts.clone(),
             samples: self.samples,
             branches: self.branches,
             mode: self.mode.clone(),
             no_correction: self.no_correction,
+            correction: self.correction,
+            label: self.label.clone(),
             max_new_tokens: self.max_new_tokens,
             all: false,
         }

@@ -18,6 +18,7 @@ use crate::bench::protocol::{CandidateContext, Candidates, Protocol as BenchProt
 use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
+use crate::model::chat::Message;
 use crate::model::llama::WeightDType;
 use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
@@ -78,7 +79,9 @@ pub struct RunArgs {
     pub models: Vec<String>,
 
     /// The judge model (FB-Bench checklist, RefuteBench acceptance, Fennec), in the same forms
-    /// as --model. Default: the first --model.
+    /// as --model. Required by fbbench and refutebench (the papers' judges are GPT-4o and
+    /// GPT-4; naming the candidate's model is allowed and recorded as self-judging); for
+    /// fennec the default is the first --model.
     #[arg(long, value_name = "J")]
     pub judge: Option<String>,
 
@@ -176,7 +179,8 @@ pub struct RunConfig {
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub fake_delay: Duration,
     pub options: ProtocolOptions,
-    /// Whether `--judge` was given (a protocol without a judge refuses it).
+    /// Whether `--judge` was given (a protocol without a judge refuses it; fbbench and
+    /// refutebench require it).
     pub judge_given: bool,
     /// This process's share of the items (`--shard`).
     pub shard: Option<Shard>,
@@ -360,9 +364,21 @@ pub fn execute<Pr: BenchProtocol>(
         }
     }
     let candidate_context = match &cfg.candidates[0] {
-        ModelSpec::Engine(name) => infos.get(name).map(|info| CandidateContext {
-            context_len: info.context_len,
-            count: info.token_counter(),
+        ModelSpec::Engine(name) => infos.get(name).map(|info| {
+            let tokenizer = Arc::clone(&info.tokenizer);
+            // A template that renders [system, user] (or rejects even a lone user message,
+            // so that the system message is not the cause) accepts a system prompt.
+            let (s, u) = (Message::system("s"), Message::user("u"));
+            let accepts_system = info.template.render(&[s, u.clone()], true).is_ok()
+                || info.template.render(&[u], true).is_err();
+            CandidateContext {
+                context_len: info.context_len,
+                count: info.token_counter(),
+                count_text: Arc::new(move |text: &str| {
+                    tokenizer.encode(text).map_or(usize::MAX, |ids| ids.len())
+                }),
+                accepts_system,
+            }
         }),
         ModelSpec::Fake(_) => None,
     };
@@ -373,6 +389,7 @@ pub fn execute<Pr: BenchProtocol>(
         seed: cfg.seed,
         candidates: cfg.candidates.iter().map(ModelSpec::name).collect(),
         judge: cfg.judge.name(),
+        judge_given: cfg.judge_given,
         candidate_context,
     };
     let mut prepared = protocol.prepare(&ctx, &cfg.options)?;
@@ -639,6 +656,16 @@ mod tests {
             err.unwrap_err().to_string(),
             "--branches does not apply to fbbench"
         );
+    }
+
+    #[test]
+    fn whether_the_judge_was_named_is_kept() {
+        // fbbench and refutebench refuse a run without --judge (bench::protocol::require_judge).
+        let c = parse(&["fbbench", "--out", "x"]).unwrap();
+        assert!(!c.judge_given);
+        let c = parse(&["refutebench", "--judge", "default", "--out", "x"]).unwrap();
+        assert!(c.judge_given);
+        assert_eq!(c.judge, c.candidates[0]);
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! Responses", as written in the authors' `src/baseline/prompt.py` (psunlpgroup/ReaLMistake
 //! @ f94a8b9): four wordings 1-A, 1-B, 2-A, 2-B (files `baseline_errordetection_prompt_1..4`)
 //! and the evaluation-steps variant (`cot_instruction_prompt`). The verdict rule is the
-//! paper's appendix: a reply that contains "contains no error" or "response is valid" predicts
-//! no error, else one that contains "contains an error" or "response is not valid" predicts an
-//! error; a reply with neither phrase is [`Verdict::Unscored`]. (When both kinds of phrase
-//! occur, the published predictions always say no error, hence the order of the checks.) This
-//! module knows nothing of the data files or of metrics.
+//! authors': a reply that contains "response is correct", "contains no error" or "response is
+//! valid" predicts no error, else one that contains "contains an error" or "response is not
+//! valid" predicts an error; a reply with none of these is [`Verdict::Unscored`]. The no-error
+//! phrases are checked first, so a reply with both kinds says no error ("The reasoning in the
+//! model response is correct ... Therefore, the model response contains an error." is read as
+//! no error, as in the published predictions). This rule reproduces all 25,200 published
+//! open-detector predictions from their raw replies (`tests/it/realmistake.rs`). This module
+//! knows nothing of the data files or of metrics.
 
 use serde::{Deserialize, Serialize};
 
@@ -147,8 +150,12 @@ pub fn detection_prompt(prompt: DetectionPrompt, input: &str, response: &str) ->
     text
 }
 
-/// Phrases that make a reply predict no error (checked first).
-const NO_ERROR_PHRASES: [&str; 2] = ["contains no error", "response is valid"];
+/// Phrases that make a reply predict no error (checked first), in the authors' order.
+const NO_ERROR_PHRASES: [&str; 3] = [
+    "response is correct",
+    "contains no error",
+    "response is valid",
+];
 /// Phrases that make a reply predict an error.
 const ERROR_PHRASES: [&str; 2] = ["contains an error", "response is not valid"];
 
@@ -159,7 +166,7 @@ pub fn parse_detection(reply: &str) -> Verdict<Detection> {
     } else if ERROR_PHRASES.iter().any(|p| reply.contains(p)) {
         Verdict::Scored(Detection::Error)
     } else {
-        Verdict::unscored("no verdict phrase (\"contains an error\", \"contains no error\", \"response is valid\", \"response is not valid\")")
+        Verdict::unscored("no verdict phrase (\"contains an error\", \"contains no error\", \"response is correct\", \"response is valid\", \"response is not valid\")")
     }
 }
 
@@ -241,6 +248,13 @@ mod tests {
                 "It contains an error? No: the response contains no error.",
                 Some(Detection::NoError),
             ),
+            // The authors' third no-error phrase, checked before the error phrases.
+            (
+                "The reasoning in the model response is correct, but it does not follow the \
+                 instruction. Therefore, the model response contains an error.",
+                Some(Detection::NoError),
+            ),
+            ("The model response is correct.", Some(Detection::NoError)),
             // Case-sensitive, as the authors' substring test.
             ("THE RESPONSE CONTAINS AN ERROR", None),
             ("The model response contains a minor error.", None),

@@ -28,8 +28,23 @@ pub const CORRECTION_SYSTEM: &str = "You are an assistant capable of assisting i
 
 /// Criteria generation: asks for five evaluation criteria for `query`.
 pub fn criteria_prompt(query: &str) -> String {
+    criteria_prompt_for(query, 5)
+}
+
+/// Criteria generation asking for `n` criteria when `n` is above five (the paper's ablation on
+/// the number of branches), else for five (the authors' prompt; fewer branches keep the first
+/// `n` of the five). The number is written as a word up to twelve, as the authors' "five".
+pub fn criteria_prompt_for(query: &str, n: usize) -> String {
+    const WORDS: [&str; 13] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve",
+    ];
+    let n = n.max(5);
+    let count = WORDS
+        .get(n)
+        .map_or_else(|| n.to_string(), |w| w.to_string());
     format!(
-        "For evaluating human satisfaction with responses from an AI assistant based on a [User Query], we need to brainstorm and establish five [Evaluation Criteria] directly linked to the user's query. These criteria play a crucial role in objectively assessing response content, with higher priority and greater evaluation weight.\n***\nAs an illustration:\n1. Relevance: Evaluate whether the response is directly related to the user's query.\n2. Criterion: Assess the correctness of the information provided in the response. etc.\n***\n[User Query]:\n{query}\n***\nPlease return five [Evaluation Criteria]:\n"
+        "For evaluating human satisfaction with responses from an AI assistant based on a [User Query], we need to brainstorm and establish {count} [Evaluation Criteria] directly linked to the user's query. These criteria play a crucial role in objectively assessing response content, with higher priority and greater evaluation weight.\n***\nAs an illustration:\n1. Relevance: Evaluate whether the response is directly related to the user's query.\n2. Criterion: Assess the correctness of the information provided in the response. etc.\n***\n[User Query]:\n{query}\n***\nPlease return {count} [Evaluation Criteria]:\n"
     )
 }
 
@@ -274,6 +289,16 @@ pub fn single_correction_findings(branches: &[(&str, &str)]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn criteria_prompt_asks_for_the_branches_above_five() {
+        let five = criteria_prompt("Q");
+        assert_eq!(five.matches("five [Evaluation Criteria]").count(), 2);
+        assert_eq!(criteria_prompt_for("Q", 3), five);
+        let eight = criteria_prompt_for("Q", 8);
+        assert_eq!(eight, five.replace("five [", "eight ["));
+        assert!(criteria_prompt_for("Q", 20).contains("return 20 [Evaluation Criteria]"));
+    }
 
     #[test]
     fn prompts_share_their_prefixes() {

@@ -1,6 +1,7 @@
 //! A published protocol run end to end: the manifest from what the protocol prepared
 //! ([`crate::bench::protocol::Prepared`]) and the models' identities, the runner over the
-//! plan, the protocol's scoring, and the extra files it renders (FB-Bench's judgements in the
+//! plan, the protocol's scoring (with the table of replies that stopped at their length
+//! limit, which every protocol reports), and the extra files it renders (FB-Bench's judgements in the
 //! authors' format), written atomically beside `results.json`.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use super::runner::{Run, RunOutcome};
 use super::StoreError;
 use crate::bench::plan::{Plan, Step, Transcript};
 use crate::bench::protocol::{OutputFile, Prepared, Protocol, ProtocolOptions, RunContext};
+use crate::bench::results::length_limit_table;
 use crate::report::progress::Progress;
 
 /// One protocol run to execute or resume.
@@ -88,7 +90,13 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
                 .protocol
                 .score(self.ctx, self.options, self.prepared, runs);
             outputs = scored.outputs;
-            scored.results
+            let mut results = scored.results;
+            // Every protocol reports the replies that stopped at their length limit, per step
+            // kind.
+            results
+                .tables
+                .push(length_limit_table(runs.iter().map(|(_, t)| *t)));
+            results
         })?;
         let mut written = Vec::new();
         for file in outputs {

@@ -75,8 +75,16 @@ fn pandalm_and_mt_bench_load() {
     ) else {
         return;
     };
-    let items = data::load_pandalm(&panda).expect("loads");
+    let items = data::load_pandalm(&panda, data::PandaLabel::Annotator1).expect("loads");
     assert_eq!(items.len(), 999);
+    // Fennec's code reads annotator1; 38 of its labels differ from the majority of three.
+    let majority = data::load_pandalm(&panda, data::PandaLabel::Majority).expect("loads");
+    let differ = items
+        .iter()
+        .zip(&majority)
+        .filter(|(a, m)| a.label != m.label)
+        .count();
+    assert_eq!(differ, 38);
     let ties = items
         .iter()
         .filter(|i| i.label == data::Preference::Tie)
@@ -143,7 +151,8 @@ fn score_cli_on_our_own_sample() {
     assert!(stdout.contains("agreement: 66.67"), "{stdout}");
     assert!(stdout.contains("(n = 3, unscored = 1)"), "{stdout}");
 
-    let panda = data::load_pandalm(&sample("pandalm_sample.json")).expect("loads");
+    let panda = data::load_pandalm(&sample("pandalm_sample.json"), data::PandaLabel::Majority)
+        .expect("loads");
     assert_eq!(
         panda.iter().map(|i| i.label).collect::<Vec<_>>(),
         [data::Preference::A, data::Preference::Tie]

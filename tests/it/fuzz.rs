@@ -309,7 +309,10 @@ fn target_fennec(data: &[u8]) {
     let p = Path::new("fuzz.jsonl");
     let s = text(data);
     let _ = candor::bench::fennec::data::parse_autoj(&s, p);
-    let _ = candor::bench::fennec::data::parse_pandalm(&s, p);
+    use candor::bench::fennec::data::PandaLabel;
+    for label in [PandaLabel::Annotator1, PandaLabel::Majority] {
+        let _ = candor::bench::fennec::data::parse_pandalm(&s, p, label);
+    }
     let _ = candor::bench::fennec::data::parse_verdicts(&s, p);
     let path = scratch("jsonl", data);
     let _ = candor::bench::fennec::data::load_mt_bench(&path);

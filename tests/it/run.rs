@@ -402,7 +402,14 @@ fn real_run_twice(tmp: &Path, protocol: &str, extra: &[&str]) -> Option<PathBuf>
 fn real_fbbench_completes_and_repeats_identically() {
     let tmp = tempfile::tempdir().unwrap();
     // The v3 item with the shortest texts (the judge prompt alone is long).
-    let extra = ["--subset", "cb29734183cf0fed", "--max-new-tokens", "8"];
+    let extra = [
+        "--subset",
+        "cb29734183cf0fed",
+        "--max-new-tokens",
+        "8",
+        "--judge",
+        "default",
+    ];
     let Some(dir) = real_run_twice(tmp.path(), "fbbench", &extra) else {
         return;
     };
@@ -412,6 +419,25 @@ fn real_fbbench_completes_and_repeats_identically() {
         .is_file());
     let results: serde_json::Value = serde_json::from_slice(&read(&dir, "results.json")).unwrap();
     assert_eq!(results["items"], 1, "{results}");
+    // The run names what it is comparable with, and that the candidate judged itself.
+    let report = String::from_utf8(read(&dir, "report.md")).unwrap();
+    assert!(
+        report.contains("| comparable with | FB-Bench v3 (591 items)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("(self-judging: the judge is also the candidate)"),
+        "{report}"
+    );
+    // Replies cut at --max-new-tokens 8 are counted per step kind.
+    let table = results["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["title"] == "Replies stopped at the length limit")
+        .expect("length table");
+    let rows = table["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r[0] == "judge"), "{table}");
 }
 
 #[test]
@@ -451,6 +477,8 @@ fn real_refutebench_repeats_and_resumes_after_sigkill_to_identical_files() {
         "8",
         "--batch-size",
         "1",
+        "--judge",
+        "default",
     ];
     let Some(reference) = real_run_twice(tmp.path(), "refutebench", &extra) else {
         return;

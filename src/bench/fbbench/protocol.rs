@@ -1,7 +1,8 @@
 //! FB-Bench as a [`Protocol`]: the follow-up and checklist-judge steps over the authors'
 //! dataset (v3 by default, v1 with `--dataset v1`), scored by the published or the paper's
 //! rule; the judgements are also written in the authors' format (`judgments/<model>.jsonl`),
-//! which their notebook and `candor score fbbench` read.
+//! which their notebook and `candor score fbbench` read. The judge must be named (`--judge`;
+//! the paper's is GPT-4o): the candidate's own model is allowed and recorded as self-judging.
 //!
 //! `--subset` names an interaction scenario (`error_correction`, `response_maintenance`), a
 //! task type as the data spells it, or an item id (as in the samples); `--limit N` keeps the
@@ -18,8 +19,8 @@ use super::score::tables_for_version;
 use super::{FbBenchPlan, Item, Rule, Version};
 use crate::bench::plan::{Plan, Transcript};
 use crate::bench::protocol::{
-    file_label, select, take, template_version, OutputFile, Prepared, Protocol, ProtocolError,
-    ProtocolOptions, RunContext, Scored,
+    file_label, judge_note, notes_table, require_judge, select, take, template_version, OutputFile,
+    Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 
 /// FB-Bench.
@@ -58,6 +59,14 @@ fn rule(opts: &ProtocolOptions) -> Result<Rule, ProtocolError> {
     }
 }
 
+/// Which published figures a run of `version` is comparable with.
+pub fn comparable_with(version: Version) -> &'static str {
+    match version {
+        Version::V3 => "FB-Bench v3 (591 items), the authors' current configuration (their repository's v3 config and judge prompt); not a paper table",
+        Version::V1 => "FB-Bench v1 (734 items), the paper's Table 3 (judge prompt with the reference answer)",
+    }
+}
+
 /// The names `--subset` matches against: scenario, task type and item id.
 fn labels(plan: &FbBenchPlan, item: &Item) -> Vec<String> {
     vec![
@@ -85,6 +94,7 @@ impl Protocol for FbBench {
     ) -> Result<Prepared<FbBenchPlan>, ProtocolError> {
         let version = version(opts)?;
         rule(opts)?;
+        let self_judging = require_judge(ctx, "fbbench", "GPT-4o")?;
         let path = dataset_path(&ctx.data, version);
         let dataset = load_dataset(&path)?;
         // Item ids depend on the item's text only, not on the plan's settings.
@@ -116,6 +126,8 @@ impl Protocol for FbBench {
                 "subsets": ctx.subsets,
                 "limit": ctx.limit,
                 "max_new_tokens": opts.max_new_tokens,
+                "comparable_with": comparable_with(version),
+                "self_judging": self_judging,
             }),
             decoding: json!({
                 "followup": {
@@ -152,6 +164,15 @@ impl Protocol for FbBench {
         let rule = rule(opts).unwrap_or(Rule::Published);
         let mut results = score_transcripts(candidate, runs, rule, ctx.seed);
         results.tables = tables_for_version(results.tables, prepared.plan.version);
+        // `prepare` checked that the judge was named.
+        let self_judging = ctx.candidates.contains(&ctx.judge);
+        results.tables.push(notes_table(&[
+            (
+                "comparable with",
+                comparable_with(prepared.plan.version).to_string(),
+            ),
+            judge_note(ctx, self_judging),
+        ]));
         let mut bytes = Vec::new();
         // Writing into memory cannot fail.
         let _ = write_judgements(&mut bytes, &records);

@@ -2,8 +2,8 @@
 //!
 //! Three public sets: Auto-J's pairwise test set (`testdata_pairwise.jsonl`, 1392 items, label
 //! 0 = response 1 better, 1 = response 2 better, 2 = tie), PandaLM's `testset-v1.json` (999
-//! items, three annotators with 0 = tie, 1 = response 1, 2 = response 2; the label is their
-//! majority) and MT-Bench's `question.jsonl` (80 questions, no labels). Verdict files are
+//! items, three annotators with 0 = tie, 1 = response 1, 2 = response 2; the label is
+//! annotator1's, as in Fennec's code, or their majority, [`PandaLabel`]) and MT-Bench's `question.jsonl` (80 questions, no labels). Verdict files are
 //! Auto-J's leaderboard format, one `{"output": 0|1|2}` per line in the order shown to the
 //! judge (`null` = no verdict). Every bad line is an error naming the file and line (or item).
 //! This module computes nothing.
@@ -155,15 +155,44 @@ struct RawPandaLm {
     annotator3: i64,
 }
 
+/// Which of PandaLM's three annotations is an item's gold label.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PandaLabel {
+    /// `annotator1` alone: what Fennec's evaluation reads (`meta_info["judge"][0]` in
+    /// `src/criterion/fennec.py`, dropreg/Fennec @ e3995f6). 38 of the 999 labels differ from
+    /// the majority.
+    #[default]
+    Annotator1,
+    /// The label at least two of the three annotators give (PandaLM's own reading); an item
+    /// where all three differ is an error.
+    Majority,
+}
+
+impl PandaLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PandaLabel::Annotator1 => "annotator1",
+            PandaLabel::Majority => "majority",
+        }
+    }
+
+    /// Parses `annotator1` / `majority`.
+    pub fn parse(s: &str) -> Option<Self> {
+        [PandaLabel::Annotator1, PandaLabel::Majority]
+            .into_iter()
+            .find(|l| l.as_str() == s)
+    }
+}
+
 /// Loads PandaLM's `testset-v1.json`.
-pub fn load_pandalm(path: &Path) -> Result<Vec<PairItem>, Error> {
-    parse_pandalm(&read(path)?, path)
+pub fn load_pandalm(path: &Path, label: PandaLabel) -> Result<Vec<PairItem>, Error> {
+    parse_pandalm(&read(path)?, path, label)
 }
 
 /// Parses PandaLM test-set JSON text. The query is `instruction + input` (concatenated as in
-/// Fennec's `pandalm_bench.py`); the label is the annotators' majority (an item without one
-/// is an error).
-pub fn parse_pandalm(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
+/// Fennec's `pandalm_bench.py`); the label is `label`'s (every annotation must be 0, 1 or 2).
+pub fn parse_pandalm(text: &str, path: &Path, label: PandaLabel) -> Result<Vec<PairItem>, Error> {
     let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| Error::Json {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -184,8 +213,11 @@ pub fn parse_pandalm(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
                 })?,
             );
         }
-        let label = majority(&votes)
-            .ok_or_else(|| item_err(i, format!("annotators disagree three ways: {votes:?}")))?;
+        let label = match label {
+            PandaLabel::Annotator1 => votes[0],
+            PandaLabel::Majority => majority(&votes)
+                .ok_or_else(|| item_err(i, format!("annotators disagree three ways: {votes:?}")))?,
+        };
         let text = |field: &str, v: &serde_json::Value| {
             python_str(v).ok_or_else(|| item_err(i, format!("field \"{field}\" is not text: {v}")))
         };
@@ -319,21 +351,37 @@ mod tests {
                 r#"{{"idx": 4, "motivation_app": "Grammarly", "cmp_key": "x_y", "instruction": "Fix: ", "input": "teh cat", "response1": "the cat", "response2": "teh cat", "annotator1": {a}, "annotator2": {b}, "annotator3": {c}}}"#
             )
         };
-        let items = parse_pandalm(&format!("[{}]", item(1, 1, 0)), p).expect("parses");
+        let maj = PandaLabel::Majority;
+        let items = parse_pandalm(&format!("[{}]", item(1, 1, 0)), p, maj).expect("parses");
         assert_eq!(items[0].label, Preference::A);
         assert_eq!(items[0].query, "Fix: teh cat");
+        // annotator1 alone (the default) against the majority.
+        let text = format!("[{}]", item(0, 2, 2));
+        let first = parse_pandalm(&text, p, PandaLabel::default()).expect("parses");
+        assert_eq!(first[0].label, Preference::Tie);
+        assert_eq!(
+            parse_pandalm(&text, p, maj).expect("parses")[0].label,
+            Preference::B
+        );
+        let three = format!("[{}]", item(0, 1, 2));
+        assert_eq!(
+            parse_pandalm(&three, p, PandaLabel::Annotator1).expect("parses")[0].label,
+            Preference::Tie
+        );
+        assert_eq!(PandaLabel::parse("majority"), Some(maj));
+        assert_eq!(PandaLabel::parse("x"), None);
         let boolean = item(2, 2, 1).replace("\"the cat\"", "true");
-        let items = parse_pandalm(&format!("[{boolean}]"), p).expect("parses");
+        let items = parse_pandalm(&format!("[{boolean}]"), p, maj).expect("parses");
         assert_eq!(
             (items[0].response_a.as_str(), items[0].label),
             ("True", Preference::B)
         );
         let list = item(2, 2, 1).replace("\"the cat\"", "[1]");
-        let e = parse_pandalm(&format!("[{list}]"), p)
+        let e = parse_pandalm(&format!("[{list}]"), p, maj)
             .unwrap_err()
             .to_string();
         assert!(e.contains("item 0") && e.contains("response1"), "{e}");
-        let e = parse_pandalm(&format!("[{}, {}]", item(1, 1, 0), item(0, 1, 2)), p)
+        let e = parse_pandalm(&format!("[{}, {}]", item(1, 1, 0), item(0, 1, 2)), p, maj)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("testset.json: item 1: "), "{e}");

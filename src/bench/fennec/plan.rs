@@ -4,7 +4,8 @@
 //! The chain follows the authors' `pairwise_eval_func` (`src/actions/fennec.py`), every step
 //! by `Actor::Judge`:
 //! 1. `criteria`: one generation listing evaluation criteria; its first `branches` parsed
-//!    criteria (default 5, the number the prompt asks for) are the branches `b = 0..`;
+//!    criteria (default 5, the number the prompt asks for; a `branches` above five asks for
+//!    that many, the paper's ablation) are the branches `b = 0..`;
 //! 2. `guideline/<b>`: a scoring guideline for each criterion;
 //! 3. pairwise mode: `pairwise/<b>/normal` and `pairwise/<b>/exchanged` (responses shown B
 //!    first, labels kept, so both replies score A and B); single mode: `single/<b>/a` and
@@ -12,18 +13,23 @@
 //! 4. the branch scores are summed per response and order (`score::merge_pair_scores`), and
 //!    the sums compared;
 //! 5. `correction/a`, `correction/b`: rewriting a response whose branch scores are low (at
-//!    most 3), given those branches' findings; only when some branch qualifies.
+//!    most 3), given those branches' findings; only when some branch qualifies, and only when
+//!    [`FennecPlan::correction`] is set (off by default: the authors' pairwise evaluation does
+//!    not run it and no metric reads it).
 //!
 //! Every branch's prompts start with the same system message and text up to the criterion,
-//! so an engine that shares KV prefixes computes that part once per item. Steps are greedy by
-//! default (the authors sampled the scoring step at temperature 0.1), with seeds derived from
-//! the run seed, item and key.
+//! so an engine that shares KV prefixes computes that part once per item. Steps are greedy, as
+//! the paper says (the authors' code samples the scoring steps at temperature 0.1, top-p 0.99;
+//! Candor keeps greedy decoding so that a run is reproducible), with seeds derived from the run
+//! seed, item and key. Each kind of step has its own new-token limit ([`FennecLimits`]).
+
+use serde::Serialize;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::{BenchResults, Table};
 use crate::engine::SamplingParams;
 use crate::judge::fennec::{
-    clean_guideline, correction_findings, correction_prompt, criteria_prompt, guideline_prompt,
+    clean_guideline, correction_findings, correction_prompt, criteria_prompt_for, guideline_prompt,
     pairwise_prompt, parse_criteria, parse_pair_scores, parse_single_score,
     single_correction_findings, single_prompt, Order, Side, BRANCH_SYSTEM, CORRECTION_SYSTEM,
     PAIRWISE_SYSTEM, SINGLE_SYSTEM,
@@ -41,6 +47,50 @@ pub enum Mode {
     Single,
 }
 
+/// New-token limits per kind of step. The paper gives none; its example scoring guidelines
+/// run 300-450 tokens and a judgement must reach `Response B Score:`, so 1,024 each leaves
+/// room; a correction rewrites a whole response (2,048).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FennecLimits {
+    pub criteria: usize,
+    pub guideline: usize,
+    pub judgement: usize,
+    pub correction: usize,
+}
+
+impl Default for FennecLimits {
+    fn default() -> Self {
+        FennecLimits {
+            criteria: 1024,
+            guideline: 1024,
+            judgement: 1024,
+            correction: 2048,
+        }
+    }
+}
+
+impl FennecLimits {
+    /// The same limit for every step (`--max-new-tokens`).
+    pub fn all(n: usize) -> Self {
+        FennecLimits {
+            criteria: n,
+            guideline: n,
+            judgement: n,
+            correction: n,
+        }
+    }
+
+    /// The limit of the step with `key`.
+    pub fn of(&self, key: &str) -> usize {
+        match key.split('/').next().unwrap_or("") {
+            "criteria" => self.criteria,
+            "guideline" => self.guideline,
+            "correction" => self.correction,
+            _ => self.judgement,
+        }
+    }
+}
+
 /// How Candor runs Fennec.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FennecPlan {
@@ -50,7 +100,7 @@ pub struct FennecPlan {
     /// Whether low-scored responses are corrected.
     pub correction: bool,
     pub temperature: f32,
-    pub max_new_tokens: usize,
+    pub limits: FennecLimits,
     pub seed: u64,
 }
 
@@ -59,15 +109,96 @@ impl Default for FennecPlan {
         FennecPlan {
             branches: 5,
             mode: Mode::Pairwise,
-            correction: true,
+            correction: false,
             temperature: 0.0,
-            max_new_tokens: 512,
+            limits: FennecLimits::default(),
             seed: 0,
         }
     }
 }
 
+/// A step's system message and user text.
+type Prompt = (&'static str, String);
+
 impl FennecPlan {
+    /// The criteria step's prompt.
+    pub fn criteria_prompt(&self, query: &str) -> Prompt {
+        (BRANCH_SYSTEM, criteria_prompt_for(query, self.branches))
+    }
+
+    /// A guideline step's prompt (the authors send the pairwise system message).
+    pub fn guideline_prompt(&self, query: &str, criterion: &str) -> Prompt {
+        (PAIRWISE_SYSTEM, guideline_prompt(query, criterion))
+    }
+
+    /// A branch's two judgement prompts, in [`Self::judgement_keys`] order.
+    pub fn judgement_prompts(
+        &self,
+        item: &PairItem,
+        criterion: &str,
+        guideline: &str,
+    ) -> [Prompt; 2] {
+        let (q, a, b) = (&item.query, &item.response_a, &item.response_b);
+        match self.mode {
+            Mode::Pairwise => [
+                (
+                    PAIRWISE_SYSTEM,
+                    pairwise_prompt(q, criterion, guideline, a, b, Order::Normal),
+                ),
+                (
+                    PAIRWISE_SYSTEM,
+                    pairwise_prompt(q, criterion, guideline, a, b, Order::Exchanged),
+                ),
+            ],
+            Mode::Single => [
+                (SINGLE_SYSTEM, single_prompt(q, criterion, guideline, a)),
+                (SINGLE_SYSTEM, single_prompt(q, criterion, guideline, b)),
+            ],
+        }
+    }
+
+    /// A correction step's prompt.
+    pub fn correction_prompt(&self, query: &str, response: &str, findings: &str) -> Prompt {
+        (
+            CORRECTION_SYSTEM,
+            correction_prompt(query, response, findings),
+        )
+    }
+
+    /// The prompt templates this plan sends, rendered with `{placeholders}` by the same
+    /// functions as the steps (system message, a newline, user text), by name: what the
+    /// manifest hashes.
+    pub fn templates(&self) -> Vec<(&'static str, String)> {
+        let item = PairItem {
+            id: String::new(),
+            query: "{query}".into(),
+            response_a: "{response_a}".into(),
+            response_b: "{response_b}".into(),
+            label: super::data::Preference::Tie,
+            category: String::new(),
+        };
+        let join = |(system, user): Prompt| format!("{system}\n{user}");
+        let mut out = vec![
+            ("fennec/criteria", join(self.criteria_prompt("{query}"))),
+            (
+                "fennec/guideline",
+                join(self.guideline_prompt("{query}", "{criterion}")),
+            ),
+        ];
+        let [first, _] = self.judgement_prompts(&item, "{criterion}", "{guideline}");
+        out.push(match self.mode {
+            Mode::Pairwise => ("fennec/pairwise", join(first)),
+            Mode::Single => ("fennec/single", join(first)),
+        });
+        if self.correction {
+            out.push((
+                "fennec/correction",
+                join(self.correction_prompt("{query}", "{response_a}", "{judge}")),
+            ));
+        }
+        out
+    }
+
     /// The branches' criteria, once the criteria step is done.
     pub fn criteria(&self, done: &Transcript) -> Option<Vec<String>> {
         done.get("criteria")
@@ -85,13 +216,13 @@ impl FennecPlan {
         }
     }
 
-    fn step(&self, item: &PairItem, key: String, system: &str, user: String) -> Step {
+    fn step(&self, item: &PairItem, key: String, (system, user): Prompt) -> Step {
         Step {
             params: SamplingParams {
                 temperature: self.temperature,
                 top_p: 1.0,
                 seed: step_seed(self.seed, &item.id, &key),
-                max_new_tokens: self.max_new_tokens,
+                max_new_tokens: self.limits.of(&key),
                 stop_strings: Vec::new(),
             },
             key,
@@ -253,42 +384,23 @@ impl Plan for FennecPlan {
     fn next_steps(&self, item: &PairItem, done: &Transcript) -> Vec<Step> {
         let q = &item.query;
         let Some(criteria) = self.criteria(done) else {
-            return vec![self.step(item, "criteria".into(), BRANCH_SYSTEM, criteria_prompt(q))];
+            return vec![self.step(item, "criteria".into(), self.criteria_prompt(q))];
         };
         let mut steps = Vec::new();
         let mut judged = true;
         for (b, criterion) in criteria.iter().enumerate() {
             let gkey = format!("guideline/{b}");
             let Some(guideline) = done.get(&gkey) else {
-                let prompt = guideline_prompt(q, criterion);
-                steps.push(self.step(item, gkey, PAIRWISE_SYSTEM, prompt));
+                let prompt = self.guideline_prompt(q, criterion);
+                steps.push(self.step(item, gkey, prompt));
                 judged = false;
                 continue;
             };
             let g = clean_guideline(&guideline.text);
-            let (a, bb) = (&item.response_a, &item.response_b);
-            let [k0, k1] = self.judgement_keys(b);
-            let prompts = match self.mode {
-                Mode::Pairwise => [
-                    (
-                        k0,
-                        PAIRWISE_SYSTEM,
-                        pairwise_prompt(q, criterion, &g, a, bb, Order::Normal),
-                    ),
-                    (
-                        k1,
-                        PAIRWISE_SYSTEM,
-                        pairwise_prompt(q, criterion, &g, a, bb, Order::Exchanged),
-                    ),
-                ],
-                Mode::Single => [
-                    (k0, SINGLE_SYSTEM, single_prompt(q, criterion, &g, a)),
-                    (k1, SINGLE_SYSTEM, single_prompt(q, criterion, &g, bb)),
-                ],
-            };
-            for (key, system, prompt) in prompts {
+            let prompts = self.judgement_prompts(item, criterion, &g);
+            for (key, prompt) in self.judgement_keys(b).into_iter().zip(prompts) {
                 if !done.contains_key(&key) {
-                    steps.push(self.step(item, key, system, prompt));
+                    steps.push(self.step(item, key, prompt));
                     judged = false;
                 }
             }
@@ -302,8 +414,8 @@ impl Plan for FennecPlan {
                     continue;
                 }
                 if let Some(findings) = self.findings(&criteria, done, side) {
-                    let prompt = correction_prompt(q, response, &findings);
-                    steps.push(self.step(item, key.into(), CORRECTION_SYSTEM, prompt));
+                    let prompt = self.correction_prompt(q, response, &findings);
+                    steps.push(self.step(item, key.into(), prompt));
                 }
             }
         }
@@ -373,6 +485,7 @@ mod tests {
     fn pairwise_chain_unfolds_step_by_step() {
         let plan = FennecPlan {
             branches: 2,
+            correction: true,
             ..FennecPlan::default()
         };
         let it = item("x", Preference::A);
@@ -473,6 +586,7 @@ mod tests {
         let plan = FennecPlan {
             branches: 1,
             mode: Mode::Single,
+            correction: true,
             ..FennecPlan::default()
         };
         let it = item("s", Preference::B);
@@ -506,5 +620,79 @@ mod tests {
         assert_eq!(a[0].params.seed, b[0].params.seed);
         assert_ne!(a[0].params.seed, c[0].params.seed);
         assert_eq!(a[0].params.temperature, 0.0);
+        assert_eq!(a[0].params.max_new_tokens, 1024);
+    }
+
+    #[test]
+    fn limits_per_step_kind_and_correction_off_by_default() {
+        let plan = FennecPlan::default();
+        assert!(!plan.correction);
+        let l = FennecLimits::default();
+        assert_eq!(
+            [
+                l.of("criteria"),
+                l.of("guideline/3"),
+                l.of("pairwise/0/normal"),
+                l.of("single/1/b"),
+                l.of("correction/a")
+            ],
+            [1024, 1024, 1024, 1024, 2048]
+        );
+        assert_eq!(FennecLimits::all(7).of("correction/b"), 7);
+        // Pairwise, no correction: after the judgements nothing is left.
+        let it = item("x", Preference::A);
+        let mut done = Transcript::new();
+        done.insert("criteria".into(), out("1. Correctness: is it prime?"));
+        done.insert("guideline/0".into(), out("g"));
+        done.insert(
+            "pairwise/0/normal".into(),
+            out("Response A Score: 1\nResponse B Score: 1"),
+        );
+        done.insert(
+            "pairwise/0/exchanged".into(),
+            out("Response A Score: 1\nResponse B Score: 1"),
+        );
+        assert!(plan.next_steps(&it, &done).is_empty());
+    }
+
+    #[test]
+    fn templates_are_the_prompts_sent() {
+        // Every step's system message and user text equal its template with the
+        // placeholders filled, so the manifest hashes what is sent.
+        for (mode, correction) in [(Mode::Pairwise, true), (Mode::Single, false)] {
+            let plan = FennecPlan {
+                branches: 7,
+                mode,
+                correction,
+                ..FennecPlan::default()
+            };
+            let t: std::collections::BTreeMap<_, _> = plan.templates().into_iter().collect();
+            assert_eq!(t.contains_key("fennec/correction"), correction);
+            let it = item("x", Preference::A);
+            let fill = |s: &str| {
+                s.replace("{query}", &it.query)
+                    .replace("{response_a}", &it.response_a)
+                    .replace("{response_b}", &it.response_b)
+                    .replace("{criterion}", "C")
+                    .replace("{guideline}", "G")
+            };
+            let sent =
+                |st: &Step| format!("{}\n{}", st.messages[0].content, st.messages[1].content);
+            let mut done = Transcript::new();
+            let s = plan.next_steps(&it, &done);
+            assert_eq!(sent(&s[0]), fill(&t["fennec/criteria"]));
+            assert!(sent(&s[0]).contains("seven [Evaluation Criteria]"));
+            done.insert("criteria".into(), out("1. C"));
+            let s = plan.next_steps(&it, &done);
+            assert_eq!(sent(&s[0]), fill(&t["fennec/guideline"]));
+            assert!(sent(&s[0]).starts_with(PAIRWISE_SYSTEM));
+            done.insert("guideline/0".into(), out("G"));
+            let s = plan.next_steps(&it, &done);
+            let name = match mode {
+                Mode::Pairwise => "fennec/pairwise",
+                Mode::Single => "fennec/single",
+            };
+            assert_eq!(sent(&s[0]), fill(&t[name]));
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Fennec as a [`Protocol`]: the judge model's chain (criteria → a guideline per branch →
-//! pairwise judgements in both orders, or single scores → merge → correction) on Auto-J's
+//! pairwise judgements in both orders, or single scores → merge → correction, which pairwise
+//! runs skip unless `--correction`) on Auto-J's
 //! pairwise test set (default) or PandaLM's, scored against the human labels: Agreement and
 //! Consistency (pairwise) or Accuracy (single).
 //!
@@ -11,62 +12,59 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::data::{load_autoj, load_pandalm, PairItem};
-use super::plan::{FennecPlan, Mode};
+use super::data::{load_autoj, load_pandalm, PairItem, PandaLabel};
+use super::plan::{FennecLimits, FennecPlan, Mode};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    select, take, template_version, Candidates, Prepared, Protocol, ProtocolError, ProtocolOptions,
-    RunContext, Scored,
-};
-use crate::judge::fennec::{
-    correction_prompt, criteria_prompt, guideline_prompt, pairwise_prompt, single_prompt, Order,
-    BRANCH_SYSTEM, CORRECTION_SYSTEM, PAIRWISE_SYSTEM, SINGLE_SYSTEM,
+    notes_table, select, take, template_version, Candidates, Prepared, Protocol, ProtocolError,
+    ProtocolOptions, RunContext, Scored,
 };
 
 /// Fennec.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fennec;
 
-/// The prompt templates of the chain, rendered with placeholders, by name.
-fn templates(mode: Mode) -> Vec<(&'static str, String)> {
-    let (q, c, g, a, b) = (
-        "{query}",
-        "{criterion}",
-        "{guideline}",
-        "{response_a}",
-        "{response_b}",
-    );
-    let mut out = vec![
-        (
-            "fennec/criteria",
-            format!("{BRANCH_SYSTEM}\n{}", criteria_prompt(q)),
-        ),
-        (
-            "fennec/guideline",
-            format!("{BRANCH_SYSTEM}\n{}", guideline_prompt(q, c)),
-        ),
-        (
-            "fennec/correction",
-            format!(
-                "{CORRECTION_SYSTEM}\n{}",
-                correction_prompt(q, a, "{judge}")
-            ),
-        ),
-    ];
-    out.push(match mode {
-        Mode::Pairwise => (
-            "fennec/pairwise",
-            format!(
-                "{PAIRWISE_SYSTEM}\n{}",
-                pairwise_prompt(q, c, g, a, b, Order::Normal)
-            ),
-        ),
-        Mode::Single => (
-            "fennec/single",
-            format!("{SINGLE_SYSTEM}\n{}", single_prompt(q, c, g, a)),
-        ),
-    });
-    out
+/// Which table of the paper a run is comparable with.
+fn comparable_with(dataset: &str, mode: Mode, label: PandaLabel, branches: usize) -> String {
+    let table = match mode {
+        Mode::Pairwise => "Table 2 (pairwise-eval)",
+        Mode::Single => "Table 3 (single-eval)",
+    };
+    let column = match (dataset, label) {
+        ("pandalm", PandaLabel::Annotator1) => {
+            "PandaLM-test column (annotator1's labels, as the authors' code)"
+        }
+        ("pandalm", PandaLabel::Majority) => {
+            "PandaLM-test column, but with majority labels (not the authors' configuration)"
+        }
+        _ => "Auto-P column",
+    };
+    let ablation = if branches == 5 {
+        String::new()
+    } else {
+        format!("; {branches} branches (the paper's branch-number ablation; its main tables use 5)")
+    };
+    format!("Fennec paper {table}, {column}; greedy decoding (the authors' code samples at temperature 0.1){ablation}")
+}
+
+/// The gold label `--label` names (PandaLM only).
+fn label(opts: &ProtocolOptions, dataset: &str) -> Result<PandaLabel, ProtocolError> {
+    match opts.label.as_deref() {
+        None => Ok(PandaLabel::default()),
+        Some(l) => match PandaLabel::parse(l) {
+            Some(l) if dataset == "pandalm" => Ok(l),
+            Some(_) => Err(ProtocolError::bad_value(
+                "--label",
+                l,
+                "applies to --dataset pandalm only",
+            )),
+            None => Err(ProtocolError::bad_value(
+                "--label",
+                l,
+                "pandalm has `annotator1` (default) and `majority`",
+            )),
+        },
+    }
 }
 
 impl Protocol for Fennec {
@@ -77,7 +75,14 @@ impl Protocol for Fennec {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--dataset", "--branches", "--mode", "--no-correction"]
+        &[
+            "--dataset",
+            "--branches",
+            "--mode",
+            "--no-correction",
+            "--correction",
+            "--label",
+        ]
     }
 
     fn candidates(&self) -> Candidates {
@@ -121,8 +126,16 @@ impl Protocol for Fennec {
                 "must be at least 1",
             ));
         }
+        let label = label(opts, dataset)?;
+        if opts.correction && opts.no_correction {
+            return Err(ProtocolError::bad_value(
+                "--correction",
+                "",
+                "contradicts --no-correction",
+            ));
+        }
         let all = match dataset {
-            "pandalm" => load_pandalm(&path)?,
+            "pandalm" => load_pandalm(&path, label)?,
             _ => load_autoj(&path)?,
         };
         let items = take(
@@ -135,30 +148,37 @@ impl Protocol for Fennec {
         let plan = FennecPlan {
             branches: opts.branches,
             mode,
-            correction: !opts.no_correction,
-            max_new_tokens: opts.cap(defaults.max_new_tokens),
+            // Off by default in pairwise runs (the authors' evaluation does not correct), on in
+            // single runs; `--correction` / `--no-correction` choose.
+            correction: opts.correction || (mode == Mode::Single && !opts.no_correction),
+            limits: opts
+                .max_new_tokens
+                .map_or(defaults.limits, FennecLimits::all),
             seed: ctx.seed,
             ..defaults
         };
         Ok(Prepared {
             data_files: vec![path],
-            prompt_templates: templates(mode)
+            prompt_templates: plan
+                .templates()
                 .into_iter()
                 .map(|(name, text)| (name.to_string(), template_version(&text)))
                 .collect(),
             settings: json!({
                 "dataset": dataset,
+                "pandalm_label": (dataset == "pandalm").then_some(label.as_str()),
                 "subsets": ctx.subsets,
                 "limit": ctx.limit,
                 "branches": plan.branches,
                 "mode": opts.mode,
                 "correction": plan.correction,
+                "comparable_with": comparable_with(dataset, mode, label, plan.branches),
                 "max_new_tokens": opts.max_new_tokens,
             }),
             decoding: json!({
                 "temperature": plan.temperature,
                 "top_p": 1.0,
-                "max_new_tokens": plan.max_new_tokens,
+                "max_new_tokens": plan.limits,
             }),
             plan,
             items,
@@ -175,7 +195,7 @@ impl Protocol for Fennec {
     fn score(
         &self,
         ctx: &RunContext,
-        _opts: &ProtocolOptions,
+        opts: &ProtocolOptions,
         prepared: &Prepared<FennecPlan>,
         runs: &[(&PairItem, &Transcript)],
     ) -> Scored {
@@ -183,6 +203,22 @@ impl Protocol for Fennec {
             .iter()
             .map(|(item, done)| ((*item).clone(), (*done).clone()))
             .collect();
-        prepared.plan.score(&owned, ctx.seed).into()
+        let mut results = prepared.plan.score(&owned, ctx.seed);
+        let p = &prepared.plan;
+        let dataset = if opts.dataset.as_deref() == Some("pandalm") {
+            "pandalm"
+        } else {
+            "auto-j"
+        };
+        // `prepare` checked the label.
+        let label = label(opts, dataset).unwrap_or_default();
+        results.tables.push(notes_table(&[
+            (
+                "comparable with",
+                comparable_with(dataset, p.mode, label, p.branches),
+            ),
+            ("judge (the model evaluated)", ctx.judge.clone()),
+        ]));
+        results.into()
     }
 }

@@ -36,6 +36,8 @@ pub struct DetectionPlan {
     pub samples: usize,
     /// Temperature of self-consistency samples (the paper: 0.5).
     pub sample_temperature: f32,
+    /// New tokens per detector reply (the paper: 4,096; a reply cut before its verdict reads
+    /// as a missing verdict).
     pub max_new_tokens: usize,
     /// Run seed, from which every sampled step's seed is derived.
     pub seed: u64,
@@ -48,7 +50,7 @@ impl Default for DetectionPlan {
             prompts: DetectionPrompt::SIMPLE.to_vec(),
             samples: 1,
             sample_temperature: 0.5,
-            max_new_tokens: 512,
+            max_new_tokens: 4096,
             seed: 0,
         }
     }

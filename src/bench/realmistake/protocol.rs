@@ -1,5 +1,7 @@
 //! ReaLMistake as a [`Protocol`]: every `--model` as an error detector, with the paper's
-//! prompts (1-A, 1-B, 2-A, 2-B; `--prompt` to choose), `--samples k` for self-consistency,
+//! prompts (1-A, 1-B, 2-A, 2-B, and `steps`, 1-A with the authors' evaluation steps;
+//! `--prompt` to choose), up to 4,096 new tokens per reply as the paper, `--samples k` for
+//! self-consistency,
 //! and the authors' majority vote when several `--model`s are given.
 //!
 //! The benchmark's text stays encrypted at rest: `data.zip` is decrypted into memory only
@@ -15,8 +17,8 @@ use super::data::{load_benchmark, Item};
 use super::plan::DetectionPlan;
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    require_file, select, take, template_version, Candidates, Prepared, Protocol, ProtocolError,
-    ProtocolOptions, RunContext, Scored,
+    notes_table, require_file, select, take, template_version, Candidates, Prepared, Protocol,
+    ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::judge::error_detection::{detection_prompt, DetectionPrompt};
 
@@ -24,7 +26,8 @@ use crate::judge::error_detection::{detection_prompt, DetectionPrompt};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReaLMistake;
 
-/// The prompts named by `--prompt` (paper names), or the four simple ones.
+/// The prompts named by `--prompt` (paper names, `steps` for the evaluation-steps prompt),
+/// or the four simple ones.
 fn prompts(names: &[String]) -> Result<Vec<DetectionPrompt>, ProtocolError> {
     if names.is_empty() {
         return Ok(DetectionPrompt::SIMPLE.to_vec());
@@ -33,15 +36,41 @@ fn prompts(names: &[String]) -> Result<Vec<DetectionPrompt>, ProtocolError> {
     for n in names {
         let p = DetectionPrompt::SIMPLE
             .into_iter()
+            .chain([DetectionPrompt::EvaluationSteps])
             .find(|p| p.paper_name().eq_ignore_ascii_case(n))
             .ok_or_else(|| {
-                ProtocolError::bad_value("--prompt", n, "realmistake has 1-A, 1-B, 2-A and 2-B")
+                ProtocolError::bad_value(
+                    "--prompt",
+                    n,
+                    "realmistake has 1-A, 1-B, 2-A, 2-B and steps",
+                )
             })?;
         if !out.contains(&p) {
             out.push(p);
         }
     }
     Ok(out)
+}
+
+/// Which table of the paper a run is comparable with.
+fn comparable_with(plan: &DetectionPlan) -> String {
+    let steps = plan.prompts.contains(&DetectionPrompt::EvaluationSteps);
+    let mut out = Vec::new();
+    if plan.samples > 1 {
+        out.push("the paper's Table 5 (self-consistency: prompt 1-A, k=5, temperature 0.5)");
+    } else if steps {
+        out.push("the paper's Table 7 (1-A with human-written evaluation steps)");
+    } else {
+        out.push("the paper's Table 4 (average of the four prompts, temperature 0)");
+    }
+    if plan.detectors > 1 {
+        out.push("Table 6 (majority vote over detectors and prompts)");
+    }
+    format!(
+        "ReaLMistake {} ; up to {} new tokens per reply (the paper: 4,096)",
+        out.join(" and "),
+        plan.max_new_tokens
+    )
 }
 
 impl Protocol for ReaLMistake {
@@ -114,6 +143,7 @@ impl Protocol for ReaLMistake {
                 "prompts": plan.prompts.iter().map(|p| p.paper_name()).collect::<Vec<_>>(),
                 "samples": plan.samples,
                 "max_new_tokens": opts.max_new_tokens,
+                "comparable_with": comparable_with(&plan),
             }),
             decoding: json!({
                 "temperature": if plan.samples > 1 { plan.sample_temperature } else { 0.0 },
@@ -142,7 +172,12 @@ impl Protocol for ReaLMistake {
             .iter()
             .map(|(item, done)| ((*item).clone(), (*done).clone()))
             .collect();
-        prepared.plan.score(&owned, ctx.seed).into()
+        let mut results = prepared.plan.score(&owned, ctx.seed);
+        results.tables.push(notes_table(&[(
+            "comparable with",
+            comparable_with(&prepared.plan),
+        )]));
+        results.into()
     }
 }
 
@@ -155,10 +190,12 @@ mod tests {
         assert_eq!(prompts(&[]).unwrap(), DetectionPrompt::SIMPLE);
         let got = prompts(&["2-b".into(), "1-A".into(), "2-B".into()]).unwrap();
         assert_eq!(got, [DetectionPrompt::P4, DetectionPrompt::P1]);
+        let got = prompts(&["steps".into()]).unwrap();
+        assert_eq!(got, [DetectionPrompt::EvaluationSteps]);
         let err = prompts(&["3-A".into()]).unwrap_err().to_string();
         assert_eq!(
             err,
-            "--prompt \"3-A\": realmistake has 1-A, 1-B, 2-A and 2-B"
+            "--prompt \"3-A\": realmistake has 1-A, 1-B, 2-A, 2-B and steps"
         );
     }
 }

@@ -15,12 +15,24 @@
 //!   question (at least one; ties go to the later fact), the paper's top-1. Recalled
 //!   instructions are wrapped with the authors' templates ([`super::prompts::recall_query`]);
 //!   the conversation history keeps the query and the repeat request, as their wrapper does.
-//! - [`ContextLimit`]: when the conversation would exceed the model's prompt budget, whole
-//!   earlier exchanges (user message and reply) are dropped, in this order until it fits:
-//!   chit-chat exchanges oldest first, then benchmark queries oldest first, then feedback
-//!   exchanges oldest first. The system prompt and the current message are always kept. The
-//!   dropped turns are recorded in the step key: `turn/<i>+dropped=<j>,<k>` (the authors'
-//!   vLLM driver silently cut the oldest messages instead).
+//! - [`ContextLimit`]: when the conversation would exceed the model's prompt budget, earlier
+//!   exchanges are dropped by one of two policies ([`Truncation`]):
+//!   - [`Truncation::Authors`] (default), the authors' `VLLMOENAIModel.truncate_messages`
+//!     (`src/model_utils.py`, ElliottYan/RefuteBench @ 24c2135): walking back from the
+//!     current message, each message costs its content's tokens plus 5; at the first message
+//!     that goes over the budget, it and everything older is cut (a whole exchange, and the
+//!     system prompt with it). The budget is the model's maximum length minus 261 (5 + the 256
+//!     new tokens), the maximum length being 2,048 for LLaMA-2-class models (set by the caller).
+//!   - [`Truncation::Candor`]: whole exchanges (user message and reply) are dropped until the
+//!     rendered prompt fits, chit-chat exchanges oldest first, then benchmark queries oldest
+//!     first, then feedback exchanges oldest first; the system prompt and the current message
+//!     are always kept.
+//!
+//!   The dropped turns are recorded in the step key: `turn/<i>+dropped=<j>,<k>` (`system`
+//!   first in the list when the system prompt was cut), and every run counts the steps that
+//!   lost turns (the authors' driver cut them silently).
+//! - [`RefutePlan::system_prompt`]: off for a chat template that rejects a system message (the
+//!   authors drop it for Mistral); the step key then carries `+no_system`.
 
 use std::sync::Arc;
 
@@ -53,11 +65,31 @@ pub enum Strategy {
 /// supplied by the caller; it must be deterministic).
 pub type TokenCounter = Arc<dyn Fn(&[Message]) -> usize + Send + Sync>;
 
+/// Measures one message's text in tokens (the authors' per-message count).
+pub type TextCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
+
+/// How a conversation that outgrows the prompt budget is shortened (see the module doc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Truncation {
+    /// The authors': oldest messages first, system prompt included, counted per message.
+    #[default]
+    Authors,
+    /// Candor's: chit-chat, then queries, then feedback; the system prompt is kept.
+    Candor,
+}
+
+/// The authors' cost of a message beyond its text (`token_per_turn`).
+pub const AUTHORS_TOKENS_PER_TURN: usize = 5;
+
 /// A prompt budget and how to measure against it.
 #[derive(Clone)]
 pub struct ContextLimit {
     pub max_prompt_tokens: usize,
+    /// The rendered conversation's tokens ([`Truncation::Candor`]).
     pub count: TokenCounter,
+    /// One message's text's tokens ([`Truncation::Authors`]).
+    pub count_text: TextCounter,
 }
 
 impl std::fmt::Debug for ContextLimit {
@@ -80,6 +112,9 @@ pub struct RefutePlan {
     /// Whether to ask the FA judge at all.
     pub judge_feedback: bool,
     pub context: Option<ContextLimit>,
+    pub truncation: Truncation,
+    /// Whether the item's system prompt is sent (off for templates that reject one).
+    pub system_prompt: bool,
 }
 
 /// The settings that change a run's results, for the run's manifest.
@@ -90,6 +125,8 @@ pub struct PlanRecord {
     pub strategy: Strategy,
     pub judge_feedback: bool,
     pub max_prompt_tokens: Option<usize>,
+    pub truncation: Truncation,
+    pub system_prompt: bool,
     pub candidate: SamplingParams,
     pub judge: SamplingParams,
 }
@@ -119,6 +156,8 @@ impl RefutePlan {
             },
             judge_feedback: true,
             context: None,
+            truncation: Truncation::Authors,
+            system_prompt: true,
         }
     }
 
@@ -132,6 +171,8 @@ impl RefutePlan {
             strategy: self.strategy,
             judge_feedback: self.judge_feedback,
             max_prompt_tokens: self.context.as_ref().map(|c| c.max_prompt_tokens),
+            truncation: self.truncation,
+            system_prompt: self.system_prompt,
             candidate: self.candidate.clone(),
             judge: self.judge.clone(),
         }
@@ -187,8 +228,12 @@ impl RefutePlan {
             ));
         }
         let (sent, _) = self.user_forms(item, earlier, current);
-        let build = |dropped: &[usize]| {
-            let mut m = vec![Message::system(item.system_prompt.clone())];
+        let system = Message::system(item.system_prompt.clone());
+        let build = |dropped: &[usize], with_system: bool| {
+            let mut m = Vec::new();
+            if with_system {
+                m.push(system.clone());
+            }
             for (index, _, u, a) in &exchanges {
                 if !dropped.contains(index) {
                     m.push(u.clone());
@@ -199,23 +244,67 @@ impl RefutePlan {
             m
         };
         let mut dropped: Vec<usize> = Vec::new();
-        let mut messages = build(&dropped);
-        if let Some(limit) = &self.context {
-            let mut order: Vec<(Priority, usize)> =
-                exchanges.iter().map(|(i, p, _, _)| (*p, *i)).collect();
-            order.sort();
-            for (_, index) in order {
-                if (limit.count)(&messages) <= limit.max_prompt_tokens {
-                    break;
+        let mut with_system = self.system_prompt;
+        let mut messages = build(&dropped, with_system);
+        match (&self.context, self.truncation) {
+            (None, _) => {}
+            (Some(limit), Truncation::Candor) => {
+                let mut order: Vec<(Priority, usize)> =
+                    exchanges.iter().map(|(i, p, _, _)| (*p, *i)).collect();
+                order.sort();
+                for (_, index) in order {
+                    if (limit.count)(&messages) <= limit.max_prompt_tokens {
+                        break;
+                    }
+                    dropped.push(index);
+                    messages = build(&dropped, with_system);
                 }
-                dropped.push(index);
-                messages = build(&dropped);
+            }
+            (Some(limit), Truncation::Authors) => {
+                let cost = |text: &str| (limit.count_text)(text) + AUTHORS_TOKENS_PER_TURN;
+                let max = limit.max_prompt_tokens;
+                let mut total = cost(&sent);
+                // The oldest exchange kept, walking back; everything before it is cut.
+                let mut cut = (total > max).then_some(exchanges.len());
+                if cut.is_none() {
+                    for (pos, (_, _, u, a)) in exchanges.iter().enumerate().rev() {
+                        total += cost(&a.content);
+                        if total > max {
+                            cut = Some(pos + 1);
+                            break;
+                        }
+                        total += cost(&u.content);
+                        if total > max {
+                            cut = Some(pos + 1);
+                            break;
+                        }
+                    }
+                }
+                match cut {
+                    Some(keep_from) => {
+                        dropped = exchanges[..keep_from].iter().map(|e| e.0).collect();
+                        with_system = false;
+                    }
+                    None => {
+                        if with_system && total + cost(&system.content) > max {
+                            with_system = false;
+                        }
+                    }
+                }
+                messages = build(&dropped, with_system);
             }
         }
         let mut key = dialogue::turn_key(current.index);
-        if !dropped.is_empty() {
+        if !self.system_prompt {
+            key.push_str("+no_system");
+        }
+        let system_cut = self.system_prompt && !with_system;
+        if !dropped.is_empty() || system_cut {
             dropped.sort_unstable();
-            let list: Vec<String> = dropped.iter().map(usize::to_string).collect();
+            let mut list: Vec<String> = dropped.iter().map(usize::to_string).collect();
+            if system_cut {
+                list.insert(0, "system".to_string());
+            }
             key = format!("{key}+dropped={}", list.join(","));
         }
         Step {
@@ -620,7 +709,9 @@ mod tests {
             context: Some(ContextLimit {
                 max_prompt_tokens: full - 100,
                 count: Arc::new(move |m: &[Message]| chars(m)),
+                count_text: Arc::new(str::len),
             }),
+            truncation: Truncation::Candor,
             ..RefutePlan::new(0)
         };
         let (done, asked) = drive(&plan, &it, reply);
@@ -643,12 +734,78 @@ mod tests {
             context: Some(ContextLimit {
                 max_prompt_tokens: 0,
                 count: Arc::new(move |m: &[Message]| chars(m)),
+                count_text: Arc::new(str::len),
             }),
+            truncation: Truncation::Candor,
             ..RefutePlan::new(0)
         };
         let (_, asked) = drive(&tiny, &it, reply);
         assert_eq!(asked.last().expect("steps").key, "turn/5+dropped=0,1,2,3,4");
         assert_eq!(asked.last().expect("steps").messages.len(), 2);
+    }
+
+    #[test]
+    fn authors_truncation_cuts_the_oldest_messages_and_the_system_prompt() {
+        let line = r#"{"system_prompt": "S", "feedbacks": "F is G.", "feedback_prompt": "Adopt: ", "queries": ["Q?", "[MAYBE FEEDBACK]", "chat one", "chat two", "chat three", "Q?"], "answers": "G."}"#;
+        let it = item("qa/single/qa.memory.NC-3.jsonl", line);
+        // Every reply costs 10 + 5; user texts their length + 5.
+        let reply = |_: &str| "r".repeat(10);
+        let limit = |max: usize| RefutePlan {
+            context: Some(ContextLimit {
+                max_prompt_tokens: max,
+                count: Arc::new(|_: &[Message]| usize::MAX),
+                count_text: Arc::new(str::len),
+            }),
+            ..RefutePlan::new(0)
+        };
+        assert_eq!(RefutePlan::new(0).truncation, Truncation::Authors);
+        let (_, unlimited) = drive(&RefutePlan::new(0), &it, reply);
+        let last = unlimited.last().expect("steps");
+        let cost: usize = last.messages.iter().map(|m| m.content.len() + 5).sum();
+        // Everything fits: nothing is cut.
+        let (_, asked) = drive(&limit(cost), &it, reply);
+        assert_eq!(asked.last().expect("steps").key, "turn/5");
+        // One token short: only the system prompt ("S", the oldest message) goes.
+        let (_, asked) = drive(&limit(cost - 1), &it, reply);
+        let last = asked.last().expect("steps");
+        assert_eq!(last.key, "turn/5+dropped=system");
+        assert_ne!(last.messages[0].role, Role::System);
+        // Short of the first reply too: the first exchange goes, with the system prompt.
+        let first_user = last.messages[0].content.len() + 5;
+        let (_, asked) = drive(&limit(cost - 1 - first_user), &it, reply);
+        let last = asked.last().expect("steps");
+        assert_eq!(last.key, "turn/5+dropped=system,0");
+        assert_eq!(
+            last.messages.len(),
+            unlimited.last().expect("steps").messages.len() - 3
+        );
+        // The feedback is not protected: with room for the last exchange only, it is cut.
+        let msgs = &unlimited.last().expect("steps").messages;
+        let tail: usize = msgs[msgs.len() - 3..]
+            .iter()
+            .map(|m| m.content.len() + 5)
+            .sum();
+        let (_, asked) = drive(&limit(tail), &it, reply);
+        assert_eq!(
+            asked.last().expect("steps").key,
+            "turn/5+dropped=system,0,1,2,3"
+        );
+    }
+
+    #[test]
+    fn a_template_without_system_prompt_runs_without_it() {
+        let it = item("qa/single/qa.memory.NC-1.jsonl", QA);
+        let plan = RefutePlan {
+            system_prompt: false,
+            ..RefutePlan::new(0)
+        };
+        let (done, asked) = drive(&plan, &it, |_| "ok".to_string());
+        for s in asked.iter().filter(|s| s.key.starts_with("turn/")) {
+            assert!(s.key.ends_with("+no_system"), "{}", s.key);
+            assert!(s.messages.iter().all(|m| m.role != Role::System));
+        }
+        assert!(plan.next_steps(&it, &done).is_empty());
+        assert!(!plan.record().system_prompt);
     }
 
     #[test]

@@ -9,22 +9,25 @@
 //! `--limit N` keeps the first N items in file order (files sorted by path), and only the
 //! files those come from are read and hashed. `--recall` / `--recall-repeat` choose the
 //! paper's recall strategies. When the candidate is a real model, conversations are kept
-//! within its context (whole earlier exchanges dropped and recorded, see
-//! [`super::plan`]).
+//! within its context, by the authors' policy (default: oldest messages first, budget the
+//! model's maximum length − 261, that length 2,048 for LLaMA-2-class models) or Candor's
+//! (`--truncation candor`), the dropped turns recorded and counted (see [`super::plan`]). A
+//! chat template that rejects a system message runs without it, as the authors did for
+//! Mistral. The FA judge must be named (`--judge`; the paper's is GPT-4).
 
 use std::path::Path;
 
 use serde_json::json;
 
 use super::data::{list_files, load_file, Query};
-use super::plan::ContextLimit;
+use super::plan::{ContextLimit, Truncation, AUTHORS_TOKENS_PER_TURN};
 use super::prompts::{RECALL_HEADER, RECALL_ITEM, REPEAT_SUFFIX};
 use super::source::{Setting, Source, Verification};
 use super::{Item, RefutePlan, Strategy};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    require_dir, select, template_version, Prepared, Protocol, ProtocolError, ProtocolOptions,
-    RunContext, Scored,
+    judge_note, notes_table, require_dir, require_judge, select, template_version, Prepared,
+    Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::bench::DataError;
 use crate::judge::feedback_acceptance;
@@ -32,6 +35,38 @@ use crate::judge::feedback_acceptance;
 /// RefuteBench.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RefuteBench;
+
+/// The authors' maximum length for a model: its own, except 2,048 for LLaMA-2-class models
+/// (whose tokenizers declare none, so the authors' code forces 2,048) and Alpaca.
+fn authors_max_length(name: &str, context_len: usize) -> usize {
+    let n = name.to_ascii_lowercase();
+    if n.contains("llama-2") || n.contains("llama2") || n.contains("alpaca") {
+        2048
+    } else {
+        context_len
+    }
+}
+
+/// Which results a RefuteBench run is comparable with.
+fn comparable_with(opts: &ProtocolOptions) -> &'static str {
+    if opts.recall || opts.recall_repeat {
+        "RefuteBench paper Table 4 / Table 8 (recall and recall-and-repeat), with Candor's open recall rule instead of the authors' unreleased classifier"
+    } else {
+        "RefuteBench paper Table 2 (FA judged by the named local judge, not GPT-4)"
+    }
+}
+
+fn truncation(opts: &ProtocolOptions) -> Result<Truncation, ProtocolError> {
+    match opts.truncation.as_deref() {
+        None | Some("authors") => Ok(Truncation::Authors),
+        Some("candor") => Ok(Truncation::Candor),
+        Some(other) => Err(ProtocolError::bad_value(
+            "--truncation",
+            other,
+            "refutebench has `authors` (default) and `candor`",
+        )),
+    }
+}
 
 /// The names `--subset` matches a data file against.
 fn labels(source: &Source) -> Vec<String> {
@@ -104,7 +139,7 @@ impl Protocol for RefuteBench {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--recall", "--recall-repeat"]
+        &["--recall", "--recall-repeat", "--truncation"]
     }
 
     fn prepare(
@@ -112,6 +147,9 @@ impl Protocol for RefuteBench {
         ctx: &RunContext,
         opts: &ProtocolOptions,
     ) -> Result<Prepared<RefutePlan>, ProtocolError> {
+        let truncation = truncation(opts)?;
+        // The command line always asks the FA judge.
+        let self_judging = require_judge(ctx, "refutebench", "GPT-4")?;
         let root = ctx.data.join("refutebench");
         let (items, files) = load_items(&root, &ctx.subsets, ctx.limit)?;
         let mut plan = RefutePlan::new(ctx.seed);
@@ -122,11 +160,20 @@ impl Protocol for RefuteBench {
         };
         plan.candidate.max_new_tokens = opts.cap(plan.candidate.max_new_tokens);
         plan.judge.max_new_tokens = opts.cap(plan.judge.max_new_tokens);
+        plan.truncation = truncation;
         if let Some(c) = &ctx.candidate_context {
+            let name = ctx.candidates.first().map_or("", String::as_str);
+            let max_prompt_tokens = match truncation {
+                Truncation::Candor => c.context_len.saturating_sub(plan.candidate.max_new_tokens),
+                Truncation::Authors => authors_max_length(name, c.context_len)
+                    .saturating_sub(AUTHORS_TOKENS_PER_TURN + plan.candidate.max_new_tokens),
+            };
             plan.context = Some(ContextLimit {
-                max_prompt_tokens: c.context_len.saturating_sub(plan.candidate.max_new_tokens),
+                max_prompt_tokens,
                 count: c.count.clone(),
+                count_text: c.count_text.clone(),
             });
+            plan.system_prompt = c.accepts_system;
         }
         let record = plan.record();
         let templates = [
@@ -151,6 +198,8 @@ impl Protocol for RefuteBench {
                 "files": files,
                 "plan": record,
                 "max_new_tokens": opts.max_new_tokens,
+                "comparable_with": comparable_with(opts),
+                "self_judging": self_judging,
             }),
             decoding: json!({ "candidate": record.candidate, "judge": record.judge }),
             plan,
@@ -184,11 +233,32 @@ impl Protocol for RefuteBench {
     fn score(
         &self,
         ctx: &RunContext,
-        _opts: &ProtocolOptions,
+        opts: &ProtocolOptions,
         prepared: &Prepared<RefutePlan>,
         runs: &[(&Item, &Transcript)],
     ) -> Scored {
-        prepared.plan.score(runs, ctx.seed).into()
+        let plan = &prepared.plan;
+        let mut results = plan.score(runs, ctx.seed);
+        // `prepare` checked that the judge was named.
+        let self_judging = ctx.candidates.contains(&ctx.judge);
+        results.tables.push(notes_table(&[
+            ("comparable with", comparable_with(opts).to_string()),
+            judge_note(ctx, self_judging),
+            (
+                "truncation",
+                format!("{:?}", plan.truncation).to_lowercase(),
+            ),
+            (
+                "system prompt",
+                if plan.system_prompt {
+                    "sent"
+                } else {
+                    "not sent: the chat template rejects it"
+                }
+                .to_string(),
+            ),
+        ]));
+        results.into()
     }
 }
 

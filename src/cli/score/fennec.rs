@@ -45,7 +45,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let items = match args.format {
         Format::AutoJ => data::load_autoj(&args.data)?,
-        Format::Pandalm => data::load_pandalm(&args.data)?,
+        Format::Pandalm => data::load_pandalm(&args.data, data::PandaLabel::Annotator1)?,
     };
     let normal = data::load_verdicts(&args.normal)?;
     let results: BenchResults = match &args.exchanged {
