@@ -247,7 +247,8 @@ fn tiny_model_errors_are_typed() {
         matches!(&err, Some(ModelError::MissingTensor(n)) if n == "blk.1.ffn_up.weight"),
         "{err:?}"
     );
-    // A type without a quantized kernel: a typed error natively, fine when dequantized.
+    // Q5_0 has a native kernel now (an unsupported type, Q3_K, is tests/it/quant.rs's case):
+    // it loads as stored and dequantized.
     let q5 = tiny::write(
         dir.path(),
         "q5.gguf",
@@ -256,11 +257,8 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let err = Llama::from_gguf_path(&q5, WeightDType::Native).err();
-    assert!(
-        matches!(&err, Some(ModelError::UnsupportedTensorType { name, .. }) if name == "blk.0.attn_q.weight"),
-        "{err:?}"
-    );
+    let native = Llama::from_gguf_path(&q5, WeightDType::Native);
+    assert!(native.is_ok(), "{:?}", native.err());
     assert!(Llama::from_gguf_path(&q5, WeightDType::F32).is_ok());
     let not_gguf = dir.path().join("not.gguf");
     std::fs::write(&not_gguf, b"hello").expect("write");
