@@ -79,6 +79,7 @@ pub fn engine_keyer(candidates: &[ModelInfo], judge: &ModelInfo, dtype: &str) ->
 }
 
 /// Keys of the `fake:` models: label, messages and parameters.
+#[cfg(feature = "testkit")]
 pub fn fake_keyer(candidates: &[&str], judge: &str) -> Keyer {
     let label = |l: &str| sha256_bytes(format!("fake:{l}").as_bytes());
     let mut by_actor: BTreeMap<Actor, String> = candidates

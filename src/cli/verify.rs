@@ -23,6 +23,7 @@ use crate::model::llama::WeightDType;
 use crate::model::tokenizer::Tokenizer;
 use crate::store::manifest::Manifest;
 use crate::store::samples::{parse_log, Sample, SampleOutcome};
+#[cfg(feature = "testkit")]
 use crate::store::testkit::FakeModels;
 use crate::store::{error_chain, Models};
 
@@ -105,12 +106,17 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         .chain([&judge])
         .all(|n| n.starts_with("fake:"));
     let checks = if all_fake {
-        let labels: Vec<&str> = candidates
-            .iter()
-            .map(|n| n.trim_start_matches("fake:"))
-            .collect();
-        let mut models = FakeModels::new(&labels, judge.trim_start_matches("fake:"));
-        verify_steps(&mut models, &picked, args.batch_size, &|_| None)?
+        #[cfg(feature = "testkit")]
+        {
+            let labels: Vec<&str> = candidates
+                .iter()
+                .map(|n| n.trim_start_matches("fake:"))
+                .collect();
+            let mut models = FakeModels::new(&labels, judge.trim_start_matches("fake:"));
+            verify_steps(&mut models, &picked, args.batch_size, &|_| None)?
+        }
+        #[cfg(not(feature = "testkit"))]
+        bail!("`fake:` models exist only in test builds (feature `testkit`)")
     } else {
         let mut infos: BTreeMap<String, ModelInfo> = BTreeMap::new();
         for name in candidates.iter().chain([&judge]) {
