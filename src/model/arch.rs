@@ -183,6 +183,8 @@ impl LlamaConfig {
         let rope_base = opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
         let context_len = md_usize(content, &key("context_length"))?;
         let bad = |k: &str, msg: String| ModelError::Metadata { key: key(k), msg };
+        // Before anything is sized by it: a corrupt count must not allocate per layer.
+        check_layer_count(n_layer).map_err(|msg| bad("block_count", msg))?;
         if n_head == 0 {
             return Err(bad("attention.head_count", "zero heads".into()));
         }
@@ -328,6 +330,7 @@ impl LlamaConfig {
         let need =
             |k: &str| -> Result<usize> { usize_of(k)?.ok_or_else(|| err(k, "missing".into())) };
         let n_layer = need("num_hidden_layers")?;
+        check_layer_count(n_layer).map_err(|msg| err("num_hidden_layers", msg))?;
         let dim = need("hidden_size")?;
         let ffn_dim = need("intermediate_size")?;
         let n_head = need("num_attention_heads")?;
@@ -508,6 +511,18 @@ impl LlamaConfig {
     }
 }
 
+/// Most layers a model may declare (llama.cpp's `LLAMA_MAX_LAYERS`).
+pub const MAX_LAYERS: usize = 512;
+
+fn check_layer_count(n_layer: usize) -> std::result::Result<(), String> {
+    if n_layer > MAX_LAYERS {
+        return Err(format!(
+            "{n_layer} layers, more than the {MAX_LAYERS} any model has"
+        ));
+    }
+    Ok(())
+}
+
 /// llama.cpp's `set_swa_pattern`: layer `l` slides unless it is the last of each group of
 /// `n` (`n = 0`: every layer slides).
 fn pattern_layers(n_layer: usize, n: usize) -> Vec<bool> {
@@ -610,6 +625,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("falcon") && err.contains("gemma2"), "{err}");
+    }
+
+    #[test]
+    fn a_corrupt_layer_count_is_refused_before_anything_is_sized_by_it() {
+        // Found by the GGUF fuzz target: 2e9 layers spent seconds and gigabytes on per-layer
+        // tables before any tensor was looked at.
+        let json = serde_json::json!({
+            "model_type": "llama", "num_hidden_layers": 1_996_488_705u64, "hidden_size": 128,
+            "intermediate_size": 8, "num_attention_heads": 1, "vocab_size": 4,
+        });
+        let err = LlamaConfig::from_hf_config(Path::new("c.json"), &json)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("num_hidden_layers") && err.contains("512"),
+            "{err}"
+        );
     }
 
     #[test]

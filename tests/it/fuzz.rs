@@ -9,12 +9,10 @@
 //! `cargo test --test it fuzz` runs a short smoke (a few hundred inputs per target, seconds).
 //! `CANDOR_FUZZ_ITERS=1000000 cargo test --release --test it fuzz -- --nocapture` is the long
 //! run; `CANDOR_FUZZ_SEED` changes the seed, `CANDOR_FUZZ_TARGET` picks one target and
-//! `CANDOR_FUZZ_SECONDS` stops each target after that long (the count is printed). A
+//! `CANDOR_FUZZ_SECONDS` stops each target after that long (the count is printed);
+//! `CANDOR_FUZZ_REPLAY=<file>` with `CANDOR_FUZZ_TARGET` runs one saved input and times it. A
 //! panicking input is written to `target/fuzz-crashes/<target>-<seed>-<iteration>` and the test
 //! fails naming it; an input slower than [`SLOW`] fails too.
-//!
-//! The safetensors header reader (`model::safetensors`) is the architecture work's; add it to
-//! [`targets`] as one more entry when it lands.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -200,6 +198,26 @@ fn target_gguf(data: &[u8]) {
     }
 }
 
+/// Each input is read both as a safetensors file and as a shard index (beside a valid shard), so
+/// mutants of either corpus file reach the header checks and the index/shard agreement checks.
+fn target_safetensors(data: &[u8]) {
+    use candor::model::safetensors::{read_header, shards_from_index};
+    let _ = read_header(&scratch("safetensors", data));
+    thread_local! {
+        static DIR: tempfile::TempDir = {
+            let dir = tempfile::tempdir().unwrap();
+            let shard = std::fs::read(corpus_dir("safetensors").join("model.safetensors")).unwrap();
+            std::fs::write(dir.path().join("model-00001-of-00001.safetensors"), shard).unwrap();
+            dir
+        };
+    }
+    DIR.with(|dir| {
+        let index = dir.path().join("model.safetensors.index.json");
+        std::fs::write(&index, data).unwrap();
+        let _ = shards_from_index(&index);
+    });
+}
+
 fn default_tokenizer() -> Option<&'static candor::model::tokenizer::Tokenizer> {
     static TOK: OnceLock<Option<candor::model::tokenizer::Tokenizer>> = OnceLock::new();
     TOK.get_or_init(|| {
@@ -349,6 +367,10 @@ fn targets() -> Vec<Target> {
             run: target_gguf,
         },
         Target {
+            name: "safetensors",
+            run: target_safetensors,
+        },
+        Target {
             name: "tokenizer",
             run: target_tokenizer,
         },
@@ -468,6 +490,19 @@ fn fuzz_smoke() {
     let seed = env_u64("CANDOR_FUZZ_SEED").unwrap_or(14);
     let only = std::env::var("CANDOR_FUZZ_TARGET").ok();
     let limit = env_u64("CANDOR_FUZZ_SECONDS").map(Duration::from_secs);
+    if let Ok(file) = std::env::var("CANDOR_FUZZ_REPLAY") {
+        // Reproduce one saved input: `CANDOR_FUZZ_TARGET=<name> CANDOR_FUZZ_REPLAY=<file>`.
+        let name = only.expect("CANDOR_FUZZ_REPLAY needs CANDOR_FUZZ_TARGET");
+        let target = targets()
+            .into_iter()
+            .find(|t| t.name == name)
+            .expect("unknown target");
+        let data = std::fs::read(&file).unwrap();
+        let start = Instant::now();
+        (target.run)(&data);
+        eprintln!("fuzz {name}: {file} ran in {:?}", start.elapsed());
+        return;
+    }
     for target in targets() {
         if only.as_deref().is_some_and(|o| o != target.name) {
             continue;
