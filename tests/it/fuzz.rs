@@ -431,6 +431,13 @@ fn fuzz(target: &Target, seed: u64, iters: u64, limit: Option<Duration>) -> (u64
     (done + seeds.len() as u64, start.elapsed())
 }
 
+/// The process's peak resident set (`VmHWM`), where /proc tells it.
+fn peak_rss() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line["VmHWM:".len()..].trim().to_string())
+}
+
 fn fxhash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -509,9 +516,10 @@ fn fuzz_smoke() {
         }
         let (n, elapsed) = fuzz(&target, seed, iters, limit);
         eprintln!(
-            "fuzz {}: {n} executions in {:.1} s (seed {seed})",
+            "fuzz {}: {n} executions in {:.1} s (seed {seed}), peak resident memory so far {}",
             target.name,
-            elapsed.as_secs_f64()
+            elapsed.as_secs_f64(),
+            peak_rss().unwrap_or_else(|| "unknown".into())
         );
     }
 }
