@@ -12,11 +12,12 @@ use std::f64::consts::PI;
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::Content;
-use candle_core::quantized::QTensor;
+use candle_core::quantized::{GgmlDType, QTensor};
 use serde_json::Value as Json;
 
 use super::error::{ModelError, Result};
 use super::gguf::{md_f32, md_string, md_usize, GgufFile};
+use super::quant::MappedBytes;
 
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
@@ -574,6 +575,9 @@ pub trait TensorSource {
     fn has_tensor(&self, name: &str) -> bool;
     /// Reads a tensor and checks its shape (outermost dimension first).
     fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor>;
+    /// A tensor's stored GGUF type and its bytes, in place in the file's memory map (row-major,
+    /// as GGUF stores them), after checking its shape: what weight matrices are built from.
+    fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)>;
     /// Per-pair RoPE frequency factors, when the model has them (Llama 3).
     fn rope_factors(&mut self, config: &LlamaConfig) -> Result<Option<Vec<f32>>>;
 }
@@ -589,6 +593,10 @@ impl TensorSource for GgufFile {
 
     fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
         self.tensor(name, shape)
+    }
+
+    fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
+        self.mapped(name, shape)
     }
 
     fn rope_factors(&mut self, config: &LlamaConfig) -> Result<Option<Vec<f32>>> {

@@ -9,13 +9,16 @@
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
+use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, Result};
+use super::quant::MappedBytes;
 
 pub use super::arch::{LlamaConfig, SUPPORTED_ARCHITECTURES};
 
@@ -95,23 +98,26 @@ pub fn read_checked<R: Read + std::io::Seek>(path: &Path, reader: &mut R) -> Res
     Ok(content)
 }
 
-/// An open GGUF file: its parsed header and a reader for its tensors.
+/// An open GGUF file: its parsed header and a read-only memory map of the whole file, from
+/// which tensors are read in place ([`GgufFile::mapped`]) or copied ([`GgufFile::tensor`]).
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
-    reader: BufReader<File>,
+    map: Arc<Mmap>,
 }
 
 impl GgufFile {
-    /// Opens and parses the header of a GGUF file.
+    /// Opens and parses the header of a GGUF file, and maps the file.
     pub fn open(path: &Path) -> Result<GgufFile> {
         let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-        let mut reader = BufReader::new(file);
-        let content = read_checked(path, &mut reader)?;
+        let content = read_checked(path, &mut BufReader::new(&file))?;
+        // SAFETY: mapped read-only; like every mmap reader (llama.cpp's, candle's) we rely on
+        // the file not being truncated or rewritten while the model is in use.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,
-            reader,
+            map: Arc::new(map),
         })
     }
 
@@ -136,23 +142,74 @@ impl GgufFile {
         }
     }
 
-    /// Reads a tensor and checks its shape (outermost dimension first, as candle orders it).
-    pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
-        if !self.has_tensor(name) {
+    /// A tensor's stored type and its bytes in the file's memory map, after checking its shape
+    /// (outermost dimension first, as candle orders it).
+    pub fn mapped(&self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
+        let Some(info) = self.content.tensor_infos.get(name) else {
             return Err(ModelError::MissingTensor(name.into()));
-        }
-        let t = self
-            .content
-            .tensor(&mut self.reader, name, &Device::Cpu)
-            .map_err(|e| ModelError::gguf(&self.path, format!("tensor `{name}`: {e}")))?;
-        if t.shape().dims() != shape {
+        };
+        if info.shape.dims() != shape {
             return Err(ModelError::TensorShape {
                 name: name.into(),
                 expected: format!("{shape:?}"),
-                found: format!("{:?}", t.shape().dims()),
+                found: format!("{:?}", info.shape.dims()),
             });
         }
-        Ok(t)
+        let dtype = info.ggml_dtype;
+        let elems = info.shape.elem_count();
+        let err = |msg: String| ModelError::gguf(&self.path, format!("tensor `{name}`: {msg}"));
+        if !elems.is_multiple_of(dtype.block_size()) {
+            return Err(err(format!(
+                "{elems} elements is not a multiple of the {dtype:?} block size {}",
+                dtype.block_size()
+            )));
+        }
+        let len = elems / dtype.block_size() * dtype.type_size();
+        let start = self
+            .content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .and_then(|s| usize::try_from(s).ok());
+        let bytes = start
+            .and_then(|s| MappedBytes::new(self.map.clone(), s, len))
+            .ok_or_else(|| {
+                err(format!(
+                    "{len} bytes at offset {} run past the end of the file ({} bytes)",
+                    self.content.tensor_data_offset.saturating_add(info.offset),
+                    self.map.len()
+                ))
+            })?;
+        Ok((dtype, bytes))
+    }
+
+    /// Reads a tensor (a copy of its bytes) and checks its shape (outermost dimension first,
+    /// as candle orders it).
+    pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
+        let (dtype, bytes) = self.mapped(name, shape)?;
+        // candle reinterprets the bytes as its block structs (alignment up to 4): hand it an
+        // 8-byte-aligned copy when the file's alignment does not give one.
+        let raw = bytes.bytes();
+        let copy: Vec<u64>;
+        let raw = if (raw.as_ptr() as usize).is_multiple_of(8) {
+            raw
+        } else {
+            let mut words = vec![0u64; raw.len().div_ceil(8)];
+            for (w, c) in words.iter_mut().zip(raw.chunks(8)) {
+                let mut b = [0u8; 8];
+                b[..c.len()].copy_from_slice(c);
+                *w = u64::from_ne_bytes(b);
+            }
+            copy = words;
+            // SAFETY: u64s viewed as their bytes (alignment 1), no longer than the buffer.
+            unsafe { std::slice::from_raw_parts(copy.as_ptr() as *const u8, raw.len()) }
+        };
+        candle_core::quantized::ggml_file::qtensor_from_ggml(
+            dtype,
+            raw,
+            shape.to_vec(),
+            &Device::Cpu,
+        )
+        .map_err(|e| ModelError::gguf(&self.path, format!("tensor `{name}`: {e}")))
     }
 }
 

@@ -75,27 +75,41 @@ fn has_native_kernel(dtype: GgmlDType) -> bool {
     super::quant::has_kernel(dtype)
 }
 
-/// Builds a weight matrix: as stored (`Native`, quantized kernels) or dequantized (`F32`).
-/// A stored type without a native kernel is an error in `Native` mode rather than a silent
-/// change of numerics.
-fn build_matrix(name: &str, q: &QTensor, dtype: WeightDType) -> Result<QWeight> {
-    let built = match dtype {
-        WeightDType::F32 => QWeight::dequantized(q),
-        WeightDType::Native if has_native_kernel(q.dtype()) => QWeight::from_qtensor(q),
-        WeightDType::Native => {
-            return Err(ModelError::UnsupportedTensorType {
-                name: name.into(),
-                dtype: format!(
-                    "{:?} (no quantized kernel; load with --dtype f32)",
-                    q.dtype()
-                ),
-            })
-        }
-    };
-    built.map_err(|e| ModelError::UnsupportedTensorType {
+/// Builds a weight matrix: as stored (`Native`, quantized kernels, float types read in place
+/// from the file's memory map) or dequantized (`F32`). A stored type without a native kernel
+/// is an error in `Native` mode rather than a silent change of numerics.
+fn build_matrix(
+    src: &mut dyn TensorSource,
+    name: &str,
+    shape: &[usize],
+    dtype: WeightDType,
+) -> Result<QWeight> {
+    let err = |stored: GgmlDType, e: String| ModelError::UnsupportedTensorType {
         name: name.into(),
-        dtype: format!("{:?} ({e})", q.dtype()),
-    })
+        dtype: format!("{stored:?} ({e})"),
+    };
+    match dtype {
+        WeightDType::F32 => {
+            let q = src.read_tensor(name, shape)?;
+            QWeight::dequantized(&q).map_err(|e| err(q.dtype(), e.to_string()))
+        }
+        WeightDType::Native => {
+            let (stored, bytes) = src.read_mapped(name, shape)?;
+            if !has_native_kernel(stored) {
+                return Err(err(
+                    stored,
+                    "no quantized kernel; load with --dtype f32".into(),
+                ));
+            }
+            let &[n, k] = shape else {
+                return Err(err(
+                    stored,
+                    format!("expected a 2-d weight matrix, got shape {shape:?}"),
+                ));
+            };
+            QWeight::from_mapped(stored, n, k, bytes).map_err(|e| err(stored, e.to_string()))
+        }
+    }
 }
 
 /// A small tensor (a norm weight, RoPE factors) as f32 values.
@@ -181,15 +195,12 @@ impl Llama {
     ) -> Result<Llama> {
         let c = &config;
         let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
-        let embd_q = src.read_tensor("token_embd.weight", &[c.vocab_size, dim])?;
-        let embedding = build_matrix("token_embd.weight", &embd_q, dtype)?;
+        let embedding = build_matrix(src, "token_embd.weight", &[c.vocab_size, dim], dtype)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
             let mut mat = |suffix: &str, shape: &[usize]| -> Result<QWeight> {
-                let n = name(suffix);
-                let q = src.read_tensor(&n, shape)?;
-                build_matrix(&n, &q, dtype)
+                build_matrix(src, &name(suffix), shape, dtype)
             };
             let qkv = if c.arch.fused() {
                 Qkv::Fused(mat("attn_qkv.weight", &[q_dim + 2 * kv_dim, dim])?)
@@ -266,8 +277,12 @@ impl Llama {
         )?;
         // Tied embeddings exactly when there is no `output.weight`.
         let output = if src.has_tensor("output.weight") {
-            let q = src.read_tensor("output.weight", &[c.vocab_size, dim])?;
-            Some(build_matrix("output.weight", &q, dtype)?)
+            Some(build_matrix(
+                src,
+                "output.weight",
+                &[c.vocab_size, dim],
+                dtype,
+            )?)
         } else {
             None
         };

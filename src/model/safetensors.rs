@@ -14,14 +14,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device};
+use memmap2::Mmap;
 use serde_json::Value as Json;
 
 use super::arch::{llama3_rope_factors, Arch, LlamaConfig, TensorSource};
 use super::error::{ModelError, Result};
+use super::quant::MappedBytes;
 
 /// Largest header accepted (the format's own reader caps it at 100 MB too).
 const MAX_HEADER: u64 = 100_000_000;
@@ -299,6 +302,8 @@ pub struct Checkpoint {
     st: MmapedSafetensors,
     /// Tensor name -> (dtype, shape) from the validated headers.
     entries: HashMap<String, (String, Vec<usize>)>,
+    /// Tensor name -> its bytes in its shard's memory map (weight matrices are read in place).
+    places: HashMap<String, MappedBytes>,
     /// Prefix of the language model's tensors (`model.`, `model.language_model.`, ...).
     prefix: String,
 }
@@ -318,9 +323,24 @@ impl Checkpoint {
         let config = LlamaConfig::from_hf_config(&config_path, &json)?;
         let shards = checkpoint_shards(dir)?;
         let mut entries = HashMap::new();
-        for (_, h) in &shards {
+        let mut places = HashMap::new();
+        for (path, h) in &shards {
+            let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+            // SAFETY: mapped read-only; like every mmap reader we rely on the file not being
+            // truncated or rewritten while the model is in use.
+            let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?);
+            // The data section is the file's last `data_len` bytes (checked by `read_header`).
+            let data_start = map
+                .len()
+                .checked_sub(h.data_len)
+                .ok_or_else(|| st_err(path, "the file changed size since its header was read"))?;
             for t in &h.tensors {
                 entries.insert(t.name.clone(), (t.dtype.clone(), t.shape.clone()));
+                let bytes = MappedBytes::new(map.clone(), data_start + t.begin, t.end - t.begin)
+                    .ok_or_else(|| {
+                        st_err(path, format!("tensor `{}`: outside the file", t.name))
+                    })?;
+                places.insert(t.name.clone(), bytes);
             }
         }
         let prefix = ["model.", "model.language_model.", "language_model.model."]
@@ -344,6 +364,7 @@ impl Checkpoint {
             json: json.get("text_config").cloned().unwrap_or(json),
             st,
             entries,
+            places,
             prefix,
         })
     }
@@ -396,17 +417,9 @@ impl Checkpoint {
     }
 }
 
-impl TensorSource for Checkpoint {
-    fn source_path(&self) -> &Path {
-        &self.dir
-    }
-
-    fn has_tensor(&self, name: &str) -> bool {
-        self.hf_name(name)
-            .is_some_and(|n| self.entries.contains_key(&n))
-    }
-
-    fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
+impl Checkpoint {
+    /// The Hugging Face name and stored type of a GGUF-named tensor, after checking its shape.
+    fn lookup(&self, name: &str, shape: &[usize]) -> Result<(String, GgmlDType)> {
         let hf = self
             .hf_name(name)
             .filter(|n| self.entries.contains_key(n))
@@ -425,7 +438,7 @@ impl TensorSource for Checkpoint {
                 found: format!("{found:?}"),
             });
         }
-        let mut ggml = match dtype.as_str() {
+        let ggml = match dtype.as_str() {
             "F32" => GgmlDType::F32,
             "F16" => GgmlDType::F16,
             "BF16" => GgmlDType::BF16,
@@ -436,6 +449,22 @@ impl TensorSource for Checkpoint {
                 })
             }
         };
+        Ok((hf, ggml))
+    }
+}
+
+impl TensorSource for Checkpoint {
+    fn source_path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        self.hf_name(name)
+            .is_some_and(|n| self.entries.contains_key(&n))
+    }
+
+    fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
+        let (hf, mut ggml) = self.lookup(name, shape)?;
         let mut t = self
             .st
             .load(&hf, &Device::Cpu)
@@ -447,6 +476,18 @@ impl TensorSource for Checkpoint {
             ggml = GgmlDType::F32;
         }
         Ok(QTensor::quantize(&t, ggml)?)
+    }
+
+    fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
+        let (hf, ggml) = self.lookup(name, shape)?;
+        if self.config.arch.norm_plus_one() && hf.ends_with("norm.weight") {
+            // Stored as `w`, used as `1 + w`: only `read_tensor` makes that change.
+            return Err(st_err(
+                &self.dir,
+                format!("tensor `{hf}`: a Gemma norm is read with its `1 + w` change"),
+            ));
+        }
+        Ok((ggml, self.places[&hf].clone()))
     }
 
     fn rope_factors(&mut self, config: &LlamaConfig) -> Result<Option<Vec<f32>>> {

@@ -9,6 +9,7 @@ mod fbbench;
 mod fennec;
 mod fuzz;
 mod hostile;
+mod memory;
 mod quant;
 mod realmistake;
 mod refutebench;

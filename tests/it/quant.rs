@@ -221,11 +221,12 @@ fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Vec<T> {
 
 /// Per quant type, Candor's teacher-forced next-token argmax on the default model agrees with
 /// llama.cpp's (`tests/fixtures/quant/teacher_forced.jsonl`) at ≥ 98% of positions. Needs the
-/// requantized model files (`CANDOR_QUANT_MODELS=dir`, made by `make_quant_reference.sh`).
+/// requantized model files (`CANDOR_QUANT_MODELS=dir`, made by `make_quant_reference.py`); a
+/// type whose file is absent there is skipped loudly, and at least one must be present.
 #[test]
 fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
     let Some(dir) = std::env::var_os("CANDOR_QUANT_MODELS").map(PathBuf::from) else {
-        eprintln!("\n*** SKIPPED: set CANDOR_QUANT_MODELS to the folder of make_quant_reference.sh's models ***\n");
+        eprintln!("\n*** SKIPPED: set CANDOR_QUANT_MODELS to the folder of make_quant_reference.py's models ***\n");
         return;
     };
     let refs: Vec<Reference> = jsonl(&fixture("reference/teacher_forced.jsonl"));
@@ -234,6 +235,11 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
     let mut report = Vec::new();
     for t in &types {
         let path = dir.join(&t.file);
+        if !path.exists() {
+            // make_quant_reference.py --quantizer gguf-py writes only some of the types.
+            eprintln!("\n*** SKIPPED {}: {} not found ***\n", t.ftype, path.display());
+            continue;
+        }
         let model = Arc::new(
             Llama::from_gguf_path(&path, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
@@ -263,6 +269,7 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
         println!("{line}");
         report.push((t.ftype.clone(), agree as f64 / total as f64, line));
     }
+    assert!(!report.is_empty(), "none of the fixture's model files in {}", dir.display());
     for (ftype, rate, line) in report {
         assert!(rate >= 0.98, "{ftype}: {line}");
     }

@@ -159,3 +159,58 @@ fn default_model_special_tokens() {
     assert_eq!(tok.encode("<|im_start|>user").unwrap()[0], 1);
     assert_eq!(tok.sha256().len(), 64);
 }
+
+/// The vocabularies whose pre-tokenizers Candor implements, as llama.cpp names its test files.
+const LLAMA_CPP_VOCABS: [&str; 3] = ["llama-bpe", "qwen2", "llama-spm"];
+
+/// Candor against llama.cpp's own tokenizer test (`tests/test-tokenizer-0.cpp`): the
+/// vocab-only `models/ggml-vocab-<name>.gguf` of llama.cpp's source tree with its `.inp`
+/// texts and `.out` ids (written by llama.cpp's `convert_hf_to_gguf_update.py` with the
+/// models' own Hugging Face tokenizers, and what llama.cpp must reproduce), encoded without
+/// BOS as that test does. `CANDOR_LLAMA_CPP_MODELS` names that `models/` folder (e.g. the
+/// llama.cpp vendored in llama-cpp-python 0.3.36); skipped loudly without it.
+#[test]
+fn llama_cpp_vocab_tests_tokenize_identically() {
+    let Some(dir) = std::env::var_os("CANDOR_LLAMA_CPP_MODELS").map(PathBuf::from) else {
+        eprintln!("\n*** SKIPPED: set CANDOR_LLAMA_CPP_MODELS to llama.cpp's models/ folder ***\n");
+        return;
+    };
+    let mut failures = Vec::new();
+    for name in LLAMA_CPP_VOCABS {
+        let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
+        let inp = std::fs::read_to_string(gguf.with_extension("gguf.inp")).expect("inp");
+        let out = std::fs::read_to_string(gguf.with_extension("gguf.out")).expect("out");
+        // As test-tokenizer-0.cpp splits them.
+        let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+        let texts = match texts.last() {
+            Some(l) if l.is_empty() => &texts[..texts.len() - 1],
+            _ => &texts[..],
+        };
+        let ids: Vec<Vec<u32>> = out
+            .lines()
+            .map(|l| {
+                l.split_whitespace()
+                    .map(|t| t.parse().expect("id"))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(texts.len(), ids.len(), "{name}: .inp vs .out");
+        let tok = Tokenizer::from_gguf_file(&gguf).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut same = 0;
+        for (text, want) in texts.iter().zip(&ids) {
+            let got = tok.encode_plain(text).expect("encode");
+            if &got == want {
+                same += 1;
+            } else {
+                failures.push(format!(
+                    "{name}: {text:?}: candor {got:?}, llama.cpp {want:?}"
+                ));
+            }
+        }
+        println!(
+            "ggml-vocab-{name}: {same}/{} texts tokenized identically to llama.cpp's test",
+            texts.len()
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

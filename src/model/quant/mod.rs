@@ -16,8 +16,11 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use std::sync::Arc;
+
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
+use memmap2::Mmap;
 use rayon::prelude::*;
 
 use layout::{ActKind, ActRow, Panels, QFormat, QuantizedRows, PANEL};
@@ -78,11 +81,143 @@ pub enum WeightFormat {
 #[derive(Debug, Clone)]
 enum Storage {
     Quant(Panels),
-    F32(Vec<f32>),
+    F32(Values<f32>),
     /// f16 bit patterns.
-    F16(Vec<u16>),
+    F16(Values<u16>),
     /// bf16 bit patterns.
-    BF16(Vec<u16>),
+    BF16(Values<u16>),
+}
+
+/// A byte range of a read-only memory map of a model file, shared by every weight read from
+/// that file (the map lives as long as the last of them).
+#[derive(Clone)]
+pub struct MappedBytes {
+    map: Arc<Mmap>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for MappedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MappedBytes({}..{})", self.start, self.start + self.len)
+    }
+}
+
+impl MappedBytes {
+    /// `len` bytes at `start` of `map`; `None` when the range does not lie inside the map.
+    pub fn new(map: Arc<Mmap>, start: usize, len: usize) -> Option<MappedBytes> {
+        (start.checked_add(len)? <= map.len()).then_some(MappedBytes { map, start, len })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[self.start..self.start + self.len]
+    }
+
+    /// Tells the kernel this process no longer needs the whole pages inside the range (after
+    /// they were copied into panels), so that they stop counting in its resident memory. The
+    /// pages stay in the page cache; a later read would fault them in again, unchanged.
+    pub fn release(&self) {
+        #[cfg(unix)]
+        {
+            let page = page_size();
+            let base = self.map.as_ptr() as usize;
+            let first = (base + self.start).next_multiple_of(page) - base;
+            let end = (base + self.start + self.len) / page * page - base;
+            if end > first {
+                // SAFETY: the map is read-only and private, so its pages are never written and
+                // MADV_DONTNEED only drops this process's copies of file pages: a later access
+                // (by a weight of another type sharing the map) reads the same bytes back from
+                // the file. Whole pages inside this tensor's own range only.
+                let _ = unsafe {
+                    self.map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        first,
+                        end - first,
+                    )
+                };
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
+/// An element type of float weights (f32 values, f16/bf16 bit patterns), stored
+/// little-endian in model files.
+trait Elem: Copy + std::fmt::Debug + 'static {
+    fn from_le(b: &[u8]) -> Self;
+}
+
+impl Elem for f32 {
+    fn from_le(b: &[u8]) -> f32 {
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+}
+
+impl Elem for u16 {
+    fn from_le(b: &[u8]) -> u16 {
+        u16::from_le_bytes([b[0], b[1]])
+    }
+}
+
+/// Float weight values: owned, or read in place from a model file's memory map.
+#[derive(Debug, Clone)]
+enum Values<T> {
+    Owned(Vec<T>),
+    /// Aligned for `T` and little-endian (checked when built).
+    Mapped(MappedBytes),
+}
+
+impl<T: Elem> Values<T> {
+    /// Copies `want` little-endian values out of `raw`.
+    fn copied(raw: &[u8], want: usize) -> Result<Values<T>, QuantError> {
+        let size = std::mem::size_of::<T>();
+        check_len(raw.len(), want * size)?;
+        Ok(Values::Owned(
+            raw.chunks_exact(size).map(T::from_le).collect(),
+        ))
+    }
+
+    /// The values in place when the range is aligned for `T` on a little-endian machine; a
+    /// copy otherwise (the kernels need `&[T]`).
+    fn mapped(m: MappedBytes, want: usize) -> Result<Values<T>, QuantError> {
+        let size = std::mem::size_of::<T>();
+        check_len(m.len, want * size)?;
+        let aligned = (m.bytes().as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>());
+        if cfg!(target_endian = "little") && aligned {
+            Ok(Values::Mapped(m))
+        } else {
+            Values::copied(m.bytes(), want)
+        }
+    }
+
+    fn as_slice(&self) -> &[T] {
+        match self {
+            Values::Owned(v) => v,
+            Values::Mapped(m) => {
+                let b = m.bytes();
+                // SAFETY: checked in `mapped`: aligned for T, little-endian, a whole number of
+                // elements; f32 and u16 are valid for every bit pattern; the map is read-only
+                // and outlives the borrow (the Arc is held by `m`).
+                unsafe {
+                    std::slice::from_raw_parts(
+                        b.as_ptr() as *const T,
+                        b.len() / std::mem::size_of::<T>(),
+                    )
+                }
+            }
+        }
+    }
 }
 
 /// The quantized format of a GGUF type, if it has a quantized kernel.
@@ -103,15 +238,6 @@ fn qformat(dtype: GgmlDType) -> Option<QFormat> {
 /// Whether [`QWeight::from_qtensor`] keeps this GGUF type as stored (it refuses the others).
 pub fn has_kernel(dtype: GgmlDType) -> bool {
     qformat(dtype).is_some() || matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
-}
-
-/// The little-endian u16 values of `raw` (checked to be `want` of them).
-fn u16s(raw: &[u8], want: usize) -> Result<Vec<u16>, QuantError> {
-    check_len(raw.len(), want * 2)?;
-    Ok(raw
-        .chunks_exact(2)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .collect())
 }
 
 /// An immutable `n × k` weight matrix with deterministic matmul kernels (see the module doc).
@@ -170,25 +296,63 @@ impl QWeight {
     /// they are; any other type is [`QuantError::UnsupportedType`].
     pub fn from_qtensor(t: &QTensor) -> Result<QWeight, QuantError> {
         let (n, k) = dims2(t)?;
-        let storage = match t.dtype() {
+        QWeight::from_bytes(t.dtype(), n, k, &t.data()?)
+    }
+
+    /// An `n × k` weight of GGUF type `dtype` from its raw bytes (row-major GGUF blocks),
+    /// copied: repacked into panels, or float values.
+    pub fn from_bytes(
+        dtype: GgmlDType,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+    ) -> Result<QWeight, QuantError> {
+        let storage = match dtype {
             dtype if qformat(dtype).is_some() => {
                 let format = qformat(dtype).expect("checked");
-                Storage::Quant(Panels::from_gguf(format, &t.data()?, n, k)?)
+                Storage::Quant(Panels::from_gguf(format, raw, n, k)?)
             }
-            GgmlDType::F32 => {
-                let raw = t.data()?;
-                check_len(raw.len(), n * k * 4)?;
-                Storage::F32(
-                    raw.chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect(),
-                )
-            }
-            GgmlDType::F16 => Storage::F16(u16s(&t.data()?, n * k)?),
-            GgmlDType::BF16 => Storage::BF16(u16s(&t.data()?, n * k)?),
+            GgmlDType::F32 => Storage::F32(Values::copied(raw, n * k)?),
+            GgmlDType::F16 => Storage::F16(Values::copied(raw, n * k)?),
+            GgmlDType::BF16 => Storage::BF16(Values::copied(raw, n * k)?),
             other => return Err(QuantError::UnsupportedType(other)),
         };
         Ok(QWeight { n, k, storage })
+    }
+
+    /// An `n × k` weight of GGUF type `dtype` read from a model file's memory map. F32, F16
+    /// and BF16 values are used in place (no copy, the file's pages are the weight), unless
+    /// the range is not aligned for its element type, when they are copied. Quantized types
+    /// are repacked into panels (one copy, the kernels' layout) and the mapped pages are then
+    /// released from this process's resident memory ([`MappedBytes::release`]).
+    pub fn from_mapped(
+        dtype: GgmlDType,
+        n: usize,
+        k: usize,
+        m: MappedBytes,
+    ) -> Result<QWeight, QuantError> {
+        let storage = match dtype {
+            dtype if qformat(dtype).is_some() => {
+                let w = QWeight::from_bytes(dtype, n, k, m.bytes())?;
+                m.release();
+                return Ok(w);
+            }
+            GgmlDType::F32 => Storage::F32(Values::mapped(m, n * k)?),
+            GgmlDType::F16 => Storage::F16(Values::mapped(m, n * k)?),
+            GgmlDType::BF16 => Storage::BF16(Values::mapped(m, n * k)?),
+            other => return Err(QuantError::UnsupportedType(other)),
+        };
+        Ok(QWeight { n, k, storage })
+    }
+
+    /// Whether the values are read in place from a model file's memory map.
+    pub fn is_mapped(&self) -> bool {
+        matches!(
+            &self.storage,
+            Storage::F32(Values::Mapped(_))
+                | Storage::F16(Values::Mapped(_))
+                | Storage::BF16(Values::Mapped(_))
+        )
     }
 
     /// Loads any GGUF tensor dequantized to F32 (the `--dtype f32` reference mode).
@@ -208,7 +372,7 @@ impl QWeight {
         QWeight {
             n,
             k,
-            storage: Storage::F32(values),
+            storage: Storage::F32(Values::Owned(values)),
         }
     }
 
@@ -250,14 +414,20 @@ impl QWeight {
         assert_eq!(out.len(), self.k, "row_f32: output length");
         match &self.storage {
             Storage::Quant(p) => p.row_f32(r, out),
-            Storage::F32(w) => out.copy_from_slice(&w[r * self.k..(r + 1) * self.k]),
+            Storage::F32(w) => out.copy_from_slice(&w.as_slice()[r * self.k..(r + 1) * self.k]),
             Storage::F16(w) => {
-                for (o, &h) in out.iter_mut().zip(&w[r * self.k..(r + 1) * self.k]) {
+                for (o, &h) in out
+                    .iter_mut()
+                    .zip(&w.as_slice()[r * self.k..(r + 1) * self.k])
+                {
                     *o = half::f16::from_bits(h).to_f32();
                 }
             }
             Storage::BF16(w) => {
-                for (o, &h) in out.iter_mut().zip(&w[r * self.k..(r + 1) * self.k]) {
+                for (o, &h) in out
+                    .iter_mut()
+                    .zip(&w.as_slice()[r * self.k..(r + 1) * self.k])
+                {
                     *o = scalar::bf16_to_f32(h);
                 }
             }
@@ -323,16 +493,19 @@ impl QWeight {
                 self.quantized_matmul(isa, p, &acts, m, out);
             }
             Storage::F32(w) => self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
+                let w = w.as_slice();
                 float_panel(pi, n, k, x, buf, |xi, j| {
                     dot_f32(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
             Storage::F16(w) => self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
+                let w = w.as_slice();
                 float_panel(pi, n, k, x, buf, |xi, j| {
                     dot_f16(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
             Storage::BF16(w) => self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
+                let w = w.as_slice();
                 float_panel(pi, n, k, x, buf, |xi, j| {
                     dot_bf16(isa, xi, &w[j * k..(j + 1) * k])
                 })
@@ -607,8 +780,8 @@ mod tests {
                 .collect();
             let k = want.len();
             let storage = match name.as_str() {
-                "F16" => Storage::F16(u16s(&raw, k).expect("len")),
-                "BF16" => Storage::BF16(u16s(&raw, k).expect("len")),
+                "F16" => Storage::F16(Values::copied(&raw, k).expect("len")),
+                "BF16" => Storage::BF16(Values::copied(&raw, k).expect("len")),
                 other => {
                     let format = match other {
                         "Q4_0" => QFormat::Q4_0,

@@ -1,0 +1,318 @@
+//! What loading a model costs in memory: about its file size, never an inflated copy. A
+//! seeded llama (40 M parameters) is written as a BF16 GGUF, a Q4_K GGUF, a Q8_0 GGUF and a
+//! BF16 Hugging Face checkpoint; each is loaded in a child process (this test binary, running
+//! the ignored `load_in_child`) that reports its `/proc/self/status` before and after the load.
+//! Float weights must be read in place from the file's memory map (no anonymous copy), quantized
+//! weights are repacked once into the kernels' panels and their mapped pages released.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+use candor::engine::sampling::SplitMix64;
+use candor::engine::{Decoder, SchedulerConfig};
+use candor::model::arch::TensorSource;
+use candor::model::llama::{Llama, WeightDType};
+use candor::model::safetensors::Checkpoint;
+
+const VOCAB: usize = 8192;
+const DIM: usize = 1024;
+/// A multiple of 256 (the k-quant block).
+const FFN: usize = 2816;
+const LAYERS: usize = 2;
+const HEADS: usize = 8;
+const KV_HEADS: usize = 4;
+const MIB: u64 = 1024;
+
+/// The model's matrices: GGUF name, Hugging Face name, shape.
+fn matrices() -> Vec<(String, String, [usize; 2])> {
+    let kv = DIM / HEADS * KV_HEADS;
+    let mut out = vec![(
+        "token_embd.weight".to_string(),
+        "model.embed_tokens.weight".to_string(),
+        [VOCAB, DIM],
+    )];
+    for i in 0..LAYERS {
+        for (g, h, n, k) in [
+            ("attn_q", "self_attn.q_proj", DIM, DIM),
+            ("attn_k", "self_attn.k_proj", kv, DIM),
+            ("attn_v", "self_attn.v_proj", kv, DIM),
+            ("attn_output", "self_attn.o_proj", DIM, DIM),
+            ("ffn_gate", "mlp.gate_proj", FFN, DIM),
+            ("ffn_up", "mlp.up_proj", FFN, DIM),
+            ("ffn_down", "mlp.down_proj", DIM, FFN),
+        ] {
+            out.push((
+                format!("blk.{i}.{g}.weight"),
+                format!("model.layers.{i}.{h}.weight"),
+                [n, k],
+            ));
+        }
+    }
+    out.push((
+        "output.weight".to_string(),
+        "lm_head.weight".to_string(),
+        [VOCAB, DIM],
+    ));
+    out
+}
+
+/// The norms: GGUF name, Hugging Face name.
+fn norms() -> Vec<(String, String)> {
+    let mut out = vec![(
+        "output_norm.weight".to_string(),
+        "model.norm.weight".to_string(),
+    )];
+    for i in 0..LAYERS {
+        out.push((
+            format!("blk.{i}.attn_norm.weight"),
+            format!("model.layers.{i}.input_layernorm.weight"),
+        ));
+        out.push((
+            format!("blk.{i}.ffn_norm.weight"),
+            format!("model.layers.{i}.post_attention_layernorm.weight"),
+        ));
+    }
+    out
+}
+
+/// Writes the seeded model as GGUF files of the given types and as a BF16 checkpoint folder.
+fn write_models(dir: &Path, types: &[GgmlDType]) -> (Vec<PathBuf>, PathBuf) {
+    let mut rng = SplitMix64::new(7);
+    let mut ggufs: Vec<Vec<(String, QTensor)>> = types.iter().map(|_| Vec::new()).collect();
+    let mut hf: HashMap<String, Tensor> = HashMap::new();
+    for (g, h, [n, k]) in matrices() {
+        let scale = 1.5 / (k as f32).sqrt();
+        let v: Vec<f32> = (0..n * k)
+            .map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale)
+            .collect();
+        let t = Tensor::from_vec(v, (n, k), &Device::Cpu).expect("tensor");
+        for (file, &dtype) in ggufs.iter_mut().zip(types) {
+            file.push((g.clone(), QTensor::quantize(&t, dtype).expect("quantize")));
+        }
+        hf.insert(h, t.to_dtype(DType::BF16).expect("bf16"));
+    }
+    for (g, h) in norms() {
+        let t = Tensor::ones(DIM, DType::F32, &Device::Cpu).expect("ones");
+        for file in ggufs.iter_mut() {
+            file.push((
+                g.clone(),
+                QTensor::quantize(&t, GgmlDType::F32).expect("f32"),
+            ));
+        }
+        hf.insert(h, t.to_dtype(DType::BF16).expect("bf16"));
+    }
+    let a = "llama";
+    let md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(a.into())),
+        (format!("{a}.block_count"), Value::U32(LAYERS as u32)),
+        (format!("{a}.context_length"), Value::U32(256)),
+        (format!("{a}.embedding_length"), Value::U32(DIM as u32)),
+        (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
+        (
+            format!("{a}.attention.head_count"),
+            Value::U32(HEADS as u32),
+        ),
+        (
+            format!("{a}.attention.head_count_kv"),
+            Value::U32(KV_HEADS as u32),
+        ),
+        (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
+        (
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-5),
+        ),
+    ];
+    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut paths = Vec::new();
+    for (tensors, dtype) in ggufs.iter().zip(types) {
+        let path = dir.join(format!("memory-{dtype:?}.gguf"));
+        let mut f = std::fs::File::create(&path).expect("create gguf");
+        let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        gguf_file::write(&mut f, &md_refs, &t_refs).expect("write gguf");
+        paths.push(path);
+    }
+    let ck = dir.join("checkpoint-bf16");
+    std::fs::create_dir_all(&ck).expect("mkdir");
+    candle_core::safetensors::save(&hf, ck.join("model.safetensors")).expect("safetensors");
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": DIM,
+        "intermediate_size": FFN,
+        "num_attention_heads": HEADS,
+        "num_hidden_layers": LAYERS,
+        "num_key_value_heads": KV_HEADS,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16",
+        "vocab_size": VOCAB,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    });
+    std::fs::write(ck.join("config.json"), config.to_string()).expect("config");
+    (paths, ck)
+}
+
+/// `/proc/self/status` fields in kB (VmRSS, RssAnon, RssFile, VmHWM).
+fn status() -> HashMap<String, u64> {
+    let text = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let kb = v.trim().strip_suffix(" kB")?.trim().parse().ok()?;
+            Some((k.to_string(), kb))
+        })
+        .collect()
+}
+
+/// The child: loads `CANDOR_MEMORY_CHILD` (a GGUF file or a checkpoint folder) natively and
+/// prints one `MEMORY {...}` line with its memory before and after the load.
+#[test]
+#[ignore = "run by memory_after_load_is_about_the_file_size in a child process"]
+fn load_in_child() {
+    let Some(path) = std::env::var_os("CANDOR_MEMORY_CHILD").map(PathBuf::from) else {
+        return;
+    };
+    let before = status();
+    let model = if path.is_dir() {
+        let mut ck = Checkpoint::open(&path).expect("checkpoint");
+        let config = ck.config().clone();
+        let src: &mut dyn TensorSource = &mut ck;
+        Llama::from_source(config, src, WeightDType::Native).expect("load")
+    } else {
+        Llama::from_gguf_path(&path, WeightDType::Native).expect("load")
+    };
+    let loaded = status();
+    // Touch every weight matrix (mapped pages are read lazily): a few tokens through the model.
+    let mut dec = Decoder::new(Arc::new(model), SchedulerConfig::default(), Vec::new());
+    dec.next_token_argmax(&[1, 5, 9, 200], 0).expect("forward");
+    let after = status();
+    println!(
+        "MEMORY {}",
+        serde_json::json!({"before": before, "loaded": loaded, "after": after})
+    );
+}
+
+struct Loaded {
+    /// Growth of VmRSS over the load alone (mapped pages not read yet), then of VmRSS, RssAnon,
+    /// RssFile once a forward pass has read every matrix, and peak VmHWM above the start (kB).
+    load: u64,
+    rss: u64,
+    anon: u64,
+    file: u64,
+    peak: u64,
+}
+
+fn load_in_child_process(path: &Path) -> Loaded {
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "memory::load_in_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .args(["--test-threads", "1"])
+        .env("CANDOR_MEMORY_CHILD", path)
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}\n{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("MEMORY ").map(|(_, j)| j))
+        .unwrap_or_else(|| panic!("no MEMORY line: {stdout}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("json");
+    let kb = |when: &str, key: &str| v[when][key].as_u64().unwrap_or_else(|| panic!("{key}"));
+    let grow = |key: &str| kb("after", key).saturating_sub(kb("before", key));
+    Loaded {
+        load: kb("loaded", "VmRSS").saturating_sub(kb("before", "VmRSS")),
+        rss: grow("VmRSS"),
+        anon: grow("RssAnon"),
+        file: grow("RssFile"),
+        peak: kb("after", "VmHWM").saturating_sub(kb("before", "VmRSS")),
+    }
+}
+
+fn size_kb(path: &Path) -> u64 {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path)
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .collect()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files
+        .iter()
+        .map(|p| std::fs::metadata(p).expect("size").len())
+        .sum::<u64>()
+        / 1024
+}
+
+/// Loading costs about the file size: resident memory grows by at most the file size plus
+/// 16 MiB during and after the load. Float weights (BF16 GGUF, BF16 checkpoint) are the mapped
+/// file's pages, not a copy (anonymous memory grows by under 16 MiB); quantized weights are one
+/// repacked copy and the mapped pages they were read from are released (file-backed resident
+/// memory grows by under 16 MiB).
+#[test]
+fn memory_after_load_is_about_the_file_size() {
+    if !Path::new("/proc/self/status").exists() {
+        eprintln!("\n*** SKIPPED: no /proc/self/status on this system ***\n");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let types = [GgmlDType::BF16, GgmlDType::Q4K, GgmlDType::Q8_0];
+    let (ggufs, ck) = write_models(dir.path(), &types);
+    let margin = 16 * MIB;
+    let mut failures = Vec::new();
+    for (path, float) in [
+        (&ggufs[0], true),
+        (&ggufs[1], false),
+        (&ggufs[2], false),
+        (&ck, true),
+    ] {
+        let size = size_kb(path);
+        let m = load_in_child_process(path);
+        let name = path.file_name().expect("name").to_string_lossy();
+        println!(
+            "{name}: file {} MiB; VmRSS +{} MiB after the load, +{} MiB after a forward pass (anonymous +{}, file-backed +{}), peak +{} MiB",
+            size / MIB,
+            m.load / MIB,
+            m.rss / MIB,
+            m.anon / MIB,
+            m.file / MIB,
+            m.peak / MIB
+        );
+        if m.rss > size + margin || m.peak > size + margin {
+            failures.push(format!(
+                "{name}: resident +{} kB, peak +{} kB for a {size} kB file",
+                m.rss, m.peak
+            ));
+        }
+        if float && m.anon > margin {
+            failures.push(format!(
+                "{name}: anonymous memory +{} kB: float weights were copied, not mapped",
+                m.anon
+            ));
+        }
+        if !float && m.file > margin {
+            failures.push(format!(
+                "{name}: file-backed resident memory +{} kB: mapped pages kept after repacking",
+                m.file
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
