@@ -322,6 +322,19 @@ mod tests {
         assert!(second[0].messages[0]
             .content
             .contains("<content>\n天上下着倾盆大雨。\n</content>"));
+        // The judge is constrained to the item's JSON object by default, and only the judge.
+        assert_eq!(first[0].params.constraint, None);
+        assert_eq!(
+            second[0].params.constraint,
+            Some(Constraint::JsonSchema(checklist::judgement_schema(
+                &item.criteria()
+            )))
+        );
+        let free = FbBenchPlan {
+            constrain: false,
+            ..plan.clone()
+        };
+        assert_eq!(free.next_steps(item, &done)[0].params.constraint, None);
         done.insert(JUDGE.into(), out("{}"));
         assert!(plan.next_steps(item, &done).is_empty());
     }
