@@ -55,6 +55,9 @@ pub struct ProtocolOptions {
     pub label: Option<String>,
     /// All protocols: the new-token limit of every generation, replacing each protocol's own.
     pub max_new_tokens: Option<usize>,
+    /// fbbench, fennec, refutebench: `on` / `off` constrained judge output (each protocol
+    /// has its own default).
+    pub constrain: Option<String>,
     /// Set by `candor run all`: each protocol reads its own options and ignores the others'.
     pub all: bool,
 }
@@ -76,6 +79,7 @@ impl Default for ProtocolOptions {
             correction: false,
             label: None,
             max_new_tokens: None,
+            constrain: None,
             all: false,
         }
     }
@@ -88,6 +92,20 @@ impl ProtocolOptions {
         self.max_new_tokens.unwrap_or(limit)
     }
 
+    /// Whether the judge's output is constrained (`--constrain on|off`), else `default`.
+    pub fn constrain(&self, default: bool) -> Result<bool, ProtocolError> {
+        match self.constrain.as_deref() {
+            None => Ok(default),
+            Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            Some(other) => Err(ProtocolError::bad_value(
+                "--constrain",
+                other,
+                "the values are `on` and `off`",
+            )),
+        }
+    }
+
     /// Fails when an option that `protocol` does not read (not in `used`) was changed from
     /// its default.
     pub fn check_unused(&self, protocol: &'static str, used: &[&str]) -> Result<(), ProtocolError> {
@@ -95,7 +113,7 @@ impl ProtocolOptions {
             return Ok(());
         }
         let d = ProtocolOptions::default();
-        let given: [(&'static str, bool); 12] = [
+        let given: [(&'static str, bool); 13] = [
             ("--dataset", self.dataset.is_some()),
             ("--rule", self.rule != d.rule),
             ("--recall", self.recall),
@@ -108,6 +126,7 @@ impl ProtocolOptions {
             ("--no-correction", self.no_correction),
             ("--correction", self.correction),
             ("--label", self.label.is_some()),
+            ("--constrain", self.constrain.is_some()),
         ];
         for (option, set) in given {
             if set && !used.contains(&option) {
@@ -480,6 +499,22 @@ mod tests {
         assert_eq!(file_label("models/x y.gguf"), "x_y");
         assert_eq!(file_label("fake:a"), "fake_a");
         assert_eq!(template_version("x"), "sha256:2d711642b726b044");
+    }
+
+    #[test]
+    fn constrain_switch() {
+        let mut a = ProtocolOptions::default();
+        assert!(a.constrain(true).unwrap());
+        assert!(!a.constrain(false).unwrap());
+        a.constrain = Some("off".into());
+        assert!(!a.constrain(true).unwrap());
+        a.constrain = Some("on".into());
+        assert!(a.constrain(false).unwrap());
+        assert!(a.check_unused("realmistake", &[]).is_err());
+        assert!(a.check_unused("fbbench", &["--constrain"]).is_ok());
+        a.constrain = Some("yes".into());
+        let err = a.constrain(true).unwrap_err().to_string();
+        assert!(err.contains("--constrain") && err.contains("yes"), "{err}");
     }
 
     #[test]

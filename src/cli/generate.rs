@@ -120,6 +120,7 @@ fn parse_prompts(
             seed,
             max_new_tokens: args.max_new_tokens,
             stop_strings: Vec::new(),
+            constraint: None,
         };
         prompts.push(Prompt {
             id: p.id,

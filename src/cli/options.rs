@@ -78,6 +78,14 @@ pub struct ProtocolArgs {
     /// counted per step kind in the results.
     #[arg(long, value_name = "N")]
     pub max_new_tokens: Option<usize>,
+
+    /// fbbench, fennec, refutebench (FA judge): `on` or `off`, constrain the judge's output
+    /// to the format its prompt asks for (decoding masked by a grammar, llguidance; the local
+    /// counterpart of an API's JSON mode). Defaults: on for fbbench (the authors' judge ran
+    /// in JSON mode), off for fennec and refutebench (the authors' judges wrote free text).
+    /// Recorded in the manifest with the grammar's hash.
+    #[arg(long, value_name = "on|off")]
+    pub constrain: Option<String>,
 }
 
 impl ProtocolArgs {
@@ -97,6 +105,7 @@ impl ProtocolArgs {
             correction: self.correction,
             label: self.label.clone(),
             max_new_tokens: self.max_new_tokens,
+            constrain: self.constrain.clone(),
             all: false,
         }
     }

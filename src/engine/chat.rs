@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use super::constraint::ConstraintCompiler;
 use super::kv::SeqId;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 use super::{ChatReply, ChatRequest, EngineError, Generate};
@@ -151,8 +152,10 @@ impl Engine {
         stop_ids.extend(extra_stops);
         stop_ids.sort_unstable();
         stop_ids.dedup();
+        let mut decoder = Decoder::new(Arc::new(model), options.scheduler, stop_ids);
+        decoder.set_constraints(Arc::new(ConstraintCompiler::new(&tokenizer)));
         Engine {
-            decoder: Decoder::new(Arc::new(model), options.scheduler, stop_ids),
+            decoder,
             tokenizer: Arc::new(tokenizer),
             template,
             model_path: path.to_path_buf(),

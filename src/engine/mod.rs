@@ -5,6 +5,7 @@
 //! benchmarks: protocols talk to it through [`Generate`].
 
 pub mod chat;
+pub mod constraint;
 pub mod kv;
 pub mod sampling;
 pub mod scheduler;
@@ -15,6 +16,7 @@ use crate::model::chat::Message;
 use crate::model::ModelError;
 
 pub use chat::{Engine, EngineOptions};
+pub use constraint::{Constraint, LLGUIDANCE_VERSION};
 pub use kv::{KvStore, SeqId, SeqKv};
 pub use scheduler::{Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 
@@ -31,6 +33,8 @@ pub enum EngineError {
     PrefixTooLong { len: usize, context: usize },
     #[error("unknown sequence {0:?}")]
     UnknownSequence(SeqId),
+    #[error("request {index}: constraint: {msg}")]
+    Constraint { index: usize, msg: String },
     #[error("internal engine error: {0}")]
     Internal(String),
 }
@@ -47,6 +51,10 @@ pub struct SamplingParams {
     pub max_new_tokens: usize,
     /// Generation stops after the first occurrence of any of these strings.
     pub stop_strings: Vec<String>,
+    /// A grammar the output must follow (absent from serialized params when unset, so cache
+    /// keys of unconstrained requests are unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for SamplingParams {
@@ -57,6 +65,7 @@ impl Default for SamplingParams {
             seed: 0,
             max_new_tokens: 256,
             stop_strings: Vec::new(),
+            constraint: None,
         }
     }
 }

@@ -12,6 +12,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::constraint::{
+    masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
+};
 use super::kv::{KvLayout, KvStore, SeqId, SeqKv};
 use super::sampling::{argmax, Sampler};
 use super::{EngineError, SamplingParams, StopReason};
@@ -95,6 +98,8 @@ struct Active {
     out: Vec<u32>,
     admitted: Instant,
     first_token: Option<Instant>,
+    /// The request's grammar state, when it is constrained.
+    grammar: Option<ConstraintState>,
 }
 
 /// Token-level decoding with one model, its KV store and its reusable buffers.
@@ -106,6 +111,8 @@ pub struct Decoder {
     store: KvStore,
     scratch: Scratch,
     sampler: Sampler,
+    /// Compiles requests' constraints (set by the engine from its tokenizer).
+    constraints: Option<Arc<ConstraintCompiler>>,
 }
 
 impl Decoder {
@@ -121,7 +128,13 @@ impl Decoder {
             store: KvStore::default(),
             scratch: Scratch::default(),
             sampler: Sampler::default(),
+            constraints: None,
         }
+    }
+
+    /// Lets requests carry a [`super::Constraint`], compiled against this vocabulary.
+    pub fn set_constraints(&mut self, compiler: Arc<ConstraintCompiler>) {
+        self.constraints = Some(compiler);
     }
 
     pub fn model(&self) -> &Arc<Llama> {
@@ -235,6 +248,7 @@ impl Decoder {
         text: &dyn TextDecoder,
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<TokenReply>, EngineError> {
+        let mut grammars: Vec<Option<ConstraintState>> = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter().enumerate() {
             if r.prompt_ids.is_empty() {
                 return Err(EngineError::EmptyPrompt { index: i });
@@ -245,6 +259,23 @@ impl Decoder {
                     return Err(EngineError::UnknownSequence(p));
                 }
             }
+            grammars.push(match &r.params.constraint {
+                None => None,
+                Some(c) => {
+                    let compiler =
+                        self.constraints
+                            .as_ref()
+                            .ok_or_else(|| EngineError::Constraint {
+                                index: i,
+                                msg: "this engine has no tokenizer to constrain with".into(),
+                            })?;
+                    Some(
+                        compiler
+                            .start(c)
+                            .map_err(|msg| EngineError::Constraint { index: i, msg })?,
+                    )
+                }
+            });
         }
         let ctx = self.model.config().context_len;
         let vocab = self.model.config().vocab_size;
@@ -287,6 +318,7 @@ impl Decoder {
                     out: Vec::new(),
                     admitted: now,
                     first_token: None,
+                    grammar: grammars[req].take(),
                 });
             }
             if active.is_empty() {
@@ -337,10 +369,29 @@ impl Decoder {
                 let lrow = &logits[row * vocab..(row + 1) * vocab];
                 row += 1;
                 let step = a.out.len() as u64;
-                let tok = self.sampler.sample(lrow, &r.params, step);
-                a.out.push(tok);
+                // The only place a constraint acts: the request's own mask, whatever the batch.
+                let tok = match a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)) {
+                    None => Some(self.sampler.sample(lrow, &r.params, step)),
+                    Some(Allowed::Tokens(ids)) if ids.len() == 1 => Some(ids[0]),
+                    Some(Allowed::Tokens(ids)) if r.params.temperature > 0.0 => Some(
+                        self.sampler
+                            .sample(&masked_logits(lrow, &ids), &r.params, step),
+                    ),
+                    Some(Allowed::Tokens(ids)) => Some(masked_argmax(lrow, &ids)),
+                    Some(Allowed::StopOnly) if self.stop_ids.is_empty() => None,
+                    Some(Allowed::StopOnly) => Some(masked_argmax(lrow, &self.stop_ids)),
+                };
+                if let Some(tok) = tok {
+                    a.out.push(tok);
+                    if !self.stop_ids.contains(&tok) {
+                        if let Some(g) = a.grammar.as_mut() {
+                            g.consume(tok);
+                        }
+                    }
+                }
                 a.first_token.get_or_insert_with(Instant::now);
-                match stop_check(a, r, &self.stop_ids, ctx, text) {
+                let grammar_done = tok.is_none();
+                match stop_check(a, r, &self.stop_ids, ctx, text, grammar_done) {
                     Some(reply) => {
                         replies[a.req] = Some(reply);
                         done(a.req);
@@ -348,7 +399,8 @@ impl Decoder {
                     }
                     None => {
                         a.feed.clear();
-                        a.feed.push(tok);
+                        // `tok` is set: without a token the grammar ended and the check stopped.
+                        a.feed.extend(tok);
                         a.fed = 0;
                     }
                 }
@@ -372,11 +424,14 @@ fn stop_check(
     stop_ids: &[u32],
     ctx: usize,
     text: &dyn TextDecoder,
+    grammar_done: bool,
 ) -> Option<TokenReply> {
-    let last = *a.out.last()?;
     let mut reason = None;
     let mut body = &a.out[..];
-    if stop_ids.contains(&last) {
+    if grammar_done {
+        // The grammar is complete and the model has no stop token to end it with.
+        reason = Some(StopReason::Eos);
+    } else if stop_ids.contains(a.out.last()?) {
         reason = Some(StopReason::Eos);
         body = &a.out[..a.out.len() - 1];
     }

@@ -260,6 +260,55 @@ pub fn judgement_skeleton(criteria: &[Criterion]) -> String {
     out
 }
 
+/// The JSON schema of the object the judge prompt asks for: one entry per distinct
+/// checklist text, in the skeleton's order (a repeated text keeps its first position and last
+/// weight, as the skeleton does), each `{"评判理由": string, "评判结果": "是"|"否", "weight":
+/// the preset weight}`, nothing else. This is the local counterpart of the authors' JSON mode
+/// (which only guaranteed *some* JSON object): decoding constrained by it always yields every
+/// entry, unless it is cut at the token limit. Whitespace between tokens is limited to runs
+/// of at most 16 spaces or newlines, enough for the skeleton's indentation, so a judge cannot
+/// loop on blank space.
+pub fn judgement_schema(criteria: &[Criterion]) -> Value {
+    let mut order: Vec<&str> = Vec::new();
+    let mut weights: Vec<Option<&Number>> = Vec::new();
+    for c in criteria {
+        match order.iter().position(|t| *t == c.text) {
+            Some(i) => weights[i] = c.weight.as_ref(),
+            None => {
+                order.push(&c.text);
+                weights.push(c.weight.as_ref());
+            }
+        }
+    }
+    let mut properties = Map::new();
+    for (text, weight) in order.iter().zip(&weights) {
+        let weight = match weight {
+            Some(w) => serde_json::json!({ "const": Value::Number((*w).clone()) }),
+            None => serde_json::json!({ "type": "null" }),
+        };
+        properties.insert(
+            text.to_string(),
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    REASON_KEY: { "type": "string" },
+                    RESULT_KEY: { "enum": ["是", "否"] },
+                    WEIGHT_KEY: weight,
+                },
+                "required": [REASON_KEY, RESULT_KEY, WEIGHT_KEY],
+                "additionalProperties": false,
+            }),
+        );
+    }
+    serde_json::json!({
+        "x-guidance": { "whitespace_pattern": "[ \\n]{1,16}" },
+        "type": "object",
+        "properties": Value::Object(properties),
+        "required": order,
+        "additionalProperties": false,
+    })
+}
+
 /// The judge's verdict on one checklist entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckVerdict {
@@ -311,6 +360,81 @@ pub fn parse_output(raw: &str, criteria: &[Criterion]) -> Verdict<Vec<CheckVerdi
         }
     }
     Verdict::Scored(out)
+}
+
+/// [`parse_output`], else the entries that came back, as the authors' code scored them
+/// (their JSON mode returned whatever entries the judge wrote and `get_score` summed over
+/// those): an entry whose text is a criterion's takes that criterion's weight, another one
+/// its echoed weight; an entry without a readable verdict counts as not met. A judgement cut
+/// at the token limit keeps its complete entries. Unscored only when no entry can be read.
+pub fn parse_output_partial(raw: &str, criteria: &[Criterion]) -> Verdict<Vec<CheckVerdict>> {
+    let full = parse_output(raw, criteria);
+    let Verdict::Unscored { reason } = full else {
+        return full;
+    };
+    let Some(object) = find_verdict_object(raw).or_else(|| recover_truncated(raw)) else {
+        return Verdict::Unscored { reason };
+    };
+    let mut out = Vec::with_capacity(object.len());
+    for (text, v) in &object {
+        let criterion = criteria.iter().rev().find(|c| &c.text == text);
+        let (reason, met, echoed) = read_entry(v).unwrap_or_default();
+        out.push(CheckVerdict {
+            text: text.clone(),
+            reason,
+            met,
+            weight: criterion.map_or(echoed, |c| c.weight.clone()),
+        });
+    }
+    if out.is_empty() {
+        return Verdict::Unscored { reason };
+    }
+    Verdict::Scored(out)
+}
+
+/// The complete entries of a verdict object cut short (at the token limit): the text from
+/// the first `{` up to the last entry that closed, with the object closed after it.
+fn recover_truncated(raw: &str) -> Option<Map<String, Value>> {
+    let start = raw.find('{')?;
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    let mut last_entry_end = None;
+    for (i, ch) in raw[start..].char_indices() {
+        if in_str {
+            match (esc, ch) {
+                (true, _) => esc = false,
+                (false, '\\') => esc = true,
+                (false, '"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match ch {
+            '"' => in_str = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 1 && ch == '}' {
+                    last_entry_end = Some(start + i);
+                }
+                if depth == 0 {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+    }
+    let end = last_entry_end?;
+    let text = format!("{}}}", &raw[start..=end]);
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(object))
+            if object
+                .values()
+                .all(|v| v.as_object().is_some_and(|e| e.contains_key(RESULT_KEY))) =>
+        {
+            Some(object)
+        }
+        _ => None,
+    }
 }
 
 /// Reads a recorded `judgement` object (the authors' JSONL field), entries in order with
@@ -492,6 +616,91 @@ mod tests {
                 Verdict::Scored(v) => panic!("{raw} scored: {v:?}"),
             }
         }
+    }
+
+    #[test]
+    fn schema_has_one_entry_per_distinct_text_in_order() {
+        let criteria = vec![
+            crit("b", Some(0.3)),
+            crit("a\n\"x\"", Some(0.7)),
+            crit("b", Some(0.5)),
+        ];
+        let s = judgement_schema(&criteria);
+        let props = s["properties"].as_object().unwrap();
+        let keys: Vec<&String> = props.keys().collect();
+        assert_eq!(keys, ["b", "a\n\"x\""]);
+        assert_eq!(s["required"], serde_json::json!(["b", "a\n\"x\""]));
+        assert_eq!(s["additionalProperties"], false);
+        // The last weight of a repeated text, as the skeleton has it.
+        assert_eq!(props["b"]["properties"]["weight"]["const"], 0.5);
+        assert_eq!(
+            props["b"]["properties"][RESULT_KEY]["enum"],
+            serde_json::json!(["是", "否"])
+        );
+        assert_eq!(
+            props["b"]["required"],
+            serde_json::json!([REASON_KEY, RESULT_KEY, WEIGHT_KEY])
+        );
+        let plain = judgement_schema(&[crit("c", None)]);
+        assert_eq!(
+            plain["properties"]["c"]["properties"]["weight"]["type"],
+            "null"
+        );
+    }
+
+    #[test]
+    fn partial_entry_sets_score_what_came_back() {
+        let criteria = vec![
+            crit("a", Some(0.4)),
+            crit("b", Some(0.6)),
+            crit("c", Some(0.2)),
+        ];
+        let entry = |r: &str| {
+            format!("{{\"{REASON_KEY}\": \"x\", \"{RESULT_KEY}\": \"{r}\", \"weight\": 9}}")
+        };
+        // Two of three entries: unscored strictly, scored as the authors did.
+        let two = format!("{{\"a\": {}, \"b\": {}}}", entry("是"), entry("否"));
+        assert!(matches!(
+            parse_output(&two, &criteria),
+            Verdict::Unscored { .. }
+        ));
+        let Verdict::Scored(v) = parse_output_partial(&two, &criteria) else {
+            panic!("partial set unscored")
+        };
+        assert_eq!(v.len(), 2);
+        assert!(v[0].met && !v[1].met);
+        assert_eq!(v[0].weight, Some(Number::from_f64(0.4).unwrap()));
+        // Cut at the token limit inside the third entry: the two complete ones count.
+        let cut = format!(
+            "```json\n{{\"a\": {}, \"b\": {}, \"c\": {{\"{REASON_KEY}\": \"trunc}}",
+            entry("否"),
+            entry("是")
+        );
+        let Verdict::Scored(v) = parse_output_partial(&cut, &criteria) else {
+            panic!("cut judgement unscored")
+        };
+        assert_eq!(v.iter().map(|v| v.met).collect::<Vec<_>>(), [false, true]);
+        // An unknown entry keeps its echoed weight.
+        let other = format!("{{\"zzz\": {}}}", entry("是"));
+        let Verdict::Scored(v) = parse_output_partial(&other, &criteria) else {
+            panic!("unscored")
+        };
+        assert_eq!(v[0].weight, Some(Number::from(9)));
+        // Nothing readable stays unscored; a complete judgement is read as before.
+        assert!(matches!(
+            parse_output_partial("no json", &criteria),
+            Verdict::Unscored { .. }
+        ));
+        let all = format!(
+            "{{\"a\": {}, \"b\": {}, \"c\": {}}}",
+            entry("是"),
+            entry("是"),
+            entry("否")
+        );
+        assert_eq!(
+            parse_output_partial(&all, &criteria),
+            parse_output(&all, &criteria)
+        );
     }
 
     #[test]

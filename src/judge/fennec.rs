@@ -14,6 +14,20 @@ use serde::{Deserialize, Serialize};
 
 use super::Verdict;
 
+/// The pairwise [Judge Result] the prompt asks for, as a Lark grammar (llguidance syntax)
+/// for constrained decoding: the two score lines (one digit 1–5 each) with one-line
+/// explanations and the comparison, in the prompt's order.
+pub const PAIR_RESULT_GRAMMAR: &str = r#"start: "Response A Score: " SCORE "\nExplanation: " LINE "\nResponse B Score: " SCORE "\nExplanation: " LINE "\nComparison: " LINE
+SCORE: /[1-5]/
+LINE: /[^\n]+/
+"#;
+
+/// The single-response [Judge Result] the prompt asks for, as a Lark grammar.
+pub const SINGLE_RESULT_GRAMMAR: &str = r#"start: "Response Score: " SCORE "\nExplanation: " LINE
+SCORE: /[1-5]/
+LINE: /[^\n]+/
+"#;
+
 /// System message of the criteria (branching) step.
 pub const BRANCH_SYSTEM: &str = "You are a fair, faithful, and helpful content evaluation assistant. Kindly assist me in accomplishing the assigned task by creating Evaluation Criteria for the provided dialogue.";
 

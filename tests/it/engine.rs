@@ -648,3 +648,123 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
     assert_eq!(from_forks[1].output_ids, fresh[0].output_ids);
     assert!(!fresh[0].output_ids.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Constrained decoding (an FB-Bench judge's JSON object) on the default model.
+
+fn checklist_request(i: usize, max_new_tokens: usize) -> candor::engine::ChatRequest {
+    use candor::engine::{ChatRequest, Constraint};
+    use candor::judge::checklist::{judgement_schema, judgement_skeleton, Criterion};
+    use candor::model::chat::Message;
+    let criteria = checklist(i);
+    let prompt = format!(
+        "Question: what is {i} + 2? Answer: {}.\nJudge the answer against each checklist entry \
+         and reply in JSON:\n```json\n{}\n```",
+        i + 3,
+        judgement_skeleton(&criteria)
+    );
+    ChatRequest {
+        messages: vec![Message::user(prompt)],
+        params: SamplingParams {
+            max_new_tokens,
+            seed: i as u64,
+            temperature: if i % 4 == 3 { 0.8 } else { 0.0 },
+            constraint: Some(Constraint::JsonSchema(judgement_schema(&criteria))),
+            ..SamplingParams::default()
+        },
+    }
+}
+
+fn checklist(i: usize) -> Vec<candor::judge::checklist::Criterion> {
+    use candor::judge::checklist::Criterion;
+    let mut c = vec![Criterion {
+        text: "回答是否给出了正确的结果".into(),
+        weight: serde_json::Number::from_f64(0.6),
+    }];
+    if i % 2 == 0 {
+        c.push(Criterion {
+            text: format!("The answer states {} exactly", i + 2),
+            weight: serde_json::Number::from_f64(0.4),
+        });
+    }
+    c
+}
+
+#[test]
+fn constrained_judge_reply_has_exactly_the_checklist_entries() {
+    use candor::judge::checklist::parse_output;
+    use candor::judge::Verdict;
+    let Some(mut eng) = engine(WeightDType::Native, 2) else {
+        return;
+    };
+    let reqs = [checklist_request(0, 400), checklist_request(1, 400)];
+    let replies = eng.generate_chat(&reqs).expect("generate");
+    for (i, r) in replies.iter().enumerate() {
+        println!("constrained reply {i} ({:?}): {}", r.stop_reason, r.text);
+        assert_eq!(
+            r.stop_reason,
+            StopReason::Eos,
+            "reply {i} did not finish: {}",
+            r.text
+        );
+        let json: serde_json::Value = serde_json::from_str(r.text.trim()).expect("valid JSON");
+        let keys: Vec<&String> = json.as_object().expect("an object").keys().collect();
+        let want = checklist(i);
+        assert_eq!(keys, want.iter().map(|c| &c.text).collect::<Vec<_>>());
+        let Verdict::Scored(v) = parse_output(&r.text, &want) else {
+            panic!("reply {i} unscored: {}", r.text)
+        };
+        assert_eq!(v.len(), want.len());
+    }
+    // The same prompt unconstrained is not a verdict object (the default model's free text).
+    let mut free = reqs[0].clone();
+    free.params.constraint = None;
+    free.params.max_new_tokens = 60;
+    let r = eng.generate_chat(&[free]).expect("generate");
+    println!("unconstrained reply: {}", r[0].text);
+}
+
+#[test]
+fn constrained_replies_do_not_depend_on_batch_size_or_neighbours() {
+    use candor::engine::ChatRequest;
+    let Some(mut eng) = engine(WeightDType::Native, 16) else {
+        return;
+    };
+    // Constrained requests (greedy and seeded) between unconstrained neighbours.
+    let convs = conversations();
+    let reqs: Vec<ChatRequest> = (0..16)
+        .map(|i| {
+            if i % 2 == 0 {
+                checklist_request(i, 32)
+            } else {
+                ChatRequest {
+                    messages: convs[i % convs.len()].messages.clone(),
+                    params: SamplingParams {
+                        max_new_tokens: 32,
+                        ..SamplingParams::default()
+                    },
+                }
+            }
+        })
+        .collect();
+    eng.set_batch_size(16);
+    let baseline = eng.generate_chat(&reqs).expect("generate");
+    for bs in [1, 3] {
+        eng.set_batch_size(bs);
+        assert_eq!(
+            eng.generate_chat(&reqs).expect("generate"),
+            baseline,
+            "batch {bs}"
+        );
+    }
+    // Other neighbours: constrained requests alone, reversed, at batch size 3.
+    let alone: Vec<ChatRequest> = reqs.iter().step_by(2).rev().cloned().collect();
+    let got = eng.generate_chat(&alone).expect("generate");
+    for (g, b) in got.iter().rev().zip(baseline.iter().step_by(2)) {
+        assert_eq!(g, b);
+    }
+    // Constrained output starts as the schema says.
+    for r in baseline.iter().step_by(2) {
+        assert!(r.text.trim_start().starts_with('{'), "{}", r.text);
+    }
+}

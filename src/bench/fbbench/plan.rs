@@ -18,7 +18,7 @@ use super::pynum::PyNum;
 use super::score::{item_score, results, ModelUnits, Rule, Unit};
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::BenchResults;
-use crate::engine::SamplingParams;
+use crate::engine::{Constraint, SamplingParams};
 use crate::judge::checklist::{self, CheckVerdict};
 use crate::judge::Verdict;
 
@@ -38,6 +38,9 @@ pub struct FbBenchPlan {
     pub followup_max_new_tokens: usize,
     /// Judge output limit (the authors: 4096).
     pub judge_max_new_tokens: usize,
+    /// Constrain the judge's output to the prompt's JSON object
+    /// ([`checklist::judgement_schema`]); the authors' judge ran in JSON mode.
+    pub constrain: bool,
 }
 
 impl FbBenchPlan {
@@ -55,7 +58,14 @@ impl FbBenchPlan {
             seed,
             followup_max_new_tokens: 4096,
             judge_max_new_tokens: 4096,
+            constrain: true,
         })
+    }
+
+    /// The judge step's constraint for an item, when constrained.
+    pub fn judge_constraint(&self, item: &Item) -> Option<Constraint> {
+        self.constrain
+            .then(|| Constraint::JsonSchema(checklist::judgement_schema(&item.criteria())))
     }
 
     /// The seed of one step (see [`step_seed`]).
@@ -94,6 +104,7 @@ impl Plan for FbBenchPlan {
                     seed: self.step_seed(item, FOLLOWUP),
                     max_new_tokens: self.followup_max_new_tokens,
                     stop_strings: Vec::new(),
+                    constraint: None,
                 },
             }];
         };
@@ -113,6 +124,7 @@ impl Plan for FbBenchPlan {
                     seed: self.step_seed(item, JUDGE),
                     max_new_tokens: self.judge_max_new_tokens,
                     stop_strings: Vec::new(),
+                    constraint: self.judge_constraint(item),
                 },
             }],
             Err(_) => Vec::new(),
@@ -121,8 +133,13 @@ impl Plan for FbBenchPlan {
 }
 
 /// The judge's verdicts for one finished item (Unscored when not judged or unparseable).
-pub fn verdicts(item: &Item, done: &Transcript) -> Verdict<Vec<CheckVerdict>> {
+/// Under [`Rule::Published`] a partial set of entries is scored as the authors' code scored
+/// it ([`checklist::parse_output_partial`]); under [`Rule::Paper`] it is unscored.
+pub fn verdicts(item: &Item, done: &Transcript, rule: Rule) -> Verdict<Vec<CheckVerdict>> {
     match (done.get(FOLLOWUP), done.get(JUDGE)) {
+        (Some(_), Some(judge)) if rule == Rule::Published => {
+            checklist::parse_output_partial(&judge.text, &item.criteria())
+        }
         (Some(_), Some(judge)) => checklist::parse_output(&judge.text, &item.criteria()),
         (None, _) => Verdict::unscored("not run: no follow-up step"),
         (Some(_), None) => Verdict::unscored("not judged: no judge step"),
@@ -133,7 +150,7 @@ pub fn verdicts(item: &Item, done: &Transcript) -> Verdict<Vec<CheckVerdict>> {
 pub fn units_from_transcripts(runs: &[(&Item, &Transcript)], rule: Rule) -> Vec<Unit> {
     runs.iter()
         .map(|(item, done)| {
-            let (score, unscored) = match verdicts(item, done) {
+            let (score, unscored) = match verdicts(item, done, rule) {
                 Verdict::Scored(v) => (Some(item_score(rule, item.bench_type, &v)), None),
                 Verdict::Unscored { reason } => (None, Some(reason)),
             };
@@ -177,7 +194,7 @@ pub fn judgement_records(
     let mut records = Vec::new();
     let mut left_out = Vec::new();
     for (item, done) in runs {
-        match verdicts(item, done) {
+        match verdicts(item, done, Rule::Published) {
             Verdict::Scored(v) => {
                 let score = item_score(Rule::Published, item.bench_type, &v);
                 records.push(JudgementRecord {
@@ -305,6 +322,19 @@ mod tests {
         assert!(second[0].messages[0]
             .content
             .contains("<content>\n天上下着倾盆大雨。\n</content>"));
+        // The judge is constrained to the item's JSON object by default, and only the judge.
+        assert_eq!(first[0].params.constraint, None);
+        assert_eq!(
+            second[0].params.constraint,
+            Some(Constraint::JsonSchema(checklist::judgement_schema(
+                &item.criteria()
+            )))
+        );
+        let free = FbBenchPlan {
+            constrain: false,
+            ..plan.clone()
+        };
+        assert_eq!(free.next_steps(item, &done)[0].params.constraint, None);
         done.insert(JUDGE.into(), out("{}"));
         assert!(plan.next_steps(item, &done).is_empty());
     }

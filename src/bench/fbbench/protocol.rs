@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::data::load_dataset;
 use super::plan::{judgement_records, score_transcripts, write_judgements};
@@ -22,6 +23,7 @@ use crate::bench::protocol::{
     file_label, judge_note, notes_table, require_judge, select, take, template_version, OutputFile,
     Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
+use crate::engine::LLGUIDANCE_VERSION;
 
 /// FB-Bench.
 #[derive(Debug, Clone, Copy, Default)]
@@ -67,6 +69,27 @@ pub fn comparable_with(version: Version) -> &'static str {
     }
 }
 
+/// What the manifest records of the judge's constraint: off, or the schema kind, the
+/// llguidance version and one hash over every item's schema (each built from the item's
+/// checklist), in item order.
+fn constraint_record(plan: &FbBenchPlan, items: &[Item]) -> serde_json::Value {
+    if !plan.constrain {
+        return json!("off");
+    }
+    let mut h = Sha256::new();
+    for item in items {
+        if let Some(c) = plan.judge_constraint(item) {
+            h.update(c.sha256().as_bytes());
+            h.update([0u8]);
+        }
+    }
+    json!({
+        "kind": "json_schema (judge::checklist::judgement_schema of each item's checklist)",
+        "schemas_sha256": hex::encode(h.finalize()),
+        "llguidance": LLGUIDANCE_VERSION,
+    })
+}
+
 /// The names `--subset` matches against: scenario, task type and item id.
 fn labels(plan: &FbBenchPlan, item: &Item) -> Vec<String> {
     vec![
@@ -84,7 +107,7 @@ impl Protocol for FbBench {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--dataset", "--rule"]
+        &["--dataset", "--rule", "--constrain"]
     }
 
     fn prepare(
@@ -103,6 +126,7 @@ impl Protocol for FbBench {
             seed: ctx.seed,
             followup_max_new_tokens: 0,
             judge_max_new_tokens: 0,
+            constrain: false,
         };
         let items = take(
             select(dataset.items, &ctx.subsets, |i| labels(&ids, i))?,
@@ -111,6 +135,8 @@ impl Protocol for FbBench {
         let mut plan = FbBenchPlan::new(version, ctx.seed, &items)?;
         plan.followup_max_new_tokens = opts.cap(plan.followup_max_new_tokens);
         plan.judge_max_new_tokens = opts.cap(plan.judge_max_new_tokens);
+        plan.constrain = opts.constrain(true)?;
+        let constraint = constraint_record(&plan, &items);
         let template = judge_template(version);
         Ok(Prepared {
             data_files: vec![path],
@@ -139,6 +165,7 @@ impl Protocol for FbBench {
                     "temperature": 0.0,
                     "top_p": 1.0,
                     "max_new_tokens": plan.judge_max_new_tokens,
+                    "constraint": constraint,
                 },
             }),
             plan,

@@ -122,7 +122,11 @@ pub fn units_from_records(
                         i + 1
                     ))
                 })?;
-                checklist::parse_output(raw, &r.item.criteria())
+                match rule {
+                    // As `run` reads its judge: a partial entry set as the authors scored it.
+                    Rule::Published => checklist::parse_output_partial(raw, &r.item.criteria()),
+                    Rule::Paper => checklist::parse_output(raw, &r.item.criteria()),
+                }
             } else {
                 checklist::from_recorded(&r.judgement)
             };

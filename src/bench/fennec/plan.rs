@@ -27,7 +27,8 @@ use serde::Serialize;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::{BenchResults, Table};
-use crate::engine::SamplingParams;
+use crate::engine::{Constraint, SamplingParams};
+use crate::judge::fennec;
 use crate::judge::fennec::{
     clean_guideline, correction_findings, correction_prompt, criteria_prompt_for, guideline_prompt,
     pairwise_prompt, parse_criteria, parse_pair_scores, parse_single_score,
@@ -102,6 +103,9 @@ pub struct FennecPlan {
     pub temperature: f32,
     pub limits: FennecLimits,
     pub seed: u64,
+    /// Constrain the judgement steps to the prompt's score lines
+    /// ([`fennec::PAIR_RESULT_GRAMMAR`], [`fennec::SINGLE_RESULT_GRAMMAR`]).
+    pub constrain: bool,
 }
 
 impl Default for FennecPlan {
@@ -113,6 +117,7 @@ impl Default for FennecPlan {
             temperature: 0.0,
             limits: FennecLimits::default(),
             seed: 0,
+            constrain: false,
         }
     }
 }
@@ -216,6 +221,19 @@ impl FennecPlan {
         }
     }
 
+    /// The constraint of a step, when constrained: judgement steps only.
+    pub fn constraint(&self, key: &str) -> Option<Constraint> {
+        let grammar = if key.starts_with("pairwise/") {
+            fennec::PAIR_RESULT_GRAMMAR
+        } else if key.starts_with("single/") {
+            fennec::SINGLE_RESULT_GRAMMAR
+        } else {
+            return None;
+        };
+        self.constrain
+            .then(|| Constraint::Lark(grammar.to_string()))
+    }
+
     fn step(&self, item: &PairItem, key: String, (system, user): Prompt) -> Step {
         Step {
             params: SamplingParams {
@@ -224,6 +242,7 @@ impl FennecPlan {
                 seed: step_seed(self.seed, &item.id, &key),
                 max_new_tokens: self.limits.of(&key),
                 stop_strings: Vec::new(),
+                constraint: self.constraint(&key),
             },
             key,
             actor: Actor::Judge,

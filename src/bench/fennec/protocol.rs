@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
+use crate::engine::LLGUIDANCE_VERSION;
+
 use super::data::{load_autoj, load_pandalm, PairItem, PandaLabel};
 use super::plan::{FennecLimits, FennecPlan, Mode};
 use crate::bench::plan::Transcript;
@@ -82,6 +84,7 @@ impl Protocol for Fennec {
             "--no-correction",
             "--correction",
             "--label",
+            "--constrain",
         ]
     }
 
@@ -155,8 +158,18 @@ impl Protocol for Fennec {
                 .max_new_tokens
                 .map_or(defaults.limits, FennecLimits::all),
             seed: ctx.seed,
+            // Off by default: the authors' judge wrote free text, read by `rating_format`.
+            constrain: opts.constrain(false)?,
             ..defaults
         };
+        let constraint = plan.constrain.then(|| {
+            let key = match mode {
+                Mode::Pairwise => "pairwise/0/normal",
+                Mode::Single => "single/0/a",
+            };
+            plan.constraint(key)
+                .map(|c| json!({ "sha256": c.sha256(), "llguidance": LLGUIDANCE_VERSION }))
+        });
         Ok(Prepared {
             data_files: vec![path],
             prompt_templates: plan
@@ -179,6 +192,7 @@ impl Protocol for Fennec {
                 "temperature": plan.temperature,
                 "top_p": 1.0,
                 "max_new_tokens": plan.limits,
+                "judgement_constraint": constraint,
             }),
             plan,
             items,

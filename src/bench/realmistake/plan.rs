@@ -85,6 +85,7 @@ impl DetectionPlan {
             seed: step_seed(self.seed, item_id, key),
             max_new_tokens: self.max_new_tokens,
             stop_strings: Vec::new(),
+            constraint: None,
         }
     }
 

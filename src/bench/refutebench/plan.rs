@@ -146,6 +146,7 @@ impl RefutePlan {
                 seed,
                 max_new_tokens: 256,
                 stop_strings: Vec::new(),
+                constraint: None,
             },
             judge: SamplingParams {
                 temperature: 0.0,
@@ -153,6 +154,7 @@ impl RefutePlan {
                 seed,
                 max_new_tokens: 16,
                 stop_strings: Vec::new(),
+                constraint: None,
             },
             judge_feedback: true,
             context: None,

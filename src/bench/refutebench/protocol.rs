@@ -30,6 +30,7 @@ use crate::bench::protocol::{
     Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::bench::DataError;
+use crate::engine::{Constraint, LLGUIDANCE_VERSION};
 use crate::judge::feedback_acceptance;
 
 /// RefuteBench.
@@ -139,7 +140,7 @@ impl Protocol for RefuteBench {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--recall", "--recall-repeat", "--truncation"]
+        &["--recall", "--recall-repeat", "--truncation", "--constrain"]
     }
 
     fn prepare(
@@ -160,6 +161,13 @@ impl Protocol for RefuteBench {
         };
         plan.candidate.max_new_tokens = opts.cap(plan.candidate.max_new_tokens);
         plan.judge.max_new_tokens = opts.cap(plan.judge.max_new_tokens);
+        // Off by default: the authors' GPT-4 answered in free text, which the FA parser reads
+        // (first word Yes/No); on, the answer is exactly Yes or No (recorded in the plan).
+        if opts.constrain(false)? {
+            plan.judge.constraint = Some(Constraint::Lark(
+                feedback_acceptance::ANSWER_GRAMMAR.to_string(),
+            ));
+        }
         plan.truncation = truncation;
         if let Some(c) = &ctx.candidate_context {
             let name = ctx.candidates.first().map_or("", String::as_str);
@@ -197,6 +205,10 @@ impl Protocol for RefuteBench {
                 "limit": ctx.limit,
                 "files": files,
                 "plan": record,
+                "judge_constraint": plan.judge.constraint.as_ref().map(|c| json!({
+                    "sha256": c.sha256(),
+                    "llguidance": LLGUIDANCE_VERSION,
+                })),
                 "max_new_tokens": opts.max_new_tokens,
                 "comparable_with": comparable_with(opts),
                 "self_judging": self_judging,
