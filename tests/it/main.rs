@@ -12,6 +12,7 @@ mod hostile;
 mod quant;
 mod realmistake;
 mod refutebench;
+mod refutebench_lang;
 mod report;
 mod run;
 mod tokenizer;
