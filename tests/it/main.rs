@@ -13,6 +13,7 @@ mod memory;
 mod quant;
 mod realmistake;
 mod refutebench;
+mod refutebench_lang;
 mod report;
 mod run;
 mod tokenizer;

@@ -3,17 +3,18 @@
 //! `src/instructions_checker.py` (title, greetings, signature, sentence count, paragraph count,
 //! response language).
 //!
-//! Deviations from the authors' code, each because their dependency is not available offline:
-//! sentence counting uses the rule-based splitter of their own `instruction_util.py`
-//! (`split_into_sentences`) instead of NLTK's punkt model; the response language uses
-//! [`super::lang_id`] instead of `langdetect`. The QA and MT matches are not published by the
-//! authors; the rules here are documented on [`qa_answer_matches`] and [`mt_word_present`].
+//! The email checkers use the authors' tools' counterparts: sentences are counted by NLTK's
+//! punkt with its English parameters ([`super::punkt`]), the response language is identified
+//! by [`super::lang_id`] (whatlang, for their langdetect). The QA and MT matches are not
+//! published by the authors; the rules here are documented on [`qa_answer_matches`] and
+//! [`mt_word_present`].
 
 use std::sync::LazyLock;
 
 use regex::Regex;
 
 use super::lang_id::{self, Lang};
+use super::punkt;
 
 /// The email feedback kinds (the data's `checker` field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,7 +134,7 @@ impl EmailCheck {
         match self {
             EmailCheck::Contains(phrase) => response.to_lowercase().contains(phrase.as_str()),
             EmailCheck::Title(style) => has_title(response, *style),
-            EmailCheck::Sentences(rel, n) => rel.holds(count_sentences(response), *n),
+            EmailCheck::Sentences(rel, n) => rel.holds(punkt::count_sentences(response), *n),
             EmailCheck::Paragraphs(rel, n) => {
                 count_paragraphs(response).is_some_and(|p| rel.holds(p, *n))
             }
@@ -199,82 +200,6 @@ fn count_paragraphs(response: &str) -> Option<usize> {
 }
 
 static NEWLINES: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\n+").expect("valid regex"));
-static PREFIXES: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(Mr|St|Mrs|Ms|Dr)[.]").expect("valid regex"));
-static WEBSITES: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"[.](com|net|org|io|gov|edu|me)").expect("valid regex"));
-static DIGITS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"([0-9])[.]([0-9])").expect("valid regex"));
-static MULTIPLE_DOTS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\.{2,}").expect("valid regex"));
-static SINGLE_INITIAL: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\s([A-Za-z])[.] ").expect("valid regex"));
-const STARTERS: &str = r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever)";
-static ACRONYM_STARTER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(r"([A-Z][.][A-Z][.](?:[A-Z][.])?) {STARTERS}")).expect("valid regex")
-});
-static ABC: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"([A-Za-z])[.]([A-Za-z])[.]([A-Za-z])[.]").expect("valid regex"));
-static AB: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"([A-Za-z])[.]([A-Za-z])[.]").expect("valid regex"));
-static SUFFIX_STARTER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(r" (Inc|Ltd|Jr|Sr|Co)[.] {STARTERS}")).expect("valid regex")
-});
-static SUFFIX: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r" (Inc|Ltd|Jr|Sr|Co)[.]").expect("valid regex"));
-static SPACE_LETTER: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r" ([A-Za-z])[.]").expect("valid regex"));
-
-/// A port of `split_into_sentences` from the authors' `instruction_util.py` (itself from
-/// Google's IFEval), step by step.
-pub fn split_sentences(text: &str) -> Vec<String> {
-    let mut t = format!(" {text}  ").replace('\n', " ");
-    t = PREFIXES.replace_all(&t, "${1}<prd>").into_owned();
-    t = WEBSITES.replace_all(&t, "<prd>${1}").into_owned();
-    t = DIGITS.replace_all(&t, "${1}<prd>${2}").into_owned();
-    t = MULTIPLE_DOTS
-        .replace_all(&t, |c: &regex::Captures| {
-            format!("{}<stop>", "<prd>".repeat(c[0].len()))
-        })
-        .into_owned();
-    if t.contains("Ph.D") {
-        t = t.replace("Ph.D.", "Ph<prd>D<prd>");
-    }
-    t = SINGLE_INITIAL.replace_all(&t, " ${1}<prd> ").into_owned();
-    t = ACRONYM_STARTER
-        .replace_all(&t, "${1}<stop> ${2}")
-        .into_owned();
-    t = ABC
-        .replace_all(&t, "${1}<prd>${2}<prd>${3}<prd>")
-        .into_owned();
-    t = AB.replace_all(&t, "${1}<prd>${2}<prd>").into_owned();
-    t = SUFFIX_STARTER
-        .replace_all(&t, " ${1}<stop> ${2}")
-        .into_owned();
-    t = SUFFIX.replace_all(&t, " ${1}<prd>").into_owned();
-    t = SPACE_LETTER.replace_all(&t, " ${1}<prd>").into_owned();
-    t = t
-        .replace(".\u{201d}", "\u{201d}.")
-        .replace(".\"", "\".")
-        .replace("!\"", "\"!")
-        .replace("?\"", "\"?");
-    t = t
-        .replace('.', ".<stop>")
-        .replace('?', "?<stop>")
-        .replace('!', "!<stop>");
-    t = t.replace("<prd>", ".");
-    let mut sentences: Vec<String> = t.split("<stop>").map(|s| s.trim().to_string()).collect();
-    if sentences.last().is_some_and(|s| s.is_empty()) {
-        sentences.pop();
-    }
-    sentences
-}
-
-/// Number of sentences by [`split_sentences`].
-pub fn count_sentences(text: &str) -> usize {
-    split_sentences(text).len()
-}
-
 /// QA: whether the reply contains the counterfactual answer or one of its aliases. Both are
 /// lower-cased; an alias loses surrounding whitespace and trailing `.`; it must occur in the
 /// reply with no letter or digit right before or after it (so the alias "sy" does not match
@@ -309,7 +234,8 @@ fn contains_bounded(hay: &str, needle: &str) -> bool {
 /// without spaces (Hebrew also prefixes ו/ה/ב/ל/…), so this is a substring test, after
 /// removing Hebrew vowel points and cantillation marks from both sides (the dictionaries mix
 /// pointed and unpointed forms) and lower-casing. The authors tokenized with jieba / a Hebrew
-/// tokenizer when choosing feedback; a substring test is the stricter "already present".
+/// tokenizer only when choosing feedback ([`super::segment`]); their scoring code is not
+/// published, and this test is what the response rate reads.
 pub fn mt_word_present(target: &str, response: &str) -> bool {
     let needle = normalize_mt(target);
     !needle.trim().is_empty() && normalize_mt(response).contains(needle.trim())
@@ -457,28 +383,6 @@ mod tests {
             EmailCheck::parse(EmailRule::Sentence, "at least 13 sentences"),
             Ok(EmailCheck::Sentences(Relation::AtLeast, 13))
         );
-    }
-
-    #[test]
-    fn sentence_splitter_follows_ifeval_rules() {
-        let cases: &[(&str, usize)] = &[
-            ("Hello world. How are you? Fine!", 3),
-            ("Mr. Smith went to Washington. He arrived.", 2),
-            ("The price is 3.5 dollars. Visit example.com today.", 2),
-            ("Wait... what?", 2),
-            ("No punctuation at all", 1),
-            ("", 0),
-            ("He said \"hi.\" Then left.", 2),
-            ("U.S.A. is big. It is.", 2),
-        ];
-        for (text, n) in cases {
-            assert_eq!(
-                count_sentences(text),
-                *n,
-                "{text:?} -> {:?}",
-                split_sentences(text)
-            );
-        }
     }
 
     #[test]

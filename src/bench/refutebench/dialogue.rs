@@ -5,7 +5,8 @@
 //! This follows the authors' drivers (`src/test_{qa,qa_multi,mt,email,email_multi}.py`):
 //! - QA: the feedback is always `feedback_prompt + fact`.
 //! - MT: every not-yet-used source word found in the previous source sentence gets one mapping,
-//!   chosen among its candidate translations that the previous reply does not already contain
+//!   chosen among its candidate translations that are not a token of the previous reply (jieba
+//!   tokens for Chinese, hebrew_tokenizer tokens for Hebrew, as the authors; [`super::segment`])
 //!   (with `random` mode, the item's random word, unconditionally). No word found: no feedback
 //!   turn. A word whose every candidate is already present is a conflict: the authors append
 //!   `<CONFLICT>` and end the dialogue; so does this replay ([`End::Conflict`]).
@@ -23,6 +24,7 @@
 use super::checkers::{self, EmailCheck};
 use super::data::{Content, Item, Query, Setting};
 use super::prompts::{self, seeded_pick};
+use super::segment;
 use crate::bench::plan::{StepOutput, Transcript};
 
 /// Which translation an MT feedback asks for.
@@ -340,6 +342,13 @@ fn resolve_feedback(
         }
         Content::Mt(c) => {
             let words = checkers::english_words(source_sentence(prev_query));
+            // The authors' "already used": a candidate equal to a token of the previous reply
+            // (jieba for Chinese, hebrew_tokenizer for Hebrew; see `segment`).
+            let reply_tokens = segment::target_words(prev_reply, &c.tgt_lang);
+            let used_in_reply = |t: &str| match &reply_tokens {
+                Some(tokens) => tokens.iter().any(|tok| tok == t),
+                None => checkers::mt_word_present(t, prev_reply),
+            };
             let mut given = Vec::new();
             for (w, used) in c.words.iter().zip(used_words.iter_mut()) {
                 if *used || !words.contains(&w.src.as_str()) {
@@ -350,7 +359,7 @@ fn resolve_feedback(
                     MtTarget::Dictionary => w
                         .translations
                         .iter()
-                        .filter(|t| !checkers::mt_word_present(t, prev_reply))
+                        .filter(|t| !used_in_reply(t))
                         .collect(),
                 };
                 if candidates.is_empty() {

@@ -4,8 +4,9 @@
 //!
 //! This module only wires the parts together: [`data`] turns the authors' JSONL files into
 //! typed items (their origin, from the file name, in [`source`]), [`prompts`] holds every template, [`dialogue`] replays one item's turns from its
-//! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] and
-//! [`lang_id`] are the rule-based response-rate checks, [`plan`] asks for the next generations
+//! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] are the
+//! rule-based response-rate checks (with the authors' tools' counterparts: [`punkt`] sentence
+//! counting, [`lang_id`] language identification, [`segment`] Chinese and Hebrew word lists), [`plan`] asks for the next generations
 //! and [`score`](mod@score) turns finished transcripts into feedback acceptance (FA) and response rate (RR).
 //!
 //! A run: [`data::load_all`] on `$CANDOR_DATA/refutebench`, keep the items whose
@@ -20,7 +21,9 @@ pub mod lang_id;
 pub mod plan;
 pub mod prompts;
 pub mod protocol;
+pub mod punkt;
 pub mod score;
+pub mod segment;
 pub mod source;
 
 pub use protocol::RefuteBench;
