@@ -78,6 +78,8 @@ fn main() {
     for batch in [1usize, 4, 16] {
         let cfg = SchedulerConfig {
             batch_size: batch,
+            // The requests repeat one prompt: measure prefill, not the prefix cache.
+            prefix_cache_bytes: 0,
             ..SchedulerConfig::default()
         };
         // No stop tokens: every request runs to its token limit.

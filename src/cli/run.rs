@@ -105,6 +105,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub batch_size: usize,
 
+    /// Memory for the prefix cache, in MiB: prompts that extend tokens already computed (the
+    /// previous turn, a shared prefix) reuse their KV instead of prefilling them again. 0
+    /// turns it off. Changes speed and memory, never results.
+    #[arg(long, value_name = "MB", default_value_t = crate::engine::DEFAULT_PREFIX_CACHE_MB)]
+    pub kv_cache_mb: usize,
+
     /// CPU threads for inference (default: every core). Changes speed, never results.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -172,6 +178,8 @@ pub struct RunConfig {
     pub limit: Option<usize>,
     pub out: PathBuf,
     pub batch_size: usize,
+    /// The prefix cache's budget in MiB (0: off).
+    pub kv_cache_mb: usize,
     pub threads: usize,
     pub seed: u64,
     pub data: PathBuf,
@@ -219,6 +227,7 @@ impl RunConfig {
             limit: args.limit,
             out: args.out,
             batch_size: args.batch_size,
+            kv_cache_mb: args.kv_cache_mb,
             threads,
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::store::data::default_root),
@@ -408,6 +417,7 @@ pub fn execute<Pr: BenchProtocol>(
         .iter()
         .map(|(role, m)| model_identity(role, m, &infos))
         .collect::<anyhow::Result<_>>()?;
+    let engine_run = roles.iter().any(|(_, m)| matches!(m, ModelSpec::Engine(_)));
     let run = ProtocolRun {
         protocol,
         ctx: &ctx,
@@ -415,7 +425,10 @@ pub fn execute<Pr: BenchProtocol>(
         prepared: &prepared,
         dir: &cfg.out,
         models,
-        environment: Environment::detect(cfg.threads, cfg.batch_size),
+        environment: Environment {
+            kv_cache_mb: engine_run.then_some(cfg.kv_cache_mb),
+            ..Environment::detect(cfg.threads, cfg.batch_size)
+        },
         batch_size: cfg.batch_size,
         shard: cfg.shard.clone(),
     };
@@ -460,7 +473,8 @@ pub fn execute<Pr: BenchProtocol>(
                 .map(info)
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let judge = info(&cfg.judge)?;
-            let options = engine_options(cfg.batch_size, WeightDType::default());
+            let mut options = engine_options(cfg.batch_size, WeightDType::default());
+            options.scheduler.prefix_cache_bytes = cfg.kv_cache_mb << 20;
             let models = engine_models(&candidates, &judge, options);
             let dtype = dtype_name(WeightDType::default());
             let cache = (cfg.cache.for_engine())

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use super::constraint::ConstraintCompiler;
 use super::kv::SeqId;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
-use super::{ChatReply, ChatRequest, EngineError, Generate};
+use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats};
 use crate::model::chat_template::ChatTemplate;
 use crate::model::gguf::{GgufFile, LlamaConfig};
 use crate::model::llama::{Llama, WeightDType};
@@ -302,5 +302,9 @@ impl Generate for Engine {
             .into_iter()
             .map(|(chat, _)| chat)
             .collect())
+    }
+
+    fn prefill_stats(&self) -> PrefillStats {
+        self.decoder.prefill_stats()
     }
 }

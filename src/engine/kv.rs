@@ -35,9 +35,18 @@ impl KvLayout {
     }
 }
 
+/// One block of [`BLOCK_TOKENS`] positions, all layers' keys and values (opaque outside this
+/// module; shared by reference counting).
 #[derive(Debug, Clone)]
-struct Block {
+pub struct Block {
     data: Vec<f32>,
+}
+
+impl Block {
+    /// Bytes of numbers held by one block of `layout`.
+    pub fn bytes(layout: KvLayout) -> usize {
+        layout.block_len() * std::mem::size_of::<f32>()
+    }
 }
 
 /// The KV state of one sequence.
@@ -54,6 +63,25 @@ impl SeqKv {
             layout,
             blocks: Vec::new(),
             len: 0,
+        }
+    }
+
+    /// A sequence made of whole, already written blocks (`blocks.len() * BLOCK_TOKENS`
+    /// positions), shared with whoever else holds them.
+    pub fn from_blocks(layout: KvLayout, blocks: Vec<Arc<Block>>) -> SeqKv {
+        SeqKv {
+            layout,
+            len: blocks.len() * BLOCK_TOKENS,
+            blocks,
+        }
+    }
+
+    /// The `i`-th block, shared, if all its positions are written.
+    pub fn full_block(&self, i: usize) -> Option<Arc<Block>> {
+        if (i + 1) * BLOCK_TOKENS <= self.len {
+            self.blocks.get(i).cloned()
+        } else {
+            None
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod constraint;
 pub mod kv;
+pub mod prefix;
 pub mod sampling;
 pub mod scheduler;
 
@@ -18,7 +19,11 @@ use crate::model::ModelError;
 pub use chat::{Engine, EngineOptions};
 pub use constraint::{Constraint, LLGUIDANCE_VERSION};
 pub use kv::{KvStore, SeqId, SeqKv};
-pub use scheduler::{Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
+pub use prefix::{PrefillStats, PrefixCache};
+pub use scheduler::{
+    Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest,
+    DEFAULT_PREFIX_CACHE_MB,
+};
 
 /// Errors of the engine layer.
 #[derive(Debug, thiserror::Error)]
@@ -118,5 +123,10 @@ pub trait Generate {
         let replies = self.generate_chat(requests)?;
         (0..replies.len()).for_each(&mut *done);
         Ok(replies)
+    }
+
+    /// Prompt positions computed and reused (prefix cache) by this generator so far.
+    fn prefill_stats(&self) -> PrefillStats {
+        PrefillStats::default()
     }
 }

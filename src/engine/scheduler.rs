@@ -16,6 +16,7 @@ use super::constraint::{
     masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
 };
 use super::kv::{KvLayout, KvStore, SeqId, SeqKv};
+use super::prefix::{PrefillStats, PrefixCache};
 use super::sampling::{argmax, Sampler};
 use super::{EngineError, SamplingParams, StopReason};
 use crate::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep};
@@ -77,7 +78,13 @@ pub struct SchedulerConfig {
     pub prefill_chunk: usize,
     /// Most rows in one step.
     pub max_step_tokens: usize,
+    /// Bytes of KV blocks the prefix cache may hold (0 turns reuse off). Never changes a
+    /// result, only how many prompt positions are computed.
+    pub prefix_cache_bytes: usize,
 }
+
+/// The prefix cache's default budget.
+pub const DEFAULT_PREFIX_CACHE_MB: usize = 1024;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -85,6 +92,7 @@ impl Default for SchedulerConfig {
             batch_size: 8,
             prefill_chunk: 256,
             max_step_tokens: 512,
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_MB << 20,
         }
     }
 }
@@ -96,6 +104,8 @@ struct Active {
     feed: Vec<u32>,
     fed: usize,
     out: Vec<u32>,
+    /// The request's prompt, when its positions go into the prefix cache.
+    cached_prompt: Option<Vec<u32>>,
     admitted: Instant,
     first_token: Option<Instant>,
     /// The request's grammar state, when it is constrained.
@@ -113,28 +123,48 @@ pub struct Decoder {
     sampler: Sampler,
     /// Compiles requests' constraints (set by the engine from its tokenizer).
     constraints: Option<Arc<ConstraintCompiler>>,
+    cache: PrefixCache,
+    stats: PrefillStats,
 }
 
 impl Decoder {
     pub fn new(model: Arc<Llama>, config: SchedulerConfig, stop_ids: Vec<u32>) -> Decoder {
+        let c = model.config();
+        let layout = KvLayout {
+            n_layer: c.n_layer,
+            kv_dim: c.kv_dim(),
+        };
         Decoder {
             model,
             config: SchedulerConfig {
                 batch_size: config.batch_size.max(1),
                 prefill_chunk: config.prefill_chunk.max(1),
                 max_step_tokens: config.max_step_tokens.max(1),
+                prefix_cache_bytes: config.prefix_cache_bytes,
             },
             stop_ids,
             store: KvStore::default(),
             scratch: Scratch::default(),
             sampler: Sampler::default(),
             constraints: None,
+            cache: PrefixCache::new(layout, config.prefix_cache_bytes),
+            stats: PrefillStats::default(),
         }
     }
 
     /// Lets requests carry a [`super::Constraint`], compiled against this vocabulary.
     pub fn set_constraints(&mut self, compiler: Arc<ConstraintCompiler>) {
         self.constraints = Some(compiler);
+    }
+
+    /// Prompt positions computed and taken from the prefix cache so far.
+    pub fn prefill_stats(&self) -> PrefillStats {
+        self.stats
+    }
+
+    /// Blocks held by the prefix cache now.
+    pub fn cached_blocks(&self) -> usize {
+        self.cache.blocks()
     }
 
     pub fn model(&self) -> &Arc<Llama> {
@@ -290,7 +320,8 @@ impl Decoder {
                     Some(p) => self.store.get(p).map(SeqKv::fork),
                     None => Some(SeqKv::new(self.layout())),
                 };
-                let kv = kv.ok_or(EngineError::UnknownSequence(r.prefix.unwrap_or(SeqId(0))))?;
+                let mut kv =
+                    kv.ok_or(EngineError::UnknownSequence(r.prefix.unwrap_or(SeqId(0))))?;
                 let now = Instant::now();
                 let early = if r.params.max_new_tokens == 0 {
                     Some(StopReason::MaxTokens)
@@ -310,12 +341,24 @@ impl Decoder {
                     done(req);
                     continue;
                 }
+                // A prompt of its own (no stored prefix) may start from cached blocks.
+                let cacheable = r.prefix.is_none() && self.cache.enabled();
+                let mut feed = r.prompt_ids.clone();
+                if cacheable {
+                    kv = self.cache.lookup(&r.prompt_ids);
+                    feed.drain(..kv.len());
+                }
+                self.stats.add(PrefillStats {
+                    computed: feed.len() as u64,
+                    reused: (r.prompt_ids.len() - feed.len()) as u64,
+                });
                 active.push(Active {
                     req,
                     kv,
-                    feed: r.prompt_ids.clone(),
+                    feed,
                     fed: 0,
                     out: Vec::new(),
+                    cached_prompt: cacheable.then(|| r.prompt_ids.clone()),
                     admitted: now,
                     first_token: None,
                     grammar: grammars[req].take(),
@@ -369,6 +412,10 @@ impl Decoder {
                 let lrow = &logits[row * vocab..(row + 1) * vocab];
                 row += 1;
                 let step = a.out.len() as u64;
+                if let (0, Some(prompt)) = (step, &a.cached_prompt) {
+                    // The prompt is computed: later requests may start from it.
+                    self.cache.insert(prompt, &a.kv);
+                }
                 // The only place a constraint acts: the request's own mask, whatever the batch.
                 let tok = match a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)) {
                     None => Some(self.sampler.sample(lrow, &r.params, step)),
@@ -393,6 +440,12 @@ impl Decoder {
                 let grammar_done = tok.is_none();
                 match stop_check(a, r, &self.stop_ids, ctx, text, grammar_done) {
                     Some(reply) => {
+                        if let Some(prompt) = a.cached_prompt.take() {
+                            // Prompt and reply: the next turn of a dialogue extends them.
+                            let mut ids = prompt;
+                            ids.extend_from_slice(&a.out);
+                            self.cache.insert(&ids, &a.kv);
+                        }
                         replies[a.req] = Some(reply);
                         done(a.req);
                         finished.push(a_idx);

@@ -23,7 +23,7 @@ use super::models::Models;
 use super::run_dir::sha256_bytes;
 use super::BoxError;
 use crate::bench::plan::Actor;
-use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams};
+use crate::engine::{ChatReply, ChatRequest, Generate, PrefillStats, SamplingParams};
 
 /// The version of the engine's numerics that cached replies were made with. Bump it when a
 /// change to the forward pass, kernels or sampling may change any generated token.
@@ -202,6 +202,10 @@ impl<G: Generate> Generate for CachedGen<G> {
         // A generator that returned fewer replies than asked leaves holes: return what there
         // is, and the runner reports the broken contract.
         Ok(replies.into_iter().flatten().collect())
+    }
+
+    fn prefill_stats(&self) -> PrefillStats {
+        self.inner.prefill_stats()
     }
 }
 

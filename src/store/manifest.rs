@@ -121,6 +121,10 @@ pub struct Environment {
     pub cpu_features: Vec<String>,
     pub threads: usize,
     pub batch_size: usize,
+    /// The engine's prefix-cache budget in MiB (0: off; absent for runs without an engine or
+    /// from before the cache). Changes how much prompt is recomputed, never a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_mb: Option<usize>,
     /// Seconds since the Unix epoch.
     pub started_at: u64,
 }
@@ -138,6 +142,7 @@ impl Environment {
             cpu_features: cpu_features(),
             threads,
             batch_size,
+            kv_cache_mb: None,
             started_at: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())

@@ -97,6 +97,7 @@ impl RunDir {
             self.results_path(),
             self.report_path(),
             self.report_html_path(),
+            self.root.join(super::runner::ENGINE_STATS),
         ] {
             match fs::remove_file(&path) {
                 Ok(()) => {}

@@ -24,11 +24,15 @@ use super::samples::{Sample, SampleOutcome, SampleWriter};
 use super::{error_chain, ActorName, StoreError};
 use crate::bench::plan::{Actor, Plan, Step, StepOutput, Transcript};
 use crate::bench::results::BenchResults;
-use crate::engine::{ChatReply, ChatRequest, Generate, StopReason};
+use crate::engine::{ChatReply, ChatRequest, Generate, PrefillStats, StopReason};
 use crate::report::html::{self, ReportRun};
 use crate::report::markdown;
 use crate::report::progress::Progress;
 use crate::report::results::{FailedStep, RunModel, RunResults};
+
+/// The file, beside `results.json`, with this attempt's engine counters (prefill tokens
+/// computed and reused).
+pub const ENGINE_STATS: &str = "engine.json";
 
 /// One run to execute or resume.
 pub struct Run<'a, P: Plan> {
@@ -54,6 +58,8 @@ pub struct RunOutcome {
     pub computed: usize,
     /// Environment differences from the original attempt (never results-affecting).
     pub warnings: Vec<String>,
+    /// Prompt positions this process computed and took from the engines' prefix caches.
+    pub prefill: PrefillStats,
 }
 
 /// The runner's state for the items.
@@ -138,7 +144,15 @@ impl<P: Plan> Run<'_, P> {
             planned,
             closed: vec![false; n],
         };
-        let computed = self.schedule(models, progress, &mut replay, &mut writer, &mut ledger)?;
+        let mut prefill = PrefillStats::default();
+        let computed = self.schedule(
+            models,
+            progress,
+            &mut replay,
+            &mut writer,
+            &mut ledger,
+            &mut prefill,
+        )?;
         let replayed = replay.finish()?;
 
         progress.stage("scoring");
@@ -176,11 +190,23 @@ impl<P: Plan> Run<'_, P> {
         write_atomic(&dir.report_path(), markdown::render(&results).as_bytes())?;
         let page = ReportRun::new(results.clone(), Some(self.manifest.identity.clone()));
         write_atomic(&dir.report_html_path(), html::render(&[page]).as_bytes())?;
+        // How this attempt's engines worked: not part of the results (it depends on batch
+        // size, the prefix cache's budget and where a resume started), so kept apart.
+        let engine = serde_json::json!({
+            "prefill_tokens_computed": prefill.computed,
+            "prefill_tokens_reused": prefill.reused,
+            "steps_computed": computed,
+        });
+        let engine = serde_json::to_string_pretty(&engine).unwrap_or_default() + "\n";
+        write_atomic(&dir.root().join(ENGINE_STATS), engine.as_bytes())?;
         progress.finish(&format!(
-            "finished: {} of {} items completed, results in {}",
+            "finished: {} of {} items completed, results in {} (prefill: {} prompt tokens \
+             computed, {} reused)",
             completed,
             n,
-            dir.results_path().display()
+            dir.results_path().display(),
+            prefill.computed,
+            prefill.reused,
         ));
         Ok(RunOutcome {
             results,
@@ -188,6 +214,7 @@ impl<P: Plan> Run<'_, P> {
             replayed,
             computed,
             warnings,
+            prefill,
         })
     }
 
@@ -200,6 +227,7 @@ impl<P: Plan> Run<'_, P> {
         replay: &mut Replay,
         writer: &mut SampleWriter,
         ledger: &mut Ledger,
+        prefill: &mut PrefillStats,
     ) -> Result<usize, StoreError> {
         let mut loaded: Option<(Actor, M::Gen)> = None;
         let mut computed = 0;
@@ -237,6 +265,9 @@ impl<P: Plan> Run<'_, P> {
                 }
                 previous => {
                     // One model in memory at a time: drop the previous one before loading.
+                    if let Some((_, g)) = &previous {
+                        prefill.add(g.prefill_stats());
+                    }
                     drop(previous);
                     progress.stage(&format!("loading the model for {}", ActorName(actor)));
                     let gen = models.load(actor).map_err(|source| StoreError::Load {
@@ -261,6 +292,9 @@ impl<P: Plan> Run<'_, P> {
                 computed += chunk.len();
                 progress.advance(chunk.len(), false);
             }
+        }
+        if let Some((_, g)) = &loaded {
+            prefill.add(g.prefill_stats());
         }
         Ok(computed)
     }

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
+use candor::engine::kv::{KvLayout, SeqKv};
 use candor::engine::{
     Decoder, Engine, EngineOptions, Generate, NoText, SamplingParams, SchedulerConfig, StopReason,
     TextDecoder, TokenRequest,
 };
-use candor::model::llama::{Llama, WeightDType};
+use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
 
 use crate::util;
 
@@ -175,6 +176,7 @@ fn tiny_decoder(path: &std::path::Path, batch_size: usize) -> Decoder {
         batch_size,
         prefill_chunk: 7,
         max_step_tokens: 20,
+        ..SchedulerConfig::default()
     };
     Decoder::new(Arc::new(model), cfg, Vec::new())
 }
@@ -767,4 +769,168 @@ fn constrained_replies_do_not_depend_on_batch_size_or_neighbours() {
     for r in baseline.iter().step_by(2) {
         assert!(r.text.trim_start().starts_with('{'), "{}", r.text);
     }
+}
+
+// ---- prefix cache: a position's KV does not depend on how its prompt was chunked ----
+
+/// Every position's keys and values (all layers), as bits, after feeding `ids` in chunks of
+/// `chunk`, each step packed with an unrelated neighbour sequence.
+fn kv_bits(model: &Llama, ids: &[u32], chunk: usize) -> Vec<u32> {
+    let c = model.config();
+    let layout = KvLayout {
+        n_layer: c.n_layer,
+        kv_dim: c.kv_dim(),
+    };
+    let mut kv = SeqKv::new(layout);
+    let mut scratch = Scratch::default();
+    for (k, part) in ids.chunks(chunk).enumerate() {
+        let mut neighbour = SeqKv::new(layout);
+        let noise: Vec<u32> = ids.iter().rev().take(k % 5 + 1).copied().collect();
+        let mut steps = [
+            SeqStep {
+                tokens: &noise,
+                kv: &mut neighbour,
+                logits: Logits::Last,
+            },
+            SeqStep {
+                tokens: part,
+                kv: &mut kv,
+                logits: if k % 2 == 0 {
+                    Logits::Last
+                } else {
+                    Logits::All
+                },
+            },
+        ];
+        model.forward(&mut steps, &mut scratch);
+    }
+    let mut bits = Vec::new();
+    for layer in 0..c.n_layer {
+        for p in 0..ids.len() {
+            bits.extend(kv.key(layer, p).iter().map(|v| v.to_bits()));
+            bits.extend(kv.value(layer, p).iter().map(|v| v.to_bits()));
+        }
+    }
+    bits
+}
+
+fn assert_kv_independent_of_chunking(model: &Llama, ids: &[u32]) {
+    let whole = kv_bits(model, ids, ids.len());
+    for chunk in [1, 3, 16, 17, 64] {
+        assert!(
+            kv_bits(model, ids, chunk) == whole,
+            "KV differs when the prompt is fed in chunks of {chunk}"
+        );
+    }
+}
+
+#[test]
+fn tiny_model_kv_does_not_depend_on_prefill_chunking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
+    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load tiny model");
+    let ids: Vec<u32> = (0..45).map(|i| (i * 11 % 90) as u32 + 3).collect();
+    assert_kv_independent_of_chunking(&model, &ids);
+}
+
+#[test]
+fn default_model_kv_does_not_depend_on_prefill_chunking() {
+    let Some(path) = util::default_model() else {
+        return;
+    };
+    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load default model");
+    let ids: Vec<u32> = FRANCE.iter().cycle().take(70).copied().collect();
+    assert_kv_independent_of_chunking(&model, &ids);
+}
+
+/// Two-turn dialogues, answered turn after turn by `dec`: every second-turn prompt extends
+/// its first turn's prompt and reply, so the cache can serve it. Returns all outputs.
+fn two_turns(dec: &mut Decoder, firsts: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let first: Vec<TokenRequest> = firsts
+        .iter()
+        .map(|p| TokenRequest::new(p.clone(), greedy(20)))
+        .collect();
+    let replies = dec.generate(&first, &NoText).expect("first turn");
+    let second: Vec<TokenRequest> = firsts
+        .iter()
+        .zip(&replies)
+        .map(|(p, r)| {
+            let ids = [p.clone(), r.output_ids.clone(), vec![7, 8, 9]].concat();
+            TokenRequest::new(ids, greedy(20))
+        })
+        .collect();
+    let again = dec.generate(&second, &NoText).expect("second turn");
+    replies
+        .into_iter()
+        .chain(again)
+        .map(|r| r.output_ids)
+        .collect()
+}
+
+#[test]
+fn tiny_model_prefix_cache_changes_no_token_and_reuses_earlier_turns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
+    // Three dialogues sharing a 20-token system prompt; first prompts of 30 to 50 tokens.
+    let system: Vec<u32> = (0..20).map(|i| (i * 3 % 90) as u32 + 3).collect();
+    let firsts: Vec<Vec<u32>> = (0..3)
+        .map(|d| {
+            let tail = (0..10 + 10 * d).map(|i| ((i * 7 + d) % 90) as u32 + 3);
+            system.iter().copied().chain(tail).collect()
+        })
+        .collect();
+    let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+    let config = |bytes: usize, batch_size: usize| SchedulerConfig {
+        batch_size,
+        prefill_chunk: 7,
+        max_step_tokens: 20,
+        prefix_cache_bytes: bytes,
+    };
+    let mut off = Decoder::new(Arc::clone(&model), config(0, 2), Vec::new());
+    let want = two_turns(&mut off, &firsts);
+    assert_eq!(off.prefill_stats().reused, 0);
+    assert_eq!(off.cached_blocks(), 0);
+    // A large budget, and one so small that blocks are evicted all the time.
+    let c = model.config();
+    let block = candor::engine::kv::Block::bytes(KvLayout {
+        n_layer: c.n_layer,
+        kv_dim: c.kv_dim(),
+    });
+    for (bytes, batch) in [(1 << 30, 2), (1 << 30, 1), (3 * block, 3)] {
+        let mut on = Decoder::new(Arc::clone(&model), config(bytes, batch), Vec::new());
+        assert_eq!(
+            two_turns(&mut on, &firsts),
+            want,
+            "budget {bytes}, batch {batch}"
+        );
+        let (s_on, s_off) = (on.prefill_stats(), off.prefill_stats());
+        assert_eq!(s_on.computed + s_on.reused, s_off.computed);
+        if bytes > 1 << 20 {
+            // Each second turn reuses at least its first turn's whole blocks.
+            assert!(s_on.reused >= 16 * 3, "{s_on:?}");
+        }
+    }
+}
+
+#[test]
+fn default_model_prefix_cache_changes_no_token() {
+    let Some(path) = util::default_model() else {
+        return;
+    };
+    let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+    let firsts: Vec<Vec<u32>> = (0..2)
+        .map(|d| FRANCE.iter().cycle().take(40 + 9 * d).copied().collect())
+        .collect();
+    let mut outs = Vec::new();
+    for bytes in [0, 64 << 20] {
+        let cfg = SchedulerConfig {
+            batch_size: 2,
+            prefix_cache_bytes: bytes,
+            ..SchedulerConfig::default()
+        };
+        let mut dec = Decoder::new(Arc::clone(&model), cfg, vec![2]);
+        outs.push(two_turns(&mut dec, &firsts));
+        assert_eq!(dec.prefill_stats().reused > 0, bytes > 0);
+    }
+    assert_eq!(outs[0], outs[1]);
 }

@@ -141,6 +141,7 @@ fn tiny_models_of_every_quant_type_are_batch_invariant() {
                 batch_size: bs,
                 prefill_chunk: 7,
                 max_step_tokens: 40,
+                ..SchedulerConfig::default()
             };
             let mut dec = Decoder::new(Arc::clone(&model), cfg, Vec::new());
             pool(threads)

@@ -386,15 +386,35 @@ fn real_run_twice(tmp: &Path, protocol: &str, extra: &[&str]) -> Option<PathBuf>
         let v: serde_json::Value = serde_json::from_slice(line).unwrap();
         assert!(v["output"]["output_tokens"].as_u64().is_some(), "{v}");
     }
-    run_ok(&real_args(protocol, &b, extra)?);
+    // The second run recomputes every prompt (no prefix cache): reuse changes no byte.
+    let mut off = extra.to_vec();
+    off.extend(["--kv-cache-mb", "0"]);
+    run_ok(&real_args(protocol, &b, &off)?);
     assert!(
         read(&a, "samples.jsonl") == read(&b, "samples.jsonl"),
-        "{protocol}: samples differ between two identical runs"
+        "{protocol}: samples differ between runs with and without the prefix cache"
     );
     assert!(
         read(&a, "results.json") == read(&b, "results.json"),
-        "{protocol}: results differ between two identical runs"
+        "{protocol}: results differ between runs with and without the prefix cache"
     );
+    let engine = |dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&read(dir, "engine.json")).unwrap()
+    };
+    let (on, no) = (engine(&a), engine(&b));
+    eprintln!("{protocol}: prefill with the prefix cache {on}, without {no}");
+    assert_eq!(no["prefill_tokens_reused"], 0, "{protocol}: {no}");
+    let total = |v: &serde_json::Value| {
+        v["prefill_tokens_computed"].as_u64().unwrap()
+            + v["prefill_tokens_reused"].as_u64().unwrap()
+    };
+    assert_eq!(
+        total(&on),
+        total(&no),
+        "{protocol}: the same prompts either way"
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&read(&b, "manifest.json")).unwrap();
+    assert_eq!(manifest["environment"]["kv_cache_mb"], 0);
     Some(a)
 }
 
@@ -486,6 +506,13 @@ fn real_refutebench_repeats_and_resumes_after_sigkill_to_identical_files() {
     let samples = read(&reference, "samples.jsonl");
     let total = lines(&samples);
     assert!(total >= 4, "{total}");
+    // Each turn extends the previous turn's prompt and reply: its blocks came from the cache.
+    let engine: serde_json::Value =
+        serde_json::from_slice(&read(&reference, "engine.json")).unwrap();
+    assert!(
+        engine["prefill_tokens_reused"].as_u64().unwrap() > 0,
+        "{engine}"
+    );
     let dir = tmp.path().join("killed");
     let args = real_args("refutebench", &dir, &extra).unwrap();
     let mut child = candor()

@@ -1,0 +1,272 @@
+//! The prefix cache: KV blocks of token sequences already computed, keyed by their token ids,
+//! so that a prompt extending them (the previous turn's prompt and reply, a shared prompt
+//! prefix, a system prompt common to many requests) forks those blocks and prefills only the
+//! rest.
+//!
+//! Entries are whole [`BLOCK_TOKENS`]-position blocks arranged as a trie: an entry is keyed by
+//! its parent entry and its own 16 token ids, so a match is exact (no hashing of prefixes) and
+//! always a block-aligned prefix. The cache holds at most a byte budget of blocks and evicts
+//! the least recently used entry without children first. Because a position's keys and values
+//! depend only on the tokens up to it (rows are computed independently, whatever the chunking
+//! or the batch), a reused block holds exactly the numbers a fresh prefill would write: reuse
+//! changes the work, never a result.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::kv::{Block, KvLayout, SeqKv, BLOCK_TOKENS};
+
+type Key = (u64, [u32; BLOCK_TOKENS]);
+
+#[derive(Debug)]
+struct Entry {
+    block: Arc<Block>,
+    key: Key,
+    stamp: u64,
+    children: usize,
+}
+
+/// Prompt tokens prefilled and taken from the cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PrefillStats {
+    /// Prompt positions computed by forward passes.
+    pub computed: u64,
+    /// Prompt positions whose KV came from the prefix cache.
+    pub reused: u64,
+}
+
+impl PrefillStats {
+    pub fn add(&mut self, other: PrefillStats) {
+        self.computed += other.computed;
+        self.reused += other.reused;
+    }
+}
+
+/// KV blocks of computed token prefixes, bounded by a byte budget (0 disables the cache).
+#[derive(Debug)]
+pub struct PrefixCache {
+    layout: KvLayout,
+    max_blocks: usize,
+    /// Entry ids start at 1; 0 is the root (the empty prefix).
+    entries: HashMap<u64, Entry>,
+    index: HashMap<Key, u64>,
+    /// (last use, id), oldest first.
+    lru: BTreeSet<(u64, u64)>,
+    clock: u64,
+    next_id: u64,
+}
+
+impl PrefixCache {
+    pub fn new(layout: KvLayout, budget_bytes: usize) -> PrefixCache {
+        PrefixCache {
+            layout,
+            max_blocks: budget_bytes / Block::bytes(layout).max(1),
+            entries: HashMap::new(),
+            index: HashMap::new(),
+            lru: BTreeSet::new(),
+            clock: 0,
+            next_id: 1,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.max_blocks > 0
+    }
+
+    /// Blocks held now.
+    pub fn blocks(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn chunk(ids: &[u32], k: usize) -> [u32; BLOCK_TOKENS] {
+        let mut c = [0u32; BLOCK_TOKENS];
+        c.copy_from_slice(&ids[k * BLOCK_TOKENS..(k + 1) * BLOCK_TOKENS]);
+        c
+    }
+
+    fn touch(&mut self, id: u64) {
+        self.clock += 1;
+        if let Some(e) = self.entries.get_mut(&id) {
+            self.lru.remove(&(e.stamp, id));
+            e.stamp = self.clock;
+            self.lru.insert((e.stamp, id));
+        }
+    }
+
+    /// The longest cached block-aligned prefix of `ids` that leaves at least one token of
+    /// `ids` to feed (its logits are needed), as a sequence sharing the cached blocks.
+    pub fn lookup(&mut self, ids: &[u32]) -> SeqKv {
+        let mut blocks = Vec::new();
+        if self.enabled() {
+            let usable = ids.len().saturating_sub(1) / BLOCK_TOKENS;
+            let mut parent = 0;
+            for k in 0..usable {
+                let Some(&id) = self.index.get(&(parent, Self::chunk(ids, k))) else {
+                    break;
+                };
+                self.touch(id);
+                blocks.push(Arc::clone(&self.entries[&id].block));
+                parent = id;
+            }
+        }
+        SeqKv::from_blocks(self.layout, blocks)
+    }
+
+    /// Records the full blocks of `kv`, whose positions hold `ids` (at least `kv.len()` of
+    /// them), evicting the least recently used entries beyond the budget.
+    pub fn insert(&mut self, ids: &[u32], kv: &SeqKv) {
+        if !self.enabled() {
+            return;
+        }
+        let n = ids.len().min(crate::model::llama::KvSeq::len(kv)) / BLOCK_TOKENS;
+        let mut parent = 0;
+        let mut path = Vec::with_capacity(n);
+        for k in 0..n {
+            let key = (parent, Self::chunk(ids, k));
+            let id = match self.index.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let Some(block) = kv.full_block(k) else { break };
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    if let Some(p) = self.entries.get_mut(&parent) {
+                        p.children += 1;
+                    }
+                    self.index.insert(key, id);
+                    self.entries.insert(
+                        id,
+                        Entry {
+                            block,
+                            key,
+                            stamp: 0,
+                            children: 0,
+                        },
+                    );
+                    self.lru.insert((0, id));
+                    id
+                }
+            };
+            self.touch(id);
+            path.push(id);
+            parent = id;
+        }
+        self.evict(&path);
+    }
+
+    /// Drops least recently used childless entries until the budget holds, sparing `keep`
+    /// (the path just inserted) unless nothing else is left.
+    fn evict(&mut self, keep: &[u64]) {
+        while self.entries.len() > self.max_blocks {
+            let victim = self
+                .lru
+                .iter()
+                .map(|&(_, id)| id)
+                .find(|id| self.entries[id].children == 0 && !keep.contains(id))
+                .or_else(|| {
+                    self.lru
+                        .iter()
+                        .map(|&(_, id)| id)
+                        .find(|id| self.entries[id].children == 0)
+                });
+            let Some(id) = victim else { break };
+            let e = self.entries.remove(&id).expect("listed entry");
+            self.lru.remove(&(e.stamp, id));
+            self.index.remove(&e.key);
+            if let Some(p) = self.entries.get_mut(&e.key.0) {
+                p.children -= 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::llama::KvSeq;
+
+    const L: KvLayout = KvLayout {
+        n_layer: 1,
+        kv_dim: 2,
+    };
+
+    /// A sequence holding `ids` with a value derived from each (token, position).
+    fn seq(ids: &[u32]) -> SeqKv {
+        let mut kv = SeqKv::new(L);
+        kv.grow(ids.len());
+        for (p, &t) in ids.iter().enumerate() {
+            kv.write(0, p, &[t as f32, p as f32], &[-(t as f32), p as f32]);
+        }
+        kv
+    }
+
+    fn ids(n: usize, salt: u32) -> Vec<u32> {
+        (0..n as u32).map(|i| i * 7 + salt).collect()
+    }
+
+    #[test]
+    fn reuses_whole_blocks_of_a_matching_prefix_and_leaves_a_token_to_feed() {
+        let mut c = PrefixCache::new(L, 1 << 20);
+        let a = ids(40, 1);
+        c.insert(&a, &seq(&a));
+        assert_eq!(c.blocks(), 2);
+        // An extension of `a` gets its two full blocks.
+        let mut b = a.clone();
+        b.extend([5, 6, 7]);
+        let kv = c.lookup(&b);
+        assert_eq!(kv.len(), 32);
+        assert_eq!(kv.key(0, 31), &[a[31] as f32, 31.0]);
+        // Exactly 32 tokens: the last one must be fed, so only one block is reused.
+        assert_eq!(c.lookup(&a[..32]).len(), 16);
+        // A difference inside the second block stops the match after the first.
+        let mut d = a.clone();
+        d[20] = 999;
+        assert_eq!(c.lookup(&d).len(), 16);
+        // A different first block matches nothing.
+        assert_eq!(c.lookup(&ids(40, 2)).len(), 0);
+    }
+
+    #[test]
+    fn a_budget_of_zero_disables_it() {
+        let mut c = PrefixCache::new(L, 0);
+        let a = ids(40, 1);
+        c.insert(&a, &seq(&a));
+        assert!(!c.enabled());
+        assert_eq!(c.blocks(), 0);
+        assert_eq!(c.lookup(&a).len(), 0);
+    }
+
+    #[test]
+    fn evicts_least_recently_used_leaves_within_the_budget() {
+        let three = 3 * Block::bytes(L);
+        let mut c = PrefixCache::new(L, three);
+        let (a, b) = (ids(32, 1), ids(32, 2));
+        c.insert(&a, &seq(&a));
+        c.insert(&b, &seq(&b));
+        // Four blocks asked, three allowed: a's leaf (oldest childless) went first.
+        assert_eq!(c.blocks(), 3);
+        assert_eq!(c.lookup(&ids(33, 1)).len(), 16);
+        assert_eq!(c.lookup(&ids(33, 2)).len(), 32);
+        // Using a's root block again makes b's leaf the oldest leaf.
+        c.lookup(&ids(33, 1));
+        let e = ids(17, 3);
+        c.insert(&e, &seq(&e));
+        assert_eq!(c.blocks(), 3);
+        assert_eq!(c.lookup(&ids(33, 2)).len(), 16);
+        assert_eq!(c.lookup(&ids(33, 1)).len(), 16);
+        assert_eq!(c.lookup(&ids(18, 3)).len(), 16);
+    }
+
+    #[test]
+    fn shared_blocks_are_copied_on_write_by_the_borrower() {
+        let mut c = PrefixCache::new(L, 1 << 20);
+        let a = ids(16, 1);
+        c.insert(&a, &seq(&a));
+        let mut kv = c.lookup(&ids(20, 1));
+        assert_eq!(kv.shared_blocks(), 1);
+        kv.truncate(8);
+        kv.grow(1);
+        kv.write(0, 8, &[0.5, 0.5], &[0.5, 0.5]);
+        // The cached block is untouched.
+        assert_eq!(c.lookup(&ids(20, 1)).key(0, 8), &[(8 * 7 + 1) as f32, 8.0]);
+    }
+}
