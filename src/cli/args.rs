@@ -32,4 +32,6 @@ pub enum Command {
     Verify(super::verify::VerifyArgs),
     /// Print a Slurm or Kubernetes script running a `candor run` as N shards, then the merge.
     Launch(super::launch::LaunchArgs),
+    /// Prefill and decode throughput on synthetic prompts (llama-batched-bench's definitions).
+    Bench(super::bench::BenchArgs),
 }

@@ -3,6 +3,7 @@
 //! `anyhow` lives here and in `main.rs` only; library modules return typed errors.
 
 mod args;
+mod bench;
 mod cache;
 mod data;
 mod generate;
@@ -33,6 +34,7 @@ pub fn run() -> i32 {
         Command::Merge(a) => merge::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Launch(a) => launch::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -4,6 +4,7 @@
 //! sampling parameters, and returns tokens, text and a stop reason. It knows nothing of
 //! benchmarks: protocols talk to it through [`Generate`].
 
+pub mod bench;
 pub mod chat;
 pub mod constraint;
 pub mod kv;

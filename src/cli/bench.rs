@@ -1,0 +1,97 @@
+//! `candor bench`: prefill and decode throughput of a model on synthetic prompts, with the
+//! definitions of llama.cpp's `llama-batched-bench -npp P -ntg N -npl B` (aggregate tok/s over
+//! the batch). Prints one JSON line, then a human-readable table. The measuring is
+//! [`crate::engine::bench`]'s.
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use crate::engine::bench::{self, BenchConfig};
+use crate::engine::{Engine, EngineOptions, SchedulerConfig};
+use crate::model::llama::WeightDType;
+use crate::model::source;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Model: `default`, a GGUF path, or a Hugging Face Hub id (`org/repo[:file.gguf]`).
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Prompt tokens per sequence (llama-batched-bench's `-npp`).
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded per sequence after the prompt (`-ntg`).
+    #[arg(long, default_value_t = 64)]
+    pub new_tokens: usize,
+    /// Sequences prefilled and decoded together (`-npl`).
+    #[arg(long, default_value_t = 1)]
+    pub batch_size: usize,
+    /// Worker threads (default: rayon's choice, one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Weight type: `native` (quantized weights stay quantized) or `f32` (all dequantized).
+    #[arg(long, default_value = "native", value_parser = ["native", "f32"])]
+    pub dtype: String,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.prompt_tokens == 0 || args.batch_size == 0 {
+        bail!("--prompt-tokens and --batch-size must be at least 1");
+    }
+    let files = source::resolve(&args.model)?;
+    let dtype = match args.dtype.as_str() {
+        "f32" => WeightDType::F32,
+        _ => WeightDType::Native,
+    };
+    let scheduler = SchedulerConfig {
+        batch_size: args.batch_size,
+        ..SchedulerConfig::default()
+    };
+    let mut engine = Engine::from_files(&files, EngineOptions { dtype, scheduler })
+        .with_context(|| format!("loading {}", files.weights.display()))?;
+    let mut pool = rayon::ThreadPoolBuilder::new();
+    if let Some(n) = args.threads {
+        pool = pool.num_threads(n);
+    }
+    let pool = pool.build().context("starting worker threads")?;
+    let threads = pool.current_num_threads();
+    let cfg = BenchConfig {
+        prompt_tokens: args.prompt_tokens,
+        new_tokens: args.new_tokens,
+        batch_size: args.batch_size,
+        scheduler,
+    };
+    let model = std::sync::Arc::clone(engine.decoder().model());
+    let r = pool
+        .install(|| bench::run(&model, cfg))
+        .context("benchmark")?;
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    let line = json!({
+        "model": files.weights.display().to_string(),
+        "dtype": args.dtype,
+        "threads": threads,
+        "prompt_tokens": r.prompt_tokens,
+        "new_tokens": r.new_tokens,
+        "batch_size": r.batch_size,
+        "prefill_s": (r.prefill_s * 1e4).round() / 1e4,
+        "prefill_tok_s": round(r.prefill_tok_s),
+        "decode_s": (r.decode_s * 1e4).round() / 1e4,
+        "decode_tok_s": round(r.decode_tok_s),
+        "decode_tok_s_per_seq": round(r.decode_tok_s_per_seq),
+        "total_tok_s": round(r.total_tok_s),
+    });
+    println!("{line}");
+    println!("|    PP |     TG |    B |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | S_TG/seq |");
+    println!("|-------|--------|------|----------|----------|----------|----------|----------|");
+    println!(
+        "| {:>5} | {:>6} | {:>4} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.2} |",
+        r.prompt_tokens,
+        r.new_tokens,
+        r.batch_size,
+        r.prefill_s,
+        r.prefill_tok_s,
+        r.decode_s,
+        r.decode_tok_s,
+        r.decode_tok_s_per_seq
+    );
+    Ok(())
+}
