@@ -1,31 +1,59 @@
 #!/usr/bin/env bash
-# Side-by-side batch-1 prefill/decode speed of Candor (benches/throughput.rs) and llama.cpp
-# (llama-batched-bench) on one GGUF file, 2 threads, 128-token prompt, 64 decoded tokens:
-# the two alternate REPEATS times, then the medians are printed. Not run by CI.
+# Candor (`candor bench`) beside llama.cpp (`llama-batched-bench`) on one GGUF file, same
+# definitions (S_PP = B*PP / T_PP, S_TG = B*TG / T_TG, aggregate over the batch), 2 threads,
+# prompts of 128 and 1024 tokens at batch 1, 4 and 16, the two run back to back for every
+# configuration, REPEATS times; prints the medians as the README table. Not run by CI; run it
+# on a quiet machine (the load average is printed with the table).
 #
-# Usage: benches/compare_llama_cpp.sh MODEL.gguf [REPEATS] [LLAMA_BIN_DIR]
-# THROUGHPUT_BIN may name an already built throughput bench binary (else `cargo bench` builds it).
+# Usage: benches/compare_llama_cpp.sh [MODEL.gguf] [REPEATS] [LLAMA_BIN_DIR]
+# (defaults: the default model, 3 repeats, /work/tools/llama-build/bin)
+# Environment: NEW_TOKENS (default 64), THREADS (default 2),
+# PROMPTS (default "128 1024"), BATCHES (default "1 4 16"),
+# CANDOR_BIN (an already built candor binary; else `cargo build --release` builds it).
 set -euo pipefail
-model=${1:?usage: $0 MODEL.gguf [REPEATS] [LLAMA_BIN_DIR]}
-repeats=${2:-5}
+model=$(realpath -m "${1:-$(dirname "$0")/../models/SmolLM2-135M-Instruct.Q4_1.gguf}")
+cd "$(dirname "$0")/.."
+repeats=${2:-3}
 bin=${3:-/work/tools/llama-build/bin}
-if [[ -z "${THROUGHPUT_BIN:-}" ]]; then
-  cargo bench --bench throughput --no-run
-  THROUGHPUT_BIN=$(ls -t target/release/deps/throughput-* | grep -v '\.d$' | head -1)
+ntg=${NEW_TOKENS:-64}
+threads=${THREADS:-2}
+prompts=${PROMPTS:-128 1024}
+batches=${BATCHES:-1 4 16}
+[[ -f "$model" ]] || { echo "compare_llama_cpp.sh: model not found: $model (run candor setup)" >&2; exit 1; }
+[[ -x "$bin/llama-batched-bench" ]] || { echo "compare_llama_cpp.sh: no llama-batched-bench in $bin" >&2; exit 1; }
+if [[ -z "${CANDOR_BIN:-}" ]]; then
+  cargo build --release --quiet
+  CANDOR_BIN=target/release/candor
 fi
-cand_pp=(); cand_tg=(); llama_pp=(); llama_tg=()
-for i in $(seq "$repeats"); do
-  out=$("$THROUGHPUT_BIN" --model "$model" | grep '^batch  1:')
-  cand_pp+=("$(sed -E 's/.*prefill +([0-9.]+).*/\1/' <<<"$out")")
-  cand_tg+=("$(sed -E 's/.*decode +([0-9.]+).*/\1/' <<<"$out")")
-  # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
-  row=$("$bin/llama-batched-bench" -m "$model" -c 1024 -b 512 -ub 512 -npp 128 -ntg 64 -npl 1 \
-        -t 2 -tb 2 2>/dev/null | grep -E '^\|\s+128 \|')
-  llama_pp+=("$(awk -F'|' '{gsub(/ /,"",$7); print $7}' <<<"$row")")
-  llama_tg+=("$(awk -F'|' '{gsub(/ /,"",$9); print $9}' <<<"$row")")
-  echo "run $i: candor prefill ${cand_pp[-1]} decode ${cand_tg[-1]} | llama.cpp prefill ${llama_pp[-1]} decode ${llama_tg[-1]}"
-done
+
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-echo "median of $repeats, $(basename "$model"), 2 threads, prompt 128, decode 64, batch 1:"
-echo "candor    prefill $(median "${cand_pp[@]}") tok/s   decode $(median "${cand_tg[@]}") tok/s"
-echo "llama.cpp prefill $(median "${llama_pp[@]}") tok/s   decode $(median "${llama_tg[@]}") tok/s"
+json_field() { sed -E "s/.*\"$1\":([0-9.]+).*/\1/" <<<"$2"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+
+rows=()
+for pp in $prompts; do
+  for b in $batches; do
+    c_pp=(); c_tg=(); l_pp=(); l_tg=()
+    for i in $(seq "$repeats"); do
+      line=$("$CANDOR_BIN" bench --model "$model" --prompt-tokens "$pp" --new-tokens "$ntg" \
+             --batch-size "$b" --threads "$threads" | head -1)
+      c_pp+=("$(json_field prefill_tok_s "$line")"); c_tg+=("$(json_field decode_tok_s "$line")")
+      ctx=$(( b * (pp + ntg) + 16 ))
+      line=$("$bin/llama-batched-bench" -m "$model" -c "$ctx" -b 2048 -ub 512 -npp "$pp" \
+             -ntg "$ntg" -npl "$b" -t "$threads" -tb "$threads" --output-format jsonl 2>/dev/null \
+             | grep '"speed_pp"' | tail -1)
+      l_pp+=("$(json_field speed_pp "$line")"); l_tg+=("$(json_field speed_tg "$line")")
+      echo "prompt $pp batch $b run $i: candor prefill ${c_pp[-1]} decode ${c_tg[-1]}" \
+           "| llama.cpp prefill ${l_pp[-1]} decode ${l_tg[-1]}" >&2
+    done
+    cp=$(median "${c_pp[@]}"); ct=$(median "${c_tg[@]}")
+    lp=$(median "${l_pp[@]}"); lt=$(median "${l_tg[@]}")
+    rows+=("| $pp | $b | $cp | $lp | $(ratio "$cp" "$lp") | $ct | $lt | $(ratio "$ct" "$lt") |")
+  done
+done
+echo
+echo "$(basename "$model"), $threads threads, $ntg decoded tokens, median of $repeats; load: $(uptime | sed 's/.*load average: //')"
+echo
+echo "| prompt tokens | batch | Candor prefill tok/s | llama.cpp prefill tok/s | ratio | Candor decode tok/s | llama.cpp decode tok/s | ratio |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+printf '%s\n' "${rows[@]}"

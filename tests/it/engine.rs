@@ -656,7 +656,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
 
 fn checklist_request(i: usize, max_new_tokens: usize) -> candor::engine::ChatRequest {
     use candor::engine::{ChatRequest, Constraint};
-    use candor::judge::checklist::{judgement_schema, judgement_skeleton, Criterion};
+    use candor::judge::checklist::{judgement_schema, judgement_skeleton};
     use candor::model::chat::Message;
     let criteria = checklist(i);
     let prompt = format!(

@@ -353,13 +353,13 @@ mod tests {
             (
                 ResponseLanguage,
                 "French",
-                "Bonjour Marc, je suis content.",
+                "Cher Marc, j'espère que tu vas bien. Je suis très content de te voir mardi.",
                 true,
             ),
             (
                 ResponseLanguage,
                 "English",
-                "Bonjour Marc, je suis content.",
+                "Cher Marc, j'espère que tu vas bien. Je suis très content de te voir mardi.",
                 false,
             ),
             (ResponseLanguage, "English", "...", true),
