@@ -238,7 +238,11 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
         let path = dir.join(&t.file);
         if !path.exists() {
             // make_quant_reference.py --quantizer gguf-py writes only some of the types.
-            eprintln!("\n*** SKIPPED {}: {} not found ***\n", t.ftype, path.display());
+            eprintln!(
+                "\n*** SKIPPED {}: {} not found ***\n",
+                t.ftype,
+                path.display()
+            );
             continue;
         }
         let model = Arc::new(
@@ -270,7 +274,11 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
         println!("{line}");
         report.push((t.ftype.clone(), agree as f64 / total as f64, line));
     }
-    assert!(!report.is_empty(), "none of the fixture's model files in {}", dir.display());
+    assert!(
+        !report.is_empty(),
+        "none of the fixture's model files in {}",
+        dir.display()
+    );
     for (ftype, rate, line) in report {
         assert!(rate >= 0.98, "{ftype}: {line}");
     }

@@ -51,8 +51,7 @@ pub fn chinese_tokens(text: &str) -> Vec<&str> {
     for token in JIEBA.cut(text, true) {
         let w = token.word;
         let joined = w.contains(['.', '_', '-'])
-            && w
-                .bytes()
+            && w.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'%'));
         if !joined || JIEBA.has_word(w) {
             out.push(w);
