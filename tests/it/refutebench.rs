@@ -213,7 +213,7 @@ fn sample_reply(item: &Item, key: &str) -> String {
         ("mt/single/en-zh.memory.NC-0/0", "turn/0", "学校后面的花园里开满了玫瑰。"),
         ("mt/single/en-he.generalization.NC-1/0", "turn/0", "היא פתחה את החלון."),
         ("email/single/email.memory.NC-2/0", "turn/0", "Hi Ana,\nPicnic on Saturday?\nLeo"),
-        ("email/single/email.memory.NC-2/1", "turn/0", "Dear manager, may I take Friday off? Best, Sam"),
+        ("email/single/email.memory.NC-2/1", "turn/0", "Dear manager, I would like to ask whether I may take Friday off next week. Best regards, Sam"),
         ("email/single/email.memory.NC-2/1", "turn/4", "Sehr geehrte Frau Weber, ich möchte am Freitag frei nehmen."),
         ("email/multi/email/0", "turn/0", "Greetings team! The coffee machine is here."),
         ("email/multi/email/0", "turn/8", "**Weekly progress**\nGreetings, we shipped. It works. Tests pass. Docs done. Release soon.\nSincerely,\nSam"),
