@@ -683,7 +683,7 @@ fn checklist(i: usize) -> Vec<candor::judge::checklist::Criterion> {
         text: "回答是否给出了正确的结果".into(),
         weight: serde_json::Number::from_f64(0.6),
     }];
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         c.push(Criterion {
             text: format!("The answer states {} exactly", i + 2),
             weight: serde_json::Number::from_f64(0.4),

@@ -183,7 +183,7 @@ fn llama_cpp_vocab_tests_tokenize_identically() {
         // As test-tokenizer-0.cpp splits them.
         let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
         let texts = match texts.last() {
-            Some(l) if l.is_empty() => &texts[..texts.len() - 1],
+            Some(&"") => &texts[..texts.len() - 1],
             _ => &texts[..],
         };
         let ids: Vec<Vec<u32>> = out
