@@ -229,10 +229,9 @@ pub fn checklist_repr(criteria: &[Criterion]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// The answer skeleton: `json.dumps({text: {"评判理由": "", "评判结果": "", "weight": w}},
-/// indent=4, ensure_ascii=False)`. A repeated text keeps its first position and last
-/// weight, as a Python dict does.
-pub fn judgement_skeleton(criteria: &[Criterion]) -> String {
+/// Distinct checklist texts in first-seen order, each with its last weight (a Python dict's
+/// behaviour on repeated keys): shared by the skeleton and the schema.
+fn distinct_criteria(criteria: &[Criterion]) -> (Vec<&str>, Vec<Option<&Number>>) {
     let mut order: Vec<&str> = Vec::new();
     let mut weights: Vec<Option<&Number>> = Vec::new();
     for c in criteria {
@@ -244,6 +243,14 @@ pub fn judgement_skeleton(criteria: &[Criterion]) -> String {
             }
         }
     }
+    (order, weights)
+}
+
+/// The answer skeleton: `json.dumps({text: {"评判理由": "", "评判结果": "", "weight": w}},
+/// indent=4, ensure_ascii=False)`. A repeated text keeps its first position and last
+/// weight, as a Python dict does.
+pub fn judgement_skeleton(criteria: &[Criterion]) -> String {
+    let (order, weights) = distinct_criteria(criteria);
     if order.is_empty() {
         return "{}".into();
     }
@@ -269,17 +276,7 @@ pub fn judgement_skeleton(criteria: &[Criterion]) -> String {
 /// of at most 16 spaces or newlines, enough for the skeleton's indentation, so a judge cannot
 /// loop on blank space.
 pub fn judgement_schema(criteria: &[Criterion]) -> Value {
-    let mut order: Vec<&str> = Vec::new();
-    let mut weights: Vec<Option<&Number>> = Vec::new();
-    for c in criteria {
-        match order.iter().position(|t| *t == c.text) {
-            Some(i) => weights[i] = c.weight.as_ref(),
-            None => {
-                order.push(&c.text);
-                weights.push(c.weight.as_ref());
-            }
-        }
-    }
+    let (order, weights) = distinct_criteria(criteria);
     let mut properties = Map::new();
     for (text, weight) in order.iter().zip(&weights) {
         let weight = match weight {
