@@ -415,6 +415,10 @@ fn fuzz(target: &Target, seed: u64, iters: u64, limit: Option<Duration>) -> (u64
     for s in &seeds {
         run_one(target, s, seed, u64::MAX);
     }
+    // `CANDOR_FUZZ_PEAKS=1`: save each input that raises the peak resident set by 16 MiB or
+    // more, to find what a long run's peak came from.
+    let track_peaks = std::env::var_os("CANDOR_FUZZ_PEAKS").is_some();
+    let mut peak_kb = peak_rss_kb().unwrap_or(0);
     let mut done = 0;
     for i in 0..iters {
         if limit.is_some_and(|l| start.elapsed() > l) {
@@ -427,15 +431,34 @@ fn fuzz(target: &Target, seed: u64, iters: u64, limit: Option<Duration>) -> (u64
         }
         data.truncate(1 << 20);
         run_one(target, &data, seed, i);
+        if track_peaks {
+            let now = peak_rss_kb().unwrap_or(0);
+            if now >= peak_kb + 16 * 1024 {
+                let file = crashes_dir().join(format!("{}-{seed}-{i}-peak-{now}kB", target.name));
+                std::fs::write(&file, &data).unwrap();
+                eprintln!("fuzz {}: peak {now} kB after {}", target.name, file.display());
+                peak_kb = now;
+            }
+        }
     }
     (done + seeds.len() as u64, start.elapsed())
 }
 
 /// The process's peak resident set (`VmHWM`), where /proc tells it.
 fn peak_rss() -> Option<String> {
+    peak_rss_kb().map(|kb| format!("{kb} kB"))
+}
+
+fn peak_rss_kb() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    Some(line["VmHWM:".len()..].trim().to_string())
+    line["VmHWM:".len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+fn crashes_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-crashes");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 fn fxhash(s: &str) -> u64 {
@@ -460,9 +483,7 @@ fn run_one(target: &Target, data: &[u8], seed: u64, i: u64) {
         Ok(()) => None,
     };
     if let Some(why) = failure {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-crashes");
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join(format!("{}-{seed}-{i}", target.name));
+        let file = crashes_dir().join(format!("{}-{seed}-{i}", target.name));
         std::fs::write(&file, data).unwrap();
         panic!(
             "fuzz target {} {why} on input {} (seed {seed}, iteration {i})",
