@@ -108,6 +108,12 @@ pub fn with_budget<T>(bytes: usize, message: &str, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// Bytes this thread may still take inside the active [`with_budget`] call; `None` outside one.
+/// The difference between two readings is what the thread allocated (net of frees) between them.
+pub fn remaining() -> Option<isize> {
+    REMAINING.with(|r| r.get())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,9 @@
 //! are recognised in text before pre-tokenizing, as llama.cpp does with `parse_special`.
 //! Decoding maps byte-level characters back to raw bytes ourselves, so that a piece that ends
 //! inside a UTF-8 character is still exact bytes ([`Tokenizer::token_bytes`]).
+//! The BPE's word cache is off: `tokenizers` 0.23 keeps it in a thread-local map that is never
+//! pruned when a tokenizer is dropped, so every model loaded on a thread would leave its cache
+//! behind (found by the GGUF fuzz target, whose resident memory grew by ~300 bytes per input).
 //! This module does not render chat templates ([`super::chat_template`]) and does not know
 //! which tokens stop generation beyond EOS (the template decides that).
 
@@ -19,6 +22,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 use sha2::{Digest, Sha256};
 use tokenizers::models::bpe::BPE;
+use tokenizers::models::ModelWrapper;
 use tokenizers::AddedToken;
 
 use super::error::{ModelError, Result};
@@ -264,6 +268,7 @@ impl Tokenizer {
         }
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, Vec::new())
+            .cache_capacity(0)
             .build()
             .map_err(|e| ModelError::Tokenizer(format!("building the vocabulary: {e}")))?;
         Ok(Tokenizer {
@@ -316,6 +321,7 @@ impl Tokenizer {
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merge_pairs)
             .ignore_merges(spec.pre.ignore_merges())
+            .cache_capacity(0)
             .build()
             .map_err(|e| ModelError::Tokenizer(format!("building bpe: {e}")))?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
@@ -367,8 +373,13 @@ impl Tokenizer {
         let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
         let json: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+        let mut inner = tokenizers::Tokenizer::from_bytes(&bytes)
             .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        if let ModelWrapper::BPE(bpe) = inner.get_model() {
+            let mut bpe = bpe.clone();
+            bpe.resize_cache(0);
+            inner.with_model(bpe);
+        }
         let config_path = path.with_file_name("tokenizer_config.json");
         let (config, config_bytes) = if config_path.is_file() {
             let cb = std::fs::read(&config_path).map_err(|e| ModelError::io(&config_path, e))?;
@@ -759,6 +770,34 @@ mod tests {
 
     fn tok(pre: Option<&str>) -> Tokenizer {
         Tokenizer::from_gguf(&content(pre, false)).unwrap()
+    }
+
+    /// `tokenizers` keeps BPE word caches in a thread-local map that outlives the tokenizer; a
+    /// thread that loads many tokenizers (a run switching models, a fuzzer) must not keep them.
+    #[test]
+    fn dropped_tokenizers_leave_nothing_behind_on_the_thread() {
+        let text: String = (0..300).map(|i| format!(" w{i}x{}", i * 7)).collect();
+        let held = std::thread::spawn(move || {
+            crate::model::alloc_budget::with_budget(1 << 30, "unused", || {
+                let once = || {
+                    let t = tok(Some("smollm"));
+                    assert!(!t.encode(&text).unwrap().is_empty());
+                };
+                // The first one pays for what is set up once per thread.
+                once();
+                let before = crate::model::alloc_budget::remaining().unwrap();
+                for _ in 0..40 {
+                    once();
+                }
+                before - crate::model::alloc_budget::remaining().unwrap()
+            })
+        })
+        .join()
+        .unwrap();
+        assert!(
+            held < 64 << 10,
+            "{held} bytes held after 40 tokenizers were dropped"
+        );
     }
 
     #[test]
