@@ -490,8 +490,11 @@ impl Llama {
     }
 
     /// Causal attention of each sequence's new rows over its own KV, written into `out`
-    /// (`[row][q_dim]`). Tasks are (sequence, KV head) pairs, run in parallel; each handles the
-    /// query heads sharing that KV head, so every key and value is read once per row.
+    /// (`[row][q_dim]`). Work is split into tasks of (sequence, KV head, block of rows), run in
+    /// parallel, each handling the query heads sharing that KV head so that every key and value
+    /// is read once per row; when that gives too few tasks for the threads (decoding a few
+    /// sequences) each query head is a task of its own. Every row and head is computed by the
+    /// same operations whatever the split, so the split never changes a bit.
     fn attention<K: KvSeq>(
         &self,
         layer: usize,
@@ -509,23 +512,66 @@ impl Llama {
             softcap: c.attn_softcap,
             window: c.window(layer),
         };
-        let n_kv = c.n_kv_head;
-        let results: Vec<Vec<f32>> = (0..seqs.len() * n_kv)
-            .into_par_iter()
-            .map(|t| {
-                let (si, g) = (t / n_kv, t % n_kv);
-                attend_group(seqs[si].kv, layer, q, spans[si], g, geo)
-            })
+        let tasks = attention_tasks(spans, c.n_kv_head, geo.group, rayon::current_num_threads());
+        let results: Vec<Vec<f32>> = tasks
+            .par_iter()
+            .map(|t| attend(seqs[t.seq].kv, layer, q, spans[t.seq], t, geo))
             .collect();
-        let w = geo.group * geo.hd;
-        for (t, res) in results.iter().enumerate() {
-            let (si, g) = (t / n_kv, t % n_kv);
-            let (r0, n, _) = spans[si];
-            for i in 0..n {
-                out[(r0 + i) * geo.dim + g * w..][..w].copy_from_slice(&res[i * w..(i + 1) * w]);
+        for (t, res) in tasks.iter().zip(&results) {
+            let (r0, _, _) = spans[t.seq];
+            let w = t.heads.1 * geo.hd;
+            let col = (t.g * geo.group + t.heads.0) * geo.hd;
+            for (i, chunk) in res.chunks_exact(w).enumerate() {
+                out[(r0 + t.rows.0 + i) * geo.dim + col..][..w].copy_from_slice(chunk);
             }
         }
     }
+}
+
+/// Rows per attention task when a sequence brings many (prefill).
+const ATTN_ROW_BLOCK: usize = 32;
+
+/// One attention task: rows `rows.0 .. rows.0 + rows.1` of sequence `seq` (relative to its
+/// span) for query heads `heads.0 .. heads.0 + heads.1` of KV head `g`'s group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AttnTask {
+    seq: usize,
+    g: usize,
+    heads: (usize, usize),
+    rows: (usize, usize),
+}
+
+/// The attention tasks for `spans`: blocks of [`ATTN_ROW_BLOCK`] rows per (sequence, KV head),
+/// and single query heads when that leaves fewer than two tasks per thread.
+fn attention_tasks(
+    spans: &[(usize, usize, usize)],
+    n_kv: usize,
+    group: usize,
+    threads: usize,
+) -> Vec<AttnTask> {
+    let blocks: usize = spans.iter().map(|s| s.1.div_ceil(ATTN_ROW_BLOCK)).sum();
+    let per_head = blocks * n_kv < 2 * threads;
+    let heads: Vec<(usize, usize)> = if per_head {
+        (0..group).map(|h| (h, 1)).collect()
+    } else {
+        vec![(0, group)]
+    };
+    let mut tasks = Vec::new();
+    for (seq, &(_, n, _)) in spans.iter().enumerate() {
+        for g in 0..n_kv {
+            for &h in &heads {
+                for b in (0..n).step_by(ATTN_ROW_BLOCK) {
+                    tasks.push(AttnTask {
+                        seq,
+                        g,
+                        heads: h,
+                        rows: (b, ATTN_ROW_BLOCK.min(n - b)),
+                    });
+                }
+            }
+        }
+    }
+    tasks
 }
 
 /// Cosine and sine of each rotated pair's angle at `pos`, interleaved `[cos, sin, ...]`.
@@ -576,48 +622,51 @@ struct Geometry {
     window: Option<usize>,
 }
 
-/// Attention of one sequence's new rows for the query heads of KV head `g`; returns
-/// `[row][head in group][head_dim]`. Uses AVX2 when available: the same operations in the
-/// same order (no FMA), so the bits do not depend on the instruction set.
-fn attend_group<K: KvSeq>(
+/// One attention task's output, `[row][head][head_dim]`. Uses AVX2 when available: the same
+/// operations in the same order (no FMA), so the bits do not depend on the instruction set.
+fn attend<K: KvSeq>(
     kv: &K,
     layer: usize,
     q: &[f32],
     span: (usize, usize, usize),
-    g: usize,
+    task: &AttnTask,
     geo: Geometry,
 ) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { attend_group_avx2(kv, layer, q, span, g, geo) };
+            return unsafe { attend_avx2(kv, layer, q, span, task, geo) };
         }
     }
-    attend_group_body(kv, layer, q, span, g, geo)
+    attend_body(kv, layer, q, span, task, geo, dot)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn attend_group_avx2<K: KvSeq>(
+fn attend_avx2<K: KvSeq>(
     kv: &K,
     layer: usize,
     q: &[f32],
     span: (usize, usize, usize),
-    g: usize,
+    task: &AttnTask,
     geo: Geometry,
 ) -> Vec<f32> {
-    attend_group_body(kv, layer, q, span, g, geo)
+    // SAFETY: this function only runs where AVX2 is available.
+    attend_body(kv, layer, q, span, task, geo, |a, b| unsafe {
+        dot_avx2(a, b)
+    })
 }
 
 #[inline(always)]
-fn attend_group_body<K: KvSeq>(
+fn attend_body<K: KvSeq>(
     kv: &K,
     layer: usize,
     q: &[f32],
-    (r0, n, p0): (usize, usize, usize),
-    g: usize,
+    (r0, _, p0): (usize, usize, usize),
+    task: &AttnTask,
     geo: Geometry,
+    dot: impl Fn(&[f32], &[f32]) -> f32,
 ) -> Vec<f32> {
     let Geometry {
         dim,
@@ -627,21 +676,23 @@ fn attend_group_body<K: KvSeq>(
         softcap,
         window,
     } = geo;
-    let kvo = g * hd;
-    let cap = p0 + n;
-    let mut scores = vec![0f32; group * cap];
-    let mut out = vec![0f32; n * group * hd];
-    let mut max = vec![f32::NEG_INFINITY; group];
-    let mut sum = vec![0f32; group];
-    for i in 0..n {
-        let r = r0 + i;
-        let ctx = p0 + i + 1;
+    let (h0, nh) = task.heads;
+    let (i0, ni) = task.rows;
+    let kvo = task.g * hd;
+    let cap = p0 + i0 + ni;
+    let mut scores = vec![0f32; nh * cap];
+    let mut out = vec![0f32; ni * nh * hd];
+    let mut max = vec![f32::NEG_INFINITY; nh];
+    let mut sum = vec![0f32; nh];
+    for i in 0..ni {
+        let r = r0 + i0 + i;
+        let ctx = p0 + i0 + i + 1;
         let lo = window.map_or(0, |w| ctx.saturating_sub(w));
-        let qrow = &q[r * dim + g * group * hd..][..group * hd];
+        let qrow = &q[r * dim + (task.g * group + h0) * hd..][..nh * hd];
         max.fill(f32::NEG_INFINITY);
         for p in lo..ctx {
             let k = &kv.key(layer, p)[kvo..kvo + hd];
-            for hh in 0..group {
+            for hh in 0..nh {
                 let mut sc = dot(&qrow[hh * hd..(hh + 1) * hd], k) * scale;
                 if let Some(c) = softcap {
                     sc = (sc / c).tanh() * c;
@@ -650,7 +701,7 @@ fn attend_group_body<K: KvSeq>(
                 scores[hh * cap + p] = sc;
             }
         }
-        for hh in 0..group {
+        for hh in 0..nh {
             let mut s = 0f32;
             for sc in scores[hh * cap + lo..hh * cap + ctx].iter_mut() {
                 *sc = (*sc - max[hh]).exp();
@@ -658,17 +709,17 @@ fn attend_group_body<K: KvSeq>(
             }
             sum[hh] = s;
         }
-        let o = &mut out[i * group * hd..(i + 1) * group * hd];
+        let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
         for p in lo..ctx {
             let v = &kv.value(layer, p)[kvo..kvo + hd];
-            for hh in 0..group {
+            for hh in 0..nh {
                 let w = scores[hh * cap + p];
                 for (a, b) in o[hh * hd..(hh + 1) * hd].iter_mut().zip(v) {
                     *a += w * b;
                 }
             }
         }
-        for hh in 0..group {
+        for hh in 0..nh {
             let inv = 1.0 / sum[hh];
             for a in o[hh * hd..(hh + 1) * hd].iter_mut() {
                 *a *= inv;
@@ -769,8 +820,161 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
+/// [`dot`] with AVX2 intrinsics: the same eight lane sums and the same reduction, so the
+/// same bits (the compiler's own vectorisation of [`dot`] shuffles lanes one by one).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let full = n / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + 8 <= n, inside both slices.
+        let x = unsafe { _mm256_loadu_ps(a.as_ptr().add(i)) };
+        let y = unsafe { _mm256_loadu_ps(b.as_ptr().add(i)) };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+        i += 8;
+    }
+    let mut tail = 0f32;
+    for j in full..n {
+        tail += a[j] * b[j];
+    }
+    // (acc0+acc4, acc1+acc5, acc2+acc6, acc3+acc7), then ((v0+v1) + (v2+v3)) + tail.
+    let v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    let w = _mm_add_ps(v, _mm_movehdup_ps(v));
+    let r = _mm_add_ss(w, _mm_movehl_ps(w, w));
+    _mm_cvtss_f32(r) + tail
+}
+
 fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(seed: u64, n: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn avx2_dot_has_the_portable_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            for n in [0, 1, 7, 8, 9, 63, 64, 80, 128, 131] {
+                let (a, b) = (noise(n as u64, n), noise(1000 + n as u64, n));
+                let scaled: Vec<f32> = a.iter().map(|v| v * 1e3).collect();
+                for x in [&a, &scaled] {
+                    // SAFETY: AVX2 checked above.
+                    let fast = unsafe { dot_avx2(x, &b) };
+                    assert_eq!(fast.to_bits(), dot(x, &b).to_bits(), "length {n}");
+                }
+            }
+        }
+    }
+
+    /// Keys and values of one layer, `kv_dim` wide.
+    struct Kv {
+        kv_dim: usize,
+        keys: Vec<f32>,
+        values: Vec<f32>,
+    }
+
+    impl KvSeq for Kv {
+        fn len(&self) -> usize {
+            self.keys.len() / self.kv_dim
+        }
+        fn grow(&mut self, _: usize) {}
+        fn write(&mut self, _: usize, _: usize, _: &[f32], _: &[f32]) {}
+        fn key(&self, _: usize, pos: usize) -> &[f32] {
+            &self.keys[pos * self.kv_dim..][..self.kv_dim]
+        }
+        fn value(&self, _: usize, pos: usize) -> &[f32] {
+            &self.values[pos * self.kv_dim..][..self.kv_dim]
+        }
+    }
+
+    #[test]
+    fn attention_split_never_changes_a_bit() {
+        let (n_kv, group, hd) = (3, 3, 64);
+        let geo = Geometry {
+            dim: n_kv * group * hd,
+            hd,
+            group,
+            scale: 0.125,
+            softcap: None,
+            window: None,
+        };
+        let ctx = 300;
+        let kv = Kv {
+            kv_dim: n_kv * hd,
+            keys: noise(1, ctx * n_kv * hd),
+            values: noise(2, ctx * n_kv * hd),
+        };
+        // Rows 200..300 of one sequence: a prefill of 100 rows after 200 positions.
+        let (n, p0) = (100, 200);
+        let q = noise(3, n * geo.dim);
+        let span = (0, n, p0);
+        let run = |threads: usize| {
+            let mut out = vec![0f32; n * geo.dim];
+            for t in attention_tasks(&[span], n_kv, group, threads) {
+                let res = attend(&kv, 0, &q, span, &t, geo);
+                let w = t.heads.1 * hd;
+                let col = (t.g * group + t.heads.0) * hd;
+                for (i, c) in res.chunks_exact(w).enumerate() {
+                    out[(t.rows.0 + i) * geo.dim + col..][..w].copy_from_slice(c);
+                }
+            }
+            out
+        };
+        // 1 thread: whole groups in row blocks; 64 threads: single heads.
+        let (a, b) = (run(1), run(64));
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        // A decode step (one row) is the same row of the prefill.
+        let last = (n - 1, 1, p0 + n - 1);
+        let q_last = &q[(n - 1) * geo.dim..];
+        for threads in [1, 2, 64] {
+            let mut row = vec![0f32; geo.dim];
+            for t in attention_tasks(&[(0, 1, last.2)], n_kv, group, threads) {
+                let res = attend(&kv, 0, q_last, (0, 1, last.2), &t, geo);
+                let col = (t.g * group + t.heads.0) * hd;
+                row[col..col + res.len()].copy_from_slice(&res);
+            }
+            let want = &a[(n - 1) * geo.dim..];
+            assert!(row
+                .iter()
+                .zip(want)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+    }
+
+    #[test]
+    fn attention_tasks_cover_every_row_and_head_once() {
+        let spans = [(0, 1, 5), (1, 70, 0), (71, 32, 9)];
+        for threads in [1, 2, 8, 1000] {
+            let mut seen = std::collections::HashSet::new();
+            for t in attention_tasks(&spans, 2, 4, threads) {
+                for r in t.rows.0..t.rows.0 + t.rows.1 {
+                    for h in t.heads.0..t.heads.0 + t.heads.1 {
+                        assert!(seen.insert((t.seq, r, t.g, h)));
+                    }
+                }
+            }
+            assert_eq!(seen.len(), (1 + 70 + 32) * 2 * 4);
+        }
     }
 }
