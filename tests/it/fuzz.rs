@@ -10,7 +10,11 @@
 //! `CANDOR_FUZZ_ITERS=1000000 cargo test --release --test it fuzz -- --nocapture` is the long
 //! run; `CANDOR_FUZZ_SEED` changes the seed, `CANDOR_FUZZ_TARGET` picks one target and
 //! `CANDOR_FUZZ_SECONDS` stops each target after that long (the count is printed);
-//! `CANDOR_FUZZ_REPLAY=<file>` with `CANDOR_FUZZ_TARGET` runs one saved input and times it. A
+//! `CANDOR_FUZZ_REPLAY=<file>` with `CANDOR_FUZZ_TARGET` runs one saved input and times it;
+//! `CANDOR_FUZZ_PEAKS=1` saves every input after which the peak resident set has grown by 16 MiB
+//! (with malloc's in-use bytes, which tell a large input from memory held across inputs). Take
+//! long runs with `RUST_BACKTRACE` unset: with it set, the backtraces that candle's errors capture
+//! are resolved and cached, hundreds of MB that users do not see. A
 //! panicking input is written to `target/fuzz-crashes/<target>-<seed>-<iteration>` and the test
 //! fails naming it; an input slower than [`SLOW`] fails too.
 
