@@ -233,8 +233,15 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
     let refs: Vec<Reference> = jsonl(&fixture("reference/teacher_forced.jsonl"));
     let types: Vec<TypeRecord> = jsonl(&fixture("quant/teacher_forced.jsonl"));
     assert!(types.len() >= 2, "{} types in the fixture", types.len());
+    // CANDOR_QUANT_TYPES=Q4_0,Q8_0 runs only those fixture lines.
+    let only: Option<Vec<String>> = std::env::var("CANDOR_QUANT_TYPES")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
     let mut report = Vec::new();
     for t in &types {
+        if only.as_ref().is_some_and(|o| !o.contains(&t.ftype)) {
+            continue;
+        }
         let path = dir.join(&t.file);
         if !path.exists() {
             // make_quant_reference.py --quantizer gguf-py writes only some of the types.
@@ -251,10 +258,12 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
         );
         let mut dec = Decoder::new(model, SchedulerConfig::default(), Vec::new());
         let (mut total, mut agree, mut near) = (0, 0, 0);
+        let mut dump = Vec::new();
         assert_eq!(refs.len(), t.argmax.len(), "{}", t.ftype);
         for (r, (want, gaps)) in refs.iter().zip(t.argmax.iter().zip(&t.top2_gap)) {
             let got = dec.next_token_argmax(&r.ids, r.start - 1).expect("forward");
             let got = &got[..r.ids.len() - r.start];
+            dump.push(got.to_vec());
             assert_eq!(got.len(), want.len(), "{} {}", t.ftype, r.id);
             for (k, (a, b)) in got.iter().zip(want).enumerate() {
                 total += 1;
@@ -272,6 +281,11 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
             total - agree
         );
         println!("{line}");
+        // CANDOR_QUANT_DUMP=dir writes Candor's argmaxes (`{ftype}.json`) for comparisons.
+        if let Some(d) = std::env::var_os("CANDOR_QUANT_DUMP") {
+            let f = PathBuf::from(d).join(format!("{}.json", t.ftype));
+            std::fs::write(&f, serde_json::to_string(&dump).expect("json")).expect("dump");
+        }
         report.push((t.ftype.clone(), agree as f64 / total as f64, line));
     }
     assert!(

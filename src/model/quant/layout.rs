@@ -337,17 +337,17 @@ pub(crate) fn dequantize(format: QFormat, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// `v.round() as i8` (NaN → 0, saturating), without the libm call: truncate, then
-/// step away from zero when the exact remainder is at least one half.
+/// `v` rounded to the nearest integer, ties to even (as `_mm256_round_ps(v, _MM_ROUND_NEAREST)`
+/// in ggml's AVX2 `quantize_row_q8_0` / `quantize_row_q8_1`), saturated to i8. Exact for
+/// `|v| < 2^22` (adding and subtracting 1.5 · 2^23 leaves the nearest-even integer, as
+/// ggml's `nearest_int`); the callers' `|v|` is at most about 127. NaN gives 0.
 #[inline]
-fn round_away(v: f32) -> i8 {
-    let t = v as i32;
-    let rem = v - t as f32;
-    // Branch-free: the remainder's side of ±0.5 is data, not a predictable branch.
-    let r = t
-        .saturating_add((rem >= 0.5) as i32)
-        .saturating_sub((rem <= -0.5) as i32);
-    r.clamp(-128, 127) as i8
+fn round_even(v: f32) -> i8 {
+    const MAGIC: f32 = 12_582_912.0;
+    if v.abs() >= 4_194_304.0 {
+        return v.clamp(-128.0, 127.0) as i8;
+    }
+    ((v + MAGIC) - MAGIC) as i8
 }
 
 /// Reads the little-endian f16 at `at` as f32 (exact).
@@ -379,9 +379,10 @@ pub(crate) struct QuantizedRows {
 impl QuantizedRows {
     /// Quantizes the `m × k` rows of `x` to `kind` blocks.
     ///
-    /// Q8_0 / Q8_1 follow ggml's `quantize_row_q8_0_ref` / `quantize_row_q8_1_ref`:
-    /// `d = amax / 127`, `q = round(x / d)` (half away from zero, through `id = 1 / d`),
-    /// `s = f16(d * sum(q))` with the unrounded f32 `d`. Q8_K follows `quantize_row_q8_K_ref`:
+    /// Q8_0 / Q8_1 follow the `quantize_row_q8_0` / `quantize_row_q8_1` that ggml's CPU
+    /// backend runs on x86 (AVX2; not the `_ref` versions): `d = amax / 127`,
+    /// `q = round_half_even(x * (127 / amax))`, `s = f16(d * sum(q))` with the unrounded f32
+    /// `d`. Q8_K follows `quantize_row_q8_K_ref` (which ggml's x86 `quantize_row_q8_K` calls):
     /// `iscale = -127 / x_amax` (the signed element of largest magnitude), `q = min(127,
     /// round_half_even(iscale * x))`, `d = 1 / iscale`.
     pub(crate) fn quantize(x: &[f32], k: usize, kind: ActKind) -> QuantizedRows {
@@ -424,9 +425,9 @@ impl QuantizedRows {
             }
             let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
             let dd = amax / 127.0;
-            let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             for (q, &v) in q.iter_mut().zip(xs) {
-                *q = round_away(v * id);
+                *q = round_even(v * id);
             }
             d.push(f16::from_f32(dd).to_f32());
             if kind == ActKind::Q8_1 {
@@ -530,26 +531,36 @@ mod tests {
     }
 
     #[test]
-    fn round_half_away_from_zero() {
-        // amax 127 ⇒ d = 1, so quants are round(x): 2.5 → 3, -2.5 → -3.
+    fn round_half_to_even_through_127_over_amax() {
+        // amax 127 ⇒ id = 1, so quants are round_half_even(x): 2.5 → 2, -2.5 → -2, 3.5 → 4.
         let mut x = [0f32; 32];
         x[0] = 127.0;
         x[1] = 2.5;
         x[2] = -2.5;
+        x[3] = 3.5;
         let q = QuantizedRows::quantize(&x, 32, ActKind::Q8_0);
-        assert_eq!(&q.qs[..3], &[127, 3, -3]);
+        assert_eq!(&q.qs[..4], &[127, 2, -2, 4]);
+        // The multiplier is 127 / amax, not 1 / (amax / 127): for amax = 0.3 they differ by
+        // an ulp, and 0.1547244 · 127 / 0.3 = 65.49999 → 65 where 1 / (0.3 / 127) gives 65.5 → 66.
+        let mut y = [0f32; 32];
+        y[0] = 0.3;
+        y[1] = 0.1547244;
+        let q = QuantizedRows::quantize(&y, 32, ActKind::Q8_0);
+        assert_eq!(&q.qs[..2], &[127, 65]);
     }
 
     #[test]
-    fn round_away_equals_libm_round() {
+    fn round_even_equals_round_ties_even() {
         let mut vals = vec![
-            0.5f32, -0.5, 1.5, -1.5, 126.5, -126.5, 127.0, -127.0, 0.0, -0.0,
+            0.5f32, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 127.0, -127.0, 0.0, -0.0, 127.4,
+            -128.4, 300.0, -300.0, 1e9, -1e9,
         ];
-        vals.extend([0.49999997f32, -0.49999997, 2.4999998, f32::NAN]);
+        vals.extend([0.49999997f32, -0.49999997, 2.4999998]);
         vals.extend((0..200_000).map(|i| (i as f32 - 100_000.0) * 0.00127));
         for v in vals {
-            assert_eq!(round_away(v), v.round() as i8, "{v}");
+            assert_eq!(round_even(v), v.round_ties_even() as i8, "{v}");
         }
+        assert_eq!(round_even(f32::NAN), 0);
     }
 
     #[test]
