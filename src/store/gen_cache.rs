@@ -13,6 +13,7 @@
 //! [`CachedModels`] wraps any [`Models`]: it is a layer around the model calls, not part of
 //! the runner's schedule, which sees a generator like any other.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -166,6 +167,17 @@ pub struct CachedGen<G> {
     cache: GenCache,
     keyer: Keyer,
     stats: Arc<CacheStats>,
+    /// The keys of streamed requests being generated, by id.
+    streamed: HashMap<u64, String>,
+}
+
+impl<G> CachedGen<G> {
+    fn store(&self, key: &str, reply: &ChatReply) {
+        match self.cache.put(key, reply) {
+            Ok(()) => self.stats.stored.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
 }
 
 impl<G: Generate> Generate for CachedGen<G> {
@@ -190,10 +202,7 @@ impl<G: Generate> Generate for CachedGen<G> {
             let fresh = self.inner.generate_chat(&batch)?;
             for (&i, reply) in missing.iter().zip(fresh) {
                 if let Some(k) = &keys[i] {
-                    match self.cache.put(k, &reply) {
-                        Ok(()) => self.stats.stored.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
-                    };
+                    self.store(k, &reply);
                 }
                 replies[i] = Some(reply);
             }
@@ -202,6 +211,36 @@ impl<G: Generate> Generate for CachedGen<G> {
         // A generator that returned fewer replies than asked leaves holes: return what there
         // is, and the runner reports the broken contract.
         Ok(replies.into_iter().flatten().collect())
+    }
+
+    /// A hit is answered at once; a miss is started on the model and stored as soon as it is
+    /// finished (so a reply outlives the process that generated it, even one killed before
+    /// logging it).
+    fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, G::Error> {
+        let key = (self.keyer)(self.actor, request);
+        if let Some(reply) = key.as_deref().and_then(|k| self.cache.get(k)) {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(reply));
+        }
+        let reply = self.inner.start(id, request)?;
+        match (key, &reply) {
+            (Some(k), Some(r)) => self.store(&k, r),
+            (Some(k), None) => {
+                self.streamed.insert(id, k);
+            }
+            (None, _) => {}
+        }
+        Ok(reply)
+    }
+
+    fn poll(&mut self) -> Result<Vec<(u64, ChatReply)>, G::Error> {
+        let finished = self.inner.poll()?;
+        for (id, reply) in &finished {
+            if let Some(k) = self.streamed.remove(id) {
+                self.store(&k, reply);
+            }
+        }
+        Ok(finished)
     }
 
     fn prefill_stats(&self) -> PrefillStats {
@@ -219,6 +258,7 @@ impl<M: Models> Models for CachedModels<M> {
             cache: self.cache.clone(),
             keyer: Arc::clone(&self.keyer),
             stats: Arc::clone(&self.stats),
+            streamed: HashMap::new(),
         })
     }
 
