@@ -436,7 +436,11 @@ fn fuzz(target: &Target, seed: u64, iters: u64, limit: Option<Duration>) -> (u64
             if now >= peak_kb + 16 * 1024 {
                 let file = crashes_dir().join(format!("{}-{seed}-{i}-peak-{now}kB", target.name));
                 std::fs::write(&file, &data).unwrap();
-                eprintln!("fuzz {}: peak {now} kB after {}", target.name, file.display());
+                eprintln!(
+                    "fuzz {}: peak {now} kB after {}",
+                    target.name,
+                    file.display()
+                );
                 peak_kb = now;
             }
         }
@@ -452,7 +456,12 @@ fn peak_rss() -> Option<String> {
 fn peak_rss_kb() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line["VmHWM:".len()..].trim().trim_end_matches("kB").trim().parse().ok()
+    line["VmHWM:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn crashes_dir() -> PathBuf {
