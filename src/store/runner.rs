@@ -851,6 +851,172 @@ mod tests {
         assert_eq!(models.stats.alive.load(Ordering::SeqCst), 0);
     }
 
+    /// The log the round loop writes, computed here step by step without the runner: each
+    /// round is the lowest actor's pending steps in (item, key) order, answered one by one
+    /// with the fake model's own rules.
+    fn round_loop_log(items: &[ToyItem], plan: &ToyPlan, models: &FakeModels) -> Vec<u8> {
+        use crate::store::testkit::{fake_reply, FAIL_MARKER};
+        let mut done = vec![Transcript::new(); items.len()];
+        let mut stopped = vec![false; items.len()];
+        let mut log = Vec::new();
+        loop {
+            let pending: Vec<(usize, Step)> = (0..items.len())
+                .filter(|&i| !stopped[i])
+                .flat_map(|i| {
+                    let mut steps = plan.next_steps(&items[i], &done[i]);
+                    steps.sort_by(|a, b| a.key.cmp(&b.key));
+                    steps.into_iter().map(move |s| (i, s))
+                })
+                .collect();
+            let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
+                return log;
+            };
+            for (i, step) in pending.into_iter().filter(|(_, s)| s.actor == actor) {
+                let label = match actor {
+                    Actor::Candidate(c) => models.candidates[c].clone(),
+                    Actor::Judge => models.judge.clone(),
+                };
+                let request = ChatRequest {
+                    messages: step.messages.clone(),
+                    params: step.params.clone(),
+                };
+                let refused = step
+                    .messages
+                    .iter()
+                    .any(|m| m.content.contains(FAIL_MARKER));
+                let outcome = match models.preflight_reason(&request) {
+                    Some(reason) => SampleOutcome::Error(reason),
+                    None if refused => SampleOutcome::Error(error_chain(
+                        &crate::store::testkit::FakeError::Refused,
+                    )),
+                    None => reply_outcome(fake_reply(&label, &request)),
+                };
+                match &outcome {
+                    SampleOutcome::Output(o) => {
+                        done[i].insert(step.key.clone(), o.clone());
+                    }
+                    SampleOutcome::Error(_) => stopped[i] = true,
+                }
+                log.extend(Sample::new(&items[i].id, &step, outcome).to_line());
+            }
+        }
+    }
+
+    #[test]
+    fn the_queue_logs_exactly_what_the_round_loop_logged() {
+        let tmp = tempfile::tempdir().unwrap();
+        // 24 items: refused, template and overflow failures among them.
+        let items = toy_items(24);
+        for (k, (cands, judge, batch)) in [
+            (&["a", "b"][..], "j", 1),
+            (&["a", "b"][..], "j", 5),
+            (&["a", "a"][..], "a", 7),
+            (&["a"][..], "j", 64),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let plan = plan(cands.len());
+            let mut models = FakeModels::new(cands, judge);
+            let want = round_loop_log(&items, &plan, &models);
+            let dir = tmp.path().join(format!("run{k}"));
+            run_toy(&dir, &items, &plan, &mut models, batch).unwrap();
+            let got = std::fs::read(dir.join("samples.jsonl")).unwrap();
+            assert!(
+                got == want,
+                "case {k}: the log differs from the round loop's"
+            );
+            assert!(!dir.join("pending.jsonl").exists());
+        }
+    }
+
+    /// Turn 2 of an item starts as soon as its turn 1 is answered, not when the slowest
+    /// turn 1 of the round is; the judge (same model) starts before the last candidate turn
+    /// is answered; and the batch is kept full.
+    #[test]
+    fn later_steps_start_before_the_slowest_step_of_the_round_finishes() {
+        use crate::store::testkit::FakeEvent;
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(9);
+        let mut models = FakeModels::new(&["m"], "m");
+        run_toy(tmp.path(), &items, &plan(1), &mut models, 4).unwrap();
+        let events = models.stats.events.lock().unwrap().clone();
+        let turn2 = |t: &str| t.starts_with("Are you sure");
+        let judge = |t: &str| t.starts_with("Question:");
+        let first_turn2_start = events
+            .iter()
+            .position(|e| matches!(e, FakeEvent::Start { text, .. } if turn2(text)))
+            .unwrap();
+        let last_turn1_finish = events
+            .iter()
+            .rposition(
+                |e| matches!(e, FakeEvent::Finish { text, .. } if !turn2(text) && !judge(text)),
+            )
+            .unwrap();
+        assert!(
+            first_turn2_start < last_turn1_finish,
+            "turn 2 waited for every turn 1: {events:?}"
+        );
+        let first_judge_start = events
+            .iter()
+            .position(|e| matches!(e, FakeEvent::Start { text, .. } if judge(text)))
+            .unwrap();
+        let last_turn2_finish = events
+            .iter()
+            .rposition(|e| matches!(e, FakeEvent::Finish { text, .. } if turn2(text)))
+            .unwrap();
+        assert!(first_judge_start < last_turn2_finish, "{events:?}");
+        assert_eq!(models.stats.max_batch.load(Ordering::SeqCst), 4);
+        assert_eq!(models.stats.loads.lock().unwrap().len(), 1);
+        // And the bytes are those of a run one step at a time.
+        let one = tmp.path().join("one");
+        run_toy(&one, &items, &plan(1), &mut FakeModels::new(&["m"], "m"), 1).unwrap();
+        assert_eq!(
+            std::fs::read(one.join("samples.jsonl")).unwrap(),
+            std::fs::read(tmp.path().join("samples.jsonl")).unwrap()
+        );
+    }
+
+    /// Steps that finished but were not logged when the engine failed are kept in
+    /// `pending.jsonl` and taken from there on resume, not generated again.
+    #[test]
+    fn finished_unlogged_steps_survive_a_failure_and_are_not_recomputed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(10);
+        let full_dir = tmp.path().join("full");
+        run_toy(
+            &full_dir,
+            &items,
+            &plan(2),
+            &mut FakeModels::new(&["a", "b"], "j"),
+            6,
+        )
+        .unwrap();
+        let full = files(&full_dir);
+        let total = full.samples.iter().filter(|&&b| b == b'\n').count();
+        let mut recovered_any = false;
+        for break_after in [1, 2, 3, 5, 8, 13] {
+            let dir = tmp.path().join(format!("broken{break_after}"));
+            let mut broken = FakeModels::new(&["a", "b"], "j");
+            broken.break_after = Some(break_after);
+            run_toy(&dir, &items, &plan(2), &mut broken, 6).unwrap_err();
+            let logged = std::fs::read(dir.join("samples.jsonl")).unwrap();
+            let logged = logged.iter().filter(|&&b| b == b'\n').count();
+            let mut again = FakeModels::new(&["a", "b"], "j");
+            let out = run_toy(&dir, &items, &plan(2), &mut again, 3).unwrap();
+            assert_eq!(out.replayed, logged);
+            assert_eq!(out.replayed + out.recovered + out.computed, total);
+            recovered_any |= out.recovered > 0;
+            // Only the computed steps reached the model (refused ones never do).
+            let asked = again.stats.requests.load(Ordering::SeqCst);
+            assert!(asked <= out.computed, "{asked} > {}", out.computed);
+            let got = files(&dir);
+            assert!(got.samples == full.samples && got.results == full.results);
+            assert!(!dir.join("pending.jsonl").exists());
+        }
+        assert!(recovered_any, "no failure left finished steps unlogged");
+    }
+
     #[test]
     fn same_model_for_two_actors_is_loaded_once() {
         let tmp = tempfile::tempdir().unwrap();

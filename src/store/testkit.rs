@@ -259,6 +259,18 @@ impl FakeModels {
         }
     }
 
+    /// Why the fake's preflight refuses `request`, if it does.
+    pub fn preflight_reason(&self, request: &ChatRequest) -> Option<String> {
+        let has = |marker: &str| request.messages.iter().any(|m| m.content.contains(marker));
+        if has(TEMPLATE_MARKER) {
+            Some("chat template raised an exception: Conversation roles must alternate".into())
+        } else if has(TOKENIZER_MARKER) {
+            Some("tokenizer: the fake tokenizer cannot encode this text".into())
+        } else {
+            None
+        }
+    }
+
     fn label(&self, actor: Actor) -> Option<&str> {
         match actor {
             Actor::Candidate(i) => self.candidates.get(i).map(String::as_str),
@@ -298,14 +310,7 @@ impl Models for FakeModels {
     }
 
     fn preflight(&self, _gen: &HashGenerate, request: &ChatRequest) -> Result<(), String> {
-        let has = |marker: &str| request.messages.iter().any(|m| m.content.contains(marker));
-        if has(TEMPLATE_MARKER) {
-            Err("chat template raised an exception: Conversation roles must alternate".into())
-        } else if has(TOKENIZER_MARKER) {
-            Err("tokenizer: the fake tokenizer cannot encode this text".into())
-        } else {
-            Ok(())
-        }
+        self.preflight_reason(request).map_or(Ok(()), Err)
     }
 }
 
