@@ -264,19 +264,18 @@ impl<P: Plan> Run<'_, P> {
             return Ok((0, 0));
         }
         let (spill_path, mut recovered) = spill;
+        // Only what the log lacks is kept.
+        let index: HashMap<&str, usize> = (ledger.ids.iter().enumerate())
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        let failed: BTreeSet<(&str, &str)> = (ledger.failed.iter())
+            .map(|f| (f.item.as_str(), f.key.as_str()))
+            .collect();
         recovered.retain(|s| {
-            let logged = |i: usize| {
-                ledger.transcripts[i].contains_key(&s.key)
-                    || ledger
-                        .failed
-                        .iter()
-                        .any(|f| f.item == s.item && f.key == s.key)
-            };
-            ledger
-                .ids
-                .iter()
-                .position(|id| *id == s.item)
-                .is_some_and(|i| !logged(i))
+            index.get(s.item.as_str()).is_some_and(|&i| {
+                !ledger.transcripts[i].contains_key(&s.key)
+                    && !failed.contains(&(s.item.as_str(), s.key.as_str()))
+            })
         });
         let mut spill = PendingWriter::create(spill_path, &recovered)?;
         q.recovered = recovered;
@@ -332,10 +331,10 @@ impl<P: Plan> Run<'_, P> {
             // The loaded model keeps working while it has steps in flight or ready; then the
             // lowest actor with ready steps gets its model.
             let busy = loaded.as_ref().is_some_and(|(l, _)| {
-                !q.flying.is_empty() || q.ready.values().any(|s| shares(&*models, *l, s.actor))
+                !q.flying.is_empty() || q.ready.keys().any(|a| shares(&*models, *l, *a))
             });
             if !busy {
-                let Some(actor) = q.ready.values().map(|s| s.actor).min() else {
+                let Some(&actor) = q.ready.keys().next() else {
                     return Err(StoreError::Internal(
                         "nothing to run and nothing in flight".into(),
                     ));
@@ -364,18 +363,9 @@ impl<P: Plan> Run<'_, P> {
             // Fill the free slots, earliest steps first.
             let mut answered = false;
             while q.flying.len() < self.batch_size {
-                let Some(k) = q
-                    .ready
-                    .iter()
-                    .find(|(_, s)| shares(&*models, actor, s.actor))
-                    .map(|(k, _)| k.clone())
-                else {
+                let Some((i, step)) = q.take_ready(|a| shares(&*models, actor, a)) else {
                     break;
                 };
-                let Some(step) = q.ready.remove(&k) else {
-                    break;
-                };
-                let i = k.1;
                 let request = ChatRequest {
                     messages: step.messages.clone(),
                     params: step.params.clone(),
@@ -607,9 +597,9 @@ struct Queue {
     ahead: Vec<Ahead>,
     /// Items whose steps all finished, to ask for their next ones.
     idle: Vec<usize>,
-    /// Steps asked for and not started, by (finished steps of the item, item, key): items
-    /// behind the others go first, then item order.
-    ready: BTreeMap<(usize, usize, String), Step>,
+    /// Steps asked for and not started, by actor (only actors with some), then by (finished
+    /// steps of the item, item, key): items behind the others go first, then item order.
+    ready: BTreeMap<Actor, BTreeMap<(usize, usize, String), Step>>,
     /// Steps started on the loaded model, by request id.
     flying: HashMap<u64, (usize, Step)>,
     next_id: u64,
@@ -633,8 +623,24 @@ impl Queue {
             self.finish(i, step, outcome);
         } else {
             let k = (self.ahead[i].transcript.len(), i, step.key.clone());
-            self.ready.insert(k, step);
+            self.ready.entry(step.actor).or_default().insert(k, step);
         }
+    }
+
+    /// Takes the earliest ready step of the actors `fits` accepts: its item and the step.
+    fn take_ready(&mut self, fits: impl Fn(Actor) -> bool) -> Option<(usize, Step)> {
+        let (actor, key) = self
+            .ready
+            .iter()
+            .filter(|(a, _)| fits(**a))
+            .filter_map(|(a, r)| r.keys().next().map(|k| (*a, k.clone())))
+            .min_by(|x, y| x.1.cmp(&y.1))?;
+        let of_actor = self.ready.get_mut(&actor)?;
+        let step = of_actor.remove(&key)?;
+        if of_actor.is_empty() {
+            self.ready.remove(&actor);
+        }
+        Some((key.1, step))
     }
 
     /// Step `step` of item `i` was computed.
