@@ -377,6 +377,50 @@ mod tests {
     }
 
     #[test]
+    fn streamed_misses_are_stored_as_they_finish_and_hits_answer_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = GenCache::new(tmp.path());
+        let keyer: Keyer = Arc::new(|_, r| {
+            let prompt = PromptKey::Messages(serde_json::to_string(&r.messages).ok()?);
+            Some(
+                KeyParts {
+                    model_sha256: "m",
+                    options: "",
+                    prompt,
+                    params: &r.params,
+                }
+                .key(),
+            )
+        });
+        let fake = FakeModels::new(&["a"], "j");
+        let mut m = CachedModels::new(fake, cache.clone(), Arc::clone(&keyer));
+        let mut g = m.load(Actor::Candidate(0)).unwrap();
+        let reqs: Vec<ChatRequest> = (0..6).map(|i| request(&i.to_string())).collect();
+        for (i, r) in reqs.iter().enumerate() {
+            assert_eq!(g.start(i as u64, r).unwrap(), None);
+        }
+        let mut got = vec![None; reqs.len()];
+        let mut left = reqs.len();
+        while left > 0 {
+            for (id, reply) in g.poll().unwrap() {
+                // Stored the moment it is returned, before the others finish.
+                let key = keyer(Actor::Candidate(0), &reqs[id as usize]).unwrap();
+                assert_eq!(cache.get(&key).as_ref(), Some(&reply));
+                got[id as usize] = Some(reply);
+                left -= 1;
+            }
+        }
+        assert!(g.poll().unwrap().is_empty());
+        assert_eq!(m.stats.stored.load(Ordering::SeqCst), reqs.len());
+        // Again: every request is answered by `start`, without the model.
+        let mut again = m.load(Actor::Candidate(0)).unwrap();
+        for (i, r) in reqs.iter().enumerate() {
+            assert_eq!(again.start(10 + i as u64, r).unwrap(), got[i]);
+        }
+        assert_eq!(m.stats.hits.load(Ordering::SeqCst), reqs.len());
+    }
+
+    #[test]
     fn cached_models_answer_hits_without_the_model_and_store_misses() {
         let tmp = tempfile::tempdir().unwrap();
         let cache = GenCache::new(tmp.path());
