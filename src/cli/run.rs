@@ -543,8 +543,9 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     }
     if outcome.resumed {
         eprintln!(
-            "candor: resumed: {} steps from the log, {} computed",
-            outcome.replayed, outcome.computed
+            "candor: resumed: {} steps from the log, {} finished but unlogged steps recovered, \
+             {} computed",
+            outcome.replayed, outcome.recovered, outcome.computed
         );
     }
     let r = &outcome.results;

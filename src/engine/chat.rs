@@ -8,6 +8,7 @@
 //! file's sha256, the tokenizer's hash and the template text. It does not pick models or
 //! read request files (that is `cli`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -65,6 +66,8 @@ pub struct Engine {
     template: ChatTemplate,
     model_path: PathBuf,
     model_sha256: OnceLock<String>,
+    /// The prompt ids of the streamed chat requests in flight, by id.
+    streamed: HashMap<u64, Vec<u32>>,
 }
 
 impl Engine {
@@ -160,6 +163,7 @@ impl Engine {
             template,
             model_path: path.to_path_buf(),
             model_sha256: OnceLock::new(),
+            streamed: HashMap::new(),
         }
     }
 
@@ -287,6 +291,42 @@ impl Engine {
 
 impl Generate for Engine {
     type Error = EngineError;
+
+    fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, EngineError> {
+        let prompt_ids = self.prompt_ids(request)?;
+        let token_request = TokenRequest::new(prompt_ids.clone(), request.params.clone());
+        self.decoder.submit(id, token_request)?;
+        self.streamed.insert(id, prompt_ids);
+        Ok(None)
+    }
+
+    fn poll(&mut self) -> Result<Vec<(u64, ChatReply)>, EngineError> {
+        let tokenizer = Arc::clone(&self.tokenizer);
+        while self.decoder.in_flight() > 0 {
+            let finished = self.decoder.step(tokenizer.as_ref())?;
+            if finished.is_empty() {
+                continue;
+            }
+            return finished
+                .into_iter()
+                .map(|(id, t)| {
+                    let prompt_ids = self.streamed.remove(&id).ok_or_else(|| {
+                        EngineError::Internal(format!("a reply to unknown request {id}"))
+                    })?;
+                    Ok((
+                        id,
+                        ChatReply {
+                            prompt_ids,
+                            output_ids: t.output_ids,
+                            text: t.text,
+                            stop_reason: t.stop_reason,
+                        },
+                    ))
+                })
+                .collect();
+        }
+        Ok(Vec::new())
+    }
 
     fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, EngineError> {
         self.generate_chat_with_progress(requests, &mut |_| {})

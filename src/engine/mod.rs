@@ -110,6 +110,11 @@ pub struct ChatReply {
 
 /// Something that answers chat requests in batches: the engine with a loaded model, or a
 /// scripted fake in tests. The i-th reply answers the i-th request.
+///
+/// Besides whole batches it answers a stream ([`Generate::start`], [`Generate::poll`]): the
+/// caller adds requests while others are being generated, and gets each reply as soon as it is
+/// finished. Either way a request's reply depends only on the request, never on what else is
+/// in flight or on the order requests were started in.
 pub trait Generate {
     type Error: std::error::Error + Send + Sync + 'static;
     fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, Self::Error>;
@@ -124,6 +129,30 @@ pub trait Generate {
         let replies = self.generate_chat(requests)?;
         (0..replies.len()).for_each(&mut *done);
         Ok(replies)
+    }
+
+    /// Streaming: starts answering `request`, which the caller names `id` (unique among the
+    /// requests in flight). Returns the reply at once when it needs no generating (a cached
+    /// one), else `None` and the reply comes from a later [`Generate::poll`]. An error here
+    /// concerns this request only (nothing was started) when the generator's
+    /// [`crate::store::models::Models::is_request_error`] says so. By default the request is answered
+    /// at once, alone, by [`Generate::generate_chat`].
+    fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, Self::Error> {
+        let _ = id;
+        let mut replies = self.generate_chat(std::slice::from_ref(request))?;
+        Ok(if replies.len() == 1 {
+            replies.pop()
+        } else {
+            None
+        })
+    }
+
+    /// Streaming: advances the requests in flight (for the engine: forward passes, whose free
+    /// batch slots are refilled from the started requests) until at least one is finished,
+    /// and returns the finished ones by id. Returns nothing only when nothing is in flight. An
+    /// error is the engine's, not a request's.
+    fn poll(&mut self) -> Result<Vec<(u64, ChatReply)>, Self::Error> {
+        Ok(Vec::new())
     }
 
     /// Prompt positions computed and reused (prefix cache) by this generator so far.

@@ -2,6 +2,11 @@
 //! `batch_size` sequences, prefills them in chunks, samples, checks stop conditions and retires
 //! finished sequences, until every request has its reply.
 //!
+//! It runs either over a fixed set of requests ([`Decoder::generate`]) or as a stream
+//! ([`Decoder::submit`] and [`Decoder::step`]): requests are added while others decode, and
+//! each step first refills the free slots, so a caller can feed a request's follow-up as soon
+//! as the request is answered.
+//!
 //! A step packs each active sequence's next rows (a prefill chunk or its one new token) back
 //! to back and runs one forward pass. Because the model's rows are computed independently and
 //! sampling depends only on a request's own seed and step, the order and grouping chosen here
@@ -98,7 +103,9 @@ impl Default for SchedulerConfig {
 }
 
 struct Active {
-    req: usize,
+    /// The caller's name for the request.
+    id: u64,
+    params: SamplingParams,
     kv: SeqKv,
     /// Tokens still to feed: the prompt (remainder), then each sampled token.
     feed: Vec<u32>,
@@ -110,6 +117,26 @@ struct Active {
     first_token: Option<Instant>,
     /// The request's grammar state, when it is constrained.
     grammar: Option<ConstraintState>,
+}
+
+/// A checked request waiting for a slot in the batch.
+struct Queued {
+    id: u64,
+    req: TokenRequest,
+    grammar: Option<ConstraintState>,
+}
+
+/// Requests in flight: waiting for a slot, or decoding.
+#[derive(Default)]
+struct Flight {
+    queue: VecDeque<Queued>,
+    active: Vec<Active>,
+}
+
+impl Flight {
+    fn len(&self) -> usize {
+        self.queue.len() + self.active.len()
+    }
 }
 
 /// Token-level decoding with one model, its KV store and its reusable buffers.
@@ -125,6 +152,8 @@ pub struct Decoder {
     constraints: Option<Arc<ConstraintCompiler>>,
     cache: PrefixCache,
     stats: PrefillStats,
+    /// The requests of the streaming interface ([`Decoder::submit`], [`Decoder::step`]).
+    flight: Flight,
 }
 
 impl Decoder {
@@ -149,6 +178,7 @@ impl Decoder {
             constraints: None,
             cache: PrefixCache::new(layout, config.prefix_cache_bytes),
             stats: PrefillStats::default(),
+            flight: Flight::default(),
         }
     }
 
@@ -278,188 +308,24 @@ impl Decoder {
         text: &dyn TextDecoder,
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<TokenReply>, EngineError> {
-        let mut grammars: Vec<Option<ConstraintState>> = Vec::with_capacity(requests.len());
+        // Every request is checked before any is generated.
+        let mut flight = Flight::default();
         for (i, r) in requests.iter().enumerate() {
-            if r.prompt_ids.is_empty() {
-                return Err(EngineError::EmptyPrompt { index: i });
-            }
-            self.check_ids(&r.prompt_ids)?;
-            if let Some(p) = r.prefix {
-                if self.store.get(p).is_none() {
-                    return Err(EngineError::UnknownSequence(p));
-                }
-            }
-            grammars.push(match &r.params.constraint {
-                None => None,
-                Some(c) => {
-                    let compiler =
-                        self.constraints
-                            .as_ref()
-                            .ok_or_else(|| EngineError::Constraint {
-                                index: i,
-                                msg: "this engine has no tokenizer to constrain with".into(),
-                            })?;
-                    Some(
-                        compiler
-                            .start(c)
-                            .map_err(|msg| EngineError::Constraint { index: i, msg })?,
-                    )
-                }
+            let grammar = self.check_request(i, r)?;
+            flight.queue.push_back(Queued {
+                id: i as u64,
+                req: r.clone(),
+                grammar,
             });
         }
-        let ctx = self.model.config().context_len;
-        let vocab = self.model.config().vocab_size;
         let mut replies: Vec<Option<TokenReply>> = vec![None; requests.len()];
-        let mut queue: VecDeque<usize> = (0..requests.len()).collect();
-        let mut active: Vec<Active> = Vec::new();
-        loop {
-            while active.len() < self.config.batch_size {
-                let Some(req) = queue.pop_front() else { break };
-                let r = &requests[req];
-                let kv = match r.prefix {
-                    Some(p) => self.store.get(p).map(SeqKv::fork),
-                    None => Some(SeqKv::new(self.layout())),
-                };
-                let mut kv =
-                    kv.ok_or(EngineError::UnknownSequence(r.prefix.unwrap_or(SeqId(0))))?;
-                let now = Instant::now();
-                let early = if r.params.max_new_tokens == 0 {
-                    Some(StopReason::MaxTokens)
-                } else if kv.len() + r.prompt_ids.len() > ctx {
-                    Some(StopReason::ContextFull)
-                } else {
-                    None
-                };
-                if let Some(stop_reason) = early {
-                    replies[req] = Some(TokenReply {
-                        output_ids: Vec::new(),
-                        text: String::new(),
-                        stop_reason,
-                        prefill_ms: 0.0,
-                        decode_ms: 0.0,
-                    });
-                    done(req);
-                    continue;
-                }
-                // A prompt of its own (no stored prefix) may start from cached blocks.
-                let cacheable = r.prefix.is_none() && self.cache.enabled();
-                let mut feed = r.prompt_ids.clone();
-                if cacheable {
-                    kv = self.cache.lookup(&r.prompt_ids);
-                    feed.drain(..kv.len());
-                }
-                self.stats.add(PrefillStats {
-                    computed: feed.len() as u64,
-                    reused: (r.prompt_ids.len() - feed.len()) as u64,
-                });
-                active.push(Active {
-                    req,
-                    kv,
-                    feed,
-                    fed: 0,
-                    out: Vec::new(),
-                    cached_prompt: cacheable.then(|| r.prompt_ids.clone()),
-                    admitted: now,
-                    first_token: None,
-                    grammar: grammars[req].take(),
-                });
-            }
-            if active.is_empty() {
-                break;
-            }
-
-            // Plan the step: each sequence's next rows, within the step budget.
-            let mut budget = self.config.max_step_tokens;
-            let mut plan: Vec<(usize, usize, bool)> = Vec::with_capacity(active.len());
-            for (a_idx, a) in active.iter().enumerate() {
-                let left = a.feed.len() - a.fed;
-                let n = left.min(self.config.prefill_chunk).min(budget);
-                if n == 0 {
-                    continue;
-                }
-                budget -= n;
-                plan.push((a_idx, n, n == left));
-            }
-            let mut steps: Vec<SeqStep<'_, SeqKv>> = Vec::with_capacity(plan.len());
-            let mut planned = plan.iter().peekable();
-            for (a_idx, a) in active.iter_mut().enumerate() {
-                let Some(&&(p_idx, n, last)) = planned.peek() else {
-                    break;
-                };
-                if p_idx != a_idx {
-                    continue;
-                }
-                planned.next();
-                steps.push(SeqStep {
-                    tokens: &a.feed[a.fed..a.fed + n],
-                    kv: &mut a.kv,
-                    logits: if last { Logits::Last } else { Logits::None },
-                });
-            }
-            let logits = self.model.forward(&mut steps, &mut self.scratch);
-            drop(steps);
-
-            // Sample for every sequence that fed its last pending token.
-            let mut row = 0;
-            let mut finished: Vec<usize> = Vec::new();
-            for &(a_idx, n, last) in &plan {
-                let a = &mut active[a_idx];
-                a.fed += n;
-                if !last {
-                    continue;
-                }
-                let r = &requests[a.req];
-                let lrow = &logits[row * vocab..(row + 1) * vocab];
-                row += 1;
-                let step = a.out.len() as u64;
-                if let (0, Some(prompt)) = (step, &a.cached_prompt) {
-                    // The prompt is computed: later requests may start from it.
-                    self.cache.insert(prompt, &a.kv);
-                }
-                // The only place a constraint acts: the request's own mask, whatever the batch.
-                let tok = match a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)) {
-                    None => Some(self.sampler.sample(lrow, &r.params, step)),
-                    Some(Allowed::Tokens(ids)) if ids.len() == 1 => Some(ids[0]),
-                    Some(Allowed::Tokens(ids)) if r.params.temperature > 0.0 => Some(
-                        self.sampler
-                            .sample(&masked_logits(lrow, &ids), &r.params, step),
-                    ),
-                    Some(Allowed::Tokens(ids)) => Some(masked_argmax(lrow, &ids)),
-                    Some(Allowed::StopOnly) if self.stop_ids.is_empty() => None,
-                    Some(Allowed::StopOnly) => Some(masked_argmax(lrow, &self.stop_ids)),
-                };
-                if let Some(tok) = tok {
-                    a.out.push(tok);
-                    if !self.stop_ids.contains(&tok) {
-                        if let Some(g) = a.grammar.as_mut() {
-                            g.consume(tok);
-                        }
-                    }
-                }
-                a.first_token.get_or_insert_with(Instant::now);
-                let grammar_done = tok.is_none();
-                match stop_check(a, r, &self.stop_ids, ctx, text, grammar_done) {
-                    Some(reply) => {
-                        if let Some(prompt) = a.cached_prompt.take() {
-                            // Prompt and reply: the next turn of a dialogue extends them.
-                            let mut ids = prompt;
-                            ids.extend_from_slice(&a.out);
-                            self.cache.insert(&ids, &a.kv);
-                        }
-                        replies[a.req] = Some(reply);
-                        done(a.req);
-                        finished.push(a_idx);
-                    }
-                    None => {
-                        a.feed.clear();
-                        // `tok` is set: without a token the grammar ended and the check stopped.
-                        a.feed.extend(tok);
-                        a.fed = 0;
-                    }
-                }
-            }
-            for &a_idx in finished.iter().rev() {
-                active.remove(a_idx);
+        let mut finished = Vec::new();
+        while flight.len() > 0 {
+            self.step_flight(&mut flight, text, &mut finished)?;
+            for (id, reply) in finished.drain(..) {
+                let i = id as usize;
+                replies[i] = Some(reply);
+                done(i);
             }
         }
         replies
@@ -468,12 +334,246 @@ impl Decoder {
             .map(|(i, r)| r.ok_or(EngineError::Internal(format!("request {i} got no reply"))))
             .collect()
     }
+
+    /// Streaming: checks `request` and queues it under the caller's `id` (unique among the
+    /// requests in flight). [`Decoder::step`] admits it into the batch when a slot is free; it
+    /// decodes beside whatever else is in flight, and its tokens are the ones
+    /// [`Decoder::generate`] would give it alone. A request that cannot be generated (empty
+    /// prompt, unknown token or prefix, a constraint that does not compile) is refused here,
+    /// reported as request 0, and nothing is queued.
+    pub fn submit(&mut self, id: u64, request: TokenRequest) -> Result<(), EngineError> {
+        let grammar = self.check_request(0, &request)?;
+        self.flight.queue.push_back(Queued {
+            id,
+            req: request,
+            grammar,
+        });
+        Ok(())
+    }
+
+    /// Streaming: fills free batch slots from the submitted requests, runs one forward pass
+    /// and returns the requests that finished, by id (possibly none).
+    pub fn step(&mut self, text: &dyn TextDecoder) -> Result<Vec<(u64, TokenReply)>, EngineError> {
+        let mut flight = std::mem::take(&mut self.flight);
+        let mut finished = Vec::new();
+        let result = self.step_flight(&mut flight, text, &mut finished);
+        self.flight = flight;
+        result.map(|()| finished)
+    }
+
+    /// Streamed requests submitted and not yet returned by [`Decoder::step`].
+    pub fn in_flight(&self) -> usize {
+        self.flight.len()
+    }
+
+    /// Checks a request before it is queued; returns its grammar state when it is constrained.
+    fn check_request(
+        &self,
+        index: usize,
+        r: &TokenRequest,
+    ) -> Result<Option<ConstraintState>, EngineError> {
+        if r.prompt_ids.is_empty() {
+            return Err(EngineError::EmptyPrompt { index });
+        }
+        self.check_ids(&r.prompt_ids)?;
+        if let Some(p) = r.prefix {
+            if self.store.get(p).is_none() {
+                return Err(EngineError::UnknownSequence(p));
+            }
+        }
+        match &r.params.constraint {
+            None => Ok(None),
+            Some(c) => {
+                let compiler =
+                    self.constraints
+                        .as_ref()
+                        .ok_or_else(|| EngineError::Constraint {
+                            index,
+                            msg: "this engine has no tokenizer to constrain with".into(),
+                        })?;
+                Ok(Some(
+                    compiler
+                        .start(c)
+                        .map_err(|msg| EngineError::Constraint { index, msg })?,
+                ))
+            }
+        }
+    }
+
+    /// One scheduling step over `flight`: admit queued requests while the batch has room
+    /// (answering at once those with nothing to generate), run one forward pass over the
+    /// active sequences, sample, and move the finished ones to `finished`.
+    fn step_flight(
+        &mut self,
+        flight: &mut Flight,
+        text: &dyn TextDecoder,
+        finished: &mut Vec<(u64, TokenReply)>,
+    ) -> Result<(), EngineError> {
+        let ctx = self.model.config().context_len;
+        let vocab = self.model.config().vocab_size;
+        let active = &mut flight.active;
+        while active.len() < self.config.batch_size {
+            let Some(Queued {
+                id,
+                req: r,
+                grammar,
+            }) = flight.queue.pop_front()
+            else {
+                break;
+            };
+            let kv = match r.prefix {
+                Some(p) => self.store.get(p).map(SeqKv::fork),
+                None => Some(SeqKv::new(self.layout())),
+            };
+            let mut kv = kv.ok_or(EngineError::UnknownSequence(r.prefix.unwrap_or(SeqId(0))))?;
+            let now = Instant::now();
+            let early = if r.params.max_new_tokens == 0 {
+                Some(StopReason::MaxTokens)
+            } else if kv.len() + r.prompt_ids.len() > ctx {
+                Some(StopReason::ContextFull)
+            } else {
+                None
+            };
+            if let Some(stop_reason) = early {
+                finished.push((
+                    id,
+                    TokenReply {
+                        output_ids: Vec::new(),
+                        text: String::new(),
+                        stop_reason,
+                        prefill_ms: 0.0,
+                        decode_ms: 0.0,
+                    },
+                ));
+                continue;
+            }
+            // A prompt of its own (no stored prefix) may start from cached blocks.
+            let cacheable = r.prefix.is_none() && self.cache.enabled();
+            let mut feed = r.prompt_ids.clone();
+            if cacheable {
+                kv = self.cache.lookup(&r.prompt_ids);
+                feed.drain(..kv.len());
+            }
+            self.stats.add(PrefillStats {
+                computed: feed.len() as u64,
+                reused: (r.prompt_ids.len() - feed.len()) as u64,
+            });
+            active.push(Active {
+                id,
+                kv,
+                feed,
+                fed: 0,
+                out: Vec::new(),
+                cached_prompt: cacheable.then(|| r.prompt_ids.clone()),
+                admitted: now,
+                first_token: None,
+                grammar,
+                params: r.params,
+            });
+        }
+        if active.is_empty() {
+            return Ok(());
+        }
+
+        // Plan the step: each sequence's next rows, within the step budget.
+        let mut budget = self.config.max_step_tokens;
+        let mut plan: Vec<(usize, usize, bool)> = Vec::with_capacity(active.len());
+        for (a_idx, a) in active.iter().enumerate() {
+            let left = a.feed.len() - a.fed;
+            let n = left.min(self.config.prefill_chunk).min(budget);
+            if n == 0 {
+                continue;
+            }
+            budget -= n;
+            plan.push((a_idx, n, n == left));
+        }
+        let mut steps: Vec<SeqStep<'_, SeqKv>> = Vec::with_capacity(plan.len());
+        let mut planned = plan.iter().peekable();
+        for (a_idx, a) in active.iter_mut().enumerate() {
+            let Some(&&(p_idx, n, last)) = planned.peek() else {
+                break;
+            };
+            if p_idx != a_idx {
+                continue;
+            }
+            planned.next();
+            steps.push(SeqStep {
+                tokens: &a.feed[a.fed..a.fed + n],
+                kv: &mut a.kv,
+                logits: if last { Logits::Last } else { Logits::None },
+            });
+        }
+        let logits = self.model.forward(&mut steps, &mut self.scratch);
+        drop(steps);
+
+        // Sample for every sequence that fed its last pending token.
+        let mut row = 0;
+        let mut retired: Vec<usize> = Vec::new();
+        for &(a_idx, n, last) in &plan {
+            let a = &mut active[a_idx];
+            a.fed += n;
+            if !last {
+                continue;
+            }
+            let params = &a.params;
+            let lrow = &logits[row * vocab..(row + 1) * vocab];
+            row += 1;
+            let step = a.out.len() as u64;
+            if let (0, Some(prompt)) = (step, &a.cached_prompt) {
+                // The prompt is computed: later requests may start from it.
+                self.cache.insert(prompt, &a.kv);
+            }
+            // The only place a constraint acts: the request's own mask, whatever the batch.
+            let tok = match a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)) {
+                None => Some(self.sampler.sample(lrow, params, step)),
+                Some(Allowed::Tokens(ids)) if ids.len() == 1 => Some(ids[0]),
+                Some(Allowed::Tokens(ids)) if params.temperature > 0.0 => Some(
+                    self.sampler
+                        .sample(&masked_logits(lrow, &ids), params, step),
+                ),
+                Some(Allowed::Tokens(ids)) => Some(masked_argmax(lrow, &ids)),
+                Some(Allowed::StopOnly) if self.stop_ids.is_empty() => None,
+                Some(Allowed::StopOnly) => Some(masked_argmax(lrow, &self.stop_ids)),
+            };
+            if let Some(tok) = tok {
+                a.out.push(tok);
+                if !self.stop_ids.contains(&tok) {
+                    if let Some(g) = a.grammar.as_mut() {
+                        g.consume(tok);
+                    }
+                }
+            }
+            a.first_token.get_or_insert_with(Instant::now);
+            let grammar_done = tok.is_none();
+            match stop_check(a, &self.stop_ids, ctx, text, grammar_done) {
+                Some(reply) => {
+                    if let Some(prompt) = a.cached_prompt.take() {
+                        // Prompt and reply: the next turn of a dialogue extends them.
+                        let mut ids = prompt;
+                        ids.extend_from_slice(&a.out);
+                        self.cache.insert(&ids, &a.kv);
+                    }
+                    finished.push((a.id, reply));
+                    retired.push(a_idx);
+                }
+                None => {
+                    a.feed.clear();
+                    // `tok` is set: without a token the grammar ended and the check stopped.
+                    a.feed.extend(tok);
+                    a.fed = 0;
+                }
+            }
+        }
+        for &a_idx in retired.iter().rev() {
+            active.remove(a_idx);
+        }
+        Ok(())
+    }
 }
 
 /// Whether a sequence is done after its latest token; if so, its reply.
 fn stop_check(
     a: &Active,
-    r: &TokenRequest,
     stop_ids: &[u32],
     ctx: usize,
     text: &dyn TextDecoder,
@@ -489,16 +589,16 @@ fn stop_check(
         body = &a.out[..a.out.len() - 1];
     }
     let mut decoded = None;
-    if reason.is_none() && !r.params.stop_strings.is_empty() {
+    if reason.is_none() && !a.params.stop_strings.is_empty() {
         let t = text.decode(body);
-        if let Some(cut) = first_stop(&t, &r.params.stop_strings) {
+        if let Some(cut) = first_stop(&t, &a.params.stop_strings) {
             reason = Some(StopReason::StopString);
             decoded = Some(t[..cut].to_string());
         } else {
             decoded = Some(t);
         }
     }
-    if reason.is_none() && a.out.len() >= r.params.max_new_tokens {
+    if reason.is_none() && a.out.len() >= a.params.max_new_tokens {
         reason = Some(StopReason::MaxTokens);
     }
     // The next token would need position `kv.len()`, which must be inside the context.

@@ -13,6 +13,7 @@
 //! [`CachedModels`] wraps any [`Models`]: it is a layer around the model calls, not part of
 //! the runner's schedule, which sees a generator like any other.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -166,6 +167,17 @@ pub struct CachedGen<G> {
     cache: GenCache,
     keyer: Keyer,
     stats: Arc<CacheStats>,
+    /// The keys of streamed requests being generated, by id.
+    streamed: HashMap<u64, String>,
+}
+
+impl<G> CachedGen<G> {
+    fn store(&self, key: &str, reply: &ChatReply) {
+        match self.cache.put(key, reply) {
+            Ok(()) => self.stats.stored.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
 }
 
 impl<G: Generate> Generate for CachedGen<G> {
@@ -190,10 +202,7 @@ impl<G: Generate> Generate for CachedGen<G> {
             let fresh = self.inner.generate_chat(&batch)?;
             for (&i, reply) in missing.iter().zip(fresh) {
                 if let Some(k) = &keys[i] {
-                    match self.cache.put(k, &reply) {
-                        Ok(()) => self.stats.stored.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
-                    };
+                    self.store(k, &reply);
                 }
                 replies[i] = Some(reply);
             }
@@ -202,6 +211,36 @@ impl<G: Generate> Generate for CachedGen<G> {
         // A generator that returned fewer replies than asked leaves holes: return what there
         // is, and the runner reports the broken contract.
         Ok(replies.into_iter().flatten().collect())
+    }
+
+    /// A hit is answered at once; a miss is started on the model and stored as soon as it is
+    /// finished (so a reply outlives the process that generated it, even one killed before
+    /// logging it).
+    fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, G::Error> {
+        let key = (self.keyer)(self.actor, request);
+        if let Some(reply) = key.as_deref().and_then(|k| self.cache.get(k)) {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(reply));
+        }
+        let reply = self.inner.start(id, request)?;
+        match (key, &reply) {
+            (Some(k), Some(r)) => self.store(&k, r),
+            (Some(k), None) => {
+                self.streamed.insert(id, k);
+            }
+            (None, _) => {}
+        }
+        Ok(reply)
+    }
+
+    fn poll(&mut self) -> Result<Vec<(u64, ChatReply)>, G::Error> {
+        let finished = self.inner.poll()?;
+        for (id, reply) in &finished {
+            if let Some(k) = self.streamed.remove(id) {
+                self.store(&k, reply);
+            }
+        }
+        Ok(finished)
     }
 
     fn prefill_stats(&self) -> PrefillStats {
@@ -219,6 +258,7 @@ impl<M: Models> Models for CachedModels<M> {
             cache: self.cache.clone(),
             keyer: Arc::clone(&self.keyer),
             stats: Arc::clone(&self.stats),
+            streamed: HashMap::new(),
         })
     }
 
@@ -334,6 +374,50 @@ mod tests {
             }
         }
         assert_eq!(files, keys.len());
+    }
+
+    #[test]
+    fn streamed_misses_are_stored_as_they_finish_and_hits_answer_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = GenCache::new(tmp.path());
+        let keyer: Keyer = Arc::new(|_, r| {
+            let prompt = PromptKey::Messages(serde_json::to_string(&r.messages).ok()?);
+            Some(
+                KeyParts {
+                    model_sha256: "m",
+                    options: "",
+                    prompt,
+                    params: &r.params,
+                }
+                .key(),
+            )
+        });
+        let fake = FakeModels::new(&["a"], "j");
+        let mut m = CachedModels::new(fake, cache.clone(), Arc::clone(&keyer));
+        let mut g = m.load(Actor::Candidate(0)).unwrap();
+        let reqs: Vec<ChatRequest> = (0..6).map(|i| request(&i.to_string())).collect();
+        for (i, r) in reqs.iter().enumerate() {
+            assert_eq!(g.start(i as u64, r).unwrap(), None);
+        }
+        let mut got = vec![None; reqs.len()];
+        let mut left = reqs.len();
+        while left > 0 {
+            for (id, reply) in g.poll().unwrap() {
+                // Stored the moment it is returned, before the others finish.
+                let key = keyer(Actor::Candidate(0), &reqs[id as usize]).unwrap();
+                assert_eq!(cache.get(&key).as_ref(), Some(&reply));
+                got[id as usize] = Some(reply);
+                left -= 1;
+            }
+        }
+        assert!(g.poll().unwrap().is_empty());
+        assert_eq!(m.stats.stored.load(Ordering::SeqCst), reqs.len());
+        // Again: every request is answered by `start`, without the model.
+        let mut again = m.load(Actor::Candidate(0)).unwrap();
+        for (i, r) in reqs.iter().enumerate() {
+            assert_eq!(again.start(10 + i as u64, r).unwrap(), got[i]);
+        }
+        assert_eq!(m.stats.hits.load(Ordering::SeqCst), reqs.len());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! A run directory holds `manifest.json` (what the run is: models, data, settings; compared on
 //! resume), `samples.jsonl` (one line per finished step, in a deterministic order, fsynced per
 //! batch), `results.json` and `report.md` (written last; present only once the run finished),
-//! and `attempts.jsonl` (the environment of each start, for provenance).
+//! `attempts.jsonl` (the environment of each start, for provenance) and, while a run is under
+//! way, `pending.jsonl` (finished steps waiting for their place in the log).
 //! The log of a killed run is always a prefix of the log an uninterrupted run writes, so
 //! resuming replays it and continues to byte-identical files. This module knows no protocol:
 //! protocols reach it through [`crate::bench::plan::Plan`], models through [`Models`].
@@ -16,6 +17,7 @@
 //! - [`samples`]: the sample line format, reading (torn tails cut) and appending.
 //! - [`models`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
+//! - [`pending`]: finished steps not yet logged, kept across a kill.
 //! - [`runner`]: the scheduling loop, scoring and the final files.
 //! - [`protocol_run`]: a [`crate::bench::Protocol`] run end to end (manifest, runner, extra files).
 //! - [`shard`]: `--shard I/N` and merging shards into the unsharded run.
@@ -25,6 +27,7 @@ pub mod data;
 pub mod gen_cache;
 pub mod manifest;
 pub mod models;
+pub mod pending;
 pub mod protocol_run;
 pub mod resume;
 pub mod run_dir;
@@ -101,6 +104,8 @@ pub enum StoreError {
     },
     #[error("the engine broke its contract for {actor}: {message}")]
     EngineContract { actor: ActorName, message: String },
+    #[error("internal runner error: {0}")]
+    Internal(String),
     #[error("the batch size must be at least 1")]
     BatchSize,
     #[error("{}: cannot encode json: {source}", path.display())]

@@ -21,6 +21,8 @@ pub const RESULTS: &str = "results.json";
 pub const REPORT: &str = "report.md";
 pub const REPORT_HTML: &str = "report.html";
 pub const ATTEMPTS: &str = "attempts.jsonl";
+/// Finished steps not yet in the samples (see [`super::pending`]).
+pub const PENDING: &str = "pending.jsonl";
 const LOCK: &str = ".lock";
 
 /// An open, locked run directory.
@@ -84,6 +86,10 @@ impl RunDir {
 
     pub fn report_html_path(&self) -> PathBuf {
         self.root.join(REPORT_HTML)
+    }
+
+    pub fn pending_path(&self) -> PathBuf {
+        self.root.join(PENDING)
     }
 
     pub fn attempts_path(&self) -> PathBuf {

@@ -1,23 +1,40 @@
 //! The runner: drives a protocol's [`Plan`] over its items with one loaded model at a time,
 //! logs every finished step, then scores and writes the results.
 //!
-//! The loop, repeated until no item has a step left: ask every unfinished item (in item
-//! order) for its next steps; pick the lowest [`Actor`] that has pending steps (candidates
-//! before the judge); take all of that actor's pending steps in (item order, step key) order;
-//! make sure that actor's model is the one loaded (dropping the previous one first); run the
-//! steps through it in chunks of `batch_size`, appending each chunk's samples to
-//! `samples.jsonl` and fsyncing. The order of the log therefore depends only on the plan and
-//! the step outputs, never on batch size, timing or where a previous attempt was killed:
-//! resuming replays the same loop and takes steps from the log while it lasts (see
-//! [`super::resume`]). A step the engine rejects on its own ([`Models::is_request_error`]) is
-//! logged with its error and its item stops; any other engine error stops the run, leaving
-//! the log valid for a resume. The runner knows no protocol and no model format.
+//! **The log order** is that of a loop of rounds, repeated until no item has a step left: ask
+//! every unfinished item (in item order) for its next steps; pick the lowest [`Actor`] that
+//! has pending steps (candidates before the judge); the round is all of that actor's pending
+//! steps in (item order, step key) order. The order of `samples.jsonl` therefore depends only
+//! on the plan and the step outputs, never on batch size, timing or where a previous attempt
+//! was killed: resuming replays the same loop and takes steps from the log while it lasts
+//! (see [`super::resume`]).
+//!
+//! **The computation** does not wait for rounds. An item's steps come in groups: its pending
+//! steps of its lowest actor, which is exactly what the next round that touches the item takes
+//! from it (a round's actor is the lowest over all items, so no earlier round can touch it).
+//! An item's groups therefore depend on the item alone, and as soon as a group is finished the
+//! item's next group is ready. One queue holds the ready steps of every item; the loaded model
+//! takes them (earliest items first) whenever it has a free slot, up to `batch_size` in flight
+//! ([`Generate::start`] and [`Generate::poll`]: the engine refills its batch every forward
+//! step), across items, turns and every actor it answers ([`Models::same_model`]). Only when
+//! the loaded model has nothing in flight and nothing ready is it dropped and the model of the
+//! lowest actor with ready steps loaded (one model in memory at a time).
+//!
+//! **A reorder buffer** holds the finished steps until the round order reaches them; each time
+//! a prefix of the round under way is complete it is appended to `samples.jsonl` with one write
+//! and fsync. Every finished step is also appended at once to `pending.jsonl`
+//! ([`super::pending`]), from which a resumed attempt takes the steps a killed one had finished
+//! but not logged. A step the engine rejects on its own ([`Models::preflight`],
+//! [`Models::is_request_error`]) is logged with its error and its item stops; any other engine
+//! error stops the run, leaving the log valid for a resume. The runner knows no protocol and no
+//! model format.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use super::manifest::{Attempt, ItemSet, Manifest};
 use super::models::Models;
+use super::pending::{self, PendingWriter, Recovered};
 use super::resume::Replay;
 use super::run_dir::{write_atomic, RunDir};
 use super::samples::{Sample, SampleOutcome, SampleWriter};
@@ -56,6 +73,8 @@ pub struct RunOutcome {
     pub replayed: usize,
     /// Steps computed by this process.
     pub computed: usize,
+    /// Steps a killed attempt had finished but not logged, taken from `pending.jsonl`.
+    pub recovered: usize,
     /// Environment differences from the original attempt (never results-affecting).
     pub warnings: Vec<String>,
     /// Prompt positions this process computed and took from the engines' prefix caches.
@@ -145,15 +164,20 @@ impl<P: Plan> Run<'_, P> {
             closed: vec![false; n],
         };
         let mut prefill = PrefillStats::default();
-        let computed = self.schedule(
+        let pending_path = dir.pending_path();
+        let recovered = Recovered::load(&pending_path)?;
+        let (computed, recovered) = self.schedule(
             models,
             progress,
             &mut replay,
             &mut writer,
             &mut ledger,
             &mut prefill,
+            (&pending_path, recovered),
         )?;
         let replayed = replay.finish()?;
+        // Everything is in the log now.
+        pending::remove(&pending_path)?;
 
         progress.stage("scoring");
         let complete: Vec<(&P::Item, &Transcript)> = self
@@ -196,6 +220,7 @@ impl<P: Plan> Run<'_, P> {
             "prefill_tokens_computed": prefill.computed,
             "prefill_tokens_reused": prefill.reused,
             "steps_computed": computed,
+            "steps_recovered": recovered,
         });
         let engine = serde_json::to_string_pretty(&engine).unwrap_or_default() + "\n";
         write_atomic(&dir.root().join(ENGINE_STATS), engine.as_bytes())?;
@@ -213,13 +238,15 @@ impl<P: Plan> Run<'_, P> {
             resumed,
             replayed,
             computed,
+            recovered,
             warnings,
             prefill,
         })
     }
 
-    /// The scheduling loop: rounds of one actor's pending steps until no item has a step
-    /// left, replaying from the log while it lasts. Returns the number of steps computed.
+    /// The scheduling loop (see the module docs): replays the log while it lasts, then runs
+    /// the queue until no item has a step left. Returns the steps computed and recovered.
+    #[allow(clippy::too_many_arguments)]
     fn schedule<M: Models>(
         &self,
         models: &mut M,
@@ -228,75 +255,240 @@ impl<P: Plan> Run<'_, P> {
         writer: &mut SampleWriter,
         ledger: &mut Ledger,
         prefill: &mut PrefillStats,
-    ) -> Result<usize, StoreError> {
-        let mut loaded: Option<(Actor, M::Gen)> = None;
-        let mut computed = 0;
-        let mut round_no = 0;
-        loop {
-            let pending = self.pending_steps(ledger, progress)?;
-            let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
-                break;
-            };
-            let round: Vec<(usize, Step)> = pending
-                .into_iter()
-                .filter(|(_, s)| s.actor == actor)
-                .collect();
-            round_no += 1;
-            progress.round(
-                &format!("round {round_no} · {}", ActorName(actor)),
-                round.len(),
-            );
+        spill: (&Path, Recovered),
+    ) -> Result<(usize, usize), StoreError> {
+        let mut order = LogOrder::default();
+        let mut q = Queue::default();
+        self.log_in_order(&mut order, ledger, progress, replay, &mut q.held, writer)?;
+        if order.finished {
+            return Ok((0, 0));
+        }
+        let (spill_path, mut recovered) = spill;
+        // Only what the log lacks is kept.
+        let index: HashMap<&str, usize> = (ledger.ids.iter().enumerate())
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        let failed: BTreeSet<(&str, &str)> = (ledger.failed.iter())
+            .map(|f| (f.item.as_str(), f.key.as_str()))
+            .collect();
+        recovered.retain(|s| {
+            index.get(s.item.as_str()).is_some_and(|&i| {
+                !ledger.transcripts[i].contains_key(&s.key)
+                    && !failed.contains(&(s.item.as_str(), s.key.as_str()))
+            })
+        });
+        let mut spill = PendingWriter::create(spill_path, &recovered)?;
+        q.recovered = recovered;
 
-            let mut next = 0;
-            while next < round.len() && replay.has_next() {
-                let (i, step) = &round[next];
-                let outcome = replay.take(&ledger.ids[*i], step)?;
-                ledger.record(*i, step, outcome);
-                next += 1;
-                progress.advance(1, true);
+        // Every item starts where the log ends; the rest of the round under way is asked for.
+        let n = self.items.len();
+        q.ahead = (0..n)
+            .map(|i| Ahead {
+                transcript: ledger.transcripts[i].clone(),
+                stopped: ledger.stopped[i],
+                outstanding: 0,
+                done: false,
+            })
+            .collect();
+        for (i, _) in &order.round[order.next..] {
+            q.ahead[*i].outstanding += 1;
+        }
+        for (i, step) in order.round[order.next..].iter().cloned() {
+            q.queue(&ledger.ids, i, step);
+        }
+        q.idle = (0..n)
+            .rev()
+            .filter(|&i| q.ahead[i].outstanding == 0)
+            .collect();
+
+        let mut loaded: Option<(Actor, M::Gen)> = None;
+        loop {
+            // Items whose steps all finished ask for their next ones: those of their lowest
+            // actor, the ones the round loop would take next for the item.
+            while let Some(i) = q.idle.pop() {
+                let a = &mut q.ahead[i];
+                if a.stopped || a.done {
+                    continue;
+                }
+                let steps = self.checked_steps(i, &ledger.ids[i], &a.transcript)?;
+                let Some(actor) = steps.iter().map(|s| s.actor).min() else {
+                    a.done = true;
+                    continue;
+                };
+                let group: Vec<Step> = steps.into_iter().filter(|s| s.actor == actor).collect();
+                a.outstanding = group.len();
+                for step in group {
+                    q.queue(&ledger.ids, i, step);
+                }
             }
-            if next == round.len() {
+            spill.append(&std::mem::take(&mut q.spilled))?;
+            progress.tokens(std::mem::take(&mut q.tokens));
+            self.log_in_order(&mut order, ledger, progress, replay, &mut q.held, writer)?;
+            if q.flying.is_empty() && q.ready.is_empty() {
+                break;
+            }
+
+            // The loaded model keeps working while it has steps in flight or ready; then the
+            // lowest actor with ready steps gets its model.
+            let busy = loaded.as_ref().is_some_and(|(l, _)| {
+                !q.flying.is_empty() || q.ready.keys().any(|a| shares(&*models, *l, *a))
+            });
+            if !busy {
+                let Some(&actor) = q.ready.keys().next() else {
+                    return Err(StoreError::Internal(
+                        "nothing to run and nothing in flight".into(),
+                    ));
+                };
+                if let Some((_, g)) = &loaded {
+                    prefill.add(g.prefill_stats());
+                }
+                // One model in memory at a time: drop the previous one before loading.
+                drop(loaded.take());
+                progress.stage(&format!("loading the model for {}", ActorName(actor)));
+                let gen = models.load(actor).map_err(|source| StoreError::Load {
+                    actor: ActorName(actor),
+                    source,
+                })?;
+                loaded = Some((actor, gen));
+            }
+            let Some((actor, gen)) = loaded.as_mut() else {
+                return Err(StoreError::Internal("no model loaded".into()));
+            };
+            let actor = *actor;
+            let engine_failed = |e: <M::Gen as Generate>::Error| StoreError::Engine {
+                actor: ActorName(actor),
+                source: Box::new(e),
+            };
+
+            // Fill the free slots, earliest steps first.
+            let mut answered = false;
+            while q.flying.len() < self.batch_size {
+                let Some((i, step)) = q.take_ready(|a| shares(&*models, actor, a)) else {
+                    break;
+                };
+                let request = ChatRequest {
+                    messages: step.messages.clone(),
+                    params: step.params.clone(),
+                };
+                if let Err(reason) = models.preflight(gen, &request) {
+                    q.computed(&ledger.ids, i, step, SampleOutcome::Error(reason));
+                    answered = true;
+                    continue;
+                }
+                let id = q.next_id;
+                q.next_id += 1;
+                match gen.start(id, &request) {
+                    Ok(None) => {
+                        q.flying.insert(id, (i, step));
+                    }
+                    Ok(Some(reply)) => {
+                        q.computed(&ledger.ids, i, step, reply_outcome(reply));
+                        answered = true;
+                    }
+                    Err(e) if models.is_request_error(&e) => {
+                        q.computed(&ledger.ids, i, step, SampleOutcome::Error(error_chain(&e)));
+                        answered = true;
+                    }
+                    Err(e) => return Err(engine_failed(e)),
+                }
+            }
+            if answered || q.flying.is_empty() {
                 continue;
             }
 
-            let slot = match loaded.take() {
-                Some((a, g)) if a == actor || models.same_model(a, actor) => {
-                    loaded.insert((actor, g))
-                }
-                previous => {
-                    // One model in memory at a time: drop the previous one before loading.
-                    if let Some((_, g)) = &previous {
-                        prefill.add(g.prefill_stats());
-                    }
-                    drop(previous);
-                    progress.stage(&format!("loading the model for {}", ActorName(actor)));
-                    let gen = models.load(actor).map_err(|source| StoreError::Load {
+            let finished = gen.poll().map_err(engine_failed)?;
+            if finished.is_empty() {
+                return Err(StoreError::EngineContract {
+                    actor: ActorName(actor),
+                    message: format!("no reply while {} requests are in flight", q.flying.len()),
+                });
+            }
+            for (id, reply) in finished {
+                let Some((i, step)) = q.flying.remove(&id) else {
+                    return Err(StoreError::EngineContract {
                         actor: ActorName(actor),
-                        source,
-                    })?;
-                    loaded.insert((actor, gen))
-                }
-            };
-            let gen = &mut slot.1;
-            for chunk in round[next..].chunks(self.batch_size) {
-                let outcomes = generate_chunk(&*models, gen, actor, chunk, progress)?;
-                let lines: Vec<Sample> = chunk
-                    .iter()
-                    .zip(&outcomes)
-                    .map(|((i, step), o)| Sample::new(&ledger.ids[*i], step, o.clone()))
-                    .collect();
-                writer.append(&lines)?;
-                for ((i, step), o) in chunk.iter().zip(outcomes) {
-                    ledger.record(*i, step, o);
-                }
-                computed += chunk.len();
-                progress.advance(chunk.len(), false);
+                        message: format!("a reply to request {id}, which is not in flight"),
+                    });
+                };
+                q.computed(&ledger.ids, i, step, reply_outcome(reply));
             }
         }
         if let Some((_, g)) = &loaded {
             prefill.add(g.prefill_stats());
         }
-        Ok(computed)
+        if !order.finished || !q.held.is_empty() {
+            return Err(StoreError::Internal(format!(
+                "the queue ran dry with {} finished steps not logged",
+                q.held.len()
+            )));
+        }
+        Ok((q.computed, q.recovered_n))
+    }
+
+    /// Logs what can be logged in the round order: while the next step of the round under way
+    /// is in the log being replayed or among the `held` finished steps, it is recorded (and,
+    /// if not replayed, appended); a finished round gives way to the next (the lowest actor's
+    /// pending steps over all items). The new lines are appended with one write and fsync.
+    fn log_in_order(
+        &self,
+        order: &mut LogOrder,
+        ledger: &mut Ledger,
+        progress: &mut dyn Progress,
+        replay: &mut Replay,
+        held: &mut Held,
+        writer: &mut SampleWriter,
+    ) -> Result<(), StoreError> {
+        let mut lines = Vec::new();
+        while !order.finished {
+            if order.next == order.round.len() {
+                let pending = self.pending_steps(ledger, progress)?;
+                let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
+                    order.finished = true;
+                    break;
+                };
+                order.round = pending
+                    .into_iter()
+                    .filter(|(_, s)| s.actor == actor)
+                    .collect();
+                order.next = 0;
+                order.rounds += 1;
+                progress.round(
+                    &format!("round {} · {}", order.rounds, ActorName(actor)),
+                    order.round.len(),
+                );
+                continue;
+            }
+            let (i, step) = &order.round[order.next];
+            let i = *i;
+            let outcome = if replay.has_next() {
+                let o = replay.take(&ledger.ids[i], step)?;
+                progress.advance(1, true);
+                o
+            } else if let Some((ran, o)) = held.remove(&(i, step.key.clone())) {
+                if ran != *step {
+                    return Err(StoreError::Plan {
+                        item: ledger.ids[i].clone(),
+                        message: format!(
+                            "step {:?} changed between running it and logging it (the plan \
+                             must be a pure function of the item and its finished steps)",
+                            step.key
+                        ),
+                    });
+                }
+                lines.push(Sample::new(&ledger.ids[i], step, o.clone()));
+                o
+            } else {
+                break;
+            };
+            ledger.record(i, step, outcome);
+            order.next += 1;
+        }
+        writer.append(&lines)?;
+        if !lines.is_empty() {
+            progress.advance(lines.len(), false);
+        }
+        progress.in_flight(held.len());
+        Ok(())
     }
 
     /// Every unfinished item's next steps, in (item order, step key) order, checked. Items
@@ -308,7 +500,7 @@ impl<P: Plan> Run<'_, P> {
         progress: &mut dyn Progress,
     ) -> Result<Vec<(usize, Step)>, StoreError> {
         let mut out = Vec::new();
-        for (i, item) in self.items.iter().enumerate() {
+        for i in 0..self.items.len() {
             let close = |ledger: &mut Ledger, progress: &mut dyn Progress, took: usize| {
                 if let (false, Some(p)) = (ledger.closed[i], ledger.planned[i]) {
                     progress.replan(took as i64 - p as i64);
@@ -320,37 +512,161 @@ impl<P: Plan> Run<'_, P> {
                 close(ledger, progress, took);
                 continue;
             }
-            let mut steps = self.plan.next_steps(item, &ledger.transcripts[i]);
+            let steps = self.checked_steps(i, &ledger.ids[i], &ledger.transcripts[i])?;
             if steps.is_empty() {
                 let took = ledger.transcripts[i].len();
                 close(ledger, progress, took);
             }
-            steps.sort_by(|a, b| a.key.cmp(&b.key));
-            let invalid = |message: String| StoreError::Plan {
-                item: ledger.ids[i].clone(),
-                message,
-            };
-            for (k, s) in steps.iter().enumerate() {
-                if ledger.transcripts[i].contains_key(&s.key) {
-                    return Err(invalid(format!("step {:?} is already finished", s.key)));
-                }
-                if k > 0 && steps[k - 1].key == s.key {
-                    return Err(invalid(format!("step {:?} is asked for twice", s.key)));
-                }
-                if s.messages.is_empty() {
-                    return Err(invalid(format!("step {:?} has no messages", s.key)));
-                }
-                if !(s.params.temperature.is_finite() && s.params.top_p.is_finite()) {
-                    // JSON has no NaN: such a step could not be logged and read back.
-                    return Err(invalid(format!(
-                        "step {:?} has a non-finite temperature or top_p",
-                        s.key
-                    )));
-                }
-            }
             out.extend(steps.into_iter().map(|s| (i, s)));
         }
         Ok(out)
+    }
+
+    /// Item `i`'s next steps given its finished ones, sorted by key and checked.
+    fn checked_steps(
+        &self,
+        i: usize,
+        id: &str,
+        done: &Transcript,
+    ) -> Result<Vec<Step>, StoreError> {
+        let mut steps = self.plan.next_steps(&self.items[i], done);
+        steps.sort_by(|a, b| a.key.cmp(&b.key));
+        let invalid = |message: String| StoreError::Plan {
+            item: id.to_string(),
+            message,
+        };
+        for (k, s) in steps.iter().enumerate() {
+            if done.contains_key(&s.key) {
+                return Err(invalid(format!("step {:?} is already finished", s.key)));
+            }
+            if k > 0 && steps[k - 1].key == s.key {
+                return Err(invalid(format!("step {:?} is asked for twice", s.key)));
+            }
+            if s.messages.is_empty() {
+                return Err(invalid(format!("step {:?} has no messages", s.key)));
+            }
+            if !(s.params.temperature.is_finite() && s.params.top_p.is_finite()) {
+                // JSON has no NaN: such a step could not be logged and read back.
+                return Err(invalid(format!(
+                    "step {:?} has a non-finite temperature or top_p",
+                    s.key
+                )));
+            }
+        }
+        Ok(steps)
+    }
+}
+
+/// Whether the model loaded for `loaded` answers `actor`'s steps.
+fn shares<M: Models>(models: &M, loaded: Actor, actor: Actor) -> bool {
+    loaded == actor || models.same_model(loaded, actor)
+}
+
+/// Where the log stands in the round order.
+#[derive(Default)]
+struct LogOrder {
+    /// The round being logged: one actor's pending steps, in (item order, step key) order.
+    round: Vec<(usize, Step)>,
+    /// How many of them are logged.
+    next: usize,
+    /// Rounds begun.
+    rounds: usize,
+    /// No item has a step left.
+    finished: bool,
+}
+
+/// Finished steps waiting for their place in the log, by (item, step key), with the step
+/// they answer.
+type Held = HashMap<(usize, String), (Step, SampleOutcome)>;
+
+/// An item's progress ahead of the log.
+struct Ahead {
+    /// Its finished steps, logged or not.
+    transcript: Transcript,
+    /// A step failed: it asks for nothing more.
+    stopped: bool,
+    /// Steps of its latest group (those of one actor) not finished yet.
+    outstanding: usize,
+    /// The plan has no step left for it.
+    done: bool,
+}
+
+/// The queue's state.
+#[derive(Default)]
+struct Queue {
+    ahead: Vec<Ahead>,
+    /// Items whose steps all finished, to ask for their next ones.
+    idle: Vec<usize>,
+    /// Steps asked for and not started, by actor (only actors with some), then by (finished
+    /// steps of the item, item, key): items behind the others go first, then item order.
+    ready: BTreeMap<Actor, BTreeMap<(usize, usize, String), Step>>,
+    /// Steps started on the loaded model, by request id.
+    flying: HashMap<u64, (usize, Step)>,
+    next_id: u64,
+    held: Held,
+    /// Finished steps of a previous attempt that were not logged.
+    recovered: Recovered,
+    /// Computed steps not yet written to `pending.jsonl`.
+    spilled: Vec<Sample>,
+    /// Tokens generated and not yet reported.
+    tokens: usize,
+    computed: usize,
+    recovered_n: usize,
+}
+
+impl Queue {
+    /// Step `step` of item `i` is asked for: taken from a previous attempt's finished steps
+    /// when it is there, else ready to run.
+    fn queue(&mut self, ids: &[String], i: usize, step: Step) {
+        if let Some(outcome) = self.recovered.take(&ids[i], &step) {
+            self.recovered_n += 1;
+            self.finish(i, step, outcome);
+        } else {
+            let k = (self.ahead[i].transcript.len(), i, step.key.clone());
+            self.ready.entry(step.actor).or_default().insert(k, step);
+        }
+    }
+
+    /// Takes the earliest ready step of the actors `fits` accepts: its item and the step.
+    fn take_ready(&mut self, fits: impl Fn(Actor) -> bool) -> Option<(usize, Step)> {
+        let (actor, key) = self
+            .ready
+            .iter()
+            .filter(|(a, _)| fits(**a))
+            .filter_map(|(a, r)| r.keys().next().map(|k| (*a, k.clone())))
+            .min_by(|x, y| x.1.cmp(&y.1))?;
+        let of_actor = self.ready.get_mut(&actor)?;
+        let step = of_actor.remove(&key)?;
+        if of_actor.is_empty() {
+            self.ready.remove(&actor);
+        }
+        Some((key.1, step))
+    }
+
+    /// Step `step` of item `i` was computed.
+    fn computed(&mut self, ids: &[String], i: usize, step: Step, outcome: SampleOutcome) {
+        if let SampleOutcome::Output(o) = &outcome {
+            self.tokens += o.output_tokens;
+        }
+        self.computed += 1;
+        self.spilled
+            .push(Sample::new(&ids[i], &step, outcome.clone()));
+        self.finish(i, step, outcome);
+    }
+
+    fn finish(&mut self, i: usize, step: Step, outcome: SampleOutcome) {
+        let a = &mut self.ahead[i];
+        match &outcome {
+            SampleOutcome::Output(o) => {
+                a.transcript.insert(step.key.clone(), o.clone());
+            }
+            SampleOutcome::Error(_) => a.stopped = true,
+        }
+        a.outstanding = a.outstanding.saturating_sub(1);
+        if a.outstanding == 0 {
+            self.idle.push(i);
+        }
+        self.held.insert((i, step.key.clone()), (step, outcome));
     }
 }
 
@@ -407,107 +723,6 @@ fn reply_outcome(reply: ChatReply) -> SampleOutcome {
         ));
     }
     SampleOutcome::Output(step_output(reply))
-}
-
-/// Runs one chunk: requests the model cannot take ([`Models::preflight`]) are failed steps
-/// and are not generated; on a request-level error, the rest are retried request by request so
-/// that only the offending requests are logged as failed. Reports finished requests and
-/// generated tokens to `progress` as they come.
-fn generate_chunk<M: Models>(
-    models: &M,
-    gen: &mut M::Gen,
-    actor: Actor,
-    chunk: &[(usize, Step)],
-    progress: &mut dyn Progress,
-) -> Result<Vec<SampleOutcome>, StoreError> {
-    let mut out: Vec<Option<SampleOutcome>> = vec![None; chunk.len()];
-    let mut todo: Vec<usize> = Vec::new();
-    let mut requests: Vec<ChatRequest> = Vec::new();
-    for (k, (_, s)) in chunk.iter().enumerate() {
-        let request = ChatRequest {
-            messages: s.messages.clone(),
-            params: s.params.clone(),
-        };
-        match models.preflight(gen, &request) {
-            Ok(()) => {
-                todo.push(k);
-                requests.push(request);
-            }
-            Err(reason) => out[k] = Some(SampleOutcome::Error(reason)),
-        }
-    }
-    let failed_early = chunk.len() - todo.len();
-    let generated = generate_requests(models, gen, actor, &requests, &mut |n| {
-        progress.in_flight(failed_early + n)
-    })?;
-    let tokens: usize = generated
-        .iter()
-        .map(|o| match o {
-            SampleOutcome::Output(o) => o.output_tokens,
-            SampleOutcome::Error(_) => 0,
-        })
-        .sum();
-    progress.tokens(tokens);
-    for (k, o) in todo.into_iter().zip(generated) {
-        out[k] = Some(o);
-    }
-    Ok(out.into_iter().flatten().collect())
-}
-
-/// Generates `requests`; `finished(n)` is told how many are answered so far.
-fn generate_requests<M: Models>(
-    models: &M,
-    gen: &mut M::Gen,
-    actor: Actor,
-    requests: &[ChatRequest],
-    finished: &mut dyn FnMut(usize),
-) -> Result<Vec<SampleOutcome>, StoreError> {
-    if requests.is_empty() {
-        return Ok(Vec::new());
-    }
-    let engine_failed = |e: <M::Gen as Generate>::Error| StoreError::Engine {
-        actor: ActorName(actor),
-        source: Box::new(e),
-    };
-    let check = |replies: Vec<ChatReply>, want: usize| {
-        if replies.len() == want {
-            Ok(replies)
-        } else {
-            Err(StoreError::EngineContract {
-                actor: ActorName(actor),
-                message: format!("{} replies to {} requests", replies.len(), want),
-            })
-        }
-    };
-    let mut answered = 0;
-    let result = gen.generate_chat_with_progress(requests, &mut |_| {
-        answered += 1;
-        finished(answered);
-    });
-    match result {
-        Ok(replies) => Ok(check(replies, requests.len())?
-            .into_iter()
-            .map(reply_outcome)
-            .collect()),
-        Err(e) if models.is_request_error(&e) => {
-            let mut out = Vec::with_capacity(requests.len());
-            for (k, req) in requests.iter().enumerate() {
-                match gen.generate_chat(std::slice::from_ref(req)) {
-                    Ok(replies) => {
-                        let reply = check(replies, 1)?.into_iter().next();
-                        out.extend(reply.map(reply_outcome));
-                    }
-                    Err(e) if models.is_request_error(&e) => {
-                        out.push(SampleOutcome::Error(error_chain(&e)));
-                    }
-                    Err(e) => return Err(engine_failed(e)),
-                }
-                finished(k + 1);
-            }
-            Ok(out)
-        }
-        Err(e) => Err(engine_failed(e)),
-    }
 }
 
 #[cfg(test)]
@@ -640,6 +855,172 @@ mod tests {
         );
         assert_eq!(models.stats.max_alive.load(Ordering::SeqCst), 1);
         assert_eq!(models.stats.alive.load(Ordering::SeqCst), 0);
+    }
+
+    /// The log the round loop writes, computed here step by step without the runner: each
+    /// round is the lowest actor's pending steps in (item, key) order, answered one by one
+    /// with the fake model's own rules.
+    fn round_loop_log(items: &[ToyItem], plan: &ToyPlan, models: &FakeModels) -> Vec<u8> {
+        use crate::store::testkit::{fake_reply, FAIL_MARKER};
+        let mut done = vec![Transcript::new(); items.len()];
+        let mut stopped = vec![false; items.len()];
+        let mut log = Vec::new();
+        loop {
+            let pending: Vec<(usize, Step)> = (0..items.len())
+                .filter(|&i| !stopped[i])
+                .flat_map(|i| {
+                    let mut steps = plan.next_steps(&items[i], &done[i]);
+                    steps.sort_by(|a, b| a.key.cmp(&b.key));
+                    steps.into_iter().map(move |s| (i, s))
+                })
+                .collect();
+            let Some(actor) = pending.iter().map(|(_, s)| s.actor).min() else {
+                return log;
+            };
+            for (i, step) in pending.into_iter().filter(|(_, s)| s.actor == actor) {
+                let label = match actor {
+                    Actor::Candidate(c) => models.candidates[c].clone(),
+                    Actor::Judge => models.judge.clone(),
+                };
+                let request = ChatRequest {
+                    messages: step.messages.clone(),
+                    params: step.params.clone(),
+                };
+                let refused = step
+                    .messages
+                    .iter()
+                    .any(|m| m.content.contains(FAIL_MARKER));
+                let outcome = match models.preflight_reason(&request) {
+                    Some(reason) => SampleOutcome::Error(reason),
+                    None if refused => SampleOutcome::Error(error_chain(
+                        &crate::store::testkit::FakeError::Refused,
+                    )),
+                    None => reply_outcome(fake_reply(&label, &request)),
+                };
+                match &outcome {
+                    SampleOutcome::Output(o) => {
+                        done[i].insert(step.key.clone(), o.clone());
+                    }
+                    SampleOutcome::Error(_) => stopped[i] = true,
+                }
+                log.extend(Sample::new(&items[i].id, &step, outcome).to_line());
+            }
+        }
+    }
+
+    #[test]
+    fn the_queue_logs_exactly_what_the_round_loop_logged() {
+        let tmp = tempfile::tempdir().unwrap();
+        // 24 items: refused, template and overflow failures among them.
+        let items = toy_items(24);
+        for (k, (cands, judge, batch)) in [
+            (&["a", "b"][..], "j", 1),
+            (&["a", "b"][..], "j", 5),
+            (&["a", "a"][..], "a", 7),
+            (&["a"][..], "j", 64),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let plan = plan(cands.len());
+            let mut models = FakeModels::new(cands, judge);
+            let want = round_loop_log(&items, &plan, &models);
+            let dir = tmp.path().join(format!("run{k}"));
+            run_toy(&dir, &items, &plan, &mut models, batch).unwrap();
+            let got = std::fs::read(dir.join("samples.jsonl")).unwrap();
+            assert!(
+                got == want,
+                "case {k}: the log differs from the round loop's"
+            );
+            assert!(!dir.join("pending.jsonl").exists());
+        }
+    }
+
+    /// Turn 2 of an item starts as soon as its turn 1 is answered, not when the slowest
+    /// turn 1 of the round is; the judge (same model) starts before the last candidate turn
+    /// is answered; and the batch is kept full.
+    #[test]
+    fn later_steps_start_before_the_slowest_step_of_the_round_finishes() {
+        use crate::store::testkit::FakeEvent;
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(9);
+        let mut models = FakeModels::new(&["m"], "m");
+        run_toy(tmp.path(), &items, &plan(1), &mut models, 4).unwrap();
+        let events = models.stats.events.lock().unwrap().clone();
+        let turn2 = |t: &str| t.starts_with("Are you sure");
+        let judge = |t: &str| t.starts_with("Question:");
+        let first_turn2_start = events
+            .iter()
+            .position(|e| matches!(e, FakeEvent::Start { text, .. } if turn2(text)))
+            .unwrap();
+        let last_turn1_finish = events
+            .iter()
+            .rposition(
+                |e| matches!(e, FakeEvent::Finish { text, .. } if !turn2(text) && !judge(text)),
+            )
+            .unwrap();
+        assert!(
+            first_turn2_start < last_turn1_finish,
+            "turn 2 waited for every turn 1: {events:?}"
+        );
+        let first_judge_start = events
+            .iter()
+            .position(|e| matches!(e, FakeEvent::Start { text, .. } if judge(text)))
+            .unwrap();
+        let last_turn2_finish = events
+            .iter()
+            .rposition(|e| matches!(e, FakeEvent::Finish { text, .. } if turn2(text)))
+            .unwrap();
+        assert!(first_judge_start < last_turn2_finish, "{events:?}");
+        assert_eq!(models.stats.max_batch.load(Ordering::SeqCst), 4);
+        assert_eq!(models.stats.loads.lock().unwrap().len(), 1);
+        // And the bytes are those of a run one step at a time.
+        let one = tmp.path().join("one");
+        run_toy(&one, &items, &plan(1), &mut FakeModels::new(&["m"], "m"), 1).unwrap();
+        assert_eq!(
+            std::fs::read(one.join("samples.jsonl")).unwrap(),
+            std::fs::read(tmp.path().join("samples.jsonl")).unwrap()
+        );
+    }
+
+    /// Steps that finished but were not logged when the engine failed are kept in
+    /// `pending.jsonl` and taken from there on resume, not generated again.
+    #[test]
+    fn finished_unlogged_steps_survive_a_failure_and_are_not_recomputed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = toy_items(10);
+        let full_dir = tmp.path().join("full");
+        run_toy(
+            &full_dir,
+            &items,
+            &plan(2),
+            &mut FakeModels::new(&["a", "b"], "j"),
+            6,
+        )
+        .unwrap();
+        let full = files(&full_dir);
+        let total = full.samples.iter().filter(|&&b| b == b'\n').count();
+        let mut recovered_any = false;
+        for break_after in [1, 2, 3, 5, 8, 13] {
+            let dir = tmp.path().join(format!("broken{break_after}"));
+            let mut broken = FakeModels::new(&["a", "b"], "j");
+            broken.break_after = Some(break_after);
+            run_toy(&dir, &items, &plan(2), &mut broken, 6).unwrap_err();
+            let logged = std::fs::read(dir.join("samples.jsonl")).unwrap();
+            let logged = logged.iter().filter(|&&b| b == b'\n').count();
+            let mut again = FakeModels::new(&["a", "b"], "j");
+            let out = run_toy(&dir, &items, &plan(2), &mut again, 3).unwrap();
+            assert_eq!(out.replayed, logged);
+            assert_eq!(out.replayed + out.recovered + out.computed, total);
+            recovered_any |= out.recovered > 0;
+            // Only the computed steps reached the model (refused ones never do).
+            let asked = again.stats.requests.load(Ordering::SeqCst);
+            assert!(asked <= out.computed, "{asked} > {}", out.computed);
+            let got = files(&dir);
+            assert!(got.samples == full.samples && got.results == full.results);
+            assert!(!dir.join("pending.jsonl").exists());
+        }
+        assert!(recovered_any, "no failure left finished steps unlogged");
     }
 
     #[test]

@@ -40,17 +40,28 @@ pub const OVERFLOW_MARKER: &str = "<too-long>";
 /// Counters shared by a fake model family, for tests to inspect.
 #[derive(Debug, Default)]
 pub struct FakeStats {
-    /// `generate_chat` calls.
+    /// `generate_chat` and `poll` calls.
     pub calls: AtomicUsize,
     /// Requests answered.
     pub requests: AtomicUsize,
-    /// Largest batch seen.
+    /// Largest batch seen: requests of one `generate_chat` call, or streamed requests in
+    /// flight at once.
     pub max_batch: AtomicUsize,
+    /// What the streamed requests did, in order: [`FakeEvent::Start`] when a request is
+    /// started, [`FakeEvent::Finish`] when `poll` returns its reply.
+    pub events: Mutex<Vec<FakeEvent>>,
     /// Generators alive now, and the most ever alive at once.
     pub alive: AtomicUsize,
     pub max_alive: AtomicUsize,
     /// The actors loaded, in order.
     pub loads: Mutex<Vec<Actor>>,
+}
+
+/// A streamed request started or finished; `text` is its last message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeEvent {
+    Start { label: String, text: String },
+    Finish { label: String, text: String },
 }
 
 /// Why the fake model refused.
@@ -70,6 +81,43 @@ pub struct HashGenerate {
     stats: Arc<FakeStats>,
     /// Fail with [`FakeError::Broken`] once this many calls were made (engine failure).
     break_after: Option<usize>,
+    /// Streamed requests in flight: id, reply, polls still needed, last message.
+    flight: Vec<(u64, ChatReply, usize, String)>,
+}
+
+impl HashGenerate {
+    /// Counts a call, sleeps the delay, and fails once `break_after` calls were made.
+    fn call(&self) -> Result<(), FakeError> {
+        let calls = self.stats.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.break_after.is_some_and(|n| calls > n) {
+            return Err(FakeError::Broken(calls - 1));
+        }
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        Ok(())
+    }
+
+    fn event(&self, e: FakeEvent) {
+        if let Ok(mut events) = self.stats.events.lock() {
+            events.push(e);
+        }
+    }
+}
+
+/// How many `poll` calls the fake takes to answer a request streamed to it: 1 to 5, a hash
+/// of the request like the reply (so replies finish out of order, as the engine's do).
+pub fn fake_polls(label: &str, req: &ChatRequest) -> usize {
+    let mut h = Sha256::new();
+    h.update(b"polls");
+    h.update(label.as_bytes());
+    h.update(serde_json::to_vec(&req.messages).unwrap_or_default());
+    h.update(serde_json::to_vec(&req.params).unwrap_or_default());
+    1 + (h.finalize()[0] % 5) as usize
+}
+
+fn refuses(req: &ChatRequest) -> bool {
+    req.messages.iter().any(|m| m.content.contains(FAIL_MARKER))
 }
 
 impl Drop for HashGenerate {
@@ -122,17 +170,8 @@ impl Generate for HashGenerate {
     type Error = FakeError;
 
     fn generate_chat(&mut self, requests: &[ChatRequest]) -> Result<Vec<ChatReply>, FakeError> {
-        let calls = self.stats.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.break_after.is_some_and(|n| calls > n) {
-            return Err(FakeError::Broken(calls - 1));
-        }
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
-        }
-        if requests
-            .iter()
-            .any(|r| r.messages.iter().any(|m| m.content.contains(FAIL_MARKER)))
-        {
+        self.call()?;
+        if requests.iter().any(refuses) {
             return Err(FakeError::Refused);
         }
         self.stats
@@ -145,6 +184,56 @@ impl Generate for HashGenerate {
             .iter()
             .map(|r| fake_reply(&self.label, r))
             .collect())
+    }
+
+    /// Refuses at once as [`Generate::generate_chat`] does; else the reply comes after
+    /// [`fake_polls`] polls.
+    fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, FakeError> {
+        if refuses(request) {
+            return Err(FakeError::Refused);
+        }
+        let text = request
+            .messages
+            .last()
+            .map(|m| m.content.clone())
+            .unwrap_or_default();
+        self.event(FakeEvent::Start {
+            label: self.label.clone(),
+            text: text.clone(),
+        });
+        let reply = fake_reply(&self.label, request);
+        self.flight
+            .push((id, reply, fake_polls(&self.label, request), text));
+        self.stats
+            .max_batch
+            .fetch_max(self.flight.len(), Ordering::SeqCst);
+        Ok(None)
+    }
+
+    fn poll(&mut self) -> Result<Vec<(u64, ChatReply)>, FakeError> {
+        if self.flight.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.call()?;
+        // The fewest polls any request still needs: at least one request finishes.
+        let step = self.flight.iter().map(|f| f.2).min().unwrap_or(1);
+        let mut done = Vec::new();
+        let mut k = 0;
+        while k < self.flight.len() {
+            self.flight[k].2 -= step;
+            if self.flight[k].2 == 0 {
+                let (id, reply, _, text) = self.flight.remove(k);
+                self.event(FakeEvent::Finish {
+                    label: self.label.clone(),
+                    text,
+                });
+                done.push((id, reply));
+            } else {
+                k += 1;
+            }
+        }
+        self.stats.requests.fetch_add(done.len(), Ordering::SeqCst);
+        Ok(done)
     }
 }
 
@@ -167,6 +256,18 @@ impl FakeModels {
             delay: Duration::ZERO,
             stats: Arc::default(),
             break_after: None,
+        }
+    }
+
+    /// Why the fake's preflight refuses `request`, if it does.
+    pub fn preflight_reason(&self, request: &ChatRequest) -> Option<String> {
+        let has = |marker: &str| request.messages.iter().any(|m| m.content.contains(marker));
+        if has(TEMPLATE_MARKER) {
+            Some("chat template raised an exception: Conversation roles must alternate".into())
+        } else if has(TOKENIZER_MARKER) {
+            Some("tokenizer: the fake tokenizer cannot encode this text".into())
+        } else {
+            None
         }
     }
 
@@ -196,6 +297,7 @@ impl Models for FakeModels {
             delay: self.delay,
             stats: self.stats.clone(),
             break_after: self.break_after,
+            flight: Vec::new(),
         })
     }
 
@@ -208,14 +310,7 @@ impl Models for FakeModels {
     }
 
     fn preflight(&self, _gen: &HashGenerate, request: &ChatRequest) -> Result<(), String> {
-        let has = |marker: &str| request.messages.iter().any(|m| m.content.contains(marker));
-        if has(TEMPLATE_MARKER) {
-            Err("chat template raised an exception: Conversation roles must alternate".into())
-        } else if has(TOKENIZER_MARKER) {
-            Err("tokenizer: the fake tokenizer cannot encode this text".into())
-        } else {
-            Ok(())
-        }
+        self.preflight_reason(request).map_or(Ok(()), Err)
     }
 }
 

@@ -867,6 +867,68 @@ fn two_turns(dec: &mut Decoder, firsts: &[Vec<u32>]) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// [`two_turns`] as a stream: each second turn is submitted as soon as its first turn is
+/// answered, while the other dialogues are still decoding.
+fn two_turns_streamed(dec: &mut Decoder, firsts: &[Vec<u32>]) -> (Vec<Vec<u32>>, bool) {
+    let n = firsts.len();
+    let mut out = vec![Vec::new(); 2 * n];
+    for (d, p) in firsts.iter().enumerate() {
+        dec.submit(d as u64, TokenRequest::new(p.clone(), greedy(20)))
+            .expect("submit");
+    }
+    let mut overlapped = false;
+    while dec.in_flight() > 0 {
+        for (id, reply) in dec.step(&NoText).expect("step") {
+            let id = id as usize;
+            out[id] = reply.output_ids;
+            if id < n {
+                let ids = [firsts[id].clone(), out[id].clone(), vec![7, 8, 9]].concat();
+                overlapped |= dec.in_flight() > 0;
+                dec.submit((n + id) as u64, TokenRequest::new(ids, greedy(20)))
+                    .expect("submit");
+            }
+        }
+    }
+    (out, overlapped)
+}
+
+#[test]
+fn tiny_model_streamed_turns_match_turn_by_turn_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
+    let firsts: Vec<Vec<u32>> = (0..5)
+        .map(|d| {
+            (0..8 + 9 * d)
+                .map(|i| ((i * 5 + d) % 90) as u32 + 3)
+                .collect()
+        })
+        .collect();
+    let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+    let config = |bytes: usize, batch_size: usize| SchedulerConfig {
+        batch_size,
+        prefill_chunk: 7,
+        max_step_tokens: 20,
+        prefix_cache_bytes: bytes,
+    };
+    let mut batched = Decoder::new(Arc::clone(&model), config(0, 5), Vec::new());
+    let want = two_turns(&mut batched, &firsts);
+    for (bytes, batch) in [(0, 2), (1 << 30, 2), (1 << 30, 8), (0, 1)] {
+        let mut dec = Decoder::new(Arc::clone(&model), config(bytes, batch), Vec::new());
+        let (got, overlapped) = two_turns_streamed(&mut dec, &firsts);
+        assert_eq!(got, want, "budget {bytes}, batch {batch}");
+        assert!(overlapped, "a second turn started while others decoded");
+        assert_eq!(dec.in_flight(), 0);
+    }
+    // A request the engine cannot take is refused at once, and nothing is queued.
+    let mut dec = Decoder::new(model, config(0, 2), Vec::new());
+    let err = dec
+        .submit(1, TokenRequest::new(Vec::new(), greedy(3)))
+        .unwrap_err();
+    assert_eq!(err.to_string(), "request 0: empty prompt");
+    assert_eq!(dec.in_flight(), 0);
+    assert!(dec.step(&NoText).expect("idle step").is_empty());
+}
+
 #[test]
 fn tiny_model_prefix_cache_changes_no_token_and_reuses_earlier_turns() {
     let dir = tempfile::tempdir().expect("tempdir");
