@@ -121,18 +121,9 @@ pub fn remove(path: &Path) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::plan::{Actor, StepOutput};
-    use crate::engine::SamplingParams;
-    use crate::model::chat::Message;
+    use crate::bench::plan::StepOutput;
 
-    fn step(key: &str, text: &str) -> Step {
-        Step {
-            key: key.into(),
-            actor: Actor::Judge,
-            messages: vec![Message::user(text)],
-            params: SamplingParams::default(),
-        }
-    }
+    use crate::store::testkit::judge_step as step;
 
     #[test]
     fn round_trips_skips_torn_lines_and_matches_whole_steps() {

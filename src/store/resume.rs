@@ -107,17 +107,9 @@ mod tests {
     use super::*;
     use crate::bench::plan::Actor;
     use crate::engine::SamplingParams;
-    use crate::model::chat::Message;
     use crate::store::samples::Sample;
 
-    fn step(key: &str, text: &str) -> Step {
-        Step {
-            key: key.into(),
-            actor: Actor::Judge,
-            messages: vec![Message::user(text)],
-            params: SamplingParams::default(),
-        }
-    }
+    use crate::store::testkit::judge_step as step;
 
     fn logged(line: usize, item: &str, st: &Step) -> LoggedSample {
         LoggedSample {

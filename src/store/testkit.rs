@@ -534,6 +534,16 @@ impl Protocol for Toy {
     }
 }
 
+/// A judge step with one user message and default sampling, for log and resume tests.
+pub fn judge_step(key: &str, text: &str) -> Step {
+    Step {
+        key: key.into(),
+        actor: Actor::Judge,
+        messages: vec![crate::model::chat::Message::user(text)],
+        params: crate::engine::SamplingParams::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -845,6 +845,17 @@ fn default_model_kv_does_not_depend_on_prefill_chunking() {
 
 /// Two-turn dialogues, answered turn after turn by `dec`: every second-turn prompt extends
 /// its first turn's prompt and reply, so the cache can serve it. Returns all outputs.
+/// The tiny-model scheduler of the multi-turn tests: small prefill chunks and steps, so that
+/// turns and chunks interleave; `bytes` of prefix cache.
+fn config(bytes: usize, batch_size: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        batch_size,
+        prefill_chunk: 7,
+        max_step_tokens: 20,
+        prefix_cache_bytes: bytes,
+    }
+}
+
 fn two_turns(dec: &mut Decoder, firsts: &[Vec<u32>]) -> Vec<Vec<u32>> {
     let first: Vec<TokenRequest> = firsts
         .iter()
@@ -904,12 +915,6 @@ fn tiny_model_streamed_turns_match_turn_by_turn_batches() {
         })
         .collect();
     let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
-    let config = |bytes: usize, batch_size: usize| SchedulerConfig {
-        batch_size,
-        prefill_chunk: 7,
-        max_step_tokens: 20,
-        prefix_cache_bytes: bytes,
-    };
     let mut batched = Decoder::new(Arc::clone(&model), config(0, 5), Vec::new());
     let want = two_turns(&mut batched, &firsts);
     for (bytes, batch) in [(0, 2), (1 << 30, 2), (1 << 30, 8), (0, 1)] {
@@ -942,12 +947,6 @@ fn tiny_model_prefix_cache_changes_no_token_and_reuses_earlier_turns() {
         })
         .collect();
     let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
-    let config = |bytes: usize, batch_size: usize| SchedulerConfig {
-        batch_size,
-        prefill_chunk: 7,
-        max_step_tokens: 20,
-        prefix_cache_bytes: bytes,
-    };
     let mut off = Decoder::new(Arc::clone(&model), config(0, 2), Vec::new());
     let want = two_turns(&mut off, &firsts);
     assert_eq!(off.prefill_stats().reused, 0);
