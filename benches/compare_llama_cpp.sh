@@ -27,7 +27,8 @@ if [[ -z "${CANDOR_BIN:-}" ]]; then
 fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-json_field() { sed -E "s/.*\"$1\":([0-9.]+).*/\1/" <<<"$2"; }
+# llama-batched-bench writes `"key": value`, candor bench `"key":value`.
+json_field() { sed -E "s/.*\"$1\": *([0-9.]+).*/\1/" <<<"$2"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 rows=()
