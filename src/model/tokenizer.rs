@@ -776,7 +776,11 @@ mod tests {
     /// thread that loads many tokenizers (a run switching models, a fuzzer) must not keep them.
     #[test]
     fn dropped_tokenizers_leave_nothing_behind_on_the_thread() {
-        let text: String = (0..300).map(|i| format!(" w{i}x{}", i * 7)).collect();
+        // 300 distinct letter-only words (digits would be split off one by one).
+        let letter = |i: usize| char::from(b'a' + (i % 26) as u8);
+        let text: String = (0..300)
+            .map(|i| format!(" q{}{}{}", letter(i), letter(i / 26), letter(i * 7)))
+            .collect();
         let held = std::thread::spawn(move || {
             crate::model::alloc_budget::with_budget(1 << 30, "unused", || {
                 let once = || {
