@@ -53,7 +53,7 @@ fn greedy_answers_capital_of_france() {
 mod tiny {
     use std::path::{Path, PathBuf};
 
-    use candle_core::quantized::gguf_file::{self, Value};
+    use candle_core::quantized::gguf_file::Value;
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
     use candor::engine::sampling::SplitMix64;
@@ -100,24 +100,21 @@ mod tiny {
     /// Writes a random llama-architecture GGUF and returns its path (inside `dir`).
     pub fn write(dir: &Path, name: &str, spec: &Spec) -> PathBuf {
         let mut rng = SplitMix64::new(spec.seed);
-        let (heads, kv_heads) = (4u32, 2u32);
+        let (heads, kv_heads) = (4, 2);
         let kv_dim = DIM / 2;
-        let a = spec.arch;
-        let md: Vec<(String, Value)> = vec![
-            ("general.architecture".into(), Value::String(a.into())),
-            (format!("{a}.block_count"), Value::U32(LAYERS as u32)),
-            (format!("{a}.context_length"), Value::U32(spec.context)),
-            (format!("{a}.embedding_length"), Value::U32(DIM as u32)),
-            (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
-            (format!("{a}.attention.head_count"), Value::U32(heads)),
-            (format!("{a}.attention.head_count_kv"), Value::U32(kv_heads)),
-            (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
-            (
-                format!("{a}.attention.layer_norm_rms_epsilon"),
-                Value::F32(1e-5),
-            ),
-            (format!("{a}.rope.dimension_count"), Value::U32(16)),
-        ];
+        let mut md = crate::util::llama_metadata(&crate::util::TinyShape {
+            arch: spec.arch,
+            layers: LAYERS,
+            dim: DIM,
+            ffn: FFN,
+            heads,
+            kv_heads,
+            context: spec.context,
+        });
+        md.push((
+            format!("{}.rope.dimension_count", spec.arch),
+            Value::U32(16),
+        ));
         let mut tensors: Vec<(String, QTensor)> = vec![(
             "token_embd.weight".into(),
             q(
@@ -162,10 +159,7 @@ mod tiny {
         }
         tensors.retain(|(n, _)| Some(n.as_str()) != spec.omit);
         let path = dir.join(name);
-        let mut f = std::fs::File::create(&path).expect("create gguf");
-        let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        gguf_file::write(&mut f, &md_refs, &t_refs).expect("write gguf");
+        crate::util::write_gguf(&path, &md, &tensors);
         path
     }
 }

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use candor::engine::sampling::SplitMix64;
@@ -106,34 +105,19 @@ fn write_models(dir: &Path, types: &[GgmlDType]) -> (Vec<PathBuf>, PathBuf) {
         }
         hf.insert(h, t.to_dtype(DType::BF16).expect("bf16"));
     }
-    let a = "llama";
-    let md: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), Value::String(a.into())),
-        (format!("{a}.block_count"), Value::U32(LAYERS as u32)),
-        (format!("{a}.context_length"), Value::U32(256)),
-        (format!("{a}.embedding_length"), Value::U32(DIM as u32)),
-        (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
-        (
-            format!("{a}.attention.head_count"),
-            Value::U32(HEADS as u32),
-        ),
-        (
-            format!("{a}.attention.head_count_kv"),
-            Value::U32(KV_HEADS as u32),
-        ),
-        (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
-        (
-            format!("{a}.attention.layer_norm_rms_epsilon"),
-            Value::F32(1e-5),
-        ),
-    ];
-    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let md = crate::util::llama_metadata(&crate::util::TinyShape {
+        arch: "llama",
+        layers: LAYERS,
+        dim: DIM,
+        ffn: FFN,
+        heads: HEADS,
+        kv_heads: KV_HEADS,
+        context: 256,
+    });
     let mut paths = Vec::new();
     for (tensors, dtype) in ggufs.iter().zip(types) {
         let path = dir.join(format!("memory-{dtype:?}.gguf"));
-        let mut f = std::fs::File::create(&path).expect("create gguf");
-        let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        gguf_file::write(&mut f, &md_refs, &t_refs).expect("write gguf");
+        crate::util::write_gguf(&path, &md, tensors);
         paths.push(path);
     }
     let ck = dir.join("checkpoint-bf16");

@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use candor::engine::sampling::SplitMix64;
@@ -48,21 +47,15 @@ fn write_tiny(dir: &Path, dtype: GgmlDType, seed: u64) -> PathBuf {
             .map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale)
             .collect()
     };
-    let a = "llama";
-    let md: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), Value::String(a.into())),
-        (format!("{a}.block_count"), Value::U32(LAYERS as u32)),
-        (format!("{a}.context_length"), Value::U32(256)),
-        (format!("{a}.embedding_length"), Value::U32(DIM as u32)),
-        (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
-        (format!("{a}.attention.head_count"), Value::U32(4)),
-        (format!("{a}.attention.head_count_kv"), Value::U32(2)),
-        (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
-        (
-            format!("{a}.attention.layer_norm_rms_epsilon"),
-            Value::F32(1e-5),
-        ),
-    ];
+    let md = crate::util::llama_metadata(&crate::util::TinyShape {
+        arch: "llama",
+        layers: LAYERS,
+        dim: DIM,
+        ffn: FFN,
+        heads: 4,
+        kv_heads: 2,
+        context: 256,
+    });
     let kv_dim = DIM / 2;
     let mut tensors: Vec<(String, QTensor)> = vec![(
         "token_embd.weight".into(),
@@ -93,10 +86,7 @@ fn write_tiny(dir: &Path, dtype: GgmlDType, seed: u64) -> PathBuf {
         q(vec![1.0; DIM], &[DIM], GgmlDType::F32),
     ));
     let path = dir.join(format!("tiny-{dtype:?}.gguf"));
-    let mut f = std::fs::File::create(&path).expect("create gguf");
-    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut f, &md_refs, &t_refs).expect("write gguf");
+    crate::util::write_gguf(&path, &md, &tensors);
     path
 }
 

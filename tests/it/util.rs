@@ -53,3 +53,60 @@ pub fn default_model() -> Option<PathBuf> {
         None
     }
 }
+
+/// The shape of a random llama-family GGUF written by a test.
+pub struct TinyShape {
+    pub arch: &'static str,
+    pub layers: usize,
+    pub dim: usize,
+    pub ffn: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub context: u32,
+}
+
+/// The metadata a llama-family GGUF of `shape` needs (rope base 10000, RMS epsilon 1e-5).
+pub fn llama_metadata(
+    shape: &TinyShape,
+) -> Vec<(String, candle_core::quantized::gguf_file::Value)> {
+    use candle_core::quantized::gguf_file::Value;
+    let a = shape.arch;
+    vec![
+        ("general.architecture".into(), Value::String(a.into())),
+        (format!("{a}.block_count"), Value::U32(shape.layers as u32)),
+        (format!("{a}.context_length"), Value::U32(shape.context)),
+        (
+            format!("{a}.embedding_length"),
+            Value::U32(shape.dim as u32),
+        ),
+        (
+            format!("{a}.feed_forward_length"),
+            Value::U32(shape.ffn as u32),
+        ),
+        (
+            format!("{a}.attention.head_count"),
+            Value::U32(shape.heads as u32),
+        ),
+        (
+            format!("{a}.attention.head_count_kv"),
+            Value::U32(shape.kv_heads as u32),
+        ),
+        (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
+        (
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-5),
+        ),
+    ]
+}
+
+/// Writes a GGUF file of `metadata` and `tensors` at `path`.
+pub fn write_gguf(
+    path: &Path,
+    metadata: &[(String, candle_core::quantized::gguf_file::Value)],
+    tensors: &[(String, candle_core::quantized::QTensor)],
+) {
+    let mut f = std::fs::File::create(path).expect("create gguf");
+    let md: Vec<_> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let ts: Vec<_> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    candle_core::quantized::gguf_file::write(&mut f, &md, &ts).expect("write gguf");
+}
