@@ -188,6 +188,21 @@ impl Panels {
         Ok(Panels { format, nb, data })
     }
 
+    /// The raw GGUF blocks of the first `n` rows again (row-major), as they were before
+    /// repacking (for a device that takes GGUF's own layout).
+    pub(crate) fn to_gguf(&self, n: usize) -> Vec<u8> {
+        let blk = self.format.gguf_block();
+        let rec = self.format.record();
+        let mut out = vec![0u8; n * self.nb * blk];
+        for (row, dst) in out.chunks_exact_mut(self.nb * blk).enumerate() {
+            let (panel, lane) = (self.panel(row / PANEL), row % PANEL);
+            for (b, d) in dst.chunks_exact_mut(blk).enumerate() {
+                self.format.gather(&panel[b * rec..(b + 1) * rec], lane, d);
+            }
+        }
+        out
+    }
+
     /// The records of panel `p` (all `nb` blocks).
     pub(crate) fn panel(&self, p: usize) -> &[u8] {
         let size = self.nb * self.format.record();

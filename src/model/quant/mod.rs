@@ -78,6 +78,19 @@ pub enum WeightFormat {
     F32,
 }
 
+/// A weight's values as stored in its model file ([`QWeight::stored`]); the format is
+/// [`QWeight::format`].
+#[derive(Debug)]
+pub enum Stored<'a> {
+    F32(&'a [f32]),
+    /// f16 bit patterns.
+    F16(&'a [u16]),
+    /// bf16 bit patterns.
+    BF16(&'a [u16]),
+    /// Quantized: GGUF blocks, row after row.
+    Blocks(Vec<u8>),
+}
+
 #[derive(Debug, Clone)]
 enum Storage {
     Quant(Panels),
@@ -405,6 +418,17 @@ impl QWeight {
         }
     }
 
+    /// The values as stored in the model file: float values in place, quantized blocks in
+    /// GGUF's row-major layout (copied back out of the panels).
+    pub fn stored(&self) -> Stored<'_> {
+        match &self.storage {
+            Storage::Quant(p) => Stored::Blocks(p.to_gguf(self.n)),
+            Storage::F32(w) => Stored::F32(w.as_slice()),
+            Storage::F16(w) => Stored::F16(w.as_slice()),
+            Storage::BF16(w) => Stored::BF16(w.as_slice()),
+        }
+    }
+
     /// Dequantizes row `r` into `out` (length `k`), e.g. for an embedding lookup.
     ///
     /// # Panics
@@ -672,13 +696,13 @@ fn dot_bf16(isa: Isa, x: &[f32], w: &[u16]) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::quantized::QMatMul;
     use candle_core::{Module, Tensor};
 
     /// Deterministic pseudo-random values in [-1, 1) (xorshift64*).
-    fn noise(seed: u64, len: usize) -> Vec<f32> {
+    pub(crate) fn noise(seed: u64, len: usize) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..len)
             .map(|_| {
@@ -726,6 +750,27 @@ mod tests {
         let mut out = vec![f32::NAN; m * w.rows()];
         w.matmul_with(isa, x, m, &mut out);
         out
+    }
+
+    #[test]
+    fn stored_gives_back_the_file_bytes() {
+        // 13 rows: a last panel with five padding rows.
+        for dtype in FORMATS {
+            let t = qtensor(13, kdim(dtype, 512), dtype, 7);
+            let raw = t.data().expect("data").to_vec();
+            let w = QWeight::from_qtensor(&t).expect("load");
+            let bytes: Vec<u8> = match w.stored() {
+                Stored::Blocks(b) => b,
+                Stored::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                Stored::F16(v) | Stored::BF16(v) => {
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+                }
+            };
+            assert!(
+                bytes == raw,
+                "{dtype:?}: stored bytes differ from the file's"
+            );
+        }
     }
 
     #[test]
