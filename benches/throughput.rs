@@ -13,6 +13,7 @@ use std::time::Instant;
 use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
 use candor::model::llama::{Llama, WeightDType};
+use candor::model::runner::Model;
 
 const PROMPT: usize = 128;
 const DECODE: usize = 64;
@@ -66,7 +67,9 @@ fn main() {
         Ok("f32") => WeightDType::F32,
         _ => WeightDType::Native,
     };
-    let model = Arc::new(Llama::from_gguf_path(&path, dtype).expect("load model"));
+    let model = Arc::new(Model::from(
+        Llama::from_gguf_path(&path, dtype).expect("load model"),
+    ));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(THREADS)
         .build()

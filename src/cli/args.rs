@@ -34,4 +34,6 @@ pub enum Command {
     Launch(super::launch::LaunchArgs),
     /// Prefill and decode throughput on synthetic prompts (llama-batched-bench's definitions).
     Bench(super::bench::BenchArgs),
+    /// List the devices models can run on (`--device`): the CPU, and GPUs in a CUDA build.
+    Devices(super::devices::DevicesArgs),
 }

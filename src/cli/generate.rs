@@ -52,6 +52,9 @@ pub struct GenerateArgs {
     /// Worker threads (default: rayon's choice, one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the model runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = super::run::parse_device)]
+    pub device: crate::model::device::DeviceSpec,
 }
 
 /// One input line.
@@ -134,6 +137,7 @@ fn parse_prompts(
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    args.device.check_built()?;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
@@ -151,6 +155,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     };
     let options = EngineOptions {
         dtype,
+        device: args.device,
         scheduler: SchedulerConfig {
             batch_size: args.batch_size,
             ..SchedulerConfig::default()

@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod cache;
 mod data;
+mod devices;
 mod generate;
 mod launch;
 mod merge;
@@ -35,6 +36,7 @@ pub fn run() -> i32 {
         Command::Verify(a) => verify::run(a),
         Command::Launch(a) => launch::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Devices(a) => devices::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -17,6 +17,7 @@ use crate::bench::refutebench::plan::TokenCounter;
 use crate::engine::{ChatRequest, Engine, EngineError, EngineOptions, SchedulerConfig};
 use crate::model::chat::Message;
 use crate::model::chat_template::ChatTemplate;
+use crate::model::device::DeviceSpec;
 use crate::model::gguf::{file_sha256, GgufFile, LlamaConfig};
 use crate::model::llama::WeightDType;
 use crate::model::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
@@ -122,9 +123,14 @@ impl ModelInfo {
 
     /// The manifest entry of this model in `role`, with the loading options that change
     /// outputs.
-    pub fn identity(&self, role: &str, dtype: WeightDType) -> ModelIdentity {
+    pub fn identity(&self, role: &str, dtype: WeightDType, device: DeviceSpec) -> ModelIdentity {
         let mut options = BTreeMap::new();
         options.insert("dtype".to_string(), dtype_name(dtype).to_string());
+        // A GPU's tokens need not equal the CPU's: the device is part of what produced them.
+        // (Absent for the CPU, so that manifests from before devices still match.)
+        if !device.is_cpu() {
+            options.insert("device".to_string(), device.to_string());
+        }
         ModelIdentity {
             role: role.to_string(),
             name: self.name.clone(),
@@ -152,9 +158,10 @@ impl ModelInfo {
 }
 
 /// How the run's engines are built.
-pub fn engine_options(batch_size: usize, dtype: WeightDType) -> EngineOptions {
+pub fn engine_options(batch_size: usize, dtype: WeightDType, device: DeviceSpec) -> EngineOptions {
     EngineOptions {
         dtype,
+        device,
         scheduler: SchedulerConfig {
             batch_size,
             ..SchedulerConfig::default()

@@ -19,6 +19,7 @@ use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
 use crate::model::chat::Message;
+use crate::model::device::DeviceSpec;
 use crate::model::llama::WeightDType;
 use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
@@ -115,6 +116,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 
+    /// Where the models run: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
+    /// A GPU's tokens are deterministic but need not equal the CPU's; the manifest records it.
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    pub device: DeviceSpec,
+
     /// Base seed: per-item seeds of sampled steps and of the bootstrap intervals derive from it.
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
@@ -139,6 +145,11 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+}
+
+/// `--device`: `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(s: &str) -> Result<DeviceSpec, String> {
+    s.parse()
 }
 
 /// A model as named on the command line.
@@ -181,6 +192,7 @@ pub struct RunConfig {
     /// The prefix cache's budget in MiB (0: off).
     pub kv_cache_mb: usize,
     pub threads: usize,
+    pub device: DeviceSpec,
     pub seed: u64,
     pub data: PathBuf,
     /// Sleep per batch of the `fake:` models (feature `testkit`).
@@ -205,6 +217,7 @@ impl RunConfig {
         if args.limit == Some(0) {
             bail!("--limit must be at least 1");
         }
+        args.device.check_built()?;
         let threads = match args.threads {
             Some(0) => bail!("--threads must be at least 1"),
             Some(n) => n,
@@ -229,6 +242,7 @@ impl RunConfig {
             batch_size: args.batch_size,
             kv_cache_mb: args.kv_cache_mb,
             threads,
+            device: args.device,
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::store::data::default_root),
             fake_delay: Duration::from_millis(args.fake_delay_ms),
@@ -415,7 +429,7 @@ pub fn execute<Pr: BenchProtocol>(
     }
     let models = roles
         .iter()
-        .map(|(role, m)| model_identity(role, m, &infos))
+        .map(|(role, m)| model_identity(role, m, &infos, cfg.device))
         .collect::<anyhow::Result<_>>()?;
     let engine_run = roles.iter().any(|(_, m)| matches!(m, ModelSpec::Engine(_)));
     let run = ProtocolRun {
@@ -473,12 +487,15 @@ pub fn execute<Pr: BenchProtocol>(
                 .map(info)
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let judge = info(&cfg.judge)?;
-            let mut options = engine_options(cfg.batch_size, WeightDType::default());
+            let mut options = engine_options(cfg.batch_size, WeightDType::default(), cfg.device);
             options.scheduler.prefix_cache_bytes = cfg.kv_cache_mb << 20;
             let models = engine_models(&candidates, &judge, options);
-            let dtype = dtype_name(WeightDType::default());
+            let dtype = match cfg.device {
+                DeviceSpec::Cpu => dtype_name(WeightDType::default()).to_string(),
+                d => format!("{};device={d}", dtype_name(WeightDType::default())),
+            };
             let cache = (cfg.cache.for_engine())
-                .map(|c| (c, cache::engine_keyer(&candidates, &judge, dtype)));
+                .map(|c| (c, cache::engine_keyer(&candidates, &judge, &dtype)));
             finish(run, models, cache, progress)
         }
     }
@@ -488,6 +505,7 @@ fn model_identity(
     role: &str,
     m: &ModelSpec,
     infos: &BTreeMap<String, ModelInfo>,
+    device: DeviceSpec,
 ) -> anyhow::Result<ModelIdentity> {
     match m {
         ModelSpec::Fake(label) => {
@@ -501,10 +519,11 @@ fn model_identity(
                 options: BTreeMap::new(),
             })
         }
-        ModelSpec::Engine(name) => Ok(infos
-            .get(name)
-            .context("unresolved model")?
-            .identity(role, WeightDType::default())),
+        ModelSpec::Engine(name) => Ok(infos.get(name).context("unresolved model")?.identity(
+            role,
+            WeightDType::default(),
+            device,
+        )),
     }
 }
 

@@ -19,6 +19,7 @@ use anyhow::{bail, Context};
 use crate::bench::plan::Actor;
 use crate::bench::stats::SplitMix64;
 use crate::engine::{ChatReply, ChatRequest, Generate};
+use crate::model::device::DeviceSpec;
 use crate::model::llama::WeightDType;
 use crate::model::tokenizer::Tokenizer;
 use crate::store::manifest::Manifest;
@@ -84,6 +85,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let mut judge = None;
     let mut hashes = BTreeMap::new();
     let mut dtype = WeightDType::Native;
+    let mut device = DeviceSpec::Cpu;
     for m in &manifest.identity.models {
         if m.role == "judge" {
             judge = Some(m.name.clone());
@@ -97,6 +99,12 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         hashes.insert(m.name.clone(), m.sha256.clone());
         if m.options.get("dtype").map(String::as_str) == Some("f32") {
             dtype = WeightDType::F32;
+        }
+        // The run's device, for the same numerics (CPU and GPU tokens may differ).
+        if let Some(d) = m.options.get("device") {
+            device = d
+                .parse()
+                .map_err(|e| anyhow::anyhow!("manifest: model {:?}: {e}", m.name))?;
         }
     }
     let candidates: Vec<String> = candidates.into_values().collect();
@@ -143,7 +151,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             .map(|(i, m)| (Actor::Candidate(i), Arc::clone(&m.tokenizer)))
             .chain([(Actor::Judge, Arc::clone(&j.tokenizer))])
             .collect();
-        let mut models = engine_models(&cands, &j, engine_options(args.batch_size, dtype));
+        let mut models = engine_models(&cands, &j, engine_options(args.batch_size, dtype, device));
         verify_steps(&mut models, &picked, args.batch_size, &|a| {
             tokenizers.get(&a).cloned()
         })?

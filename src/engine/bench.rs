@@ -13,11 +13,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::kv::{KvLayout, SeqKv};
+use super::kv::{KvLayout, KvStorage, SeqKv};
 use super::sampling::{argmax, SplitMix64};
 use super::scheduler::SchedulerConfig;
 use super::EngineError;
-use crate::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep};
+use crate::model::llama::{KvSeq, Logits, Scratch, SeqStep};
+use crate::model::runner::Model;
 
 /// One benchmark configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +62,7 @@ fn prompt(i: usize, len: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// Runs one configuration on `model` (in the current rayon pool).
-pub fn run(model: &Llama, cfg: BenchConfig) -> Result<BenchResult, EngineError> {
+pub fn run(model: &Model, cfg: BenchConfig) -> Result<BenchResult, EngineError> {
     let c = model.config();
     let (p, n, b) = (cfg.prompt_tokens, cfg.new_tokens, cfg.batch_size);
     if p == 0 || b == 0 {
@@ -79,23 +80,25 @@ pub fn run(model: &Llama, cfg: BenchConfig) -> Result<BenchResult, EngineError> 
         n_layer: c.n_layer,
         kv_dim: c.kv_dim(),
     };
+    let storage = model.kv_pool().map_or(KvStorage::Host, KvStorage::Device);
+    let new_kv = || SeqKv::new_in(layout, storage.clone());
     let vocab = c.vocab_size;
     let mut scratch = Scratch::default();
 
     // Warm-up: one short step on a throwaway sequence (threads started, buffers grown).
     {
-        let mut kv = SeqKv::new(layout);
+        let mut kv = new_kv();
         let ids = prompt(usize::MAX >> 1, p.min(16), vocab);
         let mut steps = [SeqStep {
             tokens: &ids,
             kv: &mut kv,
             logits: Logits::Last,
         }];
-        model.forward(&mut steps, &mut scratch);
+        model.forward(&mut steps, &mut scratch)?;
     }
 
     let prompts: Vec<Vec<u32>> = (0..b).map(|i| prompt(i, p, vocab)).collect();
-    let mut kvs: Vec<SeqKv> = (0..b).map(|_| SeqKv::new(layout)).collect();
+    let mut kvs: Vec<SeqKv> = (0..b).map(|_| new_kv()).collect();
     let mut next = vec![0u32; b];
     let chunk = cfg.scheduler.prefill_chunk.max(1);
     let step_rows = cfg.scheduler.max_step_tokens.max(1);
@@ -132,7 +135,7 @@ pub fn run(model: &Llama, cfg: BenchConfig) -> Result<BenchResult, EngineError> 
                 },
             });
         }
-        let logits = model.forward(&mut steps, &mut scratch);
+        let logits = model.forward(&mut steps, &mut scratch)?;
         let mut row = 0;
         for &(i, take) in &plan {
             fed[i] += take;
@@ -156,7 +159,7 @@ pub fn run(model: &Llama, cfg: BenchConfig) -> Result<BenchResult, EngineError> 
                 logits: Logits::Last,
             })
             .collect();
-        let logits = model.forward(&mut steps, &mut scratch);
+        let logits = model.forward(&mut steps, &mut scratch)?;
         for (i, t) in next.iter_mut().enumerate() {
             *t = argmax(&logits[i * vocab..(i + 1) * vocab]);
         }

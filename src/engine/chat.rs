@@ -17,8 +17,10 @@ use super::kv::SeqId;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats};
 use crate::model::chat_template::ChatTemplate;
+use crate::model::device::DeviceSpec;
 use crate::model::gguf::{GgufFile, LlamaConfig};
 use crate::model::llama::{Llama, WeightDType};
+use crate::model::runner::Model;
 use crate::model::safetensors::Checkpoint;
 use crate::model::source::{weights_sha256, ModelFiles};
 use crate::model::tokenizer::Tokenizer;
@@ -56,6 +58,8 @@ impl TextDecoder for Tokenizer {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineOptions {
     pub dtype: WeightDType,
+    /// Where the forward pass runs.
+    pub device: DeviceSpec,
     pub scheduler: SchedulerConfig,
 }
 
@@ -78,14 +82,7 @@ impl Engine {
         let template =
             ChatTemplate::from_gguf(file.content(), &tokenizer)?.with_origin(gguf.display())?;
         let model = Llama::from_gguf(&mut file, options.dtype)?;
-        Ok(Engine::build(
-            model,
-            gguf,
-            tokenizer,
-            template,
-            &[],
-            options,
-        ))
+        Engine::build(model, gguf, tokenizer, template, &[], options)
     }
 
     /// Loads resolved model files: a `tokenizer.json` (and its `tokenizer_config.json`) beside
@@ -106,14 +103,7 @@ impl Engine {
                 .with_origin(files.weights.display())?,
         };
         let model = Llama::from_gguf(&mut file, options.dtype)?;
-        Ok(Engine::build(
-            model,
-            &files.weights,
-            tokenizer,
-            template,
-            &[],
-            options,
-        ))
+        Engine::build(model, &files.weights, tokenizer, template, &[], options)
     }
 
     fn from_checkpoint(files: &ModelFiles, options: EngineOptions) -> Result<Engine, EngineError> {
@@ -138,9 +128,7 @@ impl Engine {
         let mut ck = Checkpoint::open(dir)?;
         let config = ck.config().clone();
         let model = Llama::from_source(config, &mut ck, options.dtype)?;
-        Ok(Engine::build(
-            model, dir, tokenizer, template, &eos, options,
-        ))
+        Engine::build(model, dir, tokenizer, template, &eos, options)
     }
 
     fn build(
@@ -150,21 +138,22 @@ impl Engine {
         template: ChatTemplate,
         extra_stops: &[u32],
         options: EngineOptions,
-    ) -> Engine {
+    ) -> Result<Engine, EngineError> {
+        let model = Model::new(model, options.device)?;
         let mut stop_ids = template.stop_token_ids(&tokenizer);
         stop_ids.extend(extra_stops);
         stop_ids.sort_unstable();
         stop_ids.dedup();
         let mut decoder = Decoder::new(Arc::new(model), options.scheduler, stop_ids);
         decoder.set_constraints(Arc::new(ConstraintCompiler::new(&tokenizer)));
-        Engine {
+        Ok(Engine {
             decoder,
             tokenizer: Arc::new(tokenizer),
             template,
             model_path: path.to_path_buf(),
             model_sha256: OnceLock::new(),
             streamed: HashMap::new(),
-        }
+        })
     }
 
     pub fn config(&self) -> &LlamaConfig {

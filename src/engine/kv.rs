@@ -10,10 +10,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::model::device::{DeviceBlock, KvPool};
 use crate::model::llama::KvSeq;
 
-/// Positions per block.
-pub const BLOCK_TOKENS: usize = 16;
+/// Positions per block (the models' block size on every device).
+pub const BLOCK_TOKENS: usize = crate::model::runner::KV_BLOCK_TOKENS;
 
 /// The shape of one position's KV entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +36,44 @@ impl KvLayout {
     }
 }
 
+/// Where a sequence's blocks live: host memory (the CPU forward pass), or a device's KV pool
+/// (the forward pass on that device writes and reads them there).
+#[derive(Debug, Clone, Default)]
+pub enum KvStorage {
+    #[default]
+    Host,
+    Device(KvPool),
+}
+
+impl KvStorage {
+    /// Bytes of one block of `layout` kept here.
+    pub fn block_bytes(&self, layout: KvLayout) -> usize {
+        match self {
+            KvStorage::Host => Block::bytes(layout),
+            KvStorage::Device(pool) => pool.block_bytes(),
+        }
+    }
+}
+
 /// One block of [`BLOCK_TOKENS`] positions, all layers' keys and values (opaque outside this
-/// module; shared by reference counting).
+/// module; shared by reference counting). Cloning a device block copies it on the device.
 #[derive(Debug, Clone)]
-pub struct Block {
-    data: Vec<f32>,
+pub enum Block {
+    Host(Vec<f32>),
+    Device(DeviceBlock),
 }
 
 impl Block {
-    /// Bytes of numbers held by one block of `layout`.
+    /// Bytes of numbers held by one host block of `layout`.
     pub fn bytes(layout: KvLayout) -> usize {
         layout.block_len() * std::mem::size_of::<f32>()
+    }
+
+    fn host(&self) -> &[f32] {
+        match self {
+            Block::Host(data) => data,
+            Block::Device(_) => unreachable!("host access to a device KV block"),
+        }
     }
 }
 
@@ -53,24 +81,33 @@ impl Block {
 #[derive(Debug, Clone)]
 pub struct SeqKv {
     layout: KvLayout,
+    storage: KvStorage,
     blocks: Vec<Arc<Block>>,
     len: usize,
 }
 
 impl SeqKv {
+    /// An empty sequence in host memory.
     pub fn new(layout: KvLayout) -> SeqKv {
+        SeqKv::new_in(layout, KvStorage::Host)
+    }
+
+    /// An empty sequence whose blocks will live in `storage`.
+    pub fn new_in(layout: KvLayout, storage: KvStorage) -> SeqKv {
         SeqKv {
             layout,
+            storage,
             blocks: Vec::new(),
             len: 0,
         }
     }
 
     /// A sequence made of whole, already written blocks (`blocks.len() * BLOCK_TOKENS`
-    /// positions), shared with whoever else holds them.
-    pub fn from_blocks(layout: KvLayout, blocks: Vec<Arc<Block>>) -> SeqKv {
+    /// positions) kept in `storage`, shared with whoever else holds them.
+    pub fn from_blocks(layout: KvLayout, storage: KvStorage, blocks: Vec<Arc<Block>>) -> SeqKv {
         SeqKv {
             layout,
+            storage,
             len: blocks.len() * BLOCK_TOKENS,
             blocks,
         }
@@ -109,6 +146,10 @@ impl SeqKv {
     pub fn layout(&self) -> KvLayout {
         self.layout
     }
+
+    pub fn storage(&self) -> &KvStorage {
+        &self.storage
+    }
 }
 
 impl KvSeq for SeqKv {
@@ -116,40 +157,60 @@ impl KvSeq for SeqKv {
         self.len
     }
 
+    // Without the `cuda` feature device blocks are uninhabited: that arm is dead code there.
+    #[cfg_attr(not(feature = "cuda"), allow(unreachable_code))]
     fn grow(&mut self, n: usize) {
+        let from = self.len;
         self.len += n;
         let needed = self.len.div_ceil(BLOCK_TOKENS);
         let block_len = self.layout.block_len();
         while self.blocks.len() < needed {
-            self.blocks.push(Arc::new(Block {
-                data: vec![0.0; block_len],
+            self.blocks.push(Arc::new(match &self.storage {
+                KvStorage::Host => Block::Host(vec![0.0; block_len]),
+                KvStorage::Device(pool) => Block::Device(pool.alloc()),
             }));
+        }
+        // A device writes the new positions itself: blocks it will write that are shared with
+        // a fork are copied now (host blocks are copied in `write`).
+        if let KvStorage::Device(_) = self.storage {
+            for b in &mut self.blocks[from / BLOCK_TOKENS..needed] {
+                Arc::make_mut(b);
+            }
         }
     }
 
     fn write(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
         let l = self.layout;
         // Copy-on-write: a block shared with a fork is copied before its first change.
-        let block = Arc::make_mut(&mut self.blocks[pos / BLOCK_TOKENS]);
+        let Block::Host(data) = Arc::make_mut(&mut self.blocks[pos / BLOCK_TOKENS]) else {
+            unreachable!("host write to a device KV block")
+        };
         let slot = pos % BLOCK_TOKENS;
         let k = l.offset(layer, false, slot);
-        block.data[k..k + l.kv_dim].copy_from_slice(key);
+        data[k..k + l.kv_dim].copy_from_slice(key);
         let v = l.offset(layer, true, slot);
-        block.data[v..v + l.kv_dim].copy_from_slice(value);
+        data[v..v + l.kv_dim].copy_from_slice(value);
     }
 
     #[inline]
     fn key(&self, layer: usize, pos: usize) -> &[f32] {
         let l = &self.layout;
         let o = l.offset(layer, false, pos % BLOCK_TOKENS);
-        &self.blocks[pos / BLOCK_TOKENS].data[o..o + l.kv_dim]
+        &self.blocks[pos / BLOCK_TOKENS].host()[o..o + l.kv_dim]
     }
 
     #[inline]
     fn value(&self, layer: usize, pos: usize) -> &[f32] {
         let l = &self.layout;
         let o = l.offset(layer, true, pos % BLOCK_TOKENS);
-        &self.blocks[pos / BLOCK_TOKENS].data[o..o + l.kv_dim]
+        &self.blocks[pos / BLOCK_TOKENS].host()[o..o + l.kv_dim]
+    }
+
+    fn device_blocks(&self, out: &mut Vec<u32>) {
+        out.extend(self.blocks.iter().filter_map(|b| match &**b {
+            Block::Device(d) => Some(d.slot()),
+            Block::Host(_) => None,
+        }));
     }
 }
 

@@ -14,7 +14,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::kv::{Block, KvLayout, SeqKv, BLOCK_TOKENS};
+use super::kv::{Block, KvLayout, KvStorage, SeqKv, BLOCK_TOKENS};
 
 type Key = (u64, [u32; BLOCK_TOKENS]);
 
@@ -46,6 +46,7 @@ impl PrefillStats {
 #[derive(Debug)]
 pub struct PrefixCache {
     layout: KvLayout,
+    storage: KvStorage,
     max_blocks: usize,
     /// Entry ids start at 1; 0 is the root (the empty prefix).
     entries: HashMap<u64, Entry>,
@@ -57,10 +58,12 @@ pub struct PrefixCache {
 }
 
 impl PrefixCache {
-    pub fn new(layout: KvLayout, budget_bytes: usize) -> PrefixCache {
+    /// A cache of blocks kept in `storage`, holding at most `budget_bytes` of them.
+    pub fn new(layout: KvLayout, storage: KvStorage, budget_bytes: usize) -> PrefixCache {
         PrefixCache {
             layout,
-            max_blocks: budget_bytes / Block::bytes(layout).max(1),
+            max_blocks: budget_bytes / storage.block_bytes(layout).max(1),
+            storage,
             entries: HashMap::new(),
             index: HashMap::new(),
             lru: BTreeSet::new(),
@@ -109,7 +112,7 @@ impl PrefixCache {
                 parent = id;
             }
         }
-        SeqKv::from_blocks(self.layout, blocks)
+        SeqKv::from_blocks(self.layout, self.storage.clone(), blocks)
     }
 
     /// Records the full blocks of `kv`, whose positions hold `ids` (at least `kv.len()` of
@@ -205,7 +208,7 @@ mod tests {
 
     #[test]
     fn reuses_whole_blocks_of_a_matching_prefix_and_leaves_a_token_to_feed() {
-        let mut c = PrefixCache::new(L, 1 << 20);
+        let mut c = PrefixCache::new(L, KvStorage::Host, 1 << 20);
         let a = ids(40, 1);
         c.insert(&a, &seq(&a));
         assert_eq!(c.blocks(), 2);
@@ -227,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_budget_of_zero_disables_it() {
-        let mut c = PrefixCache::new(L, 0);
+        let mut c = PrefixCache::new(L, KvStorage::Host, 0);
         let a = ids(40, 1);
         c.insert(&a, &seq(&a));
         assert!(!c.enabled());
@@ -238,7 +241,7 @@ mod tests {
     #[test]
     fn evicts_least_recently_used_leaves_within_the_budget() {
         let three = 3 * Block::bytes(L);
-        let mut c = PrefixCache::new(L, three);
+        let mut c = PrefixCache::new(L, KvStorage::Host, three);
         let (a, b) = (ids(32, 1), ids(32, 2));
         c.insert(&a, &seq(&a));
         c.insert(&b, &seq(&b));
@@ -258,7 +261,7 @@ mod tests {
 
     #[test]
     fn shared_blocks_are_copied_on_write_by_the_borrower() {
-        let mut c = PrefixCache::new(L, 1 << 20);
+        let mut c = PrefixCache::new(L, KvStorage::Host, 1 << 20);
         let a = ids(16, 1);
         c.insert(&a, &seq(&a));
         let mut kv = c.lookup(&ids(20, 1));

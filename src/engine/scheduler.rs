@@ -20,11 +20,12 @@ use std::time::Instant;
 use super::constraint::{
     masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
 };
-use super::kv::{KvLayout, KvStore, SeqId, SeqKv};
+use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv};
 use super::prefix::{PrefillStats, PrefixCache};
 use super::sampling::{argmax, Sampler};
 use super::{EngineError, SamplingParams, StopReason};
-use crate::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep};
+use crate::model::llama::{KvSeq, Logits, Scratch, SeqStep};
+use crate::model::runner::Model;
 
 /// Turns generated ids into text (to find stop strings); the engine passes its tokenizer.
 pub trait TextDecoder {
@@ -141,7 +142,9 @@ impl Flight {
 
 /// Token-level decoding with one model, its KV store and its reusable buffers.
 pub struct Decoder {
-    model: Arc<Llama>,
+    model: Arc<Model>,
+    /// Where KV blocks live (the model's device).
+    storage: KvStorage,
     config: SchedulerConfig,
     /// End-of-sequence and end-of-turn ids.
     stop_ids: Vec<u32>,
@@ -157,14 +160,16 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new(model: Arc<Llama>, config: SchedulerConfig, stop_ids: Vec<u32>) -> Decoder {
+    pub fn new(model: Arc<Model>, config: SchedulerConfig, stop_ids: Vec<u32>) -> Decoder {
         let c = model.config();
         let layout = KvLayout {
             n_layer: c.n_layer,
             kv_dim: c.kv_dim(),
         };
+        let storage = model.kv_pool().map_or(KvStorage::Host, KvStorage::Device);
         Decoder {
             model,
+            storage: storage.clone(),
             config: SchedulerConfig {
                 batch_size: config.batch_size.max(1),
                 prefill_chunk: config.prefill_chunk.max(1),
@@ -176,7 +181,7 @@ impl Decoder {
             scratch: Scratch::default(),
             sampler: Sampler::default(),
             constraints: None,
-            cache: PrefixCache::new(layout, config.prefix_cache_bytes),
+            cache: PrefixCache::new(layout, storage, config.prefix_cache_bytes),
             stats: PrefillStats::default(),
             flight: Flight::default(),
         }
@@ -197,7 +202,7 @@ impl Decoder {
         self.cache.blocks()
     }
 
-    pub fn model(&self) -> &Arc<Llama> {
+    pub fn model(&self) -> &Arc<Model> {
         &self.model
     }
 
@@ -213,12 +218,14 @@ impl Decoder {
         &self.stop_ids
     }
 
-    fn layout(&self) -> KvLayout {
+    /// An empty sequence on the model's device.
+    fn new_kv(&self) -> SeqKv {
         let c = self.model.config();
-        KvLayout {
+        let layout = KvLayout {
             n_layer: c.n_layer,
             kv_dim: c.kv_dim(),
-        }
+        };
+        SeqKv::new_in(layout, self.storage.clone())
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {
@@ -239,14 +246,14 @@ impl Decoder {
                 context: ctx,
             });
         }
-        let mut kv = SeqKv::new(self.layout());
+        let mut kv = self.new_kv();
         for chunk in ids.chunks(self.config.prefill_chunk) {
             let mut steps = [SeqStep {
                 tokens: chunk,
                 kv: &mut kv,
                 logits: Logits::None,
             }];
-            self.model.forward(&mut steps, &mut self.scratch);
+            self.model.forward(&mut steps, &mut self.scratch)?;
         }
         Ok(self.store.insert(kv))
     }
@@ -275,7 +282,7 @@ impl Decoder {
         self.check_ids(ids)?;
         let vocab = self.model.config().vocab_size;
         let from = from.min(ids.len());
-        let mut kv = SeqKv::new(self.layout());
+        let mut kv = self.new_kv();
         let mut out = Vec::with_capacity(ids.len() - from);
         let chunk = self.config.prefill_chunk.min(64);
         for (part, logits) in [(&ids[..from], Logits::None), (&ids[from..], Logits::All)] {
@@ -285,7 +292,7 @@ impl Decoder {
                     kv: &mut kv,
                     logits,
                 }];
-                let rows = self.model.forward(&mut steps, &mut self.scratch);
+                let rows = self.model.forward(&mut steps, &mut self.scratch)?;
                 out.extend(rows.chunks_exact(vocab).map(argmax));
             }
         }
@@ -423,7 +430,7 @@ impl Decoder {
             };
             let kv = match r.prefix {
                 Some(p) => self.store.get(p).map(SeqKv::fork),
-                None => Some(SeqKv::new(self.layout())),
+                None => Some(self.new_kv()),
             };
             let mut kv = kv.ok_or(EngineError::UnknownSequence(r.prefix.unwrap_or(SeqId(0))))?;
             let now = Instant::now();
@@ -503,7 +510,7 @@ impl Decoder {
                 logits: if last { Logits::Last } else { Logits::None },
             });
         }
-        let logits = self.model.forward(&mut steps, &mut self.scratch);
+        let logits = self.model.forward(&mut steps, &mut self.scratch)?;
         drop(steps);
 
         // Sample for every sequence that fed its last pending token.

@@ -90,6 +90,11 @@ pub enum ModelError {
     #[error("model source `{source_name}`: {msg}")]
     Source { source_name: String, msg: String },
 
+    /// The device cannot run the model: not built in, no driver, out of memory, a kernel or
+    /// copy that failed.
+    #[error("{0}")]
+    Device(String),
+
     /// A candle operation failed (loading tensors, running the forward pass).
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

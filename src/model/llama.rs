@@ -51,6 +51,10 @@ pub trait KvSeq: Sync {
     fn key(&self, layer: usize, pos: usize) -> &[f32];
     /// The value stored at `pos` for `layer` (`kv_dim` values).
     fn value(&self, layer: usize, pos: usize) -> &[f32];
+    /// For KV kept in a device's memory: appends the pool slots of the blocks holding this
+    /// sequence's positions, in order. Host KV has no slots and appends nothing (a device
+    /// forward pass refuses a sequence whose slots do not cover its positions).
+    fn device_blocks(&self, _out: &mut Vec<u32>) {}
 }
 
 /// Which logits a sequence wants back from a step.
@@ -125,53 +129,53 @@ fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
 
 /// Query, key and value projections: separate, or one fused matrix (Phi-3) whose rows are
 /// the queries, then the keys, then the values.
-enum Qkv {
+pub(super) enum Qkv {
     Split { q: QWeight, k: QWeight, v: QWeight },
     Fused(QWeight),
 }
 
 /// Gate and up projections: separate, or one fused matrix (Phi-3), gate rows first.
-enum GateUp {
+pub(super) enum GateUp {
     Split { gate: QWeight, up: QWeight },
     Fused(QWeight),
 }
 
-struct Layer {
-    attn_norm: Vec<f32>,
-    qkv: Qkv,
+pub(super) struct Layer {
+    pub(super) attn_norm: Vec<f32>,
+    pub(super) qkv: Qkv,
     /// q/k/v biases (Qwen2).
-    bias: Option<[Vec<f32>; 3]>,
+    pub(super) bias: Option<[Vec<f32>; 3]>,
     /// Per-head RMS norms of queries and keys before RoPE (Qwen3, Gemma 3).
-    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
-    wo: QWeight,
+    pub(super) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    pub(super) wo: QWeight,
     /// Norm of the attention output before the residual add (Gemma).
-    post_attn_norm: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
-    gate_up: GateUp,
-    w_down: QWeight,
+    pub(super) post_attn_norm: Option<Vec<f32>>,
+    pub(super) ffn_norm: Vec<f32>,
+    pub(super) gate_up: GateUp,
+    pub(super) w_down: QWeight,
     /// Norm of the feed-forward output before the residual add (Gemma).
-    post_ffn_norm: Option<Vec<f32>>,
+    pub(super) post_ffn_norm: Option<Vec<f32>>,
     /// Sliding-window layer (its own RoPE frequencies and attention window).
-    swa: bool,
+    pub(super) swa: bool,
 }
 
 /// A loaded model of one of the supported architectures: configuration and immutable
 /// weights. The name is historical: every architecture runs through this one forward pass,
 /// parameterised by its [`LlamaConfig`].
 pub struct Llama {
-    config: LlamaConfig,
-    dtype: WeightDType,
+    pub(super) config: LlamaConfig,
+    pub(super) dtype: WeightDType,
     /// `vocab × dim`; rows are dequantized on lookup.
-    embedding: QWeight,
-    layers: Vec<Layer>,
-    output_norm: Vec<f32>,
+    pub(super) embedding: QWeight,
+    pub(super) layers: Vec<Layer>,
+    pub(super) output_norm: Vec<f32>,
     /// `None` when tied to the embedding.
-    output: Option<QWeight>,
+    pub(super) output: Option<QWeight>,
     /// Inverse RoPE frequency per rotated pair of full-attention layers (Llama 3 frequency
     /// factors and linear scaling applied).
-    inv_freq: Vec<f64>,
+    pub(super) inv_freq: Vec<f64>,
     /// The same for sliding-window layers, when they differ.
-    inv_freq_swa: Option<Vec<f64>>,
+    pub(super) inv_freq_swa: Option<Vec<f64>>,
 }
 
 impl Llama {
@@ -575,7 +579,7 @@ fn attention_tasks(
 }
 
 /// Cosine and sine of each rotated pair's angle at `pos`, interleaved `[cos, sin, ...]`.
-fn rope_row(inv_freq: &[f64], pos: usize, out: &mut [f32]) {
+pub(super) fn rope_row(inv_freq: &[f64], pos: usize, out: &mut [f32]) {
     for (i, f) in inv_freq.iter().enumerate() {
         let a = pos as f64 * f;
         out[2 * i] = a.cos() as f32;
@@ -750,6 +754,12 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// The logits buffer, for a forward pass that runs elsewhere and copies its logits here.
+    #[cfg(feature = "cuda")]
+    pub(super) fn logits_mut(&mut self) -> &mut Vec<f32> {
+        &mut self.logits
+    }
+
     fn prepare(&mut self, c: &LlamaConfig, rows: usize) {
         let fit = |v: &mut Vec<f32>, n: usize| v.resize(n, 0.0);
         let wide = c.dim.max(c.q_dim());

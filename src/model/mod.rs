@@ -7,12 +7,16 @@ pub mod alloc_budget;
 pub mod arch;
 pub mod chat;
 pub mod chat_template;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod device;
 pub mod error;
 pub mod gguf;
 pub mod gguf_check;
 pub mod llama;
 pub mod pre_tokenizer;
 pub mod quant;
+pub mod runner;
 pub mod safetensors;
 pub mod source;
 pub mod spm;

@@ -10,6 +10,7 @@ use candor::engine::{
     TextDecoder, TokenRequest,
 };
 use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
+use candor::model::runner::Model;
 
 use crate::util;
 
@@ -20,7 +21,7 @@ fn decoder(dtype: WeightDType, batch_size: usize) -> Option<Decoder> {
         batch_size,
         ..SchedulerConfig::default()
     };
-    Some(Decoder::new(Arc::new(model), cfg, vec![2]))
+    Some(Decoder::new(Arc::new(Model::from(model)), cfg, vec![2]))
 }
 
 /// `<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n`
@@ -172,7 +173,7 @@ fn tiny_decoder(path: &std::path::Path, batch_size: usize) -> Decoder {
         max_step_tokens: 20,
         ..SchedulerConfig::default()
     };
-    Decoder::new(Arc::new(model), cfg, Vec::new())
+    Decoder::new(Arc::new(Model::from(model)), cfg, Vec::new())
 }
 
 fn greedy(max_new_tokens: usize) -> SamplingParams {
@@ -360,7 +361,11 @@ fn tiny_model_stops_on_stop_ids_and_strings() {
         .position(|&t| t == stop)
         .expect("present");
     let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load");
-    let mut with_stop = Decoder::new(Arc::new(model), SchedulerConfig::default(), vec![stop]);
+    let mut with_stop = Decoder::new(
+        Arc::new(Model::from(model)),
+        SchedulerConfig::default(),
+        vec![stop],
+    );
     let r = with_stop
         .generate(&[TokenRequest::new(prompt.clone(), greedy(20))], &Letters)
         .expect("stop id")
@@ -450,6 +455,7 @@ fn engine(dtype: WeightDType, batch_size: usize) -> Option<Engine> {
     let path = util::default_model()?;
     let options = EngineOptions {
         dtype,
+        device: Default::default(),
         scheduler: SchedulerConfig {
             batch_size,
             ..SchedulerConfig::default()
@@ -908,7 +914,9 @@ fn tiny_model_streamed_turns_match_turn_by_turn_batches() {
                 .collect()
         })
         .collect();
-    let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+    let model = Arc::new(Model::from(
+        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+    ));
     let mut batched = Decoder::new(Arc::clone(&model), config(0, 5), Vec::new());
     let want = two_turns(&mut batched, &firsts);
     for (bytes, batch) in [(0, 2), (1 << 30, 2), (1 << 30, 8), (0, 1)] {
@@ -940,7 +948,9 @@ fn tiny_model_prefix_cache_changes_no_token_and_reuses_earlier_turns() {
             system.iter().copied().chain(tail).collect()
         })
         .collect();
-    let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+    let model = Arc::new(Model::from(
+        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+    ));
     let mut off = Decoder::new(Arc::clone(&model), config(0, 2), Vec::new());
     let want = two_turns(&mut off, &firsts);
     assert_eq!(off.prefill_stats().reused, 0);
@@ -972,7 +982,9 @@ fn default_model_prefix_cache_changes_no_token() {
     let Some(path) = util::default_model() else {
         return;
     };
-    let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+    let model = Arc::new(Model::from(
+        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+    ));
     let firsts: Vec<Vec<u32>> = (0..2)
         .map(|d| FRANCE.iter().cycle().take(40 + 9 * d).copied().collect())
         .collect();

@@ -8,6 +8,8 @@ mod engine;
 mod fbbench;
 mod fennec;
 mod fuzz;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod hostile;
 mod memory;
 mod quant;

@@ -16,6 +16,7 @@ use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, SchedulerConfig};
 use candor::model::arch::TensorSource;
 use candor::model::llama::{Llama, WeightDType};
+use candor::model::runner::Model;
 use candor::model::safetensors::Checkpoint;
 
 const VOCAB: usize = 8192;
@@ -175,7 +176,11 @@ fn load_in_child() {
     };
     let loaded = status();
     // Touch every weight matrix (mapped pages are read lazily): a few tokens through the model.
-    let mut dec = Decoder::new(Arc::new(model), SchedulerConfig::default(), Vec::new());
+    let mut dec = Decoder::new(
+        Arc::new(Model::from(model)),
+        SchedulerConfig::default(),
+        Vec::new(),
+    );
     dec.next_token_argmax(&[1, 5, 9, 200], 0).expect("forward");
     let after = status();
     println!(

@@ -11,6 +11,7 @@ use candle_core::{Device, Tensor};
 use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
 use candor::model::llama::{Llama, WeightDType};
+use candor::model::runner::Model;
 use serde::Deserialize;
 
 /// Every GGUF type with a native kernel.
@@ -125,7 +126,9 @@ fn tiny_models_of_every_quant_type_are_batch_invariant() {
         .collect();
     for dtype in TYPES {
         let path = write_tiny(dir.path(), dtype, 17);
-        let model = Arc::new(Llama::from_gguf_path(&path, WeightDType::Native).expect("load"));
+        let model = Arc::new(Model::from(
+            Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        ));
         let run = |reqs: &[TokenRequest], bs: usize, threads: usize| {
             let cfg = SchedulerConfig {
                 batch_size: bs,
@@ -242,10 +245,10 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
             );
             continue;
         }
-        let model = Arc::new(
+        let model = Arc::new(Model::from(
             Llama::from_gguf_path(&path, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-        );
+        ));
         let mut dec = Decoder::new(model, SchedulerConfig::default(), Vec::new());
         let (mut total, mut agree, mut near) = (0, 0, 0);
         let mut dump = Vec::new();

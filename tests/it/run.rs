@@ -547,3 +547,38 @@ fn real_refutebench_repeats_and_resumes_after_sigkill_to_identical_files() {
         );
     }
 }
+
+/// `--device`: an unknown device is an argument error; `cuda` in a build without the `cuda`
+/// feature is refused before anything is loaded or written, saying how to rebuild.
+#[test]
+fn device_option_is_checked_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let mut args = toy_args(&out, 2, 1);
+    args.extend(["--device".into(), "gpu".into()]);
+    let res = candor().args(&args).output().unwrap();
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(err.contains("unknown device `gpu`"), "{err}");
+    let n = args.len();
+    args[n - 1] = "cuda:1".into();
+    let res = candor().args(&args).output().unwrap();
+    if cfg!(feature = "cuda") {
+        return; // built with CUDA: whether it runs depends on the machine's GPU
+    }
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        err.contains("--device cuda:1") && err.contains("--features cuda"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+    let devices = candor().arg("devices").output().unwrap();
+    assert!(devices.status.success());
+    let text = String::from_utf8_lossy(&devices.stdout);
+    assert!(
+        text.starts_with("cpu") && text.contains("no CUDA support"),
+        "{text}"
+    );
+}

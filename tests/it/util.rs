@@ -44,8 +44,11 @@ pub fn shared_file(rel: &str) -> Option<PathBuf> {
 
 /// The default model's GGUF file, or `None` (skip).
 pub fn default_model() -> Option<PathBuf> {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    // CANDOR_TEST_MODEL: the file elsewhere (a test binary run on another machine, e.g. a GPU).
+    let p = std::env::var_os("CANDOR_TEST_MODEL").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        PathBuf::from,
+    );
     if p.is_file() {
         Some(p)
     } else {

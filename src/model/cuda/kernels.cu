@@ -1,0 +1,383 @@
+// Candor's CUDA kernels, compiled at run time with NVRTC (no CUDA headers needed: half
+// floats are converted with PTX `cvt`). Every kernel is batch-invariant: the value of an
+// output element is computed by one fixed sequence of operations that depends on its own
+// inputs only, never on the number of rows in the step, their neighbours, or the grid shape.
+//   * matmul: one warp per (output feature, group of rows); lane `l` accumulates the k-chunks
+//     `c * 256 + l * 8 .. + 8` in order, then the 32 partial sums are added in one fixed tree
+//     and lane 0's result is the value. A row's sum does not depend on its group.
+//   * norms: one block per row, fixed strided partial sums and a fixed tree.
+//   * attention: KV positions split into chunks of ATTN_CHUNK absolute positions (so the split
+//     depends on the position only), one warp per (row, head, chunk) with an online softmax
+//     over the chunk in position order, then the chunks combined in order.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+#define WARP 32
+#define ATTN_CHUNK 256
+#define MAX_HD_PER_LANE 8
+#define MM_ROWS 8
+#define NEG_INF __int_as_float(0xff800000)
+
+// Weight types (the host's `WeightKind` discriminants).
+#define W_F32 0
+#define W_F16 1
+#define W_BF16 2
+#define W_Q8_0 3
+#define W_Q4_0 4
+#define W_Q4_1 5
+#define W_Q4_K 6
+#define W_Q6_K 7
+
+__device__ __forceinline__ float half_to_float(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 float_to_half(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf16_to_float(u16 h) {
+    return __uint_as_float(((u32)h) << 16);
+}
+
+// A little-endian f16 at an address with no alignment guarantee.
+__device__ __forceinline__ float half_at(const u8* p) {
+    return half_to_float((u16)p[0] | ((u16)p[1] << 8));
+}
+
+// Sum of a warp's 32 values in one fixed order, broadcast from lane 0.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) {
+        v += __shfl_down_sync(0xffffffffu, v, off);
+    }
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K block's 12 scale bytes (ggml's
+// get_scale_min_k4).
+__device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* d, float* m) {
+    if (j < 4) {
+        *d = (float)(q[j] & 63);
+        *m = (float)(q[j + 4] & 63);
+    } else {
+        *d = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// Eight consecutive weights of row `row` starting at element `e` (a multiple of 8, < k),
+// with ggml's dequantization expressions.
+template <int T>
+__device__ __forceinline__ void load8(const u8* w, long row, int e, int k, float* out) {
+    if (T == W_F32) {
+        const float* p = (const float*)w + row * (long)k + e;
+        for (int j = 0; j < 8; j++) out[j] = p[j];
+    } else if (T == W_F16) {
+        const u16* p = (const u16*)w + row * (long)k + e;
+        for (int j = 0; j < 8; j++) out[j] = half_to_float(p[j]);
+    } else if (T == W_BF16) {
+        const u16* p = (const u16*)w + row * (long)k + e;
+        for (int j = 0; j < 8; j++) out[j] = bf16_to_float(p[j]);
+    } else if (T == W_Q8_0) {
+        const u8* b = w + (row * (long)(k / 32) + e / 32) * 34;
+        float d = half_at(b);
+        const signed char* q = (const signed char*)(b + 2) + (e % 32);
+        for (int j = 0; j < 8; j++) out[j] = (float)q[j] * d;
+    } else if (T == W_Q4_0) {
+        const u8* b = w + (row * (long)(k / 32) + e / 32) * 18;
+        float d = half_at(b);
+        const u8* qs = b + 2;
+        int j0 = e % 32;
+        for (int j = 0; j < 8; j++) {
+            int i = j0 + j;
+            int q = i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4);
+            out[j] = (float)(q - 8) * d;
+        }
+    } else if (T == W_Q4_1) {
+        const u8* b = w + (row * (long)(k / 32) + e / 32) * 20;
+        float d = half_at(b);
+        float m = half_at(b + 2);
+        const u8* qs = b + 4;
+        int j0 = e % 32;
+        for (int j = 0; j < 8; j++) {
+            int i = j0 + j;
+            int q = i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4);
+            out[j] = (float)q * d + m;
+        }
+    } else if (T == W_Q4_K) {
+        const u8* b = w + (row * (long)(k / 256) + e / 256) * 144;
+        float d = half_at(b);
+        float dmin = half_at(b + 2);
+        int j0 = e % 256;
+        float sc, mn;
+        scale_min_k4(j0 / 32, b + 4, &sc, &mn);
+        float d1 = d * sc;
+        float m1 = dmin * mn;
+        const u8* qs = b + 16 + (j0 / 64) * 32;
+        int within = j0 % 64;
+        for (int j = 0; j < 8; j++) {
+            int i = within + j;
+            int q = i < 32 ? (qs[i] & 0xF) : (qs[i - 32] >> 4);
+            out[j] = d1 * (float)q - m1;
+        }
+    } else if (T == W_Q6_K) {
+        const u8* b = w + (row * (long)(k / 256) + e / 256) * 210;
+        const u8* ql = b;
+        const u8* qh = b + 128;
+        const signed char* sc = (const signed char*)(b + 192);
+        float d = half_at(b + 208);
+        int j0 = e % 256;
+        int n = j0 / 128;
+        int t = (j0 % 128) / 32;
+        int l0 = j0 % 32;
+        for (int j = 0; j < 8; j++) {
+            int l = l0 + j;
+            u8 low = ql[64 * n + 32 * (t % 2) + l];
+            int nib = t < 2 ? (low & 0x0F) : (low >> 4);
+            int q = nib | (((qh[32 * n + l] >> (2 * t)) & 3) << 4);
+            int is = l / 16;
+            out[j] = d * (float)sc[8 * n + is + 2 * t] * (float)(q - 32);
+        }
+    }
+}
+
+// y[r][o] = sum_k x[r][k] * W[o][k] for rows r < m, outputs o < n. Grid: (ceil(n / warps),
+// ceil(m / MM_ROWS)); block: 32 * warps threads. k is a multiple of 8.
+template <int T>
+__device__ void matmul_body(const float* x, int m, const u8* w, int n, int k, float* y) {
+    int warps = blockDim.x / WARP;
+    int o = blockIdx.x * warps + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    int r0 = blockIdx.y * MM_ROWS;
+    if (o >= n) return;
+    int nr = m - r0 < MM_ROWS ? m - r0 : MM_ROWS;
+    float acc[MM_ROWS];
+    for (int i = 0; i < MM_ROWS; i++) acc[i] = 0.0f;
+    for (int e = lane * 8; e < k; e += WARP * 8) {
+        float wv[8];
+        load8<T>(w, o, e, k, wv);
+        for (int i = 0; i < MM_ROWS; i++) {
+            if (i < nr) {
+                const float* xr = x + (long)(r0 + i) * k + e;
+                float s = acc[i];
+                for (int j = 0; j < 8; j++) s = fmaf(xr[j], wv[j], s);
+                acc[i] = s;
+            }
+        }
+    }
+    for (int i = 0; i < MM_ROWS; i++) {
+        if (i < nr) {
+            float v = warp_sum(acc[i]);
+            if (lane == 0) y[(long)(r0 + i) * n + o] = v;
+        }
+    }
+}
+
+extern "C" __global__ void matmul_f32(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_F32>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_f16(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_F16>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_bf16(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_BF16>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q8_0(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q8_0>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q4_0(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_0>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q4_1(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_1>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q4_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_K>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q6_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q6_K>(x, m, w, n, k, y); }
+
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w per row of `dim` values; one block per row (block
+// size a power of two, at most 1024). In place when x == y.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int dim, float eps) {
+    __shared__ float part[1024];
+    long base = (long)blockIdx.x * dim;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = x[base + i];
+        s = fmaf(v, v, s);
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    float scale = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        y[base + i] = x[base + i] * scale * w[i];
+    }
+}
+
+// x[i] += b[i % width] for i < total.
+extern "C" __global__ void add_bias(float* x, const float* b, int width, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] += b[i % width];
+}
+
+// x[i] += y[i].
+extern "C" __global__ void add_in_place(float* x, const float* y, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] += y[i];
+}
+
+// g[i] = silu(g[i]) * u[i] (act 0) or gelu_tanh(g[i]) * u[i] (act 1).
+extern "C" __global__ void gated_act(float* g, const float* u, long total, int act) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    float v = g[i];
+    if (act == 0) {
+        v = v / (1.0f + expf(-v));
+    } else {
+        const float c = 0.7978846f;
+        v = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    }
+    g[i] = v * u[i];
+}
+
+// x[i] = tanh(x[i] / cap) * cap.
+extern "C" __global__ void softcap(float* x, float cap, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] = tanhf(x[i] / cap) * cap;
+}
+
+// Columns [off, off + w) of each `width`-wide row of src into the w-wide rows of dst.
+extern "C" __global__ void split_cols(const float* src, int width, int off, int w, float* dst, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    long r = i / w;
+    int c = (int)(i % w);
+    dst[i] = src[r * width + off + c];
+}
+
+// dst row i = src row idx[i] (`dim` values each).
+extern "C" __global__ void gather_rows(const float* src, const int* idx, int dim, float* dst, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    long r = i / dim;
+    int c = (int)(i % dim);
+    dst[i] = src[(long)idx[r] * dim + c];
+}
+
+// Rotary embedding of the first `rd` dimensions of every head of every row. `cs` holds, per
+// row, `rd / 2` interleaved (cos, sin) pairs. Adjacent pairs (neox == 0) or halves.
+extern "C" __global__ void rope(float* x, const float* cs, int rows, int heads, int hd, int rd, int neox) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    int pairs = rd / 2;
+    long total = (long)rows * heads * pairs;
+    if (i >= total) return;
+    int p = (int)(i % pairs);
+    long rh = i / pairs;
+    int r = (int)(rh / heads);
+    float* v = x + rh * hd;
+    float c = cs[(long)r * rd + 2 * p];
+    float s = cs[(long)r * rd + 2 * p + 1];
+    int a = neox ? p : 2 * p;
+    int b = neox ? p + pairs : 2 * p + 1;
+    float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x0 * s + x1 * c;
+}
+
+// Stores each row's key and value (kv_dim wide, f32) into its KV block slot as f16. A block
+// holds, for each layer, BT keys then BT values: ((layer * 2 + is_value) * BT + slot) * kv_dim.
+extern "C" __global__ void kv_write(const float* k, const float* v, u16* pool, const int* row_block,
+                                   const int* row_slot, int rows, int kv_dim, int layer, int bt,
+                                   long block_len) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long total = (long)rows * kv_dim;
+    if (i >= total) return;
+    int r = (int)(i / kv_dim);
+    int c = (int)(i % kv_dim);
+    long base = (long)row_block[r] * block_len;
+    long ko = base + ((long)(layer * 2) * bt + row_slot[r]) * kv_dim + c;
+    long vo = base + ((long)(layer * 2 + 1) * bt + row_slot[r]) * kv_dim + c;
+    pool[ko] = float_to_half(k[i]);
+    pool[vo] = float_to_half(v[i]);
+}
+
+// Attention, first pass. Grid: (max chunks, heads, rows); block: one warp. For row r (absolute
+// position pos[r], its sequence's block table at table[table_off[r]]), query head h and chunk c,
+// an online softmax over the keys at positions max(lo, c * CHUNK) ..= min(pos, c * CHUNK +
+// CHUNK - 1), in order. Writes (max, sum, acc[hd]) to part[((r * heads + h) * chunks + c)].
+extern "C" __global__ void attn_partial(const float* q, const u16* pool, const int* table,
+                                       const int* table_off, const int* pos, int heads, int group,
+                                       int hd, int kv_dim, int layer, int bt, long block_len,
+                                       float scale, float cap, int window, int chunks, float* part) {
+    int c = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    int lane = threadIdx.x;
+    int p = pos[r];
+    int lo = window > 0 ? (p + 1 > window ? p + 1 - window : 0) : 0;
+    int from = c * ATTN_CHUNK > lo ? c * ATTN_CHUNK : lo;
+    int to = c * ATTN_CHUNK + ATTN_CHUNK - 1 < p ? c * ATTN_CHUNK + ATTN_CHUNK - 1 : p;
+    float* out = part + ((long)(r * heads + h) * chunks + c) * (hd + 2);
+    int per = hd / WARP;
+    float qv[MAX_HD_PER_LANE], acc[MAX_HD_PER_LANE];
+    const float* qr = q + ((long)r * heads + h) * hd;
+    for (int i = 0; i < per; i++) {
+        qv[i] = qr[lane + WARP * i];
+        acc[i] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    int kvo = (h / group) * hd;
+    const int* tab = table + table_off[r];
+    for (int t = from; t <= to; t++) {
+        long base = (long)tab[t / bt] * block_len;
+        const u16* kr = pool + base + ((long)(layer * 2) * bt + t % bt) * kv_dim + kvo;
+        const u16* vr = pool + base + ((long)(layer * 2 + 1) * bt + t % bt) * kv_dim + kvo;
+        float d = 0.0f;
+        for (int i = 0; i < per; i++) d = fmaf(qv[i], half_to_float(kr[lane + WARP * i]), d);
+        float s = warp_sum(d) * scale;
+        if (cap > 0.0f) s = tanhf(s / cap) * cap;
+        if (s > m) {
+            float corr = expf(m - s);
+            l = l * corr + 1.0f;
+            for (int i = 0; i < per; i++) acc[i] = acc[i] * corr + half_to_float(vr[lane + WARP * i]);
+            m = s;
+        } else {
+            float e = expf(s - m);
+            l += e;
+            for (int i = 0; i < per; i++) acc[i] = fmaf(e, half_to_float(vr[lane + WARP * i]), acc[i]);
+        }
+    }
+    if (lane == 0) {
+        out[0] = m;
+        out[1] = l;
+    }
+    for (int i = 0; i < per; i++) out[2 + lane + WARP * i] = acc[i];
+}
+
+// Attention, second pass: combines a (row, head)'s chunks in order into out[r][h * hd ..].
+// Grid: (heads, rows); block: one warp. Chunks past the row's position have l == 0.
+extern "C" __global__ void attn_combine(const float* part, const int* pos, int heads, int hd, int chunks, float* out) {
+    int h = blockIdx.x, r = blockIdx.y;
+    int lane = threadIdx.x;
+    int used = pos[r] / ATTN_CHUNK + 1;
+    const float* base = part + (long)(r * heads + h) * chunks * (hd + 2);
+    float mx = NEG_INF;
+    for (int c = 0; c < used; c++) {
+        const float* pc = base + (long)c * (hd + 2);
+        if (pc[1] > 0.0f && pc[0] > mx) mx = pc[0];
+    }
+    int per = hd / WARP;
+    float acc[MAX_HD_PER_LANE];
+    for (int i = 0; i < per; i++) acc[i] = 0.0f;
+    float l = 0.0f;
+    for (int c = 0; c < used; c++) {
+        const float* pc = base + (long)c * (hd + 2);
+        if (!(pc[1] > 0.0f)) continue;
+        float f = expf(pc[0] - mx);
+        l = fmaf(pc[1], f, l);
+        for (int i = 0; i < per; i++) acc[i] = fmaf(pc[2 + lane + WARP * i], f, acc[i]);
+    }
+    float inv = 1.0f / l;
+    float* o = out + ((long)r * heads + h) * hd;
+    for (int i = 0; i < per; i++) o[lane + WARP * i] = acc[i] * inv;
+}
+
+// Copies whole KV blocks: dst slot i = src slot i (block_len halves each), for copy-on-write.
+extern "C" __global__ void copy_block(u16* pool, int src, int dst, long block_len) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < block_len) pool[(long)dst * block_len + i] = pool[(long)src * block_len + i];
+}

@@ -1,0 +1,141 @@
+//! A loaded model on its device: the one forward pass runs on the CPU or, with the `cuda`
+//! feature, on a GPU, behind the same call. The engine holds a [`Model`] and never asks which.
+
+use super::arch::LlamaConfig;
+use super::device::{DeviceSpec, KvPool};
+use super::error::Result;
+use super::llama::{KvSeq, Llama, Scratch, SeqStep, WeightDType};
+use super::safetensors::Checkpoint;
+use super::source::ModelFiles;
+
+/// Positions per KV block, on every device (the engine's block size).
+pub const KV_BLOCK_TOKENS: usize = 16;
+
+/// A model's weights on the device that runs its forward pass.
+pub struct Model {
+    llama: Llama,
+    #[cfg(feature = "cuda")]
+    cuda: Option<super::cuda::CudaModel>,
+}
+
+impl Model {
+    /// Places a loaded model on `device`: the CPU uses it as it is; a GPU gets its weights
+    /// uploaded once and a KV pool in its memory. `cuda` without the feature is an error.
+    pub fn new(llama: Llama, device: DeviceSpec) -> Result<Model> {
+        device.check_built()?;
+        match device {
+            DeviceSpec::Cpu => Ok(Model {
+                llama,
+                #[cfg(feature = "cuda")]
+                cuda: None,
+            }),
+            #[cfg(feature = "cuda")]
+            DeviceSpec::Cuda(n) => {
+                let cuda = super::cuda::CudaModel::load(&llama, n, KV_BLOCK_TOKENS)?;
+                if !cuda.converted().is_empty() {
+                    eprintln!(
+                        "notice: {} matrices have no GPU kernel for their stored type and were \
+                         dequantized to BF16 on the device: {}",
+                        cuda.converted().len(),
+                        cuda.converted().join(", ")
+                    );
+                }
+                Ok(Model {
+                    llama,
+                    cuda: Some(cuda),
+                })
+            }
+            #[cfg(not(feature = "cuda"))]
+            DeviceSpec::Cuda(_) => unreachable!("check_built refuses cuda without the feature"),
+        }
+    }
+
+    /// Loads only the weights of resolved model files (a GGUF file or a checkpoint folder; no
+    /// tokenizer or template needed, e.g. for a throughput benchmark of random weights) onto
+    /// `device`.
+    pub fn load_weights(
+        files: &ModelFiles,
+        dtype: WeightDType,
+        device: DeviceSpec,
+    ) -> Result<Model> {
+        device.check_built()?;
+        let llama = if files.checkpoint {
+            let mut ck = Checkpoint::open(&files.weights)?;
+            let config = ck.config().clone();
+            Llama::from_source(config, &mut ck, dtype)?
+        } else {
+            Llama::from_gguf_path(&files.weights, dtype)?
+        };
+        Model::new(llama, device)
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        self.llama.config()
+    }
+
+    /// The host model (configuration, weights as loaded).
+    pub fn llama(&self) -> &Llama {
+        &self.llama
+    }
+
+    pub fn device(&self) -> DeviceSpec {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.spec();
+        }
+        DeviceSpec::Cpu
+    }
+
+    /// The device's name for manifests (`cpu`, or the GPU's name as its driver reports it).
+    pub fn device_name(&self) -> String {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.device_name().to_string();
+        }
+        "cpu".into()
+    }
+
+    /// How the KV cache is kept, for manifests: `f32` on the CPU, `f16` on a GPU.
+    pub fn kv_precision(&self) -> &'static str {
+        if self.device().is_cpu() {
+            "f32"
+        } else {
+            "f16"
+        }
+    }
+
+    /// The pool KV blocks must come from, when the KV lives in a device's memory.
+    pub fn kv_pool(&self) -> Option<KvPool> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return Some(c.pool().clone());
+        }
+        None
+    }
+
+    /// One packed step ([`Llama::forward`]'s contract) on the model's device. On the CPU it
+    /// cannot fail; on a GPU a driver or kernel failure is an error.
+    pub fn forward<'s, K: KvSeq>(
+        &self,
+        seqs: &mut [SeqStep<'_, K>],
+        scratch: &'s mut Scratch,
+    ) -> Result<&'s [f32]> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            c.forward(&self.llama, seqs, scratch.logits_mut())?;
+            return Ok(scratch.logits_mut().as_slice());
+        }
+        Ok(self.llama.forward(seqs, scratch))
+    }
+}
+
+impl From<Llama> for Model {
+    /// A model on the CPU.
+    fn from(llama: Llama) -> Model {
+        Model {
+            llama,
+            #[cfg(feature = "cuda")]
+            cuda: None,
+        }
+    }
+}
