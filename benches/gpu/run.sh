@@ -29,6 +29,8 @@ if [[ ! -f $model && -f $root/target/gpu-model/part.ab ]]; then
   cat "$root"/target/gpu-model/part.* > "$model"
 fi
 export CANDOR_TEST_MODEL=$model
+# The GPU tests fail instead of skipping when the GPU cannot be used.
+export CANDOR_REQUIRE_GPU=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 bench() { "$g/candor" bench --device cuda "$@" | head -1; }
 case $stage in

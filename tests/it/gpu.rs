@@ -24,6 +24,16 @@ fn device() -> DeviceSpec {
         .unwrap_or(DeviceSpec::Cuda(0))
 }
 
+/// Says loudly that a test was skipped for want of a GPU; a failure where the GPU is required
+/// (`CANDOR_REQUIRE_GPU=1`, as `benches/gpu/run.sh` sets it on the GPU machine).
+fn skip(why: &dyn std::fmt::Display) {
+    assert!(
+        std::env::var("CANDOR_REQUIRE_GPU").as_deref() != Ok("1"),
+        "CANDOR_REQUIRE_GPU=1 but the GPU cannot be used: {why}"
+    );
+    eprintln!("\n*** SKIPPED (no GPU): {why} ***\n");
+}
+
 /// The default model on the GPU, or `None` (skipped, said loudly) without one.
 fn gpu_model() -> Option<(Arc<Model>, Llama)> {
     let path = util::default_model()?;
@@ -31,7 +41,7 @@ fn gpu_model() -> Option<(Arc<Model>, Llama)> {
     match Model::new(load(), device()) {
         Ok(m) => Some((Arc::new(m), load())),
         Err(e) => {
-            eprintln!("\n*** SKIPPED (no GPU): {e} ***\n");
+            skip(&e);
             None
         }
     }
@@ -72,7 +82,7 @@ fn gpu_replies_do_not_depend_on_batch_size_neighbours_or_runs() {
     let mut eng = match Engine::load(&path, options) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("\n*** SKIPPED (no GPU): {e} ***\n");
+            skip(&e);
             return;
         }
     };

@@ -1006,6 +1006,10 @@ mod tests {
         let gpu = match open_gpu(0) {
             Ok(g) => g,
             Err(e) => {
+                assert!(
+                    std::env::var("CANDOR_REQUIRE_GPU").as_deref() != Ok("1"),
+                    "CANDOR_REQUIRE_GPU=1 but the GPU cannot be used: {e}"
+                );
                 eprintln!("SKIPPED matmul_of_every_type_is_row_invariant (no GPU): {e}");
                 return;
             }
