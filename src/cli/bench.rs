@@ -3,6 +3,8 @@
 //! the batch). Prints one JSON line, then a human-readable table. The measuring is
 //! [`crate::engine::bench`]'s.
 
+use std::io::Write;
+
 use anyhow::{bail, Context};
 use serde_json::json;
 
@@ -86,11 +88,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "decode_tok_s_per_seq": round(r.decode_tok_s_per_seq),
         "total_tok_s": round(r.total_tok_s),
     });
-    println!("{line}");
-    println!("|    PP |     TG |    B |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | S_TG/seq |");
-    println!("|-------|--------|------|----------|----------|----------|----------|----------|");
-    println!(
-        "| {:>5} | {:>6} | {:>4} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.2} |",
+    let table = format!(
+        "|    PP |     TG |    B |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | S_TG/seq |\n\
+         |-------|--------|------|----------|----------|----------|----------|----------|\n\
+         | {:>5} | {:>6} | {:>4} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.2} |",
         r.prompt_tokens,
         r.new_tokens,
         r.batch_size,
@@ -100,5 +101,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         r.decode_tok_s,
         r.decode_tok_s_per_seq
     );
+    // Scripts read the JSON line and close the pipe (`| head -1`): that ends the output quietly.
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}\n{table}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(e).context("writing the result");
+        }
+        _ => {}
+    }
     Ok(())
 }

@@ -130,6 +130,8 @@ impl ModelInfo {
         // (Absent for the CPU, so that manifests from before devices still match.)
         if !device.is_cpu() {
             options.insert("device".to_string(), device.to_string());
+            // The GPU keeps its KV cache in half precision (the CPU in f32).
+            options.insert("kv_cache".to_string(), "f16".to_string());
         }
         ModelIdentity {
             role: role.to_string(),

@@ -80,7 +80,7 @@ pub fn run(model: &Model, cfg: BenchConfig) -> Result<BenchResult, EngineError> 
         n_layer: c.n_layer,
         kv_dim: c.kv_dim(),
     };
-    let storage = model.kv_pool().map_or(KvStorage::Host, KvStorage::Device);
+    let storage = KvStorage::for_model(model);
     let new_kv = || SeqKv::new_in(layout, storage.clone());
     let vocab = c.vocab_size;
     let mut scratch = Scratch::default();

@@ -46,6 +46,11 @@ pub enum KvStorage {
 }
 
 impl KvStorage {
+    /// Where `model`'s forward pass wants its KV: its device's pool, or host memory.
+    pub fn for_model(model: &crate::model::runner::Model) -> KvStorage {
+        model.kv_pool().map_or(KvStorage::Host, KvStorage::Device)
+    }
+
     /// Bytes of one block of `layout` kept here.
     pub fn block_bytes(&self, layout: KvLayout) -> usize {
         match self {

@@ -166,7 +166,7 @@ impl Decoder {
             n_layer: c.n_layer,
             kv_dim: c.kv_dim(),
         };
-        let storage = model.kv_pool().map_or(KvStorage::Host, KvStorage::Device);
+        let storage = KvStorage::for_model(&model);
         Decoder {
             model,
             storage: storage.clone(),

@@ -756,7 +756,7 @@ fn prefetch_row(row: &[f32]) {
         // SAFETY: a prefetch is a hint that never faults; SSE is part of every x86_64 CPU.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr() as *const i8,
+                line.as_ptr() as *const i8
             )
         };
     }

@@ -95,15 +95,6 @@ impl Model {
         "cpu".into()
     }
 
-    /// How the KV cache is kept, for manifests: `f32` on the CPU, `f16` on a GPU.
-    pub fn kv_precision(&self) -> &'static str {
-        if self.device().is_cpu() {
-            "f32"
-        } else {
-            "f16"
-        }
-    }
-
     /// The pool KV blocks must come from, when the KV lives in a device's memory.
     pub fn kv_pool(&self) -> Option<KvPool> {
         #[cfg(feature = "cuda")]
