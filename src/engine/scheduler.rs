@@ -143,8 +143,6 @@ impl Flight {
 /// Token-level decoding with one model, its KV store and its reusable buffers.
 pub struct Decoder {
     model: Arc<Model>,
-    /// Where KV blocks live (the model's device).
-    storage: KvStorage,
     config: SchedulerConfig,
     /// End-of-sequence and end-of-turn ids.
     stop_ids: Vec<u32>,
@@ -169,7 +167,6 @@ impl Decoder {
         let storage = KvStorage::for_model(&model);
         Decoder {
             model,
-            storage: storage.clone(),
             config: SchedulerConfig {
                 batch_size: config.batch_size.max(1),
                 prefill_chunk: config.prefill_chunk.max(1),
@@ -225,7 +222,7 @@ impl Decoder {
             n_layer: c.n_layer,
             kv_dim: c.kv_dim(),
         };
-        SeqKv::new_in(layout, self.storage.clone())
+        SeqKv::new_in(layout, KvStorage::for_model(&self.model))
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {

@@ -469,7 +469,9 @@ impl CudaModel {
         // Host side: embeddings, RoPE tables, each row's position and KV block.
         let mut x = vec![0f32; rows * dim];
         let mut cs = vec![0f32; rows * rd];
-        let mut cs_swa = vec![0f32; rows * rd];
+        // Sliding-window layers' own RoPE table, only for models that have one.
+        let swa_len = model.inv_freq_swa.as_ref().map_or(0, |_| rows * rd);
+        let mut cs_swa = vec![0f32; swa_len];
         let (mut pos, mut table_off, mut row_block, mut row_slot) = (
             Vec::with_capacity(rows),
             Vec::with_capacity(rows),
@@ -535,7 +537,11 @@ impl CudaModel {
             up("row slots", &row_slot)?,
         );
         let d_cs = g.upload("rope", &cs)?;
-        let d_cs_swa = g.upload("rope", &cs_swa)?;
+        let d_cs_swa = if cs_swa.is_empty() {
+            None
+        } else {
+            Some(g.upload("rope", &cs_swa)?)
+        };
         let bx = b.x.as_mut().expect("fit");
         g.stream
             .memcpy_htod(&x, bx)
@@ -579,8 +585,8 @@ impl CudaModel {
                 g.rms_norm(pq, nq, pq, rows * c.n_head, hd, c.rms_eps)?;
                 g.rms_norm(pk, nk, pk, rows * c.n_kv_head, hd, c.rms_eps)?;
             }
-            let cs = match (&model.inv_freq_swa, layer.swa) {
-                (Some(_), true) => ptr(&d_cs_swa, s),
+            let cs = match (&d_cs_swa, layer.swa) {
+                (Some(t), true) => ptr(t, s),
                 _ => ptr(&d_cs, s),
             };
             g.rope(pq, cs, rows, c.n_head, hd, rd, c.rope_neox)?;
