@@ -130,12 +130,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
 
-    /// Sleep per batch of the `fake:` models, in milliseconds (tests kill runs mid-way).
     /// Run only shard I of N (0-based): the items at positions I, I+N, I+2N… after --subset
     /// and --limit. Recorded in the manifest; `candor merge` joins the N shard directories.
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     pub shard: Option<Shard>,
 
+    /// Sleep per batch of the `fake:` models, in milliseconds (tests kill runs mid-way).
     #[arg(long, hide = true, default_value_t = 0)]
     pub fake_delay_ms: u64,
 

@@ -646,20 +646,229 @@ fn attend<K: KvSeq>(
     attend_body(kv, layer, q, span, task, geo, dot)
 }
 
+/// [`attend_body`] with AVX2, eight positions (scores) or eight head-dimension lanes (values)
+/// at a time. Each score is the eight lane sums of [`dot`] reduced by the same tree, and each
+/// output element adds its weighted values in position order, one multiply and one add each
+/// (no FMA), so the bits are [`attend_body`]'s; only the maximum (exact in any order) is taken
+/// over vectors. Values are read in blocks of [`VALUE_BLOCK`] positions, each block's rows
+/// reused from the L1 cache by every head of the task.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn attend_avx2<K: KvSeq>(
     kv: &K,
     layer: usize,
     q: &[f32],
-    span: (usize, usize, usize),
+    (r0, _, p0): (usize, usize, usize),
     task: &AttnTask,
     geo: Geometry,
 ) -> Vec<f32> {
-    // SAFETY: this function only runs where AVX2 is available.
-    attend_body(kv, layer, q, span, task, geo, |a, b| unsafe {
-        dot_avx2(a, b)
-    })
+    use std::arch::x86_64::*;
+    let Geometry {
+        dim,
+        hd,
+        group,
+        scale,
+        softcap,
+        window,
+    } = geo;
+    if hd % 8 != 0 {
+        // SAFETY: this function only runs where AVX2 is available.
+        return attend_body(kv, layer, q, (r0, 0, p0), task, geo, |a, b| unsafe {
+            dot_avx2(a, b)
+        });
+    }
+    let (h0, nh) = task.heads;
+    let (i0, ni) = task.rows;
+    let kvo = task.g * hd;
+    let cap = p0 + i0 + ni;
+    let mut scores = vec![0f32; nh * cap];
+    let mut out = vec![0f32; ni * nh * hd];
+    let mut max = vec![f32::NEG_INFINITY; nh];
+    let mut sum = vec![0f32; nh];
+    let mut vmax = vec![_mm256_set1_ps(f32::NEG_INFINITY); nh];
+    let decode = ni <= 2;
+    let vscale = _mm256_set1_ps(scale);
+    let mut rows: [&[f32]; VALUE_BLOCK] = [&[]; VALUE_BLOCK];
+    for i in 0..ni {
+        let r = r0 + i0 + i;
+        let ctx = p0 + i0 + i + 1;
+        let lo = window.map_or(0, |w| ctx.saturating_sub(w));
+        let qrow = &q[r * dim + (task.g * group + h0) * hd..][..nh * hd];
+        max.fill(f32::NEG_INFINITY);
+        vmax.fill(_mm256_set1_ps(f32::NEG_INFINITY));
+        let mut p = lo;
+        while p + 8 <= ctx {
+            if decode {
+                for a in (p + PREFETCH..p + PREFETCH + 8).take_while(|&a| a < ctx) {
+                    prefetch_row(&kv.key(layer, a)[kvo..kvo + hd]);
+                }
+            }
+            let keys: [&[f32]; 8] = std::array::from_fn(|j| &kv.key(layer, p + j)[kvo..kvo + hd]);
+            for hh in 0..nh {
+                let s = _mm256_mul_ps(dot8(&qrow[hh * hd..(hh + 1) * hd], &keys), vscale);
+                let dst = &mut scores[hh * cap + p..hh * cap + p + 8];
+                // SAFETY: `dst` holds eight floats.
+                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), s) };
+                match softcap {
+                    None => vmax[hh] = _mm256_max_ps(s, vmax[hh]),
+                    Some(c) => {
+                        for sc in dst.iter_mut() {
+                            *sc = (*sc / c).tanh() * c;
+                            max[hh] = max[hh].max(*sc);
+                        }
+                    }
+                }
+            }
+            p += 8;
+        }
+        for p in p..ctx {
+            let k = &kv.key(layer, p)[kvo..kvo + hd];
+            for hh in 0..nh {
+                // SAFETY: this function only runs where AVX2 is available.
+                let mut sc = unsafe { dot_avx2(&qrow[hh * hd..(hh + 1) * hd], k) } * scale;
+                if let Some(c) = softcap {
+                    sc = (sc / c).tanh() * c;
+                }
+                max[hh] = max[hh].max(sc);
+                scores[hh * cap + p] = sc;
+            }
+        }
+        for hh in 0..nh {
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` holds eight floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax[hh]) };
+            max[hh] = lanes.iter().fold(max[hh], |m, &v| m.max(v));
+            let mut s = 0f32;
+            for sc in scores[hh * cap + lo..hh * cap + ctx].iter_mut() {
+                *sc = (*sc - max[hh]).exp();
+                s += *sc;
+            }
+            sum[hh] = s;
+        }
+        let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
+        for pb in (lo..ctx).step_by(VALUE_BLOCK) {
+            let pe = (pb + VALUE_BLOCK).min(ctx);
+            if decode {
+                for a in pe..(pe + VALUE_BLOCK).min(ctx) {
+                    prefetch_row(&kv.value(layer, a)[kvo..kvo + hd]);
+                }
+            }
+            for (slot, p) in rows.iter_mut().zip(pb..pe) {
+                *slot = &kv.value(layer, p)[kvo..kvo + hd];
+            }
+            let rows = &rows[..pe - pb];
+            for hh in 0..nh {
+                let w = &scores[hh * cap + pb..hh * cap + pe];
+                let oh = &mut o[hh * hd..(hh + 1) * hd];
+                for d0 in (0..hd).step_by(64) {
+                    weighted_sum8(&mut oh[d0..hd.min(d0 + 64)], w, rows, d0);
+                }
+            }
+        }
+        for hh in 0..nh {
+            let inv = _mm256_set1_ps(1.0 / sum[hh]);
+            for a in o[hh * hd..(hh + 1) * hd].chunks_exact_mut(8) {
+                // SAFETY: `a` holds eight floats.
+                unsafe {
+                    _mm256_storeu_ps(
+                        a.as_mut_ptr(),
+                        _mm256_mul_ps(_mm256_loadu_ps(a.as_ptr()), inv),
+                    )
+                };
+            }
+        }
+    }
+    out
+}
+
+/// Positions whose value rows [`attend_avx2`] reads as one block (8 KiB at 64 dimensions).
+const VALUE_BLOCK: usize = 32;
+
+/// Eight dot products of `q` with eight keys, each [`dot`]'s: lane `l` of key `j` sums
+/// `q[c + l] * k_j[c + l]` over chunks `c` in order, then `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`
+/// (pairwise horizontal adds give exactly that tree), plus `dot`'s empty tail, `+0.0`.
+/// `q.len()` is a multiple of eight and every key at least as long.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn dot8(q: &[f32], keys: &[&[f32]; 8]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let n = q.len();
+    debug_assert!(n.is_multiple_of(8) && keys.iter().all(|k| k.len() >= n));
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut c = 0;
+    while c < n {
+        // SAFETY: c + 8 <= n, inside `q` and every key.
+        unsafe {
+            let x = _mm256_loadu_ps(q.as_ptr().add(c));
+            for (a, k) in acc.iter_mut().zip(keys) {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(x, _mm256_loadu_ps(k.as_ptr().add(c))));
+            }
+        }
+        c += 8;
+    }
+    _mm256_set_m128(reduce4(&acc[4..]), reduce4(&acc[..4]))
+}
+
+/// [`dot`]'s reduction of four accumulators at once: `a0+a4 .. a3+a7` per accumulator, then
+/// the horizontal adds `(v0+v1, v2+v3)` and `((v0+v1)+(v2+v3))`, then `+0.0`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn reduce4(acc: &[std::arch::x86_64::__m256]) -> std::arch::x86_64::__m128 {
+    use std::arch::x86_64::*;
+    let mut half = [_mm_setzero_ps(); 4];
+    for (h, &a) in half.iter_mut().zip(acc) {
+        *h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    }
+    let x = _mm_hadd_ps(half[0], half[1]);
+    let y = _mm_hadd_ps(half[2], half[3]);
+    _mm_add_ps(_mm_hadd_ps(x, y), _mm_setzero_ps())
+}
+
+/// `o[d] += w[p] * rows[p][d0 + d]` for every `d` of `o` (at most 64), positions in order:
+/// the accumulators stay in registers across the block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn weighted_sum8(o: &mut [f32], w: &[f32], rows: &[&[f32]], d0: usize) {
+    use std::arch::x86_64::*;
+    let nv = o.len() / 8;
+    debug_assert!(o.len().is_multiple_of(8) && nv <= 8 && w.len() == rows.len());
+    let mut acc = [_mm256_setzero_ps(); 8];
+    // SAFETY: every load and store below is inside `o` (nv * 8 floats) or inside a row
+    // (d0 + nv * 8 <= the row's length, a head of `hd` values).
+    unsafe {
+        if nv == 8 {
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(o.as_ptr().add(8 * j));
+            }
+            for (&wp, row) in w.iter().zip(rows) {
+                let wv = _mm256_set1_ps(wp);
+                let v = row.as_ptr().add(d0);
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, _mm256_loadu_ps(v.add(8 * j))));
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * j), *a);
+            }
+        } else {
+            for (j, a) in acc[..nv].iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(o.as_ptr().add(8 * j));
+            }
+            for (&wp, row) in w.iter().zip(rows) {
+                let wv = _mm256_set1_ps(wp);
+                let v = row.as_ptr().add(d0);
+                for (j, a) in acc[..nv].iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, _mm256_loadu_ps(v.add(8 * j))));
+                }
+            }
+            for (j, a) in acc[..nv].iter().enumerate() {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * j), *a);
+            }
+        }
+    }
 }
 
 #[inline(always)]
@@ -1000,6 +1209,65 @@ mod tests {
                 .iter()
                 .zip(want)
                 .all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+    }
+
+    /// The AVX2 kernel (eight positions per score pass, value blocks) against the portable
+    /// body, bit for bit: head sizes with and without whole 64- and 8-lane chunks, groups,
+    /// soft-capping, windows, prefill row blocks and decode rows at every context length
+    /// around the 8-position and value-block edges.
+    #[test]
+    fn avx2_attention_has_the_portable_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let n_kv = 2;
+            let mut cases = 0;
+            for (hd, group, softcap, window) in [
+                (64, 3, None, None),
+                (128, 4, None, Some(37)),
+                (96, 1, Some(20.0), None),
+                (80, 2, None, None),
+                (72, 3, Some(5.0), Some(9)),
+                (20, 2, None, None),
+            ] {
+                let geo = Geometry {
+                    dim: n_kv * group * hd,
+                    hd,
+                    group,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    softcap,
+                    window,
+                };
+                let ctx = 90;
+                let spread = |v: Vec<f32>| v.into_iter().map(|x| x * 4.0).collect::<Vec<_>>();
+                let kv = Kv {
+                    kv_dim: n_kv * hd,
+                    keys: spread(noise(hd as u64, ctx * n_kv * hd)),
+                    values: noise(hd as u64 + 1, ctx * n_kv * hd),
+                };
+                let q = spread(noise(hd as u64 + 2, ctx * geo.dim));
+                // A prefill of 40 rows after 50 positions, and decode rows at every length.
+                let mut spans = vec![(0, 40, 50)];
+                spans.extend((0..ctx).map(|p| (p, 1, p)));
+                for span in spans {
+                    for threads in [1, 64] {
+                        for t in attention_tasks(&[span], n_kv, group, threads) {
+                            let fast = attend(&kv, 0, &q, span, &t, geo);
+                            let slow = attend_body(&kv, 0, &q, span, &t, geo, dot);
+                            let same = fast
+                                .iter()
+                                .zip(&slow)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(
+                                same && fast.len() == slow.len(),
+                                "hd {hd}, span {span:?}, {t:?}"
+                            );
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+            assert!(cases > 1000);
         }
     }
 

@@ -82,6 +82,10 @@ fn run_help_explains_every_option() {
         !help.contains("toy"),
         "the test protocol is hidden:\n{help}"
     );
+    assert!(
+        !help.contains("fake:"),
+        "the test models' options are hidden, and their text is not another option's:\n{help}"
+    );
 }
 
 #[test]
