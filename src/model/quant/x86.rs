@@ -55,6 +55,9 @@ pub(crate) fn panel_dot<const R: usize>(
             match format {
                 QFormat::Q8_0 => return panel_q8_0_512(panel, nb, acts),
                 QFormat::Q4_1 => return panel_q4_1_512(panel, nb, acts),
+                QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => {
+                    return panel_k_512(format, panel, nb, acts)
+                }
                 _ => {}
             }
         }
@@ -412,8 +415,8 @@ unsafe fn panel_legacy<const R: usize>(
 
 /// One k-quant block (`blk`, GGUF bytes) against block `b` of each activation row: per row, 8
 /// i32 lanes whose sum is the block's scaled integer dot product (for Q6_K before the
-/// `32 · Σ sc · bsum` offset correction, which goes into `extra`); `extra[i]` gets Q4_K/Q5_K's
-/// `summ` or Q6_K's correction.
+/// `32 · Σ sc · bsum` offset correction). The block's coefficients of the activation sums go
+/// into `coef[..][lane]` (Q4_K/Q5_K: its 8 mins; Q6_K: its 16 scales), for [`k_extra`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn lane_k<const R: usize>(
@@ -421,14 +424,14 @@ unsafe fn lane_k<const R: usize>(
     blk: *const u8,
     acts: &[ActRow<'_>; R],
     b: usize,
-    extra: &mut [i32; R],
+    coef: &mut [[i32; PANEL]; 16],
+    lane: usize,
 ) -> [__m256i; R] {
     let mut s = [_mm256_setzero_si256(); R];
     let low = _mm256_set1_epi8(0x0F);
     let act = |i: usize, at: usize| {
         _mm256_loadu_si256(acts[i].qs.as_ptr().add(b * QK_K + at) as *const __m256i)
     };
-    let bsums = |i: usize| &acts[i].bsums[b * QK_K / 16..(b + 1) * QK_K / 16];
     if format == QFormat::Q6K {
         let sc = std::slice::from_raw_parts(blk.add(192) as *const i8, 16);
         let three = _mm256_set1_epi8(3);
@@ -461,9 +464,8 @@ unsafe fn lane_k<const R: usize>(
                 }
             }
         }
-        for (i, e) in extra.iter_mut().enumerate() {
-            let bs = bsums(i);
-            *e = 32 * (0..16).map(|g| sc[g] as i32 * bs[g]).sum::<i32>();
+        for (c, &v) in coef.iter_mut().zip(sc) {
+            c[lane] = v as i32;
         }
         return s;
     }
@@ -497,78 +499,102 @@ unsafe fn lane_k<const R: usize>(
             *s = _mm256_add_epi32(*s, _mm256_add_epi32(p0, p1));
         }
     }
-    for (i, e) in extra.iter_mut().enumerate() {
-        let bs = bsums(i);
-        *e = (0..8)
-            .map(|j| m[j] as i32 * (bs[2 * j] + bs[2 * j + 1]))
-            .sum::<i32>();
+    for (c, &v) in coef.iter_mut().zip(&m) {
+        c[lane] = v as i32;
     }
     s
 }
 
-/// Q4_K, Q5_K, Q6_K (× Q8_K) panels: per block, the eight rows' exact integer sums (one lane
-/// per row), then `scalar::block_update`'s float expression lane-wise.
+/// Each lane's integer correction for one activation row's block sums `bs` (16 sums of 16
+/// quants): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
+/// coefficients [`lane_k`] left in `coef`. Integer sums: exact in any order.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_k<const R: usize>(
-    format: QFormat,
-    panel: &[u8],
-    nb: usize,
-    acts: &[ActRow<'_>; R],
-) -> [[f32; PANEL]; R] {
-    let (rec, blk) = (format.record(), format.gguf_block());
-    let (d_at, dmin_at) = if format == QFormat::Q6K {
-        (208, 0)
+#[inline]
+unsafe fn k_extra(format: QFormat, coef: &[[i32; PANEL]; 16], bs: &[i32]) -> __m256i {
+    let c = |j: usize| _mm256_loadu_si256(coef[j].as_ptr() as *const __m256i);
+    let mut e = _mm256_setzero_si256();
+    if format == QFormat::Q6K {
+        for (g, &b) in bs[..16].iter().enumerate() {
+            e = _mm256_add_epi32(e, _mm256_mullo_epi32(c(g), _mm256_set1_epi32(b)));
+        }
+        _mm256_slli_epi32::<5>(e)
     } else {
-        (0, 2)
-    };
-    let mut acc = [_mm256_setzero_ps(); R];
-    for b in 0..nb {
-        let r = panel.as_ptr().add(b * rec);
-        prefetch(r, rec);
-        let mut dw = [0u16; PANEL];
-        let mut dm = [0u16; PANEL];
-        let mut extra = [[0i32; PANEL]; R];
-        let mut h = [[_mm256_setzero_si256(); R]; 4];
-        for (pair, h) in h.iter_mut().enumerate() {
-            let mut e = [[0i32; R]; 2];
-            let l0 = 2 * pair;
-            let v0 = lane_k(format, r.add(l0 * blk), acts, b, &mut e[0]);
-            let v1 = lane_k(format, r.add((l0 + 1) * blk), acts, b, &mut e[1]);
-            for i in 0..R {
-                h[i] = _mm256_hadd_epi32(v0[i], v1[i]);
-                extra[i][l0] = e[0][i];
-                extra[i][l0 + 1] = e[1][i];
-            }
-            for lane in [l0, l0 + 1] {
-                let p = r.add(lane * blk);
-                dw[lane] = (p.add(d_at) as *const u16).read_unaligned();
-                dm[lane] = (p.add(dmin_at) as *const u16).read_unaligned();
-            }
+        for j in 0..8 {
+            let b = _mm256_set1_epi32(bs[2 * j] + bs[2 * j + 1]);
+            e = _mm256_add_epi32(e, _mm256_mullo_epi32(c(j), b));
         }
-        let dwv = _mm256_cvtph_ps(_mm_loadu_si128(dw.as_ptr() as *const __m128i));
-        let dmv = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
-            let ex = _mm256_loadu_si256(extra[i].as_ptr() as *const __m256i);
-            let dx = _mm256_set1_ps(acts[i].d[b]);
-            let v = if format == QFormat::Q6K {
-                let sumi = _mm256_sub_epi32(sum, ex);
-                _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
-            } else {
-                _mm256_sub_ps(
-                    _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sum)),
-                    _mm256_mul_ps(_mm256_mul_ps(dx, dmv), _mm256_cvtepi32_ps(ex)),
-                )
-            };
-            *acc = _mm256_add_ps(*acc, v);
-        }
+        e
     }
-    acc.map(|acc| {
-        let mut out = [0f32; PANEL];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    })
 }
+
+macro_rules! k_panel {
+    ($features:literal, $name:ident) => {
+        /// Q4_K, Q5_K, Q6_K (× Q8_K) panels: per block, the eight rows' exact integer sums
+        /// (one lane per row), then `scalar::block_update`'s float expression lane-wise.
+        /// Generated twice: the AVX-512 build only adds registers (same operations, same bits).
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(
+            format: QFormat,
+            panel: &[u8],
+            nb: usize,
+            acts: &[ActRow<'_>; R],
+        ) -> [[f32; PANEL]; R] {
+            let (rec, blk) = (format.record(), format.gguf_block());
+            let (d_at, dmin_at) = if format == QFormat::Q6K {
+                (208, 0)
+            } else {
+                (0, 2)
+            };
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let r = panel.as_ptr().add(b * rec);
+                prefetch(r, rec);
+                let mut dw = [0u16; PANEL];
+                let mut dm = [0u16; PANEL];
+                let mut coef = [[0i32; PANEL]; 16];
+                let mut h = [[_mm256_setzero_si256(); R]; 4];
+                for (pair, h) in h.iter_mut().enumerate() {
+                    let l0 = 2 * pair;
+                    let v0 = lane_k(format, r.add(l0 * blk), acts, b, &mut coef, l0);
+                    let v1 = lane_k(format, r.add((l0 + 1) * blk), acts, b, &mut coef, l0 + 1);
+                    for i in 0..R {
+                        h[i] = _mm256_hadd_epi32(v0[i], v1[i]);
+                    }
+                    for lane in [l0, l0 + 1] {
+                        let p = r.add(lane * blk);
+                        dw[lane] = (p.add(d_at) as *const u16).read_unaligned();
+                        dm[lane] = (p.add(dmin_at) as *const u16).read_unaligned();
+                    }
+                }
+                let dwv = _mm256_cvtph_ps(_mm_loadu_si128(dw.as_ptr() as *const __m128i));
+                let dmv = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
+                    let ex = k_extra(format, &coef, &acts[i].bsums[b * QK_K / 16..]);
+                    let dx = _mm256_set1_ps(acts[i].d[b]);
+                    let v = if format == QFormat::Q6K {
+                        let sumi = _mm256_sub_epi32(sum, ex);
+                        _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
+                    } else {
+                        _mm256_sub_ps(
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sum)),
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dmv), _mm256_cvtepi32_ps(ex)),
+                        )
+                    };
+                    *acc = _mm256_add_ps(*acc, v);
+                }
+            }
+            acc.map(|acc| {
+                let mut out = [0f32; PANEL];
+                _mm256_storeu_ps(out.as_mut_ptr(), acc);
+                out
+            })
+        }
+    };
+}
+
+k_panel!("avx2,fma,f16c", panel_k);
+k_panel!("avx2,fma,f16c,avx512f,avx512vl,avx512bw", panel_k_512);
 
 /// `(acc0 + acc1) + (acc2 + acc3)`, then lanes `l + l+4`, then `l + l+2`, then the last two.
 #[target_feature(enable = "avx2,fma,f16c")]
