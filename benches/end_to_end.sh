@@ -7,7 +7,8 @@
 # Runs (default model, 2 threads, generation cache off so every step is computed):
 #   candor run refutebench --limit 16 --judge default
 #   candor run fennec --limit 8
-# EXTRA (env) adds options to every run, e.g. EXTRA="--max-new-tokens 64" for a quick check.
+# EXTRA (env) adds options to every run, e.g. EXTRA="--max-new-tokens 64" for a quick check;
+# ONLY (env) keeps the runs of one protocol, e.g. ONLY=refutebench.
 # Measure on a quiet machine: the load average is printed before each run.
 set -euo pipefail
 old=${1:?usage: $0 OLD_CANDOR NEW_CANDOR [WORKDIR]}
@@ -21,6 +22,7 @@ runs=(
 status=0
 for r in "${runs[@]}"; do
   name=${r%% *}
+  [[ -n "${ONLY:-}" && "$name" != "$ONLY" ]] && continue
   read -r -a args <<<"$r"
   times=()
   for which in old new; do
