@@ -10,6 +10,10 @@
 # EXTRA (env) adds options to every run, e.g. EXTRA="--max-new-tokens 64" for a quick check;
 # ONLY (env) keeps the runs of one protocol, e.g. ONLY=refutebench.
 # Measure on a quiet machine: the load average is printed before each run.
+# The samples can only be identical if both binaries compute the same arithmetic: issue #9's
+# baseline is e8e3199 (before #9) with 4c60f99 applied (#7's activation rounding as ggml's x86
+# quantize_row_q8_0/q8_1, which changes greedy tokens at near-ties):
+#   git worktree add --detach /tmp/pre9 e8e3199 && git -C /tmp/pre9 cherry-pick --no-commit 4c60f99
 set -euo pipefail
 old=${1:?usage: $0 OLD_CANDOR NEW_CANDOR [WORKDIR]}
 new=${2:?usage: $0 OLD_CANDOR NEW_CANDOR [WORKDIR]}
