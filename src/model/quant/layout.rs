@@ -25,8 +25,6 @@ pub(crate) const QK_K: usize = 256;
 
 /// Bytes of one panel record of Q8_0 weights: 8 f16 scales, then 8 × 32 i8.
 pub(crate) const REC_Q8_0: usize = PANEL * 2 + PANEL * QK;
-/// Bytes of one panel record of Q4_1 weights: 8 f16 scales, 8 f16 mins, then 8 × 16 bytes.
-pub(crate) const REC_Q4_1: usize = PANEL * 2 * 2 + PANEL * QK / 2;
 /// Offset of the quants in a Q8_0 record.
 pub(crate) const Q8_0_QS: usize = PANEL * 2;
 /// Offset of the minimums in a Q4_1 (and Q5_1) record.
@@ -129,11 +127,108 @@ impl QFormat {
 
     /// Copies lane `lane`'s GGUF block out of record `rec` into `out` (`gguf_block()` bytes).
     pub(crate) fn gather(self, rec: &[u8], lane: usize, out: &mut [u8]) {
+        let mut plain = [0u8; REC_Q8_0];
+        let rec = if self.interleaved() {
+            let plain = &mut plain[..self.record()];
+            plain.copy_from_slice(&rec[..self.record()]);
+            self.interleave(plain, false);
+            &*plain
+        } else {
+            rec
+        };
         let (mut at, mut src) = (0, 0);
         for &len in self.fields() {
             out[at..at + len].copy_from_slice(&rec[src + lane * len..src + (lane + 1) * len]);
             at += len;
             src += PANEL * len;
+        }
+    }
+
+    /// Whether records keep their quants interleaved (see [`QFormat::interleave`]).
+    pub(crate) fn interleaved(self) -> bool {
+        self.block() == QK
+    }
+
+    /// Offsets of the quants and (Q5_0 / Q5_1) high bits in a record of a 32-element format.
+    fn quant_fields(self) -> (usize, Option<usize>) {
+        match self {
+            QFormat::Q8_0 => (Q8_0_QS, None),
+            QFormat::Q4_0 => (Q4_0_QS, None),
+            QFormat::Q4_1 => (Q4_1_QS, None),
+            QFormat::Q5_0 => (Q5_0_QS, Some(Q5_0_QH)),
+            QFormat::Q5_1 => (Q5_1_QS, Some(Q5_1_QH)),
+            _ => unreachable!("k-quant records are not interleaved"),
+        }
+    }
+
+    /// Rewrites the quants of a record of a 32-element format from lane-major (each lane's
+    /// GGUF bytes side by side) to interleaved (`forward`), or back. Interleaved, group `g`
+    /// (elements `4g..4g + 4`) of all eight lanes is one 32-byte vector, lane `l`'s four at
+    /// bytes `4l..4l + 4` — what `dpbusd` / `maddubs` against a broadcast group of activations
+    /// take, giving one i32 lane per output row with no horizontal sums:
+    /// - Q8_0: group `g` at byte `32g`;
+    /// - nibbles: chunk `c` (32 bytes at `32c`) holds group `2c` in its low nibbles and group
+    ///   `2c + 1` in its high nibbles;
+    /// - Q5 high bits: one little-endian u32 per group, bit `4l + e` for element `e` of lane `l`.
+    pub(crate) fn interleave(self, rec: &mut [u8], forward: bool) {
+        let (qs_at, qh_at) = self.quant_fields();
+        let mut old = [0u8; PANEL * QK];
+        if self == QFormat::Q8_0 {
+            let qs = &mut rec[qs_at..qs_at + PANEL * QK];
+            old.copy_from_slice(qs);
+            for l in 0..PANEL {
+                for i in 0..QK {
+                    let (p, m) = (32 * l + i, 32 * (i / 4) + 4 * l + i % 4);
+                    if forward {
+                        qs[m] = old[p];
+                    } else {
+                        qs[p] = old[m];
+                    }
+                }
+            }
+            return;
+        }
+        let qs = &mut rec[qs_at..qs_at + PANEL * QK / 2];
+        let old = &mut old[..PANEL * QK / 2];
+        old.copy_from_slice(qs);
+        // Lane l's plain bytes 16l + j hold elements j (low) and j + 16 (high); interleaved
+        // byte 32c + 4l + e holds elements 8c + e (low) and 8c + 4 + e (high).
+        let plain =
+            |old: &[u8], l: usize, i: usize| (old[16 * l + i % 16] >> (4 * (i / 16))) & 0x0F;
+        let mixed = |old: &[u8], l: usize, i: usize| {
+            (old[32 * (i / 8) + 4 * l + i % 4] >> (4 * (i / 4 % 2))) & 0x0F
+        };
+        for l in 0..PANEL {
+            for j in 0..QK / 2 {
+                if forward {
+                    let (c, e) = (j / 4, j % 4);
+                    qs[32 * c + 4 * l + e] =
+                        plain(old, l, 8 * c + e) | plain(old, l, 8 * c + 4 + e) << 4;
+                } else {
+                    qs[16 * l + j] = mixed(old, l, j) | mixed(old, l, j + 16) << 4;
+                }
+            }
+        }
+        if let Some(qh_at) = qh_at {
+            // Plain: lane l's u32 at 4l, bit i. Interleaved: group g's u32 at 4g, bit 4l + e.
+            let read = |at: usize| u32::from_le_bytes(rec[at..at + 4].try_into().expect("4"));
+            let words: [u32; PANEL] = std::array::from_fn(|w| read(qh_at + 4 * w));
+            let mut out = [0u32; PANEL];
+            for (l, &word) in words.iter().enumerate() {
+                for i in 0..QK {
+                    let (g, e) = (i / 4, i % 4);
+                    if forward {
+                        out[g] |= ((word >> i) & 1) << (4 * l + e);
+                    } else {
+                        // Here `l` names the group's word and `i` the bit 4·lane + e.
+                        let (lane, e) = (i / 4, i % 4);
+                        out[lane] |= ((word >> i) & 1) << (4 * l + e);
+                    }
+                }
+            }
+            for (w, v) in out.iter().enumerate() {
+                rec[qh_at + 4 * w..qh_at + 4 * w + 4].copy_from_slice(&v.to_le_bytes());
+            }
         }
     }
 }
@@ -183,6 +278,11 @@ impl Panels {
                     at += len;
                     to += PANEL * len;
                 }
+            }
+        }
+        if format.interleaved() {
+            for rec in data.chunks_exact_mut(rec) {
+                format.interleave(rec, true);
             }
         }
         Ok(Panels { format, nb, data })
@@ -387,7 +487,8 @@ pub(crate) struct QuantizedRows {
     pub(crate) d: Vec<f32>,
     /// `m × nb` values of `d * sum(qs)` (Q8_1 only; else empty).
     pub(crate) s: Vec<f32>,
-    /// `m × k / 16` sums of 16 consecutive quants (Q8_K only; else empty).
+    /// Integer sums of quants: `m × k / 16` sums of 16 consecutive quants (Q8_K), `m × nb`
+    /// block sums (Q8_0, for the weight offsets of Q4_0 / Q5_0), else empty.
     pub(crate) bsums: Vec<i32>,
 }
 
@@ -408,10 +509,10 @@ impl QuantizedRows {
         let mut qs = vec![0i8; x.len()];
         let mut d = Vec::with_capacity(blocks);
         let mut s = Vec::with_capacity(if kind == ActKind::Q8_1 { blocks } else { 0 });
-        let mut bsums = Vec::with_capacity(if kind == ActKind::Q8K {
-            x.len() / 16
-        } else {
-            0
+        let mut bsums = Vec::with_capacity(match kind {
+            ActKind::Q8K => x.len() / 16,
+            ActKind::Q8_0 => blocks,
+            ActKind::Q8_1 => 0,
         });
         for (xs, q) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)) {
             if kind == ActKind::Q8K {
@@ -429,7 +530,9 @@ impl QuantizedRows {
                 }
                 let iscale = -127.0 / max;
                 for (q, &v) in q.iter_mut().zip(xs) {
-                    *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+                    // |iscale · v| <= 127 up to rounding, so `round_even`'s saturation is
+                    // `min(127)`; it avoids a libm `rintf` call per element.
+                    *q = round_even(iscale * v);
                 }
                 bsums.extend(
                     q.chunks_exact(16)
@@ -445,6 +548,9 @@ impl QuantizedRows {
                 *q = round_even(v * id);
             }
             d.push(f16::from_f32(dd).to_f32());
+            if kind == ActKind::Q8_0 {
+                bsums.push(q.iter().map(|&q| q as i32).sum());
+            }
             if kind == ActKind::Q8_1 {
                 let sum: i32 = q.iter().map(|&q| q as i32).sum();
                 s.push(f16::from_f32(sum as f32 * dd).to_f32());
@@ -471,17 +577,18 @@ impl QuantizedRows {
             } else {
                 &self.s[i * self.nb..(i + 1) * self.nb]
             },
-            bsums: if self.bsums.is_empty() {
-                &[]
-            } else {
-                &self.bsums[i * k / 16..(i + 1) * k / 16]
+            bsums: match self.kind {
+                ActKind::Q8K => &self.bsums[i * k / 16..(i + 1) * k / 16],
+                ActKind::Q8_0 => &self.bsums[i * self.nb..(i + 1) * self.nb],
+                ActKind::Q8_1 => &[],
             },
         }
     }
 }
 
-/// One quantized activation row: quants, block scales, block sums (Q8_1; else empty), sums
-/// of 16 quants (Q8_K; else empty).
+/// One quantized activation row: quants, block scales, block sums `d * sum(q)` (Q8_1; else
+/// empty), integer sums `bsums` of every 16 quants (Q8_K) or of every block (Q8_0; else
+/// empty).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ActRow<'a> {
     pub(crate) qs: &'a [i8],
@@ -607,7 +714,7 @@ mod tests {
             raw.extend(std::iter::repeat_n(row * 17, 16));
         }
         let p = Panels::from_gguf(QFormat::Q4_1, &raw, 9, 32).expect("valid");
-        assert_eq!(p.data.len(), 2 * REC_Q4_1);
+        assert_eq!(p.data.len(), 2 * QFormat::Q4_1.record());
         let mut out = [0f32; 32];
         for row in 0..9usize {
             p.row_f32(row, &mut out);
@@ -617,7 +724,14 @@ mod tests {
             assert_eq!(out[31], hi as f32 * d + m, "row {row}");
         }
         // gather undoes the repacking for every format.
-        for format in [QFormat::Q5_1, QFormat::Q6K] {
+        for format in [
+            QFormat::Q8_0,
+            QFormat::Q4_0,
+            QFormat::Q4_1,
+            QFormat::Q5_0,
+            QFormat::Q5_1,
+            QFormat::Q6K,
+        ] {
             let blk = format.gguf_block();
             let raw: Vec<u8> = (0..9 * blk).map(|i| (i * 7 % 251) as u8).collect();
             let p = Panels::from_gguf(format, &raw, 9, format.block()).expect("valid");

@@ -940,7 +940,20 @@ pub(crate) mod tests {
                 // A different batch containing row 3 of x among other rows.
                 let mut other = noise(6, 7 * k);
                 other[2 * k..3 * k].copy_from_slice(&x[3 * k..4 * k]);
-                for &isa in &isas {
+                // Each kernel level this CPU has (AVX2, AVX-512, AVX-512 VNNI).
+                let levels: Vec<(Isa, u8)> = isas
+                    .iter()
+                    .flat_map(|&isa| match isa {
+                        Isa::Scalar => vec![(isa, 0)],
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => vec![(isa, 0), (isa, 1), (isa, 2)],
+                    })
+                    .collect();
+                for &(isa, level) in &levels {
+                    #[cfg(target_arch = "x86_64")]
+                    x86::cap_level(level);
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let _ = level;
                     for threads in [1, 2] {
                         pool(threads).install(|| {
                             for m in [1usize, 7, 16] {
@@ -949,7 +962,7 @@ pub(crate) mod tests {
                                     assert_eq!(
                                         &out[i * n..(i + 1) * n],
                                         &alone[i][..],
-                                        "{dtype:?} {n}x{k} {isa:?} threads={threads} m={m} row {i}"
+                                        "{dtype:?} {n}x{k} {isa:?} level {level} threads={threads} m={m} row {i}"
                                     );
                                 }
                             }
@@ -960,6 +973,8 @@ pub(crate) mod tests {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        x86::cap_level(u8::MAX);
     }
 
     /// Our quantized and float paths agree with candle's own `QMatMul` on the same tensors.

@@ -197,6 +197,7 @@ mod tests {
                 rec[Q8_0_QS + lane * QK + j] = (lane as i8 - 3) as u8;
             }
         }
+        QFormat::Q8_0.interleave(&mut rec, true);
         let act = ActRow {
             qs: &[2i8; QK],
             d: &[0.25],

@@ -8,10 +8,11 @@
 //! kernel instead when the CPU lacks AVX2, FMA or F16C (same bits, slower).
 
 use std::arch::x86_64::*;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::layout::{
     scales_mins_k4, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS, Q5_1_QH,
-    Q5_1_QS, Q8_0_QS, QK, QK_K, REC_Q4_1, REC_Q8_0,
+    Q5_1_QS, Q8_0_QS, QK, QK_K,
 };
 use super::scalar;
 
@@ -22,11 +23,27 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+/// The widest kernel level the dispatch may pick: 0 AVX2, 1 AVX-512 registers, 2 AVX-512
+/// VNNI. Every level gives the same bits; tests lower it to run each on one machine.
+static LEVEL_CAP: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Caps the kernel level (see [`LEVEL_CAP`]); returns the previous cap.
+#[cfg(test)]
+pub(crate) fn cap_level(level: u8) -> u8 {
+    LEVEL_CAP.swap(level, Ordering::Relaxed)
+}
+
 /// Whether this CPU also has AVX-512F/VL/BW (32 vector registers for the 8-row kernels).
 pub(crate) fn wide() -> bool {
-    is_x86_feature_detected!("avx512f")
+    LEVEL_CAP.load(Ordering::Relaxed) >= 1
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512bw")
+}
+
+/// Whether this CPU also has AVX-512 VNNI (`dpbusd`: `maddubs` and `madd` in one instruction).
+pub(crate) fn vnni() -> bool {
+    LEVEL_CAP.load(Ordering::Relaxed) >= 2 && wide() && is_x86_feature_detected!("avx512vnni")
 }
 
 /// One panel against `R` quantized activation rows (see `scalar::panel_dot`); each weight
@@ -41,7 +58,7 @@ pub(crate) fn panel_dot<const R: usize>(
     for a in acts {
         assert!(a.qs.len() >= nb * format.block() && a.d.len() >= nb);
         match format.act() {
-            super::layout::ActKind::Q8_0 => {}
+            super::layout::ActKind::Q8_0 => assert!(a.bsums.len() >= nb),
             super::layout::ActKind::Q8_1 => assert!(a.s.len() >= nb),
             super::layout::ActKind::Q8K => assert!(a.bsums.len() >= nb * QK_K / 16),
         }
@@ -51,21 +68,12 @@ pub(crate) fn panel_dot<const R: usize>(
     }
     // SAFETY: the features are present (checked above) and the asserts bound every read.
     unsafe {
-        if R >= 8 && wide() {
-            match format {
-                QFormat::Q8_0 => return panel_q8_0_512(panel, nb, acts),
-                QFormat::Q4_1 => return panel_q4_1_512(panel, nb, acts),
-                QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => {
-                    return panel_k_512(format, panel, nb, acts)
-                }
-                _ => {}
-            }
-        }
         match format {
-            QFormat::Q8_0 => panel_q8_0(panel, nb, acts),
-            QFormat::Q4_1 => panel_q4_1(panel, nb, acts),
-            QFormat::Q4_0 | QFormat::Q5_0 | QFormat::Q5_1 => panel_legacy(format, panel, nb, acts),
+            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K if R >= 8 && wide() => {
+                panel_k_512(format, panel, nb, acts)
+            }
             QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => panel_k(format, panel, nb, acts),
+            _ => legacy(format, panel, nb, acts),
         }
     }
 }
@@ -112,42 +120,6 @@ unsafe fn hsum8(h01: __m256i, h23: __m256i, h45: __m256i, h67: __m256i) -> __m25
     _mm256_add_epi32(lo, hi)
 }
 
-/// For each activation block `a[i]`: `hadd` of the i32 lanes of the signed 32 × i8 dot products
-/// of weight rows `lane` and `lane + 1` (at `q`) with `a[i]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn pair_q8<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -> [__m256i; R] {
-    let ones = _mm256_set1_epi16(1);
-    let w0 = _mm256_loadu_si256(q.add(lane * QK) as *const __m256i);
-    let w1 = _mm256_loadu_si256(q.add((lane + 1) * QK) as *const __m256i);
-    // |w| · (a · sign w): maddubs wants an unsigned left operand.
-    let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
-    a.map(|a| {
-        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a, w0)), ones);
-        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a, w1)), ones);
-        _mm256_hadd_epi32(p0, p1)
-    })
-}
-
-/// As [`pair_q8`] for rows of 32 nibbles (16 bytes each at `q`, ggml order).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn pair_q4<const R: usize>(q: *const u8, lane: usize, a: &[__m256i; R]) -> [__m256i; R] {
-    let ones = _mm256_set1_epi16(1);
-    let low = _mm256_set1_epi8(0x0F);
-    let unpack = |p: *const u8| {
-        let t = _mm_loadu_si128(p as *const __m128i);
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low)
-    };
-    let w0 = unpack(q.add(lane * QK / 2));
-    let w1 = unpack(q.add((lane + 1) * QK / 2));
-    a.map(|a| {
-        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones);
-        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones);
-        _mm256_hadd_epi32(p0, p1)
-    })
-}
-
 /// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
 /// so this runs into the next panel; prefetching never faults, even past the end).
 const PREFETCH: usize = 2048;
@@ -164,90 +136,13 @@ unsafe fn prefetch(r: *const u8, len: usize) {
     }
 }
 
-/// The activation blocks `b` of `acts`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn act_blocks<const R: usize>(acts: &[ActRow<'_>; R], b: usize) -> [__m256i; R] {
-    acts.map(|a| _mm256_loadu_si256(a.qs.as_ptr().add(b * QK) as *const __m256i))
+/// `s[i]` without a bounds check: the kernels' callers assert the lengths of every
+/// activation slice against the block count up front (`panel_dot`).
+#[inline(always)]
+unsafe fn at<T: Copy>(s: &[T], i: usize) -> T {
+    debug_assert!(i < s.len());
+    *s.get_unchecked(i)
 }
-
-/// Generates the Q8_0 and Q4_1 panel kernels compiled for the target features `$features`.
-/// The AVX-512 instance runs the very same AVX2 intrinsics (so the same bits); enabling
-/// AVX-512VL only lets the compiler keep 8 rows' partial sums in 32 vector registers.
-macro_rules! panel_kernels {
-    ($features:literal, $q8:ident, $q4:ident) => {
-        #[target_feature(enable = $features)]
-        unsafe fn $q8<const R: usize>(
-            panel: &[u8],
-            nb: usize,
-            acts: &[ActRow<'_>; R],
-        ) -> [[f32; PANEL]; R] {
-            let mut acc = [_mm256_setzero_ps(); R];
-            for b in 0..nb {
-                let r = panel.as_ptr().add(b * REC_Q8_0);
-                prefetch(r, REC_Q8_0);
-                let a = act_blocks(acts, b);
-                let q = r.add(Q8_0_QS);
-                let (h01, h23) = (pair_q8(q, 0, &a), pair_q8(q, 2, &a));
-                let (h45, h67) = (pair_q8(q, 4, &a), pair_q8(q, 6, &a));
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
-                    let v = _mm256_mul_ps(
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-                        _mm256_set1_ps(acts[i].d[b]),
-                    );
-                    *acc = _mm256_add_ps(*acc, v);
-                }
-            }
-            acc.map(|acc| {
-                let mut out = [0f32; PANEL];
-                _mm256_storeu_ps(out.as_mut_ptr(), acc);
-                out
-            })
-        }
-
-        #[target_feature(enable = $features)]
-        unsafe fn $q4<const R: usize>(
-            panel: &[u8],
-            nb: usize,
-            acts: &[ActRow<'_>; R],
-        ) -> [[f32; PANEL]; R] {
-            let mut acc = [_mm256_setzero_ps(); R];
-            for b in 0..nb {
-                let r = panel.as_ptr().add(b * REC_Q4_1);
-                prefetch(r, REC_Q4_1);
-                let a = act_blocks(acts, b);
-                let q = r.add(Q4_1_QS);
-                let (h01, h23) = (pair_q4(q, 0, &a), pair_q4(q, 2, &a));
-                let (h45, h67) = (pair_q4(q, 4, &a), pair_q4(q, 6, &a));
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-                let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let sum = hsum8(h01[i], h23[i], h45[i], h67[i]);
-                    let scaled = _mm256_mul_ps(
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-                        _mm256_set1_ps(acts[i].d[b]),
-                    );
-                    let v = _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])));
-                    *acc = _mm256_add_ps(*acc, v);
-                }
-            }
-            acc.map(|acc| {
-                let mut out = [0f32; PANEL];
-                _mm256_storeu_ps(out.as_mut_ptr(), acc);
-                out
-            })
-        }
-    };
-}
-
-panel_kernels!("avx2,fma,f16c", panel_q8_0, panel_q4_1);
-panel_kernels!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
-    panel_q8_0_512,
-    panel_q4_1_512
-);
 
 /// Generates a float dot product over weights of element type `$t`, read 8 at a time with
 /// `$load(ptr)` and one at a time with `$get(value)`, in `scalar::dot_f32`'s order.
@@ -315,102 +210,167 @@ unsafe fn high_bits(qh: u32) -> __m256i {
     _mm256_and_si256(hit, _mm256_set1_epi8(0x10))
 }
 
-/// The 32 nibbles at `p` (16 bytes, ggml order: low nibbles, then high nibbles) as bytes.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn nibbles(p: *const u8) -> __m256i {
-    let t = _mm_loadu_si128(p as *const __m128i);
-    _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(t, 4), t),
-        _mm256_set1_epi8(0x0F),
-    )
-}
+/// Tags for the 32-element formats in the kernels' const parameter.
+const L_Q8_0: u8 = 0;
+const L_Q4_0: u8 = 1;
+const L_Q4_1: u8 = 2;
+const L_Q5_0: u8 = 3;
+const L_Q5_1: u8 = 4;
 
-/// Lane `lane`'s 32 weights of a Q4_0 / Q5_0 (signed, offset removed) or Q5_1 (unsigned)
-/// record at `r`.
+/// The eight interleaved groups of an interleaved record at `r` (see `QFormat::interleave`):
+/// group `g`'s 32 bytes, lane `l`'s four quants at bytes `4l..4l + 4`, as stored (Q8_0: i8;
+/// the others unsigned, without Q4_0's / Q5_0's offset).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn legacy_weights(format: QFormat, r: *const u8, lane: usize) -> __m256i {
-    let qh = |at: usize| (r.add(at + lane * 4) as *const u32).read_unaligned();
-    match format {
-        QFormat::Q4_0 => _mm256_sub_epi8(nibbles(r.add(Q4_0_QS + lane * 16)), _mm256_set1_epi8(8)),
-        QFormat::Q5_0 => _mm256_sub_epi8(
-            _mm256_or_si256(nibbles(r.add(Q5_0_QS + lane * 16)), high_bits(qh(Q5_0_QH))),
-            _mm256_set1_epi8(16),
-        ),
-        _ => _mm256_or_si256(nibbles(r.add(Q5_1_QS + lane * 16)), high_bits(qh(Q5_1_QH))),
+unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
+    if F == L_Q8_0 {
+        return std::array::from_fn(|g| {
+            _mm256_loadu_si256(r.add(Q8_0_QS + 32 * g) as *const __m256i)
+        });
     }
-}
-
-/// For each activation block `a[i]`: `hadd` of the i32 lanes of the 32-element dot products of
-/// weights `w0` and `w1` with `a[i]` (`signed`: weights are i8, else u8).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn pair_dot<const R: usize>(
-    signed: bool,
-    w0: __m256i,
-    w1: __m256i,
-    a: &[__m256i; R],
-) -> [__m256i; R] {
-    let ones = _mm256_set1_epi16(1);
-    if signed {
-        let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
-        a.map(|a| {
-            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a, w0)), ones);
-            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a, w1)), ones);
-            _mm256_hadd_epi32(p0, p1)
-        })
-    } else {
-        a.map(|a| {
-            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones);
-            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones);
-            _mm256_hadd_epi32(p0, p1)
-        })
+    let (qs, qh) = match F {
+        L_Q4_0 => (Q4_0_QS, None),
+        L_Q4_1 => (Q4_1_QS, None),
+        L_Q5_0 => (Q5_0_QS, Some(Q5_0_QH)),
+        _ => (Q5_1_QS, Some(Q5_1_QH)),
+    };
+    let low = _mm256_set1_epi8(0x0F);
+    let mut out = [_mm256_setzero_si256(); 8];
+    for c in 0..4 {
+        let t = _mm256_loadu_si256(r.add(qs + 32 * c) as *const __m256i);
+        out[2 * c] = _mm256_and_si256(t, low);
+        out[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(t), low);
     }
+    if let Some(qh) = qh {
+        for (g, v) in out.iter_mut().enumerate() {
+            let bits = (r.add(qh + 4 * g) as *const u32).read_unaligned();
+            *v = _mm256_or_si256(*v, high_bits(bits));
+        }
+    }
+    out
 }
 
-/// Q4_0, Q5_0 (× Q8_0) and Q5_1 (× Q8_1) panels: as `panel_q8_0` / `panel_q4_1`.
+/// Generates the Q8_0, Q4_0, Q5_0 (× Q8_0) and Q4_1, Q5_1 (× Q8_1) panel kernel for
+/// `$features`. Per block, each activation row's group `g` (4 quants) is broadcast and
+/// multiplied with the weights' group `g` of all eight lanes, so the i32 lanes accumulate
+/// the eight rows' exact block sums directly; then the scalar kernel's float expression,
+/// lane-wise. `$vnni`: `dpbusd` (unsigned × signed, i32 accumulate), with Q8_0's weights made
+/// unsigned by flipping their sign bit (`+128`, taken back as `128 · Σ q_x`); else `maddubs`
+/// and `madd`, with Q8_0's sign moved onto the activations. Neither can saturate (weights
+/// below 32, or |w| <= 128 against |q_x| <= 127 in pairs), so both give the exact sums.
+macro_rules! legacy_panel {
+    ($features:literal, $name:ident, $vnni:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize, const F: u8>(
+            panel: &[u8],
+            nb: usize,
+            acts: &[ActRow<'_>; R],
+        ) -> [[f32; PANEL]; R] {
+            let (format, offset) = match F {
+                L_Q8_0 => (QFormat::Q8_0, if $vnni { 128 } else { 0 }),
+                L_Q4_0 => (QFormat::Q4_0, 8),
+                L_Q4_1 => (QFormat::Q4_1, 0),
+                L_Q5_0 => (QFormat::Q5_0, 16),
+                _ => (QFormat::Q5_1, 0),
+            };
+            let with_min = F == L_Q4_1 || F == L_Q5_1;
+            let rec = format.record();
+            let ones = _mm256_set1_epi16(1);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let r = panel.as_ptr().add(b * rec);
+                prefetch(r, rec);
+                let w = groups::<F>(r);
+                // The unsigned left operands.
+                let wu: [__m256i; 8] = if F != L_Q8_0 {
+                    w
+                } else if $vnni {
+                    w.map(|v| _mm256_xor_si256(v, _mm256_set1_epi8(-128)))
+                } else {
+                    w.map(|v| _mm256_sign_epi8(v, v))
+                };
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let a = acts[i].qs.as_ptr().add(b * QK) as *const i32;
+                    let mut sum = _mm256_setzero_si256();
+                    for g in 0..8 {
+                        let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                        sum = if $vnni {
+                            _mm256_dpbusd_epi32(sum, wu[g], ag)
+                        } else {
+                            let ag = if F == L_Q8_0 {
+                                _mm256_sign_epi8(ag, w[g])
+                            } else {
+                                ag
+                            };
+                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[g], ag), ones);
+                            _mm256_add_epi32(sum, p)
+                        };
+                    }
+                    if offset != 0 {
+                        let off = _mm256_set1_epi32(offset * at(acts[i].bsums, b));
+                        sum = _mm256_sub_epi32(sum, off);
+                    }
+                    let scaled = _mm256_mul_ps(
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                        _mm256_set1_ps(at(acts[i].d, b)),
+                    );
+                    let v = if with_min {
+                        let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
+                        _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(at(acts[i].s, b))))
+                    } else {
+                        scaled
+                    };
+                    *acc = _mm256_add_ps(*acc, v);
+                }
+            }
+            acc.map(|acc| {
+                let mut out = [0f32; PANEL];
+                _mm256_storeu_ps(out.as_mut_ptr(), acc);
+                out
+            })
+        }
+    };
+}
+
+legacy_panel!("avx2,fma,f16c", panel_legacy, false);
+legacy_panel!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
+    panel_legacy_512,
+    false
+);
+legacy_panel!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    panel_legacy_vnni,
+    true
+);
+
+/// The panel of a 32-element `format` on the widest kernel this CPU runs.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_legacy<const R: usize>(
+unsafe fn legacy<const R: usize>(
     format: QFormat,
     panel: &[u8],
     nb: usize,
     acts: &[ActRow<'_>; R],
 ) -> [[f32; PANEL]; R] {
-    let rec = format.record();
-    let signed = format != QFormat::Q5_1;
-    let mut acc = [_mm256_setzero_ps(); R];
-    for b in 0..nb {
-        let r = panel.as_ptr().add(b * rec);
-        prefetch(r, rec);
-        let a = act_blocks(acts, b);
-        let mut h = [[_mm256_setzero_si256(); R]; 4];
-        for (pair, h) in h.iter_mut().enumerate() {
-            let w0 = legacy_weights(format, r, 2 * pair);
-            let w1 = legacy_weights(format, r, 2 * pair + 1);
-            *h = pair_dot(signed, w0, w1, &a);
-        }
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
-            let scaled = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-                _mm256_set1_ps(acts[i].d[b]),
-            );
-            let v = if signed {
-                scaled
+    macro_rules! pick {
+        ($f:expr) => {
+            if vnni() {
+                panel_legacy_vnni::<R, { $f }>(panel, nb, acts)
+            } else if R >= 8 && wide() {
+                panel_legacy_512::<R, { $f }>(panel, nb, acts)
             } else {
-                let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
-                _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(acts[i].s[b])))
-            };
-            *acc = _mm256_add_ps(*acc, v);
-        }
+                panel_legacy::<R, { $f }>(panel, nb, acts)
+            }
+        };
     }
-    acc.map(|acc| {
-        let mut out = [0f32; PANEL];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    })
+    match format {
+        QFormat::Q8_0 => pick!(L_Q8_0),
+        QFormat::Q4_0 => pick!(L_Q4_0),
+        QFormat::Q4_1 => pick!(L_Q4_1),
+        QFormat::Q5_0 => pick!(L_Q5_0),
+        _ => pick!(L_Q5_1),
+    }
 }
 
 /// One k-quant block (`blk`, GGUF bytes) against block `b` of each activation row: per row, 8
@@ -570,8 +530,8 @@ macro_rules! k_panel {
                 let dmv = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
                 for (i, acc) in acc.iter_mut().enumerate() {
                     let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
-                    let ex = k_extra(format, &coef, &acts[i].bsums[b * QK_K / 16..]);
-                    let dx = _mm256_set1_ps(acts[i].d[b]);
+                    let ex = k_extra(format, &coef, acts[i].bsums.get_unchecked(b * QK_K / 16..));
+                    let dx = _mm256_set1_ps(at(acts[i].d, b));
                     let v = if format == QFormat::Q6K {
                         let sumi = _mm256_sub_epi32(sum, ex);
                         _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
