@@ -4,15 +4,18 @@
 //! Weights are stored as *panels* of [`PANEL`] consecutive output rows. Within a panel, block
 //! `b` of all eight rows forms one record. A GGUF block is a sequence of fields (say Q5_0: the
 //! f16 scale, 4 bytes of high bits, 16 bytes of nibbles); a record holds, field after field,
-//! that field of the eight rows side by side, each row's bytes exactly as in the GGUF block. So
-//! the eight f16 scales of a block are one 16-byte load, and so on. The k-quants (Q4_K, Q5_K,
-//! Q6_K: 256-element super-blocks with packed sub-block scales) are one field: the eight rows'
-//! blocks verbatim. A panel's records are contiguous, so one pass over a panel streams its
-//! memory once. Rows past `n` in the last panel are zero. This file only moves bytes, decodes
-//! blocks to f32 and quantizes activations; it does no dot products (those are in `scalar.rs`
-//! and `x86.rs`).
+//! that field of the eight rows, spread as [`Spread`] says: scales and other headers row after
+//! row (the eight f16 scales of a block are one 16-byte load), quants by 4-byte words (word
+//! `w` of the eight rows side by side, so that one 32-byte vector holds the same four quants
+//! of all eight rows, ready for `maddubs` / `dpbusd` against a broadcast group of four
+//! activations), Q5_0 / Q5_1 high bits bit-permuted for the same purpose. A panel's records
+//! are contiguous, so one pass over a panel streams its memory once. Rows past `n` in the
+//! last panel are zero. This file only moves bytes, decodes blocks to f32 and quantizes
+//! activations; it does no dot products (those are in `scalar.rs` and `x86.rs`).
 
 use half::f16;
+
+use rayon::prelude::*;
 
 use super::QuantError;
 
@@ -23,8 +26,6 @@ pub(crate) const QK: usize = 32;
 /// Elements per k-quant super-block (Q4_K, Q5_K, Q6_K, Q8_K).
 pub(crate) const QK_K: usize = 256;
 
-/// Bytes of one panel record of Q8_0 weights: 8 f16 scales, then 8 × 32 i8.
-pub(crate) const REC_Q8_0: usize = PANEL * 2 + PANEL * QK;
 /// Offset of the quants in a Q8_0 record.
 pub(crate) const Q8_0_QS: usize = PANEL * 2;
 /// Offset of the minimums in a Q4_1 (and Q5_1) record.
@@ -42,10 +43,6 @@ pub(crate) const Q5_1_QH: usize = PANEL * 4;
 /// Offset of the quants in a Q5_1 record.
 pub(crate) const Q5_1_QS: usize = Q5_1_QH + PANEL * 4;
 
-/// Bytes of one GGUF Q4_K block: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 of nibbles.
-pub(crate) const BLOCK_Q4_K: usize = 2 + 2 + 12 + QK_K / 2;
-/// Bytes of one GGUF Q5_K block: as Q4_K plus 32 bytes of high bits before the nibbles.
-pub(crate) const BLOCK_Q5_K: usize = 2 + 2 + 12 + QK_K / 8 + QK_K / 2;
 /// Bytes of one GGUF Q6_K block: 128 bytes of low nibbles, 64 of 2-bit highs, 16 i8 scales, f16 d.
 pub(crate) const BLOCK_Q6_K: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
@@ -84,23 +81,36 @@ pub(crate) enum QFormat {
 }
 
 impl QFormat {
-    /// The byte lengths of the fields of one GGUF block, in order (see the module doc).
-    fn fields(self) -> &'static [usize] {
+    /// The byte lengths of the fields of one GGUF block, in order, and how a record spreads
+    /// each over the eight rows (see the module doc).
+    fn fields(self) -> &'static [(usize, Spread)] {
+        use Spread::{Bits, Rows, Words};
         match self {
-            QFormat::Q8_0 => &[2, QK],
-            QFormat::Q4_0 => &[2, QK / 2],
-            QFormat::Q4_1 => &[2, 2, QK / 2],
-            QFormat::Q5_0 => &[2, 4, QK / 2],
-            QFormat::Q5_1 => &[2, 2, 4, QK / 2],
-            QFormat::Q4K => &[BLOCK_Q4_K],
-            QFormat::Q5K => &[BLOCK_Q5_K],
-            QFormat::Q6K => &[BLOCK_Q6_K],
+            QFormat::Q8_0 => &[(2, Rows), (QK, Words)],
+            QFormat::Q4_0 => &[(2, Rows), (QK / 2, Words)],
+            QFormat::Q4_1 => &[(2, Rows), (2, Rows), (QK / 2, Words)],
+            QFormat::Q5_0 => &[(2, Rows), (4, Bits), (QK / 2, Words)],
+            QFormat::Q5_1 => &[(2, Rows), (2, Rows), (4, Bits), (QK / 2, Words)],
+            QFormat::Q4K => &[(2, Rows), (2, Rows), (12, Rows), (QK_K / 2, Words)],
+            QFormat::Q5K => &[
+                (2, Rows),
+                (2, Rows),
+                (12, Rows),
+                (QK_K / 8, Words),
+                (QK_K / 2, Words),
+            ],
+            QFormat::Q6K => &[
+                (QK_K / 2, Words),
+                (QK_K / 4, Words),
+                (QK_K / 16, Rows),
+                (2, Rows),
+            ],
         }
     }
 
     /// Bytes of one GGUF block of this format.
     pub(crate) fn gguf_block(self) -> usize {
-        self.fields().iter().sum()
+        self.fields().iter().map(|&(len, _)| len).sum()
     }
 
     /// Elements per block.
@@ -127,110 +137,98 @@ impl QFormat {
 
     /// Copies lane `lane`'s GGUF block out of record `rec` into `out` (`gguf_block()` bytes).
     pub(crate) fn gather(self, rec: &[u8], lane: usize, out: &mut [u8]) {
-        let mut plain = [0u8; REC_Q8_0];
-        let rec = if self.interleaved() {
-            let plain = &mut plain[..self.record()];
-            plain.copy_from_slice(&rec[..self.record()]);
-            self.interleave(plain, false);
-            &*plain
-        } else {
-            rec
-        };
         let (mut at, mut src) = (0, 0);
-        for &len in self.fields() {
-            out[at..at + len].copy_from_slice(&rec[src + lane * len..src + (lane + 1) * len]);
+        for &(len, spread) in self.fields() {
+            let (from, to) = (&rec[src..src + PANEL * len], &mut out[at..at + len]);
+            match spread {
+                Spread::Rows => to.copy_from_slice(&from[lane * len..(lane + 1) * len]),
+                Spread::Words => {
+                    for (w, to) in to.chunks_exact_mut(4).enumerate() {
+                        to.copy_from_slice(&from[4 * (PANEL * w + lane)..][..4]);
+                    }
+                }
+                Spread::Bits => {
+                    let v = u32::from_le_bytes(from[4 * lane..4 * lane + 4].try_into().expect("4"));
+                    to.copy_from_slice(&unspread_bits(v).to_le_bytes());
+                }
+            }
             at += len;
             src += PANEL * len;
         }
     }
 
-    /// Whether records keep their quants interleaved (see [`QFormat::interleave`]).
-    pub(crate) fn interleaved(self) -> bool {
-        self.block() == QK
-    }
-
-    /// Offsets of the quants and (Q5_0 / Q5_1) high bits in a record of a 32-element format.
-    fn quant_fields(self) -> (usize, Option<usize>) {
-        match self {
-            QFormat::Q8_0 => (Q8_0_QS, None),
-            QFormat::Q4_0 => (Q4_0_QS, None),
-            QFormat::Q4_1 => (Q4_1_QS, None),
-            QFormat::Q5_0 => (Q5_0_QS, Some(Q5_0_QH)),
-            QFormat::Q5_1 => (Q5_1_QS, Some(Q5_1_QH)),
-            _ => unreachable!("k-quant records are not interleaved"),
-        }
-    }
-
-    /// Rewrites the quants of a record of a 32-element format from lane-major (each lane's
-    /// GGUF bytes side by side) to interleaved (`forward`), or back. Interleaved, group `g`
-    /// (elements `4g..4g + 4`) of all eight lanes is one 32-byte vector, lane `l`'s four at
-    /// bytes `4l..4l + 4` — what `dpbusd` / `maddubs` against a broadcast group of activations
-    /// take, giving one i32 lane per output row with no horizontal sums:
-    /// - Q8_0: group `g` at byte `32g`;
-    /// - nibbles: chunk `c` (32 bytes at `32c`) holds group `2c` in its low nibbles and group
-    ///   `2c + 1` in its high nibbles;
-    /// - Q5 high bits: one little-endian u32 per group, bit `4l + e` for element `e` of lane `l`.
-    pub(crate) fn interleave(self, rec: &mut [u8], forward: bool) {
-        let (qs_at, qh_at) = self.quant_fields();
-        let mut old = [0u8; PANEL * QK];
-        if self == QFormat::Q8_0 {
-            let qs = &mut rec[qs_at..qs_at + PANEL * QK];
-            old.copy_from_slice(qs);
-            for l in 0..PANEL {
-                for i in 0..QK {
-                    let (p, m) = (32 * l + i, 32 * (i / 4) + 4 * l + i % 4);
-                    if forward {
-                        qs[m] = old[p];
-                    } else {
-                        qs[p] = old[m];
+    /// Copies `blk` (one GGUF block) into lane `lane` of record `rec` (the inverse of
+    /// [`QFormat::gather`]).
+    fn scatter(self, blk: &[u8], lane: usize, rec: &mut [u8]) {
+        let (mut at, mut to) = (0, 0);
+        for &(len, spread) in self.fields() {
+            let (from, dst) = (&blk[at..at + len], &mut rec[to..to + PANEL * len]);
+            match spread {
+                Spread::Rows => dst[lane * len..(lane + 1) * len].copy_from_slice(from),
+                Spread::Words => {
+                    for (w, from) in from.chunks_exact(4).enumerate() {
+                        dst[4 * (PANEL * w + lane)..][..4].copy_from_slice(from);
                     }
                 }
-            }
-            return;
-        }
-        let qs = &mut rec[qs_at..qs_at + PANEL * QK / 2];
-        let old = &mut old[..PANEL * QK / 2];
-        old.copy_from_slice(qs);
-        // Lane l's plain bytes 16l + j hold elements j (low) and j + 16 (high); interleaved
-        // byte 32c + 4l + e holds elements 8c + e (low) and 8c + 4 + e (high).
-        let plain =
-            |old: &[u8], l: usize, i: usize| (old[16 * l + i % 16] >> (4 * (i / 16))) & 0x0F;
-        let mixed = |old: &[u8], l: usize, i: usize| {
-            (old[32 * (i / 8) + 4 * l + i % 4] >> (4 * (i / 4 % 2))) & 0x0F
-        };
-        for l in 0..PANEL {
-            for j in 0..QK / 2 {
-                if forward {
-                    let (c, e) = (j / 4, j % 4);
-                    qs[32 * c + 4 * l + e] =
-                        plain(old, l, 8 * c + e) | plain(old, l, 8 * c + 4 + e) << 4;
-                } else {
-                    qs[16 * l + j] = mixed(old, l, j) | mixed(old, l, j + 16) << 4;
+                Spread::Bits => {
+                    let v = u32::from_le_bytes(from.try_into().expect("4"));
+                    dst[4 * lane..4 * lane + 4].copy_from_slice(&spread_bits(v).to_le_bytes());
                 }
             }
-        }
-        if let Some(qh_at) = qh_at {
-            // Plain: lane l's u32 at 4l, bit i. Interleaved: group g's u32 at 4g, bit 4l + e.
-            let read = |at: usize| u32::from_le_bytes(rec[at..at + 4].try_into().expect("4"));
-            let words: [u32; PANEL] = std::array::from_fn(|w| read(qh_at + 4 * w));
-            let mut out = [0u32; PANEL];
-            for (l, &word) in words.iter().enumerate() {
-                for i in 0..QK {
-                    let (g, e) = (i / 4, i % 4);
-                    if forward {
-                        out[g] |= ((word >> i) & 1) << (4 * l + e);
-                    } else {
-                        // Here `l` names the group's word and `i` the bit 4·lane + e.
-                        let (lane, e) = (i / 4, i % 4);
-                        out[lane] |= ((word >> i) & 1) << (4 * l + e);
-                    }
-                }
-            }
-            for (w, v) in out.iter().enumerate() {
-                rec[qh_at + 4 * w..qh_at + 4 * w + 4].copy_from_slice(&v.to_le_bytes());
-            }
+            at += len;
+            to += PANEL * len;
         }
     }
+}
+
+/// How a record spreads one field of the eight rows' GGUF blocks (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// Row after row, each row's bytes as in its block.
+    Rows,
+    /// By 4-byte words: word `w` of row `l` at bytes `4 · (8w + l)`.
+    Words,
+    /// Q5_0 / Q5_1 high bits: row after row, each u32 through [`spread_bits`].
+    Bits,
+}
+
+/// A Q5_0 / Q5_1 block's 32 high bits (bit `e` for element `e`) rearranged so that bit `k`
+/// of byte `p` is element `4k + p`'s: byte `p` then serves element `p` of each group of four,
+/// and one shift per group brings a group's bits to bit 4 of the bytes of its lanes.
+pub(crate) fn spread_bits(v: u32) -> u32 {
+    let mut out = 0;
+    for e in 0..QK {
+        out |= ((v >> e) & 1) << (8 * (e % 4) + e / 4);
+    }
+    out
+}
+
+/// The inverse of [`spread_bits`].
+fn unspread_bits(v: u32) -> u32 {
+    let mut out = 0;
+    for e in 0..QK {
+        out |= ((v >> (8 * (e % 4) + e / 4)) & 1) << e;
+    }
+    out
+}
+
+/// Offsets in the records of the k-quants (fields of 8 rows each, see [`QFormat::fields`]).
+pub(crate) mod k_rec {
+    use super::{PANEL, QK_K};
+    /// Q4_K / Q5_K: the eight f16 `d`, the eight f16 `dmin`, the eight rows' 12 scale bytes.
+    pub(crate) const D: usize = 0;
+    pub(crate) const DMIN: usize = PANEL * 2;
+    pub(crate) const SCALES: usize = PANEL * 4;
+    /// Q4_K nibbles.
+    pub(crate) const Q4_QS: usize = PANEL * 16;
+    /// Q5_K high bits, then nibbles.
+    pub(crate) const Q5_QH: usize = PANEL * 16;
+    pub(crate) const Q5_QS: usize = Q5_QH + PANEL * QK_K / 8;
+    /// Q6_K low nibbles, 2-bit highs, the eight rows' 16 i8 scales, the eight f16 `d`.
+    pub(crate) const Q6_QL: usize = 0;
+    pub(crate) const Q6_QH: usize = PANEL * QK_K / 2;
+    pub(crate) const Q6_SCALES: usize = Q6_QH + PANEL * QK_K / 4;
+    pub(crate) const Q6_D: usize = Q6_SCALES + PANEL * QK_K / 16;
 }
 
 /// Quantized weights repacked into panels (see the module doc).
@@ -267,24 +265,16 @@ impl Panels {
         let rec = format.record();
         let n_panels = n.div_ceil(PANEL);
         let mut data = vec![0u8; n_panels * nb * rec];
-        for row in 0..n {
-            let (p, lane) = (row / PANEL, row % PANEL);
-            for b in 0..nb {
-                let src = &raw[(row * nb + b) * blk..(row * nb + b + 1) * blk];
-                let dst = &mut data[(p * nb + b) * rec..(p * nb + b + 1) * rec];
-                let (mut at, mut to) = (0, 0);
-                for &len in format.fields() {
-                    dst[to + lane * len..to + (lane + 1) * len].copy_from_slice(&src[at..at + len]);
-                    at += len;
-                    to += PANEL * len;
+        data.par_chunks_mut(nb * rec)
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for lane in 0..PANEL.min(n - p * PANEL) {
+                    let row = p * PANEL + lane;
+                    for (b, dst) in panel.chunks_exact_mut(rec).enumerate() {
+                        format.scatter(&raw[(row * nb + b) * blk..][..blk], lane, dst);
+                    }
                 }
-            }
-        }
-        if format.interleaved() {
-            for rec in data.chunks_exact_mut(rec) {
-                format.interleave(rec, true);
-            }
-        }
+            });
         Ok(Panels { format, nb, data })
     }
 
@@ -730,6 +720,8 @@ mod tests {
             QFormat::Q4_1,
             QFormat::Q5_0,
             QFormat::Q5_1,
+            QFormat::Q4K,
+            QFormat::Q5K,
             QFormat::Q6K,
         ] {
             let blk = format.gguf_block();

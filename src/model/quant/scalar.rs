@@ -172,7 +172,7 @@ pub(crate) fn bf16_to_f32(h: u16) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::Q8_0_QS;
+    use super::super::layout::Panels;
     use super::*;
 
     #[test]
@@ -190,21 +190,20 @@ mod tests {
     #[test]
     fn panel_dot_q8_0_matches_integer_formula() {
         // One block, lane r has weights all equal to r, scale 0.5; activation all 2, scale 0.25.
-        let mut rec = vec![0u8; QFormat::Q8_0.record()];
+        let mut raw = Vec::new();
         for lane in 0..PANEL {
-            rec[lane * 2..lane * 2 + 2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
-            for j in 0..QK {
-                rec[Q8_0_QS + lane * QK + j] = (lane as i8 - 3) as u8;
-            }
+            raw.extend_from_slice(&f16::from_f32(0.5).to_le_bytes());
+            raw.extend(std::iter::repeat_n((lane as i8 - 3) as u8, QK));
         }
-        QFormat::Q8_0.interleave(&mut rec, true);
+        let panels = Panels::from_gguf(QFormat::Q8_0, &raw, PANEL, QK).expect("valid");
+        let rec = panels.panel(0);
         let act = ActRow {
             qs: &[2i8; QK],
             d: &[0.25],
             s: &[],
             bsums: &[],
         };
-        let out = panel_dot(QFormat::Q8_0, &rec, 1, act);
+        let out = panel_dot(QFormat::Q8_0, rec, 1, act);
         for (lane, &o) in out.iter().enumerate() {
             assert_eq!(o, (lane as f32 - 3.0) * 64.0 * 0.5 * 0.25);
         }

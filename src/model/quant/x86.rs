@@ -11,8 +11,8 @@ use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::layout::{
-    scales_mins_k4, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS, Q5_1_QH,
-    Q5_1_QS, Q8_0_QS, QK, QK_K,
+    k_rec, scales_mins_k4, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS,
+    Q5_1_QH, Q5_1_QS, Q8_0_QS, QK, QK_K,
 };
 use super::scalar;
 
@@ -69,10 +69,7 @@ pub(crate) fn panel_dot<const R: usize>(
     // SAFETY: the features are present (checked above) and the asserts bound every read.
     unsafe {
         match format {
-            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K if R >= 8 && wide() => {
-                panel_k_512(format, panel, nb, acts)
-            }
-            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => panel_k(format, panel, nb, acts),
+            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => k_quant(format, panel, nb, acts),
             _ => legacy(format, panel, nb, acts),
         }
     }
@@ -106,18 +103,6 @@ pub(crate) fn dot_bf16(x: &[f32], w: &[u16]) -> f32 {
     }
     // SAFETY: features checked; lengths equal.
     unsafe { dot_bf16_avx(x, w) }
-}
-
-/// Lane `r` of the result is the sum of the eight i32 lanes of `v[r]`, given
-/// `h01 = hadd(v0, v1)`, `h23 = hadd(v2, v3)`, `h45`, `h67` likewise.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn hsum8(h01: __m256i, h23: __m256i, h45: __m256i, h67: __m256i) -> __m256i {
-    let h0123 = _mm256_hadd_epi32(h01, h23);
-    let h4567 = _mm256_hadd_epi32(h45, h67);
-    let lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
-    let hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
-    _mm256_add_epi32(lo, hi)
 }
 
 /// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
@@ -193,23 +178,6 @@ float_dot!(
     scalar::bf16_to_f32
 );
 
-/// Byte `e` of the result is `0x10` where bit `e` of `qh` is set, else 0.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn high_bits(qh: u32) -> __m256i {
-    // Byte e gets byte e / 8 of qh, then is tested against bit e % 8.
-    let spread = _mm256_set_epi64x(
-        0x0303_0303_0303_0303,
-        0x0202_0202_0202_0202,
-        0x0101_0101_0101_0101,
-        0,
-    );
-    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let hit = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-    _mm256_and_si256(hit, _mm256_set1_epi8(0x10))
-}
-
 /// Tags for the 32-element formats in the kernels' const parameter.
 const L_Q8_0: u8 = 0;
 const L_Q4_0: u8 = 1;
@@ -217,8 +185,19 @@ const L_Q4_1: u8 = 2;
 const L_Q5_0: u8 = 3;
 const L_Q5_1: u8 = 4;
 
-/// The eight interleaved groups of an interleaved record at `r` (see `QFormat::interleave`):
-/// group `g`'s 32 bytes, lane `l`'s four quants at bytes `4l..4l + 4`, as stored (Q8_0: i8;
+/// Shifts each 16-bit lane of `v` left by `by` (right by `-by`); a runtime count.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn shift16(v: __m256i, by: i32) -> __m256i {
+    if by >= 0 {
+        _mm256_sll_epi16(v, _mm_cvtsi32_si128(by))
+    } else {
+        _mm256_srl_epi16(v, _mm_cvtsi32_si128(-by))
+    }
+}
+
+/// The eight groups of four quants of a 32-element record at `r` (see the layout module
+/// doc): group `g`'s 32 bytes, lane `l`'s four at bytes `4l..4l + 4`, as stored (Q8_0: i8;
 /// the others unsigned, without Q4_0's / Q5_0's offset).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -234,17 +213,20 @@ unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
         L_Q5_0 => (Q5_0_QS, Some(Q5_0_QH)),
         _ => (Q5_1_QS, Some(Q5_1_QH)),
     };
+    // Word c of a row's nibbles holds elements 4c..4c + 4 (low) and 16 + 4c.. (high).
     let low = _mm256_set1_epi8(0x0F);
     let mut out = [_mm256_setzero_si256(); 8];
     for c in 0..4 {
         let t = _mm256_loadu_si256(r.add(qs + 32 * c) as *const __m256i);
-        out[2 * c] = _mm256_and_si256(t, low);
-        out[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(t), low);
+        out[c] = _mm256_and_si256(t, low);
+        out[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(t), low);
     }
     if let Some(qh) = qh {
+        // Byte p of a row's spread high bits holds element 4g + p's in bit g.
+        let t = _mm256_loadu_si256(r.add(qh) as *const __m256i);
+        let m = _mm256_set1_epi8(0x10);
         for (g, v) in out.iter_mut().enumerate() {
-            let bits = (r.add(qh + 4 * g) as *const u32).read_unaligned();
-            *v = _mm256_or_si256(*v, high_bits(bits));
+            *v = _mm256_or_si256(*v, _mm256_and_si256(shift16(t, 4 - g as i32), m));
         }
     }
     out
@@ -373,98 +355,6 @@ unsafe fn legacy<const R: usize>(
     }
 }
 
-/// One k-quant block (`blk`, GGUF bytes) against block `b` of each activation row: per row, 8
-/// i32 lanes whose sum is the block's scaled integer dot product (for Q6_K before the
-/// `32 · Σ sc · bsum` offset correction). The block's coefficients of the activation sums go
-/// into `coef[..][lane]` (Q4_K/Q5_K: its 8 mins; Q6_K: its 16 scales), for [`k_extra`].
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn lane_k<const R: usize>(
-    format: QFormat,
-    blk: *const u8,
-    acts: &[ActRow<'_>; R],
-    b: usize,
-    coef: &mut [[i32; PANEL]; 16],
-    lane: usize,
-) -> [__m256i; R] {
-    let mut s = [_mm256_setzero_si256(); R];
-    let low = _mm256_set1_epi8(0x0F);
-    let act = |i: usize, at: usize| {
-        _mm256_loadu_si256(acts[i].qs.as_ptr().add(b * QK_K + at) as *const __m256i)
-    };
-    if format == QFormat::Q6K {
-        let sc = std::slice::from_raw_parts(blk.add(192) as *const i8, 16);
-        let three = _mm256_set1_epi8(3);
-        for n in 0..2 {
-            let ql0 = _mm256_loadu_si256(blk.add(64 * n) as *const __m256i);
-            let ql1 = _mm256_loadu_si256(blk.add(64 * n + 32) as *const __m256i);
-            let qh = _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i);
-            let high = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, three));
-            let u = [
-                _mm256_or_si256(_mm256_and_si256(ql0, low), high(qh)),
-                _mm256_or_si256(_mm256_and_si256(ql1, low), high(_mm256_srli_epi16::<2>(qh))),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
-                    high(_mm256_srli_epi16::<4>(qh)),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
-                    high(_mm256_srli_epi16::<6>(qh)),
-                ),
-            ];
-            for (t, &u) in u.iter().enumerate() {
-                let c = 4 * n + t;
-                let sv = _mm256_set_m128i(
-                    _mm_set1_epi16(sc[2 * c + 1] as i16),
-                    _mm_set1_epi16(sc[2 * c] as i16),
-                );
-                for (i, s) in s.iter_mut().enumerate() {
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, act(i, 32 * c)), sv);
-                    *s = _mm256_add_epi32(*s, p);
-                }
-            }
-        }
-        for (c, &v) in coef.iter_mut().zip(sc) {
-            c[lane] = v as i32;
-        }
-        return s;
-    }
-    let scales = std::slice::from_raw_parts(blk.add(4), 12);
-    let (sc, m) = scales_mins_k4(scales);
-    let (qs, qh) = if format == QFormat::Q5K {
-        (48, Some(_mm256_loadu_si256(blk.add(16) as *const __m256i)))
-    } else {
-        (16, None)
-    };
-    let one = _mm256_set1_epi8(1);
-    for j in 0..4 {
-        let raw = _mm256_loadu_si256(blk.add(qs + 32 * j) as *const __m256i);
-        let mut lo = _mm256_and_si256(raw, low);
-        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low);
-        if let Some(qh) = qh {
-            let bit = |sh: usize| {
-                let v = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(sh as i32));
-                _mm256_slli_epi16::<4>(_mm256_and_si256(v, one))
-            };
-            lo = _mm256_or_si256(lo, bit(2 * j));
-            hi = _mm256_or_si256(hi, bit(2 * j + 1));
-        }
-        let (s0, s1) = (
-            _mm256_set1_epi16(sc[2 * j] as i16),
-            _mm256_set1_epi16(sc[2 * j + 1] as i16),
-        );
-        for (i, s) in s.iter_mut().enumerate() {
-            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act(i, 64 * j)), s0);
-            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, act(i, 64 * j + 32)), s1);
-            *s = _mm256_add_epi32(*s, _mm256_add_epi32(p0, p1));
-        }
-    }
-    for (c, &v) in coef.iter_mut().zip(&m) {
-        c[lane] = v as i32;
-    }
-    s
-}
-
 /// Each lane's integer correction for one activation row's block sums `bs` (16 sums of 16
 /// quants): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
 /// coefficients [`lane_k`] left in `coef`. Integer sums: exact in any order.
@@ -487,52 +377,165 @@ unsafe fn k_extra(format: QFormat, coef: &[[i32; PANEL]; 16], bs: &[i32]) -> __m
     }
 }
 
+/// Tags for the k-quant formats in the kernels' const parameter.
+const K_Q4: u8 = 0;
+const K_Q5: u8 = 1;
+const K_Q6: u8 = 2;
+
+/// The eight groups of four quants of 32-element sub-block `s` of a k-quant record at `r`
+/// (see the layout module doc), unsigned: group `g`'s 32 bytes, lane `l`'s four at bytes
+/// `4l..4l + 4`. A row's nibble words `8c..8c + 8` hold sub-block `2c` (low nibbles) and
+/// `2c + 1` (high) for Q4_K / Q5_K; for Q6_K, words `8(2n + t % 2)..` hold sub-block
+/// `4n + t` in their low (`t < 2`) or high nibbles. Q5_K's high-bit word `g` holds group
+/// `g` of every sub-block `s` in bit `s`; Q6_K's word `8n + g` holds group `g` of sub-block
+/// `4n + t` in bits `2t..2t + 2`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_groups<const F: u8>(r: *const u8, s: usize) -> [__m256i; 8] {
+    let load = |at: usize| _mm256_loadu_si256(r.add(at) as *const __m256i);
+    let (qs, chunk, high) = match F {
+        K_Q4 => (k_rec::Q4_QS, s / 2, s % 2 == 1),
+        K_Q5 => (k_rec::Q5_QS, s / 2, s % 2 == 1),
+        _ => (k_rec::Q6_QL, 2 * (s / 4) + s % 2, s % 4 >= 2),
+    };
+    let low = _mm256_set1_epi8(0x0F);
+    let mut w: [__m256i; 8] = std::array::from_fn(|g| {
+        let t = load(qs + 32 * (8 * chunk + g));
+        if high {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(t), low)
+        } else {
+            _mm256_and_si256(t, low)
+        }
+    });
+    match F {
+        K_Q5 => {
+            let m = _mm256_set1_epi8(0x10);
+            for (g, w) in w.iter_mut().enumerate() {
+                let t = load(k_rec::Q5_QH + 32 * g);
+                *w = _mm256_or_si256(*w, _mm256_and_si256(shift16(t, 4 - s as i32), m));
+            }
+        }
+        K_Q6 => {
+            let (n, t) = (s / 4, (s % 4) as i32);
+            let m = _mm256_set1_epi8(0x30);
+            for (g, w) in w.iter_mut().enumerate() {
+                let h = load(k_rec::Q6_QH + 32 * (8 * n + g));
+                *w = _mm256_or_si256(*w, _mm256_and_si256(shift16(h, 4 - 2 * t), m));
+            }
+        }
+        _ => {}
+    }
+    w
+}
+
+/// The k-quant format of a kernel tag.
+const fn k_format(f: u8) -> QFormat {
+    match f {
+        K_Q4 => QFormat::Q4K,
+        K_Q5 => QFormat::Q5K,
+        _ => QFormat::Q6K,
+    }
+}
+
+/// Generates the Q4_K, Q5_K, Q6_K (× Q8_K) panel kernel for `$features`: per block, each
+/// activation row's groups of four are broadcast against the eight lanes' groups (as in
+/// `legacy_panel!`), each sub-block's i32 lane sums are multiplied by the lanes' sub-block
+/// scales and added, so the i32 lanes end as the rows' exact scaled block sums; then
+/// `scalar::block_update`'s float expression lane-wise. `$vnni`: `dpbusd` per group and
+/// `mullo` per sub-block; else `maddubs`, then `madd` with the scale in both i16 halves.
+/// Neither can saturate (quants below 64 against |q_x| <= 127 in pairs).
 macro_rules! k_panel {
-    ($features:literal, $name:ident) => {
-        /// Q4_K, Q5_K, Q6_K (× Q8_K) panels: per block, the eight rows' exact integer sums
-        /// (one lane per row), then `scalar::block_update`'s float expression lane-wise.
-        /// Generated twice: the AVX-512 build only adds registers (same operations, same bits).
+    ($features:literal, $name:ident, $vnni:literal) => {
         #[target_feature(enable = $features)]
-        unsafe fn $name<const R: usize>(
-            format: QFormat,
+        unsafe fn $name<const R: usize, const F: u8>(
             panel: &[u8],
             nb: usize,
             acts: &[ActRow<'_>; R],
         ) -> [[f32; PANEL]; R] {
-            let (rec, blk) = (format.record(), format.gguf_block());
-            let (d_at, dmin_at) = if format == QFormat::Q6K {
-                (208, 0)
-            } else {
-                (0, 2)
-            };
+            let format = k_format(F);
+            let rec = format.record();
+            let q6 = F == K_Q6;
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
                 let r = panel.as_ptr().add(b * rec);
                 prefetch(r, rec);
-                let mut dw = [0u16; PANEL];
-                let mut dm = [0u16; PANEL];
+                // Sub-block scales (Q6_K: 16 of 16 elements) and the coefficients of the
+                // activation sums for `k_extra` (Q4_K/Q5_K: mins; Q6_K: the scales).
+                let mut sc = [[0i32; PANEL]; 16];
                 let mut coef = [[0i32; PANEL]; 16];
-                let mut h = [[_mm256_setzero_si256(); R]; 4];
-                for (pair, h) in h.iter_mut().enumerate() {
-                    let l0 = 2 * pair;
-                    let v0 = lane_k(format, r.add(l0 * blk), acts, b, &mut coef, l0);
-                    let v1 = lane_k(format, r.add((l0 + 1) * blk), acts, b, &mut coef, l0 + 1);
-                    for i in 0..R {
-                        h[i] = _mm256_hadd_epi32(v0[i], v1[i]);
-                    }
-                    for lane in [l0, l0 + 1] {
-                        let p = r.add(lane * blk);
-                        dw[lane] = (p.add(d_at) as *const u16).read_unaligned();
-                        dm[lane] = (p.add(dmin_at) as *const u16).read_unaligned();
+                for lane in 0..PANEL {
+                    if q6 {
+                        let h = r.add(k_rec::Q6_SCALES + 16 * lane) as *const i8;
+                        for g in 0..16 {
+                            let v = *h.add(g) as i32;
+                            sc[g][lane] = v;
+                            coef[g][lane] = v;
+                        }
+                    } else {
+                        let h = r.add(k_rec::SCALES + 12 * lane);
+                        let (s, m) = scales_mins_k4(std::slice::from_raw_parts(h, 12));
+                        for j in 0..8 {
+                            sc[j][lane] = s[j] as i32;
+                            coef[j][lane] = m[j] as i32;
+                        }
                     }
                 }
-                let dwv = _mm256_cvtph_ps(_mm_loadu_si128(dw.as_ptr() as *const __m128i));
-                let dmv = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
+                let scv = |j: usize| _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i);
+                // `madd` operand: lane l's scale in both of its i16 halves.
+                let sc16 = |j: usize| {
+                    let v = scv(j);
+                    let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+                    _mm256_or_si256(lo, _mm256_slli_epi32::<16>(v))
+                };
+                let mut sums = [_mm256_setzero_si256(); R];
+                for s in 0..8 {
+                    let w = k_groups::<F>(r, s);
+                    // Scales of groups 0..4 and 4..8 of this sub-block.
+                    let (j0, j1) = if q6 { (2 * s, 2 * s + 1) } else { (s, s) };
+                    if $vnni {
+                        let (s0, s1) = (scv(j0), scv(j1));
+                        for (i, sum) in sums.iter_mut().enumerate() {
+                            let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
+                            let z = _mm256_setzero_si256();
+                            let (mut t0, mut t1) = (z, z);
+                            for g in 0..4 {
+                                let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                t0 = _mm256_dpbusd_epi32(t0, w[g], ag);
+                                let ag = _mm256_set1_epi32(a.add(g + 4).read_unaligned());
+                                t1 = _mm256_dpbusd_epi32(t1, w[g + 4], ag);
+                            }
+                            let t = if q6 {
+                                _mm256_add_epi32(
+                                    _mm256_mullo_epi32(t0, s0),
+                                    _mm256_mullo_epi32(t1, s1),
+                                )
+                            } else {
+                                _mm256_mullo_epi32(_mm256_add_epi32(t0, t1), s0)
+                            };
+                            *sum = _mm256_add_epi32(*sum, t);
+                        }
+                    } else {
+                        let (s0, s1) = (sc16(j0), sc16(j1));
+                        for (i, sum) in sums.iter_mut().enumerate() {
+                            let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
+                            for (g, &w) in w.iter().enumerate() {
+                                let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                let p = _mm256_maddubs_epi16(w, ag);
+                                let p = _mm256_madd_epi16(p, if g < 4 { s0 } else { s1 });
+                                *sum = _mm256_add_epi32(*sum, p);
+                            }
+                        }
+                    }
+                }
+                let half8 =
+                    |at: usize| _mm256_cvtph_ps(_mm_loadu_si128(r.add(at) as *const __m128i));
+                let dwv = half8(if q6 { k_rec::Q6_D } else { k_rec::D });
+                let dmv = half8(k_rec::DMIN);
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    let sum = hsum8(h[0][i], h[1][i], h[2][i], h[3][i]);
+                    let sum = sums[i];
                     let ex = k_extra(format, &coef, acts[i].bsums.get_unchecked(b * QK_K / 16..));
                     let dx = _mm256_set1_ps(at(acts[i].d, b));
-                    let v = if format == QFormat::Q6K {
+                    let v = if q6 {
                         let sumi = _mm256_sub_epi32(sum, ex);
                         _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
                     } else {
@@ -553,8 +556,43 @@ macro_rules! k_panel {
     };
 }
 
-k_panel!("avx2,fma,f16c", panel_k);
-k_panel!("avx2,fma,f16c,avx512f,avx512vl,avx512bw", panel_k_512);
+k_panel!("avx2,fma,f16c", panel_k, false);
+k_panel!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
+    panel_k_512,
+    false
+);
+k_panel!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    panel_k_vnni,
+    true
+);
+
+/// The panel of a k-quant `format` on the widest kernel this CPU runs.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_quant<const R: usize>(
+    format: QFormat,
+    panel: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; PANEL]; R] {
+    macro_rules! pick {
+        ($f:expr) => {
+            if vnni() {
+                panel_k_vnni::<R, { $f }>(panel, nb, acts)
+            } else if R >= 8 && wide() {
+                panel_k_512::<R, { $f }>(panel, nb, acts)
+            } else {
+                panel_k::<R, { $f }>(panel, nb, acts)
+            }
+        };
+    }
+    match format {
+        QFormat::Q4K => pick!(K_Q4),
+        QFormat::Q5K => pick!(K_Q5),
+        _ => pick!(K_Q6),
+    }
+}
 
 /// `(acc0 + acc1) + (acc2 + acc3)`, then lanes `l + l+4`, then `l + l+2`, then the last two.
 #[target_feature(enable = "avx2,fma,f16c")]
