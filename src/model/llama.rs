@@ -738,12 +738,17 @@ fn attend_avx2<K: KvSeq>(
             // SAFETY: `lanes` holds eight floats.
             unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax[hh]) };
             max[hh] = lanes.iter().fold(max[hh], |m, &v| m.max(v));
-            let mut s = 0f32;
+            // The exponentials first (independent calls), then each head's sum in position
+            // order, the heads' chains side by side: the same sums as one loop.
             for sc in scores[hh * cap + lo..hh * cap + ctx].iter_mut() {
                 *sc = (*sc - max[hh]).exp();
-                s += *sc;
             }
-            sum[hh] = s;
+        }
+        sum[..nh].fill(0.0);
+        for p in lo..ctx {
+            for (hh, s) in sum[..nh].iter_mut().enumerate() {
+                *s += scores[hh * cap + p];
+            }
         }
         let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
         for pb in (lo..ctx).step_by(VALUE_BLOCK) {

@@ -603,9 +603,17 @@ impl QWeight {
         for (p, b) in buf.chunks_exact(per_panel).enumerate() {
             let j0 = p * PANEL;
             let width = PANEL.min(self.n - j0);
-            for i in 0..m {
-                out[i * self.n + j0..i * self.n + j0 + width]
-                    .copy_from_slice(&b[i * PANEL..i * PANEL + width]);
+            for (i, b) in b.chunks_exact(PANEL).enumerate() {
+                let dst = &mut out[i * self.n + j0..][..width];
+                if let (Ok(dst), Ok(b)) = (
+                    <&mut [f32; PANEL]>::try_from(&mut *dst),
+                    <&[f32; PANEL]>::try_from(b),
+                ) {
+                    // Fixed-size copies: two vector moves, not a `memmove` call per row.
+                    *dst = *b;
+                } else {
+                    dst.copy_from_slice(&b[..width]);
+                }
             }
         }
     }
@@ -653,7 +661,7 @@ fn group<const R: usize>(
         .chunks_exact_mut(PANEL)
         .zip(panel_dot(isa, p.format, panel, p.nb, &rows))
     {
-        o.copy_from_slice(&r);
+        *<&mut [f32; PANEL]>::try_from(o).expect("chunks of PANEL") = r;
     }
 }
 
