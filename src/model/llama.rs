@@ -20,6 +20,7 @@ use rayon::prelude::*;
 
 use super::arch::{Activation, LlamaConfig, TensorSource};
 use super::error::{ModelError, Result};
+use super::expf::exp_shifted_in_place;
 use super::gguf::GgufFile;
 use super::quant::QWeight;
 
@@ -738,11 +739,9 @@ fn attend_avx2<K: KvSeq>(
             // SAFETY: `lanes` holds eight floats.
             unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax[hh]) };
             max[hh] = lanes.iter().fold(max[hh], |m, &v| m.max(v));
-            // The exponentials first (independent calls), then each head's sum in position
-            // order, the heads' chains side by side: the same sums as one loop.
-            for sc in scores[hh * cap + lo..hh * cap + ctx].iter_mut() {
-                *sc = (*sc - max[hh]).exp();
-            }
+            // The exponentials first, then each head's sum in position order, the heads'
+            // chains side by side: the same sums as one loop.
+            exp_shifted_in_place(&mut scores[hh * cap + lo..hh * cap + ctx], max[hh]);
         }
         sum[..nh].fill(0.0);
         for p in lo..ctx {
@@ -926,12 +925,9 @@ fn attend_body<K: KvSeq>(
             }
         }
         for hh in 0..nh {
-            let mut s = 0f32;
-            for sc in scores[hh * cap + lo..hh * cap + ctx].iter_mut() {
-                *sc = (*sc - max[hh]).exp();
-                s += *sc;
-            }
-            sum[hh] = s;
+            let scores = &mut scores[hh * cap + lo..hh * cap + ctx];
+            exp_shifted_in_place(scores, max[hh]);
+            sum[hh] = scores.iter().fold(0f32, |s, &v| s + v);
         }
         let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
         for p in lo..ctx {

@@ -11,6 +11,7 @@ pub mod chat_template;
 pub mod cuda;
 pub mod device;
 pub mod error;
+pub mod expf;
 pub mod gguf;
 pub mod gguf_check;
 pub mod llama;
