@@ -67,12 +67,7 @@ pub(crate) fn panel_dot<const R: usize>(
         return acts.map(|a| scalar::panel_dot(format, panel, nb, a));
     }
     // SAFETY: the features are present (checked above) and the asserts bound every read.
-    unsafe {
-        match format {
-            QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => k_quant(format, panel, nb, acts),
-            _ => legacy(format, panel, nb, acts),
-        }
-    }
+    unsafe { quant_panel(format, panel, nb, acts) }
 }
 
 /// F32 dot product (see `scalar::dot_f32`).
@@ -177,6 +172,30 @@ float_dot!(
     ))),
     scalar::bf16_to_f32
 );
+
+/// The output rows of a panel kernel's accumulators.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn lanes<const R: usize>(acc: [__m256; R]) -> [[f32; PANEL]; R] {
+    acc.map(|acc| {
+        let mut out = [0f32; PANEL];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
+}
+
+/// Instantiates a panel-kernel generator for AVX2, AVX-512 (registers only) and AVX-512 VNNI.
+macro_rules! three_builds {
+    ($generator:ident, $avx2:ident, $wide:ident, $vnni:ident) => {
+        $generator!("avx2,fma,f16c", $avx2, false);
+        $generator!("avx2,fma,f16c,avx512f,avx512vl,avx512bw", $wide, false);
+        $generator!(
+            "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+            $vnni,
+            true
+        );
+    };
+}
 
 /// Tags for the 32-element formats in the kernels' const parameter.
 const L_Q8_0: u8 = 0;
@@ -306,54 +325,17 @@ macro_rules! legacy_panel {
                     *acc = _mm256_add_ps(*acc, v);
                 }
             }
-            acc.map(|acc| {
-                let mut out = [0f32; PANEL];
-                _mm256_storeu_ps(out.as_mut_ptr(), acc);
-                out
-            })
+            lanes(acc)
         }
     };
 }
 
-legacy_panel!("avx2,fma,f16c", panel_legacy, false);
-legacy_panel!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
+three_builds!(
+    legacy_panel,
+    panel_legacy,
     panel_legacy_512,
-    false
+    panel_legacy_vnni
 );
-legacy_panel!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    panel_legacy_vnni,
-    true
-);
-
-/// The panel of a 32-element `format` on the widest kernel this CPU runs.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn legacy<const R: usize>(
-    format: QFormat,
-    panel: &[u8],
-    nb: usize,
-    acts: &[ActRow<'_>; R],
-) -> [[f32; PANEL]; R] {
-    macro_rules! pick {
-        ($f:expr) => {
-            if vnni() {
-                panel_legacy_vnni::<R, { $f }>(panel, nb, acts)
-            } else if R >= 8 && wide() {
-                panel_legacy_512::<R, { $f }>(panel, nb, acts)
-            } else {
-                panel_legacy::<R, { $f }>(panel, nb, acts)
-            }
-        };
-    }
-    match format {
-        QFormat::Q8_0 => pick!(L_Q8_0),
-        QFormat::Q4_0 => pick!(L_Q4_0),
-        QFormat::Q4_1 => pick!(L_Q4_1),
-        QFormat::Q5_0 => pick!(L_Q5_0),
-        _ => pick!(L_Q5_1),
-    }
-}
 
 /// Each lane's integer correction for one activation row's block sums `bs` (16 sums of 16
 /// quants): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
@@ -547,50 +529,42 @@ macro_rules! k_panel {
                     *acc = _mm256_add_ps(*acc, v);
                 }
             }
-            acc.map(|acc| {
-                let mut out = [0f32; PANEL];
-                _mm256_storeu_ps(out.as_mut_ptr(), acc);
-                out
-            })
+            lanes(acc)
         }
     };
 }
 
-k_panel!("avx2,fma,f16c", panel_k, false);
-k_panel!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
-    panel_k_512,
-    false
-);
-k_panel!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    panel_k_vnni,
-    true
-);
+three_builds!(k_panel, panel_k, panel_k_512, panel_k_vnni);
 
-/// The panel of a k-quant `format` on the widest kernel this CPU runs.
+/// The panel of `format` on the widest build of its kernel this CPU runs (all give the same
+/// bits).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_quant<const R: usize>(
+unsafe fn quant_panel<const R: usize>(
     format: QFormat,
     panel: &[u8],
     nb: usize,
     acts: &[ActRow<'_>; R],
 ) -> [[f32; PANEL]; R] {
     macro_rules! pick {
-        ($f:expr) => {
+        ($vnni:ident, $wide:ident, $avx2:ident, $f:expr) => {
             if vnni() {
-                panel_k_vnni::<R, { $f }>(panel, nb, acts)
+                $vnni::<R, { $f }>(panel, nb, acts)
             } else if R >= 8 && wide() {
-                panel_k_512::<R, { $f }>(panel, nb, acts)
+                $wide::<R, { $f }>(panel, nb, acts)
             } else {
-                panel_k::<R, { $f }>(panel, nb, acts)
+                $avx2::<R, { $f }>(panel, nb, acts)
             }
         };
     }
     match format {
-        QFormat::Q4K => pick!(K_Q4),
-        QFormat::Q5K => pick!(K_Q5),
-        _ => pick!(K_Q6),
+        QFormat::Q8_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q8_0),
+        QFormat::Q4_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q4_0),
+        QFormat::Q4_1 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q4_1),
+        QFormat::Q5_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q5_0),
+        QFormat::Q5_1 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q5_1),
+        QFormat::Q4K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q4),
+        QFormat::Q5K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q5),
+        QFormat::Q6K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q6),
     }
 }
 
