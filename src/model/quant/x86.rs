@@ -1,9 +1,12 @@
 //! AVX2 (+FMA, F16C) versions of the kernels in `scalar.rs`, producing the same bits.
 //!
-//! Quantized panels: for each block, the eight rows' exact 32-element integer dot products
-//! (`maddubs`/`madd`, then a horizontal-add transpose so lane `r` holds row `r`'s sum), then the
-//! same per-block float expression as the scalar kernel, one lane per output row — no float
-//! value is ever reassociated. Float dot products use four 8-lane FMA accumulators in the
+//! Quantized panels: for each block, the eight rows' exact integer dot products, lane `r` of an
+//! i32 vector holding row `r`'s (the records keep quants by 4-byte words across the rows, see
+//! `layout.rs`, so a broadcast group of four activations meets four quants of every row in
+//! one `maddubs`/`madd` or, with AVX-512 VNNI, `dpbusd`), then the same per-block float
+//! expression as the scalar kernel, one lane per output row — no float value is ever
+//! reassociated. Each kernel is built for AVX2, for AVX-512 (more registers, same
+//! instructions) and for AVX-512 VNNI; all give the same bits. Float dot products use four 8-lane FMA accumulators in the
 //! lane order and reduction tree that `scalar::dot_f32` spells out. Callers get the portable
 //! kernel instead when the CPU lacks AVX2, FMA or F16C (same bits, slower).
 
@@ -339,7 +342,7 @@ three_builds!(
 
 /// Each lane's integer correction for one activation row's block sums `bs` (16 sums of 16
 /// quants): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
-/// coefficients [`lane_k`] left in `coef`. Integer sums: exact in any order.
+/// coefficients the k-quant kernel gathers in `coef`. Integer sums: exact in any order.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn k_extra(format: QFormat, coef: &[[i32; PANEL]; 16], bs: &[i32]) -> __m256i {
