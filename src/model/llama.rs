@@ -641,7 +641,7 @@ fn attend<K: KvSeq>(
     {
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { attend_avx2(kv, layer, q, span, task, geo) };
+            return unsafe { attend_avx2(kv, layer, q, span, task, geo, SCORE_FLOATS) };
         }
     }
     attend_body(kv, layer, q, span, task, geo, dot)
@@ -651,19 +651,28 @@ fn attend<K: KvSeq>(
 /// at a time. Each score is the eight lane sums of [`dot`] reduced by the same tree, and each
 /// output element adds its weighted values in position order, one multiply and one add each
 /// (no FMA), so the bits are [`attend_body`]'s; only the maximum (exact in any order) is taken
-/// over vectors. Values are read in blocks of [`VALUE_BLOCK`] positions, each block's rows
-/// reused from the L1 cache by every head of the task.
+/// over vectors.
+///
+/// The task's rows go through in passes whose scores fit [`SCORE_FLOATS`]. A pass reads the
+/// keys in blocks of [`KEY_BLOCK`] positions and scores every row of the pass against a block
+/// before the next, then the values in blocks of [`VALUE_BLOCK`] positions, each block added
+/// into every row: a block is read from memory once per pass and reused from the L1 cache by
+/// every row and head, where a row at a time streamed the whole context once per row. Each
+/// output element still adds its positions in order (across blocks through its f32 slot),
+/// so the blocking changes no bit.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn attend_avx2<K: KvSeq>(
     kv: &K,
     layer: usize,
     q: &[f32],
-    (r0, _, p0): (usize, usize, usize),
+    span: (usize, usize, usize),
     task: &AttnTask,
     geo: Geometry,
+    score_floats: usize,
 ) -> Vec<f32> {
     use std::arch::x86_64::*;
+    let (r0, _, p0) = span;
     let Geometry {
         dim,
         hd,
@@ -674,115 +683,189 @@ fn attend_avx2<K: KvSeq>(
     } = geo;
     if hd % 8 != 0 {
         // SAFETY: this function only runs where AVX2 is available.
-        return attend_body(kv, layer, q, (r0, 0, p0), task, geo, |a, b| unsafe {
+        return attend_body(kv, layer, q, span, task, geo, |a, b| unsafe {
             dot_avx2(a, b)
         });
     }
     let (h0, nh) = task.heads;
     let (i0, ni) = task.rows;
     let kvo = task.g * hd;
-    let cap = p0 + i0 + ni;
-    let mut scores = vec![0f32; nh * cap];
+    // Row `i` of the task sees positions `lo(i) .. ctx(i)`.
+    let ctx = |i: usize| p0 + i0 + i + 1;
+    let lo = |i: usize| window.map_or(0, |w| ctx(i).saturating_sub(w));
+    let cap = ctx(ni - 1);
+    let pass = (score_floats / (nh * cap)).clamp(1, ni);
+    let mut scores = vec![0f32; pass * nh * cap];
     let mut out = vec![0f32; ni * nh * hd];
-    let mut max = vec![f32::NEG_INFINITY; nh];
+    let mut max = vec![f32::NEG_INFINITY; pass * nh];
+    let mut vmax = vec![_mm256_set1_ps(f32::NEG_INFINITY); pass * nh];
     let mut sum = vec![0f32; nh];
-    let mut vmax = vec![_mm256_set1_ps(f32::NEG_INFINITY); nh];
+    let mut inv = vec![0f32; pass * nh];
     let decode = ni <= 2;
     let vscale = _mm256_set1_ps(scale);
+    let mut keys: [&[f32]; KEY_BLOCK] = [&[]; KEY_BLOCK];
     let mut rows: [&[f32]; VALUE_BLOCK] = [&[]; VALUE_BLOCK];
-    for i in 0..ni {
-        let r = r0 + i0 + i;
-        let ctx = p0 + i0 + i + 1;
-        let lo = window.map_or(0, |w| ctx.saturating_sub(w));
-        let qrow = &q[r * dim + (task.g * group + h0) * hd..][..nh * hd];
+    for a0 in (0..ni).step_by(pass) {
+        let a1 = (a0 + pass).min(ni);
+        let (first, last) = (lo(a0), ctx(a1 - 1));
         max.fill(f32::NEG_INFINITY);
         vmax.fill(_mm256_set1_ps(f32::NEG_INFINITY));
-        let mut p = lo;
-        while p + 8 <= ctx {
+        // Scores, a block of keys against every row of the pass.
+        for kb in (first..last).step_by(KEY_BLOCK) {
+            let ke = (kb + KEY_BLOCK).min(last);
+            for (slot, p) in keys.iter_mut().zip(kb..ke) {
+                *slot = &kv.key(layer, p)[kvo..kvo + hd];
+            }
             if decode {
-                for a in (p + PREFETCH..p + PREFETCH + 8).take_while(|&a| a < ctx) {
+                for a in ke..(ke + KEY_BLOCK).min(last) {
                     prefetch_row(&kv.key(layer, a)[kvo..kvo + hd]);
                 }
             }
-            let keys: [&[f32]; 8] = std::array::from_fn(|j| &kv.key(layer, p + j)[kvo..kvo + hd]);
-            for hh in 0..nh {
-                let s = _mm256_mul_ps(dot8(&qrow[hh * hd..(hh + 1) * hd], &keys), vscale);
-                let dst = &mut scores[hh * cap + p..hh * cap + p + 8];
-                // SAFETY: `dst` holds eight floats.
-                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), s) };
-                match softcap {
-                    None => vmax[hh] = _mm256_max_ps(s, vmax[hh]),
-                    Some(c) => {
-                        for sc in dst.iter_mut() {
-                            *sc = (*sc / c).tanh() * c;
-                            max[hh] = max[hh].max(*sc);
+            for i in a0..a1 {
+                let (s, e) = (kb.max(lo(i)), ke.min(ctx(i)));
+                if s >= e {
+                    continue;
+                }
+                let r = r0 + i0 + i;
+                let qrow = &q[r * dim + (task.g * group + h0) * hd..][..nh * hd];
+                let base = (i - a0) * nh;
+                let mut p = s;
+                while p + 8 <= e {
+                    let k8: &[&[f32]; 8] = keys[p - kb..p - kb + 8].try_into().unwrap();
+                    for hh in 0..nh {
+                        let sv = _mm256_mul_ps(dot8(&qrow[hh * hd..(hh + 1) * hd], k8), vscale);
+                        let dst = &mut scores[(base + hh) * cap + p..][..8];
+                        // SAFETY: `dst` holds eight floats.
+                        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), sv) };
+                        match softcap {
+                            None => vmax[base + hh] = _mm256_max_ps(sv, vmax[base + hh]),
+                            Some(c) => {
+                                for sc in dst.iter_mut() {
+                                    *sc = (*sc / c).tanh() * c;
+                                    max[base + hh] = max[base + hh].max(*sc);
+                                }
+                            }
                         }
+                    }
+                    p += 8;
+                }
+                for p in p..e {
+                    for hh in 0..nh {
+                        // SAFETY: this function only runs where AVX2 is available.
+                        let mut sc =
+                            unsafe { dot_avx2(&qrow[hh * hd..(hh + 1) * hd], keys[p - kb]) }
+                                * scale;
+                        if let Some(c) = softcap {
+                            sc = (sc / c).tanh() * c;
+                        }
+                        max[base + hh] = max[base + hh].max(sc);
+                        scores[(base + hh) * cap + p] = sc;
                     }
                 }
             }
-            p += 8;
         }
-        for p in p..ctx {
-            let k = &kv.key(layer, p)[kvo..kvo + hd];
+        // Each row's weights: the exponentials, then each head's sum in position order.
+        for i in a0..a1 {
+            let base = (i - a0) * nh;
+            let (l, c) = (lo(i), ctx(i));
             for hh in 0..nh {
-                // SAFETY: this function only runs where AVX2 is available.
-                let mut sc = unsafe { dot_avx2(&qrow[hh * hd..(hh + 1) * hd], k) } * scale;
-                if let Some(c) = softcap {
-                    sc = (sc / c).tanh() * c;
-                }
-                max[hh] = max[hh].max(sc);
-                scores[hh * cap + p] = sc;
+                let mut lanes = [0f32; 8];
+                // SAFETY: `lanes` holds eight floats.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax[base + hh]) };
+                let m = lanes.iter().fold(max[base + hh], |m, &v| m.max(v));
+                exp_shifted_in_place(&mut scores[(base + hh) * cap + l..][..c - l], m);
+            }
+            let heads = &scores[base * cap..(base + nh) * cap];
+            sum_in_order(heads, cap, l..c, &mut sum);
+            for (hh, s) in sum.iter().enumerate() {
+                inv[base + hh] = 1.0 / s;
             }
         }
-        for hh in 0..nh {
-            let mut lanes = [0f32; 8];
-            // SAFETY: `lanes` holds eight floats.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax[hh]) };
-            max[hh] = lanes.iter().fold(max[hh], |m, &v| m.max(v));
-            // The exponentials first, then each head's sum in position order, the heads'
-            // chains side by side: the same sums as one loop.
-            exp_shifted_in_place(&mut scores[hh * cap + lo..hh * cap + ctx], max[hh]);
-        }
-        sum[..nh].fill(0.0);
-        for p in lo..ctx {
-            for (hh, s) in sum[..nh].iter_mut().enumerate() {
-                *s += scores[hh * cap + p];
-            }
-        }
-        let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
-        for pb in (lo..ctx).step_by(VALUE_BLOCK) {
-            let pe = (pb + VALUE_BLOCK).min(ctx);
-            if decode {
-                for a in pe..(pe + VALUE_BLOCK).min(ctx) {
-                    prefetch_row(&kv.value(layer, a)[kvo..kvo + hd]);
-                }
-            }
+        // Values, a block of positions added into every row of the pass.
+        for pb in (first..last).step_by(VALUE_BLOCK) {
+            let pe = (pb + VALUE_BLOCK).min(last);
             for (slot, p) in rows.iter_mut().zip(pb..pe) {
                 *slot = &kv.value(layer, p)[kvo..kvo + hd];
             }
-            let rows = &rows[..pe - pb];
-            for hh in 0..nh {
-                let w = &scores[hh * cap + pb..hh * cap + pe];
-                let oh = &mut o[hh * hd..(hh + 1) * hd];
-                for d0 in (0..hd).step_by(64) {
-                    weighted_sum8(&mut oh[d0..hd.min(d0 + 64)], w, rows, d0);
+            if decode {
+                for a in pe..(pe + VALUE_BLOCK).min(last) {
+                    prefetch_row(&kv.value(layer, a)[kvo..kvo + hd]);
+                }
+            }
+            for i in a0..a1 {
+                let (s, e) = (pb.max(lo(i)), pe.min(ctx(i)));
+                if s >= e {
+                    continue;
+                }
+                let base = (i - a0) * nh;
+                let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
+                for hh in 0..nh {
+                    let w = &scores[(base + hh) * cap + s..(base + hh) * cap + e];
+                    let oh = &mut o[hh * hd..(hh + 1) * hd];
+                    for d0 in (0..hd).step_by(64) {
+                        weighted_sum8(&mut oh[d0..hd.min(d0 + 64)], w, &rows[s - pb..e - pb], d0);
+                    }
                 }
             }
         }
-        for hh in 0..nh {
-            let inv = _mm256_set1_ps(1.0 / sum[hh]);
-            for a in o[hh * hd..(hh + 1) * hd].chunks_exact_mut(8) {
-                // SAFETY: `a` holds eight floats.
-                unsafe {
-                    _mm256_storeu_ps(
-                        a.as_mut_ptr(),
-                        _mm256_mul_ps(_mm256_loadu_ps(a.as_ptr()), inv),
-                    )
-                };
+        for i in a0..a1 {
+            let base = (i - a0) * nh;
+            let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
+            for hh in 0..nh {
+                let iv = _mm256_set1_ps(inv[base + hh]);
+                for a in o[hh * hd..(hh + 1) * hd].chunks_exact_mut(8) {
+                    // SAFETY: `a` holds eight floats.
+                    unsafe {
+                        _mm256_storeu_ps(
+                            a.as_mut_ptr(),
+                            _mm256_mul_ps(_mm256_loadu_ps(a.as_ptr()), iv),
+                        )
+                    };
+                }
             }
         }
     }
     out
+}
+
+/// Scores (floats) one pass of [`attend_avx2`] may hold: 512 KiB, within a core's L2 cache.
+#[cfg(target_arch = "x86_64")]
+const SCORE_FLOATS: usize = 1 << 17;
+
+/// Positions whose keys [`attend_avx2`] scores every row of a pass against before the next
+/// block (16 KiB at 64 dimensions).
+#[cfg(target_arch = "x86_64")]
+const KEY_BLOCK: usize = 64;
+
+/// `sum[h] = Σ heads[h * stride + p]` over `range`, positions in order from `0.0`, for every
+/// head `h`: [`attend_body`]'s sums. Up to four heads' chains run side by side in registers
+/// (a chain through memory waits on a store for every add).
+fn sum_in_order(heads: &[f32], stride: usize, range: std::ops::Range<usize>, sum: &mut [f32]) {
+    fn chains<const N: usize>(rows: [&[f32]; N]) -> [f32; N] {
+        let mut s = [0f32; N];
+        let n = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == n));
+        for p in 0..n {
+            for (s, r) in s.iter_mut().zip(&rows) {
+                *s += r[p];
+            }
+        }
+        s
+    }
+    let row = |h: usize| &heads[h * stride + range.start..h * stride + range.end];
+    let mut h = 0;
+    while h < sum.len() {
+        let n = (sum.len() - h).min(4);
+        match n {
+            4 => {
+                sum[h..h + 4].copy_from_slice(&chains([row(h), row(h + 1), row(h + 2), row(h + 3)]))
+            }
+            3 => sum[h..h + 3].copy_from_slice(&chains([row(h), row(h + 1), row(h + 2)])),
+            2 => sum[h..h + 2].copy_from_slice(&chains([row(h), row(h + 1)])),
+            _ => sum[h] = chains([row(h)])[0],
+        }
+        h += n;
+    }
 }
 
 /// Positions whose value rows [`attend_avx2`] reads as one block (8 KiB at 64 dimensions).
@@ -1213,10 +1296,11 @@ mod tests {
         }
     }
 
-    /// The AVX2 kernel (eight positions per score pass, value blocks) against the portable
-    /// body, bit for bit: head sizes with and without whole 64- and 8-lane chunks, groups,
-    /// soft-capping, windows, prefill row blocks and decode rows at every context length
-    /// around the 8-position and value-block edges.
+    /// The AVX2 kernel (eight positions per score pass, key and value blocks, row passes of
+    /// one row, a few rows and the whole task) against the portable body, bit for bit: head
+    /// sizes with and without whole 64- and 8-lane chunks, groups, soft-capping, windows,
+    /// prefill row blocks and decode rows at every context length around the 8-position and
+    /// block edges.
     #[test]
     fn avx2_attention_has_the_portable_bits() {
         #[cfg(target_arch = "x86_64")]
@@ -1253,17 +1337,22 @@ mod tests {
                 for span in spans {
                     for threads in [1, 64] {
                         for t in attention_tasks(&[span], n_kv, group, threads) {
-                            let fast = attend(&kv, 0, &q, span, &t, geo);
                             let slow = attend_body(&kv, 0, &q, span, &t, geo, dot);
-                            let same = fast
-                                .iter()
-                                .zip(&slow)
-                                .all(|(a, b)| a.to_bits() == b.to_bits());
-                            assert!(
-                                same && fast.len() == slow.len(),
-                                "hd {hd}, span {span:?}, {t:?}"
-                            );
-                            cases += 1;
+                            // The default passes, and passes of one row and of a few rows.
+                            for score_floats in [SCORE_FLOATS, 1, 700] {
+                                // SAFETY: AVX2 was checked above.
+                                let fast =
+                                    unsafe { attend_avx2(&kv, 0, &q, span, &t, geo, score_floats) };
+                                let same = fast
+                                    .iter()
+                                    .zip(&slow)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                                assert!(
+                                    same && fast.len() == slow.len(),
+                                    "hd {hd}, span {span:?}, {t:?}, {score_floats}"
+                                );
+                                cases += 1;
+                            }
                         }
                     }
                 }
