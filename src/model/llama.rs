@@ -446,18 +446,11 @@ impl Llama {
                     }
                 }
             }
-            match c.activation {
-                Activation::Silu => {
-                    for (g, u) in s.gate.iter_mut().zip(&s.up) {
-                        *g = *g / (1.0 + (-*g).exp()) * u;
-                    }
-                }
-                Activation::GeluTanh => {
-                    for (g, u) in s.gate.iter_mut().zip(&s.up) {
-                        *g = gelu_tanh(*g) * u;
-                    }
-                }
-            }
+            gated(
+                c.activation,
+                &mut s.gate[..rows * c.ffn_dim],
+                &s.up[..rows * c.ffn_dim],
+            );
             let out = &mut s.xb[..rows * dim];
             layer.w_down.matmul(&s.gate, rows, out);
             if let Some(w) = &layer.post_ffn_norm {
@@ -585,6 +578,31 @@ pub(super) fn rope_row(inv_freq: &[f64], pos: usize, out: &mut [f32]) {
         let a = pos as f64 * f;
         out[2 * i] = a.cos() as f32;
         out[2 * i + 1] = a.sin() as f32;
+    }
+}
+
+/// `gate[i] = act(gate[i]) · up[i]`, on rayon's threads in chunks when there are many (a
+/// prefill's rows); element by element, so the same values whatever the split.
+fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
+    let f = |g: &mut [f32], u: &[f32]| match act {
+        Activation::Silu => {
+            for (g, u) in g.iter_mut().zip(u) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        }
+        Activation::GeluTanh => {
+            for (g, u) in g.iter_mut().zip(u) {
+                *g = gelu_tanh(*g) * u;
+            }
+        }
+    };
+    const CHUNK: usize = 1 << 14;
+    if gate.len() >= 2 * CHUNK {
+        gate.par_chunks_mut(CHUNK)
+            .zip(up.par_chunks(CHUNK))
+            .for_each(|(g, u)| f(g, u));
+    } else {
+        f(gate, up);
     }
 }
 

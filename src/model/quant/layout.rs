@@ -495,65 +495,64 @@ impl QuantizedRows {
         let block = kind.block();
         debug_assert_eq!(k % block, 0);
         let nb = k / block;
-        let blocks = x.len() / block;
-        let mut qs = vec![0i8; x.len()];
-        let mut d = Vec::with_capacity(blocks);
-        let mut s = Vec::with_capacity(if kind == ActKind::Q8_1 { blocks } else { 0 });
-        let mut bsums = Vec::with_capacity(match kind {
-            ActKind::Q8K => x.len() / 16,
-            ActKind::Q8_0 => blocks,
+        let m = x.len() / k;
+        let s_row = if kind == ActKind::Q8_1 { nb } else { 0 };
+        let sums_row = match kind {
+            ActKind::Q8K => k / 16,
+            ActKind::Q8_0 => nb,
             ActKind::Q8_1 => 0,
-        });
-        for (xs, q) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)) {
-            if kind == ActKind::Q8K {
-                let (mut max, mut amax) = (0f32, 0f32);
-                for &v in xs {
-                    if v.abs() > amax {
-                        amax = v.abs();
-                        max = v;
-                    }
-                }
-                if amax == 0.0 {
-                    d.push(0.0);
-                    bsums.extend(std::iter::repeat_n(0, block / 16));
-                    continue;
-                }
-                let iscale = -127.0 / max;
-                for (q, &v) in q.iter_mut().zip(xs) {
-                    // |iscale · v| <= 127 up to rounding, so `round_even`'s saturation is
-                    // `min(127)`; it avoids a libm `rintf` call per element.
-                    *q = round_even(iscale * v);
-                }
-                bsums.extend(
-                    q.chunks_exact(16)
-                        .map(|c| c.iter().map(|&v| v as i32).sum::<i32>()),
-                );
-                d.push(1.0 / iscale);
-                continue;
-            }
-            let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
-            let dd = amax / 127.0;
-            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-            for (q, &v) in q.iter_mut().zip(xs) {
-                *q = round_even(v * id);
-            }
-            d.push(f16::from_f32(dd).to_f32());
-            if kind == ActKind::Q8_0 {
-                bsums.push(q.iter().map(|&q| q as i32).sum());
-            }
-            if kind == ActKind::Q8_1 {
-                let sum: i32 = q.iter().map(|&q| q as i32).sum();
-                s.push(f16::from_f32(sum as f32 * dd).to_f32());
-            }
-        }
-        QuantizedRows {
+        };
+        let mut out = QuantizedRows {
             kind,
             nb,
-            qs,
-            d,
-            s,
-            bsums,
+            qs: vec![0; m * k],
+            d: vec![0.0; m * nb],
+            s: vec![0.0; m * s_row],
+            bsums: vec![0; m * sums_row],
+        };
+        // Rows are independent: blocks of rows go to rayon's threads when there are enough
+        // (a prefill's activations), the same values whatever the split.
+        let per = if m * k >= QUANTIZE_PAR_MIN {
+            m.div_ceil(4 * rayon::current_num_threads()).max(1)
+        } else {
+            m.max(1)
+        };
+        let mut parts = Vec::with_capacity(m.div_ceil(per));
+        let (mut qs, mut d) = (&mut out.qs[..], &mut out.d[..]);
+        let (mut s, mut bsums) = (&mut out.s[..], &mut out.bsums[..]);
+        for r0 in (0..m).step_by(per) {
+            let n = per.min(m - r0);
+            let (q0, q1) = std::mem::take(&mut qs).split_at_mut(n * k);
+            let (d0, d1) = std::mem::take(&mut d).split_at_mut(n * nb);
+            let (s0, s1) = std::mem::take(&mut s).split_at_mut(n * s_row);
+            let (b0, b1) = std::mem::take(&mut bsums).split_at_mut(n * sums_row);
+            parts.push(RowsPart {
+                x: &x[r0 * k..(r0 + n) * k],
+                qs: q0,
+                d: d0,
+                s: s0,
+                bsums: b0,
+            });
+            (qs, d, s, bsums) = (q1, d1, s1, b1);
         }
+        let run = |p: RowsPart<'_>| {
+            for (i, xr) in p.x.chunks_exact(k).enumerate() {
+                quantize_row(
+                    xr,
+                    kind,
+                    &mut p.qs[i * k..(i + 1) * k],
+                    &mut p.d[i * nb..(i + 1) * nb],
+                    &mut p.s[i * s_row..(i + 1) * s_row],
+                    &mut p.bsums[i * sums_row..(i + 1) * sums_row],
+                );
+            }
+        };
+        if parts.len() > 1 {
+            parts.into_par_iter().for_each(run);
+        } else {
+            parts.into_iter().for_each(run);
+        }
+        out
     }
 
     /// Row `i`'s blocks.
@@ -576,6 +575,79 @@ impl QuantizedRows {
     }
 }
 
+/// A block of rows for [`QuantizedRows::quantize`]: the inputs and their parts of the outputs.
+struct RowsPart<'a> {
+    x: &'a [f32],
+    qs: &'a mut [i8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+    bsums: &'a mut [i32],
+}
+
+/// Activation elements (`m · k`) from which [`QuantizedRows::quantize`] spreads rows over
+/// threads.
+const QUANTIZE_PAR_MIN: usize = 1 << 15;
+
+/// One row of [`QuantizedRows::quantize`]: its quants, block scales, Q8_1 block sums `s` and
+/// integer sums `bsums` (each slice this row's part; `s` / `bsums` empty where the kind has
+/// none), all zero on entry.
+fn quantize_row(
+    x: &[f32],
+    kind: ActKind,
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    bsums: &mut [i32],
+) {
+    let block = kind.block();
+    for (b, (xs, q)) in x
+        .chunks_exact(block)
+        .zip(qs.chunks_exact_mut(block))
+        .enumerate()
+    {
+        if kind == ActKind::Q8K {
+            let (mut max, mut amax) = (0f32, 0f32);
+            for &v in xs {
+                if v.abs() > amax {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            if amax == 0.0 {
+                // Quants, scale and sums stay zero.
+                continue;
+            }
+            let iscale = -127.0 / max;
+            for (q, &v) in q.iter_mut().zip(xs) {
+                // |iscale · v| <= 127 up to rounding, so `round_even`'s saturation is
+                // `min(127)`; it avoids a libm `rintf` call per element.
+                *q = round_even(iscale * v);
+            }
+            for (sum, c) in bsums[b * block / 16..(b + 1) * block / 16]
+                .iter_mut()
+                .zip(q.chunks_exact(16))
+            {
+                *sum = c.iter().map(|&v| v as i32).sum::<i32>();
+            }
+            d[b] = 1.0 / iscale;
+            continue;
+        }
+        let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
+        let dd = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        for (q, &v) in q.iter_mut().zip(xs) {
+            *q = round_even(v * id);
+        }
+        d[b] = f16::from_f32(dd).to_f32();
+        let sum: i32 = q.iter().map(|&q| q as i32).sum();
+        match kind {
+            ActKind::Q8_0 => bsums[b] = sum,
+            ActKind::Q8_1 => s[b] = f16::from_f32(sum as f32 * dd).to_f32(),
+            ActKind::Q8K => unreachable!("handled above"),
+        }
+    }
+}
+
 /// One quantized activation row: quants, block scales, block sums `d * sum(q)` (Q8_1; else
 /// empty), integer sums `bsums` of every 16 quants (Q8_K) or of every block (Q8_0; else
 /// empty).
@@ -590,6 +662,31 @@ pub(crate) struct ActRow<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows spread over threads (enough of them for [`QUANTIZE_PAR_MIN`]) quantize exactly
+    /// as each row alone, for every activation kind, zero rows included.
+    #[test]
+    fn quantize_in_parallel_is_row_by_row() {
+        let k = 512;
+        let m = QUANTIZE_PAR_MIN / k + 3;
+        let mut x: Vec<f32> = (0..m * k)
+            .map(|i| ((i as f32 * 0.618).sin() * 3.0) * if i % 97 == 0 { 40.0 } else { 1.0 })
+            .collect();
+        x[5 * k..6 * k].fill(0.0);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+        for kind in [ActKind::Q8_0, ActKind::Q8_1, ActKind::Q8K] {
+            let all = pool.install(|| QuantizedRows::quantize(&x, k, kind));
+            for i in 0..m {
+                let one = QuantizedRows::quantize(&x[i * k..(i + 1) * k], k, kind);
+                let (a, b) = (all.row(i), one.row(0));
+                assert_eq!(a.qs, b.qs, "{kind:?} row {i}");
+                assert_eq!(a.bsums, b.bsums, "{kind:?} row {i}");
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(a.d), bits(b.d), "{kind:?} row {i}");
+                assert_eq!(bits(a.s), bits(b.s), "{kind:?} row {i}");
+            }
+        }
+    }
 
     #[test]
     fn q8_0_round_trip_matches_ggml_rule() {

@@ -600,21 +600,36 @@ impl QWeight {
         }
         let mut buf = vec![0f32; n_panels * per_panel];
         fill(&mut buf);
-        for (p, b) in buf.chunks_exact(per_panel).enumerate() {
-            let j0 = p * PANEL;
-            let width = PANEL.min(self.n - j0);
-            for (i, b) in b.chunks_exact(PANEL).enumerate() {
-                let dst = &mut out[i * self.n + j0..][..width];
-                if let (Ok(dst), Ok(b)) = (
-                    <&mut [f32; PANEL]>::try_from(&mut *dst),
-                    <&[f32; PANEL]>::try_from(b),
-                ) {
-                    // Fixed-size copies: two vector moves, not a `memmove` call per row.
-                    *dst = *b;
-                } else {
-                    dst.copy_from_slice(&b[..width]);
+        // Panel-major to row-major, blocks of rows on rayon's threads for a large product.
+        let n = self.n;
+        let scatter = |(r0, rows): (usize, &mut [f32])| {
+            // Tiles of 16 rows: every panel's part of a tile before the next tile.
+            for (t, tile) in rows.chunks_mut(16 * n).enumerate() {
+                let t0 = r0 + 16 * t;
+                for (p, b) in buf.chunks_exact(per_panel).enumerate() {
+                    let j0 = p * PANEL;
+                    let width = PANEL.min(n - j0);
+                    for (i, row) in tile.chunks_exact_mut(n).enumerate() {
+                        let b = &b[(t0 + i) * PANEL..][..PANEL];
+                        let dst = &mut row[j0..j0 + width];
+                        if let Ok(dst) = <&mut [f32; PANEL]>::try_from(&mut *dst) {
+                            // Fixed-size copies: two vector moves, not a `memmove` per row.
+                            *dst = *<&[f32; PANEL]>::try_from(b).expect("PANEL floats");
+                        } else {
+                            dst.copy_from_slice(&b[..width]);
+                        }
+                    }
                 }
             }
+        };
+        let threads = rayon::current_num_threads();
+        if work < PAR_MIN_WORK || threads == 1 || m < 2 * threads {
+            scatter((0, out));
+        } else {
+            let per = m.div_ceil(2 * threads);
+            out.par_chunks_mut(per * n)
+                .enumerate()
+                .for_each(|(c, rows)| scatter((c * per, rows)));
         }
     }
 }
