@@ -713,7 +713,13 @@ fn attend_avx2<K: KvSeq>(
     let lo = |i: usize| window.map_or(0, |w| ctx(i).saturating_sub(w));
     let cap = ctx(ni - 1);
     let pass = (score_floats / (nh * cap)).clamp(1, ni);
-    let mut scores = vec![0f32; pass * nh * cap];
+    // The thread's score buffer, kept between tasks (zeroing half a megabyte per task cost
+    // more than some of the arithmetic). Every score a row reads is written first.
+    let mut buffer = SCORES.take();
+    if buffer.len() < pass * nh * cap {
+        buffer = vec![0f32; pass * nh * cap];
+    }
+    let scores = &mut buffer[..pass * nh * cap];
     let mut out = vec![0f32; ni * nh * hd];
     let mut max = vec![f32::NEG_INFINITY; pass * nh];
     let mut vmax = vec![_mm256_set1_ps(f32::NEG_INFINITY); pass * nh];
@@ -843,7 +849,14 @@ fn attend_avx2<K: KvSeq>(
             }
         }
     }
+    SCORES.set(buffer);
     out
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// [`attend_avx2`]'s score buffer on this thread.
+    static SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Scores (floats) one pass of [`attend_avx2`] may hold: 512 KiB, within a core's L2 cache.
