@@ -740,11 +740,6 @@ fn attend_avx2<K: KvSeq>(
             for (slot, p) in keys.iter_mut().zip(kb..ke) {
                 *slot = &kv.key(layer, p)[kvo..kvo + hd];
             }
-            if decode {
-                for a in ke..(ke + KEY_BLOCK).min(last) {
-                    prefetch_row(&kv.key(layer, a)[kvo..kvo + hd]);
-                }
-            }
             for i in a0..a1 {
                 let (s, e) = (kb.max(lo(i)), ke.min(ctx(i)));
                 if s >= e {
@@ -755,6 +750,12 @@ fn attend_avx2<K: KvSeq>(
                 let base = (i - a0) * nh;
                 let mut p = s;
                 while p + 8 <= e {
+                    if decode {
+                        // Decoding streams each key once: ask for those a few positions on.
+                        for a in (p + PREFETCH..p + PREFETCH + 8).take_while(|&a| a < last) {
+                            prefetch_row(&kv.key(layer, a)[kvo..kvo + hd]);
+                        }
+                    }
                     let k8: &[&[f32]; 8] = keys[p - kb..p - kb + 8].try_into().unwrap();
                     for hh in 0..nh {
                         let sv = _mm256_mul_ps(dot8(&qrow[hh * hd..(hh + 1) * hd], k8), vscale);

@@ -673,7 +673,10 @@ mod tests {
             .map(|i| ((i as f32 * 0.618).sin() * 3.0) * if i % 97 == 0 { 40.0 } else { 1.0 })
             .collect();
         x[5 * k..6 * k].fill(0.0);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
         for kind in [ActKind::Q8_0, ActKind::Q8_1, ActKind::Q8K] {
             let all = pool.install(|| QuantizedRows::quantize(&x, k, kind));
             for i in 0..m {
