@@ -363,128 +363,94 @@ fn tq_layers(arch: &str) -> usize {
     }
 }
 
-/// The tensors of `make_tiny_quant_reference.py`'s `tensors(arch)`, drawn in the same order
-/// from the same `SplitMix64` stream (seed 7) by the same f32 arithmetic.
-fn tiny_tensors(arch: &str) -> Vec<TinyTensor> {
-    let mut rng = SplitMix64::new(7);
-    let hd = TQ_DIM / TQ_HEADS;
-    let kv = hd * TQ_KV_HEADS;
-    let gemma = arch.starts_with("gemma");
-    let mut out = Vec::new();
-    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: Option<f32>| {
+/// Draws a tiny model's tensors in order from one `SplitMix64` stream, as the script does.
+struct Draw {
+    rng: SplitMix64,
+    out: Vec<TinyTensor>,
+}
+
+impl Draw {
+    /// `(next_f64() as f32 * 2 - 1) * scale`, plus `offset` when given, in f32.
+    fn add(&mut self, name: String, shape: Vec<usize>, scale: f32, offset: Option<f32>) {
         let n = shape.iter().product();
         let v = (0..n)
             .map(|_| {
-                let x = (rng.next_f64() as f32 * 2.0 - 1.0) * scale;
+                let x = (self.rng.next_f64() as f32 * 2.0 - 1.0) * scale;
                 offset.map_or(x, |o| o + x)
             })
             .collect();
-        out.push((name, shape, v));
+        self.out.push((name, shape, v));
+    }
+
+    /// An `n × k` matrix, uniform in ±1.5/√k.
+    fn mat(&mut self, name: String, n: usize, k: usize) {
+        self.add(name, vec![n, k], 1.5f32 / (k as f32).sqrt(), None);
+    }
+
+    /// A norm weight, 1 + 0.1 · uniform.
+    fn norm(&mut self, name: String, n: usize) {
+        self.add(name, vec![n], 0.1, Some(1.0));
+    }
+}
+
+/// The tensors of `make_tiny_quant_reference.py`'s `tensors(arch)`, drawn in the same order
+/// from the same `SplitMix64` stream (seed 7) by the same f32 arithmetic.
+fn tiny_tensors(arch: &str) -> Vec<TinyTensor> {
+    let (d, f) = (TQ_DIM, TQ_FFN);
+    let hd = d / TQ_HEADS;
+    let kv = hd * TQ_KV_HEADS;
+    let gemma = arch.starts_with("gemma");
+    let mut w = Draw {
+        rng: SplitMix64::new(7),
+        out: Vec::new(),
     };
-    let mat_scale = |k: usize| 1.5f32 / (k as f32).sqrt();
     let embd_scale = if gemma { 0.05 } else { 1.0 };
-    add(
+    w.add(
         "token_embd.weight".into(),
-        vec![TQ_VOCAB, TQ_DIM],
+        vec![TQ_VOCAB, d],
         embd_scale,
         None,
     );
     for i in 0..tq_layers(arch) {
         let b = |s: &str| format!("blk.{i}.{s}");
-        add(b("attn_norm.weight"), vec![TQ_DIM], 0.1, Some(1.0));
+        w.norm(b("attn_norm.weight"), d);
         if arch == "phi3" {
-            let n = TQ_DIM + 2 * kv;
-            add(
-                b("attn_qkv.weight"),
-                vec![n, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
+            w.mat(b("attn_qkv.weight"), d + 2 * kv, d);
         } else {
-            add(
-                b("attn_q.weight"),
-                vec![TQ_DIM, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
-            add(
-                b("attn_k.weight"),
-                vec![kv, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
-            add(
-                b("attn_v.weight"),
-                vec![kv, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
+            w.mat(b("attn_q.weight"), d, d);
+            w.mat(b("attn_k.weight"), kv, d);
+            w.mat(b("attn_v.weight"), kv, d);
         }
         if arch == "qwen2" {
-            add(b("attn_q.bias"), vec![TQ_DIM], 0.1, None);
-            add(b("attn_k.bias"), vec![kv], 0.1, None);
-            add(b("attn_v.bias"), vec![kv], 0.1, None);
+            w.add(b("attn_q.bias"), vec![d], 0.1, None);
+            w.add(b("attn_k.bias"), vec![kv], 0.1, None);
+            w.add(b("attn_v.bias"), vec![kv], 0.1, None);
         }
         if arch == "qwen3" || arch == "gemma3" {
-            add(b("attn_q_norm.weight"), vec![hd], 0.1, Some(1.0));
-            add(b("attn_k_norm.weight"), vec![hd], 0.1, Some(1.0));
+            w.norm(b("attn_q_norm.weight"), hd);
+            w.norm(b("attn_k_norm.weight"), hd);
         }
-        add(
-            b("attn_output.weight"),
-            vec![TQ_DIM, TQ_DIM],
-            mat_scale(TQ_DIM),
-            None,
-        );
+        w.mat(b("attn_output.weight"), d, d);
         if gemma {
-            add(
-                b("post_attention_norm.weight"),
-                vec![TQ_DIM],
-                0.1,
-                Some(1.0),
-            );
+            w.norm(b("post_attention_norm.weight"), d);
         }
-        add(b("ffn_norm.weight"), vec![TQ_DIM], 0.1, Some(1.0));
+        w.norm(b("ffn_norm.weight"), d);
         if arch == "phi3" {
-            add(
-                b("ffn_up.weight"),
-                vec![2 * TQ_FFN, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
+            w.mat(b("ffn_up.weight"), 2 * f, d);
         } else {
-            add(
-                b("ffn_gate.weight"),
-                vec![TQ_FFN, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
-            add(
-                b("ffn_up.weight"),
-                vec![TQ_FFN, TQ_DIM],
-                mat_scale(TQ_DIM),
-                None,
-            );
+            w.mat(b("ffn_gate.weight"), f, d);
+            w.mat(b("ffn_up.weight"), f, d);
         }
-        add(
-            b("ffn_down.weight"),
-            vec![TQ_DIM, TQ_FFN],
-            mat_scale(TQ_FFN),
-            None,
-        );
+        w.mat(b("ffn_down.weight"), d, f);
         if gemma {
-            add(b("post_ffw_norm.weight"), vec![TQ_DIM], 0.1, Some(1.0));
+            w.norm(b("post_ffw_norm.weight"), d);
         }
     }
-    add("output_norm.weight".into(), vec![TQ_DIM], 0.1, Some(1.0));
+    w.norm("output_norm.weight".into(), d);
     if !gemma {
-        add(
-            "output.weight".into(),
-            vec![TQ_VOCAB, TQ_DIM],
-            mat_scale(TQ_DIM),
-            None,
-        );
+        w.mat("output.weight".into(), TQ_VOCAB, d);
     }
-    out
+    w.out
 }
 
 /// The GGUF metadata of `make_tiny_quant_reference.py`'s `arch` model (without its
