@@ -94,8 +94,12 @@ impl Arch {
 pub enum Activation {
     /// `silu(gate) · up`.
     Silu,
-    /// `gelu_tanh(gate) · up` (Gemma).
+    /// `gelu_tanh(gate) · up` (Gemma), computed in f32 as transformers does (checkpoints).
     GeluTanh,
+    /// `gelu_tanh(gate) · up` (Gemma) as llama.cpp's CPU backend computes it for GGUF files:
+    /// the gate rounded to f16 and looked up in a table of f16 values (`0` at or below -10,
+    /// the identity at or above 10).
+    GeluTanhF16,
 }
 
 /// The hyperparameters of a supported model, resolved from GGUF metadata or `config.json`.
@@ -277,7 +281,7 @@ impl LlamaConfig {
             vocab_size,
             embed_scale: gemma.then(|| (dim as f32).sqrt()),
             activation: if gemma {
-                Activation::GeluTanh
+                Activation::GeluTanhF16
             } else {
                 Activation::Silu
             },
@@ -494,21 +498,46 @@ impl LlamaConfig {
         Ok(())
     }
 
-    /// Inverse RoPE frequency per rotated pair, for full-attention (`swa = false`) or
-    /// sliding-window layers; `factors` divide the frequencies (Llama 3 `rope_freqs`).
-    pub fn inv_freq(&self, swa: bool, factors: Option<&[f32]>) -> Vec<f64> {
+    /// The RoPE angles of full-attention (`swa = false`) or sliding-window layers; `factors`
+    /// divide the frequencies (Llama 3 `rope_freqs`).
+    pub fn rope_freqs(&self, swa: bool, factors: Option<&[f32]>) -> RopeFreqs {
         let (base, scale) = if swa {
             (self.rope_base_swa, self.rope_scale_swa)
         } else {
             (self.rope_base, self.rope_scale)
         };
-        (0..self.rope_dim / 2)
-            .map(|i| {
-                let f = (base as f64).powf(-2.0 * i as f64 / self.rope_dim as f64);
-                let factor = factors.map_or(1.0, |fs| fs[i] as f64);
-                f / factor / scale as f64
-            })
-            .collect()
+        RopeFreqs {
+            pairs: self.rope_dim / 2,
+            theta_scale: base.powf(-2.0 / self.rope_dim as f32),
+            freq_scale: 1.0 / scale,
+            factors: factors.map(|f| f[..self.rope_dim / 2].to_vec()),
+        }
+    }
+}
+
+/// The RoPE angle of pair `i` at position `p` as llama.cpp's CPU backend computes it (its
+/// rope cache): `freq_scale · (p · theta_scaleⁱ / factorᵢ)`, where the power is taken by `i`
+/// successive f32 multiplications from `p` and `theta_scale = powf(base, -2 / rope_dim)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeFreqs {
+    pub pairs: usize,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub factors: Option<Vec<f32>>,
+}
+
+impl RopeFreqs {
+    /// Cosine and sine of each pair's angle at `pos`, interleaved `[cos, sin, ...]` (libm's
+    /// `cosf` and `sinf`, as llama.cpp).
+    pub fn cos_sin(&self, pos: usize, out: &mut [f32]) {
+        let mut theta = pos as f32;
+        for i in 0..self.pairs {
+            let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
+            let (sin, cos) = (self.freq_scale * (theta / ff)).sin_cos();
+            out[2 * i] = cos;
+            out[2 * i + 1] = sin;
+            theta *= self.theta_scale;
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use super::arch::{Activation, LlamaConfig, TensorSource};
+use super::arch::{Activation, LlamaConfig, RopeFreqs, TensorSource};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::gguf::GgufFile;
@@ -172,11 +172,11 @@ pub struct Llama {
     pub(super) output_norm: Vec<f32>,
     /// `None` when tied to the embedding.
     pub(super) output: Option<QWeight>,
-    /// Inverse RoPE frequency per rotated pair of full-attention layers (Llama 3 frequency
-    /// factors and linear scaling applied).
-    pub(super) inv_freq: Vec<f64>,
+    /// The RoPE angles of full-attention layers (Llama 3 frequency factors and linear scaling
+    /// applied).
+    pub(super) rope_freqs: RopeFreqs,
     /// The same for sliding-window layers, when they differ.
-    pub(super) inv_freq_swa: Option<Vec<f64>>,
+    pub(super) rope_swa_freqs: Option<RopeFreqs>,
 }
 
 impl Llama {
@@ -292,8 +292,9 @@ impl Llama {
             None
         };
         let factors = src.rope_factors(c)?;
-        let inv_freq = c.inv_freq(false, factors.as_deref());
-        let inv_freq_swa = Some(c.inv_freq(true, factors.as_deref())).filter(|f| *f != inv_freq);
+        let rope_freqs = c.rope_freqs(false, factors.as_deref());
+        let rope_swa_freqs =
+            Some(c.rope_freqs(true, factors.as_deref())).filter(|f| *f != rope_freqs);
         Ok(Llama {
             config,
             dtype,
@@ -301,8 +302,8 @@ impl Llama {
             layers,
             output_norm,
             output,
-            inv_freq,
-            inv_freq_swa,
+            rope_freqs,
+            rope_swa_freqs,
         })
     }
 
@@ -349,13 +350,10 @@ impl Llama {
                         *v *= scale;
                     }
                 }
-                rope_row(
-                    &self.inv_freq,
-                    start_pos + i,
-                    &mut s.rope[(row + i) * rd..][..rd],
-                );
-                if let Some(f) = &self.inv_freq_swa {
-                    rope_row(f, start_pos + i, &mut s.rope_swa[(row + i) * rd..][..rd]);
+                self.rope_freqs
+                    .cos_sin(start_pos + i, &mut s.rope[(row + i) * rd..][..rd]);
+                if let Some(f) = &self.rope_swa_freqs {
+                    f.cos_sin(start_pos + i, &mut s.rope_swa[(row + i) * rd..][..rd]);
                 }
             }
             row += seq.tokens.len();
@@ -397,7 +395,7 @@ impl Llama {
                 rms_norm_in_place(q, nq, c.rms_eps);
                 rms_norm_in_place(k, nk, c.rms_eps);
             }
-            let rope = match (&self.inv_freq_swa, layer.swa) {
+            let rope = match (&self.rope_swa_freqs, layer.swa) {
                 (Some(_), true) => &s.rope_swa,
                 _ => &s.rope,
             };
@@ -572,15 +570,6 @@ fn attention_tasks(
     tasks
 }
 
-/// Cosine and sine of each rotated pair's angle at `pos`, interleaved `[cos, sin, ...]`.
-pub(super) fn rope_row(inv_freq: &[f64], pos: usize, out: &mut [f32]) {
-    for (i, f) in inv_freq.iter().enumerate() {
-        let a = pos as f64 * f;
-        out[2 * i] = a.cos() as f32;
-        out[2 * i + 1] = a.sin() as f32;
-    }
-}
-
 /// `gate[i] = act(gate[i]) · up[i]`, on rayon's threads in chunks when there are many (a
 /// prefill's rows); element by element, so the same values whatever the split.
 fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
@@ -593,6 +582,18 @@ fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
         Activation::GeluTanh => {
             for (g, u) in g.iter_mut().zip(u) {
                 *g = gelu_tanh(*g) * u;
+            }
+        }
+        Activation::GeluTanhF16 => {
+            let table = gelu_f16_table();
+            for (g, u) in g.iter_mut().zip(u) {
+                *g = if *g <= -10.0 {
+                    0.0
+                } else if *g >= 10.0 {
+                    *g * u
+                } else {
+                    table[usize::from(half::f16::from_f32(*g).to_bits())] * u
+                };
             }
         }
     };
@@ -612,6 +613,25 @@ fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
+/// `gelu_tanh` of every f16 value (by its bits), rounded to f16, as llama.cpp's CPU backend
+/// tabulates it at start-up: its `ggml_gelu_f32` expression in f32, with the one fused
+/// multiply-add its x86 build compiles it to (`1 + a·x·x`), libm's `tanhf`.
+fn gelu_f16_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        const COEF_A: f32 = 0.044_715;
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = half::f16::from_bits(bits).to_f32();
+                let inner = (COEF_A * x).mul_add(x, 1.0);
+                let y = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh());
+                half::f16::from_f32(y).to_f32()
+            })
+            .collect()
+    })
+}
+
 /// Adds `b` to every `b.len()`-wide row of `x`.
 fn add_rows(x: &mut [f32], b: &[f32]) {
     for row in x.chunks_exact_mut(b.len()) {
@@ -623,8 +643,7 @@ fn add_rows(x: &mut [f32], b: &[f32]) {
 fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let d = w.len();
     for xr in x.chunks_exact_mut(d) {
-        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = (1.0 / (ss / d as f64 + eps as f64).sqrt()) as f32;
+        let scale = rms_scale(xr, eps);
         for (v, &g) in xr.iter_mut().zip(w) {
             *v = *v * scale * g;
         }
@@ -1136,12 +1155,19 @@ impl Scratch {
     }
 }
 
-/// RMS norm of each row (sum of squares in f64, fixed order), times the weight.
+/// `1 / sqrt(mean(x²) + eps)` as ggml's `rms_norm` computes it: each square in f32, summed
+/// in f64 in order, the mean rounded to f32, then `1 / sqrtf(mean + eps)` in f32.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (ss / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// RMS norm of each row (as ggml computes it: [`rms_scale`]), times the weight.
 fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = (1.0 / (ss / d as f64 + eps as f64).sqrt()) as f32;
+        let scale = rms_scale(xr, eps);
         for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
             *o = v * scale * g;
         }

@@ -28,7 +28,7 @@ use crate::engine::{ChatReply, ChatRequest, Generate, PrefillStats, SamplingPara
 
 /// The version of the engine's numerics that cached replies were made with. Bump it when a
 /// change to the forward pass, kernels or sampling may change any generated token.
-pub const NUMERICS_VERSION: &str = "candor-numerics-1";
+pub const NUMERICS_VERSION: &str = "candor-numerics-2";
 
 /// Where the cache lives by default: `$CANDOR_HOME/cache/generations`, else the platform
 /// cache directory (`$XDG_CACHE_HOME` or `~/.cache`, `~/Library/Caches` on macOS,

@@ -22,7 +22,7 @@ use cudarc::driver::{
 use super::arch::Activation;
 use super::device::DeviceSpec;
 use super::error::ModelError;
-use super::llama::{rope_row, GateUp, KvSeq, Llama, Logits, Qkv, SeqStep};
+use super::llama::{GateUp, KvSeq, Llama, Logits, Qkv, SeqStep};
 use super::quant::{QWeight, Stored, WeightFormat};
 
 /// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
@@ -470,7 +470,7 @@ impl CudaModel {
         let mut x = vec![0f32; rows * dim];
         let mut cs = vec![0f32; rows * rd];
         // Sliding-window layers' own RoPE table, only for models that have one.
-        let swa_len = model.inv_freq_swa.as_ref().map_or(0, |_| rows * rd);
+        let swa_len = model.rope_swa_freqs.as_ref().map_or(0, |_| rows * rd);
         let mut cs_swa = vec![0f32; swa_len];
         let (mut pos, mut table_off, mut row_block, mut row_slot) = (
             Vec::with_capacity(rows),
@@ -501,9 +501,9 @@ impl CudaModel {
                     xr.iter_mut().for_each(|v| *v *= scale);
                 }
                 let p = p0 + i;
-                rope_row(&model.inv_freq, p, &mut cs[(r + i) * rd..][..rd]);
-                if let Some(f) = &model.inv_freq_swa {
-                    rope_row(f, p, &mut cs_swa[(r + i) * rd..][..rd]);
+                model.rope_freqs.cos_sin(p, &mut cs[(r + i) * rd..][..rd]);
+                if let Some(f) = &model.rope_swa_freqs {
+                    f.cos_sin(p, &mut cs_swa[(r + i) * rd..][..rd]);
                 }
                 pos.push(p as i32);
                 table_off.push(off as i32);
@@ -674,7 +674,8 @@ impl CudaModel {
                 let total = (rows * ffn) as i64;
                 let act = match c.activation {
                     Activation::Silu => 0i32,
-                    Activation::GeluTanh => 1i32,
+                    // llama.cpp's CUDA backend computes GELU in f32, without the CPU's table.
+                    Activation::GeluTanh | Activation::GeluTanhF16 => 1i32,
                 };
                 let mut lb = s.launch_builder(&g.k.gated_act);
                 lb.arg(&pgate).arg(&pup).arg(&total).arg(&act);
