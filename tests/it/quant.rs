@@ -102,19 +102,20 @@ fn pool(threads: usize) -> rayon::ThreadPool {
         .expect("thread pool")
 }
 
-/// Per quant type: the same requests give the same tokens at batch sizes 1, 3 and 16, with
-/// other neighbours (reversed order) and on 1 or 2 threads.
-#[test]
-fn tiny_models_of_every_quant_type_are_batch_invariant() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// The same requests give the same tokens on `model` at batch sizes 1, 3 and 16, with other
+/// neighbours (reversed order) and on 1 or 2 threads (every fourth request samples, seeded).
+fn assert_batch_invariant(model: &Path, vocab: usize, label: &str) {
+    let model = Arc::new(Model::from(
+        Llama::from_gguf_path(model, WeightDType::Native)
+            .unwrap_or_else(|e| panic!("{}: {e}", model.display())),
+    ));
     let mut rng = SplitMix64::new(5);
     let reqs: Vec<TokenRequest> = (0..16)
         .map(|i| {
             let len = 3 + (rng.next_u64() % 20) as usize;
             let ids = (0..len)
-                .map(|_| (rng.next_u64() % VOCAB as u64) as u32)
+                .map(|_| (rng.next_u64() % vocab as u64) as u32)
                 .collect();
-            // Every fourth request samples (seeded); the others are greedy.
             let (temperature, top_p) = if i % 4 == 3 { (0.8, 0.95) } else { (0.0, 1.0) };
             TokenRequest::new(
                 ids,
@@ -128,42 +129,43 @@ fn tiny_models_of_every_quant_type_are_batch_invariant() {
             )
         })
         .collect();
+    let run = |reqs: &[TokenRequest], bs: usize, threads: usize| {
+        let cfg = SchedulerConfig {
+            batch_size: bs,
+            prefill_chunk: 7,
+            max_step_tokens: 40,
+            ..SchedulerConfig::default()
+        };
+        let mut dec = Decoder::new(Arc::clone(&model), cfg, Vec::new());
+        pool(threads)
+            .install(|| dec.generate(reqs, &NoText))
+            .expect("generate")
+            .into_iter()
+            .map(|r| r.output_ids)
+            .collect::<Vec<_>>()
+    };
+    let base = run(&reqs, 16, 2);
+    assert!(base.iter().all(|o| o.len() == 12), "{label}");
+    for (bs, threads) in [(1, 2), (3, 1), (16, 1)] {
+        assert_eq!(run(&reqs, bs, threads), base, "{label} bs={bs} t={threads}");
+    }
+    let rev: Vec<TokenRequest> = reqs.iter().rev().cloned().collect();
+    let mut got = run(&rev, 3, 2);
+    got.reverse();
+    assert_eq!(got, base, "{label} reversed neighbours");
+    // Not all the same token: the model is doing something type-specific.
+    let distinct: std::collections::BTreeSet<u32> = base.iter().flatten().copied().collect();
+    assert!(distinct.len() > 3, "{label}: {distinct:?}");
+}
+
+/// Per quant type (on a llama model; every architecture in every type in
+/// `teacher_forced_agreement_on_tiny_models_per_quant_type`): [`assert_batch_invariant`].
+#[test]
+fn tiny_models_of_every_quant_type_are_batch_invariant() {
+    let dir = tempfile::tempdir().expect("tempdir");
     for dtype in TYPES {
         let path = write_tiny(dir.path(), dtype, 17);
-        let model = Arc::new(Model::from(
-            Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
-        ));
-        let run = |reqs: &[TokenRequest], bs: usize, threads: usize| {
-            let cfg = SchedulerConfig {
-                batch_size: bs,
-                prefill_chunk: 7,
-                max_step_tokens: 40,
-                ..SchedulerConfig::default()
-            };
-            let mut dec = Decoder::new(Arc::clone(&model), cfg, Vec::new());
-            pool(threads)
-                .install(|| dec.generate(reqs, &NoText))
-                .expect("generate")
-                .into_iter()
-                .map(|r| r.output_ids)
-                .collect::<Vec<_>>()
-        };
-        let base = run(&reqs, 16, 2);
-        assert!(base.iter().all(|o| o.len() == 12), "{dtype:?}");
-        for (bs, threads) in [(1, 2), (3, 1), (16, 1)] {
-            assert_eq!(
-                run(&reqs, bs, threads),
-                base,
-                "{dtype:?} bs={bs} t={threads}"
-            );
-        }
-        let rev: Vec<TokenRequest> = reqs.iter().rev().cloned().collect();
-        let mut got = run(&rev, 3, 2);
-        got.reverse();
-        assert_eq!(got, base, "{dtype:?} reversed neighbours");
-        // Not all the same token: the model is doing something type-specific.
-        let distinct: std::collections::BTreeSet<u32> = base.iter().flatten().copied().collect();
-        assert!(distinct.len() > 3, "{dtype:?}: {distinct:?}");
+        assert_batch_invariant(&path, VOCAB, &format!("{dtype:?}"));
     }
 }
 
@@ -344,6 +346,9 @@ struct TinyTypeRecord {
     tensors: std::collections::BTreeMap<String, String>,
     argmax: Vec<Vec<u32>>,
     top2_gap: Vec<Vec<f32>>,
+    /// How many of `argmax` llama.cpp itself reproduces through its other execution paths
+    /// (`one_token_per_decode`, `no_repack`).
+    llama_cpp_paths: std::collections::BTreeMap<String, usize>,
 }
 
 /// A tensor of a tiny model: name, shape, f32 values.
@@ -502,17 +507,20 @@ fn ggml_type(name: &str) -> GgmlDType {
 /// Per architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3) and quant type, on tiny seeded
 /// random models quantized by llama.cpp's own llama-quantize (`--pure`: every matrix in the
 /// type; 256 wide, so the k-quants are the k-quants), Candor's teacher-forced argmax against
-/// llama.cpp's (`tests/fixtures/quant/tiny_teacher_forced.jsonl`): every disagreement is a
-/// near tie (llama.cpp's top-2 logit gap below 0.1), and at least 96% of positions agree.
-/// Random models have many near ties (a quarter of the positions below 0.1 in f32), and each
-/// quantized matmul rounds its input to 8 bits, so an ulp upstream sometimes moves an
-/// activation by a whole step: measured 97-100% per model, every miss below a gap of 0.06,
-/// lower for deeper models (gemma3's six layers; the llama and gemma2 models built with six
-/// layers measured 96.8-99.1%). Issue #7's 98% holds for most models, not all (the count is
-/// printed). The test draws the same weights as the script, quantizes them (with candle for
-/// the legacy and float types, with `kquants`, llama-quantize's k-quant search, for Q4_K,
-/// Q5_K and Q6_K) and first requires every tensor's bytes to hash as llama-quantize's did, so
-/// CI runs the very 66 models llama.cpp ran, without llama.cpp or model files.
+/// llama.cpp's (`tests/fixtures/quant/tiny_teacher_forced.jsonl`). Every model agrees at 98%
+/// or more, or at least as well as llama.cpp's own other execution paths reproduce that
+/// reference (the fewer of one token per decode and no repacked kernels: on gemma3 Q4_K,
+/// llama.cpp's reference takes the repacked Q4_K `gemm`, whose summation order depends on a
+/// row's place in the batch and so cannot be matched batch-invariantly); and every
+/// disagreement is a near tie (llama.cpp's top-2 logit gap below 0.1). Random models have
+/// many near ties (a quarter of the positions below 0.1 in f32), and each quantized matmul
+/// rounds its input to 8 bits, so an ulp upstream sometimes moves an activation by a whole
+/// step. The test draws the same weights as the script, quantizes them (with candle for the
+/// legacy and float types, with `kquants`, llama-quantize's k-quant search, for Q4_K, Q5_K
+/// and Q6_K) and first requires every tensor's bytes to hash as llama-quantize's did, so CI
+/// runs the very 66 models llama.cpp ran, without llama.cpp or model files. Each model also
+/// passes [`assert_batch_invariant`], so the contract holds for every architecture in every
+/// type.
 #[test]
 fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
     use sha2::Digest;
@@ -576,26 +584,37 @@ fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
         );
         let file = dir.path().join(format!("tiny-{arch}-{}.gguf", t.ftype));
         crate::util::write_gguf(&file, &tiny_metadata(arch), &tensors);
+        assert_batch_invariant(&file, TQ_VOCAB, &format!("tiny {arch} {}", t.ftype));
         let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
+        let own = t
+            .llama_cpp_paths
+            .values()
+            .copied()
+            .min()
+            .unwrap_or_else(|| panic!("{arch} {}: no llama_cpp_paths", t.ftype));
         let line = format!(
-            "tiny {arch} {}: {}/{} ({:.2}%) agree with llama.cpp; {} of {} misses at top2_gap < 0.5, the widest at {:.3}",
+            "tiny {arch} {}: {}/{} ({:.2}%) agree with llama.cpp (its own other paths: {:?}); {} of {} misses at top2_gap < 0.5, the widest at {:.3}",
             t.ftype,
             a.agree,
             a.total,
             100.0 * a.agree as f64 / a.total as f64,
+            t.llama_cpp_paths,
             a.near,
             a.total - a.agree,
             a.widest_miss
         );
         println!("{line}");
-        report.push((a.agree as f64 / a.total as f64, a.widest_miss, line));
+        report.push((a.agree, a.total, own, a.widest_miss, line));
         std::fs::remove_file(&file).ok();
     }
     assert_eq!(report.len(), 6 * 11, "models in the fixture");
-    let at_98 = report.iter().filter(|r| r.0 >= 0.98).count();
+    let at_98 = report.iter().filter(|r| r.0 * 50 >= r.1 * 49).count();
     println!("{at_98} of {} models agree at >= 98%", report.len());
-    for (rate, widest, line) in report {
-        assert!(rate >= 0.96, "{line} (below 96%)");
+    for (agree, total, own, widest, line) in report {
+        assert!(
+            agree * 50 >= total * 49 || agree >= own,
+            "{line}: below 98% and below llama.cpp's own other paths ({own})"
+        );
         assert!(
             widest < 0.1,
             "{line}: a miss where llama.cpp's top-2 gap is not a near tie"
