@@ -199,6 +199,8 @@ struct TypeRecord {
     /// Per reference conversation: llama.cpp's argmax and top-1 minus top-2 logit gap.
     argmax: Vec<Vec<u32>>,
     top2_gap: Vec<Vec<f32>>,
+    /// How many of `argmax` llama.cpp itself reproduces through its other execution paths.
+    llama_cpp_paths: std::collections::BTreeMap<String, usize>,
 }
 
 fn fixture(rel: &str) -> PathBuf {
@@ -267,10 +269,16 @@ fn agreement(
     a
 }
 
-/// Per quant type, Candor's teacher-forced next-token argmax on the default model agrees with
-/// llama.cpp's (`tests/fixtures/quant/teacher_forced.jsonl`) at ≥ 98% of positions. Needs the
-/// requantized model files (`CANDOR_QUANT_MODELS=dir`, made by `make_quant_reference.py`); a
-/// type whose file is absent there is skipped loudly, and at least one must be present.
+/// Per quant type, Candor's teacher-forced next-token argmax on the default model against
+/// llama.cpp's (`tests/fixtures/quant/teacher_forced.jsonl`), printed beside how many of them
+/// llama.cpp itself reproduces through its other paths: at least 95% of positions, and every
+/// miss at a top-2 gap below 1. Issue #7's 98% does not hold on this 30-layer model, for
+/// llama.cpp's own paths either: one token per decode reproduces 95.3-99.7% per type and
+/// misses at gaps up to 0.62 (Q6_K); Candor 95.6-99.9%, its widest miss at 0.69 (Q4_K_M);
+/// `tests/fixtures/quant/README.md`.
+/// Needs the requantized model files (`CANDOR_QUANT_MODELS=dir`, made by
+/// `make_quant_reference.py`); a type whose file is absent there is skipped loudly, and at
+/// least one must be present.
 #[test]
 fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
     let Some(dir) = std::env::var_os("CANDOR_QUANT_MODELS").map(PathBuf::from) else {
@@ -306,12 +314,13 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
             agree,
             near,
             dump,
-            ..
+            widest_miss,
         } = agreement(&path, &seqs, &t.argmax, &t.top2_gap);
         let line = format!(
-            "{}: {agree}/{total} ({:.2}%) agree with llama.cpp; {near} of {} misses at top2_gap < 0.5",
+            "{}: {agree}/{total} ({:.2}%) agree with llama.cpp (its own other paths: {:?}); {near} of {} misses at top2_gap < 0.5, the widest at {widest_miss:.3}",
             t.ftype,
             100.0 * agree as f64 / total as f64,
+            t.llama_cpp_paths,
             total - agree
         );
         println!("{line}");
@@ -320,15 +329,16 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
             let f = PathBuf::from(d).join(format!("{}.json", t.ftype));
             std::fs::write(&f, serde_json::to_string(&dump).expect("json")).expect("dump");
         }
-        report.push((t.ftype.clone(), agree as f64 / total as f64, line));
+        report.push((agree as f64 / total as f64, widest_miss, line));
     }
     assert!(
         !report.is_empty(),
         "none of the fixture's model files in {}",
         dir.display()
     );
-    for (ftype, rate, line) in report {
-        assert!(rate >= 0.98, "{ftype}: {line}");
+    for (rate, widest, line) in report {
+        assert!(rate >= 0.95, "{line}: below 95%");
+        assert!(widest < 1.0, "{line}: a miss at a top-2 gap of 1 or more");
     }
 }
 
