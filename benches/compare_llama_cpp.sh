@@ -7,6 +7,11 @@
 #
 # Usage: benches/compare_llama_cpp.sh [MODEL.gguf] [REPEATS] [LLAMA_BIN_DIR]
 # (defaults: the default model, 3 repeats, /work/tools/llama-build/bin)
+# The machine's limits (`candor bench --limits-only`: read bandwidth over all threads, the
+# kernels' integer dot-product peak) are measured once first, and each row gains the fraction
+# of them reached: decode = bytes of weights and KV read per step / step time against the
+# bandwidth, prefill = integer multiply-adds per token x tok/s against the peak; the same
+# bytes and multiply-adds (Candor's count for the file) for both engines.
 # Environment: NEW_TOKENS (default 64), THREADS (default 2),
 # PROMPTS (default "128 1024"), BATCHES (default "1 4 16"),
 # CANDOR_BIN (an already built candor binary; else `cargo build --release` builds it).
@@ -31,6 +36,9 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 json_field() { sed -E "s/.*\"$1\": *([0-9.]+).*/\1/" <<<"$2"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
+limits=$("$CANDOR_BIN" bench --limits --limits-only --threads "$threads")
+bw=$(json_field read_gb_s "$limits"); peak=$(json_field int8_gmac_s "$limits")
+pct() { awk -v x="$1" -v l="$2" 'BEGIN { printf "%.0f%%", (l > 0 ? 100 * x / l : 0) }'; }
 rows=()
 for pp in $prompts; do
   for b in $batches; do
@@ -39,6 +47,7 @@ for pp in $prompts; do
       line=$("$CANDOR_BIN" bench --model "$model" --prompt-tokens "$pp" --new-tokens "$ntg" \
              --batch-size "$b" --threads "$threads" | head -1)
       c_pp+=("$(json_field prefill_tok_s "$line")"); c_tg+=("$(json_field decode_tok_s "$line")")
+      step_bytes=$(json_field decode_bytes_per_step "$line"); macs=$(json_field int_macs_per_token "$line")
       ctx=$(( b * (pp + ntg) + 16 ))
       line=$("$bin/llama-batched-bench" -m "$model" -c "$ctx" -b 2048 -ub 512 -npp "$pp" \
              -ntg "$ntg" -npl "$b" -t "$threads" -tb "$threads" --output-format jsonl 2>/dev/null \
@@ -49,12 +58,17 @@ for pp in $prompts; do
     done
     cp=$(median "${c_pp[@]}"); ct=$(median "${c_tg[@]}")
     lp=$(median "${l_pp[@]}"); lt=$(median "${l_tg[@]}")
-    rows+=("| $pp | $b | $cp | $lp | $(ratio "$cp" "$lp") | $ct | $lt | $(ratio "$ct" "$lt") |")
+    # Fractions: prefill GMAC/s = macs * tok/s / 1e9; decode GB/s = bytes per step * steps/s / 1e9,
+    # steps/s = aggregate tok/s / batch.
+    pf() { pct "$(awk -v m="$macs" -v t="$1" 'BEGIN { print m * t / 1e9 }')" "$peak"; }
+    df() { pct "$(awk -v s="$step_bytes" -v t="$1" -v b="$b" 'BEGIN { print s * t / b / 1e9 }')" "$bw"; }
+    rows+=("| $pp | $b | $cp | $lp | $(ratio "$cp" "$lp") | $(pf "$cp") / $(pf "$lp") | $ct | $lt | $(ratio "$ct" "$lt") | $(df "$ct") / $(df "$lt") |")
   done
 done
 echo
 echo "$(basename "$model"), $threads threads, $ntg decoded tokens, median of $repeats; load: $(uptime | sed 's/.*load average: //')"
+echo "limits ($threads threads): read ${bw} GB/s, int8 dot peak ${peak} GMAC/s ($(json_field int8_gmac_s_per_thread "$limits") per thread, $(sed -E 's/.*"dot_instruction":"([^"]*)".*/\1/' <<<"$limits")); weights $(json_field layer_weight_bytes "$line") + $(json_field output_weight_bytes "$line") bytes, $(json_field int_macs_per_token "$line") integer MACs per token"
 echo
-echo "| prompt tokens | batch | Candor prefill tok/s | llama.cpp prefill tok/s | ratio | Candor decode tok/s | llama.cpp decode tok/s | ratio |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| prompt tokens | batch | Candor prefill tok/s | llama.cpp prefill tok/s | ratio | % of int8 peak (Candor / llama.cpp) | Candor decode tok/s | llama.cpp decode tok/s | ratio | % of read bandwidth (Candor / llama.cpp) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"

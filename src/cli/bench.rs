@@ -8,9 +8,10 @@ use std::io::Write;
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::engine::bench::{self, BenchConfig};
+use crate::engine::bench::{self, BenchConfig, BenchResult};
 use crate::engine::SchedulerConfig;
-use crate::model::llama::WeightDType;
+use crate::model::limits;
+use crate::model::llama::{WeightDType, Work};
 use crate::model::runner::Model;
 use crate::model::source;
 
@@ -34,6 +35,15 @@ pub struct BenchArgs {
     /// Weight type: `native` (quantized weights stay quantized) or `f32` (all dequantized).
     #[arg(long, default_value = "native", value_parser = ["native", "f32"])]
     pub dtype: String,
+    /// Also measure the machine's limits (read bandwidth over a buffer of this many MiB, all
+    /// threads; the integer dot-product peak) and print the fraction reached: decode as the
+    /// bytes of weights and KV read per step over the step time against the bandwidth, prefill
+    /// as integer multiply-adds per token times tok/s against the peak. `--limits` alone: 1024.
+    #[arg(long, value_name = "MIB", num_args = 0..=1, default_missing_value = "1024")]
+    pub limits: Option<usize>,
+    /// Only measure the limits (`--limits`), no model.
+    #[arg(long, requires = "limits")]
+    pub limits_only: bool,
     /// Where the model runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
     #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = super::run::parse_device)]
     pub device: crate::model::device::DeviceSpec,
@@ -43,6 +53,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     args.device.check_built()?;
     if args.prompt_tokens == 0 || args.batch_size == 0 {
         bail!("--prompt-tokens and --batch-size must be at least 1");
+    }
+    let mut pool = rayon::ThreadPoolBuilder::new();
+    if let Some(n) = args.threads {
+        pool = pool.num_threads(n);
+    }
+    let pool = pool.build().context("starting worker threads")?;
+    let threads = pool.current_num_threads();
+    let limits = args.limits.map(|mb| pool.install(|| limits::measure(mb.max(1))));
+    if args.limits_only {
+        let l = limits.expect("--limits-only requires --limits");
+        println!("{}", serde_json::to_string(&l).context("limits as JSON")?);
+        return Ok(());
     }
     let files = source::resolve(&args.model)?;
     let dtype = match args.dtype.as_str() {
@@ -57,12 +79,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     // tokenizer can be measured too.
     let model = Model::load_weights(&files, dtype, args.device)
         .with_context(|| format!("loading {}", files.weights.display()))?;
-    let mut pool = rayon::ThreadPoolBuilder::new();
-    if let Some(n) = args.threads {
-        pool = pool.num_threads(n);
-    }
-    let pool = pool.build().context("starting worker threads")?;
-    let threads = pool.current_num_threads();
     let cfg = BenchConfig {
         prompt_tokens: args.prompt_tokens,
         new_tokens: args.new_tokens,
@@ -73,7 +89,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .install(|| bench::run(&model, cfg))
         .context("benchmark")?;
     let round = |x: f64| (x * 100.0).round() / 100.0;
-    let line = json!({
+    let work = model.llama().work();
+    let mut line = json!({
         "model": files.weights.display().to_string(),
         "dtype": args.dtype,
         "device": model.device_name(),
@@ -87,7 +104,29 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "decode_tok_s": round(r.decode_tok_s),
         "decode_tok_s_per_seq": round(r.decode_tok_s_per_seq),
         "total_tok_s": round(r.total_tok_s),
+        "layer_weight_bytes": work.layer_bytes,
+        "output_weight_bytes": work.output_bytes,
+        "int_macs_per_token": work.layer_int_macs,
+        "kv_bytes_per_position": work.kv_bytes_per_position,
+        "decode_bytes_per_step": decode_bytes_per_step(&work, &r),
     });
+    if let Some(l) = limits {
+        let decode_gb_s =
+            decode_bytes_per_step(&work, &r) * r.new_tokens as f64 / r.decode_s.max(1e-12) / 1e9;
+        let prefill_gmac_s = work.layer_int_macs as f64 * r.prefill_tok_s / 1e9;
+        let obj = line.as_object_mut().expect("an object");
+        obj.insert("limits".into(), serde_json::to_value(l).context("limits")?);
+        obj.insert("decode_read_gb_s".into(), json!(round(decode_gb_s)));
+        obj.insert(
+            "decode_fraction_of_bandwidth".into(),
+            json!((decode_gb_s / l.read_gb_s * 1e3).round() / 1e3),
+        );
+        obj.insert("prefill_int8_gmac_s".into(), json!(round(prefill_gmac_s)));
+        obj.insert(
+            "prefill_fraction_of_peak".into(),
+            json!((prefill_gmac_s / l.int8_gmac_s * 1e3).round() / 1e3),
+        );
+    }
     let table = format!(
         "|    PP |     TG |    B |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | S_TG/seq |\n\
          |-------|--------|------|----------|----------|----------|----------|----------|\n\
@@ -110,4 +149,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// Bytes one decode step reads on average: every matrix once (the output projection too), and
+/// each sequence's keys and values at the mean context of the decode steps.
+fn decode_bytes_per_step(work: &Work, r: &BenchResult) -> f64 {
+    let mean_ctx = r.prompt_tokens as f64 + (r.new_tokens as f64 - 1.0).max(0.0) / 2.0;
+    (work.layer_bytes + work.output_bytes) as f64
+        + r.batch_size as f64 * mean_ctx * work.kv_bytes_per_position as f64
 }

@@ -160,6 +160,26 @@ pub(super) struct Layer {
     pub(super) swa: bool,
 }
 
+/// What one token costs the forward pass: the bytes of the weights it reads and its
+/// multiply-adds, for the layers' matrices and for the output projection apart (prefill runs
+/// the output projection for the last row of a sequence only). Attention's own work (which
+/// grows with the context) is not included; the KV bytes per position are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Bytes of the layers' matrices (q/k/v, output, gate/up, down), as the kernels read them.
+    pub layer_bytes: usize,
+    /// Multiply-adds per token of the layers' quantized matrices (8-bit integer products).
+    pub layer_int_macs: usize,
+    /// Multiply-adds per token of the layers' float matrices.
+    pub layer_float_macs: usize,
+    /// Bytes of the output projection (the embedding when tied).
+    pub output_bytes: usize,
+    /// Multiply-adds of the output projection for one row.
+    pub output_macs: usize,
+    /// Bytes of keys and values (f32) stored per position, all layers.
+    pub kv_bytes_per_position: usize,
+}
+
 /// A loaded model of one of the supported architectures: configuration and immutable
 /// weights. The name is historical: every architecture runs through this one forward pass,
 /// parameterised by its [`LlamaConfig`].
@@ -313,6 +333,40 @@ impl Llama {
 
     pub fn dtype(&self) -> WeightDType {
         self.dtype
+    }
+
+    /// What one token costs in weight reads and multiply-adds (see [`Work`]).
+    pub fn work(&self) -> Work {
+        let mut w = Work::default();
+        let mut add = |m: &QWeight, out: bool| {
+            let macs = m.rows() * m.cols();
+            if out {
+                w.output_bytes += m.stored_bytes();
+                w.output_macs += macs;
+            } else {
+                w.layer_bytes += m.stored_bytes();
+                if m.is_quantized() {
+                    w.layer_int_macs += macs;
+                } else {
+                    w.layer_float_macs += macs;
+                }
+            }
+        };
+        for l in &self.layers {
+            match &l.qkv {
+                Qkv::Split { q, k, v } => [q, k, v].into_iter().for_each(|m| add(m, false)),
+                Qkv::Fused(m) => add(m, false),
+            }
+            add(&l.wo, false);
+            match &l.gate_up {
+                GateUp::Split { gate, up } => [gate, up].into_iter().for_each(|m| add(m, false)),
+                GateUp::Fused(m) => add(m, false),
+            }
+            add(&l.w_down, false);
+        }
+        add(self.output.as_ref().unwrap_or(&self.embedding), true);
+        w.kv_bytes_per_position = self.config.n_layer * 2 * self.config.kv_dim() * 4;
+        w
     }
 
     /// Whether the output projection reuses the token embedding.

@@ -14,6 +14,7 @@ pub mod error;
 pub mod expf;
 pub mod gguf;
 pub mod gguf_check;
+pub mod limits;
 pub mod llama;
 pub mod pre_tokenizer;
 pub mod quant;

@@ -399,6 +399,21 @@ impl QWeight {
         self.k
     }
 
+    /// Bytes the kernels read for one product: the quantized blocks (as in the file) or the
+    /// float values.
+    pub fn stored_bytes(&self) -> usize {
+        match &self.storage {
+            Storage::Quant(p) => p.data.len() / self.n.div_ceil(PANEL) / PANEL * self.n,
+            Storage::F32(_) => self.n * self.k * 4,
+            Storage::F16(_) | Storage::BF16(_) => self.n * self.k * 2,
+        }
+    }
+
+    /// Whether the product runs on integer dot products (activations quantized to 8 bits).
+    pub fn is_quantized(&self) -> bool {
+        matches!(self.storage, Storage::Quant(_))
+    }
+
     /// How the values are stored.
     pub fn format(&self) -> WeightFormat {
         match &self.storage {
