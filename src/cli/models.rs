@@ -9,6 +9,7 @@
 //! runner's business, not this file's.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -44,7 +45,14 @@ impl ModelInfo {
     /// Resolves `name` and reads its tokenizer, chat template and configuration (not the
     /// weights), hashing the weights file.
     pub fn inspect(name: &str) -> anyhow::Result<ModelInfo> {
-        let files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
+        ModelInfo::inspect_with(name, None)
+    }
+
+    /// [`ModelInfo::inspect`] with a chat template file replacing the model's own. A model
+    /// left without a template is refused: every protocol sends chat conversations.
+    pub fn inspect_with(name: &str, chat_template: Option<&Path>) -> anyhow::Result<ModelInfo> {
+        let mut files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
+        files.chat_template = chat_template.map(Path::to_path_buf);
         if files.checkpoint {
             return ModelInfo::inspect_checkpoint(name, files);
         }
@@ -54,12 +62,13 @@ impl ModelInfo {
             None => Tokenizer::from_gguf(file.content()),
         }
         .with_context(|| format!("model {name:?}: tokenizer"))?;
-        let template = match &files.tokenizer_config {
-            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
-            None => ChatTemplate::from_gguf(file.content(), &tokenizer)
+        let template = match (&files.chat_template, &files.tokenizer_config) {
+            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer),
+            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
+            (None, None) => ChatTemplate::from_gguf(file.content(), &tokenizer)
                 .and_then(|t| t.with_origin(files.weights.display())),
         }
-        .with_context(|| format!("model {name:?}: chat template"))?;
+        .with_context(|| format!("model {name:?}"))?;
         let config = LlamaConfig::from_gguf(file.content())
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = file_sha256(&files.weights)
@@ -94,13 +103,19 @@ impl ModelInfo {
             .with_context(|| format!("model {name:?}: checkpoint folder has no tokenizer.json"))?;
         let tokenizer = Tokenizer::from_tokenizer_json(tok)
             .with_context(|| format!("model {name:?}: tokenizer"))?;
-        let cfg = files.tokenizer_config.as_ref().with_context(|| {
-            format!(
-                "model {name:?}: checkpoint folder has no tokenizer_config.json (chat template)"
-            )
-        })?;
-        let template = ChatTemplate::from_tokenizer_config(cfg, &tokenizer)
-            .with_context(|| format!("model {name:?}: chat template"))?;
+        let template = match &files.chat_template {
+            Some(path) => ChatTemplate::from_file(path, &tokenizer),
+            None => {
+                let cfg = files.tokenizer_config.as_ref().with_context(|| {
+                    format!(
+                        "model {name:?}: checkpoint folder has no tokenizer_config.json (chat \
+                         template); give one with --chat-template FILE"
+                    )
+                })?;
+                ChatTemplate::from_tokenizer_config(cfg, &tokenizer)
+            }
+        }
+        .with_context(|| format!("model {name:?}: chat template"))?;
         let config_path = files.weights.join("config.json");
         let json: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(&config_path)
