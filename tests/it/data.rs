@@ -453,9 +453,13 @@ fn readme_main_command_completes_from_upstream_files_only() {
     let perf: serde_json::Value =
         serde_json::from_slice(&std::fs::read(cwd.path().join("performance.json")).unwrap())
             .unwrap();
-    assert_eq!(
-        perf.as_object().map(|o| o.len()),
-        Some(3),
-        "three tasks: {perf}"
-    );
+    let keys: Vec<&String> = perf.as_object().unwrap().keys().collect();
+    for task in [
+        "math_word_problem_generation",
+        "finegrained_fact_verification",
+        "answerability_classification",
+        "average",
+    ] {
+        assert!(keys.iter().any(|k| *k == task), "{task} missing: {keys:?}");
+    }
 }
