@@ -6,14 +6,14 @@
 use super::data::{DataFile, Need, Upstream};
 
 // The pinned commits. Raw URLs resolve a full 40-character id only (a short id is not
-// guaranteed to); `data::tests` checks every URL's shape.
-// TODO(issue #27): the first five are still the 7-character ids the data README gives; the
-// full ids could not be found offline (see `pinned_urls_use_full_commit_ids`).
-pub const FB_BENCH_V1: &str = "1ecdbfd";
-pub const FB_BENCH_V3: &str = "dacc09b";
-pub const AUTO_J: &str = "2ae17a3";
-pub const FASTCHAT: &str = "0e6d3e4";
-pub const PANDALM: &str = "3871806";
+// guaranteed to); `data::tests` checks every URL's shape. The first five are the full ids of
+// the 7-character ids the data README gives, read from clones of the authors' repositories, in
+// which every file pinned below exists at its commit with the size and sha256 given here.
+pub const FB_BENCH_V1: &str = "1ecdbfdcd327125539b9d7eb088340cefe48c3c9";
+pub const FB_BENCH_V3: &str = "dacc09b63bc8f412126da94824ee3350288ddda4";
+pub const AUTO_J: &str = "2ae17a3965d933232e9cd50302aa0f176249c83b";
+pub const FASTCHAT: &str = "0e6d3e4beaab66f4d3f93db72541a4abab8af28d";
+pub const PANDALM: &str = "3871806e72b4832f815ecafd24d3503c73403f48";
 pub const REALMISTAKE: &str = "f94a8b978926414deb1dcf6b50076fd06c892192";
 pub const REFUTEBENCH: &str = "24c2135b00054fc8a56ed85e93acb59fdafa8852";
 
