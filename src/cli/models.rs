@@ -39,6 +39,8 @@ pub struct ModelInfo {
     pub template: Arc<ChatTemplate>,
     /// Positions the model attends over.
     pub context_len: usize,
+    /// The number of weights (the GGUF's tensor elements); unknown for checkpoint folders.
+    pub parameters: Option<u64>,
 }
 
 impl ModelInfo {
@@ -73,6 +75,12 @@ impl ModelInfo {
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = file_sha256(&files.weights)
             .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
+        let parameters = file
+            .content()
+            .tensor_infos
+            .values()
+            .map(|t| t.shape.elem_count() as u64)
+            .sum();
         let is_default_file = files
             .weights
             .file_name()
@@ -91,6 +99,7 @@ impl ModelInfo {
             tokenizer: Arc::new(tokenizer),
             template: Arc::new(template),
             context_len: config.context_len,
+            parameters: Some(parameters),
         })
     }
 
@@ -133,6 +142,7 @@ impl ModelInfo {
             tokenizer: Arc::new(tokenizer),
             template: Arc::new(template),
             context_len: config.context_len,
+            parameters: None,
         })
     }
 

@@ -426,6 +426,10 @@ pub fn execute<Pr: BenchProtocol>(
         judge: cfg.judge.name(),
         judge_given: cfg.judge_given,
         candidate_context,
+        parameters: infos
+            .iter()
+            .filter_map(|(name, info)| Some((name.clone(), info.parameters?)))
+            .collect(),
     };
     let mut prepared = protocol.prepare(&ctx, &cfg.options)?;
     // A shard runs its share of the items (store/shard.rs).
@@ -615,6 +619,14 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     }
     for (path, note) in &outputs {
         println!("{note}: {}", path.display());
+    }
+    let notes = r.results.tables.iter().filter(|t| t.title == "Run notes");
+    for row in notes.flat_map(|t| &t.rows) {
+        if let [note, value] = &row[..] {
+            if note == "smoke test" {
+                println!("{note}: {value}");
+            }
+        }
     }
     println!("report: {}", dir.join("report.md").display());
     Ok(())

@@ -391,6 +391,10 @@ fn readme_main_command_completes_from_upstream_files_only() {
         "2",
         "--max-new-tokens",
         "32",
+        "--judge-max-new-tokens",
+        "512",
+        "--constrain",
+        "on",
         "--out",
         "runs/demo",
     ]);
@@ -408,6 +412,41 @@ fn readme_main_command_completes_from_upstream_files_only() {
             "{p}: no results.json\n{stdout}\n{stderr}"
         );
     }
+    // A number for every judged metric: with constrained judge output and room for it, the
+    // demo's 135M judge leaves nothing unscored (before: FB-Bench's JSON was cut at 32 tokens,
+    // Fennec's score lines and RefuteBench's FA answers unscored, ReaLMistake's four replies
+    // without a verdict). The only n/a is FB-Bench's response maintenance: the one item is an
+    // error-correction item, so it has no entry at all (n=0, nothing unscored).
+    for p in data::PROTOCOLS {
+        let results: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(cwd.path().join("runs/demo").join(p).join("results.json")).unwrap(),
+        )
+        .unwrap();
+        for m in results["metrics"].as_array().unwrap() {
+            let name = m["name"].as_str().unwrap();
+            assert_eq!(m["unscored"], 0, "{p} {name}: {m}");
+            if *p == "fbbench" && name == "response_maintenance" {
+                assert_eq!(m["n"], 0, "{m}");
+                continue;
+            }
+            assert!(
+                m["interval"]["value"].is_f64(),
+                "{p} {name}: no number: {m}"
+            );
+            assert!(m["n"].as_u64().unwrap() > 0, "{p} {name}: {m}");
+        }
+        let report =
+            std::fs::read_to_string(cwd.path().join("runs/demo").join(p).join("report.md"))
+                .unwrap();
+        assert!(
+            report.contains("135M parameters): a smoke test"),
+            "{p}: {report}"
+        );
+    }
+    assert!(
+        stdout.contains("smoke test: verdicts by default (135M parameters)"),
+        "{stdout}"
+    );
     assert!(
         stderr.contains("fetched fbbench/v3/fb_bench_dataset_v3.json"),
         "{stderr}"
