@@ -67,8 +67,14 @@ fn comparable_with(plan: &DetectionPlan) -> String {
     if plan.detectors > 1 {
         out.push("Table 6 (majority vote over detectors and prompts)");
     }
+    let constrained = if plan.constrain {
+        "; replies constrained to an explanation line and a concluding sentence (--constrain \
+         on; the paper's detectors wrote freely)"
+    } else {
+        ""
+    };
     format!(
-        "ReaLMistake {} ; up to {} new tokens per reply (the paper: 4,096)",
+        "ReaLMistake {} ; up to {} new tokens per reply (the paper: 4,096){constrained}",
         out.join(" and "),
         plan.max_new_tokens
     )
