@@ -55,6 +55,10 @@ pub struct ProtocolOptions {
     pub label: Option<String>,
     /// All protocols: the new-token limit of every generation, replacing each protocol's own.
     pub max_new_tokens: Option<usize>,
+    /// All protocols: the new-token limit of the steps whose replies are read as verdicts
+    /// (FB-Bench's judge, RefuteBench's FA judge, Fennec's judgements, ReaLMistake's
+    /// detections), replacing `max_new_tokens` and the protocol's own there.
+    pub judge_max_new_tokens: Option<usize>,
     /// fbbench, fennec, refutebench: `on` / `off` constrained judge output (each protocol
     /// has its own default).
     pub constrain: Option<String>,
@@ -79,6 +83,7 @@ impl Default for ProtocolOptions {
             correction: false,
             label: None,
             max_new_tokens: None,
+            judge_max_new_tokens: None,
             constrain: None,
             all: false,
         }
@@ -90,6 +95,12 @@ impl ProtocolOptions {
     /// when given (higher or lower), else `limit`.
     pub fn cap(&self, limit: usize) -> usize {
         self.max_new_tokens.unwrap_or(limit)
+    }
+
+    /// The new-token limit of a verdict step whose protocol default is `limit`:
+    /// `--judge-max-new-tokens`, else `--max-new-tokens`, else `limit`.
+    pub fn judge_cap(&self, limit: usize) -> usize {
+        self.judge_max_new_tokens.unwrap_or(self.cap(limit))
     }
 
     /// Whether the judge's output is constrained (`--constrain on|off`), else `default`.
@@ -222,6 +233,8 @@ pub struct RunContext {
     /// Whether the judge was named explicitly (`--judge`); FB-Bench and RefuteBench require it.
     pub judge_given: bool,
     pub candidate_context: Option<CandidateContext>,
+    /// Parameter counts of the models that are known, by name as given.
+    pub parameters: BTreeMap<String, u64>,
 }
 
 /// A prepared protocol: its plan and items, and what the manifest records about them.
@@ -353,6 +366,39 @@ pub fn judge_note(ctx: &RunContext, self_judging: bool) -> (&'static str, String
         ctx.judge.clone()
     };
     ("judge", v)
+}
+
+/// Below this many parameters a model's verdicts are a smoke test of the pipeline, not a
+/// measurement (the papers' judges are GPT-4-class; the smallest judge the README names is a
+/// 7B instruct model).
+pub const SMOKE_TEST_PARAMETERS: u64 = 1_000_000_000;
+
+/// The `smoke test` note, when a model whose replies are read as verdicts (`verdict_models`:
+/// the judge, or Fennec's judge and ReaLMistake's detectors, which are the models evaluated)
+/// has fewer than [`SMOKE_TEST_PARAMETERS`] parameters: the run then checks that the pipeline
+/// works end to end, and its numbers measure nothing.
+pub fn smoke_test_note(
+    ctx: &RunContext,
+    verdict_models: &[&str],
+) -> Option<(&'static str, String)> {
+    let small: Vec<String> = verdict_models
+        .iter()
+        .filter_map(|m| {
+            let n = *ctx.parameters.get(*m)?;
+            (n < SMOKE_TEST_PARAMETERS)
+                .then(|| format!("{m} ({}M parameters)", (n + 500_000) / 1_000_000))
+        })
+        .collect();
+    (!small.is_empty()).then(|| {
+        (
+            "smoke test",
+            format!(
+                "verdicts by {}: a smoke test that the protocol runs end to end, not a \
+                 measurement; name a real judge with --judge (e.g. a 7B instruct GGUF by Hub id)",
+                small.join(", ")
+            ),
+        )
+    })
 }
 
 /// The version recorded for a prompt template: the first 16 hex digits of its text's sha256.
@@ -495,6 +541,10 @@ mod tests {
         a.max_new_tokens = Some(32);
         // Either direction: the option replaces the protocol's limit.
         assert_eq!((a.cap(256), a.cap(16)), (32, 32));
+        // A verdict step's limit: the judge's option, else the general one.
+        assert_eq!(a.judge_cap(16), 32);
+        a.judge_max_new_tokens = Some(512);
+        assert_eq!((a.judge_cap(16), a.cap(16)), (512, 32));
         assert_eq!(file_label("default"), "SmolLM2-135M-Instruct.Q4_1");
         assert_eq!(file_label("models/x y.gguf"), "x_y");
         assert_eq!(file_label("fake:a"), "fake_a");
@@ -578,7 +628,23 @@ mod tests {
             judge: judge.to_string(),
             judge_given,
             candidate_context: None,
+            parameters: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn small_verdict_models_make_a_smoke_test() {
+        let mut c = ctx(&["default"], "big", true);
+        assert_eq!(smoke_test_note(&c, &["big"]), None);
+        c.parameters.insert("default".into(), 134_515_008);
+        c.parameters.insert("big".into(), 8_030_261_248);
+        assert_eq!(smoke_test_note(&c, &["big"]), None);
+        let (k, v) = smoke_test_note(&c, &["default", "big"]).unwrap();
+        assert_eq!(k, "smoke test");
+        assert!(
+            v.starts_with("verdicts by default (135M parameters): a smoke test"),
+            "{v}"
+        );
     }
 
     #[test]

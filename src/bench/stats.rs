@@ -40,12 +40,21 @@ impl SplitMix64 {
     }
 }
 
-/// A point estimate with its bootstrap interval.
+/// A point estimate with its bootstrap interval. A value that does not exist (an empty
+/// metric, no finite resample) is NaN, written `null` in JSON and read back as NaN.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
+    #[serde(deserialize_with = "nan_from_null")]
     pub value: f64,
+    #[serde(deserialize_with = "nan_from_null")]
     pub low: f64,
+    #[serde(deserialize_with = "nan_from_null")]
     pub high: f64,
+}
+
+/// `null` (how `serde_json` writes a NaN) as NaN; a number as itself.
+fn nan_from_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// Default number of bootstrap resamples.

@@ -16,7 +16,11 @@ pub struct DataArgs {
 pub enum DataCommand {
     /// Download protocols' files at pinned commits (sha256-checked) into the cache
     /// ($CANDOR_HOME/data, else the platform cache folder); all protocols when none is named.
-    /// $CANDOR_MIRROR replaces the download base; $CANDOR_OFFLINE=1 never uses the network.
+    /// Besides what a run reads, this fetches the comparison material the authors publish
+    /// (published judgements and detector outputs); what they do not publish on its own
+    /// (e.g. FB-Bench v1's paper table) is skipped and named. $CANDOR_MIRROR replaces the
+    /// download base (a copy of the data folder); $CANDOR_GITHUB_RAW replaces
+    /// https://raw.githubusercontent.com; $CANDOR_OFFLINE=1 never uses the network.
     Fetch {
         /// fbbench, refutebench, realmistake, fennec.
         protocols: Vec<String>,
@@ -48,9 +52,20 @@ pub fn run(args: DataArgs) -> anyhow::Result<()> {
         } => {
             let root = into.unwrap_or_else(data::cache_root);
             let source = Source::from_env();
-            let (mut fetched, mut present) = (0, 0);
+            let (mut fetched, mut present, mut unpublished) = (0, 0, 0);
             for p in protocols(&names) {
                 for file in data::files_for(&p)? {
+                    let there = data::status(&root, file) == Status::Present;
+                    if !there && !source.has(file) {
+                        // Comparison material only (a run never needs it): say so, go on.
+                        unpublished += 1;
+                        println!(
+                            "skipped {}: not published upstream on its own (comparison \
+                             material only; no run needs it)",
+                            file.rel
+                        );
+                        continue;
+                    }
                     match data::fetch_file(&root, file, &source)
                         .with_context(|| format!("fetching {p} into {}", root.display()))?
                     {
@@ -71,7 +86,8 @@ pub fn run(args: DataArgs) -> anyhow::Result<()> {
                 }
             }
             println!(
-                "{}: {fetched} fetched, {present} already present",
+                "{}: {fetched} fetched, {present} already present, {unpublished} not published \
+                 upstream",
                 root.display()
             );
             Ok(())

@@ -1,7 +1,10 @@
 //! `candor generate`: replies to the chat conversations of a JSONL file with a local model,
 //! one JSON line per conversation, in input order.
 //!
-//! Input lines are `{"id": ..., "messages": [...]}` (optionally `"seed"`); output lines carry
+//! Input lines are `{"id": ..., "messages": [...]}` (rendered with the model's chat template, or
+//! `--chat-template FILE`) or `{"id": ..., "prompt": "raw text"}` (encoded as it is, with BOS
+//! where the model's metadata asks for it: a base model needs no template), optionally with
+//! `"seed"`; output lines carry
 //! the id, prompt and output token ids, the reply text, the stop reason and timings. The output
 //! is written to a temporary file beside `--out` and renamed into place at the end, so a failed
 //! run leaves nothing half-written. A malformed input line is an error naming `path:line`.
@@ -14,7 +17,10 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::engine::{ChatRequest, Engine, EngineOptions, SamplingParams, SchedulerConfig};
+use crate::engine::{
+    ChatReply, ChatRequest, Engine, EngineOptions, SamplingParams, SchedulerConfig, TokenReply,
+    TokenRequest,
+};
 use crate::model::chat::Message;
 use crate::model::llama::WeightDType;
 use crate::model::source;
@@ -24,9 +30,15 @@ pub struct GenerateArgs {
     /// Model: `default`, a GGUF path, or a Hugging Face Hub id (`org/repo[:file.gguf]`).
     #[arg(long, default_value = "default")]
     pub model: String,
-    /// Input JSONL: one `{"id": ..., "messages": [{"role": ..., "content": ...}]}` per line.
+    /// Input JSONL: one `{"id": ..., "messages": [{"role": ..., "content": ...}]}` (a chat) or
+    /// `{"id": ..., "prompt": "raw text"}` (no template; BOS as the model's metadata says)
+    /// per line.
     #[arg(long)]
     pub prompts: PathBuf,
+    /// A Jinja chat template file for `messages` lines: replaces the model's own, or gives a
+    /// base model one.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
     /// Output JSONL, written atomically when every reply is done.
     #[arg(long)]
     pub out: PathBuf,
@@ -62,15 +74,20 @@ pub struct GenerateArgs {
 #[serde(deny_unknown_fields)]
 struct PromptLine {
     id: Value,
-    messages: Vec<Message>,
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    prompt: Option<String>,
     #[serde(default)]
     seed: Option<u64>,
 }
 
-/// A conversation to answer, with its id as written in the input.
+/// A conversation (or raw prompt) to answer, with its id as written in the input.
 #[derive(Debug)]
 struct Prompt {
     id: Value,
+    /// `Some` for a `prompt` line: the text is encoded as it is, `request.messages` is empty.
+    raw: Option<String>,
     request: ChatRequest,
 }
 
@@ -108,9 +125,17 @@ fn parse_prompts(
         if !matches!(p.id, Value::String(_) | Value::Number(_)) {
             bail!("{}: `id` must be a string or a number", at());
         }
-        if p.messages.is_empty() {
-            bail!("{}: `messages` is empty", at());
-        }
+        let (messages, raw) = match (p.messages, p.prompt) {
+            (Some(_), Some(_)) => bail!("{}: give `messages` or `prompt`, not both", at()),
+            (None, None) => bail!(
+                "{}: missing `messages` (a chat) or `prompt` (raw text)",
+                at()
+            ),
+            (Some(m), None) if m.is_empty() => bail!("{}: `messages` is empty", at()),
+            (None, Some(t)) if t.is_empty() => bail!("{}: `prompt` is empty", at()),
+            (Some(m), None) => (m, None),
+            (None, Some(t)) => (Vec::new(), Some(t)),
+        };
         if !seen.insert(p.id.to_string()) {
             bail!("{}: duplicate id {}", at(), p.id);
         }
@@ -127,10 +152,8 @@ fn parse_prompts(
         };
         prompts.push(Prompt {
             id: p.id,
-            request: ChatRequest {
-                messages: p.messages,
-                params,
-            },
+            raw,
+            request: ChatRequest { messages, params },
         });
     }
     Ok(prompts)
@@ -148,7 +171,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         bail!("--top-p must be in (0, 1]");
     }
     let prompts = read_prompts(&args.prompts, &args)?;
-    let files = source::resolve(&args.model)?;
+    let mut files = source::resolve(&args.model)?;
+    files.chat_template = args.chat_template.clone();
     let dtype = match args.dtype.as_str() {
         "f32" => WeightDType::F32,
         _ => WeightDType::Native,
@@ -181,10 +205,37 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let requests: Vec<ChatRequest> = prompts.iter().map(|p| p.request.clone()).collect();
-    let replies = pool
-        .install(|| engine.chat_with_timings(&requests, &mut |_| bar.inc(1)))
+    // Every prompt is encoded before anything runs: a chat line for a model without a template
+    // fails here, naming its line's id.
+    let mut prompt_ids = Vec::with_capacity(prompts.len());
+    for p in &prompts {
+        let ids = match &p.raw {
+            Some(text) => engine.raw_prompt_ids(text),
+            None => engine.prompt_ids(&p.request),
+        };
+        prompt_ids.push(ids.with_context(|| format!("{}: id {}", args.prompts.display(), p.id))?);
+    }
+    let requests: Vec<TokenRequest> = prompts
+        .iter()
+        .zip(&prompt_ids)
+        .map(|(p, ids)| TokenRequest::new(ids.clone(), p.request.params.clone()))
+        .collect();
+    let tokens = pool
+        .install(|| engine.generate_tokens_with_progress(&requests, &mut |_| bar.inc(1)))
         .context("generating")?;
+    let replies: Vec<(ChatReply, TokenReply)> = prompt_ids
+        .into_iter()
+        .zip(tokens)
+        .map(|(prompt_ids, t)| {
+            let chat = ChatReply {
+                prompt_ids,
+                output_ids: t.output_ids.clone(),
+                text: t.text.clone(),
+                stop_reason: t.stop_reason,
+            };
+            (chat, t)
+        })
+        .collect();
     bar.finish_and_clear();
 
     let mut total_out = 0usize;
@@ -260,6 +311,19 @@ mod tests {
     }
 
     #[test]
+    fn raw_prompt_lines_sit_beside_chat_lines() {
+        let a = args(&[]);
+        let text =
+            "{\"id\": \"chat\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n\
+                    {\"id\": \"base\", \"prompt\": \"Once upon a time\"}\n";
+        let p = parse(text, &a).expect("valid");
+        assert_eq!(p[0].raw, None);
+        assert_eq!(p[0].request.messages.len(), 1);
+        assert_eq!(p[1].raw.as_deref(), Some("Once upon a time"));
+        assert!(p[1].request.messages.is_empty());
+    }
+
+    #[test]
     fn malformed_lines_name_path_and_line() {
         let a = args(&[]);
         let good = "{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
@@ -269,6 +333,9 @@ mod tests {
             format!("{good}\n{{\"id\": \"b\", \"messages\": []}}"),
             format!("{good}\n{good}"),
             format!("{good}\n{{\"id\": null, \"messages\": [{{\"role\": \"user\", \"content\": \"x\"}}]}}"),
+            format!("{good}\n{{\"id\": \"b\"}}"),
+            format!("{good}\n{{\"id\": \"b\", \"prompt\": \"\"}}"),
+            format!("{good}\n{{\"id\": \"b\", \"prompt\": \"x\", \"messages\": [{{\"role\": \"user\", \"content\": \"x\"}}]}}"),
         ];
         for text in cases {
             let err = format!("{:#}", parse(&text, &a).expect_err("invalid"));

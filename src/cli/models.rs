@@ -9,6 +9,7 @@
 //! runner's business, not this file's.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -38,13 +39,22 @@ pub struct ModelInfo {
     pub template: Arc<ChatTemplate>,
     /// Positions the model attends over.
     pub context_len: usize,
+    /// The number of weights (the GGUF's tensor elements); unknown for checkpoint folders.
+    pub parameters: Option<u64>,
 }
 
 impl ModelInfo {
     /// Resolves `name` and reads its tokenizer, chat template and configuration (not the
     /// weights), hashing the weights file.
     pub fn inspect(name: &str) -> anyhow::Result<ModelInfo> {
-        let files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
+        ModelInfo::inspect_with(name, None)
+    }
+
+    /// [`ModelInfo::inspect`] with a chat template file replacing the model's own. A model
+    /// left without a template is refused: every protocol sends chat conversations.
+    pub fn inspect_with(name: &str, chat_template: Option<&Path>) -> anyhow::Result<ModelInfo> {
+        let mut files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
+        files.chat_template = chat_template.map(Path::to_path_buf);
         if files.checkpoint {
             return ModelInfo::inspect_checkpoint(name, files);
         }
@@ -54,16 +64,23 @@ impl ModelInfo {
             None => Tokenizer::from_gguf(file.content()),
         }
         .with_context(|| format!("model {name:?}: tokenizer"))?;
-        let template = match &files.tokenizer_config {
-            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
-            None => ChatTemplate::from_gguf(file.content(), &tokenizer)
+        let template = match (&files.chat_template, &files.tokenizer_config) {
+            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer),
+            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
+            (None, None) => ChatTemplate::from_gguf(file.content(), &tokenizer)
                 .and_then(|t| t.with_origin(files.weights.display())),
         }
-        .with_context(|| format!("model {name:?}: chat template"))?;
+        .with_context(|| format!("model {name:?}"))?;
         let config = LlamaConfig::from_gguf(file.content())
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = file_sha256(&files.weights)
             .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
+        let parameters = file
+            .content()
+            .tensor_infos
+            .values()
+            .map(|t| t.shape.elem_count() as u64)
+            .sum();
         let is_default_file = files
             .weights
             .file_name()
@@ -82,6 +99,7 @@ impl ModelInfo {
             tokenizer: Arc::new(tokenizer),
             template: Arc::new(template),
             context_len: config.context_len,
+            parameters: Some(parameters),
         })
     }
 
@@ -94,13 +112,19 @@ impl ModelInfo {
             .with_context(|| format!("model {name:?}: checkpoint folder has no tokenizer.json"))?;
         let tokenizer = Tokenizer::from_tokenizer_json(tok)
             .with_context(|| format!("model {name:?}: tokenizer"))?;
-        let cfg = files.tokenizer_config.as_ref().with_context(|| {
-            format!(
-                "model {name:?}: checkpoint folder has no tokenizer_config.json (chat template)"
-            )
-        })?;
-        let template = ChatTemplate::from_tokenizer_config(cfg, &tokenizer)
-            .with_context(|| format!("model {name:?}: chat template"))?;
+        let template = match &files.chat_template {
+            Some(path) => ChatTemplate::from_file(path, &tokenizer),
+            None => {
+                let cfg = files.tokenizer_config.as_ref().with_context(|| {
+                    format!(
+                        "model {name:?}: checkpoint folder has no tokenizer_config.json (chat \
+                         template); give one with --chat-template FILE"
+                    )
+                })?;
+                ChatTemplate::from_tokenizer_config(cfg, &tokenizer)
+            }
+        }
+        .with_context(|| format!("model {name:?}: chat template"))?;
         let config_path = files.weights.join("config.json");
         let json: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(&config_path)
@@ -118,6 +142,7 @@ impl ModelInfo {
             tokenizer: Arc::new(tokenizer),
             template: Arc::new(template),
             context_len: config.context_len,
+            parameters: None,
         })
     }
 

@@ -79,10 +79,18 @@ pub struct ProtocolArgs {
     #[arg(long, value_name = "N")]
     pub max_new_tokens: Option<usize>,
 
-    /// fbbench, fennec, refutebench (FA judge): `on` or `off`, constrain the judge's output
-    /// to the format its prompt asks for (decoding masked by a grammar, llguidance; the local
-    /// counterpart of an API's JSON mode). Defaults: on for fbbench (the authors' judge ran
-    /// in JSON mode), off for fennec and refutebench (the authors' judges wrote free text).
+    /// All protocols: the new-token limit of the steps whose replies are read as verdicts
+    /// (FB-Bench's judge, RefuteBench's FA judge, Fennec's judgements, ReaLMistake's
+    /// detections), replacing --max-new-tokens and the protocol's own there. A judge's JSON
+    /// or score lines need more room than a quick run gives its candidates.
+    #[arg(long, value_name = "N")]
+    pub judge_max_new_tokens: Option<usize>,
+
+    /// fbbench, fennec, refutebench (FA judge), realmistake: `on` or `off`, constrain the
+    /// judge's output to the format its prompt asks for (decoding masked by a grammar,
+    /// llguidance; the local counterpart of an API's JSON mode). Defaults: on for fbbench (the
+    /// authors' judge ran in JSON mode), off for the others (the authors' judges and detectors
+    /// wrote free text).
     /// Recorded in the manifest with the grammar's hash.
     #[arg(long, value_name = "on|off")]
     pub constrain: Option<String>,
@@ -105,6 +113,7 @@ impl ProtocolArgs {
             correction: self.correction,
             label: self.label.clone(),
             max_new_tokens: self.max_new_tokens,
+            judge_max_new_tokens: self.judge_max_new_tokens,
             constrain: self.constrain.clone(),
             all: false,
         }

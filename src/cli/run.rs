@@ -79,6 +79,12 @@ pub struct RunArgs {
     #[arg(long = "model", value_name = "M", default_value = "default")]
     pub models: Vec<String>,
 
+    /// A Jinja chat template file for the --model candidates: replaces their own, or gives one
+    /// to a base model that has none (every protocol sends chat conversations). Its sha256 is
+    /// recorded in the manifest like a model's own template.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
+
     /// The judge model (FB-Bench checklist, RefuteBench acceptance, Fennec), in the same forms
     /// as --model. Required by fbbench and refutebench (the papers' judges are GPT-4o and
     /// GPT-4; naming the candidate's model is allowed and recorded as self-judging); for
@@ -195,6 +201,8 @@ pub struct RunConfig {
     pub device: DeviceSpec,
     pub seed: u64,
     pub data: PathBuf,
+    /// `--chat-template`: replaces the candidates' own templates.
+    pub chat_template: Option<PathBuf>,
     /// Sleep per batch of the `fake:` models (feature `testkit`).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub fake_delay: Duration,
@@ -245,6 +253,7 @@ impl RunConfig {
             device: args.device,
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::store::data::default_root),
+            chat_template: args.chat_template,
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options.to_options(),
             judge_given: args.judge.is_some(),
@@ -382,7 +391,10 @@ pub fn execute<Pr: BenchProtocol>(
     for (_, m) in &roles {
         if let ModelSpec::Engine(name) = m {
             if !infos.contains_key(name) {
-                infos.insert(name.clone(), ModelInfo::inspect(name)?);
+                // `--chat-template` applies to the candidates (a judge named alike shares it).
+                let is_candidate = cfg.candidates.contains(*m);
+                let template = cfg.chat_template.as_deref().filter(|_| is_candidate);
+                infos.insert(name.clone(), ModelInfo::inspect_with(name, template)?);
             }
         }
     }
@@ -414,6 +426,10 @@ pub fn execute<Pr: BenchProtocol>(
         judge: cfg.judge.name(),
         judge_given: cfg.judge_given,
         candidate_context,
+        parameters: infos
+            .iter()
+            .filter_map(|(name, info)| Some((name.clone(), info.parameters?)))
+            .collect(),
     };
     let mut prepared = protocol.prepare(&ctx, &cfg.options)?;
     // A shard runs its share of the items (store/shard.rs).
@@ -603,6 +619,14 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     }
     for (path, note) in &outputs {
         println!("{note}: {}", path.display());
+    }
+    let notes = r.results.tables.iter().filter(|t| t.title == "Run notes");
+    for row in notes.flat_map(|t| &t.rows) {
+        if let [note, value] = &row[..] {
+            if note == "smoke test" {
+                println!("{note}: {value}");
+            }
+        }
     }
     println!("report: {}", dir.join("report.md").display());
     Ok(())

@@ -97,10 +97,16 @@ impl Engine {
             Some(path) => Tokenizer::from_tokenizer_json(path)?,
             None => Tokenizer::from_gguf(file.content())?,
         };
-        let template = match &files.tokenizer_config {
-            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
-            None => ChatTemplate::from_gguf(file.content(), &tokenizer)?
-                .with_origin(files.weights.display())?,
+        // `--chat-template` first; a model with none loads (raw prompts), its chat renders fail.
+        let template = match (&files.chat_template, &files.tokenizer_config) {
+            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer),
+            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
+            (None, None) => ChatTemplate::from_gguf(file.content(), &tokenizer)
+                .and_then(|t| t.with_origin(files.weights.display())),
+        };
+        let template = match template {
+            Err(ModelError::NoChatTemplate) => ChatTemplate::missing(files.weights.display())?,
+            other => other?,
         };
         let model = Llama::from_gguf(&mut file, options.dtype)?;
         Engine::build(model, &files.weights, tokenizer, template, &[], options)
@@ -117,9 +123,10 @@ impl Engine {
             .as_ref()
             .ok_or_else(|| missing("tokenizer.json"))?;
         let tokenizer = Tokenizer::from_tokenizer_json(tok_path)?;
-        let template = match &files.tokenizer_config {
-            Some(path) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
-            None => return Err(ModelError::NoChatTemplate.into()),
+        let template = match (&files.chat_template, &files.tokenizer_config) {
+            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer)?,
+            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
+            (None, None) => return Err(ModelError::NoChatTemplate.into()),
         };
         let eos = match &files.generation_config {
             Some(p) => generation_eos_ids(p)?,
@@ -203,6 +210,12 @@ impl Engine {
     /// The token-level decoder (prefixes, forks, teacher forcing).
     pub fn decoder(&mut self) -> &mut Decoder {
         &mut self.decoder
+    }
+
+    /// The prompt ids of raw text (a base model's prompt): encoded as is, with BOS where the
+    /// model's metadata asks for it.
+    pub fn raw_prompt_ids(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+        Ok(self.tokenizer.encode(text)?)
     }
 
     /// The prompt ids of a chat conversation: rendered with the generation prompt, encoded.

@@ -132,12 +132,7 @@ pub fn detection_prompt(prompt: DetectionPrompt, input: &str, response: &str) ->
              and requirements in the model input.\n"
         ),
     };
-    let (first, second) = match prompt {
-        DetectionPrompt::P1 | DetectionPrompt::EvaluationSteps => (ERROR_OPTION, NO_ERROR_OPTION),
-        DetectionPrompt::P2 => (NO_ERROR_OPTION, ERROR_OPTION),
-        DetectionPrompt::P3 => (NOT_VALID_OPTION, VALID_OPTION),
-        DetectionPrompt::P4 => (VALID_OPTION, NOT_VALID_OPTION),
-    };
+    let (first, second) = options(prompt);
     let mut text = format!(
         "{head}\n===== Model Input Begins =====\n\n{input}\n\n===== Model Input Ends =====\n\n\
          ===== Model Response Begins =====\n\n{response}\n\n===== Model Response Ends =====\n\n\
@@ -148,6 +143,28 @@ pub fn detection_prompt(prompt: DetectionPrompt, input: &str, response: &str) ->
         text.push_str(EVALUATION_STEPS);
     }
     text
+}
+
+/// The reply a detection prompt asks for, as a Lark grammar (llguidance syntax) for
+/// constrained decoding: a one-line explanation (ending at a newline or after 384 tokens, so a
+/// reply fits in 512 new tokens), then one of the prompt's two concluding sentences on its own
+/// line. Off by default (the authors' detectors wrote free text); it lets a small model that
+/// never reaches a verdict phrase give one.
+pub fn detection_grammar(prompt: DetectionPrompt) -> String {
+    let (first, second) = options(prompt);
+    format!(
+        "start: explanation \"\\n\" conclusion\nconclusion: {first} | {second}\nexplanation[max_tokens=384]: /[^\\n]+/\n"
+    )
+}
+
+/// The two concluding sentences a prompt offers, in its order.
+fn options(prompt: DetectionPrompt) -> (&'static str, &'static str) {
+    match prompt {
+        DetectionPrompt::P1 | DetectionPrompt::EvaluationSteps => (ERROR_OPTION, NO_ERROR_OPTION),
+        DetectionPrompt::P2 => (NO_ERROR_OPTION, ERROR_OPTION),
+        DetectionPrompt::P3 => (NOT_VALID_OPTION, VALID_OPTION),
+        DetectionPrompt::P4 => (VALID_OPTION, NOT_VALID_OPTION),
+    }
 }
 
 /// Phrases that make a reply predict no error (checked first), in the authors' order.
@@ -173,6 +190,68 @@ pub fn parse_detection(reply: &str) -> Verdict<Detection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::constraint::{Allowed, ConstraintCompiler};
+    use crate::engine::Constraint;
+
+    /// Feeds `text` one byte-token at a time (ids 0..=255 are the bytes; 256 stops), checking
+    /// each is allowed; returns the state.
+    fn feed(
+        c: &ConstraintCompiler,
+        grammar: &str,
+        text: &[u8],
+    ) -> crate::engine::constraint::ConstraintState {
+        let mut s = c.start(&Constraint::Lark(grammar.to_string())).unwrap();
+        for &b in text {
+            let Allowed::Tokens(ids) = s.allowed(&[256]) else {
+                panic!("stopped before {:?}", b as char)
+            };
+            assert!(ids.contains(&u32::from(b)), "{:?} not allowed", b as char);
+            s.consume(u32::from(b));
+        }
+        s
+    }
+
+    /// The constrained reply always ends in a verdict the authors' rule reads, within 512
+    /// tokens: the explanation is cut at 384 tokens, then only the newline may follow.
+    #[test]
+    fn constrained_replies_reach_a_verdict() {
+        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        words.push(b"\xFF<|im_end|>".to_vec());
+        let c = ConstraintCompiler::from_words(words, 256);
+        for p in DetectionPrompt::SIMPLE {
+            let g = detection_grammar(p);
+            let (first, second) = options(p);
+            for option in [first, second] {
+                let sentence = option.trim_matches('"');
+                let text = format!("It adds up.\n{sentence}");
+                let mut s = feed(&c, &g, text.as_bytes());
+                assert!(
+                    matches!(s.allowed(&[256]), Allowed::Tokens(t) if t == [256])
+                        || matches!(s.allowed(&[256]), Allowed::StopOnly)
+                );
+                assert!(
+                    matches!(parse_detection(&text), Verdict::Scored(_)),
+                    "{text}"
+                );
+            }
+            let mut s = feed(&c, &g, &[b'x'; 384]);
+            assert_eq!(
+                s.allowed(&[256]),
+                Allowed::Tokens(vec![u32::from(b'\n')]),
+                "{p:?}"
+            );
+        }
+        // Fennec's explanation lines are cut alike.
+        let mut s = feed(
+            &c,
+            crate::judge::fennec::SINGLE_RESULT_GRAMMAR,
+            format!("Response Score: 4\nExplanation: {}", "y".repeat(128)).as_bytes(),
+        );
+        assert!(
+            matches!(s.allowed(&[256]), Allowed::Tokens(t) if t == [256])
+                || matches!(s.allowed(&[256]), Allowed::StopOnly)
+        );
+    }
 
     #[test]
     fn prompt_1a_matches_the_authors_text() {

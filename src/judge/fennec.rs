@@ -16,16 +16,17 @@ use super::Verdict;
 
 /// The pairwise [Judge Result] the prompt asks for, as a Lark grammar (llguidance syntax)
 /// for constrained decoding: the two score lines (one digit 1–5 each) with one-line
-/// explanations and the comparison, in the prompt's order.
-pub const PAIR_RESULT_GRAMMAR: &str = r#"start: "Response A Score: " SCORE "\nExplanation: " LINE "\nResponse B Score: " SCORE "\nExplanation: " LINE "\nComparison: " LINE
+/// explanations and the comparison, in the prompt's order. Each explanation ends at a newline
+/// or after 128 tokens, so the whole result fits in 512 new tokens whatever the judge writes.
+pub const PAIR_RESULT_GRAMMAR: &str = r#"start: "Response A Score: " SCORE "\nExplanation: " line "\nResponse B Score: " SCORE "\nExplanation: " line "\nComparison: " line
 SCORE: /[1-5]/
-LINE: /[^\n]+/
+line[max_tokens=128]: /[^\n]+/
 "#;
 
 /// The single-response [Judge Result] the prompt asks for, as a Lark grammar.
-pub const SINGLE_RESULT_GRAMMAR: &str = r#"start: "Response Score: " SCORE "\nExplanation: " LINE
+pub const SINGLE_RESULT_GRAMMAR: &str = r#"start: "Response Score: " SCORE "\nExplanation: " line
 SCORE: /[1-5]/
-LINE: /[^\n]+/
+line[max_tokens=128]: /[^\n]+/
 "#;
 
 /// System message of the criteria (branching) step.

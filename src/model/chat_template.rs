@@ -65,6 +65,9 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The model has no template and none was given ([`ChatTemplate::missing`]): every render
+    /// is [`ModelError::NoChatTemplate`].
+    missing: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -109,7 +112,31 @@ impl ChatTemplate {
             env,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
+            missing: false,
         })
+    }
+
+    /// A Jinja template file (`--chat-template FILE`), with the tokenizer's BOS/EOS strings,
+    /// checked like a model's own ([`ChatTemplate::with_origin`]).
+    pub fn from_file(path: &Path, tokenizer: &Tokenizer) -> Result<Self> {
+        let source = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())
+            .map_err(|e| ModelError::Template(format!("{}: {e}", path.display())))?
+            .with_origin(path.display())
+    }
+
+    /// The stand-in for a model without a template (a base model): loading succeeds, raw
+    /// prompts can be generated, and any chat render is [`ModelError::NoChatTemplate`].
+    pub fn missing(origin: impl std::fmt::Display) -> Result<Self> {
+        let mut t = Self::new("", "", "")?;
+        t.origin = origin.to_string();
+        t.missing = true;
+        Ok(t)
+    }
+
+    /// Whether this is [`ChatTemplate::missing`].
+    pub fn is_missing(&self) -> bool {
+        self.missing
     }
 
     /// Names the file the template came from (used in every error message) and checks on a
@@ -197,6 +224,9 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<(String, u64)> {
+        if self.missing {
+            return Err(ModelError::NoChatTemplate);
+        }
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)

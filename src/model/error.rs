@@ -83,7 +83,7 @@ pub enum ModelError {
     TemplateRaised(String),
 
     /// The model has no chat template and none was supplied.
-    #[error("no chat template: the model has no `tokenizer.chat_template` and no tokenizer_config.json gives one")]
+    #[error("no chat template: the model has none (`tokenizer.chat_template`, tokenizer_config.json), as base models do; chat prompts need one: give a Jinja template with --chat-template FILE (`candor generate` also takes raw `prompt` lines)")]
     NoChatTemplate,
 
     /// `--model` could not be resolved to local files.

@@ -86,6 +86,9 @@ pub struct ModelFiles {
     pub tokenizer_config: Option<PathBuf>,
     /// `generation_config.json` (its `eos_token_id`s also stop generation), when present.
     pub generation_config: Option<PathBuf>,
+    /// A Jinja chat template file given on the command line (`--chat-template`): replaces the
+    /// model's own (or gives a base model one).
+    pub chat_template: Option<PathBuf>,
 }
 
 impl ModelFiles {
@@ -96,6 +99,7 @@ impl ModelFiles {
             tokenizer_json: None,
             tokenizer_config: None,
             generation_config: None,
+            chat_template: None,
         }
     }
 }
@@ -119,6 +123,7 @@ fn checkpoint_files(dir: &Path) -> ModelFiles {
         tokenizer_json: opt("tokenizer.json"),
         tokenizer_config: opt("tokenizer_config.json"),
         generation_config: opt("generation_config.json"),
+        chat_template: None,
     }
 }
 

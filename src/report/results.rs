@@ -117,5 +117,12 @@ mod tests {
         assert!(s.contains("\"skipped\": 2"), "{s}");
         assert!(s.contains("\"actor\": {\n        \"candidate\": 0"), "{s}");
         assert!(s.ends_with("}\n"));
+        // What was written reads back: n/a values (null) are NaN again, `failed` is ignored.
+        let back: RunResults = serde_json::from_str(&s).unwrap();
+        let i = back.results.metrics[0].interval;
+        assert!(i.value.is_nan(), "{i:?}");
+        assert_eq!((i.low, i.high), (0.25, 1.0));
+        assert_eq!(back.failed, r.failed);
+        assert_eq!(back.skipped_steps, 2);
     }
 }

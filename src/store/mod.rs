@@ -24,6 +24,7 @@
 //! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
 
 pub mod data;
+pub mod data_files;
 pub mod gen_cache;
 pub mod manifest;
 pub mod models;

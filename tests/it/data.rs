@@ -1,6 +1,7 @@
 //! Data fetching against a loopback mirror of `../shared/data`: a fetch, a resumed partial
 //! download, a sha256 mismatch (refused, nothing left behind), offline mode, and `candor run`
-//! fetching what it needs on first use.
+//! fetching what it needs on first use; and against a loopback server with raw GitHub's layout
+//! holding only the files the authors publish, the README's main command on an empty cache.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
@@ -10,7 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use candor::store::data::{self, DataError, Fetched, Source, Status};
+use candor::store::data::{self, DataError, Fetched, Need, Source, Status};
 
 use crate::util;
 
@@ -22,7 +23,21 @@ struct Mirror {
     ranges: Arc<Mutex<Vec<String>>>,
 }
 
+/// What a server answers for a path (without the leading `/`): the file's bytes, or 404.
+type Resolve = Arc<dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync>;
+
 fn serve(root: PathBuf, corrupt: HashSet<String>) -> Mirror {
+    let resolve: Resolve = Arc::new(move |rel: &str| {
+        let file = root.join(rel);
+        if rel.contains("..") || !file.is_file() {
+            return None;
+        }
+        std::fs::read(file).ok()
+    });
+    serve_with(resolve, corrupt)
+}
+
+fn serve_with(resolve: Resolve, corrupt: HashSet<String>) -> Mirror {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let requests = Arc::new(AtomicUsize::new(0));
@@ -33,7 +48,7 @@ fn serve(root: PathBuf, corrupt: HashSet<String>) -> Mirror {
         for stream in listener.incoming().take(1000) {
             let Ok(stream) = stream else { continue };
             req2.fetch_add(1, Ordering::SeqCst);
-            let _ = answer(stream, &root, &corrupt, &ranges2);
+            let _ = answer(stream, &*resolve, &corrupt, &ranges2);
         }
     });
     Mirror {
@@ -45,7 +60,7 @@ fn serve(root: PathBuf, corrupt: HashSet<String>) -> Mirror {
 
 fn answer(
     stream: TcpStream,
-    root: &Path,
+    resolve: &(dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync),
     corrupt: &HashSet<String>,
     ranges: &Mutex<Vec<String>>,
 ) -> std::io::Result<()> {
@@ -67,13 +82,11 @@ fn answer(
     }
     let rel = path.trim_start_matches('/');
     let mut out = stream;
-    let file = root.join(rel);
-    if rel.contains("..") || !file.is_file() {
+    let Some(mut body) = resolve(rel) else {
         return out.write_all(
             b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
         );
-    }
-    let mut body = std::fs::read(&file)?;
+    };
     if corrupt.contains(rel) {
         body[0] ^= 0xff;
     }
@@ -93,7 +106,7 @@ fn answer(
 fn mirror_source(m: &Mirror) -> Source {
     Source {
         mirror: Some(m.url.clone()),
-        offline: false,
+        ..Source::github()
     }
 }
 
@@ -278,13 +291,13 @@ fn run_fetches_what_it_needs_on_first_use() {
         "{stderr}"
     );
     assert!(cwd.path().join("first/results.json").is_file());
+    // What a run reads is fetched; comparison material is not.
     for f in data::files_for("fennec").unwrap() {
-        assert_eq!(
-            data::status(&home.join("data"), f),
-            Status::Present,
-            "{}",
-            f.rel
-        );
+        let want = match f.need {
+            Need::Run => Status::Present,
+            Need::Compare => Status::Missing,
+        };
+        assert_eq!(data::status(&home.join("data"), f), want, "{}", f.rel);
     }
     // Cached now: an offline run needs no network.
     let before = m.requests.load(Ordering::SeqCst);
@@ -299,4 +312,193 @@ fn run_fetches_what_it_needs_on_first_use() {
         std::fs::read(cwd.path().join("first/samples.jsonl")).unwrap(),
         std::fs::read(cwd.path().join("second/samples.jsonl")).unwrap()
     );
+}
+
+/// A loopback server laid out as raw GitHub (`/<owner>/<repo>/<commit>/<path>`) holding only
+/// the files the authors publish at the pinned commits: the files of `../shared/data` with an
+/// upstream, and ReaLMistake's detector outputs (published as plain JSONL; the local copy holds
+/// them in an encrypted zip, read here into memory). Returns the server and the number of files.
+fn upstream_server(shared: &Path) -> (Mirror, usize) {
+    let zip_path = shared.join("realmistake/detector_outputs_open.zip");
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
+    let mut files: std::collections::HashMap<String, Arc<Vec<u8>>> = Default::default();
+    for f in data::FILES {
+        let Some(u) = f.upstream else { continue };
+        let key = format!("{}/{}/{}", u.repo, u.commit, u.path);
+        let bytes = match f.rel.strip_prefix("realmistake/") {
+            Some(member) if member.starts_with("error_detection_outputs/") => {
+                let mut entry = archive
+                    .by_name_decrypt(member, candor::bench::realmistake::data::PASSWORD)
+                    .unwrap();
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut b).unwrap();
+                b
+            }
+            _ => std::fs::read(shared.join(f.rel)).unwrap(),
+        };
+        files.insert(key, Arc::new(bytes));
+    }
+    let n = files.len();
+    let resolve: Resolve = Arc::new(move |rel: &str| files.get(rel).map(|b| b.to_vec()));
+    (serve_with(resolve, HashSet::new()), n)
+}
+
+/// Regression (issue #27): with only what the authors publish upstream and an empty cache, the
+/// README's main command stopped at once on `fbbench/tables/v1_overall_score.csv: HTTP 404`
+/// (and `candor run realmistake` on `detector_outputs_open.zip`). A run now fetches only what it
+/// reads; `candor data fetch` then fetches the published comparison material, names what is
+/// published nowhere, and `candor score realmistake` reads the detector outputs as fetched.
+#[test]
+fn readme_main_command_completes_from_upstream_files_only() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    if util::default_model().is_none() {
+        return;
+    }
+    let (server, published) = upstream_server(&shared);
+    let cwd = tempfile::tempdir().unwrap();
+    let home = cwd.path().join("home");
+    let candor = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_candor"))
+            .current_dir(cwd.path())
+            .args(args)
+            .env("CANDOR_HOME", &home)
+            .env("CANDOR_GITHUB_RAW", &server.url)
+            .env("CANDOR_NO_CACHE", "1")
+            .env_remove("CANDOR_MIRROR")
+            .env_remove("CANDOR_DATA")
+            .env_remove("CANDOR_OFFLINE")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(out.status.success(), "candor {args:?}:\n{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let start = std::time::Instant::now();
+    let (stdout, stderr) = candor(&[
+        "run",
+        "all",
+        "--judge",
+        "default",
+        "--limit",
+        "1",
+        "--branches",
+        "2",
+        "--max-new-tokens",
+        "32",
+        "--judge-max-new-tokens",
+        "512",
+        "--constrain",
+        "on",
+        "--out",
+        "runs/demo",
+    ]);
+    eprintln!(
+        "{stdout}\nmain command: {:.0}s",
+        start.elapsed().as_secs_f64()
+    );
+    for p in data::PROTOCOLS {
+        assert!(
+            cwd.path()
+                .join("runs/demo")
+                .join(p)
+                .join("results.json")
+                .is_file(),
+            "{p}: no results.json\n{stdout}\n{stderr}"
+        );
+    }
+    // A number for every judged metric: with constrained judge output and room for it, the
+    // demo's 135M judge leaves nothing unscored (before: FB-Bench's JSON was cut at 32 tokens,
+    // Fennec's score lines and RefuteBench's FA answers unscored, ReaLMistake's four replies
+    // without a verdict). The only n/a is FB-Bench's response maintenance: the one item is an
+    // error-correction item, so it has no entry at all (n=0, nothing unscored).
+    for p in data::PROTOCOLS {
+        let results: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(cwd.path().join("runs/demo").join(p).join("results.json")).unwrap(),
+        )
+        .unwrap();
+        for m in results["metrics"].as_array().unwrap() {
+            let name = m["name"].as_str().unwrap();
+            assert_eq!(m["unscored"], 0, "{p} {name}: {m}");
+            if *p == "fbbench" && name == "response_maintenance" {
+                assert_eq!(m["n"], 0, "{m}");
+                continue;
+            }
+            assert!(
+                m["interval"]["value"].is_f64(),
+                "{p} {name}: no number: {m}"
+            );
+            assert!(m["n"].as_u64().unwrap() > 0, "{p} {name}: {m}");
+        }
+        let report =
+            std::fs::read_to_string(cwd.path().join("runs/demo").join(p).join("report.md"))
+                .unwrap();
+        assert!(
+            report.contains("135M parameters): a smoke test"),
+            "{p}: {report}"
+        );
+    }
+    assert!(
+        stdout.contains("smoke test: verdicts by default (135M parameters)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("fetched fbbench/v3/fb_bench_dataset_v3.json"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tables/"), "{stderr}");
+    // Comparison material: everything published is fetched, what is not is named.
+    let (out, _) = candor(&["data", "fetch"]);
+    let unpublished: Vec<&data::DataFile> = data::FILES
+        .iter()
+        .filter(|f| f.upstream.is_none())
+        .collect();
+    for f in &unpublished {
+        assert!(
+            out.contains(&format!("skipped {}: not published upstream", f.rel)),
+            "{out}"
+        );
+        assert_eq!(f.need, Need::Compare, "{}", f.rel);
+    }
+    assert!(
+        out.contains(&format!("{} not published upstream", unpublished.len())),
+        "{out}"
+    );
+    for f in data::FILES.iter().filter(|f| f.upstream.is_some()) {
+        assert_eq!(
+            data::status(&home.join("data"), f),
+            Status::Present,
+            "{}",
+            f.rel
+        );
+    }
+    assert_eq!(published, data::FILES.len() - unpublished.len());
+    candor(&[
+        "score",
+        "realmistake",
+        "--outputs",
+        &home
+            .join("data/realmistake/error_detection_outputs/simple_prompt_baseline")
+            .display()
+            .to_string(),
+        "--out",
+        "performance.json",
+    ]);
+    let perf: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cwd.path().join("performance.json")).unwrap())
+            .unwrap();
+    let keys: Vec<&String> = perf.as_object().unwrap().keys().collect();
+    for task in [
+        "math_word_problem_generation",
+        "finegrained_fact_verification",
+        "answerability_classification",
+        "average",
+    ] {
+        assert!(keys.iter().any(|k| *k == task), "{task} missing: {keys:?}");
+    }
 }

@@ -348,6 +348,16 @@ fn sharded_runs_merge_to_the_unsharded_bytes() {
             "{name} differs from the unsharded run's"
         );
     }
+    // `candor report` reads a merged run, alone and beside the unsharded one.
+    let page = tmp.path().join("merged-page");
+    ok(&[
+        "report",
+        &merged.display().to_string(),
+        &whole.display().to_string(),
+        "--out",
+        &page.display().to_string(),
+    ]);
+    assert!(page.join("index.html").is_file());
     let wm: serde_json::Value = serde_json::from_slice(&read(&whole, "manifest.json")).unwrap();
     let mm: serde_json::Value = serde_json::from_slice(&read(&merged, "manifest.json")).unwrap();
     assert_eq!(wm["identity"], mm["identity"]);

@@ -48,6 +48,18 @@ fn run_ok(args: &[String]) -> Output {
     out
 }
 
+/// `candor report DIR --out DIR/report-page` succeeds and writes a page; returns its text.
+fn report_ok(dir: &Path) -> String {
+    let page = dir.join("report-page");
+    run_ok(&[
+        "report".to_string(),
+        dir.display().to_string(),
+        "--out".to_string(),
+        page.display().to_string(),
+    ]);
+    String::from_utf8(std::fs::read(page.join("index.html")).unwrap()).unwrap()
+}
+
 fn read(dir: &Path, name: &str) -> Vec<u8> {
     std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()))
 }
@@ -144,6 +156,12 @@ fn a_run_with_failed_items_completes_and_counts_them() {
     assert_eq!(results["metrics"][0]["failed"], 3);
     let report = String::from_utf8(read(tmp.path(), "report.md")).unwrap();
     assert!(report.contains("| n | unscored | failed |"), "{report}");
+    // `candor report` reads a run with failed items.
+    let page = report_ok(tmp.path());
+    assert!(
+        page.contains("failed 3"),
+        "the page does not count the failed items"
+    );
 }
 
 /// Without a terminal, progress is plain lines on stderr at a fixed interval, each with the
@@ -419,6 +437,18 @@ fn real_run_twice(tmp: &Path, protocol: &str, extra: &[&str]) -> Option<PathBuf>
     );
     let manifest: serde_json::Value = serde_json::from_slice(&read(&b, "manifest.json")).unwrap();
     assert_eq!(manifest["environment"]["kv_cache_mb"], 0);
+    // `candor report` reads every run Candor writes, n/a (unscored) metrics included
+    // (regression: `invalid type: null, expected f64` on a RefuteBench run).
+    let results = String::from_utf8(read(&a, "results.json")).unwrap();
+    eprintln!(
+        "{protocol}: results.json has {} null values",
+        results.matches("null").count()
+    );
+    let page = report_ok(&a);
+    assert!(
+        page.contains(protocol),
+        "{protocol}: report page names no protocol"
+    );
     Some(a)
 }
 
@@ -585,4 +615,115 @@ fn device_option_is_checked_before_anything_runs() {
         text.starts_with("cpu") && text.contains("no CUDA support"),
         "{text}"
     );
+}
+
+/// The default model's GGUF rewritten without `tokenizer.chat_template`: a base model as far
+/// as Candor can tell. Returns the path and the template text that was removed.
+fn base_model(dir: &Path) -> Option<(PathBuf, String)> {
+    use candle_core::quantized::gguf_file;
+    let src = crate::util::default_model()?;
+    let mut f = std::fs::File::open(&src).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let template = content.metadata["tokenizer.chat_template"]
+        .to_string()
+        .unwrap()
+        .clone();
+    let md: Vec<(String, gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.as_str() != "tokenizer.chat_template")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, candle_core::quantized::QTensor)> = names
+        .into_iter()
+        .map(|n| {
+            let t = content
+                .tensor(&mut f, n, &candle_core::Device::Cpu)
+                .unwrap();
+            (n.clone(), t)
+        })
+        .collect();
+    let path = dir.join("base.gguf");
+    crate::util::write_gguf(&path, &md, &tensors);
+    Some((path, template))
+}
+
+/// Regression (issue #27): a model without a chat template could not be used by `candor
+/// generate` at all. Raw `prompt` lines now work with it; a chat line, and a protocol run, fail
+/// at once saying a template is needed and how to give one; `--chat-template FILE` gives one.
+#[test]
+fn base_model_without_a_template_generates_raw_prompts_and_runs_refuse_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((base, template)) = base_model(tmp.path()) else {
+        return;
+    };
+    let base_s = base.display().to_string();
+    let prompts = tmp.path().join("prompts.jsonl");
+    let out = tmp.path().join("out.jsonl");
+    let generate = |lines: &str, extra: &[&str]| {
+        std::fs::write(&prompts, lines).unwrap();
+        let _ = std::fs::remove_file(&out);
+        candor()
+            .args([
+                "generate",
+                "--model",
+                &base_s,
+                "--max-new-tokens",
+                "4",
+                "--threads",
+                "2",
+            ])
+            .arg("--prompts")
+            .arg(&prompts)
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let raw = "{\"id\": \"r\", \"prompt\": \"The capital of France is\"}\n";
+    let o = generate(raw, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&out).unwrap().trim()).unwrap();
+    assert_eq!(line["id"], "r");
+    assert!(!line["prompt_ids"].as_array().unwrap().is_empty(), "{line}");
+    assert!(!line["output_ids"].as_array().unwrap().is_empty(), "{line}");
+
+    let chat = "{\"id\": \"c\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n";
+    let o = generate(chat, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("prompts.jsonl: id \"c\""), "{err}");
+    assert!(
+        err.contains("no chat template") && err.contains("--chat-template FILE"),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    let tfile = tmp.path().join("template.jinja");
+    std::fs::write(&tfile, &template).unwrap();
+    let o = generate(chat, &["--chat-template", &tfile.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A protocol run refuses at once, in one line, before writing anything.
+    if crate::util::shared_file("fennec").is_none() {
+        return;
+    }
+    let dir = tmp.path().join("run");
+    let o = candor()
+        .args(["run", "fennec", "--model", &base_s, "--limit", "1", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("no chat template") && err.contains("--chat-template FILE"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!dir.join("manifest.json").exists());
 }

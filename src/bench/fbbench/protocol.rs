@@ -20,8 +20,9 @@ use super::score::tables_for_version;
 use super::{FbBenchPlan, Item, Rule, Version};
 use crate::bench::plan::{Plan, Transcript};
 use crate::bench::protocol::{
-    file_label, judge_note, notes_table, require_judge, select, take, template_version, OutputFile,
-    Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
+    file_label, judge_note, notes_table, require_judge, select, smoke_test_note, take,
+    template_version, OutputFile, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext,
+    Scored,
 };
 use crate::engine::LLGUIDANCE_VERSION;
 
@@ -134,7 +135,7 @@ impl Protocol for FbBench {
         );
         let mut plan = FbBenchPlan::new(version, ctx.seed, &items)?;
         plan.followup_max_new_tokens = opts.cap(plan.followup_max_new_tokens);
-        plan.judge_max_new_tokens = opts.cap(plan.judge_max_new_tokens);
+        plan.judge_max_new_tokens = opts.judge_cap(plan.judge_max_new_tokens);
         plan.constrain = opts.constrain(true)?;
         let constraint = constraint_record(&plan, &items);
         let template = judge_template(version);
@@ -152,6 +153,7 @@ impl Protocol for FbBench {
                 "subsets": ctx.subsets,
                 "limit": ctx.limit,
                 "max_new_tokens": opts.max_new_tokens,
+                "judge_max_new_tokens": opts.judge_max_new_tokens,
                 "comparable_with": comparable_with(version),
                 "self_judging": self_judging,
             }),
@@ -193,13 +195,15 @@ impl Protocol for FbBench {
         results.tables = tables_for_version(results.tables, prepared.plan.version);
         // `prepare` checked that the judge was named.
         let self_judging = ctx.candidates.contains(&ctx.judge);
-        results.tables.push(notes_table(&[
+        let mut notes = vec![
             (
                 "comparable with",
                 comparable_with(prepared.plan.version).to_string(),
             ),
             judge_note(ctx, self_judging),
-        ]));
+        ];
+        notes.extend(smoke_test_note(ctx, &[&ctx.judge]));
+        results.tables.push(notes_table(&notes));
         let mut bytes = Vec::new();
         // Writing into memory cannot fail.
         let _ = write_judgements(&mut bytes, &records);

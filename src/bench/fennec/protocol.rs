@@ -18,8 +18,8 @@ use super::data::{load_autoj, load_pandalm, PairItem, PandaLabel};
 use super::plan::{FennecLimits, FennecPlan, Mode};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    notes_table, select, take, template_version, Candidates, Prepared, Protocol, ProtocolError,
-    ProtocolOptions, RunContext, Scored,
+    notes_table, select, smoke_test_note, take, template_version, Candidates, Prepared, Protocol,
+    ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 
 /// Fennec.
@@ -154,9 +154,12 @@ impl Protocol for Fennec {
             // Off by default in pairwise runs (the authors' evaluation does not correct), on in
             // single runs; `--correction` / `--no-correction` choose.
             correction: opts.correction || (mode == Mode::Single && !opts.no_correction),
-            limits: opts
-                .max_new_tokens
-                .map_or(defaults.limits, FennecLimits::all),
+            limits: FennecLimits {
+                judgement: opts.judge_cap(defaults.limits.judgement),
+                ..opts
+                    .max_new_tokens
+                    .map_or(defaults.limits, FennecLimits::all)
+            },
             seed: ctx.seed,
             // Off by default: the authors' judge wrote free text, read by `rating_format`.
             constrain: opts.constrain(false)?,
@@ -187,6 +190,7 @@ impl Protocol for Fennec {
                 "correction": plan.correction,
                 "comparable_with": comparable_with(dataset, mode, label, plan.branches),
                 "max_new_tokens": opts.max_new_tokens,
+                "judge_max_new_tokens": opts.judge_max_new_tokens,
             }),
             decoding: json!({
                 "temperature": plan.temperature,
@@ -233,6 +237,10 @@ impl Protocol for Fennec {
             ),
             ("judge (the model evaluated)", ctx.judge.clone()),
         ]));
+        let table = results.tables.last_mut().expect("just pushed");
+        if let Some((k, v)) = smoke_test_note(ctx, &[&ctx.judge]) {
+            table.rows.push(vec![k.to_string(), v]);
+        }
         results.into()
     }
 }

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::results::BenchResults;
-use crate::engine::SamplingParams;
+use crate::engine::{Constraint, SamplingParams};
 use crate::judge::error_detection::{
-    detection_prompt, parse_detection, Detection, DetectionPrompt,
+    detection_grammar, detection_prompt, parse_detection, Detection, DetectionPrompt,
 };
 use crate::model::chat::Message;
 
@@ -41,6 +41,9 @@ pub struct DetectionPlan {
     pub max_new_tokens: usize,
     /// Run seed, from which every sampled step's seed is derived.
     pub seed: u64,
+    /// Constrain each reply to an explanation line and one of its prompt's two concluding
+    /// sentences (`--constrain on`; off by default, as the authors' detectors wrote freely).
+    pub constrain: bool,
 }
 
 impl Default for DetectionPlan {
@@ -52,6 +55,7 @@ impl Default for DetectionPlan {
             sample_temperature: 0.5,
             max_new_tokens: 4096,
             seed: 0,
+            constrain: false,
         }
     }
 }
@@ -74,7 +78,7 @@ impl DetectionPlan {
         key
     }
 
-    fn params(&self, item_id: &str, key: &str) -> SamplingParams {
+    fn params(&self, item_id: &str, key: &str, prompt: DetectionPrompt) -> SamplingParams {
         SamplingParams {
             temperature: if self.samples > 1 {
                 self.sample_temperature
@@ -85,7 +89,9 @@ impl DetectionPlan {
             seed: step_seed(self.seed, item_id, key),
             max_new_tokens: self.max_new_tokens,
             stop_strings: Vec::new(),
-            constraint: None,
+            constraint: self
+                .constrain
+                .then(|| Constraint::Lark(detection_grammar(prompt))),
         }
     }
 
@@ -187,7 +193,7 @@ impl Plan for DetectionPlan {
                         continue;
                     }
                     steps.push(Step {
-                        params: self.params(&item.id, &key),
+                        params: self.params(&item.id, &key, p),
                         key,
                         actor: Actor::Candidate(d),
                         messages: vec![Message::user(text.clone())],

@@ -17,10 +17,11 @@ use super::data::{load_benchmark, Item};
 use super::plan::DetectionPlan;
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    notes_table, require_file, select, take, template_version, Candidates, Prepared, Protocol,
-    ProtocolError, ProtocolOptions, RunContext, Scored,
+    notes_table, require_file, select, smoke_test_note, take, template_version, Candidates,
+    Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
-use crate::judge::error_detection::{detection_prompt, DetectionPrompt};
+use crate::engine::{Constraint, LLGUIDANCE_VERSION};
+use crate::judge::error_detection::{detection_grammar, detection_prompt, DetectionPrompt};
 
 /// ReaLMistake.
 #[derive(Debug, Clone, Copy, Default)]
@@ -66,8 +67,14 @@ fn comparable_with(plan: &DetectionPlan) -> String {
     if plan.detectors > 1 {
         out.push("Table 6 (majority vote over detectors and prompts)");
     }
+    let constrained = if plan.constrain {
+        "; replies constrained to an explanation line and a concluding sentence (--constrain \
+         on; the paper's detectors wrote freely)"
+    } else {
+        ""
+    };
     format!(
-        "ReaLMistake {} ; up to {} new tokens per reply (the paper: 4,096)",
+        "ReaLMistake {} ; up to {} new tokens per reply (the paper: 4,096){constrained}",
         out.join(" and "),
         plan.max_new_tokens
     )
@@ -81,7 +88,7 @@ impl Protocol for ReaLMistake {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--prompt", "--samples"]
+        &["--prompt", "--samples", "--constrain"]
     }
 
     fn candidates(&self) -> Candidates {
@@ -120,8 +127,9 @@ impl Protocol for ReaLMistake {
             detectors: ctx.candidates.len(),
             prompts,
             samples: opts.samples,
-            max_new_tokens: opts.cap(defaults.max_new_tokens),
+            max_new_tokens: opts.judge_cap(defaults.max_new_tokens),
             seed: ctx.seed,
+            constrain: opts.constrain(false)?,
             ..defaults
         };
         Ok(Prepared {
@@ -143,12 +151,17 @@ impl Protocol for ReaLMistake {
                 "prompts": plan.prompts.iter().map(|p| p.paper_name()).collect::<Vec<_>>(),
                 "samples": plan.samples,
                 "max_new_tokens": opts.max_new_tokens,
+                "judge_max_new_tokens": opts.judge_max_new_tokens,
                 "comparable_with": comparable_with(&plan),
             }),
             decoding: json!({
                 "temperature": if plan.samples > 1 { plan.sample_temperature } else { 0.0 },
                 "top_p": 1.0,
                 "max_new_tokens": plan.max_new_tokens,
+                "constraint": plan.constrain.then(|| {
+                    let c = Constraint::Lark(detection_grammar(DetectionPrompt::P1));
+                    json!({ "sha256(1-A)": c.sha256(), "llguidance": LLGUIDANCE_VERSION })
+                }),
             }),
             plan,
             items,
@@ -173,10 +186,10 @@ impl Protocol for ReaLMistake {
             .map(|(item, done)| ((*item).clone(), (*done).clone()))
             .collect();
         let mut results = prepared.plan.score(&owned, ctx.seed);
-        results.tables.push(notes_table(&[(
-            "comparable with",
-            comparable_with(&prepared.plan),
-        )]));
+        let mut notes = vec![("comparable with", comparable_with(&prepared.plan))];
+        let detectors: Vec<&str> = ctx.candidates.iter().map(String::as_str).collect();
+        notes.extend(smoke_test_note(ctx, &detectors));
+        results.tables.push(notes_table(&notes));
         results.into()
     }
 }

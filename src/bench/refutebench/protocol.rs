@@ -26,8 +26,8 @@ use super::source::{Setting, Source, Verification};
 use super::{Item, RefutePlan, Strategy};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    judge_note, notes_table, require_dir, require_judge, select, template_version, Prepared,
-    Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
+    judge_note, notes_table, require_dir, require_judge, select, smoke_test_note, template_version,
+    Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::bench::DataError;
 use crate::engine::{Constraint, LLGUIDANCE_VERSION};
@@ -160,7 +160,7 @@ impl Protocol for RefuteBench {
             (false, false) => Strategy::Vanilla,
         };
         plan.candidate.max_new_tokens = opts.cap(plan.candidate.max_new_tokens);
-        plan.judge.max_new_tokens = opts.cap(plan.judge.max_new_tokens);
+        plan.judge.max_new_tokens = opts.judge_cap(plan.judge.max_new_tokens);
         // Off by default: the authors' GPT-4 answered in free text, which the FA parser reads
         // (first word Yes/No); on, the answer is exactly Yes or No (recorded in the plan).
         if opts.constrain(false)? {
@@ -210,6 +210,7 @@ impl Protocol for RefuteBench {
                     "llguidance": LLGUIDANCE_VERSION,
                 })),
                 "max_new_tokens": opts.max_new_tokens,
+                "judge_max_new_tokens": opts.judge_max_new_tokens,
                 "comparable_with": comparable_with(opts),
                 "self_judging": self_judging,
             }),
@@ -270,6 +271,10 @@ impl Protocol for RefuteBench {
                 .to_string(),
             ),
         ]));
+        let table = results.tables.last_mut().expect("just pushed");
+        if let Some((k, v)) = smoke_test_note(ctx, &[&ctx.judge]) {
+            table.rows.push(vec![k.to_string(), v]);
+        }
         results.into()
     }
 }
