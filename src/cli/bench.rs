@@ -60,7 +60,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let pool = pool.build().context("starting worker threads")?;
     let threads = pool.current_num_threads();
-    let limits = args.limits.map(|mb| pool.install(|| limits::measure(mb.max(1))));
+    let limits = args
+        .limits
+        .map(|mb| pool.install(|| limits::measure(mb.max(1))));
     if args.limits_only {
         let l = limits.expect("--limits-only requires --limits");
         println!("{}", serde_json::to_string(&l).context("limits as JSON")?);

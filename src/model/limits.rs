@@ -197,14 +197,20 @@ mod tests {
             assert_eq!(f(1), want);
         }
         let s = burst_scalar(0);
-        assert_eq!(s, (-6i64 * 32 * DOT_ITERS as i64 * DOT_CHAINS as i64) as i32);
+        assert_eq!(
+            s,
+            (-6i64 * 32 * DOT_ITERS as i64 * DOT_CHAINS as i64) as i32
+        );
     }
 
     #[test]
     fn limits_are_positive_and_finite() {
         let l = measure(16);
         assert!(l.read_gb_s.is_finite() && l.read_gb_s > 0.0, "{l:?}");
-        assert!(l.int8_gmac_s_per_thread > 0.0 && l.int8_gmac_s > 0.0, "{l:?}");
+        assert!(
+            l.int8_gmac_s_per_thread > 0.0 && l.int8_gmac_s > 0.0,
+            "{l:?}"
+        );
         assert_eq!(l.read_buffer_bytes, 16 << 20);
     }
 }
