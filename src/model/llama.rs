@@ -592,7 +592,11 @@ struct AttnTask {
 }
 
 /// The attention tasks for `spans`: blocks of [`ATTN_ROW_BLOCK`] rows per (sequence, KV head),
-/// and single query heads when that leaves fewer than two tasks per thread.
+/// each for a run of the query heads sharing that KV head (its keys and values read once for
+/// the run). The run is the longest divisor of the group among those whose rounds of tasks
+/// over the threads take the least head-work (`ceil(tasks / threads) · run`): whole groups
+/// when there are blocks enough (prefill), shorter runs when decoding a few sequences would
+/// otherwise leave threads idle.
 fn attention_tasks(
     spans: &[(usize, usize, usize)],
     n_kv: usize,
@@ -600,12 +604,13 @@ fn attention_tasks(
     threads: usize,
 ) -> Vec<AttnTask> {
     let blocks: usize = spans.iter().map(|s| s.1.div_ceil(ATTN_ROW_BLOCK)).sum();
-    let per_head = blocks * n_kv < 2 * threads;
-    let heads: Vec<(usize, usize)> = if per_head {
-        (0..group).map(|h| (h, 1)).collect()
-    } else {
-        vec![(0, group)]
-    };
+    let threads = threads.max(1);
+    let cost = |run: usize| (blocks * n_kv * (group / run)).div_ceil(threads) * run;
+    let run = (1..=group)
+        .filter(|&r| group.is_multiple_of(r))
+        .min_by_key(|&r| (cost(r), std::cmp::Reverse(r)))
+        .unwrap_or(1);
+    let heads: Vec<(usize, usize)> = (0..group).step_by(run).map(|h| (h, run)).collect();
     let mut tasks = Vec::new();
     for (seq, &(_, n, _)) in spans.iter().enumerate() {
         for g in 0..n_kv {
@@ -1471,6 +1476,26 @@ mod tests {
             }
             assert!(cases > 1000);
         }
+    }
+
+    #[test]
+    fn attention_tasks_keep_query_groups_together_when_the_threads_are_busy() {
+        let heads = |spans: &[(usize, usize, usize)], n_kv, group, threads| {
+            attention_tasks(spans, n_kv, group, threads)
+                .iter()
+                .map(|t| t.heads.1)
+                .collect::<Vec<_>>()
+        };
+        // Decoding one sequence of a 12/2-head model on 2 threads: one task per KV head,
+        // each reading its keys and values once for all six query heads.
+        assert_eq!(heads(&[(0, 1, 900)], 2, 6, 2), vec![6, 6]);
+        // On 8 threads the group is cut into runs: 2 × 3 runs of 2 heads take one round.
+        assert_eq!(heads(&[(0, 1, 900)], 2, 6, 8), vec![2; 6]);
+        // 9/3 heads on 2 threads: 3 tasks of 3 heads take two rounds (6 heads' work), 9
+        // single heads five.
+        assert_eq!(heads(&[(0, 1, 900)], 3, 3, 2), vec![1; 9]);
+        // Prefill: enough row blocks for whole groups.
+        assert!(heads(&[(0, 256, 0)], 2, 6, 2).iter().all(|&h| h == 6));
     }
 
     #[test]
