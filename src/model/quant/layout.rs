@@ -4,8 +4,10 @@
 //! Weights are stored as *panels* of [`PANEL`] consecutive output rows. Within a panel, block
 //! `b` of all eight rows forms one record. A GGUF block is a sequence of fields (say Q5_0: the
 //! f16 scale, 4 bytes of high bits, 16 bytes of nibbles); a record holds, field after field,
-//! that field of the eight rows, spread as [`Spread`] says: scales and other headers row after
-//! row (the eight f16 scales of a block are one 16-byte load), quants by 4-byte words (word
+//! that field of the eight rows, spread as [`Spread`] says: f16 scales row after row (the
+//! eight f16 scales of a block are one 16-byte load), k-quant sub-block scales byte by byte
+//! (byte `i` of the eight rows is one 8-byte load, widened to eight i32 lanes), quants by
+//! 4-byte words (word
 //! `w` of the eight rows side by side, so that one 32-byte vector holds the same four quants
 //! of all eight rows, ready for `maddubs` / `dpbusd` against a broadcast group of four
 //! activations), Q5_0 / Q5_1 high bits bit-permuted for the same purpose. A panel's records
@@ -84,25 +86,25 @@ impl QFormat {
     /// The byte lengths of the fields of one GGUF block, in order, and how a record spreads
     /// each over the eight rows (see the module doc).
     fn fields(self) -> &'static [(usize, Spread)] {
-        use Spread::{Bits, Rows, Words};
+        use Spread::{Bits, Bytes, Rows, Words};
         match self {
             QFormat::Q8_0 => &[(2, Rows), (QK, Words)],
             QFormat::Q4_0 => &[(2, Rows), (QK / 2, Words)],
             QFormat::Q4_1 => &[(2, Rows), (2, Rows), (QK / 2, Words)],
             QFormat::Q5_0 => &[(2, Rows), (4, Bits), (QK / 2, Words)],
             QFormat::Q5_1 => &[(2, Rows), (2, Rows), (4, Bits), (QK / 2, Words)],
-            QFormat::Q4K => &[(2, Rows), (2, Rows), (12, Rows), (QK_K / 2, Words)],
+            QFormat::Q4K => &[(2, Rows), (2, Rows), (12, Bytes), (QK_K / 2, Words)],
             QFormat::Q5K => &[
                 (2, Rows),
                 (2, Rows),
-                (12, Rows),
+                (12, Bytes),
                 (QK_K / 8, Words),
                 (QK_K / 2, Words),
             ],
             QFormat::Q6K => &[
                 (QK_K / 2, Words),
                 (QK_K / 4, Words),
-                (QK_K / 16, Rows),
+                (QK_K / 16, Bytes),
                 (2, Rows),
             ],
         }
@@ -142,6 +144,11 @@ impl QFormat {
             let (from, to) = (&rec[src..src + PANEL * len], &mut out[at..at + len]);
             match spread {
                 Spread::Rows => to.copy_from_slice(&from[lane * len..(lane + 1) * len]),
+                Spread::Bytes => {
+                    for (i, to) in to.iter_mut().enumerate() {
+                        *to = from[PANEL * i + lane];
+                    }
+                }
                 Spread::Words => {
                     for (w, to) in to.chunks_exact_mut(4).enumerate() {
                         to.copy_from_slice(&from[4 * (PANEL * w + lane)..][..4]);
@@ -165,6 +172,11 @@ impl QFormat {
             let (from, dst) = (&blk[at..at + len], &mut rec[to..to + PANEL * len]);
             match spread {
                 Spread::Rows => dst[lane * len..(lane + 1) * len].copy_from_slice(from),
+                Spread::Bytes => {
+                    for (i, &b) in from.iter().enumerate() {
+                        dst[PANEL * i + lane] = b;
+                    }
+                }
                 Spread::Words => {
                     for (w, from) in from.chunks_exact(4).enumerate() {
                         dst[4 * (PANEL * w + lane)..][..4].copy_from_slice(from);
@@ -186,6 +198,9 @@ impl QFormat {
 enum Spread {
     /// Row after row, each row's bytes as in its block.
     Rows,
+    /// Byte by byte: byte `i` of row `l` at byte `8i + l` (k-quant scales: one 8-byte load
+    /// holds byte `i` of every row, widened to the eight i32 lanes at once).
+    Bytes,
     /// By 4-byte words: word `w` of row `l` at bytes `4 · (8w + l)`.
     Words,
     /// Q5_0 / Q5_1 high bits: row after row, each u32 through [`spread_bits`].
@@ -215,7 +230,8 @@ fn unspread_bits(v: u32) -> u32 {
 /// Offsets in the records of the k-quants (fields of 8 rows each, see [`QFormat::fields`]).
 pub(crate) mod k_rec {
     use super::{PANEL, QK_K};
-    /// Q4_K / Q5_K: the eight f16 `d`, the eight f16 `dmin`, the eight rows' 12 scale bytes.
+    /// Q4_K / Q5_K: the eight f16 `d`, the eight f16 `dmin`, the eight rows' 12 scale bytes
+    /// (byte `i` of the eight rows side by side).
     pub(crate) const D: usize = 0;
     pub(crate) const DMIN: usize = PANEL * 2;
     pub(crate) const SCALES: usize = PANEL * 4;
@@ -224,7 +240,8 @@ pub(crate) mod k_rec {
     /// Q5_K high bits, then nibbles.
     pub(crate) const Q5_QH: usize = PANEL * 16;
     pub(crate) const Q5_QS: usize = Q5_QH + PANEL * QK_K / 8;
-    /// Q6_K low nibbles, 2-bit highs, the eight rows' 16 i8 scales, the eight f16 `d`.
+    /// Q6_K low nibbles, 2-bit highs, the eight rows' 16 i8 scales (scale `g` of the eight
+    /// rows side by side), the eight f16 `d`.
     pub(crate) const Q6_QL: usize = 0;
     pub(crate) const Q6_QH: usize = PANEL * QK_K / 2;
     pub(crate) const Q6_SCALES: usize = Q6_QH + PANEL * QK_K / 4;

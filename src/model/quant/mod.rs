@@ -562,6 +562,9 @@ impl QWeight {
         out: &mut [f32],
     ) {
         let eight = isa.wide();
+        // Every row's slices once, not once per panel.
+        let acts: Vec<ActRow<'_>> = (0..m).map(|i| acts.row(i)).collect();
+        let acts = &acts[..];
         self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
             let panel = p.panel(pi);
             // Rows in groups: each weight block is unpacked once for all rows of a group.
@@ -682,11 +685,11 @@ fn group<const R: usize>(
     isa: Isa,
     p: &Panels,
     panel: &[u8],
-    acts: &QuantizedRows,
+    acts: &[ActRow<'_>],
     first: usize,
     out: &mut [f32],
 ) {
-    let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts.row(first + r));
+    let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts[first + r]);
     for (o, r) in out
         .chunks_exact_mut(PANEL)
         .zip(panel_dot(isa, p.format, panel, p.nb, &rows))
@@ -971,8 +974,8 @@ pub(crate) mod tests {
             for dtype in FORMATS {
                 let k = kdim(dtype, k);
                 let w = QWeight::from_qtensor(&qtensor(n, k, dtype, 4)).expect("load");
-                let x = noise(5, 16 * k);
-                let alone: Vec<Vec<f32>> = (0..16)
+                let x = noise(5, 25 * k);
+                let alone: Vec<Vec<f32>> = (0..25)
                     .map(|i| run(&w, Isa::Scalar, &x[i * k..(i + 1) * k], 1))
                     .collect();
                 // A different batch containing row 3 of x among other rows.
@@ -994,7 +997,7 @@ pub(crate) mod tests {
                     let _ = level;
                     for threads in [1, 2] {
                         pool(threads).install(|| {
-                            for m in [1usize, 7, 16] {
+                            for m in [1usize, 7, 16, 25] {
                                 let out = run(&w, isa, &x[..m * k], m);
                                 for i in 0..m {
                                     assert_eq!(

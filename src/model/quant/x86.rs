@@ -14,8 +14,8 @@ use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::layout::{
-    k_rec, scales_mins_k4, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS,
-    Q5_1_QH, Q5_1_QS, Q8_0_QS, QK, QK_K,
+    k_rec, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS, Q5_1_QH, Q5_1_QS,
+    Q8_0_QS, QK, QK_K,
 };
 use super::scalar;
 
@@ -104,17 +104,21 @@ pub(crate) fn dot_bf16(x: &[f32], w: &[u16]) -> f32 {
 }
 
 /// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
-/// so this runs into the next panel; prefetching never faults, even past the end).
-const PREFETCH: usize = 2048;
+/// so this runs into the next panels; prefetching never faults, even past the end). Far ahead
+/// and into L2 only: at one row (decoding) a record is used once, so the stream is bounded by
+/// how many lines are in flight, and a near prefetch into L1 kept too few of them in flight
+/// (SmolLM2 and a Qwen2.5-1.5B shape in Q4_K_M decoded 26 vs 36 tok/s with 2 KiB into L1 vs
+/// 16 KiB into L2 on an AVX-512 EPYC; 8–32 KiB into L2 were within noise of each other).
+const PREFETCH: usize = 16384;
 
-/// Prefetches the `len` bytes `PREFETCH` bytes after `r` into L1.
+/// Prefetches the `len` bytes `PREFETCH` bytes after `r` into L2.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn prefetch(r: *const u8, len: usize) {
     let ahead = r.wrapping_add(PREFETCH);
     let mut off = 0;
     while off < len {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(off) as *const i8);
         off += 64;
     }
 }
@@ -342,24 +346,51 @@ three_builds!(
 
 /// Each lane's integer correction for one activation row's block sums `bs` (16 sums of 16
 /// quants): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
-/// coefficients the k-quant kernel gathers in `coef`. Integer sums: exact in any order.
+/// coefficients in pairs as [`k_coef_pairs`] packs them, two products per `madd`: every
+/// coefficient fits 7 signed bits and every (pair) sum 13, so the i16 operands and the i32
+/// sums are exact, and integer sums are exact in any order.
+///
+/// # Safety
+/// `bs` holds at least 16 sums.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn k_extra(format: QFormat, coef: &[[i32; PANEL]; 16], bs: &[i32]) -> __m256i {
-    let c = |j: usize| _mm256_loadu_si256(coef[j].as_ptr() as *const __m256i);
-    let mut e = _mm256_setzero_si256();
+unsafe fn k_extra(format: QFormat, pairs: &[__m256i; 8], bs: &[i32]) -> __m256i {
+    debug_assert!(bs.len() >= 16);
+    let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
+    let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
+    let pick = |v: __m256i, dword: i32| _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(dword));
     if format == QFormat::Q6K {
-        for (g, &b) in bs[..16].iter().enumerate() {
-            e = _mm256_add_epi32(e, _mm256_mullo_epi32(c(g), _mm256_set1_epi32(b)));
+        // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
+        let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
+        let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
+        for (t, c) in pairs.iter().enumerate().skip(1) {
+            e = _mm256_add_epi32(e, _mm256_madd_epi16(*c, pick(v, t as i32)));
         }
         _mm256_slli_epi32::<5>(e)
     } else {
-        for j in 0..8 {
-            let b = _mm256_set1_epi32(bs[2 * j] + bs[2 * j + 1]);
-            e = _mm256_add_epi32(e, _mm256_mullo_epi32(c(j), b));
+        // P_j = bs[2j] + bs[2j + 1] (i32: P0 P1 P4 P5 | P2 P3 P6 P7), reordered to P0..P7, then
+        // i16 pairs: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
+        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
+        let v = _mm256_packs_epi32(p, p);
+        let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
+        for (t, dword) in [(1, 1), (2, 4), (3, 5)] {
+            e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[t], pick(v, dword)));
         }
         e
     }
+}
+
+/// The `madd` operands of [`k_extra`]: lane `l` of pair `t` holds `coef[2t][l]` in its low
+/// i16 and `coef[2t + 1][l]` in its high i16 (Q6_K: 8 pairs of the 16 scales; Q4_K/Q5_K: 4
+/// pairs of the 8 mins, the rest unused).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_coef_pairs(coef: &[[i32; PANEL]; 16]) -> [__m256i; 8] {
+    let c = |j: usize| _mm256_loadu_si256(coef[j].as_ptr() as *const __m256i);
+    std::array::from_fn(|t| {
+        let lo = _mm256_and_si256(c(2 * t), _mm256_set1_epi32(0xFFFF));
+        _mm256_or_si256(lo, _mm256_slli_epi32::<16>(c(2 * t + 1)))
+    })
 }
 
 /// Tags for the k-quant formats in the kernels' const parameter.
@@ -444,27 +475,8 @@ macro_rules! k_panel {
             for b in 0..nb {
                 let r = panel.as_ptr().add(b * rec);
                 prefetch(r, rec);
-                // Sub-block scales (Q6_K: 16 of 16 elements) and the coefficients of the
-                // activation sums for `k_extra` (Q4_K/Q5_K: mins; Q6_K: the scales).
-                let mut sc = [[0i32; PANEL]; 16];
-                let mut coef = [[0i32; PANEL]; 16];
-                for lane in 0..PANEL {
-                    if q6 {
-                        let h = r.add(k_rec::Q6_SCALES + 16 * lane) as *const i8;
-                        for g in 0..16 {
-                            let v = *h.add(g) as i32;
-                            sc[g][lane] = v;
-                            coef[g][lane] = v;
-                        }
-                    } else {
-                        let h = r.add(k_rec::SCALES + 12 * lane);
-                        let (s, m) = scales_mins_k4(std::slice::from_raw_parts(h, 12));
-                        for j in 0..8 {
-                            sc[j][lane] = s[j] as i32;
-                            coef[j][lane] = m[j] as i32;
-                        }
-                    }
-                }
+                let (sc, coef) = k_scales(q6, r);
+                let pairs = k_coef_pairs(&coef);
                 let scv = |j: usize| _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i);
                 // `madd` operand: lane l's scale in both of its i16 halves.
                 let sc16 = |j: usize| {
@@ -518,7 +530,7 @@ macro_rules! k_panel {
                 let dmv = half8(k_rec::DMIN);
                 for (i, acc) in acc.iter_mut().enumerate() {
                     let sum = sums[i];
-                    let ex = k_extra(format, &coef, acts[i].bsums.get_unchecked(b * QK_K / 16..));
+                    let ex = k_extra(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..));
                     let dx = _mm256_set1_ps(at(acts[i].d, b));
                     let v = if q6 {
                         let sumi = _mm256_sub_epi32(sum, ex);
@@ -538,6 +550,56 @@ macro_rules! k_panel {
 }
 
 three_builds!(k_panel, panel_k, panel_k_512, panel_k_vnni);
+
+/// A k-quant record's sub-block scales per lane (Q6_K: 16 of 16 elements) and the
+/// coefficients of the activation sums for `k_extra` (Q4_K/Q5_K: mins; Q6_K: the scales),
+/// decoded eight lanes at a time from the record's byte-spread scale bytes (see `layout.rs`):
+/// for Q4_K/Q5_K `scale_min_k4`'s bit fields, for Q6_K the i8 scales widened.
+///
+/// # Safety
+/// `r` points at a whole record of the format (`q6`: Q6_K, else Q4_K / Q5_K).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_scales(q6: bool, r: *const u8) -> ([[i32; PANEL]; 16], [[i32; PANEL]; 16]) {
+    let mut sc = [[0i32; PANEL]; 16];
+    let mut coef = [[0i32; PANEL]; 16];
+    let store = |to: &mut [i32; PANEL], v: __m256i| {
+        _mm256_storeu_si256(to.as_mut_ptr() as *mut __m256i, v);
+    };
+    if q6 {
+        for g in 0..16 {
+            let b = _mm_loadl_epi64(r.add(k_rec::Q6_SCALES + PANEL * g) as *const __m128i);
+            let v = _mm256_cvtepi8_epi32(b);
+            store(&mut sc[g], v);
+            store(&mut coef[g], v);
+        }
+    } else {
+        // Byte i of the eight rows' 12 scale bytes, widened.
+        let q = |i: usize| {
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                r.add(k_rec::SCALES + PANEL * i) as *const __m128i
+            ))
+        };
+        let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
+        for j in 0..4 {
+            store(&mut sc[j], _mm256_and_si256(q(j), m63));
+            store(&mut coef[j], _mm256_and_si256(q(j + 4), m63));
+        }
+        for j in 4..8 {
+            let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
+            let hi = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
+            store(
+                &mut sc[j],
+                _mm256_or_si256(_mm256_and_si256(lo, m15), hi(s_hi)),
+            );
+            store(
+                &mut coef[j],
+                _mm256_or_si256(_mm256_srli_epi32::<4>(lo), hi(m_hi)),
+            );
+        }
+    }
+    (sc, coef)
+}
 
 /// The panel of `format` on the widest build of its kernel this CPU runs (all give the same
 /// bits).
