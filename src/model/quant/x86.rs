@@ -107,8 +107,8 @@ pub(crate) fn dot_bf16(x: &[f32], w: &[u16]) -> f32 {
 /// so this runs into the next panels; prefetching never faults, even past the end). Far ahead
 /// and into L2 only: at one row (decoding) a record is used once, so the stream is bounded by
 /// how many lines are in flight, and a near prefetch into L1 kept too few of them in flight
-/// (SmolLM2 and a Qwen2.5-1.5B shape in Q4_K_M decoded 26 vs 36 tok/s with 2 KiB into L1 vs
-/// 16 KiB into L2 on an AVX-512 EPYC; 8–32 KiB into L2 were within noise of each other).
+/// (a Qwen2.5-1.5B shape in Q4_K_M decoded 26 vs 36 tok/s with 2 KiB into L1 vs 16 KiB into
+/// L2 on an AVX-512 EPYC; 8–32 KiB into L2 were within noise of each other).
 const PREFETCH: usize = 16384;
 
 /// Prefetches the `len` bytes `PREFETCH` bytes after `r` into L2.
