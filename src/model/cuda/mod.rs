@@ -227,12 +227,24 @@ impl std::fmt::Debug for KvPool {
 }
 
 impl KvPool {
+    /// Blocks not in use now (the engine's scheduler reserves a step's blocks against this
+    /// before it grows any sequence: it gives back cached prefixes, makes requests wait, or
+    /// fails with an error, so that [`KvPool::alloc`] never finds the pool empty).
+    pub fn free_blocks(&self) -> usize {
+        self.0.free.lock().map_or(0, |f| f.len())
+    }
+
+    /// Blocks in the pool.
+    pub fn capacity(&self) -> usize {
+        self.0.capacity
+    }
+
     /// A free block.
     ///
     /// # Panics
-    /// When every block is in use: the pool is sized at load from the device's free memory, and
-    /// running out means the batch and the prefix cache together want more KV than the card
-    /// holds (lower `--batch-size` or `--kv-cache-mb`).
+    /// When every block is in use, which the scheduler rules out by reserving each step's
+    /// blocks first ([`KvPool::free_blocks`]); only a caller growing device KV by hand, past
+    /// the pool, gets here.
     pub fn alloc(&self) -> DeviceBlock {
         let slot = self.0.free.lock().expect("KV pool lock").pop();
         let slot = slot.unwrap_or_else(|| {
