@@ -42,9 +42,10 @@ exec > >(tee -a "$log") 2>&1
 # NVRTC and the CUDA runtime pieces from PyTorch's pip packages; the driver from the system.
 nv=$(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$(ls -d "$nv"/nvidia/*/lib 2>/dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}"
-# The test binaries read their fixtures under the path they were built in.
-[[ -e /work/main ]] || { mkdir -p /work && ln -s "$root" /work/main; }
 [[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"
+# The test binaries read their fixtures under the path they were built in (build.sh records it).
+built=$(cat "$g/build-root" 2>/dev/null || echo /work/main)
+[[ -e $built ]] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
 model=$g/model.gguf
 if [[ ! -f $model && -f $root/target/gpu-model/part.ab ]]; then
   cat "$root"/target/gpu-model/part.* > "$model"
