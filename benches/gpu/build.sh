@@ -26,6 +26,8 @@ for line in sys.stdin:
             shutil.copy(m["executable"], "target/gpu-stage/" + name)
 '
 strip target/gpu-stage/*
+# The test binaries read their fixtures under the path they were built in (run.sh links it).
+pwd > target/gpu-stage/build-root
 tar -C target/gpu-stage -cJf "$out/bin.tar.xz" .
 src=${LLAMA_SRC:-/work/tools/llama_cpp_python-0.3.36}/vendor/llama.cpp
 if [[ -d "$src" ]]; then

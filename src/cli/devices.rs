@@ -18,16 +18,60 @@ pub fn run(args: DevicesArgs) -> anyhow::Result<()> {
     );
     #[cfg(feature = "cuda")]
     {
-        use crate::model::cuda;
-        match cuda::list_devices() {
-            Ok(list) if list.is_empty() => println!("cuda: the driver reports no device"),
-            Ok(list) => list.iter().for_each(|l| println!("{l}")),
-            Err(why) => println!("cuda: {why}"),
+        use crate::model::cuda::{self, versions};
+        let driver = versions::driver_version();
+        match &driver {
+            Ok(v) => println!("cuda driver: CUDA {v}"),
+            Err(why) => println!("cuda driver: {why}"),
         }
-        match cuda::compile_kernels() {
-            Ok(_) => println!("cuda kernels: compile (NVRTC)"),
-            Err(e) if args.check_kernels => bail!("{e}"),
-            Err(e) => println!("cuda kernels: {e}"),
+        // NVRTC is chosen to suit the driver: a mismatch (every NVRTC found newer than the
+        // driver) is its error, one line saying what to install.
+        let nvrtc = cuda::nvrtc::library();
+        match &nvrtc {
+            Ok(l) => println!("nvrtc: {} ({})", l.version, l.path),
+            Err(why) => println!("nvrtc: {why}"),
+        }
+        let devices = match (&driver, cuda::list_devices()) {
+            (Err(_), _) => Vec::new(),
+            (Ok(_), Ok(list)) if list.is_empty() => {
+                println!("cuda: the driver reports no device");
+                Vec::new()
+            }
+            (Ok(_), Ok(list)) => list,
+            (Ok(_), Err(why)) => {
+                println!("cuda: {why}");
+                Vec::new()
+            }
+        };
+        for d in &devices {
+            println!("{d}");
+        }
+        // The kernels are compiled for each device's compute capability; without a device, for
+        // the data-centre GPUs' 8.0 and 9.0.
+        let mut ccs: Vec<(i32, i32)> = devices.iter().map(|d| d.cc).collect();
+        if ccs.is_empty() {
+            ccs = vec![(8, 0), (9, 0)];
+        }
+        ccs.sort();
+        ccs.dedup();
+        let mut failed = None;
+        if let Err(why) = &nvrtc {
+            println!("cuda kernels: not compiled (no usable NVRTC)");
+            failed = Some(why.clone());
+        } else {
+            for cc in ccs {
+                let arch = versions::arch_name(cc);
+                match cuda::compile_kernels(Some(cc)) {
+                    Ok(_) => println!("cuda kernels: compile for {arch} (NVRTC)"),
+                    Err(e) => {
+                        println!("cuda kernels: {arch}: {e}");
+                        failed = Some(format!("{arch}: {e}"));
+                    }
+                }
+            }
+        }
+        if let (true, Some(e)) = (args.check_kernels, failed) {
+            bail!("{e}");
         }
     }
     #[cfg(not(feature = "cuda"))]

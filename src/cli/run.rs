@@ -114,7 +114,8 @@ pub struct RunArgs {
 
     /// Memory for the prefix cache, in MiB: prompts that extend tokens already computed (the
     /// previous turn, a shared prefix) reuse their KV instead of prefilling them again. 0
-    /// turns it off. Changes speed and memory, never results.
+    /// turns it off. On a GPU it counts blocks of the card's KV pool, given back whenever
+    /// running requests need them. Changes speed and memory, never results.
     #[arg(long, value_name = "MB", default_value_t = crate::engine::DEFAULT_PREFIX_CACHE_MB)]
     pub kv_cache_mb: usize,
 
@@ -508,12 +509,30 @@ pub fn execute<Pr: BenchProtocol>(
             let models = engine_models(&candidates, &judge, options);
             let dtype = match cfg.device {
                 DeviceSpec::Cpu => dtype_name(WeightDType::default()).to_string(),
-                d => format!("{};device={d}", dtype_name(WeightDType::default())),
+                d => format!(
+                    "{};device={d};{}",
+                    dtype_name(WeightDType::default()),
+                    device_identity(d)?
+                ),
             };
             let cache = (cfg.cache.for_engine())
                 .map(|c| (c, cache::engine_keyer(&candidates, &judge, &dtype)));
             finish(run, models, cache, progress)
         }
+    }
+}
+
+/// A GPU's part of the generation cache's key: the card's model, the driver's and NVRTC's
+/// CUDA versions and the GPU kernels' numerics version, so that a reply cached on one card or
+/// driver is never served for another (`cuda:0` alone names a slot, not a card).
+fn device_identity(device: DeviceSpec) -> anyhow::Result<String> {
+    match device {
+        DeviceSpec::Cpu => Ok(String::new()),
+        #[cfg(feature = "cuda")]
+        DeviceSpec::Cuda(n) => crate::model::cuda::cache_identity(n)
+            .map_err(|e| anyhow::anyhow!("--device {device}: {e}")),
+        #[cfg(not(feature = "cuda"))]
+        DeviceSpec::Cuda(_) => Ok(device.check_built().map(|()| String::new())?),
     }
 }
 

@@ -51,6 +51,14 @@ impl KvStorage {
         model.kv_pool().map_or(KvStorage::Host, KvStorage::Device)
     }
 
+    /// Blocks this storage can still hand out: `None` for host memory (unbounded).
+    pub fn free_blocks(&self) -> Option<usize> {
+        match self {
+            KvStorage::Host => None,
+            KvStorage::Device(pool) => Some(pool.free_blocks()),
+        }
+    }
+
     /// Bytes of one block of `layout` kept here.
     pub fn block_bytes(&self, layout: KvLayout) -> usize {
         match self {
@@ -146,6 +154,23 @@ impl SeqKv {
             .iter()
             .filter(|b| Arc::strong_count(b) > 1)
             .count()
+    }
+
+    /// Blocks that growing by `n` positions takes from the storage: new blocks, and on a
+    /// device the copies of shared blocks it will write (copy-on-write), as [`KvSeq::grow`]
+    /// allocates them.
+    pub fn blocks_to_grow(&self, n: usize) -> usize {
+        let needed = (self.len + n).div_ceil(BLOCK_TOKENS);
+        let new = needed.saturating_sub(self.blocks.len());
+        let copies = match self.storage {
+            KvStorage::Host => 0,
+            KvStorage::Device(_) => self.blocks[(self.len / BLOCK_TOKENS).min(self.blocks.len())..]
+                .iter()
+                .take(needed)
+                .filter(|b| Arc::strong_count(b) > 1)
+                .count(),
+        };
+        new + copies
     }
 
     pub fn layout(&self) -> KvLayout {
@@ -318,6 +343,21 @@ mod tests {
         assert_eq!(a.len(), 16);
         fill(&mut a, 16, 18, 4.0);
         assert_eq!(a.key(0, 17), &[17.0, 0.0, 4.0]);
+    }
+
+    #[test]
+    fn blocks_to_grow_counts_new_blocks() {
+        let mut a = SeqKv::new(L);
+        assert_eq!(a.blocks_to_grow(0), 0);
+        assert_eq!(a.blocks_to_grow(1), 1);
+        assert_eq!(a.blocks_to_grow(BLOCK_TOKENS + 1), 2);
+        fill(&mut a, 0, 20, 1.0);
+        assert_eq!(a.blocks_to_grow(12), 0);
+        assert_eq!(a.blocks_to_grow(13), 1);
+        // Host blocks are copied on write, not on growth: a fork takes no block to grow.
+        let b = a.fork();
+        assert_eq!(b.blocks_to_grow(1), 0);
+        assert_eq!(KvStorage::Host.free_blocks(), None);
     }
 
     #[test]

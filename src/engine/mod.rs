@@ -41,6 +41,13 @@ pub enum EngineError {
     UnknownSequence(SeqId),
     #[error("request {index}: constraint: {msg}")]
     Constraint { index: usize, msg: String },
+    /// A device's KV pool cannot hold the positions of a step even after the prefix cache gave
+    /// its blocks back (the scheduler first makes requests wait for running ones to finish).
+    #[error(
+        "the device's KV cache is full: {want} more blocks needed, {free} free (lower \
+         --batch-size or --kv-cache-mb, or shorten the prompts)"
+    )]
+    KvFull { want: usize, free: usize },
     #[error("internal engine error: {0}")]
     Internal(String),
 }

@@ -156,6 +156,16 @@ impl PrefixCache {
         self.evict(&path);
     }
 
+    /// Drops least recently used childless entries until at most `blocks` are held (when a
+    /// device's KV pool runs short, the scheduler gives cached prefixes back before it makes
+    /// requests wait). A block still shared with a running sequence stays in use there.
+    pub fn shrink_to(&mut self, blocks: usize) {
+        let max = self.max_blocks;
+        self.max_blocks = blocks.min(max);
+        self.evict(&[]);
+        self.max_blocks = max;
+    }
+
     /// Drops least recently used childless entries until the budget holds, sparing `keep`
     /// (the path just inserted) unless nothing else is left.
     fn evict(&mut self, keep: &[u64]) {

@@ -20,7 +20,7 @@ use std::time::Instant;
 use super::constraint::{
     masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
 };
-use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv};
+use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::prefix::{PrefillStats, PrefixCache};
 use super::sampling::{argmax, Sampler};
 use super::{EngineError, SamplingParams, StopReason};
@@ -118,6 +118,20 @@ struct Active {
     first_token: Option<Instant>,
     /// The request's grammar state, when it is constrained.
     grammar: Option<ConstraintState>,
+}
+
+impl Active {
+    /// Blocks this sequence may still take before it finishes: its pending feed and every
+    /// token it may still generate, within the context.
+    fn blocks_to_finish(&self, ctx: usize) -> usize {
+        let pending = self.feed.len() - self.fed
+            + self
+                .params
+                .max_new_tokens
+                .saturating_sub(self.out.len() + 1);
+        self.kv
+            .blocks_to_grow(pending.min(ctx.saturating_sub(self.kv.len())))
+    }
 }
 
 /// A checked request waiting for a slot in the batch.
@@ -233,6 +247,30 @@ impl Decoder {
         }
     }
 
+    /// Blocks free in a device's KV pool, after giving back cached prefixes to cover `want`;
+    /// `None` for host memory (unbounded: CPU decoding never waits or fails here).
+    fn free_blocks(&mut self, want: usize) -> Option<usize> {
+        let free = self.cache_storage_free()?;
+        if want > free {
+            let keep = self.cache.blocks().saturating_sub(want - free);
+            self.cache.shrink_to(keep);
+        }
+        self.cache_storage_free()
+    }
+
+    fn cache_storage_free(&self) -> Option<usize> {
+        KvStorage::for_model(&self.model).free_blocks()
+    }
+
+    /// Makes room for growing `kv` by `n` positions, or says that the device's KV is full.
+    fn reserve(&mut self, kv: &SeqKv, n: usize) -> Result<(), EngineError> {
+        let want = kv.blocks_to_grow(n);
+        match self.free_blocks(want) {
+            Some(free) if free < want => Err(EngineError::KvFull { want, free }),
+            _ => Ok(()),
+        }
+    }
+
     /// Feeds `ids` into a new stored sequence (a prompt prefix to fork from later).
     pub fn prefill(&mut self, ids: &[u32]) -> Result<SeqId, EngineError> {
         self.check_ids(ids)?;
@@ -245,6 +283,7 @@ impl Decoder {
         }
         let mut kv = self.new_kv();
         for chunk in ids.chunks(self.config.prefill_chunk) {
+            self.reserve(&kv, chunk.len())?;
             let mut steps = [SeqStep {
                 tokens: chunk,
                 kv: &mut kv,
@@ -284,6 +323,7 @@ impl Decoder {
         let chunk = self.config.prefill_chunk.min(64);
         for (part, logits) in [(&ids[..from], Logits::None), (&ids[from..], Logits::All)] {
             for c in part.chunks(chunk) {
+                self.reserve(&kv, c.len())?;
                 let mut steps = [SeqStep {
                     tokens: c,
                     kv: &mut kv,
@@ -417,6 +457,25 @@ impl Decoder {
         let vocab = self.model.config().vocab_size;
         let active = &mut flight.active;
         while active.len() < self.config.batch_size {
+            // On a device, a request waits until the blocks it may need (prompt and every new
+            // token, within the context) are free beside those the running sequences may still
+            // need: running ones then always finish, and free theirs. Alone, a request is
+            // admitted whatever its need (it may stop early; if not, the step below fails).
+            if let (false, Some(q), true) = (
+                active.is_empty(),
+                flight.queue.front(),
+                self.cache_storage_free().is_some(),
+            ) {
+                let running: usize = active.iter().map(|a| a.blocks_to_finish(ctx)).sum();
+                let own = (q.req.prompt_ids.len() + q.req.params.max_new_tokens)
+                    .min(ctx)
+                    .div_ceil(BLOCK_TOKENS)
+                    + 1;
+                let want = running + own;
+                if self.free_blocks(want).is_some_and(|free| free < want) {
+                    break;
+                }
+            }
             let Some(Queued {
                 id,
                 req: r,
@@ -490,6 +549,28 @@ impl Decoder {
             }
             budget -= n;
             plan.push((a_idx, n, n == left));
+        }
+        // On a device, the step takes only the sequences whose new blocks are free (in order;
+        // the rest wait a step: rows are computed independently, so waiting changes no token).
+        let want: usize = plan
+            .iter()
+            .map(|&(i, n, _)| active[i].kv.blocks_to_grow(n))
+            .sum();
+        if let Some(mut free) = self.free_blocks(want).filter(|&free| free < want) {
+            let first = plan
+                .first()
+                .map_or(0, |&(i, n, _)| active[i].kv.blocks_to_grow(n));
+            plan.retain(|&(i, n, _)| {
+                let w = active[i].kv.blocks_to_grow(n);
+                let fits = w <= free;
+                if fits {
+                    free -= w;
+                }
+                fits
+            });
+            if plan.is_empty() {
+                return Err(EngineError::KvFull { want: first, free });
+            }
         }
         let mut steps: Vec<SeqStep<'_, SeqKv>> = Vec::with_capacity(plan.len());
         let mut planned = plan.iter().peekable();

@@ -93,6 +93,11 @@ impl KvPool {
     pub fn block_bytes(&self) -> usize {
         match *self {}
     }
+
+    /// Blocks not in use.
+    pub fn free_blocks(&self) -> usize {
+        match *self {}
+    }
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -22,7 +22,20 @@ impl Model {
     /// Places a loaded model on `device`: the CPU uses it as it is; a GPU gets its weights
     /// uploaded once and a KV pool in its memory. `cuda` without the feature is an error.
     pub fn new(llama: Llama, device: DeviceSpec) -> Result<Model> {
+        Model::with_kv_limit(llama, device, None)
+    }
+
+    /// [`Model::new`] with a GPU's KV pool held to at most `kv_limit` bytes (by default it
+    /// takes 90% of the memory left after the weights, less 1 GiB); ignored on the CPU, whose
+    /// KV grows in host memory.
+    pub fn with_kv_limit(
+        llama: Llama,
+        device: DeviceSpec,
+        kv_limit: Option<usize>,
+    ) -> Result<Model> {
         device.check_built()?;
+        #[cfg(not(feature = "cuda"))]
+        let _ = kv_limit;
         match device {
             DeviceSpec::Cpu => Ok(Model {
                 llama,
@@ -31,7 +44,10 @@ impl Model {
             }),
             #[cfg(feature = "cuda")]
             DeviceSpec::Cuda(n) => {
-                let cuda = super::cuda::CudaModel::load(&llama, n, KV_BLOCK_TOKENS)?;
+                let mut llama = llama;
+                let cuda = super::cuda::CudaModel::load(&llama, n, KV_BLOCK_TOKENS, kv_limit)?;
+                // The weights live on the device now: only the embedding stays on the host.
+                super::cuda::release_host_matrices(&mut llama);
                 if !cuda.converted().is_empty() {
                     eprintln!(
                         "notice: {} matrices have no GPU kernel for their stored type and were \
@@ -73,7 +89,8 @@ impl Model {
         self.llama.config()
     }
 
-    /// The host model (configuration, weights as loaded).
+    /// The host model: configuration and weights as loaded; on a GPU, only the configuration,
+    /// the embedding and the RoPE tables (the matrices were released after the upload).
     pub fn llama(&self) -> &Llama {
         &self.llama
     }

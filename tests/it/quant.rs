@@ -16,7 +16,7 @@ use candor::model::llama::{Llama, WeightDType};
 use candor::model::runner::Model;
 use serde::Deserialize;
 
-mod kquants;
+pub(crate) mod kquants;
 
 /// Every GGUF type with a native kernel.
 const TYPES: [GgmlDType; 11] = [
@@ -39,7 +39,7 @@ const DIM: usize = 256;
 const FFN: usize = 512;
 const LAYERS: usize = 2;
 
-fn q(v: Vec<f32>, shape: &[usize], dtype: GgmlDType) -> QTensor {
+pub(crate) fn q(v: Vec<f32>, shape: &[usize], dtype: GgmlDType) -> QTensor {
     let t = Tensor::from_vec(v, shape, &Device::Cpu).expect("tensor");
     QTensor::quantize(&t, dtype).expect("quantize")
 }
@@ -203,7 +203,7 @@ struct TypeRecord {
     llama_cpp_paths: std::collections::BTreeMap<String, usize>,
 }
 
-fn fixture(rel: &str) -> PathBuf {
+pub(crate) fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(rel)
@@ -343,32 +343,32 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
 }
 
 #[derive(Deserialize)]
-struct TinySequences {
-    start: usize,
-    sequences: Vec<Vec<u32>>,
+pub(crate) struct TinySequences {
+    pub(crate) start: usize,
+    pub(crate) sequences: Vec<Vec<u32>>,
 }
 
 #[derive(Deserialize)]
-struct TinyTypeRecord {
-    arch: String,
-    ftype: String,
+pub(crate) struct TinyTypeRecord {
+    pub(crate) arch: String,
+    pub(crate) ftype: String,
     /// The first 16 hex digits of the sha256 of every tensor as llama-quantize stored it.
-    tensors: std::collections::BTreeMap<String, String>,
-    argmax: Vec<Vec<u32>>,
-    top2_gap: Vec<Vec<f32>>,
+    pub(crate) tensors: std::collections::BTreeMap<String, String>,
+    pub(crate) argmax: Vec<Vec<u32>>,
+    pub(crate) top2_gap: Vec<Vec<f32>>,
     /// How many of `argmax` llama.cpp itself reproduces through its other execution paths
     /// (`one_token_per_decode`, `no_repack`).
     llama_cpp_paths: std::collections::BTreeMap<String, usize>,
 }
 
 /// A tensor of a tiny model: name, shape, f32 values.
-type TinyTensor = (String, Vec<usize>, Vec<f32>);
+pub(crate) type TinyTensor = (String, Vec<usize>, Vec<f32>);
 
 /// `make_tiny_quant_reference.py`'s models: 256 wide, 4 layers (gemma3: 6, five sliding
 /// then a global one), 4 heads / 2 KV heads, FFN 512, 96 tokens.
 const TQ_DIM: usize = 256;
 const TQ_FFN: usize = 512;
-const TQ_VOCAB: usize = 96;
+pub(crate) const TQ_VOCAB: usize = 96;
 const TQ_HEADS: usize = 4;
 const TQ_KV_HEADS: usize = 2;
 
@@ -412,7 +412,7 @@ impl Draw {
 
 /// The tensors of `make_tiny_quant_reference.py`'s `tensors(arch)`, drawn in the same order
 /// from the same `SplitMix64` stream (seed 7) by the same f32 arithmetic.
-fn tiny_tensors(arch: &str) -> Vec<TinyTensor> {
+pub(crate) fn tiny_tensors(arch: &str) -> Vec<TinyTensor> {
     let (d, f) = (TQ_DIM, TQ_FFN);
     let hd = d / TQ_HEADS;
     let kv = hd * TQ_KV_HEADS;
@@ -472,7 +472,9 @@ fn tiny_tensors(arch: &str) -> Vec<TinyTensor> {
 
 /// The GGUF metadata of `make_tiny_quant_reference.py`'s `arch` model (without its
 /// vocabulary, which Candor's loader does not read for these ids-only tests).
-fn tiny_metadata(arch: &'static str) -> Vec<(String, candle_core::quantized::gguf_file::Value)> {
+pub(crate) fn tiny_metadata(
+    arch: &'static str,
+) -> Vec<(String, candle_core::quantized::gguf_file::Value)> {
     use candle_core::quantized::gguf_file::Value;
     let hd = (TQ_DIM / TQ_HEADS) as u32;
     let mut md = crate::util::llama_metadata(&crate::util::TinyShape {
@@ -497,7 +499,7 @@ fn tiny_metadata(arch: &'static str) -> Vec<(String, candle_core::quantized::ggu
     md
 }
 
-fn ggml_type(name: &str) -> GgmlDType {
+pub(crate) fn ggml_type(name: &str) -> GgmlDType {
     match name {
         "Q4_0" => GgmlDType::Q4_0,
         "Q4_1" => GgmlDType::Q4_1,

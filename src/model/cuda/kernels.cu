@@ -29,6 +29,9 @@ typedef unsigned int u32;
 #define W_Q4_1 5
 #define W_Q4_K 6
 #define W_Q6_K 7
+#define W_Q5_0 8
+#define W_Q5_1 9
+#define W_Q5_K 10
 
 __device__ __forceinline__ float half_to_float(u16 h) {
     float f;
@@ -126,6 +129,48 @@ __device__ __forceinline__ void load8(const u8* w, long row, int e, int k, float
             int q = i < 32 ? (qs[i] & 0xF) : (qs[i - 32] >> 4);
             out[j] = d1 * (float)q - m1;
         }
+    } else if (T == W_Q5_0 || T == W_Q5_1) {
+        // d (f16), [m (f16)], qh (32 high bits), qs[16]: element i's low nibble is qs[i]'s
+        // (i < 16) or qs[i - 16]'s high one, its fifth bit qh's bit i.
+        const int bytes = T == W_Q5_0 ? 22 : 24;
+        const u8* b = w + (row * (long)(k / 32) + e / 32) * bytes;
+        float d = half_at(b);
+        float m = T == W_Q5_1 ? half_at(b + 2) : 0.0f;
+        const u8* h = b + (T == W_Q5_0 ? 2 : 4);
+        u32 qh = (u32)h[0] | ((u32)h[1] << 8) | ((u32)h[2] << 16) | ((u32)h[3] << 24);
+        const u8* qs = h + 4;
+        int j0 = e % 32;
+        for (int j = 0; j < 8; j++) {
+            int i = j0 + j;
+            int lo = i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4);
+            int q = lo | (int)(((qh >> i) & 1u) << 4);
+            if (T == W_Q5_0) {
+                out[j] = (float)(q - 16) * d;
+            } else {
+                out[j] = (float)q * d + m;
+            }
+        }
+    } else if (T == W_Q5_K) {
+        // d, dmin (f16), scales[12] (as Q4_K), qh[32], qs[128] (ggml's dequantize_row_q5_K).
+        const u8* b = w + (row * (long)(k / 256) + e / 256) * 176;
+        float d = half_at(b);
+        float dmin = half_at(b + 2);
+        int j0 = e % 256;
+        int sub = j0 / 32;
+        float sc, mn;
+        scale_min_k4(sub, b + 4, &sc, &mn);
+        float d1 = d * sc;
+        float m1 = dmin * mn;
+        const u8* qh = b + 16;
+        const u8* ql = b + 48 + (j0 / 64) * 32;
+        int within = j0 % 64;
+        for (int j = 0; j < 8; j++) {
+            int i = within + j;
+            int l = i % 32;
+            int nib = i < 32 ? (ql[l] & 0xF) : (ql[l] >> 4);
+            int q = nib + (((qh[l] >> sub) & 1) << 4);
+            out[j] = d1 * (float)q - m1;
+        }
     } else if (T == W_Q6_K) {
         const u8* b = w + (row * (long)(k / 256) + e / 256) * 210;
         const u8* ql = b;
@@ -187,6 +232,9 @@ extern "C" __global__ void matmul_q4_0(const float* x, int m, const u8* w, int n
 extern "C" __global__ void matmul_q4_1(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_1>(x, m, w, n, k, y); }
 extern "C" __global__ void matmul_q4_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_K>(x, m, w, n, k, y); }
 extern "C" __global__ void matmul_q6_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q6_K>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q5_0(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q5_0>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q5_1(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q5_1>(x, m, w, n, k, y); }
+extern "C" __global__ void matmul_q5_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q5_K>(x, m, w, n, k, y); }
 
 // y = x * (1 / sqrt(mean(x^2) + eps)) * w per row of `dim` values; one block per row (block
 // size a power of two, at most 1024). In place when x == y.
