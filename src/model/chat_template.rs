@@ -11,7 +11,9 @@
 //! The template comes from a downloaded file and is untrusted code, so every render runs under
 //! a budget: at most [`FUEL`] minijinja instructions, an output of at most [`MAX_OUTPUT_FIXED`]
 //! bytes plus [`MAX_OUTPUT_PER_INPUT_BYTE`] per byte of the messages, and a memory budget for
-//! intermediate values ([`super::alloc_budget`]). A template that exceeds a budget on a short
+//! intermediate values ([`super::alloc_budget`]). A value whose size is known before it is
+//! built (a constant folded while compiling, a widening filter) is sized first and refused
+//! with a typed error ([`super::template_size`]). A template that exceeds a budget on a short
 //! probe conversation is refused when it is loaded; errors name the model file.
 
 use std::path::Path;
@@ -22,6 +24,7 @@ use minijinja::{Environment, ErrorKind};
 use super::alloc_budget;
 use super::chat::Message;
 use super::error::{ModelError, Result};
+use super::template_size;
 use super::tokenizer::Tokenizer;
 
 const TEMPLATE_NAME: &str = "chat_template";
@@ -88,12 +91,33 @@ impl ChatTemplate {
         bos_token: impl Into<String>,
         eos_token: impl Into<String>,
     ) -> Result<Self> {
-        let source = source.into();
+        Self::compile(
+            source.into(),
+            "(template given inline)",
+            bos_token.into(),
+            eos_token.into(),
+        )
+    }
+
+    /// [`ChatTemplate::new`], naming `origin` in errors. Constant expressions are sized
+    /// before minijinja folds them ([`template_size::check_folding`]); compiling runs under
+    /// the fixed part of the memory budget.
+    fn compile(
+        source: String,
+        origin: impl std::fmt::Display,
+        bos_token: String,
+        eos_token: String,
+    ) -> Result<Self> {
+        let origin = origin.to_string();
+        template_size::check_folding(&source).map_err(|what| ModelError::TemplateBudget {
+            origin: origin.clone(),
+            what,
+        })?;
         let mut env = Environment::new();
         env.set_fuel(Some(FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        template_size::register(&mut env);
         env.add_function(
             "raise_exception",
             |msg: String| -> std::result::Result<String, minijinja::Error> {
@@ -104,14 +128,25 @@ impl ChatTemplate {
             },
         );
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.clone())
-            .map_err(|e| ModelError::Template(describe(&e)))?;
+        let oom = format!(
+            "{origin}: chat template exceeded its memory budget of {} MiB while compiling",
+            MAX_MEMORY_FIXED >> 20
+        );
+        let compiled = alloc_budget::with_budget(MAX_MEMORY_FIXED, &oom, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                env.add_template_owned(TEMPLATE_NAME, source.clone())
+            }))
+        });
+        match compiled {
+            Ok(result) => result.map_err(|e| ModelError::Template(describe(&e)))?,
+            Err(panic) => return Err(panicked(&origin, panic)),
+        }
         Ok(ChatTemplate {
             source,
-            origin: "(template given inline)".to_string(),
+            origin,
             env,
-            bos_token: bos_token.into(),
-            eos_token: eos_token.into(),
+            bos_token,
+            eos_token,
             missing: false,
         })
     }
@@ -120,9 +155,17 @@ impl ChatTemplate {
     /// checked like a model's own ([`ChatTemplate::with_origin`]).
     pub fn from_file(path: &Path, tokenizer: &Tokenizer) -> Result<Self> {
         let source = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())
-            .map_err(|e| ModelError::Template(format!("{}: {e}", path.display())))?
-            .with_origin(path.display())
+        Self::compile(
+            source,
+            path.display(),
+            tokenizer.bos_token().into(),
+            tokenizer.eos_token().into(),
+        )
+        .map_err(|e| match e {
+            ModelError::Template(msg) => ModelError::Template(format!("{}: {msg}", path.display())),
+            other => other,
+        })?
+        .with_origin(path.display())
     }
 
     /// The stand-in for a model without a template (a base model): loading succeeds, raw
@@ -170,7 +213,12 @@ impl ChatTemplate {
             })?,
             None => return Err(ModelError::NoChatTemplate),
         };
-        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())
+        Self::compile(
+            source.clone(),
+            "GGUF tokenizer.chat_template",
+            tokenizer.bos_token().into(),
+            tokenizer.eos_token().into(),
+        )
     }
 
     /// The template in a `tokenizer_config.json` (`chat_template`: a string, or a list of
@@ -200,7 +248,13 @@ impl ChatTemplate {
             }
             None => return Err(ModelError::NoChatTemplate),
         };
-        Self::new(source, tokenizer.bos_token(), tokenizer.eos_token())?.with_origin(path.display())
+        Self::compile(
+            source,
+            path.display(),
+            tokenizer.bos_token().into(),
+            tokenizer.eos_token().into(),
+        )?
+        .with_origin(path.display())
     }
 
     /// The Jinja source, for manifests.
@@ -259,9 +313,15 @@ impl ChatTemplate {
             max_memory >> 20
         );
         let rendered = alloc_budget::with_budget(max_memory, &oom, || {
-            tmpl.render_to_write(ctx, &mut out)
-                .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tmpl.render_to_write(ctx, &mut out)
+                    .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
+            }))
         });
+        let rendered = match rendered {
+            Ok(rendered) => rendered,
+            Err(panic) => return Err(panicked(&self.origin, panic)),
+        };
         let budget = |what: String| ModelError::TemplateBudget {
             origin: self.origin.clone(),
             what,
@@ -276,8 +336,13 @@ impl ChatTemplate {
             Err(e) if e.kind() == ErrorKind::OutOfFuel => {
                 return Err(budget(format!("more than {FUEL} instructions")))
             }
+            Err(e) if marked(&e, template_size::OVER_BUDGET).is_some() => {
+                return Err(budget(
+                    marked(&e, template_size::OVER_BUDGET).unwrap_or_default(),
+                ))
+            }
             Err(e) => {
-                return Err(match raised_message(&e) {
+                return Err(match marked(&e, RAISED) {
                     Some(msg) => ModelError::TemplateRaised(msg),
                     None => ModelError::Template(format!("{}: {}", self.origin, describe(&e))),
                 })
@@ -338,6 +403,7 @@ fn tojson(
 ) -> std::result::Result<minijinja::Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     kwargs.assert_all_used()?;
+    template_size::check_json_indent(&value, indent.unwrap_or(0))?;
     let json = serde_json::to_value(&value)
         .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, format!("tojson: {e}")))?;
     let mut out = String::new();
@@ -397,12 +463,26 @@ fn describe(err: &minijinja::Error) -> String {
     msg
 }
 
-/// The message of the template's own `raise_exception`, if that is what failed.
-fn raised_message(err: &minijinja::Error) -> Option<String> {
+/// A panic inside minijinja (a size computation that overflows, `'ab' * 2**62`) as an error.
+fn panicked(origin: &str, panic: Box<dyn std::any::Any + Send>) -> ModelError {
+    let msg = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    ModelError::TemplateBudget {
+        origin: origin.to_string(),
+        what: format!("a value too large to build ({msg})"),
+    }
+}
+
+/// The message after `marker` in an error the template's own code raised (`raise_exception`,
+/// [`RAISED`], or a size check, [`template_size::OVER_BUDGET`]), if that is what failed.
+fn marked(err: &minijinja::Error, marker: &str) -> Option<String> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(mj) = e.downcast_ref::<minijinja::Error>() {
-            if let Some(rest) = mj.detail().and_then(|d| d.strip_prefix(RAISED)) {
+            if let Some(rest) = mj.detail().and_then(|d| d.strip_prefix(marker)) {
                 return Some(rest.to_string());
             }
         }
@@ -625,5 +705,80 @@ mod tests {
             .render(&[Message::user("y".repeat(5000))], true)
             .unwrap_err();
         assert!(matches!(err, ModelError::TemplateBudget { .. }), "{err:?}");
+    }
+
+    /// Values whose size is known before they are built are refused before they are built:
+    /// constants folded while compiling, and widening filters and methods while rendering.
+    #[test]
+    fn single_large_values_are_refused_before_they_are_built() {
+        for (src, want) in [
+            (
+                "{{ 'a' * 1000000000 }}",
+                "folds to a string of 1000000000 bytes",
+            ),
+            ("{{ 'ab' * 10**18 }}", "folds to a string"),
+            (
+                "{{ ([1, 2, 3] * 1000000000) ~ 'x' }}",
+                "folds to a sequence",
+            ),
+            ("{{ 'a\nb' | indent(1000000000) }}", "indent would build"),
+            (
+                "{{ messages[0].content | indent(4294967295) }}",
+                "indent would build",
+            ),
+            (
+                "{{ ('a' * 1000) | replace('a', 'a' * 100000) }}",
+                "replace would build",
+            ),
+            (
+                "{{ ('a' * 1000).replace('a', 'b' * 100000) }}",
+                "replace would build",
+            ),
+            (
+                "{{ range(100000) | join('x' * 100000) }}",
+                "join would build",
+            ),
+            ("{{ ('x' * 1000).join(range(100000)) }}", "join would build"),
+            (
+                "{{ [1] | batch(1000000000, fill_with='x') | list }}",
+                "batch would build",
+            ),
+            (
+                "{{ [[[[1]]]] | tojson(indent=1000000000) }}",
+                "tojson would build",
+            ),
+            ("{% set n = 2**62 %}{{ 'ab' * n }}", "too large to build"),
+        ] {
+            // From a file, so that refusals while compiling name it too.
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("hostile.jinja");
+            std::fs::write(&path, src).unwrap();
+            let start = std::time::Instant::now();
+            let err = ChatTemplate::from_file(&path, &tokenizer()).unwrap_err();
+            assert!(
+                start.elapsed().as_secs_f64() < 5.0,
+                "{src}: {:?}",
+                start.elapsed()
+            );
+            assert!(
+                matches!(err, ModelError::TemplateBudget { .. }),
+                "{src}: {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(!msg.contains('\n'), "{msg}");
+            assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+            assert!(msg.contains(want), "{src}: {msg}");
+        }
+        // The same filters at ordinary sizes render as minijinja's own.
+        let t = ChatTemplate::new(
+            "{{ 'a\nb' | indent(2, true) }}|{{ 'aa' | replace('a', 'bb') }}|{{ 'aa'.replace('a', 'b', 1) }}|{{ range(3) | join(', ') }}|{{ '-'.join(['x', 'y']) }}|{{ [1, 2, 3] | batch(2, 0) | list }}|{{ 'ab' * 2 }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[Message::user("x")], true).unwrap(),
+            "  a\n  b|bbbb|ba|0, 1, 2|x-y|[[1, 2], [3, 0]]|abab"
+        );
     }
 }

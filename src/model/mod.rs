@@ -22,6 +22,7 @@ pub mod runner;
 pub mod safetensors;
 pub mod source;
 pub mod spm;
+pub mod template_size;
 pub mod tokenizer;
 
 pub use error::{ModelError, Result};

@@ -4,7 +4,10 @@
 //! hanging or allocating without bound. Inputs are the committed corpus under
 //! `tests/fixtures/fuzz/<target>/` mutated by a seeded generator (bit flips, interesting
 //! integers, inserted/deleted/duplicated ranges, truncations, splices between corpus files),
-//! so a failure reproduces from its seed and iteration number.
+//! so a failure reproduces from its seed and iteration number. The `template_source` target's
+//! inputs are chat template sources, mutated also by inserting constructs that build one large
+//! value in a step ([`LARGE_VALUES`]); each runs in a child process whose peak resident memory
+//! and CPU time are asserted.
 //!
 //! `cargo test --test it fuzz` runs a short smoke (a few hundred inputs per target, seconds).
 //! `CANDOR_FUZZ_ITERS=1000000 cargo test --release --test it fuzz -- --nocapture` is the long
@@ -19,6 +22,8 @@
 //! fails naming it; an input slower than [`SLOW`] fails too.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -72,8 +77,39 @@ const INTERESTING: &[u64] = &[
     u64::MAX,
 ];
 
-/// One random mutation of `data` (corpus files in `others` for splicing).
-fn mutate(rng: &mut Rng, data: &mut Vec<u8>, others: &[Vec<u8>]) {
+/// Template constructs that build one large value in a single step (repetition, ranges,
+/// joins, padding widths, widening filters and methods), inserted by the `template_source`
+/// target's mutations; each must be refused quickly with bounded memory.
+const LARGE_VALUES: &[&str] = &[
+    "{{ 'a' * 1000000000 }}",
+    "{{ 'ab' * 10**18 }}",
+    "{{ 'ab' * 2**62 }}",
+    " * 10**9",
+    " * 4294967295",
+    "{% set n = 10**9 %}{{ 'a' * n }}",
+    "{% set n = 2**62 %}{{ 'ab' * n }}",
+    "{{ [1, 2, 3] * 1000000000 }}",
+    "{{ ([1, 2] * 100000) ~ 'x' }}",
+    "{{ x ~ (x ~ (x ~ (x ~ ('a' * 1000000)))) }}",
+    "{% for m in messages %}{{ m.content * 100000000 }}{% endfor %}",
+    "{{ 'a\nb' | indent(1000000000) }}",
+    " | indent(4294967295)",
+    "{{ ('a' * 1000) | replace('a', 'a' * 100000) }}",
+    " | replace('', 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx')",
+    "{{ ('a' * 1000).replace('a', 'b' * 100000) }}",
+    "{{ range(100000) | join('x' * 100000) }}",
+    " | join('x' * 100000)",
+    "{{ ('x' * 1000).join(range(100000)) }}",
+    "{{ [1] | batch(1000000000, fill_with='x') | list }}",
+    " | batch(18446744073709551615)",
+    "{{ [[[[1]]]] | tojson(indent=1000000000) }}",
+    "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "{{ range(100000) | list | string }}",
+];
+
+/// One random mutation of `data` (corpus files in `others` for splicing; `words`: the
+/// target's own tokens for its text-aware mutation).
+fn mutate(rng: &mut Rng, data: &mut Vec<u8>, others: &[Vec<u8>], words: &[&str]) {
     let len = data.len();
     match rng.below(10) {
         0 if len > 0 => {
@@ -132,7 +168,11 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>, others: &[Vec<u8>]) {
                 "1e999", "是", "否", "yes", "no", "error", "no_error", "Score", "[[", "]]",
                 "\u{0}", "\u{ffff}", "😀",
             ];
-            let t = TOKENS[rng.below(TOKENS.len())].as_bytes();
+            let t = if !words.is_empty() && rng.below(2) == 0 {
+                words[rng.below(words.len())].as_bytes()
+            } else {
+                TOKENS[rng.below(TOKENS.len())].as_bytes()
+            };
             let at = rng.below(len + 1);
             data.splice(at..at, t.iter().copied());
         }
@@ -151,6 +191,8 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>, others: &[Vec<u8>]) {
 struct Target {
     name: &'static str,
     run: fn(&[u8]),
+    /// Tokens for the text-aware mutation beside the common ones.
+    words: &'static [&'static str],
 }
 
 fn corpus_dir(name: &str) -> PathBuf {
@@ -301,6 +343,115 @@ fn target_template(data: &[u8]) {
     }
 }
 
+/// The environment variable that names the input a `template_source` child renders.
+const CHILD_INPUT: &str = "CANDOR_FUZZ_TEMPLATE_CHILD";
+
+/// Peak resident memory one template source may take (its whole child process).
+const TEMPLATE_PEAK_KIB: i64 = 256 * 1024;
+
+/// The largest peak resident memory (KiB) and CPU time (µs) of the `template_source` children.
+static TEMPLATE_PEAK: AtomicI64 = AtomicI64::new(0);
+static TEMPLATE_CPU_US: AtomicI64 = AtomicI64::new(0);
+
+/// A template source, compiled and rendered in a child process (a template over its memory
+/// budget ends its process, by design) whose peak resident memory and CPU time are measured:
+/// every input must end in under [`SLOW`] of CPU time and [`TEMPLATE_PEAK_KIB`], either
+/// rendering, refused with an error, or refused by the memory budget's one-line exit.
+/// CPU time rather than wall time, so that a machine that pauses the child does not fail it.
+fn target_template_source(data: &[u8]) {
+    let input = scratch("jinja", data);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "fuzz::template_source_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_INPUT, &input)
+        .env_remove("RUST_BACKTRACE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut s);
+        s
+    });
+    // A hang guard only: the CPU time below is what is asserted.
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                if start.elapsed() > Duration::from_secs(120) {
+                    // SAFETY: kill only signals the child this call spawned and has not reaped.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for the child we spawned.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our unreaped child; the pointers are to live locals.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    done.store(true, Ordering::Relaxed);
+    watchdog.join().unwrap();
+    assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
+    let stderr = reader.join().unwrap();
+    let peak_kib = usage.ru_maxrss;
+    let cpu_us = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000
+        + usage.ru_utime.tv_usec
+        + usage.ru_stime.tv_usec;
+    TEMPLATE_PEAK.fetch_max(peak_kib, Ordering::Relaxed);
+    TEMPLATE_CPU_US.fetch_max(cpu_us, Ordering::Relaxed);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        libc::WIFEXITED(status),
+        "child ended by signal {}: {last}",
+        libc::WTERMSIG(status)
+    );
+    let code = libc::WEXITSTATUS(status);
+    assert!(
+        code == 0 || (code == 1 && last.contains("chat template exceeded its memory budget")),
+        "child exited with {code}: {stderr}"
+    );
+    assert!(
+        peak_kib < TEMPLATE_PEAK_KIB,
+        "peak resident memory {peak_kib} KiB: {last}"
+    );
+    assert!(
+        cpu_us < SLOW.as_micros() as i64,
+        "{cpu_us} µs of CPU time: {last}"
+    );
+}
+
+/// The child side of [`target_template_source`]: does nothing unless [`CHILD_INPUT`] is set.
+#[test]
+fn template_source_child() {
+    let Some(path) = std::env::var_os(CHILD_INPUT) else {
+        return;
+    };
+    let source = text(&std::fs::read(path).unwrap());
+    let Ok(t) = ChatTemplate::new(source, "<s>", "</s>").and_then(|t| t.with_origin("fuzz.jinja"))
+    else {
+        return;
+    };
+    let long = Message::user("word ".repeat(2000));
+    for messages in [
+        vec![Message::user("hi")],
+        vec![Message::system("Be brief."), long, Message::assistant("4")],
+    ] {
+        let _ = t.render(&messages, true);
+    }
+}
+
 fn target_fbbench(data: &[u8]) {
     let p = Path::new("fuzz.json");
     let _ = candor::bench::fbbench::data::parse_dataset(data, p);
@@ -368,38 +519,52 @@ fn targets() -> Vec<Target> {
     vec![
         Target {
             name: "gguf",
+            words: &[],
             run: target_gguf,
         },
         Target {
             name: "safetensors",
+            words: &[],
             run: target_safetensors,
         },
         Target {
             name: "tokenizer",
+            words: &[],
             run: target_tokenizer,
         },
         Target {
             name: "template",
+            words: &[],
             run: target_template,
         },
         Target {
+            name: "template_source",
+            words: LARGE_VALUES,
+            run: target_template_source,
+        },
+        Target {
             name: "fbbench",
+            words: &[],
             run: target_fbbench,
         },
         Target {
             name: "refutebench",
+            words: &[],
             run: target_refutebench,
         },
         Target {
             name: "realmistake",
+            words: &[],
             run: target_realmistake,
         },
         Target {
             name: "fennec",
+            words: &[],
             run: target_fennec,
         },
         Target {
             name: "verdicts",
+            words: &[],
             run: target_verdicts,
         },
     ]
@@ -431,7 +596,7 @@ fn fuzz(target: &Target, seed: u64, iters: u64, limit: Option<Duration>) -> (u64
         done += 1;
         let mut data = seeds[rng.below(seeds.len())].clone();
         for _ in 0..1 + rng.below(8) {
-            mutate(&mut rng, &mut data, &seeds);
+            mutate(&mut rng, &mut data, &seeds, target.words);
         }
         data.truncate(1 << 20);
         run_one(target, &data, seed, i);
@@ -560,5 +725,12 @@ fn fuzz_smoke() {
             elapsed.as_secs_f64(),
             peak_rss().unwrap_or_else(|| "unknown".into())
         );
+        if target.name == "template_source" {
+            eprintln!(
+                "fuzz template_source: largest child peak {} KiB, most CPU time {} ms",
+                TEMPLATE_PEAK.load(Ordering::Relaxed),
+                TEMPLATE_CPU_US.load(Ordering::Relaxed) / 1000
+            );
+        }
     }
 }
