@@ -360,6 +360,8 @@ static TEMPLATE_CPU_US: AtomicI64 = AtomicI64::new(0);
 /// CPU time rather than wall time, so that a machine that pauses the child does not fail it.
 fn target_template_source(data: &[u8]) {
     let input = scratch("jinja", data);
+    // Reaped below by `wait4`, which also gives the child's resource usage.
+    #[allow(clippy::zombie_processes)]
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "fuzz::template_source_child",
