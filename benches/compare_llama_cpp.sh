@@ -46,6 +46,7 @@ for pp in $prompts; do
     for i in $(seq "$repeats"); do
       line=$("$CANDOR_BIN" bench --model "$model" --prompt-tokens "$pp" --new-tokens "$ntg" \
              --batch-size "$b" --threads "$threads" | head -1)
+      cline=$line
       c_pp+=("$(json_field prefill_tok_s "$line")"); c_tg+=("$(json_field decode_tok_s "$line")")
       step_bytes=$(json_field decode_bytes_per_step "$line"); macs=$(json_field int_macs_per_token "$line")
       ctx=$(( b * (pp + ntg) + 16 ))
@@ -66,8 +67,10 @@ for pp in $prompts; do
   done
 done
 echo
+limits_end=$("$CANDOR_BIN" bench --limits --limits-only --threads "$threads")
 echo "$(basename "$model"), $threads threads, $ntg decoded tokens, median of $repeats; load: $(uptime | sed 's/.*load average: //')"
-echo "limits ($threads threads): read ${bw} GB/s, int8 dot peak ${peak} GMAC/s ($(json_field int8_gmac_s_per_thread "$limits") per thread, $(sed -E 's/.*"dot_instruction":"([^"]*)".*/\1/' <<<"$limits")); weights $(json_field layer_weight_bytes "$line") + $(json_field output_weight_bytes "$line") bytes, $(json_field int_macs_per_token "$line") integer MACs per token"
+echo "read bandwidth measured again after the runs: $(json_field read_gb_s "$limits_end") GB/s (the fractions use the first measurement)"
+echo "limits ($threads threads): read ${bw} GB/s, int8 dot peak ${peak} GMAC/s ($(json_field int8_gmac_s_per_thread "$limits") per thread, $(sed -E 's/.*"dot_instruction":"([^"]*)".*/\1/' <<<"$limits")); weights $(json_field layer_weight_bytes "$cline") + $(json_field output_weight_bytes "$cline") bytes, $(json_field int_macs_per_token "$cline") integer MACs per token"
 echo
 echo "| prompt tokens | batch | Candor prefill tok/s | llama.cpp prefill tok/s | ratio | % of int8 peak (Candor / llama.cpp) | Candor decode tok/s | llama.cpp decode tok/s | ratio | % of read bandwidth (Candor / llama.cpp) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
