@@ -747,8 +747,10 @@ mod tests {
                 "{{ [[[[1]]]] | tojson(indent=1000000000) }}",
                 "tojson would build",
             ),
-            ("{% set n = 2**62 %}{{ 'ab' * n }}", "too large to build"),
         ] {
+            // (A runtime repetition by a variable, `{% set n = 2**62 %}{{ 'ab' * n }}`, is
+            // stopped by the memory budget, which ends the process: the fuzz target's child
+            // processes cover it.)
             // From a file, so that refusals while compiling name it too.
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("hostile.jinja");
