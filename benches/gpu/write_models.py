@@ -15,7 +15,13 @@ import json
 import os
 import struct
 
+import sys
+
 import numpy as np
+
+# The GGUF key/value encoding is shared with the CPU shape models' writer.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from write_shape_models import gguf_string, kv  # noqa: E402
 
 SHAPES = {
     # Llama-3-8B: dim 4096, 32 layers, 32 heads / 8 KV heads, FFN 14336, vocab 128256.
@@ -48,29 +54,6 @@ def blocks(kind, n_elems, scale):
         b[:, 192:208] = RNG.integers(1, 32, size=(nb, 16), dtype=np.int8).view(np.uint8)
         b[:, 208:210] = f16(scale / 512)
     return b.tobytes()
-
-
-def gguf_string(s):
-    b = s.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-def kv(key, vtype, value):
-    out = gguf_string(key) + struct.pack("<I", vtype)
-    if vtype == 4:  # u32
-        out += struct.pack("<I", value)
-    elif vtype == 5:  # i32
-        out += struct.pack("<i", value)
-    elif vtype == 6:  # f32
-        out += struct.pack("<f", value)
-    elif vtype == 8:  # string
-        out += gguf_string(value)
-    elif vtype == 9:  # array: (element type, values)
-        et, vals = value
-        out += struct.pack("<IQ", et, len(vals))
-        for v in vals:
-            out += gguf_string(v) if et == 8 else struct.pack("<i" if et == 5 else "<f", v)
-    return out
 
 
 def write_gguf(path, s, mix):
