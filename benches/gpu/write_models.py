@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import struct
-
 import sys
 
 import numpy as np
