@@ -382,19 +382,34 @@ fn target_template_source(data: &[u8]) {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut s);
         s
     });
-    // A hang guard only: the CPU time below is what is asserted.
+    // A hang guard (the CPU time below is what is asserted), and the child's peak resident
+    // memory: its own high-water mark (`VmHWM`, which starts afresh at exec), read every few
+    // milliseconds while it runs. `wait4`'s `ru_maxrss` cannot serve: Linux carries the
+    // parent's high-water mark into a child at exec, and this test binary's other tests hold
+    // models of hundreds of megabytes.
     let done = std::sync::Arc::new(AtomicBool::new(false));
+    let hwm = std::sync::Arc::new(AtomicI64::new(0));
     let watchdog = {
-        let done = done.clone();
+        let (done, hwm) = (done.clone(), hwm.clone());
         std::thread::spawn(move || {
             let start = Instant::now();
+            let status = format!("/proc/{pid}/status");
             while !done.load(Ordering::Relaxed) {
                 if start.elapsed() > Duration::from_secs(120) {
                     // SAFETY: kill only signals the child this call spawned and has not reaped.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                if let Ok(text) = std::fs::read_to_string(&status) {
+                    let kib = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmHWM:"))
+                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+                    if let Some(kib) = kib {
+                        hwm.fetch_max(kib, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
         })
     };
@@ -407,7 +422,14 @@ fn target_template_source(data: &[u8]) {
     watchdog.join().unwrap();
     assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
     let stderr = reader.join().unwrap();
-    let peak_kib = usage.ru_maxrss;
+    // The child's own report on a normal exit (the last line), else the samples; a child
+    // ended by the memory budget was held under it.
+    let reported: Option<i64> = stderr
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+    let peak_kib = hwm.load(Ordering::Relaxed).max(reported.unwrap_or(0));
     let cpu_us = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000
         + usage.ru_utime.tv_usec
         + usage.ru_stime.tv_usec;
@@ -425,6 +447,10 @@ fn target_template_source(data: &[u8]) {
         "child exited with {code}: {stderr}"
     );
     assert!(
+        code != 0 || reported.is_some(),
+        "the child did not report its VmHWM: {stderr}"
+    );
+    assert!(
         peak_kib < TEMPLATE_PEAK_KIB,
         "peak resident memory {peak_kib} KiB: {last}"
     );
@@ -440,7 +466,16 @@ fn template_source_child() {
     let Some(path) = std::env::var_os(CHILD_INPUT) else {
         return;
     };
-    let source = text(&std::fs::read(path).unwrap());
+    render_template_source(&std::fs::read(path).unwrap());
+    // The parent reads this process's own high-water mark from the last line.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(hwm) = status.lines().find(|l| l.starts_with("VmHWM:")) {
+        eprintln!("{hwm}");
+    }
+}
+
+fn render_template_source(data: &[u8]) {
+    let source = text(data);
     let Ok(t) = ChatTemplate::new(source, "<s>", "</s>").and_then(|t| t.with_origin("fuzz.jinja"))
     else {
         return;
