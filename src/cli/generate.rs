@@ -226,15 +226,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let replies: Vec<(ChatReply, TokenReply)> = prompt_ids
         .into_iter()
         .zip(tokens)
-        .map(|(prompt_ids, t)| {
-            let chat = ChatReply {
-                prompt_ids,
-                output_ids: t.output_ids.clone(),
-                text: t.text.clone(),
-                stop_reason: t.stop_reason,
-            };
-            (chat, t)
-        })
+        .map(|(prompt_ids, t)| (ChatReply::from_tokens(prompt_ids, &t), t))
         .collect();
     bar.finish_and_clear();
 

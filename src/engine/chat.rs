@@ -278,15 +278,7 @@ impl Engine {
         Ok(prompts
             .into_iter()
             .zip(replies)
-            .map(|(prompt_ids, t)| {
-                let chat = ChatReply {
-                    prompt_ids,
-                    output_ids: t.output_ids.clone(),
-                    text: t.text.clone(),
-                    stop_reason: t.stop_reason,
-                };
-                (chat, t)
-            })
+            .map(|(prompt_ids, t)| (ChatReply::from_tokens(prompt_ids, &t), t))
             .collect())
     }
 }

@@ -115,6 +115,18 @@ pub struct ChatReply {
     pub stop_reason: StopReason,
 }
 
+impl ChatReply {
+    /// The chat reply to `prompt_ids` that the token-level reply `t` gives.
+    pub fn from_tokens(prompt_ids: Vec<u32>, t: &scheduler::TokenReply) -> ChatReply {
+        ChatReply {
+            prompt_ids,
+            output_ids: t.output_ids.clone(),
+            text: t.text.clone(),
+            stop_reason: t.stop_reason,
+        }
+    }
+}
+
 /// Something that answers chat requests in batches: the engine with a loaded model, or a
 /// scripted fake in tests. The i-th reply answers the i-th request.
 ///
