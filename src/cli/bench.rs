@@ -1,6 +1,6 @@
 //! `candor bench`: prefill and decode throughput of a model on synthetic prompts, with the
 //! definitions of llama.cpp's `llama-batched-bench -npp P -ntg N -npl B` (aggregate tok/s over
-//! the batch). Prints one JSON line, then a human-readable table. The measuring is
+//! the batch). Prints one JSON line per batch size, then a human-readable table. The measuring is
 //! [`crate::engine::bench`]'s.
 
 use std::io::Write;
@@ -26,9 +26,10 @@ pub struct BenchArgs {
     /// Tokens decoded per sequence after the prompt (`-ntg`).
     #[arg(long, default_value_t = 64)]
     pub new_tokens: usize,
-    /// Sequences prefilled and decoded together (`-npl`).
-    #[arg(long, default_value_t = 1)]
-    pub batch_size: usize,
+    /// Sequences prefilled and decoded together (`-npl`); several, comma-separated, are measured
+    /// one after another on one load of the model (one JSON line each).
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    pub batch_size: Vec<usize>,
     /// Worker threads (default: rayon's choice, one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -51,7 +52,7 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     args.device.check_built()?;
-    if args.prompt_tokens == 0 || args.batch_size == 0 {
+    if args.prompt_tokens == 0 || args.batch_size.contains(&0) {
         bail!("--prompt-tokens and --batch-size must be at least 1");
     }
     let mut pool = rayon::ThreadPoolBuilder::new();
@@ -73,84 +74,100 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "f32" => WeightDType::F32,
         _ => WeightDType::Native,
     };
-    let scheduler = SchedulerConfig {
-        batch_size: args.batch_size,
-        ..SchedulerConfig::default()
-    };
     // Weights only: the prompts are synthetic ids, so random-weight models without a
     // tokenizer can be measured too.
     let model = Model::load_weights(&files, dtype, args.device)
         .with_context(|| format!("loading {}", files.weights.display()))?;
-    let cfg = BenchConfig {
-        prompt_tokens: args.prompt_tokens,
-        new_tokens: args.new_tokens,
-        batch_size: args.batch_size,
-        scheduler,
-    };
-    let r = pool
-        .install(|| bench::run(&model, cfg))
-        .context("benchmark")?;
     let round = |x: f64| (x * 100.0).round() / 100.0;
     let work = model.llama().work();
-    let mut line = json!({
-        "model": files.weights.display().to_string(),
-        "dtype": args.dtype,
-        "device": model.device_name(),
-        "threads": threads,
-        "prompt_tokens": r.prompt_tokens,
-        "new_tokens": r.new_tokens,
-        "batch_size": r.batch_size,
-        "prefill_s": (r.prefill_s * 1e4).round() / 1e4,
-        "prefill_tok_s": round(r.prefill_tok_s),
-        "decode_s": (r.decode_s * 1e4).round() / 1e4,
-        "decode_tok_s": round(r.decode_tok_s),
-        "decode_tok_s_per_seq": round(r.decode_tok_s_per_seq),
-        "total_tok_s": round(r.total_tok_s),
-        "layer_weight_bytes": work.layer_bytes,
-        "output_weight_bytes": work.output_bytes,
-        "int_macs_per_token": work.layer_int_macs,
-        "kv_bytes_per_position": work.kv_bytes_per_position,
-        "decode_bytes_per_step": decode_bytes_per_step(&work, &r),
-    });
-    if let Some(l) = limits {
-        let decode_gb_s =
-            decode_bytes_per_step(&work, &r) * r.new_tokens as f64 / r.decode_s.max(1e-12) / 1e9;
-        let prefill_gmac_s = work.layer_int_macs as f64 * r.prefill_tok_s / 1e9;
-        let obj = line.as_object_mut().expect("an object");
-        obj.insert("limits".into(), serde_json::to_value(l).context("limits")?);
-        obj.insert("decode_read_gb_s".into(), json!(round(decode_gb_s)));
-        obj.insert(
-            "decode_fraction_of_bandwidth".into(),
-            json!((decode_gb_s / l.read_gb_s * 1e3).round() / 1e3),
-        );
-        obj.insert("prefill_int8_gmac_s".into(), json!(round(prefill_gmac_s)));
-        obj.insert(
-            "prefill_fraction_of_peak".into(),
-            json!((prefill_gmac_s / l.int8_gmac_s * 1e3).round() / 1e3),
-        );
-    }
-    let table = format!(
-        "|    PP |     TG |    B |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | S_TG/seq |\n\
-         |-------|--------|------|----------|----------|----------|----------|----------|\n\
-         | {:>5} | {:>6} | {:>4} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.2} |",
-        r.prompt_tokens,
-        r.new_tokens,
-        r.batch_size,
-        r.prefill_s,
-        r.prefill_tok_s,
-        r.decode_s,
-        r.decode_tok_s,
-        r.decode_tok_s_per_seq
-    );
-    // Scripts read the JSON line and close the pipe (`| head -1`): that ends the output quietly.
+    let mut rows = Vec::with_capacity(args.batch_size.len());
     let mut out = std::io::stdout().lock();
-    match writeln!(out, "{line}\n{table}") {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            return Err(e).context("writing the result");
+    for &batch_size in &args.batch_size {
+        let cfg = BenchConfig {
+            prompt_tokens: args.prompt_tokens,
+            new_tokens: args.new_tokens,
+            batch_size,
+            scheduler: SchedulerConfig {
+                batch_size,
+                ..SchedulerConfig::default()
+            },
+        };
+        let r = pool
+            .install(|| bench::run(&model, cfg))
+            .with_context(|| format!("benchmark at batch size {batch_size}"))?;
+        let mut line = json!({
+            "model": files.weights.display().to_string(),
+            "dtype": args.dtype,
+            "device": model.device_name(),
+            "threads": threads,
+            "prompt_tokens": r.prompt_tokens,
+            "new_tokens": r.new_tokens,
+            "batch_size": r.batch_size,
+            "prefill_s": (r.prefill_s * 1e4).round() / 1e4,
+            "prefill_tok_s": round(r.prefill_tok_s),
+            "decode_s": (r.decode_s * 1e4).round() / 1e4,
+            "decode_tok_s": round(r.decode_tok_s),
+            "decode_tok_s_per_seq": round(r.decode_tok_s_per_seq),
+            "total_tok_s": round(r.total_tok_s),
+            "layer_weight_bytes": work.layer_bytes,
+            "output_weight_bytes": work.output_bytes,
+            "int_macs_per_token": work.layer_int_macs,
+            "kv_bytes_per_position": work.kv_bytes_per_position,
+            "decode_bytes_per_step": decode_bytes_per_step(&work, &r),
+        });
+        if let Some(l) = &limits {
+            let decode_gb_s = decode_bytes_per_step(&work, &r) * r.new_tokens as f64
+                / r.decode_s.max(1e-12)
+                / 1e9;
+            let prefill_gmac_s = work.layer_int_macs as f64 * r.prefill_tok_s / 1e9;
+            let obj = line.as_object_mut().expect("an object");
+            obj.insert("limits".into(), serde_json::to_value(l).context("limits")?);
+            obj.insert("decode_read_gb_s".into(), json!(round(decode_gb_s)));
+            obj.insert(
+                "decode_fraction_of_bandwidth".into(),
+                json!((decode_gb_s / l.read_gb_s * 1e3).round() / 1e3),
+            );
+            obj.insert("prefill_int8_gmac_s".into(), json!(round(prefill_gmac_s)));
+            obj.insert(
+                "prefill_fraction_of_peak".into(),
+                json!((prefill_gmac_s / l.int8_gmac_s * 1e3).round() / 1e3),
+            );
         }
-        _ => {}
+        // Each line as soon as it is measured, so that a long series shows its progress.
+        if !write_quietly(&mut out, &line.to_string())? {
+            return Ok(());
+        }
+        rows.push(r);
     }
+    let mut table = String::from(
+        "|    PP |     TG |    B |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | S_TG/seq |\n\
+         |-------|--------|------|----------|----------|----------|----------|----------|",
+    );
+    for r in &rows {
+        table.push_str(&format!(
+            "\n| {:>5} | {:>6} | {:>4} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.2} |",
+            r.prompt_tokens,
+            r.new_tokens,
+            r.batch_size,
+            r.prefill_s,
+            r.prefill_tok_s,
+            r.decode_s,
+            r.decode_tok_s,
+            r.decode_tok_s_per_seq
+        ));
+    }
+    write_quietly(&mut out, &table)?;
     Ok(())
+}
+
+/// Writes a line; false when the reader has closed the pipe (scripts read the first JSON line
+/// and close it: `| head -1`), which ends the output quietly.
+fn write_quietly(out: &mut impl Write, text: &str) -> anyhow::Result<bool> {
+    match writeln!(out, "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("writing the result"),
+        Ok(()) => Ok(true),
+    }
 }
 
 /// Bytes one decode step reads on average: every matrix once (the output projection too), and

@@ -1001,3 +1001,58 @@ fn default_model_prefix_cache_changes_no_token() {
     }
     assert_eq!(outs[0], outs[1]);
 }
+
+/// `candor bench --batch-size 1,3` measures both sizes on one load: one JSON line each, in
+/// order, then one table with a row each; a zero batch size is refused before loading.
+#[test]
+fn bench_measures_several_batch_sizes_in_one_load() {
+    let Some(path) = util::default_model() else {
+        return;
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_candor"))
+        .args([
+            "bench",
+            "--threads",
+            "2",
+            "--prompt-tokens",
+            "8",
+            "--new-tokens",
+            "2",
+        ])
+        .args(["--batch-size", "1,3", "--model"])
+        .arg(&path)
+        .output()
+        .expect("runs candor bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let batches: Vec<u64> = lines
+        .iter()
+        .map(|l| l["batch_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(batches, [1, 3], "{stdout}");
+    for l in &lines {
+        assert!(l["decode_tok_s"].as_f64().unwrap() > 0.0, "{l}");
+    }
+    let rows = stdout
+        .lines()
+        .filter(|l| l.starts_with("|     8 |"))
+        .count();
+    assert_eq!(rows, 2, "{stdout}");
+
+    let zero = std::process::Command::new(env!("CARGO_BIN_EXE_candor"))
+        .args(["bench", "--batch-size", "2,0", "--model"])
+        .arg(&path)
+        .output()
+        .expect("runs candor bench");
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--batch-size"));
+}
