@@ -12,7 +12,8 @@
 # and the tiny models of every architecture, the default model's speed, then the 8B-shape
 # comparison at batch 1/16/64 (Candor, transformers, llama.cpp CUDA), each stage under its own
 # timeout, going on after a failing stage and listing every stage's exit status last.
-# Single stages: check | tests | bench-default | models | bench-8b | hf | llama-build | llama.
+# Single stages: check | tests | tiny | bench-default | models | bench-8b | bench-8b-quick | hf |
+# llama-build | llama. `quick`: one call with target/gpu alone (see the stage).
 # Output lines go to stdout and to $OUT/<stage>.log (the background stages' logs are copied
 # into the `rest` call's $OUT).
 set -euo pipefail
@@ -57,6 +58,16 @@ case $stage in
     done
     budget=240 stages check:120
     exit 0 ;;
+  quick)
+    # One call, no default model (bin.tar.xz alone): the kernels, the tiny models of every
+    # architecture (GPU against CPU and llama.cpp, batch invariance) and the 8B-shape speed.
+    mkdir -p "$bg"
+    [[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"
+    OUT=$bg WHAT=q4_k_m setsid nohup bash -c "'$0' models; echo \$? > $bg/models.rc" \
+      > /dev/null 2>&1 < /dev/null &
+    budget=${BUDGET:-190} stages check:30 tiny:80 bench-8b-quick:120
+    cp "$bg"/models.log "${OUT:-/tmp}/" 2>/dev/null || true
+    exit 0 ;;
   rest)
     budget=570 stages tests:220 bench-default:40 bench-8b:120 hf:100 llama:90
     cp "$bg"/*.log "${OUT:-/tmp}/" 2>/dev/null || true
@@ -93,6 +104,13 @@ case $stage in
     "$g/unit" cuda:: --nocapture ;;
   tests)
     "$g/it" gpu:: --nocapture --test-threads 1 ;;
+  tiny)
+    "$g/it" gpu::gpu_tiny_models --nocapture --test-threads 1 ;;
+  bench-8b-quick)
+    [[ -d $bg ]] && { wait_bg models 90 || echo "models: exit $?"; }
+    f=$m/llama3-8b.Q4_K_M.gguf
+    bench --model "$f" --prompt-tokens 512 --new-tokens 16 --batch-size 1,16
+    bench --model "$f" --prompt-tokens 128 --new-tokens 16 --batch-size 64 ;;
   bench-default)
     bench --model "$model" --prompt-tokens 128 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)"
     bench --model "$model" --prompt-tokens 1024 --new-tokens 64 --batch-size 1 ;;

@@ -2,9 +2,10 @@
 // floats are converted with PTX `cvt`). Every kernel is batch-invariant: the value of an
 // output element is computed by one fixed sequence of operations that depends on its own
 // inputs only, never on the number of rows in the step, their neighbours, or the grid shape.
-//   * matmul: one warp per (output feature, group of rows); lane `l` accumulates the k-chunks
-//     `c * 256 + l * 8 .. + 8` in order, then the 32 partial sums are added in one fixed tree
-//     and lane 0's result is the value. A row's sum does not depend on its group.
+//   * matmul: one warp per (1 or MM_OUTS output features, group of rows); lane `l` accumulates
+//     the k-chunks `c * 256 + l * 8 .. + 8` in order, then the 32 partial sums are added in one
+//     fixed tree and lane 0's result is the value. A row's sum does not depend on its group or
+//     on how many outputs its warp takes.
 //   * norms: one block per row, fixed strided partial sums and a fixed tree.
 //   * attention: KV positions split into chunks of ATTN_CHUNK absolute positions (so the split
 //     depends on the position only), one warp per (row, head, chunk) with an online softmax
@@ -18,6 +19,7 @@ typedef unsigned int u32;
 #define ATTN_CHUNK 256
 #define MAX_HD_PER_LANE 8
 #define MM_ROWS 8
+#define MM_OUTS 4
 #define NEG_INF __int_as_float(0xff800000)
 
 // Weight types (the host's `WeightKind` discriminants).
@@ -192,49 +194,83 @@ __device__ __forceinline__ void load8(const u8* w, long row, int e, int k, float
     }
 }
 
-// y[r][o] = sum_k x[r][k] * W[o][k] for rows r < m, outputs o < n. Grid: (ceil(n / warps),
-// ceil(m / MM_ROWS)); block: 32 * warps threads. k is a multiple of 8.
-template <int T>
+// y[r][o] = sum_k x[r][k] * W[o][k] for rows r < m, outputs o < n. Grid: (ceil(n / (warps *
+// OUTS)), ceil(m / MM_ROWS)); block: 32 * warps threads. k is a multiple of 8. A warp takes
+// OUTS consecutive outputs and MM_ROWS rows: each weight chunk is dequantized once for the
+// rows, each activation chunk read once for the outputs. Every (row, output) value is the
+// same chain of fmaf and the same tree whatever OUTS, the row group or the grid, so the host
+// may choose OUTS by the step's row count without changing a bit.
+template <int T, int OUTS>
 __device__ void matmul_body(const float* x, int m, const u8* w, int n, int k, float* y) {
     int warps = blockDim.x / WARP;
-    int o = blockIdx.x * warps + threadIdx.x / WARP;
+    int o0 = (blockIdx.x * warps + threadIdx.x / WARP) * OUTS;
     int lane = threadIdx.x % WARP;
     int r0 = blockIdx.y * MM_ROWS;
-    if (o >= n) return;
+    if (o0 >= n) return;
+    int no = n - o0 < OUTS ? n - o0 : OUTS;
     int nr = m - r0 < MM_ROWS ? m - r0 : MM_ROWS;
-    float acc[MM_ROWS];
-    for (int i = 0; i < MM_ROWS; i++) acc[i] = 0.0f;
+    float acc[OUTS][MM_ROWS];
+#pragma unroll
+    for (int t = 0; t < OUTS; t++) {
+#pragma unroll
+        for (int i = 0; i < MM_ROWS; i++) acc[t][i] = 0.0f;
+    }
     for (int e = lane * 8; e < k; e += WARP * 8) {
-        float wv[8];
-        load8<T>(w, o, e, k, wv);
+        float wv[OUTS][8];
+#pragma unroll
+        for (int t = 0; t < OUTS; t++) {
+            if (t < no) {
+                load8<T>(w, o0 + t, e, k, wv[t]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) wv[t][j] = 0.0f;
+            }
+        }
+#pragma unroll
         for (int i = 0; i < MM_ROWS; i++) {
             if (i < nr) {
                 const float* xr = x + (long)(r0 + i) * k + e;
-                float s = acc[i];
-                for (int j = 0; j < 8; j++) s = fmaf(xr[j], wv[j], s);
-                acc[i] = s;
+                float xv[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) xv[j] = xr[j];
+#pragma unroll
+                for (int t = 0; t < OUTS; t++) {
+                    float s = acc[t][i];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) s = fmaf(xv[j], wv[t][j], s);
+                    acc[t][i] = s;
+                }
             }
         }
     }
-    for (int i = 0; i < MM_ROWS; i++) {
-        if (i < nr) {
-            float v = warp_sum(acc[i]);
-            if (lane == 0) y[(long)(r0 + i) * n + o] = v;
+#pragma unroll
+    for (int t = 0; t < OUTS; t++) {
+#pragma unroll
+        for (int i = 0; i < MM_ROWS; i++) {
+            if (t < no && i < nr) {
+                float v = warp_sum(acc[t][i]);
+                if (lane == 0) y[(long)(r0 + i) * n + o0 + t] = v;
+            }
         }
     }
 }
 
-extern "C" __global__ void matmul_f32(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_F32>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_f16(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_F16>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_bf16(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_BF16>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q8_0(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q8_0>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q4_0(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_0>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q4_1(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_1>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q4_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q4_K>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q6_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q6_K>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q5_0(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q5_0>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q5_1(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q5_1>(x, m, w, n, k, y); }
-extern "C" __global__ void matmul_q5_k(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<W_Q5_K>(x, m, w, n, k, y); }
+// One output per warp (steps of few rows: more warps in flight) and MM_OUTS per warp (steps of
+// many rows: fewer reads per multiply-add).
+#define MATMUL(name, T) \
+    extern "C" __global__ void matmul_##name(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<T, 1>(x, m, w, n, k, y); } \
+    extern "C" __global__ void matmul_wide_##name(const float* x, int m, const u8* w, int n, int k, float* y) { matmul_body<T, MM_OUTS>(x, m, w, n, k, y); }
+MATMUL(f32, W_F32)
+MATMUL(f16, W_F16)
+MATMUL(bf16, W_BF16)
+MATMUL(q8_0, W_Q8_0)
+MATMUL(q4_0, W_Q4_0)
+MATMUL(q4_1, W_Q4_1)
+MATMUL(q4_k, W_Q4_K)
+MATMUL(q6_k, W_Q6_K)
+MATMUL(q5_0, W_Q5_0)
+MATMUL(q5_1, W_Q5_1)
+MATMUL(q5_k, W_Q5_K)
 
 // y = x * (1 / sqrt(mean(x^2) + eps)) * w per row of `dim` values; one block per row (block
 // size a power of two, at most 1024). In place when x == y.

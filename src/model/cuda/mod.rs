@@ -35,6 +35,11 @@ const ATTN_CHUNK: usize = 256;
 const MM_ROWS: usize = 8;
 /// Warps per matmul block.
 const MM_WARPS: usize = 4;
+/// Outputs per warp of the wide matmul kernels (`MM_OUTS` in the kernels).
+const MM_OUTS: usize = 4;
+/// Steps of at least this many rows use the wide matmul kernels: with four or more row groups
+/// they still launch as many warps as the one-output kernels do for a single group.
+const MM_WIDE_ROWS: usize = 4 * MM_ROWS;
 /// Threads per block of the element-wise kernels.
 const EW: u32 = 256;
 
@@ -161,9 +166,16 @@ pub fn list_devices() -> std::result::Result<Vec<DeviceInfo>, String> {
     })
 }
 
+/// The weight types' names in the matmul kernels' names, in `WeightKind` order.
+const MATMUL_TYPES: [&str; 11] = [
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k",
+];
+
 /// The compiled kernels.
 struct Kernels {
     matmul: [CudaFunction; 11],
+    /// The same products, MM_OUTS outputs per warp (identical bits).
+    matmul_wide: [CudaFunction; 11],
     rms_norm: CudaFunction,
     add_bias: CudaFunction,
     add_in_place: CudaFunction,
@@ -188,20 +200,18 @@ impl Kernels {
                 .load_function(name)
                 .map_err(|e| dev_err(&format!("kernel {name}"), e))
         };
+        // One kernel per weight type, in `WeightKind` order.
+        let matmuls = |prefix: &str| -> Result<[CudaFunction; 11]> {
+            let fs = MATMUL_TYPES
+                .iter()
+                .map(|t| f(&format!("{prefix}{t}")))
+                .collect::<Result<Vec<_>>>()?;
+            fs.try_into()
+                .map_err(|_| dev_err(prefix, "one kernel per weight type"))
+        };
         Ok(Kernels {
-            matmul: [
-                f("matmul_f32")?,
-                f("matmul_f16")?,
-                f("matmul_bf16")?,
-                f("matmul_q8_0")?,
-                f("matmul_q4_0")?,
-                f("matmul_q4_1")?,
-                f("matmul_q4_k")?,
-                f("matmul_q6_k")?,
-                f("matmul_q5_0")?,
-                f("matmul_q5_1")?,
-                f("matmul_q5_k")?,
-            ],
+            matmul: matmuls("matmul_")?,
+            matmul_wide: matmuls("matmul_wide_")?,
             rms_norm: f("rms_norm")?,
             add_bias: f("add_bias")?,
             add_in_place: f("add_in_place")?,
@@ -864,10 +874,20 @@ impl Gpu {
         let s = &*self.stream;
         let pw = ptr(&w.buf, s);
         let (m_i, n_i, k_i) = (m as i32, w.n as i32, w.k as i32);
-        let mut lb = s.launch_builder(&self.k.matmul[w.kind as usize]);
+        // Either kernel gives the same bits (see kernels.cu); the wide one reads less.
+        let (kernels, outs) = if m >= MM_WIDE_ROWS {
+            (&self.k.matmul_wide, MM_OUTS)
+        } else {
+            (&self.k.matmul, 1)
+        };
+        let mut lb = s.launch_builder(&kernels[w.kind as usize]);
         lb.arg(&x).arg(&m_i).arg(&pw).arg(&n_i).arg(&k_i).arg(&y);
         let cfg = LaunchConfig {
-            grid_dim: (w.n.div_ceil(MM_WARPS) as u32, m.div_ceil(MM_ROWS) as u32, 1),
+            grid_dim: (
+                w.n.div_ceil(MM_WARPS * outs) as u32,
+                m.div_ceil(MM_ROWS) as u32,
+                1,
+            ),
             block_dim: ((32 * MM_WARPS) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -1193,6 +1213,8 @@ mod tests {
             "matmul_q5_0",
             "matmul_q5_1",
             "matmul_q5_k",
+            "matmul_wide_q4_k",
+            "matmul_wide_q6_k",
             "attn_partial",
             "attn_combine",
             "kv_write",
@@ -1202,7 +1224,7 @@ mod tests {
     }
 
     /// Every weight type's matmul on the GPU: a row's result has the same bits whatever the
-    /// number of rows and their group, and matches the host's dequantized weights (f64 sums).
+    /// number of rows, their group and the kernel (one or MM_OUTS outputs per warp), and matches the host's dequantized weights (f64 sums).
     #[test]
     fn matmul_of_every_type_is_row_invariant_and_dequantizes_like_the_host() {
         use candle_core::quantized::{GgmlDType, QTensor};
@@ -1218,7 +1240,10 @@ mod tests {
                 return;
             }
         };
-        let (n, k, m) = (37, 512, 21);
+        // 45 rows take the wide kernels (MM_OUTS outputs per warp), a single row the
+        // one-output ones; 37 outputs leave a partial group of MM_OUTS.
+        let (n, k, m) = (37, 512, 45);
+        assert!(m >= MM_WIDE_ROWS && n % MM_OUTS != 0);
         let x = noise(1, m * k);
         let dx = gpu.upload("x", &x).expect("x");
         for dtype in [
