@@ -771,7 +771,76 @@ mod tests {
             assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
             assert!(msg.contains(want), "{src}: {msg}");
         }
+        // `*` repeats a sequence lazily: a count known only when rendering, or over 100, is
+        // refused while loading (an operator such as `in` would walk it on one instruction).
+        for (src, want) in [
+            (
+                "{% set n = 10**9 %}{{ 2 in [1] * n }}",
+                "known only when rendering",
+            ),
+            (
+                "{% set n = 10**9 %}{{ (messages * n) | length }}",
+                "known only when rendering",
+            ),
+            ("{{ 2 in [1, x] * 1000 }}", "sequence 1000 times"),
+        ] {
+            let err = ChatTemplate::new(src, "", "").unwrap_err();
+            assert!(
+                matches!(err, ModelError::TemplateBudget { .. }),
+                "{src}: {err:?}"
+            );
+            assert!(err.to_string().contains(want), "{src}: {err}");
+        }
+        // Repetitions chained through variables (10^10 items here) still build lazy
+        // sequences: the filters that walk one (minijinja charges no fuel for the items a
+        // filter walks) are refused by its length.
+        let big = "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}";
+        for (tail, want) in [
+            (
+                "{{ a | unique | list }}",
+                "unique would walk 10000000000 items",
+            ),
+            ("{{ a | sort | first }}", "sort would walk"),
+            ("{{ a | sum }}", "sum would walk"),
+            ("{{ a | max }}", "max would walk"),
+            ("{{ a | select('odd') | list }}", "select would walk"),
+            (
+                "{{ a | map('string') | selectattr('x', 'eq', 1) | list }}",
+                "map would walk",
+            ),
+            ("{{ a | reverse | first }}", "reverse would walk"),
+            ("{{ a | join }}", "join would walk"),
+            ("{{ a | last }}", "last would walk"),
+        ] {
+            let src = format!("{big}{tail}");
+            let start = std::time::Instant::now();
+            let err = ChatTemplate::new(&src, "", "")
+                .unwrap()
+                .with_origin("m.gguf")
+                .unwrap_err();
+            assert!(
+                start.elapsed().as_secs_f64() < 5.0,
+                "{src}: {:?}",
+                start.elapsed()
+            );
+            assert!(
+                matches!(err, ModelError::TemplateBudget { .. }),
+                "{src}: {err:?}"
+            );
+            assert!(err.to_string().contains(want), "{src}: {err}");
+        }
         // The same filters at ordinary sizes render as minijinja's own.
+        let t = ChatTemplate::new(
+            "{{ [3, 1, 2] | sort | list }}|{{ [1, 1, 2] | unique | list }}|{{ [1, 2] | sum }}|{{ [4, 5] | min }}{{ [4, 5] | max }}|{{ [1, 2, 3] | reverse | list }}|{{ [1, 2, 3] | last }}|{{ [1, 2, 3] | slice(2) | list }}|{{ [1, 2, 3] | select('odd') | list }}|{{ [1, 2, 3] | reject('odd') | list }}|{{ messages | map(attribute='role') | join(',') }}|{{ messages | selectattr('role', 'eq', 'user') | list | length }}|{{ messages | rejectattr('role', 'eq', 'user') | list | length }}|{{ messages | groupby('role') | length }}|{{ ([1] * 3) | list }}|{% for m in messages %}{{ '-' * loop.index }}{{ loop.index0 * 2 }}{% endfor %}|{{ (messages | length) * 3 }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[Message::user("x"), Message::assistant("y")], true)
+                .unwrap(),
+            "[1, 2, 3]|[1, 2]|3|45|[3, 2, 1]|3|[[1, 2], [3]]|[1, 3]|[2]|user,assistant|1|1|2|[1, 1, 1]|-0--2|6"
+        );
         let t = ChatTemplate::new(
             "{{ 'a\nb' | indent(2, true) }}|{{ 'aa' | replace('a', 'bb') }}|{{ 'aa'.replace('a', 'b', 1) }}|{{ range(3) | join(', ') }}|{{ '-'.join(['x', 'y']) }}|{{ [1, 2, 3] | batch(2, 0) | list }}|{{ 'ab' * 2 }}",
             "",

@@ -8,14 +8,19 @@
 //! would fold, without folding it. While rendering, the filters and string methods whose result
 //! size follows from their arguments (`indent`, `replace`, `join`, `batch`) are registered by
 //! [`register`] in checked versions that compare that size with what the thread's memory
-//! budget ([`super::alloc_budget`]) has left. This module does not bound work or output (fuel
-//! and the output cap in [`super::chat_template`] do) and it is not a sandbox: values that grow
-//! step by step are left to the memory budget.
+//! budget ([`super::alloc_budget`]) has left. The filters that walk a sequence (`unique`,
+//! `list`, `sort`, `sum`, …) are registered in versions that first compare its length with the
+//! instructions the render has left: minijinja charges no fuel for the items a filter walks,
+//! and `[1] * n` is a lazy sequence of any length, so `([1] * n) | unique` would otherwise walk
+//! 10⁹ items on one instruction. This module does not bound output (the output cap in
+//! [`super::chat_template`] does) and it is not a sandbox: values that grow step by step are
+//! left to the memory budget.
 
 use std::borrow::Cow;
 
 use minijinja::machinery::ast::{BinOpKind, CallArg, Expr, Stmt, UnaryOpKind};
 use minijinja::value::ValueKind;
+use minijinja::value::{Kwargs, Rest};
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 
 /// Marks errors raised by a size check, so the renderer reports them as a budget error.
@@ -205,6 +210,9 @@ fn expr(x: &Expr<'_>, depth: u128, work: &mut u128) -> Result<(), String> {
         }
         Expr::UnaryOp(u) => expr(&u.expr, d, work),
         Expr::BinOp(b) => {
+            if matches!(b.op, BinOpKind::Mul) {
+                repetition(&b.left, &b.right)?;
+            }
             expr(&b.left, d, work)?;
             expr(&b.right, d, work)
         }
@@ -241,6 +249,114 @@ fn expr(x: &Expr<'_>, depth: u128, work: &mut u128) -> Result<(), String> {
             .iter()
             .chain(m.values.iter())
             .try_for_each(|y| expr(y, d, work)),
+    }
+}
+
+/// The most times a value that may be a sequence may be repeated by `*` with a constant count.
+const MAX_REPEAT: i128 = 100;
+
+/// What an expression evaluates to, as far as its text shows.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Number,
+    Text,
+    Sequence,
+    Unknown,
+}
+
+fn shape(x: &Expr<'_>) -> Shape {
+    const NUMBER_FILTERS: &[&str] = &[
+        "int",
+        "float",
+        "length",
+        "count",
+        "abs",
+        "round",
+        "wordcount",
+    ];
+    const TEXT_FILTERS: &[&str] = &[
+        "string",
+        "lower",
+        "upper",
+        "trim",
+        "title",
+        "capitalize",
+        "replace",
+        "join",
+        "indent",
+        "format",
+        "striptags",
+        "safe",
+        "escape",
+        "e",
+        "tojson",
+        "center",
+        "urlencode",
+    ];
+    match x {
+        Expr::Const(c) => match c.value.kind() {
+            ValueKind::String => Shape::Text,
+            ValueKind::Number | ValueKind::Bool => Shape::Number,
+            _ => Shape::Unknown,
+        },
+        Expr::List(_) => Shape::Sequence,
+        Expr::Filter(f) if NUMBER_FILTERS.contains(&f.name) => Shape::Number,
+        Expr::Filter(f) if TEXT_FILTERS.contains(&f.name) => Shape::Text,
+        Expr::GetAttr(g) if matches!(&g.expr, Expr::Var(v) if v.id == "loop") => Shape::Number,
+        Expr::Call(c) if matches!(&c.expr, Expr::Var(v) if v.id == "range") => Shape::Sequence,
+        Expr::UnaryOp(u) => match u.op {
+            UnaryOpKind::Not => Shape::Number,
+            UnaryOpKind::Neg => shape(&u.expr),
+        },
+        Expr::BinOp(b) => match b.op {
+            BinOpKind::Concat => Shape::Text,
+            BinOpKind::Eq
+            | BinOpKind::Ne
+            | BinOpKind::Lt
+            | BinOpKind::Lte
+            | BinOpKind::Gt
+            | BinOpKind::Gte
+            | BinOpKind::In => Shape::Number,
+            BinOpKind::Add
+            | BinOpKind::Sub
+            | BinOpKind::Mul
+            | BinOpKind::Div
+            | BinOpKind::FloorDiv
+            | BinOpKind::Rem
+            | BinOpKind::Pow
+                if shape(&b.left) == Shape::Number && shape(&b.right) == Shape::Number =>
+            {
+                Shape::Number
+            }
+            _ => Shape::Unknown,
+        },
+        _ => Shape::Unknown,
+    }
+}
+
+/// Refuses `left * right` where one side may be a sequence and the count is not a constant of
+/// at most [`MAX_REPEAT`]. minijinja repeats a sequence lazily, so `[1] * n` costs nothing
+/// until something walks it; an operator such as `x in [1] * n` then walks `n` items on one
+/// instruction, out of reach of fuel and of the memory budget. Strings are repeated eagerly
+/// (the memory budget bounds them) and numbers multiply; chat templates repeat little else.
+fn repetition(left: &Expr<'_>, right: &Expr<'_>) -> Result<(), String> {
+    let (l, r) = (shape(left), shape(right));
+    if l == Shape::Text || r == Shape::Text || (l == Shape::Number && r == Shape::Number) {
+        return Ok(());
+    }
+    let count = |x: &Expr<'_>| match fold(x) {
+        Ok(Some(Folded::Int(c))) => Some(c),
+        _ => None,
+    };
+    match (count(left), count(right)) {
+        (Some(c), _) | (_, Some(c)) if c.abs() <= MAX_REPEAT => Ok(()),
+        (Some(c), _) | (_, Some(c)) => Err(format!(
+            "`*` repeats a value that may be a sequence {c} times (at most {MAX_REPEAT})"
+        )),
+        _ => Err(format!(
+            "`*` repeats a value that may be a sequence a number of times known only when \
+             rendering (sequences may be repeated by a constant of at most {MAX_REPEAT})"
+        )),
     }
 }
 
@@ -389,6 +505,21 @@ fn check(what: &str, bytes: u128) -> Result<(), Error> {
     }
 }
 
+/// Refuses a filter that would walk more items of `v` than the render has instructions left
+/// (each item walked counts as one instruction, as one turn of a `for` loop does).
+fn walk(state: &State, what: &str, v: &Value) -> Result<(), Error> {
+    let n = items(v);
+    match state.fuel_levels() {
+        Some((_, left)) if n > left as u128 => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "{OVER_BUDGET}{what} would walk {n} items, more than the {left} instructions left"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The length a value has when iterated, where known without iterating.
 fn items(v: &Value) -> u128 {
     if let Some(s) = v.as_str() {
@@ -421,7 +552,8 @@ pub fn register(env: &mut Environment<'_>) {
     );
     env.add_filter(
         "join",
-        |val: &Value, joiner: Option<Cow<'_, str>>| -> Result<String, Error> {
+        |state: &State, val: &Value, joiner: Option<Cow<'_, str>>| -> Result<String, Error> {
+            walk(state, "join", val)?;
             let sep = joiner.as_deref().map_or(0, str::len) as u128;
             check("join", items(val).saturating_sub(1).saturating_mul(sep))?;
             minijinja::filters::join(val, joiner)
@@ -430,10 +562,12 @@ pub fn register(env: &mut Environment<'_>) {
     env.add_filter(
         "batch",
         |state: &State, value: Value, count: usize, fill: Option<Value>| {
+            walk(state, "batch", &value)?;
             check("batch", (count as u128).saturating_mul(SCALAR))?;
             minijinja::filters::batch(state, value, count, fill)
         },
     );
+    register_walking(env);
     env.set_unknown_method_callback(|state, value, method, args| {
         if let Some(s) = value.as_str() {
             match (method, args) {
@@ -452,6 +586,83 @@ pub fn register(env: &mut Environment<'_>) {
         }
         minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
     });
+}
+
+/// The sequence-walking builtin filters, each behind [`walk`].
+fn register_walking(env: &mut Environment<'_>) {
+    use minijinja::filters as f;
+    macro_rules! state_value {
+        ($($name:ident),*) => {$(
+            env.add_filter(stringify!($name), |state: &State, v: Value| {
+                walk(state, stringify!($name), &v)?;
+                f::$name(state, v)
+            });
+        )*};
+    }
+    state_value!(list, sum, min, max);
+    macro_rules! state_value_kwargs {
+        ($($name:ident),*) => {$(
+            env.add_filter(stringify!($name), |state: &State, v: Value, kwargs: Kwargs| {
+                walk(state, stringify!($name), &v)?;
+                f::$name(state, v, kwargs)
+            });
+        )*};
+    }
+    state_value_kwargs!(unique, sort);
+    env.add_filter("reverse", |state: &State, v: &Value| {
+        walk(state, "reverse", v)?;
+        f::reverse(v)
+    });
+    env.add_filter("last", |state: &State, v: Value| {
+        walk(state, "last", &v)?;
+        f::last(v)
+    });
+    env.add_filter(
+        "groupby",
+        |state: &State, v: Value, attribute: Option<&str>, kwargs: Kwargs| {
+            walk(state, "groupby", &v)?;
+            f::groupby(v, attribute, kwargs)
+        },
+    );
+    env.add_filter(
+        "slice",
+        |state: &State, v: Value, count: usize, fill: Option<Value>| {
+            walk(state, "slice", &v)?;
+            f::slice(state, v, count, fill)
+        },
+    );
+    env.add_filter("map", |state: &State, v: Value, args: Rest<Value>| {
+        walk(state, "map", &v)?;
+        f::map(state, v, args)
+    });
+    macro_rules! select_like {
+        ($($name:ident),*) => {$(
+            env.add_filter(
+                stringify!($name),
+                |state: &State, v: Value, test: Option<Cow<'_, str>>, args: Rest<Value>| {
+                    walk(state, stringify!($name), &v)?;
+                    f::$name(state, v, test, args)
+                },
+            );
+        )*};
+    }
+    select_like!(select, reject);
+    macro_rules! attr_like {
+        ($($name:ident),*) => {$(
+            env.add_filter(
+                stringify!($name),
+                |state: &State,
+                 v: Value,
+                 attr: Cow<'_, str>,
+                 test: Option<Cow<'_, str>>,
+                 args: Rest<Value>| {
+                    walk(state, stringify!($name), &v)?;
+                    f::$name(state, v, attr, test, args)
+                },
+            );
+        )*};
+    }
+    attr_like!(selectattr, rejectattr);
 }
 
 /// The size of `s` with `from` replaced by `to` (at most `count` times, when non-negative).

@@ -105,6 +105,14 @@ const LARGE_VALUES: &[&str] = &[
     "{{ [[[[1]]]] | tojson(indent=1000000000) }}",
     "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
     "{{ range(100000) | list | string }}",
+    "{% set n = 10**9 %}{{ ([1] * n) | unique | list }}",
+    "{% set n = 10**9 %}{{ ([1, 2] * n) | sort | first }}",
+    "{% set n = 10**9 %}{{ ([1] * n) | sum }}",
+    "{% set n = 10**9 %}{{ ([1] * n) | select('odd') | list | length }}",
+    "{% set n = 10**9 %}{{ messages * n | map(attribute='role') | join }}",
+    "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ a | unique | list }}",
+    " | unique | list",
+    " | reverse | list",
 ];
 
 /// One random mutation of `data` (corpus files in `others` for splicing; `words`: the
