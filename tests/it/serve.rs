@@ -498,3 +498,92 @@ fn serve_drains_in_flight_requests_on_sigterm() {
         "still accepting connections"
     );
 }
+
+/// The loopback load test: `CLIENTS x REQUESTS` from `CANDOR_SERVE_LOAD` (default `8x64`, CI's
+/// size; the README's figures are `64x2000`). Each client sends its share of mixed requests
+/// (lengths, greedy and seeded sampling) back to back; every reply must be 200 and equal to
+/// the same request sent alone. Prints p50/p99 latency and aggregate tokens per second.
+#[test]
+fn serve_load_replies_equal_requests_sent_alone() {
+    let size = std::env::var("CANDOR_SERVE_LOAD").unwrap_or_else(|_| "8x64".into());
+    let (clients, total) = size
+        .split_once('x')
+        .and_then(|(c, r)| Some((c.parse::<usize>().ok()?, r.parse::<usize>().ok()?)))
+        .unwrap_or_else(|| panic!("CANDOR_SERVE_LOAD must be CLIENTSxREQUESTS, got {size}"));
+    let Some(s) = Server::start(&["--queue", "4096"]) else {
+        return;
+    };
+    let pool: Vec<Value> = (0..24).map(mixed_request).collect();
+    let alone: Vec<String> = pool.iter().map(|r| content(&s.chat(r), 0)).collect();
+    let started = Instant::now();
+    let results: Vec<(usize, Duration, Result<(String, u64), String>)> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..clients)
+                .map(|c| {
+                    let (s, pool) = (&s, &pool);
+                    scope.spawn(move || {
+                        (c..total)
+                            .step_by(clients)
+                            .map(|k| {
+                                let i = (k * 7 + c) % pool.len();
+                                let t = Instant::now();
+                                let (status, v) = s.post("/v1/chat/completions", &pool[i]);
+                                let r = if status == 200 {
+                                    Ok((
+                                        content(&v, 0),
+                                        v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+                                    ))
+                                } else {
+                                    Err(format!("{status}: {v}"))
+                                };
+                                (i, t.elapsed(), r)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("client"))
+                .collect()
+        });
+    let wall = started.elapsed();
+    assert_eq!(results.len(), total);
+    let errors: Vec<&String> = results
+        .iter()
+        .filter_map(|(_, _, r)| r.as_ref().err())
+        .collect();
+    let differ = results
+        .iter()
+        .filter(|(i, _, r)| r.as_ref().is_ok_and(|(t, _)| *t != alone[*i]))
+        .count();
+    let tokens: u64 = results
+        .iter()
+        .filter_map(|(_, _, r)| r.as_ref().ok().map(|(_, n)| n))
+        .sum();
+    let mut lat: Vec<f64> = results
+        .iter()
+        .map(|(_, d, _)| d.as_secs_f64() * 1e3)
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+    println!(
+        "serve load {clients}x{total}: {} errors, {differ} replies differ from alone, \
+         p50 {:.0} ms, p99 {:.0} ms, {tokens} tokens in {:.1} s = {:.1} tok/s",
+        errors.len(),
+        pct(0.50),
+        pct(0.99),
+        wall.as_secs_f64(),
+        tokens as f64 / wall.as_secs_f64()
+    );
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {}",
+        errors.len(),
+        errors[0]
+    );
+    assert_eq!(
+        differ, 0,
+        "replies under load differ from the same requests alone"
+    );
+}
