@@ -499,6 +499,9 @@ fn serve_drains_in_flight_requests_on_sigterm() {
     );
 }
 
+/// One load-test request: its pool index, latency, and text and token count (or the error).
+type LoadResult = (usize, Duration, Result<(String, u64), String>);
+
 /// The loopback load test: `CLIENTS x REQUESTS` from `CANDOR_SERVE_LOAD` (default `8x64`, CI's
 /// size; the README's figures are `64x2000`). Each client sends its share of mixed requests
 /// (lengths, greedy and seeded sampling) back to back; every reply must be 200 and equal to
@@ -516,37 +519,36 @@ fn serve_load_replies_equal_requests_sent_alone() {
     let pool: Vec<Value> = (0..24).map(mixed_request).collect();
     let alone: Vec<String> = pool.iter().map(|r| content(&s.chat(r), 0)).collect();
     let started = Instant::now();
-    let results: Vec<(usize, Duration, Result<(String, u64), String>)> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..clients)
-                .map(|c| {
-                    let (s, pool) = (&s, &pool);
-                    scope.spawn(move || {
-                        (c..total)
-                            .step_by(clients)
-                            .map(|k| {
-                                let i = (k * 7 + c) % pool.len();
-                                let t = Instant::now();
-                                let (status, v) = s.post("/v1/chat/completions", &pool[i]);
-                                let r = if status == 200 {
-                                    Ok((
-                                        content(&v, 0),
-                                        v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
-                                    ))
-                                } else {
-                                    Err(format!("{status}: {v}"))
-                                };
-                                (i, t.elapsed(), r)
-                            })
-                            .collect::<Vec<_>>()
-                    })
+    let results: Vec<LoadResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let (s, pool) = (&s, &pool);
+                scope.spawn(move || {
+                    (c..total)
+                        .step_by(clients)
+                        .map(|k| {
+                            let i = (k * 7 + c) % pool.len();
+                            let t = Instant::now();
+                            let (status, v) = s.post("/v1/chat/completions", &pool[i]);
+                            let r = if status == 200 {
+                                Ok((
+                                    content(&v, 0),
+                                    v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+                                ))
+                            } else {
+                                Err(format!("{status}: {v}"))
+                            };
+                            (i, t.elapsed(), r)
+                        })
+                        .collect::<Vec<_>>()
                 })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("client"))
-                .collect()
-        });
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client"))
+            .collect()
+    });
     let wall = started.elapsed();
     assert_eq!(results.len(), total);
     let errors: Vec<&String> = results
