@@ -9,9 +9,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 out="$(mktemp -d)"
 export CANDOR_BASE_URL="$base/v1" CANDOR_API_KEY="$key"
 for run in 1 2; do
-    inspect eval "$here/inspect_task.py" --model openai-api/candor/default \
+    (cd "$here" && inspect eval inspect_task.py --model openai-api/candor/default \
         --max-tokens 32 --max-connections 8 "$@" --log-dir "$out/run$run" \
-        --log-format json --no-log-realtime --display plain | tail -n 6
+        --log-format json --display plain) | tail -n 6
     f="$(ls "$out/run$run"/*.json)"
     python3 - "$f" > "$out/run$run.txt" <<'PY'
 import json, sys
