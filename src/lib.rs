@@ -14,6 +14,7 @@
 //! - [`bench`]: one folder per protocol, each with `data.rs`, `plan.rs` and `score.rs`.
 //! - [`store`]: the run directory, manifest, append-only samples and resume.
 //! - [`report`]: tables and files written from results.
+//! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
 //! - [`cli`]: argument parsing; `main.rs` only calls [`cli::run`].
 
 pub mod bench;
@@ -22,4 +23,5 @@ pub mod engine;
 pub mod judge;
 pub mod model;
 pub mod report;
+pub mod serve;
 pub mod store;

@@ -36,4 +36,6 @@ pub enum Command {
     Bench(super::bench::BenchArgs),
     /// List the devices models can run on (`--device`): the CPU, and GPUs in a CUDA build.
     Devices(super::devices::DevicesArgs),
+    /// Serve models over OpenAI-compatible HTTP (/v1/chat/completions, /v1/completions).
+    Serve(super::serve::ServeArgs),
 }

@@ -15,6 +15,7 @@ mod options;
 mod report;
 mod run;
 mod score;
+mod serve;
 mod setup;
 mod verify;
 
@@ -37,6 +38,7 @@ pub fn run() -> i32 {
         Command::Launch(a) => launch::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Devices(a) => devices::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -207,6 +207,11 @@ impl Engine {
         self.decoder.set_batch_size(batch_size);
     }
 
+    /// The tokenizer, shared (to decode while the decoder is borrowed mutably).
+    pub fn shared_tokenizer(&self) -> Arc<Tokenizer> {
+        Arc::clone(&self.tokenizer)
+    }
+
     /// The token-level decoder (prefixes, forks, teacher forcing).
     pub fn decoder(&mut self) -> &mut Decoder {
         &mut self.decoder

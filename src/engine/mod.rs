@@ -8,6 +8,7 @@ pub mod bench;
 pub mod chat;
 pub mod constraint;
 pub mod kv;
+pub mod logprobs;
 pub mod prefix;
 pub mod sampling;
 pub mod scheduler;
@@ -20,6 +21,7 @@ use crate::model::ModelError;
 pub use chat::{Engine, EngineOptions};
 pub use constraint::{Constraint, LLGUIDANCE_VERSION};
 pub use kv::{KvStore, SeqId, SeqKv};
+pub use logprobs::TokenLogprob;
 pub use prefix::{PrefillStats, PrefixCache};
 pub use scheduler::{
     Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest,

@@ -21,6 +21,7 @@ use super::constraint::{
     masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
 };
 use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
+use super::logprobs::{token_logprob, TokenLogprob};
 use super::prefix::{PrefillStats, PrefixCache};
 use super::sampling::{argmax, Sampler};
 use super::{EngineError, SamplingParams, StopReason};
@@ -169,6 +170,9 @@ pub struct Decoder {
     stats: PrefillStats,
     /// The requests of the streaming interface ([`Decoder::submit`], [`Decoder::step`]).
     flight: Flight,
+    /// Streamed requests that record log-probabilities ([`Decoder::submit_with_logprobs`]):
+    /// by id, how many alternatives and the tokens' entries so far.
+    logprobs: std::collections::HashMap<u64, (usize, Vec<TokenLogprob>)>,
 }
 
 impl Decoder {
@@ -195,6 +199,7 @@ impl Decoder {
             cache: PrefixCache::new(layout, storage, config.prefix_cache_bytes),
             stats: PrefillStats::default(),
             flight: Flight::default(),
+            logprobs: Default::default(),
         }
     }
 
@@ -352,6 +357,19 @@ impl Decoder {
         text: &dyn TextDecoder,
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<TokenReply>, EngineError> {
+        // Streamed requests' log-probabilities are keyed by their ids, not these indices.
+        let streamed_logprobs = std::mem::take(&mut self.logprobs);
+        let result = self.generate_flight(requests, text, done);
+        self.logprobs = streamed_logprobs;
+        result
+    }
+
+    fn generate_flight(
+        &mut self,
+        requests: &[TokenRequest],
+        text: &dyn TextDecoder,
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<TokenReply>, EngineError> {
         // Every request is checked before any is generated.
         let mut flight = Flight::default();
         for (i, r) in requests.iter().enumerate() {
@@ -408,6 +426,51 @@ impl Decoder {
     /// Streamed requests submitted and not yet returned by [`Decoder::step`].
     pub fn in_flight(&self) -> usize {
         self.flight.len()
+    }
+
+    /// [`Decoder::submit`], recording each generated token's log-probability and its `top`
+    /// most likely alternatives ([`Decoder::logprobs`], [`Decoder::take_logprobs`]).
+    pub fn submit_with_logprobs(
+        &mut self,
+        id: u64,
+        request: TokenRequest,
+        top: usize,
+    ) -> Result<(), EngineError> {
+        self.submit(id, request)?;
+        self.logprobs.insert(id, (top, Vec::new()));
+        Ok(())
+    }
+
+    /// The log-probabilities recorded so far for a streamed request (see
+    /// [`Decoder::submit_with_logprobs`]), one per generated token.
+    pub fn logprobs(&self, id: u64) -> Option<&[TokenLogprob]> {
+        self.logprobs.get(&id).map(|(_, v)| v.as_slice())
+    }
+
+    /// Hands over (and forgets) a streamed request's log-probabilities, once it is finished.
+    pub fn take_logprobs(&mut self, id: u64) -> Option<Vec<TokenLogprob>> {
+        self.logprobs.remove(&id).map(|(_, v)| v)
+    }
+
+    /// The tokens a streamed request has generated so far; `None` when it is not decoding
+    /// (still queued, finished, or unknown).
+    pub fn partial_output(&self, id: u64) -> Option<&[u32]> {
+        self.flight
+            .active
+            .iter()
+            .find(|a| a.id == id)
+            .map(|a| a.out.as_slice())
+    }
+
+    /// Drops a streamed request, queued or decoding (its caller went away): its slot and KV
+    /// blocks are free for the next step. Returns whether it was in flight. The other
+    /// requests' tokens do not change (rows are computed independently).
+    pub fn cancel(&mut self, id: u64) -> bool {
+        self.logprobs.remove(&id);
+        let before = self.flight.len();
+        self.flight.queue.retain(|q| q.id != id);
+        self.flight.active.retain(|a| a.id != id);
+        self.flight.len() != before
     }
 
     /// Checks a request before it is queued; returns its grammar state when it is constrained.
@@ -620,6 +683,9 @@ impl Decoder {
                 Some(Allowed::StopOnly) if self.stop_ids.is_empty() => None,
                 Some(Allowed::StopOnly) => Some(masked_argmax(lrow, &self.stop_ids)),
             };
+            if let (Some(tok), Some((top, entries))) = (tok, self.logprobs.get_mut(&a.id)) {
+                entries.push(token_logprob(lrow, tok, *top));
+            }
             if let Some(tok) = tok {
                 a.out.push(tok);
                 if !self.stop_ids.contains(&tok) {

@@ -18,4 +18,5 @@ mod refutebench;
 mod refutebench_lang;
 mod report;
 mod run;
+mod serve;
 mod tokenizer;
