@@ -592,6 +592,8 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     } = run
         .execute(models, progress)
         .with_context(|| format!("run in {}", dir.display()))?;
+    crate::report::write_reports(&dir, &outcome.results, &outcome.identity)
+        .with_context(|| format!("the reports of the run in {}", dir.display()))?;
     for w in &outcome.warnings {
         eprintln!("candor: warning: {w}");
     }

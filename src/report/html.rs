@@ -854,7 +854,7 @@ mod tests {
     use super::*;
     use crate::bench::results::BenchResults;
     use crate::bench::stats::Interval;
-    use crate::report::results::RunModel;
+    use crate::store::run_results::RunModel;
 
     fn run(protocol: &str, model: &str, value: f64) -> ReportRun {
         ReportRun::new(

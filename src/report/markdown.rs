@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use crate::bench::results::{BenchResults, Metric, Table};
     use crate::bench::stats::Interval;
-    use crate::report::results::{FailedStep, RunModel};
+    use crate::store::run_results::{FailedStep, RunModel};
 
     #[test]
     fn renders_metrics_tables_and_failures() {
