@@ -5,6 +5,7 @@
 
 pub mod alloc_budget;
 pub mod arch;
+mod attention;
 pub mod chat;
 pub mod chat_template;
 #[cfg(feature = "cuda")]
