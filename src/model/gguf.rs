@@ -15,7 +15,6 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use memmap2::Mmap;
-use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, Result};
 use super::quant::MappedBytes;
@@ -215,15 +214,5 @@ impl GgufFile {
 
 /// The lower-case hex sha256 of a file (recorded in run manifests).
 pub fn file_sha256(path: &Path) -> Result<String> {
-    let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| ModelError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    super::digest::sha256_file(path).map_err(|e| ModelError::io(path, e))
 }

@@ -11,6 +11,7 @@ pub mod chat_template;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod digest;
 pub mod error;
 pub mod expf;
 pub mod gguf;

@@ -7,7 +7,7 @@
 //! [`super::samples`], [`super::run_results`] and, for the reports, the caller).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -147,17 +147,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// Lower-case hex sha256 of a file's bytes, read in blocks.
 pub fn sha256_file(path: &Path) -> Result<String, StoreError> {
-    let mut f = File::open(path).map_err(|e| StoreError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| StoreError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    crate::model::digest::sha256_file(path).map_err(|e| StoreError::io(path, e))
 }
 
 /// Lower-case hex sha256 of bytes.
