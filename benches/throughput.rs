@@ -6,6 +6,11 @@
 //! decodes exactly the same number of tokens. Prefill speed is measured by generating one token
 //! per request; decode speed is the extra time of generating `DECODE` more.
 
+/// Chat templates run under a memory budget, which counts through this allocator.
+#[global_allocator]
+static ALLOCATOR: candor::model::alloc_budget::BudgetAllocator =
+    candor::model::alloc_budget::BudgetAllocator;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;

@@ -23,3 +23,9 @@ pub mod judge;
 pub mod model;
 pub mod report;
 pub mod store;
+
+/// The unit tests render chat templates, which need the memory budget's allocator (the
+/// library itself installs none; see [`model::alloc_budget`]).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: model::alloc_budget::BudgetAllocator = model::alloc_budget::BudgetAllocator;
