@@ -191,11 +191,12 @@ fn every_architecture_matches_transformers_greedy() {
 }
 
 #[test]
+#[ignore = "needs CANDOR_TINY_GGUF (make_tiny.py --gguf); run with --ignored"]
 fn gguf_conversions_match_transformers_greedy() {
-    let Some(dir) = std::env::var_os("CANDOR_TINY_GGUF") else {
-        eprintln!("*** SKIPPED: set CANDOR_TINY_GGUF to the output of make_tiny.py --gguf ***");
-        return;
-    };
+    let dir = crate::util::reference_dir(
+        "CANDOR_TINY_GGUF",
+        "set it to the output of tests/reference/make_tiny.py --gguf",
+    );
     // convert_hf_to_gguf.py writes Mistral as `llama` without its sliding window (llama.cpp
     // runs it with full attention), so the transformers reference does not apply to it.
     for arch in ARCHS.iter().filter(|a| **a != "mistral") {
@@ -292,11 +293,12 @@ fn every_architecture_is_batch_invariant() {
 /// `CANDOR_TOKENIZER_GGUFS=<dir>` holding `<name>.gguf` (vocab-only conversions) and the
 /// `<name>.expected.jsonl` that `tests/reference/tokenizer_agreement.py` writes.
 #[test]
+#[ignore = "needs CANDOR_TOKENIZER_GGUFS (tests/reference/tokenizer_agreement.py); run with --ignored"]
 fn tokenizer_agreement_with_llama_cpp() {
-    let Some(dir) = std::env::var_os("CANDOR_TOKENIZER_GGUFS") else {
-        eprintln!("*** SKIPPED: set CANDOR_TOKENIZER_GGUFS (see tests/reference/tokenizer_agreement.py) ***");
-        return;
-    };
+    let dir = crate::util::reference_dir(
+        "CANDOR_TOKENIZER_GGUFS",
+        "see tests/reference/tokenizer_agreement.py",
+    );
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))

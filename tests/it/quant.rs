@@ -280,11 +280,12 @@ fn agreement(
 /// `make_quant_reference.py`); a type whose file is absent there is skipped loudly, and at
 /// least one must be present.
 #[test]
+#[ignore = "needs CANDOR_QUANT_MODELS (make_quant_reference.py); run with --ignored"]
 fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
-    let Some(dir) = std::env::var_os("CANDOR_QUANT_MODELS").map(PathBuf::from) else {
-        eprintln!("\n*** SKIPPED: set CANDOR_QUANT_MODELS to the folder of make_quant_reference.py's models ***\n");
-        return;
-    };
+    let dir = crate::util::reference_dir(
+        "CANDOR_QUANT_MODELS",
+        "set it to the folder of tests/fixtures/quant/make_quant_reference.py's models",
+    );
     let refs: Vec<Reference> = jsonl(&fixture("reference/teacher_forced.jsonl"));
     let types: Vec<TypeRecord> = jsonl(&fixture("quant/teacher_forced.jsonl"));
     assert!(types.len() >= 2, "{} types in the fixture", types.len());
