@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
-use candor::model::llama::{Llama, WeightDType};
 use candor::model::runner::Model;
+use candor::model::transformer::{Transformer, WeightDType};
 
 const PROMPT: usize = 128;
 const DECODE: usize = 64;
@@ -73,7 +73,7 @@ fn main() {
         _ => WeightDType::Native,
     };
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, dtype).expect("load model"),
+        Transformer::from_gguf_path(&path, dtype).expect("load model"),
     ));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(THREADS)

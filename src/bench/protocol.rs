@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use super::plan::{Plan, Transcript};
 use super::results::{BenchResults, Table};
 use super::DataError;
-use crate::model::chat::Message;
+use crate::model::message::Message;
 
 /// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
 pub type TokenCounter = std::sync::Arc<dyn Fn(&[Message]) -> usize + Send + Sync>;

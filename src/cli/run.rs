@@ -18,9 +18,9 @@ use crate::bench::protocol::{CandidateContext, Candidates, Protocol as BenchProt
 use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
-use crate::model::chat::Message;
 use crate::model::device::DeviceSpec;
-use crate::model::llama::WeightDType;
+use crate::model::message::Message;
+use crate::model::transformer::WeightDType;
 use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
 use crate::store::manifest::{Environment, ModelIdentity};

@@ -4,17 +4,17 @@
 //! sampling parameters, and returns tokens, text and a stop reason. It knows nothing of
 //! benchmarks: protocols talk to it through [`Generate`].
 
-pub mod bench;
 pub mod chat;
 pub mod constraint;
 pub mod kv;
 pub mod prefix;
 pub mod sampling;
 pub mod scheduler;
+pub mod throughput;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::chat::Message;
+use crate::model::message::Message;
 use crate::model::ModelError;
 
 pub use chat::{Engine, EngineOptions};

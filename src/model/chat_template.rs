@@ -22,8 +22,8 @@ use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
 
 use super::alloc_budget;
-use super::chat::Message;
 use super::error::{ModelError, Result};
+use super::message::Message;
 use super::template_size;
 use super::tokenizer::Tokenizer;
 

@@ -2,8 +2,8 @@
 //! its tensors by name.
 //!
 //! The architecture's GGUF keys are read by [`super::arch`] (re-exported here as
-//! [`LlamaConfig`]); this module does not build layers or run anything (that is
-//! [`super::llama`]). Absent tensors are reported as such, never guessed: "is there an
+//! [`ModelConfig`]); this module does not build layers or run anything (that is
+//! [`super::transformer`]). Absent tensors are reported as such, never guessed: "is there an
 //! `output.weight`?" is answered by looking the name up, not by catching a read error.
 
 use std::fs::File;
@@ -19,7 +19,9 @@ use memmap2::Mmap;
 use super::error::{ModelError, Result};
 use super::quant::MappedBytes;
 
-pub use super::arch::{LlamaConfig, SUPPORTED_ARCHITECTURES};
+#[doc(hidden)]
+pub use super::arch::LlamaConfig;
+pub use super::arch::{ModelConfig, SUPPORTED_ARCHITECTURES};
 
 fn md<'a>(content: &'a Content, key: &str) -> Result<&'a Value> {
     content

@@ -275,7 +275,7 @@ impl<M: Models> Models for CachedModels<M> {
 mod tests {
     use super::*;
     use crate::engine::StopReason;
-    use crate::model::chat::{Message, Role};
+    use crate::model::message::{Message, Role};
     use crate::store::testkit::FakeModels;
 
     fn reply(text: &str) -> ChatReply {

@@ -23,7 +23,7 @@ use crate::bench::protocol::{
 use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
-use crate::model::chat::Message;
+use crate::model::message::Message;
 
 /// A request whose messages contain this is refused by the fake model (a request error).
 pub const FAIL_MARKER: &str = "<refuse>";
@@ -539,7 +539,7 @@ pub fn judge_step(key: &str, text: &str) -> Step {
     Step {
         key: key.into(),
         actor: Actor::Judge,
-        messages: vec![crate::model::chat::Message::user(text)],
+        messages: vec![crate::model::message::Message::user(text)],
         params: crate::engine::SamplingParams::default(),
     }
 }

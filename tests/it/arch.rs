@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use candor::model::arch::TensorSource;
 use candor::model::gguf::GgufFile;
-use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
 use candor::model::safetensors::Checkpoint;
+use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
 
 const ARCHS: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
@@ -68,11 +68,12 @@ fn fixture(arch: &str) -> PathBuf {
         .join(arch)
 }
 
-fn load_checkpoint(arch: &str) -> Llama {
+fn load_checkpoint(arch: &str) -> Transformer {
     let mut ck = Checkpoint::open(&fixture(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
     let config = ck.config().clone();
     let src: &mut dyn TensorSource = &mut ck;
-    Llama::from_source(config, src, WeightDType::F32).unwrap_or_else(|e| panic!("{arch}: {e}"))
+    Transformer::from_source(config, src, WeightDType::F32)
+        .unwrap_or_else(|e| panic!("{arch}: {e}"))
 }
 
 struct Run {
@@ -116,7 +117,7 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Greedy decoding of `n` tokens; also returns the prompt's last-position logits.
-fn greedy(model: &Llama, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+fn greedy(model: &Transformer, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
     let c = model.config();
     let mut kv = VecKv::new(c.n_layer, c.kv_dim());
     let mut scratch = Scratch::default();
@@ -143,7 +144,7 @@ fn greedy(model: &Llama, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
 }
 
 /// Checks greedy agreement with the reference; returns (agreeing steps, compared steps).
-fn check_against_reference(arch: &str, model: &Llama, what: &str) -> (usize, usize) {
+fn check_against_reference(arch: &str, model: &Transformer, what: &str) -> (usize, usize) {
     let (mut agree, mut total) = (0, 0);
     for (i, run) in reference(arch).iter().enumerate() {
         let (tokens, logits) = greedy(model, &run.prompt, run.tokens.len());
@@ -202,15 +203,20 @@ fn gguf_conversions_match_transformers_greedy() {
     for arch in ARCHS.iter().filter(|a| **a != "mistral") {
         let path = Path::new(&dir).join(format!("{arch}-f32.gguf"));
         let mut file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        let model =
-            Llama::from_gguf(&mut file, WeightDType::F32).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let model = Transformer::from_gguf(&mut file, WeightDType::F32)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
         check_against_reference(arch, &model, "gguf");
     }
 }
 
 /// Logits of every prompt token for each prompt, run with the prompts packed `batch` at a
 /// time, prefilled in chunks of `chunk` tokens.
-fn packed_logits(model: &Llama, prompts: &[Vec<u32>], batch: usize, chunk: usize) -> Vec<Vec<f32>> {
+fn packed_logits(
+    model: &Transformer,
+    prompts: &[Vec<u32>],
+    batch: usize,
+    chunk: usize,
+) -> Vec<Vec<f32>> {
     let c = model.config();
     let v = c.vocab_size;
     let mut all = vec![Vec::new(); prompts.len()];

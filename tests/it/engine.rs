@@ -9,14 +9,14 @@ use candor::engine::{
     Decoder, Engine, EngineOptions, Generate, NoText, SamplingParams, SchedulerConfig, StopReason,
     TextDecoder, TokenRequest,
 };
-use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
 use candor::model::runner::Model;
+use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
 
 use crate::util;
 
 fn decoder(dtype: WeightDType, batch_size: usize) -> Option<Decoder> {
     let path = util::default_model()?;
-    let model = Llama::from_gguf_path(&path, dtype).expect("load default model");
+    let model = Transformer::from_gguf_path(&path, dtype).expect("load default model");
     let cfg = SchedulerConfig {
         batch_size,
         ..SchedulerConfig::default()
@@ -166,7 +166,7 @@ mod tiny {
 }
 
 fn tiny_decoder(path: &std::path::Path, batch_size: usize) -> Decoder {
-    let model = Llama::from_gguf_path(path, WeightDType::Native).expect("load tiny model");
+    let model = Transformer::from_gguf_path(path, WeightDType::Native).expect("load tiny model");
     let cfg = SchedulerConfig {
         batch_size,
         prefill_chunk: 7,
@@ -195,8 +195,8 @@ fn tiny_model_tied_and_untied_embeddings() {
             ..tiny::Spec::default()
         },
     );
-    let m_tied = Llama::from_gguf_path(&tied, WeightDType::Native).expect("tied");
-    let m_untied = Llama::from_gguf_path(&untied, WeightDType::Native).expect("untied");
+    let m_tied = Transformer::from_gguf_path(&tied, WeightDType::Native).expect("tied");
+    let m_untied = Transformer::from_gguf_path(&untied, WeightDType::Native).expect("untied");
     assert!(m_tied.tied_embeddings());
     assert!(!m_untied.tied_embeddings());
     assert_eq!(m_tied.config().vocab_size, tiny::VOCAB);
@@ -226,7 +226,7 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let err = Llama::from_gguf_path(&gpt2, WeightDType::Native).err();
+    let err = Transformer::from_gguf_path(&gpt2, WeightDType::Native).err();
     assert!(
         matches!(&err, Some(ModelError::UnsupportedArchitecture(a)) if a == "gpt2"),
         "{err:?}"
@@ -239,7 +239,7 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let err = Llama::from_gguf_path(&missing, WeightDType::Native).err();
+    let err = Transformer::from_gguf_path(&missing, WeightDType::Native).err();
     assert!(
         matches!(&err, Some(ModelError::MissingTensor(n)) if n == "blk.1.ffn_up.weight"),
         "{err:?}"
@@ -254,12 +254,12 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let native = Llama::from_gguf_path(&q5, WeightDType::Native);
+    let native = Transformer::from_gguf_path(&q5, WeightDType::Native);
     assert!(native.is_ok(), "{:?}", native.err());
-    assert!(Llama::from_gguf_path(&q5, WeightDType::F32).is_ok());
+    assert!(Transformer::from_gguf_path(&q5, WeightDType::F32).is_ok());
     let not_gguf = dir.path().join("not.gguf");
     std::fs::write(&not_gguf, b"hello").expect("write");
-    let err = Llama::from_gguf_path(&not_gguf, WeightDType::Native).err();
+    let err = Transformer::from_gguf_path(&not_gguf, WeightDType::Native).err();
     assert!(matches!(&err, Some(ModelError::Gguf { .. })), "{err:?}");
 }
 
@@ -360,7 +360,7 @@ fn tiny_model_stops_on_stop_ids_and_strings() {
         .iter()
         .position(|&t| t == stop)
         .expect("present");
-    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load");
+    let model = Transformer::from_gguf_path(&path, WeightDType::Native).expect("load");
     let mut with_stop = Decoder::new(
         Arc::new(Model::from(model)),
         SchedulerConfig::default(),
@@ -394,7 +394,7 @@ fn tiny_model_stops_on_stop_ids_and_strings() {
 mod reference {
     use std::path::{Path, PathBuf};
 
-    use candor::model::chat::Message;
+    use candor::model::message::Message;
     use serde::Deserialize;
 
     #[derive(Debug, Deserialize)]
@@ -657,7 +657,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
 fn checklist_request(i: usize, max_new_tokens: usize) -> candor::engine::ChatRequest {
     use candor::engine::{ChatRequest, Constraint};
     use candor::judge::checklist::{judgement_schema, judgement_skeleton};
-    use candor::model::chat::Message;
+    use candor::model::message::Message;
     let criteria = checklist(i);
     let prompt = format!(
         "Question: what is {i} + 2? Answer: {}.\nJudge the answer against each checklist entry \
@@ -775,7 +775,7 @@ fn constrained_replies_do_not_depend_on_batch_size_or_neighbours() {
 
 /// Every position's keys and values (all layers), as bits, after feeding `ids` in chunks of
 /// `chunk`, each step packed with an unrelated neighbour sequence.
-fn kv_bits(model: &Llama, ids: &[u32], chunk: usize) -> Vec<u32> {
+fn kv_bits(model: &Transformer, ids: &[u32], chunk: usize) -> Vec<u32> {
     let c = model.config();
     let layout = KvLayout {
         n_layer: c.n_layer,
@@ -814,7 +814,7 @@ fn kv_bits(model: &Llama, ids: &[u32], chunk: usize) -> Vec<u32> {
     bits
 }
 
-fn assert_kv_independent_of_chunking(model: &Llama, ids: &[u32]) {
+fn assert_kv_independent_of_chunking(model: &Transformer, ids: &[u32]) {
     let whole = kv_bits(model, ids, ids.len());
     for chunk in [1, 3, 16, 17, 64] {
         assert!(
@@ -828,7 +828,7 @@ fn assert_kv_independent_of_chunking(model: &Llama, ids: &[u32]) {
 fn tiny_model_kv_does_not_depend_on_prefill_chunking() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
-    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load tiny model");
+    let model = Transformer::from_gguf_path(&path, WeightDType::Native).expect("load tiny model");
     let ids: Vec<u32> = (0..45).map(|i| (i * 11 % 90) as u32 + 3).collect();
     assert_kv_independent_of_chunking(&model, &ids);
 }
@@ -838,7 +838,8 @@ fn default_model_kv_does_not_depend_on_prefill_chunking() {
     let Some(path) = util::default_model() else {
         return;
     };
-    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load default model");
+    let model =
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load default model");
     let ids: Vec<u32> = FRANCE.iter().cycle().take(70).copied().collect();
     assert_kv_independent_of_chunking(&model, &ids);
 }
@@ -915,7 +916,7 @@ fn tiny_model_streamed_turns_match_turn_by_turn_batches() {
         })
         .collect();
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load"),
     ));
     let mut batched = Decoder::new(Arc::clone(&model), config(0, 5), Vec::new());
     let want = two_turns(&mut batched, &firsts);
@@ -949,7 +950,7 @@ fn tiny_model_prefix_cache_changes_no_token_and_reuses_earlier_turns() {
         })
         .collect();
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load"),
     ));
     let mut off = Decoder::new(Arc::clone(&model), config(0, 2), Vec::new());
     let want = two_turns(&mut off, &firsts);
@@ -983,7 +984,7 @@ fn default_model_prefix_cache_changes_no_token() {
         return;
     };
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load"),
     ));
     let firsts: Vec<Vec<u32>> = (0..2)
         .map(|d| FRANCE.iter().cycle().take(40 + 9 * d).copied().collect())

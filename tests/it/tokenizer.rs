@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Content;
-use candor::model::chat::Message;
 use candor::model::chat_template::ChatTemplate;
+use candor::model::message::Message;
 use candor::model::tokenizer::Tokenizer;
 use serde::Deserialize;
 

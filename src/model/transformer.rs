@@ -1,6 +1,6 @@
 //! The one forward pass over packed rows, for every supported architecture (llama, mistral,
 //! qwen2, qwen3, gemma2, gemma3, phi3; llama.cpp's `src/models/<arch>.cpp` are the reference
-//! implementations). What differs between them is data in [`LlamaConfig`] and optional
+//! implementations). What differs between them is data in [`ModelConfig`] and optional
 //! weights (biases, q/k norms, post-norms, fused projections), never a second copy of the
 //! pass. Weights come from a GGUF file or a Hugging Face checkpoint through [`TensorSource`].
 //!
@@ -18,7 +18,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use super::arch::{Activation, LlamaConfig, RopeFreqs, TensorSource};
+use super::arch::{Activation, ModelConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
@@ -182,9 +182,9 @@ pub struct Work {
 
 /// A loaded model of one of the supported architectures: configuration and immutable
 /// weights. The name is historical: every architecture runs through this one forward pass,
-/// parameterised by its [`LlamaConfig`].
-pub struct Llama {
-    pub(super) config: LlamaConfig,
+/// parameterised by its [`ModelConfig`].
+pub struct Transformer {
+    pub(super) config: ModelConfig,
     pub(super) dtype: WeightDType,
     /// `vocab × dim`; rows are dequantized on lookup.
     pub(super) embedding: QWeight,
@@ -199,25 +199,30 @@ pub struct Llama {
     pub(super) rope_swa_freqs: Option<RopeFreqs>,
 }
 
-impl Llama {
+/// The former name of [`Transformer`] (it runs every architecture, not only llama), kept for
+/// code written against it.
+#[doc(hidden)]
+pub type Llama = Transformer;
+
+impl Transformer {
     /// Loads a GGUF file.
-    pub fn from_gguf_path(path: &Path, dtype: WeightDType) -> Result<Llama> {
+    pub fn from_gguf_path(path: &Path, dtype: WeightDType) -> Result<Transformer> {
         let mut file = GgufFile::open(path)?;
-        Llama::from_gguf(&mut file, dtype)
+        Transformer::from_gguf(&mut file, dtype)
     }
 
     /// Builds the model from an open GGUF file.
-    pub fn from_gguf(file: &mut GgufFile, dtype: WeightDType) -> Result<Llama> {
-        let config = LlamaConfig::from_gguf(file.content())?;
-        Llama::from_source(config, file, dtype)
+    pub fn from_gguf(file: &mut GgufFile, dtype: WeightDType) -> Result<Transformer> {
+        let config = ModelConfig::from_gguf(file.content())?;
+        Transformer::from_source(config, file, dtype)
     }
 
     /// Builds the model from tensors under GGUF names (a GGUF file or a checkpoint).
     pub fn from_source(
-        config: LlamaConfig,
+        config: ModelConfig,
         src: &mut dyn TensorSource,
         dtype: WeightDType,
-    ) -> Result<Llama> {
+    ) -> Result<Transformer> {
         let c = &config;
         let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
         let embedding = build_matrix(src, "token_embd.weight", &[c.vocab_size, dim], dtype)?;
@@ -271,7 +276,7 @@ impl Llama {
             } else {
                 None
             };
-            let gemma = c.arch.norm_plus_one();
+            let gemma = c.arch.is_gemma();
             let post_attn_norm = if gemma {
                 Some(vector("post_attention_norm.weight", dim)?)
             } else {
@@ -315,7 +320,7 @@ impl Llama {
         let rope_freqs = c.rope_freqs(false, factors.as_deref());
         let rope_swa_freqs =
             Some(c.rope_freqs(true, factors.as_deref())).filter(|f| *f != rope_freqs);
-        Ok(Llama {
+        Ok(Transformer {
             config,
             dtype,
             embedding,
@@ -327,7 +332,7 @@ impl Llama {
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -658,7 +663,7 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// Reusable buffers for [`Llama::forward`], grown to the largest step seen.
+/// Reusable buffers for [`Transformer::forward`], grown to the largest step seen.
 #[derive(Debug, Default)]
 pub struct Scratch {
     x: Vec<f32>,
@@ -685,7 +690,7 @@ impl Scratch {
         &mut self.logits
     }
 
-    fn prepare(&mut self, c: &LlamaConfig, rows: usize) {
+    fn prepare(&mut self, c: &ModelConfig, rows: usize) {
         let fit = |v: &mut Vec<f32>, n: usize| v.resize(n, 0.0);
         let wide = c.dim.max(c.q_dim());
         fit(&mut self.x, rows * c.dim);
