@@ -346,6 +346,7 @@ pub fn require_judge(
 /// (note, value) rows appended to the protocol's results.
 pub fn notes_table(rows: &[(&str, String)]) -> Table {
     Table {
+        id: crate::bench::results::table_id::RUN_NOTES.to_string(),
         title: "Run notes".to_string(),
         columns: vec!["note".to_string(), "value".to_string()],
         rows: rows

@@ -641,7 +641,11 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     for (path, note) in &outputs {
         println!("{note}: {}", path.display());
     }
-    let notes = r.results.tables.iter().filter(|t| t.title == "Run notes");
+    let notes = r
+        .results
+        .tables
+        .iter()
+        .filter(|t| t.id == crate::bench::results::table_id::RUN_NOTES);
     for row in notes.flat_map(|t| &t.rows) {
         if let [note, value] = &row[..] {
             if note == "smoke test" {

@@ -214,7 +214,30 @@ impl Transformer {
     /// Builds the model from an open GGUF file.
     pub fn from_gguf(file: &mut GgufFile, dtype: WeightDType) -> Result<Transformer> {
         let config = ModelConfig::from_gguf(file.content())?;
-        Transformer::from_source(config, file, dtype)
+        let arch = config.arch;
+        let model = Transformer::from_source(config, file, dtype)?;
+        // A tensor the pass does not read is a feature it does not implement: refused, never
+        // ignored (the model would compute something else without a word).
+        let unused = file.unread_tensors();
+        if !unused.is_empty() {
+            const SHOWN: usize = 8;
+            let more = unused.len().saturating_sub(SHOWN);
+            let mut names = unused[..unused.len().min(SHOWN)].join(", ");
+            if more > 0 {
+                names += &format!(" and {more} more");
+            }
+            return Err(ModelError::gguf(
+                file.path(),
+                format!(
+                    "{} tensor(s) that Candor's {} forward pass does not use: {names}; the \
+                     file needs a feature Candor does not implement, so it is refused rather \
+                     than run as a different model",
+                    unused.len(),
+                    arch.gguf_name()
+                ),
+            ));
+        }
+        Ok(model)
     }
 
     /// Builds the model from tensors under GGUF names (a GGUF file or a checkpoint).

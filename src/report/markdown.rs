@@ -152,6 +152,7 @@ mod tests {
                     unscored: 1,
                 }],
                 tables: vec![Table {
+                    id: "per_item".into(),
                     title: "Per item".into(),
                     columns: vec!["item".into(), "score".into()],
                     rows: vec![vec!["a".into(), "1".into()]],

@@ -469,6 +469,7 @@ pub fn toy_score(plan: &ToyPlan, finished: &[(&ToyItem, &Transcript)], seed: u64
     BenchResults {
         metrics,
         tables: vec![Table {
+            id: "per_item".into(),
             title: "Per item".into(),
             columns: vec!["item".into(), "candidate".into(), "score".into()],
             rows,

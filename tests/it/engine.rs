@@ -71,6 +71,8 @@ mod tiny {
         pub matrix_dtype: GgmlDType,
         /// Skip writing this tensor.
         pub omit: Option<&'static str>,
+        /// Also write this tensor (eight f32 values), which no architecture uses.
+        pub extra: Option<&'static str>,
         pub seed: u64,
     }
 
@@ -82,6 +84,7 @@ mod tiny {
                 context: 256,
                 matrix_dtype: GgmlDType::Q4_1,
                 omit: None,
+                extra: None,
                 seed: 1,
             }
         }
@@ -158,6 +161,9 @@ mod tiny {
             let w = random(&mut rng, VOCAB * DIM, 1.0);
             tensors.push(("output.weight".into(), q(w, &[VOCAB, DIM], GgmlDType::Q8_0)));
         }
+        if let Some(name) = spec.extra {
+            tensors.push((name.into(), q(ones(8), &[8], GgmlDType::F32)));
+        }
         tensors.retain(|(n, _)| Some(n.as_str()) != spec.omit);
         let path = dir.join(name);
         crate::util::write_gguf(&path, &md, &tensors);
@@ -211,6 +217,31 @@ fn tiny_model_tied_and_untied_embeddings() {
         .expect("untied");
     assert_eq!(a.len(), ids.len());
     assert_ne!(a, b);
+}
+
+/// A tensor the architecture does not use (Phi-3-128k's long-context RoPE factors) is refused
+/// with one line naming it and the file, never ignored.
+#[test]
+fn tiny_model_with_a_tensor_it_does_not_use_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(
+        dir.path(),
+        "extra.gguf",
+        &tiny::Spec {
+            extra: Some("rope_factors_long.weight"),
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Transformer::from_gguf_path(&path, WeightDType::Native)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("rope_factors_long.weight"), "{err}");
+    assert!(err.contains("extra.gguf"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    // The same model without it loads.
+    let plain = tiny::write(dir.path(), "plain.gguf", &tiny::Spec::default());
+    Transformer::from_gguf_path(&plain, WeightDType::Native).expect("plain");
 }
 
 #[test]

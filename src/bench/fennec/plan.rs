@@ -376,6 +376,7 @@ impl FennecPlan {
                 .count();
         }
         Table {
+            id: crate::bench::results::table_id::FENNEC_REPLIES.to_string(),
             title: "Fennec judge replies".to_string(),
             columns: [
                 "items",
