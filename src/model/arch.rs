@@ -236,6 +236,21 @@ impl ModelConfig {
                 }
             },
         };
+        // Keys that change the arithmetic in ways the pass does not implement: refused, never
+        // ignored (Phi-3-128k and Phi-3.5 scale attention with `rope.scaling.attn_factor`
+        // beside their long-context RoPE factors; mixture-of-experts models route tokens).
+        if let Some(f) = opt_f32("rope.scaling.attn_factor")?.filter(|&f| f != 1.0) {
+            return Err(bad(
+                "rope.scaling.attn_factor",
+                format!("{f}: scaled attention (long-context RoPE) is not supported"),
+            ));
+        }
+        if let Some(n) = opt_usize("expert_count")?.filter(|&n| n > 0) {
+            return Err(bad(
+                "expert_count",
+                format!("{n} experts: mixture-of-experts models are not supported"),
+            ));
+        }
         let vocab_size = match content.tensor_infos.get("token_embd.weight") {
             Some(info) => info.shape.dims()[0],
             None => return Err(ModelError::MissingTensor("token_embd.weight".into())),

@@ -73,6 +73,8 @@ mod tiny {
         pub omit: Option<&'static str>,
         /// Also write this tensor (eight f32 values), which no architecture uses.
         pub extra: Option<&'static str>,
+        /// Also write `<arch>.rope.scaling.attn_factor` with this value.
+        pub attn_factor: Option<f32>,
         pub seed: u64,
     }
 
@@ -85,6 +87,7 @@ mod tiny {
                 matrix_dtype: GgmlDType::Q4_1,
                 omit: None,
                 extra: None,
+                attn_factor: None,
                 seed: 1,
             }
         }
@@ -119,6 +122,12 @@ mod tiny {
             format!("{}.rope.dimension_count", spec.arch),
             Value::U32(16),
         ));
+        if let Some(f) = spec.attn_factor {
+            md.push((
+                format!("{}.rope.scaling.attn_factor", spec.arch),
+                Value::F32(f),
+            ));
+        }
         let mut tensors: Vec<(String, QTensor)> = vec![(
             "token_embd.weight".into(),
             q(
@@ -239,9 +248,32 @@ fn tiny_model_with_a_tensor_it_does_not_use_is_refused() {
     assert!(err.contains("rope_factors_long.weight"), "{err}");
     assert!(err.contains("extra.gguf"), "{err}");
     assert!(!err.contains('\n'), "{err}");
-    // The same model without it loads.
+    // The same model without it loads, and so does a neutral attention factor.
     let plain = tiny::write(dir.path(), "plain.gguf", &tiny::Spec::default());
     Transformer::from_gguf_path(&plain, WeightDType::Native).expect("plain");
+    let neutral = tiny::write(
+        dir.path(),
+        "neutral.gguf",
+        &tiny::Spec {
+            attn_factor: Some(1.0),
+            ..tiny::Spec::default()
+        },
+    );
+    Transformer::from_gguf_path(&neutral, WeightDType::Native).expect("neutral");
+    // A key that changes the arithmetic in a way Candor does not implement is refused too.
+    let scaled = tiny::write(
+        dir.path(),
+        "scaled.gguf",
+        &tiny::Spec {
+            attn_factor: Some(1.19),
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Transformer::from_gguf_path(&scaled, WeightDType::Native)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("rope.scaling.attn_factor"), "{err}");
 }
 
 #[test]
