@@ -154,7 +154,7 @@ pub trait Generate {
     /// requests in flight). Returns the reply at once when it needs no generating (a cached
     /// one), else `None` and the reply comes from a later [`Generate::poll`]. An error here
     /// concerns this request only (nothing was started) when the generator's
-    /// [`crate::store::models::Models::is_request_error`] says so. By default the request is answered
+    /// [`crate::store::model_pool::Models::is_request_error`] says so. By default the request is answered
     /// at once, alone, by [`Generate::generate_chat`].
     fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, Self::Error> {
         let _ = id;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::models::Models;
+use super::model_pool::Models;
 use super::run_dir::sha256_bytes;
 use super::BoxError;
 use crate::bench::plan::Actor;

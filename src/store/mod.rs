@@ -15,7 +15,7 @@
 //! - [`gen_cache`]: replies stored by content and shared by runs (a layer around [`Models`]).
 //! - [`manifest`]: what a run is, and the check that refuses a mismatched resume.
 //! - [`samples`]: the sample line format, reading (torn tails cut) and appending.
-//! - [`models`]: where the runner gets a model for an actor.
+//! - [`model_pool`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
 //! - [`pending`]: finished steps not yet logged, kept across a kill.
 //! - [`run`]: the scheduling loop, scoring and `results.json` (reports are rendered by the
@@ -30,7 +30,10 @@ pub mod data;
 pub mod data_files;
 pub mod gen_cache;
 pub mod manifest;
-pub mod models;
+pub mod model_pool;
+/// The former path of [`model_pool`], kept for code written against it.
+#[doc(hidden)]
+pub use model_pool as models;
 pub mod pending;
 pub mod progress;
 pub mod protocol_run;
@@ -48,7 +51,7 @@ use std::path::PathBuf;
 use crate::bench::plan::Actor;
 
 pub use manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
-pub use models::{FnModels, Models};
+pub use model_pool::{FnModels, Models};
 pub use progress::{NoProgress, Progress};
 pub use protocol_run::{ProtocolOutcome, ProtocolRun};
 pub use run::{Run, RunOutcome};

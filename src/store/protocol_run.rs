@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
-use super::models::Models;
+use super::model_pool::Models;
 use super::progress::Progress;
 use super::run::{Run, RunOutcome};
 use super::run_dir::write_atomic;

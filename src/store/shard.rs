@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{ItemSet, Manifest};
-use super::models::Models;
+use super::model_pool::Models;
 use super::samples::{parse_log, Sample, SampleOutcome};
 use super::{BoxError, StoreError};
 use crate::bench::plan::Actor;

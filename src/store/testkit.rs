@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::models::Models;
+use super::model_pool::Models;
 use super::BoxError;
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::protocol::{

@@ -41,7 +41,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::manifest::{Attempt, ItemSet, Manifest, RunIdentity};
-use super::models::Models;
+use super::model_pool::Models;
 use super::pending::{self, Recovered};
 use super::progress::Progress;
 use super::resume::Replay;

@@ -9,7 +9,7 @@ use super::log_order::{Held, LogOrder};
 use super::{reply_outcome, Ledger, Run};
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::engine::{ChatRequest, Generate, PrefillStats};
-use crate::store::models::Models;
+use crate::store::model_pool::Models;
 use crate::store::pending::{PendingWriter, Recovered};
 use crate::store::progress::Progress;
 use crate::store::resume::Replay;
