@@ -8,6 +8,11 @@
 //! Run with `cargo bench --bench kernels` (env `KERNELS_THREADS` overrides the pool size;
 //! `KERNELS_NO_CANDLE=1` skips the candle timings).
 
+/// Chat templates run under a memory budget, which counts through this allocator.
+#[global_allocator]
+static ALLOCATOR: candor::model::alloc_budget::BudgetAllocator =
+    candor::model::alloc_budget::BudgetAllocator;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -6,14 +6,19 @@
 //! decodes exactly the same number of tokens. Prefill speed is measured by generating one token
 //! per request; decode speed is the extra time of generating `DECODE` more.
 
+/// Chat templates run under a memory budget, which counts through this allocator.
+#[global_allocator]
+static ALLOCATOR: candor::model::alloc_budget::BudgetAllocator =
+    candor::model::alloc_budget::BudgetAllocator;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
-use candor::model::llama::{Llama, WeightDType};
 use candor::model::runner::Model;
+use candor::model::transformer::{Transformer, WeightDType};
 
 const PROMPT: usize = 128;
 const DECODE: usize = 64;
@@ -68,7 +73,7 @@ fn main() {
         _ => WeightDType::Native,
     };
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, dtype).expect("load model"),
+        Transformer::from_gguf_path(&path, dtype).expect("load model"),
     ));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(THREADS)

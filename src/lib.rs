@@ -6,16 +6,27 @@
 //!
 //! # Layout
 //!
-//! Dependencies point down: `cli` → `report` / `store` → `bench` → `judge` → `engine` → `model`.
+//! Dependencies point down: `cli` → `serve` / `report` → `store` → `bench` → `judge` → `engine`
+//! → `model` (`serve` uses only `engine` and `model`). No module imports one that imports it back.
 //!
-//! - [`model`]: weights (GGUF), the llama architecture, tokenizer and chat template.
-//! - [`engine`]: packed batched decoding, per-sequence KV state, sampling. Knows no benchmark.
+//! - [`model`]: weights (GGUF files and Hugging Face checkpoints), one description per
+//!   architecture ([`model::arch::ModelConfig`]), the one forward pass for all of them
+//!   ([`model::transformer`], its attention in `model/attention.rs`, matmul kernels per device
+//!   in [`model::quant`] and `model/cuda/`), the loaded model ([`model::runner::Model`]), chat
+//!   messages ([`model::message`]), the tokenizer and the chat template.
+//! - [`engine`]: the scheduler (packed batched decoding), per-sequence KV state, the prefix
+//!   cache, sampling, chat requests ([`engine::chat`]) and the throughput benchmark
+//!   ([`engine::throughput`], `candor bench`). Knows no protocol.
 //! - [`judge`]: judge prompts and the parsers of judge outputs, one file per judge kind.
-//! - [`bench`]: one folder per protocol, each with `data.rs`, `plan.rs` and `score.rs`.
-//! - [`store`]: the run directory, manifest, append-only samples and resume.
-//! - [`report`]: tables and files written from results.
+//! - [`bench`]: the evaluation protocols, one folder each (`data.rs`, `plan.rs`, `score.rs`)
+//!   behind one interface ([`bench::protocol`]).
+//! - [`store`]: the run directory, manifest, append-only samples, resume, the runner
+//!   ([`store::run`]), the types of `results.json` ([`store::run_results`]) and the progress
+//!   interface ([`store::progress`]).
+//! - [`report`]: `report.md`, `report.html` and the progress bar, rendered from results.
 //! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
-//! - [`cli`]: argument parsing; `main.rs` only calls [`cli::run`].
+//! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
+//!   and calls [`cli::run`].
 
 pub mod bench;
 pub mod cli;
@@ -25,3 +36,9 @@ pub mod model;
 pub mod report;
 pub mod serve;
 pub mod store;
+
+/// The unit tests render chat templates, which need the memory budget's allocator (the
+/// library itself installs none; see [`model::alloc_budget`]).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: model::alloc_budget::BudgetAllocator = model::alloc_budget::BudgetAllocator;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use super::plan::{Plan, Transcript};
 use super::results::{BenchResults, Table};
 use super::DataError;
-use crate::model::chat::Message;
+use crate::model::message::Message;
 
 /// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
 pub type TokenCounter = std::sync::Arc<dyn Fn(&[Message]) -> usize + Send + Sync>;
@@ -346,6 +346,7 @@ pub fn require_judge(
 /// (note, value) rows appended to the protocol's results.
 pub fn notes_table(rows: &[(&str, String)]) -> Table {
     Table {
+        id: crate::bench::results::table_id::RUN_NOTES.to_string(),
         title: "Run notes".to_string(),
         columns: vec!["note".to_string(), "value".to_string()],
         rows: rows

@@ -23,12 +23,42 @@ pub struct Metric {
     pub unscored: usize,
 }
 
-/// A table for reports: a title, column names and rows of cells already formatted.
+/// A table for reports: an identifier, a title, column names and rows of cells already
+/// formatted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Table {
+    /// What the table is, for code that looks for it (the HTML report's charts): one of
+    /// [`table_id`]'s, or another snake_case name unique within a protocol's tables. Titles
+    /// are for people and may change.
+    #[serde(default)]
+    pub id: String,
     pub title: String,
     pub columns: Vec<String>,
     pub rows: Vec<Vec<String>>,
+}
+
+/// The identifiers of the tables that reports look for.
+pub mod table_id {
+    /// [`super::length_limit_table`].
+    pub const LENGTH_LIMIT: &str = "length_limit";
+    /// Notes of the run (`smoke test`, …), every protocol.
+    pub const RUN_NOTES: &str = "run_notes";
+    /// FB-Bench: the published leaderboard and its per-category tables.
+    pub const FBBENCH_OVERALL: &str = "overall_score";
+    pub const FBBENCH_PER_TASK: &str = "per_task_score";
+    pub const FBBENCH_PER_ERROR: &str = "per_error_score";
+    pub const FBBENCH_PER_FEEDBACK_CORRECT: &str = "per_feedback_score_correct";
+    pub const FBBENCH_PER_FEEDBACK_ANTISYCO: &str = "per_feedback_score_antisyco";
+    /// RefuteBench: RR and FA by context depth and setting.
+    pub const REFUTEBENCH_GROUPS: &str = "refutebench_groups";
+    /// ReaLMistake.
+    pub const REALMISTAKE_PER_DETECTOR: &str = "realmistake_per_detector";
+    pub const REALMISTAKE_PER_TASK_PROMPT: &str = "realmistake_per_task_prompt";
+    pub const REALMISTAKE_RANDOM_BASELINE: &str = "realmistake_random_baseline";
+    /// Fennec: pairwise agreement and consistency, single-verdict accuracy, judge replies.
+    pub const FENNEC_PAIRWISE: &str = "fennec_pairwise";
+    pub const FENNEC_SINGLE: &str = "fennec_single";
+    pub const FENNEC_REPLIES: &str = "fennec_replies";
 }
 
 /// Everything a benchmark's scoring reports.
@@ -70,6 +100,7 @@ pub fn length_limit_table<'a>(transcripts: impl IntoIterator<Item = &'a Transcri
         }
     }
     Table {
+        id: table_id::LENGTH_LIMIT.to_string(),
         title: "Replies stopped at the length limit".to_string(),
         columns: [
             "step kind",

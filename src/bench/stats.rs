@@ -1,44 +1,12 @@
 //! Statistics shared by every benchmark: a seeded bootstrap for 95% intervals.
 //!
-//! The generator is written here (SplitMix64) rather than taken from a crate so that the
-//! intervals stay bit-identical whatever versions of other crates are resolved.
+//! The generator is the engine's SplitMix64 (written in [`crate::engine::sampling`] rather than
+//! taken from a crate, so that the intervals stay bit-identical whatever versions of other
+//! crates are resolved).
 
 use serde::{Deserialize, Serialize};
 
-/// A small, fast, seeded generator (Steele, Lea and Flood's SplitMix64).
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0), without modulo bias.
-    pub fn below(&mut self, n: usize) -> usize {
-        let n = n as u64;
-        let zone = u64::MAX - (u64::MAX % n);
-        loop {
-            let x = self.next_u64();
-            if x < zone {
-                return (x % n) as usize;
-            }
-        }
-    }
-
-    /// Uniform in `[0, 1)` with 53 bits.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+pub use crate::engine::sampling::SplitMix64;
 
 /// A point estimate with its bootstrap interval. A value that does not exist (an empty
 /// metric, no finite resample) is NaN, written `null` in JSON and read back as NaN.

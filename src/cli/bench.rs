@@ -1,19 +1,19 @@
 //! `candor bench`: prefill and decode throughput of a model on synthetic prompts, with the
 //! definitions of llama.cpp's `llama-batched-bench -npp P -ntg N -npl B` (aggregate tok/s over
 //! the batch). Prints one JSON line per batch size, then a human-readable table. The measuring is
-//! [`crate::engine::bench`]'s.
+//! [`crate::engine::throughput`]'s.
 
 use std::io::Write;
 
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::engine::bench::{self, BenchConfig, BenchResult};
+use crate::engine::throughput::{self, BenchConfig, BenchResult};
 use crate::engine::SchedulerConfig;
 use crate::model::limits;
-use crate::model::llama::{WeightDType, Work};
 use crate::model::runner::Model;
 use crate::model::source;
+use crate::model::transformer::{WeightDType, Work};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -79,7 +79,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let model = Model::load_weights(&files, dtype, args.device)
         .with_context(|| format!("loading {}", files.weights.display()))?;
     let round = |x: f64| (x * 100.0).round() / 100.0;
-    let work = model.llama().work();
+    let work = model.transformer().work();
     let mut rows = Vec::with_capacity(args.batch_size.len());
     let mut out = std::io::stdout().lock();
     for &batch_size in &args.batch_size {
@@ -93,7 +93,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             },
         };
         let r = pool
-            .install(|| bench::run(&model, cfg))
+            .install(|| throughput::run(&model, cfg))
             .with_context(|| format!("benchmark at batch size {batch_size}"))?;
         let mut line = json!({
             "model": files.weights.display().to_string(),

@@ -21,9 +21,9 @@ use crate::engine::{
     ChatReply, ChatRequest, Engine, EngineOptions, SamplingParams, SchedulerConfig, TokenReply,
     TokenRequest,
 };
-use crate::model::chat::Message;
-use crate::model::llama::WeightDType;
+use crate::model::message::Message;
 use crate::model::source;
+use crate::model::transformer::WeightDType;
 
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {

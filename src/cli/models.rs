@@ -16,13 +16,13 @@ use anyhow::Context;
 
 use crate::bench::refutebench::plan::TokenCounter;
 use crate::engine::{ChatRequest, Engine, EngineError, EngineOptions, SchedulerConfig};
-use crate::model::chat::Message;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::device::DeviceSpec;
-use crate::model::gguf::{file_sha256, GgufFile, LlamaConfig};
-use crate::model::llama::WeightDType;
+use crate::model::gguf::{file_sha256, GgufFile, ModelConfig};
+use crate::model::message::Message;
 use crate::model::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 use crate::model::tokenizer::Tokenizer;
+use crate::model::transformer::WeightDType;
 use crate::model::ModelError;
 use crate::store::manifest::ModelIdentity;
 use crate::store::run_dir::sha256_bytes;
@@ -71,7 +71,7 @@ impl ModelInfo {
                 .and_then(|t| t.with_origin(files.weights.display())),
         }
         .with_context(|| format!("model {name:?}"))?;
-        let config = LlamaConfig::from_gguf(file.content())
+        let config = ModelConfig::from_gguf(file.content())
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = file_sha256(&files.weights)
             .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
@@ -131,7 +131,7 @@ impl ModelInfo {
                 .with_context(|| format!("model {name:?}: {}", config_path.display()))?,
         )
         .with_context(|| format!("model {name:?}: {}", config_path.display()))?;
-        let config = LlamaConfig::from_hf_config(&config_path, &json)
+        let config = ModelConfig::from_hf_config(&config_path, &json)
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = source::weights_sha256(&files.weights)
             .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;

@@ -18,9 +18,9 @@ use crate::bench::protocol::{CandidateContext, Candidates, Protocol as BenchProt
 use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
 use crate::bench::ProtocolOptions;
-use crate::model::chat::Message;
 use crate::model::device::DeviceSpec;
-use crate::model::llama::WeightDType;
+use crate::model::message::Message;
+use crate::model::transformer::WeightDType;
 use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
 use crate::store::manifest::{Environment, ModelIdentity};
@@ -592,6 +592,8 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     } = run
         .execute(models, progress)
         .with_context(|| format!("run in {}", dir.display()))?;
+    crate::report::write_reports(&dir, &outcome.results, &outcome.identity)
+        .with_context(|| format!("the reports of the run in {}", dir.display()))?;
     for w in &outcome.warnings {
         eprintln!("candor: warning: {w}");
     }
@@ -639,7 +641,11 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
     for (path, note) in &outputs {
         println!("{note}: {}", path.display());
     }
-    let notes = r.results.tables.iter().filter(|t| t.title == "Run notes");
+    let notes = r
+        .results
+        .tables
+        .iter()
+        .filter(|t| t.id == crate::bench::results::table_id::RUN_NOTES);
     for row in notes.flat_map(|t| &t.rows) {
         if let [note, value] = &row[..] {
             if note == "smoke test" {

@@ -179,10 +179,7 @@ fn extract_verified(
 }
 
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut f, &mut hasher).with_context(|| format!("reading {}", path.display()))?;
-    Ok(hex::encode(hasher.finalize()))
+    crate::model::digest::sha256_file(path).with_context(|| format!("reading {}", path.display()))
 }
 
 #[cfg(test)]

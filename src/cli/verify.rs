@@ -20,8 +20,8 @@ use crate::bench::plan::Actor;
 use crate::bench::stats::SplitMix64;
 use crate::engine::{ChatReply, ChatRequest, Generate};
 use crate::model::device::DeviceSpec;
-use crate::model::llama::WeightDType;
 use crate::model::tokenizer::Tokenizer;
+use crate::model::transformer::WeightDType;
 use crate::store::manifest::Manifest;
 use crate::store::samples::{parse_log, Sample, SampleOutcome};
 #[cfg(feature = "testkit")]

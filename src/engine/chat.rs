@@ -18,12 +18,12 @@ use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenR
 use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats};
 use crate::model::chat_template::ChatTemplate;
 use crate::model::device::DeviceSpec;
-use crate::model::gguf::{GgufFile, LlamaConfig};
-use crate::model::llama::{Llama, WeightDType};
+use crate::model::gguf::{GgufFile, ModelConfig};
 use crate::model::runner::Model;
 use crate::model::safetensors::Checkpoint;
 use crate::model::source::{weights_sha256, ModelFiles};
 use crate::model::tokenizer::Tokenizer;
+use crate::model::transformer::{Transformer, WeightDType};
 use crate::model::ModelError;
 
 /// The `eos_token_id` (one id or a list) of a `generation_config.json`.
@@ -81,7 +81,7 @@ impl Engine {
         let tokenizer = Tokenizer::from_gguf(file.content())?;
         let template =
             ChatTemplate::from_gguf(file.content(), &tokenizer)?.with_origin(gguf.display())?;
-        let model = Llama::from_gguf(&mut file, options.dtype)?;
+        let model = Transformer::from_gguf(&mut file, options.dtype)?;
         Engine::build(model, gguf, tokenizer, template, &[], options)
     }
 
@@ -108,7 +108,7 @@ impl Engine {
             Err(ModelError::NoChatTemplate) => ChatTemplate::missing(files.weights.display())?,
             other => other?,
         };
-        let model = Llama::from_gguf(&mut file, options.dtype)?;
+        let model = Transformer::from_gguf(&mut file, options.dtype)?;
         Engine::build(model, &files.weights, tokenizer, template, &[], options)
     }
 
@@ -134,12 +134,12 @@ impl Engine {
         };
         let mut ck = Checkpoint::open(dir)?;
         let config = ck.config().clone();
-        let model = Llama::from_source(config, &mut ck, options.dtype)?;
+        let model = Transformer::from_source(config, &mut ck, options.dtype)?;
         Engine::build(model, dir, tokenizer, template, &eos, options)
     }
 
     fn build(
-        model: Llama,
+        model: Transformer,
         path: &Path,
         tokenizer: Tokenizer,
         template: ChatTemplate,
@@ -163,7 +163,7 @@ impl Engine {
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         self.decoder.model().config()
     }
 

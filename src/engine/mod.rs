@@ -4,7 +4,6 @@
 //! sampling parameters, and returns tokens, text and a stop reason. It knows nothing of
 //! benchmarks: protocols talk to it through [`Generate`].
 
-pub mod bench;
 pub mod chat;
 pub mod constraint;
 pub mod kv;
@@ -12,10 +11,11 @@ pub mod logprobs;
 pub mod prefix;
 pub mod sampling;
 pub mod scheduler;
+pub mod throughput;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::chat::Message;
+use crate::model::message::Message;
 use crate::model::ModelError;
 
 pub use chat::{Engine, EngineOptions};
@@ -156,7 +156,7 @@ pub trait Generate {
     /// requests in flight). Returns the reply at once when it needs no generating (a cached
     /// one), else `None` and the reply comes from a later [`Generate::poll`]. An error here
     /// concerns this request only (nothing was started) when the generator's
-    /// [`crate::store::models::Models::is_request_error`] says so. By default the request is answered
+    /// [`crate::store::model_pool::Models::is_request_error`] says so. By default the request is answered
     /// at once, alone, by [`Generate::generate_chat`].
     fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, Self::Error> {
         let _ = id;

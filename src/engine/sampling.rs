@@ -36,9 +36,22 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `[0, 1)` with 53 bits of precision.
+    /// Uniform in `[0, 1)` with 53 bits of precision (a multiple of 2^-53: the product is
+    /// exact, the same bits as dividing by 2^53).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in `0..n` (n > 0), without modulo bias.
+    pub fn below(&mut self, n: usize) -> usize {
+        let n = n as u64;
+        let zone = u64::MAX - (u64::MAX % n);
+        loop {
+            let x = self.next_u64();
+            if x < zone {
+                return (x % n) as usize;
+            }
+        }
     }
 }
 

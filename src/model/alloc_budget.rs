@@ -3,8 +3,12 @@
 //! minijinja's fuel bounds the number of instructions a template executes, and the rendered
 //! output is capped by [`super::chat_template`], but neither bounds the size of intermediate
 //! values: a template that doubles a string 40 times executes a few hundred instructions and
-//! asks for a terabyte. This module installs a global allocator that forwards to the system
-//! allocator and, only on a thread inside [`with_budget`], counts the bytes that thread holds.
+//! asks for a terabyte. This module provides a global allocator, [`BudgetAllocator`], that
+//! forwards to the system allocator and, only on a thread inside [`with_budget`], counts the
+//! bytes that thread holds. The library does not install it (that is the program's choice):
+//! the `candor` binary, the test binaries and the benches do, with
+//! `#[global_allocator] static A: BudgetAllocator = BudgetAllocator;`. Where it is not installed
+//! [`with_budget`] refuses to run untrusted work rather than run it unbounded.
 //! A thread that goes over its budget cannot be unwound out of the allocator (that is
 //! undefined behaviour), so the process prints the one-line message given to [`with_budget`]
 //! (which names the model file) and exits with status 1: memory stays bounded and the user
@@ -13,12 +17,14 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Forwards to [`System`], counting a budgeted thread's bytes.
+/// Forwards to [`System`], counting a budgeted thread's bytes. Install it as the program's
+/// global allocator for [`with_budget`] to work.
 pub struct BudgetAllocator;
 
-#[global_allocator]
-static GLOBAL: BudgetAllocator = BudgetAllocator;
+/// Set by the first allocation through [`BudgetAllocator`]: it is the global allocator.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Bytes this thread may still take inside a budget; `None` outside one.
@@ -63,6 +69,9 @@ fn exceeded() -> ! {
 // only const-initialised thread-locals without destructors, which never allocate.
 unsafe impl GlobalAlloc for BudgetAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !INSTALLED.load(Ordering::Relaxed) {
+            INSTALLED.store(true, Ordering::Relaxed);
+        }
         charge(layout.size() as isize);
         System.alloc(layout)
     }
@@ -87,12 +96,34 @@ unsafe impl GlobalAlloc for BudgetAllocator {
     }
 }
 
+/// [`with_budget`] was called in a program whose global allocator is not [`BudgetAllocator`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this program does not install candor::model::alloc_budget::BudgetAllocator as its global \
+     allocator, so untrusted work (a chat template) cannot be bounded in memory"
+)]
+pub struct NotInstalled;
+
+/// Whether [`BudgetAllocator`] is the global allocator (it has served an allocation).
+pub fn installed() -> bool {
+    // Something allocated before any caller gets here (the argument strings, the runtime).
+    INSTALLED.load(Ordering::Relaxed)
+}
+
 /// Runs `f` with at most `bytes` more bytes held by this thread. Going over prints `message`
 /// (one line) and exits the process with status 1. Budgets do not nest: an inner call runs
-/// under the outer budget.
-pub fn with_budget<T>(bytes: usize, message: &str, f: impl FnOnce() -> T) -> T {
+/// under the outer budget. Refused (`f` is not run) where [`BudgetAllocator`] is not the
+/// global allocator.
+pub fn with_budget<T>(
+    bytes: usize,
+    message: &str,
+    f: impl FnOnce() -> T,
+) -> Result<T, NotInstalled> {
+    if !installed() {
+        return Err(NotInstalled);
+    }
     if REMAINING.with(|r| r.get()).is_some() {
-        return f();
+        return Ok(f());
     }
     let message = message.replace('\n', " ");
     struct Reset;
@@ -105,7 +136,7 @@ pub fn with_budget<T>(bytes: usize, message: &str, f: impl FnOnce() -> T) -> T {
     let _reset = Reset;
     MESSAGE.with(|m| m.set((message.as_ptr(), message.len())));
     REMAINING.with(|r| r.set(Some(bytes.min(isize::MAX as usize) as isize)));
-    f()
+    Ok(f())
 }
 
 /// Bytes this thread may still take inside the active [`with_budget`] call; `None` outside one.
@@ -120,7 +151,7 @@ mod tests {
 
     #[test]
     fn budget_counts_only_inside_and_is_released() {
-        let v = with_budget(1 << 20, "unused", || vec![0u8; 1 << 19]);
+        let v = with_budget(1 << 20, "unused", || vec![0u8; 1 << 19]).unwrap();
         assert_eq!(v.len(), 1 << 19);
         assert!(REMAINING.with(|r| r.get()).is_none());
         // Freed inside: the same budget fits many short-lived allocations.
@@ -129,7 +160,8 @@ mod tests {
                 let v = vec![1u8; 1 << 19];
                 assert_eq!(v[0], 1);
             }
-        });
+        })
+        .unwrap();
         // Outside a budget nothing is counted.
         let big = vec![0u8; 8 << 20];
         assert_eq!(big.len(), 8 << 20);

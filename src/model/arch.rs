@@ -1,5 +1,5 @@
-//! What differs between the supported architectures, resolved once into a [`LlamaConfig`]
-//! that the one packed forward pass ([`super::llama`]) reads: head geometry, RoPE layout and
+//! What differs between the supported architectures, resolved once into a [`ModelConfig`]
+//! that the one packed forward pass ([`super::transformer`]) reads: head geometry, RoPE layout and
 //! frequencies, sliding-window layers, norms, activation, scales and soft-caps.
 //!
 //! Two readers fill it: GGUF metadata, with llama.cpp's key names (`<arch>.block_count`,
@@ -77,10 +77,16 @@ impl Arch {
         }
     }
 
-    /// Gemma stores RMS-norm weights as `w` and multiplies by `1 + w` (llama.cpp's converter
-    /// adds the 1 when writing GGUF).
-    pub fn norm_plus_one(self) -> bool {
+    /// Gemma 2 or 3: the family with post-attention and post-FFN norms, a scaled embedding
+    /// and its own attention scale.
+    pub fn is_gemma(self) -> bool {
         matches!(self, Arch::Gemma2 | Arch::Gemma3)
+    }
+
+    /// Whether a checkpoint stores RMS-norm weights as `w` to be used as `1 + w` (Gemma's;
+    /// llama.cpp's converter adds the 1 when writing GGUF).
+    pub fn norm_plus_one(self) -> bool {
+        self.is_gemma()
     }
 
     /// Whether q/k/v and gate/up are stored fused (`attn_qkv`, a `2·ffn`-row `ffn_up`).
@@ -104,7 +110,7 @@ pub enum Activation {
 
 /// The hyperparameters of a supported model, resolved from GGUF metadata or `config.json`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LlamaConfig {
+pub struct ModelConfig {
     pub architecture: String,
     pub arch: Arch,
     pub n_layer: usize,
@@ -142,7 +148,12 @@ pub struct LlamaConfig {
     pub swa_layers: Vec<bool>,
 }
 
-impl LlamaConfig {
+/// The former name of [`ModelConfig`] (it covers every architecture), kept for code written
+/// against it.
+#[doc(hidden)]
+pub type LlamaConfig = ModelConfig;
+
+impl ModelConfig {
     /// Width of one token's keys (or values) across all KV heads.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_head * self.head_dim
@@ -160,7 +171,7 @@ impl LlamaConfig {
     }
 
     /// Reads the configuration from a GGUF header; `vocab_size` comes from `token_embd`.
-    pub fn from_gguf(content: &Content) -> Result<LlamaConfig> {
+    pub fn from_gguf(content: &Content) -> Result<ModelConfig> {
         let name = md_string(content, "general.architecture")?;
         let arch = Arch::from_gguf_name(&name)?;
         let key = |k: &str| format!("{name}.{k}");
@@ -225,6 +236,21 @@ impl LlamaConfig {
                 }
             },
         };
+        // Keys that change the arithmetic in ways the pass does not implement: refused, never
+        // ignored (Phi-3-128k and Phi-3.5 scale attention with `rope.scaling.attn_factor`
+        // beside their long-context RoPE factors; mixture-of-experts models route tokens).
+        if let Some(f) = opt_f32("rope.scaling.attn_factor")?.filter(|&f| f != 1.0) {
+            return Err(bad(
+                "rope.scaling.attn_factor",
+                format!("{f}: scaled attention (long-context RoPE) is not supported"),
+            ));
+        }
+        if let Some(n) = opt_usize("expert_count")?.filter(|&n| n > 0) {
+            return Err(bad(
+                "expert_count",
+                format!("{n} experts: mixture-of-experts models are not supported"),
+            ));
+        }
         let vocab_size = match content.tensor_infos.get("token_embd.weight") {
             Some(info) => info.shape.dims()[0],
             None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
@@ -245,7 +271,7 @@ impl LlamaConfig {
             }
             _ => vec![true; n_layer],
         };
-        let gemma = arch.norm_plus_one();
+        let gemma = arch.is_gemma();
         // llama.cpp (after gemma_pytorch): the 27B models scale by dim / heads.
         let is_27b =
             (arch == Arch::Gemma2 && n_layer == 46) || (arch == Arch::Gemma3 && n_layer == 62);
@@ -254,7 +280,7 @@ impl LlamaConfig {
         } else {
             1.0 / (head_dim as f32).sqrt()
         };
-        let config = LlamaConfig {
+        let config = ModelConfig {
             architecture: name.clone(),
             arch,
             n_layer,
@@ -300,7 +326,7 @@ impl LlamaConfig {
 
     /// Reads the configuration from a Hugging Face `config.json` (already parsed); `path`
     /// names the file in errors.
-    pub fn from_hf_config(path: &Path, json: &Json) -> Result<LlamaConfig> {
+    pub fn from_hf_config(path: &Path, json: &Json) -> Result<ModelConfig> {
         let err = |key: &str, msg: String| ModelError::Config {
             path: path.to_path_buf(),
             key: key.to_string(),
@@ -415,7 +441,7 @@ impl LlamaConfig {
                 _ => vec![true; n_layer],
             },
         };
-        let gemma = arch.norm_plus_one();
+        let gemma = arch.is_gemma();
         let attn_scale = match f32_of("query_pre_attn_scalar")? {
             Some(s) if gemma => 1.0 / s.sqrt(),
             _ => 1.0 / (head_dim as f32).sqrt(),
@@ -434,7 +460,7 @@ impl LlamaConfig {
                 ))
             }
         };
-        let config = LlamaConfig {
+        let config = ModelConfig {
             architecture: arch.gguf_name().to_string(),
             arch,
             n_layer,
@@ -561,7 +587,7 @@ fn pattern_layers(n_layer: usize, n: usize) -> Vec<bool> {
 
 /// Llama 3's per-pair RoPE frequency factors from a Hugging Face `rope_scaling` object, as
 /// llama.cpp's converter writes them into `rope_freqs.weight`.
-pub fn llama3_rope_factors(config: &LlamaConfig, rope_scaling: &Json) -> Option<Vec<f32>> {
+pub fn llama3_rope_factors(config: &ModelConfig, rope_scaling: &Json) -> Option<Vec<f32>> {
     let ty = rope_scaling
         .get("rope_type")
         .or_else(|| rope_scaling.get("type"))
@@ -608,7 +634,7 @@ pub trait TensorSource {
     /// as GGUF stores them), after checking its shape: what weight matrices are built from.
     fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)>;
     /// Per-pair RoPE frequency factors, when the model has them (Llama 3).
-    fn rope_factors(&mut self, config: &LlamaConfig) -> Result<Option<Vec<f32>>>;
+    fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>>;
 }
 
 impl TensorSource for GgufFile {
@@ -628,7 +654,7 @@ impl TensorSource for GgufFile {
         self.mapped(name, shape)
     }
 
-    fn rope_factors(&mut self, config: &LlamaConfig) -> Result<Option<Vec<f32>>> {
+    fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {
         if !GgufFile::has_tensor(self, "rope_freqs.weight") {
             return Ok(None);
         }
@@ -658,7 +684,7 @@ mod tests {
     #[test]
     fn hf_config_rejects_unknown_architectures_with_the_list() {
         let json: Json = serde_json::json!({"model_type": "falcon"});
-        let err = LlamaConfig::from_hf_config(Path::new("x/config.json"), &json)
+        let err = ModelConfig::from_hf_config(Path::new("x/config.json"), &json)
             .unwrap_err()
             .to_string();
         assert!(err.contains("falcon") && err.contains("gemma2"), "{err}");
@@ -672,7 +698,7 @@ mod tests {
             "model_type": "llama", "num_hidden_layers": 1_996_488_705u64, "hidden_size": 128,
             "intermediate_size": 8, "num_attention_heads": 1, "vocab_size": 4,
         });
-        let err = LlamaConfig::from_hf_config(Path::new("c.json"), &json)
+        let err = ModelConfig::from_hf_config(Path::new("c.json"), &json)
             .unwrap_err()
             .to_string();
         assert!(
@@ -688,7 +714,7 @@ mod tests {
             "intermediate_size": 8, "num_attention_heads": 1, "vocab_size": 4,
             "rope_theta": 500000.0,
         });
-        let c = LlamaConfig::from_hf_config(Path::new("c.json"), &json).unwrap();
+        let c = ModelConfig::from_hf_config(Path::new("c.json"), &json).unwrap();
         let rs = serde_json::json!({"rope_type": "llama3", "factor": 8.0,
             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192});

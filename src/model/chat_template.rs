@@ -22,8 +22,8 @@ use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
 
 use super::alloc_budget;
-use super::chat::Message;
 use super::error::{ModelError, Result};
+use super::message::Message;
 use super::template_size;
 use super::tokenizer::Tokenizer;
 
@@ -136,7 +136,8 @@ impl ChatTemplate {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 env.add_template_owned(TEMPLATE_NAME, source.clone())
             }))
-        });
+        })
+        .map_err(|e| ModelError::Template(format!("{origin}: {e}")))?;
         match compiled {
             Ok(result) => result.map_err(|e| ModelError::Template(describe(&e)))?,
             Err(panic) => return Err(panicked(&origin, panic)),
@@ -317,7 +318,8 @@ impl ChatTemplate {
                 tmpl.render_to_write(ctx, &mut out)
                     .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
             }))
-        });
+        })
+        .map_err(|e| ModelError::Template(format!("{}: {e}", self.origin)))?;
         let rendered = match rendered {
             Ok(rendered) => rendered,
             Err(panic) => return Err(panicked(&self.origin, panic)),

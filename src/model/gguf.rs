@@ -2,25 +2,27 @@
 //! its tensors by name.
 //!
 //! The architecture's GGUF keys are read by [`super::arch`] (re-exported here as
-//! [`LlamaConfig`]); this module does not build layers or run anything (that is
-//! [`super::llama`]). Absent tensors are reported as such, never guessed: "is there an
+//! [`ModelConfig`]); this module does not build layers or run anything (that is
+//! [`super::transformer`]). Absent tensors are reported as such, never guessed: "is there an
 //! `output.weight`?" is answered by looking the name up, not by catching a read error.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use memmap2::Mmap;
-use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, Result};
 use super::quant::MappedBytes;
 
-pub use super::arch::{LlamaConfig, SUPPORTED_ARCHITECTURES};
+#[doc(hidden)]
+pub use super::arch::LlamaConfig;
+pub use super::arch::{ModelConfig, SUPPORTED_ARCHITECTURES};
 
 fn md<'a>(content: &'a Content, key: &str) -> Result<&'a Value> {
     content
@@ -104,6 +106,9 @@ pub struct GgufFile {
     path: PathBuf,
     content: Content,
     map: Arc<Mmap>,
+    /// The tensors read so far ([`GgufFile::mapped`], [`GgufFile::tensor`]): after loading,
+    /// every tensor of the file must be among them ([`GgufFile::unread_tensors`]).
+    read: Mutex<BTreeSet<String>>,
 }
 
 impl GgufFile {
@@ -118,6 +123,7 @@ impl GgufFile {
             path: path.to_path_buf(),
             content,
             map: Arc::new(map),
+            read: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -127,6 +133,19 @@ impl GgufFile {
 
     pub fn content(&self) -> &Content {
         &self.content
+    }
+
+    /// The file's tensors that were never read, sorted: after a model is loaded, tensors its
+    /// architecture does not use (a feature Candor does not implement, such as Phi-3's
+    /// long-context RoPE factors).
+    pub fn unread_tensors(&self) -> Vec<String> {
+        let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> = (self.content.tensor_infos.keys())
+            .filter(|n| !read.contains(n.as_str()))
+            .cloned()
+            .collect();
+        names.sort();
+        names
     }
 
     /// Whether the file holds a tensor of this name.
@@ -148,6 +167,7 @@ impl GgufFile {
         let Some(info) = self.content.tensor_infos.get(name) else {
             return Err(ModelError::MissingTensor(name.into()));
         };
+        (self.read.lock().unwrap_or_else(|e| e.into_inner())).insert(name.to_string());
         if info.shape.dims() != shape {
             return Err(ModelError::TensorShape {
                 name: name.into(),
@@ -215,15 +235,5 @@ impl GgufFile {
 
 /// The lower-case hex sha256 of a file (recorded in run manifests).
 pub fn file_sha256(path: &Path) -> Result<String> {
-    let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| ModelError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    super::digest::sha256_file(path).map_err(|e| ModelError::io(path, e))
 }

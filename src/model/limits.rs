@@ -5,7 +5,7 @@
 //!
 //! Decode reads every weight once per step, so its ceiling is bandwidth; prefill multiplies
 //! every weight with many rows, so its ceiling is the integer multiply-add rate. `candor bench
-//! --limits` divides what it measured by these (see [`crate::engine::bench`]).
+//! --limits` divides what it measured by these (see [`crate::engine::throughput`]).
 
 use std::time::Instant;
 

@@ -1,21 +1,30 @@
-//! Model loading: GGUF weights, the llama architecture, the tokenizer and the chat template.
+//! Model loading: GGUF weights, the one transformer forward pass for every architecture, the
+//! tokenizer and the chat template.
 //!
 //! This module turns files into an immutable, shareable model; it never sees requests or
 //! batches (that is [`crate::engine`]).
 
 pub mod alloc_budget;
 pub mod arch;
-pub mod chat;
+mod attention;
+pub mod message;
+/// The former path of [`message`], kept for code written against it.
+#[doc(hidden)]
+pub use message as chat;
 pub mod chat_template;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod digest;
 pub mod error;
 pub mod expf;
 pub mod gguf;
 pub mod gguf_check;
 pub mod limits;
-pub mod llama;
+pub mod transformer;
+/// The former path of [`transformer`], kept for code written against it.
+#[doc(hidden)]
+pub use transformer as llama;
 pub mod pre_tokenizer;
 pub mod quant;
 pub mod runner;

@@ -1,19 +1,19 @@
 //! A loaded model on its device: the one forward pass runs on the CPU or, with the `cuda`
 //! feature, on a GPU, behind the same call. The engine holds a [`Model`] and never asks which.
 
-use super::arch::LlamaConfig;
+use super::arch::ModelConfig;
 use super::device::{DeviceSpec, KvPool};
 use super::error::Result;
-use super::llama::{KvSeq, Llama, Scratch, SeqStep, WeightDType};
 use super::safetensors::Checkpoint;
 use super::source::ModelFiles;
+use super::transformer::{KvSeq, Scratch, SeqStep, Transformer, WeightDType};
 
 /// Positions per KV block, on every device (the engine's block size).
 pub const KV_BLOCK_TOKENS: usize = 16;
 
 /// A model's weights on the device that runs its forward pass.
 pub struct Model {
-    llama: Llama,
+    llama: Transformer,
     #[cfg(feature = "cuda")]
     cuda: Option<super::cuda::CudaModel>,
 }
@@ -21,7 +21,7 @@ pub struct Model {
 impl Model {
     /// Places a loaded model on `device`: the CPU uses it as it is; a GPU gets its weights
     /// uploaded once and a KV pool in its memory. `cuda` without the feature is an error.
-    pub fn new(llama: Llama, device: DeviceSpec) -> Result<Model> {
+    pub fn new(llama: Transformer, device: DeviceSpec) -> Result<Model> {
         Model::with_kv_limit(llama, device, None)
     }
 
@@ -29,7 +29,7 @@ impl Model {
     /// takes 90% of the memory left after the weights, less 1 GiB); ignored on the CPU, whose
     /// KV grows in host memory.
     pub fn with_kv_limit(
-        llama: Llama,
+        llama: Transformer,
         device: DeviceSpec,
         kv_limit: Option<usize>,
     ) -> Result<Model> {
@@ -78,20 +78,20 @@ impl Model {
         let llama = if files.checkpoint {
             let mut ck = Checkpoint::open(&files.weights)?;
             let config = ck.config().clone();
-            Llama::from_source(config, &mut ck, dtype)?
+            Transformer::from_source(config, &mut ck, dtype)?
         } else {
-            Llama::from_gguf_path(&files.weights, dtype)?
+            Transformer::from_gguf_path(&files.weights, dtype)?
         };
         Model::new(llama, device)
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         self.llama.config()
     }
 
     /// The host model: configuration and weights as loaded; on a GPU, only the configuration,
     /// the embedding and the RoPE tables (the matrices were released after the upload).
-    pub fn llama(&self) -> &Llama {
+    pub fn transformer(&self) -> &Transformer {
         &self.llama
     }
 
@@ -121,7 +121,7 @@ impl Model {
         None
     }
 
-    /// One packed step ([`Llama::forward`]'s contract) on the model's device. On the CPU it
+    /// One packed step ([`Transformer::forward`]'s contract) on the model's device. On the CPU it
     /// cannot fail; on a GPU a driver or kernel failure is an error.
     pub fn forward<'s, K: KvSeq>(
         &self,
@@ -137,9 +137,9 @@ impl Model {
     }
 }
 
-impl From<Llama> for Model {
+impl From<Transformer> for Model {
     /// A model on the CPU.
-    fn from(llama: Llama) -> Model {
+    fn from(llama: Transformer) -> Model {
         Model {
             llama,
             #[cfg(feature = "cuda")]

@@ -22,7 +22,7 @@ use candle_core::{DType, Device};
 use memmap2::Mmap;
 use serde_json::Value as Json;
 
-use super::arch::{llama3_rope_factors, Arch, LlamaConfig, TensorSource};
+use super::arch::{llama3_rope_factors, Arch, ModelConfig, TensorSource};
 use super::error::{ModelError, Result};
 use super::quant::MappedBytes;
 
@@ -297,7 +297,7 @@ pub fn shards_from_index(index_path: &Path) -> Result<Vec<(PathBuf, Header)>> {
 /// memory-mapped safetensors files.
 pub struct Checkpoint {
     dir: PathBuf,
-    config: LlamaConfig,
+    config: ModelConfig,
     json: Json,
     st: MmapedSafetensors,
     /// Tensor name -> (dtype, shape) from the validated headers.
@@ -320,7 +320,7 @@ impl Checkpoint {
             key: "(file)".into(),
             msg: format!("not valid JSON: {e}"),
         })?;
-        let config = LlamaConfig::from_hf_config(&config_path, &json)?;
+        let config = ModelConfig::from_hf_config(&config_path, &json)?;
         let shards = checkpoint_shards(dir)?;
         let mut entries = HashMap::new();
         let mut places = HashMap::new();
@@ -369,7 +369,7 @@ impl Checkpoint {
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -393,7 +393,7 @@ impl Checkpoint {
         let rest = gguf.strip_prefix("blk.")?;
         let (layer, name) = rest.split_once('.')?;
         let (base, kind) = name.rsplit_once('.')?;
-        let gemma = self.config.arch.norm_plus_one();
+        let gemma = self.config.arch.is_gemma();
         let hf = match base {
             "attn_norm" => "input_layernorm",
             "attn_q" => "self_attn.q_proj",
@@ -490,7 +490,7 @@ impl TensorSource for Checkpoint {
         Ok((ggml, self.places[&hf].clone()))
     }
 
-    fn rope_factors(&mut self, config: &LlamaConfig) -> Result<Option<Vec<f32>>> {
+    fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {
         if config.arch != Arch::Llama && config.arch != Arch::Mistral {
             return Ok(None);
         }

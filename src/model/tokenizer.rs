@@ -795,6 +795,7 @@ mod tests {
                 }
                 before - crate::model::alloc_budget::remaining().unwrap()
             })
+            .unwrap()
         })
         .join()
         .unwrap();

@@ -16,7 +16,7 @@ use std::fmt::Write;
 
 use super::results::RunResults;
 use crate::bench::plan::Actor;
-use crate::bench::results::{Metric, Table};
+use crate::bench::results::{table_id, Metric, Table};
 use crate::store::manifest::RunIdentity;
 
 /// One run as the report shows it.
@@ -334,11 +334,11 @@ impl Figures<'_> {
         names
     }
 
-    /// Groups from a table (found by title prefix) of every run: the row label is the
+    /// Groups from the table `id` ([`Table::id`]) of every run: the row label is the
     /// `label_cols` joined, the value the column `value_col`; `note` makes the note of a row.
     fn table_groups(
         &self,
-        title: &str,
+        id: &str,
         label_cols: &[&str],
         value_col: &str,
         note: &dyn Fn(&Table, &[String], usize) -> String,
@@ -346,13 +346,7 @@ impl Figures<'_> {
         let mut order: Vec<String> = Vec::new();
         let mut cells: BTreeMap<(String, usize), Bar> = BTreeMap::new();
         for (r, run) in self.runs.iter().enumerate() {
-            let Some(t) = run
-                .results
-                .results
-                .tables
-                .iter()
-                .find(|t| t.title.starts_with(title))
-            else {
+            let Some(t) = run.results.results.tables.iter().find(|t| t.id == id) else {
                 continue;
             };
             let col = |name: &str| t.columns.iter().position(|c| c == name);
@@ -422,24 +416,24 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                 &f.metric_groups(&names, plain),
             );
             let note = |_: &Table, _: &[String], failed: usize| failed_note(failed);
-            for (title, col, what) in [
+            for (id, col, what) in [
                 (
-                    "per_task_score",
+                    table_id::FBBENCH_PER_TASK,
                     "all_avg_score",
                     "Per task type (all_avg_score)",
                 ),
                 (
-                    "per_error_score",
+                    table_id::FBBENCH_PER_ERROR,
                     "correct_avg_score",
                     "Per error type (Error Correction)",
                 ),
                 (
-                    "per_feedback_score_correct",
+                    table_id::FBBENCH_PER_FEEDBACK_CORRECT,
                     "error_correct_score",
                     "Per feedback type, Error Correction",
                 ),
                 (
-                    "per_feedback_score_antisyco",
+                    table_id::FBBENCH_PER_FEEDBACK_ANTISYCO,
                     "response_maintenance_score",
                     "Per feedback type, Response Maintenance",
                 ),
@@ -448,10 +442,10 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                     .runs
                     .iter()
                     .flat_map(|r| &r.results.results.tables)
-                    .find(|t| t.title == title)
+                    .find(|t| t.id == id)
                     .and_then(|t| t.columns.get(1).cloned())
                     .unwrap_or_default();
-                let groups = f.table_groups(title, &[&category], col, &note);
+                let groups = f.table_groups(id, &[&category], col, &note);
                 if !groups.is_empty() {
                     out += &chart(what, &groups);
                 }
@@ -472,7 +466,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
             };
             for which in ["FA", "RR"] {
                 let groups = f.table_groups(
-                    "RefuteBench",
+                    table_id::REFUTEBENCH_GROUPS,
                     &["group", "setting"],
                     which,
                     &|t, row, failed| note(t, row, failed, which),
@@ -520,7 +514,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
             };
             for metric in ["f1", "precision", "recall"] {
                 let groups = f.table_groups(
-                    "ReaLMistake: per task and prompt",
+                    table_id::REALMISTAKE_PER_TASK_PROMPT,
                     &["task", "prompt"],
                     metric,
                     &note,
@@ -530,7 +524,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                 }
             }
             let groups = f.table_groups(
-                "ReaLMistake: mean over tasks and prompts",
+                table_id::REALMISTAKE_PER_DETECTOR,
                 &["detector", "response_model"],
                 "f1",
                 &note,
@@ -552,12 +546,24 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                     col(t, row, "unscored")
                 )
             };
-            for (c, what) in [
-                ("agreement", "Agreement (%) per scenario group"),
-                ("consistency", "Consistency (%) per scenario group"),
-                ("accuracy", "Accuracy (%) per scenario group"),
+            for (id, c, what) in [
+                (
+                    table_id::FENNEC_PAIRWISE,
+                    "agreement",
+                    "Agreement (%) per scenario group",
+                ),
+                (
+                    table_id::FENNEC_PAIRWISE,
+                    "consistency",
+                    "Consistency (%) per scenario group",
+                ),
+                (
+                    table_id::FENNEC_SINGLE,
+                    "accuracy",
+                    "Accuracy (%) per scenario group",
+                ),
             ] {
-                let groups = f.table_groups("", &["group"], c, &note);
+                let groups = f.table_groups(id, &["group"], c, &note);
                 if !groups.is_empty() {
                     out += &chart(what, &groups);
                 }
@@ -577,15 +583,18 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                             .any(|r| r.get(c).and_then(|x| parse_cell(x)).is_some())
                     });
                     if let (Some(c), Some(first)) = (numeric, t.columns.first()) {
-                        let key = (t.title.clone(), first.clone(), t.columns[c].clone());
+                        let key = (t.id.clone(), first.clone(), t.columns[c].clone());
                         if !titles.contains(&key) {
                             titles.push(key);
                         }
                     }
                 }
             }
-            for (title, label, value) in titles {
-                let groups = f.table_groups(&title, &[&label], &value, &note);
+            for (id, label, value) in titles {
+                let title = (f.runs.iter().flat_map(|r| &r.results.results.tables))
+                    .find(|t| t.id == id)
+                    .map_or(id.as_str(), |t| t.title.as_str());
+                let groups = f.table_groups(&id, &[&label], &value, &note);
                 out += &chart(&format!("{title}: {value}"), &groups);
             }
         }
@@ -854,7 +863,7 @@ mod tests {
     use super::*;
     use crate::bench::results::BenchResults;
     use crate::bench::stats::Interval;
-    use crate::report::results::RunModel;
+    use crate::store::run_results::RunModel;
 
     fn run(protocol: &str, model: &str, value: f64) -> ReportRun {
         ReportRun::new(
@@ -889,6 +898,7 @@ mod tests {
                         unscored: 1,
                     }],
                     tables: vec![Table {
+                        id: "per_task_score".into(),
                         title: "per_task_score".into(),
                         columns: ["model", "task_type", "correct_avg_score", "all_avg_score"]
                             .map(String::from)
@@ -899,6 +909,30 @@ mod tests {
             },
             None,
         )
+    }
+
+    #[test]
+    fn charts_find_their_table_by_id_whatever_the_order() {
+        let table = |id: &str, title: &str, column: &str, value: &str| Table {
+            id: id.into(),
+            title: title.into(),
+            columns: ["group", column, "n", "unscored"]
+                .map(String::from)
+                .to_vec(),
+            rows: vec![vec!["g".into(), value.into(), "4".into(), "0".into()]],
+        };
+        let mut r = run("fennec", "m", 50.0);
+        // Another table first: charts used to take the first table of a Fennec run.
+        r.results.results.tables = vec![
+            table("other", "A table of something else", "agreement", "11.25"),
+            table(table_id::FENNEC_SINGLE, "Single", "accuracy", "62.5"),
+            table(table_id::FENNEC_PAIRWISE, "Pairwise", "agreement", "37.5"),
+        ];
+        let html = render(&[r]);
+        assert!(html.contains("Accuracy (%) per scenario group"), "{html}");
+        assert!(html.contains("62.5"), "{html}");
+        assert!(html.contains("Agreement (%) per scenario group"), "{html}");
+        assert!(html.contains("37.5"), "{html}");
     }
 
     #[test]

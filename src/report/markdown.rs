@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use crate::bench::results::{BenchResults, Metric, Table};
     use crate::bench::stats::Interval;
-    use crate::report::results::{FailedStep, RunModel};
+    use crate::store::run_results::{FailedStep, RunModel};
 
     #[test]
     fn renders_metrics_tables_and_failures() {
@@ -152,6 +152,7 @@ mod tests {
                     unscored: 1,
                 }],
                 tables: vec![Table {
+                    id: "per_item".into(),
                     title: "Per item".into(),
                     columns: vec!["item".into(), "score".into()],
                     rows: vec![vec!["a".into(), "1".into()]],

@@ -1,14 +1,31 @@
-//! What a run leaves for people and tools: `results.json` (every metric with its interval
-//! and unscored count, byte-identical across runs), `report.md` (the same as tables),
-//! `report.html` (the same with charts, self-contained; also `candor report`), and the
-//! progress display on stderr while it runs.
+//! What a run leaves for people: `report.md` (the results as tables), `report.html` (the same
+//! with charts, self-contained; also `candor report`), and the progress display on stderr
+//! while it runs. `results.json` itself is the store's ([`crate::store::run_results`]).
 //!
 //! Reports are written from results only; this module does not run or score anything.
 
 pub mod html;
 pub mod markdown;
 pub mod progress;
-pub mod results;
 
+use std::path::Path;
+
+/// The types of `results.json` live in the store; this is their former path.
+pub use crate::store::run_results as results;
+pub use crate::store::run_results::{FailedStep, RunModel, RunResults};
 pub use progress::{BarProgress, NoProgress, Progress};
-pub use results::{FailedStep, RunModel, RunResults};
+
+use crate::store::manifest::RunIdentity;
+use crate::store::run_dir::{write_atomic, REPORT, REPORT_HTML};
+use crate::store::StoreError;
+
+/// Writes a finished run's `report.md` and `report.html` into its directory `dir`.
+pub fn write_reports(
+    dir: &Path,
+    results: &RunResults,
+    identity: &RunIdentity,
+) -> Result<(), StoreError> {
+    write_atomic(&dir.join(REPORT), markdown::render(results).as_bytes())?;
+    let page = html::ReportRun::new(results.clone(), Some(identity.clone()));
+    write_atomic(&dir.join(REPORT_HTML), html::render(&[page]).as_bytes())
+}

@@ -2,7 +2,8 @@
 //! with the steps done out of the planned total, the tokens generated, the measured speed
 //! (tok/s) and an ETA from it.
 //!
-//! The runner reports through the [`Progress`] trait and never prints. [`BarProgress`] keeps
+//! The runner reports through the [`Progress`] trait (defined in [`crate::store::progress`]) and
+//! never prints. [`BarProgress`] keeps
 //! the counts in a shared state that a small thread renders: an indicatif bar redrawn every
 //! 200 ms when stderr is a terminal, otherwise one plain line to stderr every 15 s (set
 //! `CANDOR_PROGRESS_SECS` to change it), so that logs of batch jobs show progress without
@@ -22,39 +23,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// What the runner tells a display.
-pub trait Progress {
-    /// A stage without a count: loading a model, scoring, writing.
-    fn stage(&mut self, message: &str);
-    /// A round of `total` steps begins, described by `label` (the run's total is not reset).
-    fn round(&mut self, label: &str, total: usize);
-    /// `n` more steps finished (`replayed`: taken from the log, not computed).
-    fn advance(&mut self, n: usize, replayed: bool);
-    /// The run is over.
-    fn finish(&mut self, message: &str);
-    /// `steps` more steps are planned (added to the whole run's total).
-    fn plan(&mut self, _steps: usize) {}
-    /// A correction of the planned total: an item finished with fewer (negative) or more
-    /// steps than planned, or failed and skips its remaining steps.
-    fn replan(&mut self, _delta: i64) {}
-    /// `n` steps have finished but are not logged yet: they wait for earlier steps of the
-    /// log's order (reset by the next [`Progress::advance`], which counts logged steps for
-    /// good).
-    fn in_flight(&mut self, _n: usize) {}
-    /// `n` more tokens were generated.
-    fn tokens(&mut self, _n: usize) {}
-}
-
-/// Shows nothing.
-#[derive(Debug, Default)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn stage(&mut self, _: &str) {}
-    fn round(&mut self, _: &str, _: usize) {}
-    fn advance(&mut self, _: usize, _: bool) {}
-    fn finish(&mut self, _: &str) {}
-}
+pub use crate::store::progress::{NoProgress, Progress};
 
 /// The counts a display shows.
 #[derive(Debug, Clone, PartialEq)]

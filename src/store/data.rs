@@ -18,12 +18,10 @@
 //! network; a missing file is then an error naming it. `--data` / `$CANDOR_DATA` name a local
 //! copy, which is used as it is. ReaLMistake's archive is stored as the authors encrypted it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use sha2::{Digest, Sha256};
 
 /// Names the cache's parent folder (`$CANDOR_HOME/data`).
 pub const HOME_ENV: &str = "CANDOR_HOME";
@@ -272,17 +270,7 @@ fn agent() -> ureq::Agent {
 }
 
 fn sha256_of(path: &Path) -> Result<String> {
-    let mut f = File::open(path).map_err(io(path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io(path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    crate::model::digest::sha256_file(path).map_err(io(path))
 }
 
 /// Makes `root/<file>` present: nothing to do when it is there with the right size; else

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::models::Models;
+use super::model_pool::Models;
 use super::run_dir::sha256_bytes;
 use super::BoxError;
 use crate::bench::plan::Actor;
@@ -275,7 +275,7 @@ impl<M: Models> Models for CachedModels<M> {
 mod tests {
     use super::*;
     use crate::engine::StopReason;
-    use crate::model::chat::{Message, Role};
+    use crate::model::message::{Message, Role};
     use crate::store::testkit::FakeModels;
 
     fn reply(text: &str) -> ChatReply {

@@ -15,10 +15,13 @@
 //! - [`gen_cache`]: replies stored by content and shared by runs (a layer around [`Models`]).
 //! - [`manifest`]: what a run is, and the check that refuses a mismatched resume.
 //! - [`samples`]: the sample line format, reading (torn tails cut) and appending.
-//! - [`models`]: where the runner gets a model for an actor.
+//! - [`model_pool`]: where the runner gets a model for an actor.
 //! - [`resume`]: replaying logged samples against the steps a plan asks for again.
 //! - [`pending`]: finished steps not yet logged, kept across a kill.
-//! - [`runner`]: the scheduling loop, scoring and the final files.
+//! - [`run`]: the scheduling loop, scoring and `results.json` (reports are rendered by the
+//!   caller, from [`RunResults`]).
+//! - [`run_results`]: what `results.json` holds.
+//! - [`progress`]: what the runner tells a progress display.
 //! - [`protocol_run`]: a [`crate::bench::Protocol`] run end to end (manifest, runner, extra files).
 //! - [`shard`]: `--shard I/N` and merging shards into the unsharded run.
 //! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
@@ -27,12 +30,17 @@ pub mod data;
 pub mod data_files;
 pub mod gen_cache;
 pub mod manifest;
-pub mod models;
+pub mod model_pool;
+/// The former path of [`model_pool`], kept for code written against it.
+#[doc(hidden)]
+pub use model_pool as models;
 pub mod pending;
+pub mod progress;
 pub mod protocol_run;
 pub mod resume;
+pub mod run;
 pub mod run_dir;
-pub mod runner;
+pub mod run_results;
 pub mod samples;
 pub mod shard;
 #[cfg(any(test, feature = "testkit"))]
@@ -43,10 +51,12 @@ use std::path::PathBuf;
 use crate::bench::plan::Actor;
 
 pub use manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
-pub use models::{FnModels, Models};
+pub use model_pool::{FnModels, Models};
+pub use progress::{NoProgress, Progress};
 pub use protocol_run::{ProtocolOutcome, ProtocolRun};
+pub use run::{Run, RunOutcome};
 pub use run_dir::RunDir;
-pub use runner::{Run, RunOutcome};
+pub use run_results::{FailedStep, RunModel, RunResults};
 pub use samples::{Sample, SampleOutcome};
 
 /// A boxed error from outside the store (model loading, the engine).

@@ -7,14 +7,14 @@
 use std::path::{Path, PathBuf};
 
 use super::manifest::{DataFile, Environment, Manifest, ModelIdentity, RunIdentity};
-use super::models::Models;
+use super::model_pool::Models;
+use super::progress::Progress;
+use super::run::{Run, RunOutcome};
 use super::run_dir::write_atomic;
-use super::runner::{Run, RunOutcome};
 use super::StoreError;
 use crate::bench::plan::{Plan, Step, Transcript};
 use crate::bench::protocol::{OutputFile, Prepared, Protocol, ProtocolOptions, RunContext};
 use crate::bench::results::length_limit_table;
-use crate::report::progress::Progress;
 
 /// One protocol run to execute or resume.
 pub struct ProtocolRun<'a, Pr: Protocol> {

@@ -4,10 +4,10 @@
 //! The lock is an advisory `flock`-style lock on `.lock` (held for the life of [`RunDir`]); the
 //! operating system drops it when the process dies, so a run killed with SIGKILL can be
 //! resumed at once. What goes into the files is decided elsewhere ([`super::manifest`],
-//! [`super::samples`], [`crate::report`]).
+//! [`super::samples`], [`super::run_results`] and, for the reports, the caller).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -21,6 +21,9 @@ pub const RESULTS: &str = "results.json";
 pub const REPORT: &str = "report.md";
 pub const REPORT_HTML: &str = "report.html";
 pub const ATTEMPTS: &str = "attempts.jsonl";
+/// This attempt's engine counters (prefill tokens computed and reused), beside `results.json`;
+/// not part of the results (they depend on batch size and where a resume started).
+pub const ENGINE_STATS: &str = "engine.json";
 /// Finished steps not yet in the samples (see [`super::pending`]).
 pub const PENDING: &str = "pending.jsonl";
 const LOCK: &str = ".lock";
@@ -88,6 +91,10 @@ impl RunDir {
         self.root.join(REPORT_HTML)
     }
 
+    pub fn engine_stats_path(&self) -> PathBuf {
+        self.root.join(ENGINE_STATS)
+    }
+
     pub fn pending_path(&self) -> PathBuf {
         self.root.join(PENDING)
     }
@@ -103,7 +110,7 @@ impl RunDir {
             self.results_path(),
             self.report_path(),
             self.report_html_path(),
-            self.root.join(super::runner::ENGINE_STATS),
+            self.engine_stats_path(),
         ] {
             match fs::remove_file(&path) {
                 Ok(()) => {}
@@ -140,17 +147,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// Lower-case hex sha256 of a file's bytes, read in blocks.
 pub fn sha256_file(path: &Path) -> Result<String, StoreError> {
-    let mut f = File::open(path).map_err(|e| StoreError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| StoreError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    crate::model::digest::sha256_file(path).map_err(|e| StoreError::io(path, e))
 }
 
 /// Lower-case hex sha256 of bytes.

@@ -22,12 +22,12 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{ItemSet, Manifest};
-use super::models::Models;
+use super::model_pool::Models;
 use super::samples::{parse_log, Sample, SampleOutcome};
 use super::{BoxError, StoreError};
 use crate::bench::plan::Actor;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams};
-use crate::model::chat::Message;
+use crate::model::message::Message;
 
 /// One shard of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

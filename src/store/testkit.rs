@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::models::Models;
+use super::model_pool::Models;
 use super::BoxError;
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::protocol::{
@@ -23,7 +23,7 @@ use crate::bench::protocol::{
 use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
-use crate::model::chat::Message;
+use crate::model::message::Message;
 
 /// A request whose messages contain this is refused by the fake model (a request error).
 pub const FAIL_MARKER: &str = "<refuse>";
@@ -469,6 +469,7 @@ pub fn toy_score(plan: &ToyPlan, finished: &[(&ToyItem, &Transcript)], seed: u64
     BenchResults {
         metrics,
         tables: vec![Table {
+            id: "per_item".into(),
             title: "Per item".into(),
             columns: vec!["item".into(), "candidate".into(), "score".into()],
             rows,
@@ -539,7 +540,7 @@ pub fn judge_step(key: &str, text: &str) -> Step {
     Step {
         key: key.into(),
         actor: Actor::Judge,
-        messages: vec![crate::model::chat::Message::user(text)],
+        messages: vec![crate::model::message::Message::user(text)],
         params: crate::engine::SamplingParams::default(),
     }
 }

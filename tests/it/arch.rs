@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use candor::model::arch::TensorSource;
 use candor::model::gguf::GgufFile;
-use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
 use candor::model::safetensors::Checkpoint;
+use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
 
 const ARCHS: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
@@ -68,11 +68,12 @@ fn fixture(arch: &str) -> PathBuf {
         .join(arch)
 }
 
-fn load_checkpoint(arch: &str) -> Llama {
+fn load_checkpoint(arch: &str) -> Transformer {
     let mut ck = Checkpoint::open(&fixture(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
     let config = ck.config().clone();
     let src: &mut dyn TensorSource = &mut ck;
-    Llama::from_source(config, src, WeightDType::F32).unwrap_or_else(|e| panic!("{arch}: {e}"))
+    Transformer::from_source(config, src, WeightDType::F32)
+        .unwrap_or_else(|e| panic!("{arch}: {e}"))
 }
 
 struct Run {
@@ -116,7 +117,7 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Greedy decoding of `n` tokens; also returns the prompt's last-position logits.
-fn greedy(model: &Llama, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+fn greedy(model: &Transformer, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
     let c = model.config();
     let mut kv = VecKv::new(c.n_layer, c.kv_dim());
     let mut scratch = Scratch::default();
@@ -143,7 +144,7 @@ fn greedy(model: &Llama, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
 }
 
 /// Checks greedy agreement with the reference; returns (agreeing steps, compared steps).
-fn check_against_reference(arch: &str, model: &Llama, what: &str) -> (usize, usize) {
+fn check_against_reference(arch: &str, model: &Transformer, what: &str) -> (usize, usize) {
     let (mut agree, mut total) = (0, 0);
     for (i, run) in reference(arch).iter().enumerate() {
         let (tokens, logits) = greedy(model, &run.prompt, run.tokens.len());
@@ -191,25 +192,31 @@ fn every_architecture_matches_transformers_greedy() {
 }
 
 #[test]
+#[ignore = "needs CANDOR_TINY_GGUF (make_tiny.py --gguf); run with --ignored"]
 fn gguf_conversions_match_transformers_greedy() {
-    let Some(dir) = std::env::var_os("CANDOR_TINY_GGUF") else {
-        eprintln!("*** SKIPPED: set CANDOR_TINY_GGUF to the output of make_tiny.py --gguf ***");
-        return;
-    };
+    let dir = crate::util::reference_dir(
+        "CANDOR_TINY_GGUF",
+        "set it to the output of tests/reference/make_tiny.py --gguf",
+    );
     // convert_hf_to_gguf.py writes Mistral as `llama` without its sliding window (llama.cpp
     // runs it with full attention), so the transformers reference does not apply to it.
     for arch in ARCHS.iter().filter(|a| **a != "mistral") {
         let path = Path::new(&dir).join(format!("{arch}-f32.gguf"));
         let mut file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        let model =
-            Llama::from_gguf(&mut file, WeightDType::F32).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let model = Transformer::from_gguf(&mut file, WeightDType::F32)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
         check_against_reference(arch, &model, "gguf");
     }
 }
 
 /// Logits of every prompt token for each prompt, run with the prompts packed `batch` at a
 /// time, prefilled in chunks of `chunk` tokens.
-fn packed_logits(model: &Llama, prompts: &[Vec<u32>], batch: usize, chunk: usize) -> Vec<Vec<f32>> {
+fn packed_logits(
+    model: &Transformer,
+    prompts: &[Vec<u32>],
+    batch: usize,
+    chunk: usize,
+) -> Vec<Vec<f32>> {
     let c = model.config();
     let v = c.vocab_size;
     let mut all = vec![Vec::new(); prompts.len()];
@@ -292,11 +299,12 @@ fn every_architecture_is_batch_invariant() {
 /// `CANDOR_TOKENIZER_GGUFS=<dir>` holding `<name>.gguf` (vocab-only conversions) and the
 /// `<name>.expected.jsonl` that `tests/reference/tokenizer_agreement.py` writes.
 #[test]
+#[ignore = "needs CANDOR_TOKENIZER_GGUFS (tests/reference/tokenizer_agreement.py); run with --ignored"]
 fn tokenizer_agreement_with_llama_cpp() {
-    let Some(dir) = std::env::var_os("CANDOR_TOKENIZER_GGUFS") else {
-        eprintln!("*** SKIPPED: set CANDOR_TOKENIZER_GGUFS (see tests/reference/tokenizer_agreement.py) ***");
-        return;
-    };
+    let dir = crate::util::reference_dir(
+        "CANDOR_TOKENIZER_GGUFS",
+        "see tests/reference/tokenizer_agreement.py",
+    );
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))

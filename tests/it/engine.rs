@@ -9,14 +9,14 @@ use candor::engine::{
     Decoder, Engine, EngineOptions, Generate, NoText, SamplingParams, SchedulerConfig, StopReason,
     TextDecoder, TokenRequest,
 };
-use candor::model::llama::{KvSeq, Llama, Logits, Scratch, SeqStep, WeightDType};
 use candor::model::runner::Model;
+use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
 
 use crate::util;
 
 fn decoder(dtype: WeightDType, batch_size: usize) -> Option<Decoder> {
     let path = util::default_model()?;
-    let model = Llama::from_gguf_path(&path, dtype).expect("load default model");
+    let model = Transformer::from_gguf_path(&path, dtype).expect("load default model");
     let cfg = SchedulerConfig {
         batch_size,
         ..SchedulerConfig::default()
@@ -71,6 +71,10 @@ mod tiny {
         pub matrix_dtype: GgmlDType,
         /// Skip writing this tensor.
         pub omit: Option<&'static str>,
+        /// Also write this tensor (eight f32 values), which no architecture uses.
+        pub extra: Option<&'static str>,
+        /// Also write `<arch>.rope.scaling.attn_factor` with this value.
+        pub attn_factor: Option<f32>,
         pub seed: u64,
     }
 
@@ -82,6 +86,8 @@ mod tiny {
                 context: 256,
                 matrix_dtype: GgmlDType::Q4_1,
                 omit: None,
+                extra: None,
+                attn_factor: None,
                 seed: 1,
             }
         }
@@ -116,6 +122,12 @@ mod tiny {
             format!("{}.rope.dimension_count", spec.arch),
             Value::U32(16),
         ));
+        if let Some(f) = spec.attn_factor {
+            md.push((
+                format!("{}.rope.scaling.attn_factor", spec.arch),
+                Value::F32(f),
+            ));
+        }
         let mut tensors: Vec<(String, QTensor)> = vec![(
             "token_embd.weight".into(),
             q(
@@ -158,6 +170,9 @@ mod tiny {
             let w = random(&mut rng, VOCAB * DIM, 1.0);
             tensors.push(("output.weight".into(), q(w, &[VOCAB, DIM], GgmlDType::Q8_0)));
         }
+        if let Some(name) = spec.extra {
+            tensors.push((name.into(), q(ones(8), &[8], GgmlDType::F32)));
+        }
         tensors.retain(|(n, _)| Some(n.as_str()) != spec.omit);
         let path = dir.join(name);
         crate::util::write_gguf(&path, &md, &tensors);
@@ -166,7 +181,7 @@ mod tiny {
 }
 
 fn tiny_decoder(path: &std::path::Path, batch_size: usize) -> Decoder {
-    let model = Llama::from_gguf_path(path, WeightDType::Native).expect("load tiny model");
+    let model = Transformer::from_gguf_path(path, WeightDType::Native).expect("load tiny model");
     let cfg = SchedulerConfig {
         batch_size,
         prefill_chunk: 7,
@@ -195,8 +210,8 @@ fn tiny_model_tied_and_untied_embeddings() {
             ..tiny::Spec::default()
         },
     );
-    let m_tied = Llama::from_gguf_path(&tied, WeightDType::Native).expect("tied");
-    let m_untied = Llama::from_gguf_path(&untied, WeightDType::Native).expect("untied");
+    let m_tied = Transformer::from_gguf_path(&tied, WeightDType::Native).expect("tied");
+    let m_untied = Transformer::from_gguf_path(&untied, WeightDType::Native).expect("untied");
     assert!(m_tied.tied_embeddings());
     assert!(!m_untied.tied_embeddings());
     assert_eq!(m_tied.config().vocab_size, tiny::VOCAB);
@@ -213,6 +228,54 @@ fn tiny_model_tied_and_untied_embeddings() {
     assert_ne!(a, b);
 }
 
+/// A tensor the architecture does not use (Phi-3-128k's long-context RoPE factors) is refused
+/// with one line naming it and the file, never ignored.
+#[test]
+fn tiny_model_with_a_tensor_it_does_not_use_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tiny::write(
+        dir.path(),
+        "extra.gguf",
+        &tiny::Spec {
+            extra: Some("rope_factors_long.weight"),
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Transformer::from_gguf_path(&path, WeightDType::Native)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("rope_factors_long.weight"), "{err}");
+    assert!(err.contains("extra.gguf"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    // The same model without it loads, and so does a neutral attention factor.
+    let plain = tiny::write(dir.path(), "plain.gguf", &tiny::Spec::default());
+    Transformer::from_gguf_path(&plain, WeightDType::Native).expect("plain");
+    let neutral = tiny::write(
+        dir.path(),
+        "neutral.gguf",
+        &tiny::Spec {
+            attn_factor: Some(1.0),
+            ..tiny::Spec::default()
+        },
+    );
+    Transformer::from_gguf_path(&neutral, WeightDType::Native).expect("neutral");
+    // A key that changes the arithmetic in a way Candor does not implement is refused too.
+    let scaled = tiny::write(
+        dir.path(),
+        "scaled.gguf",
+        &tiny::Spec {
+            attn_factor: Some(1.19),
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Transformer::from_gguf_path(&scaled, WeightDType::Native)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("rope.scaling.attn_factor"), "{err}");
+}
+
 #[test]
 fn tiny_model_errors_are_typed() {
     use candle_core::quantized::GgmlDType;
@@ -226,7 +289,7 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let err = Llama::from_gguf_path(&gpt2, WeightDType::Native).err();
+    let err = Transformer::from_gguf_path(&gpt2, WeightDType::Native).err();
     assert!(
         matches!(&err, Some(ModelError::UnsupportedArchitecture(a)) if a == "gpt2"),
         "{err:?}"
@@ -239,7 +302,7 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let err = Llama::from_gguf_path(&missing, WeightDType::Native).err();
+    let err = Transformer::from_gguf_path(&missing, WeightDType::Native).err();
     assert!(
         matches!(&err, Some(ModelError::MissingTensor(n)) if n == "blk.1.ffn_up.weight"),
         "{err:?}"
@@ -254,12 +317,12 @@ fn tiny_model_errors_are_typed() {
             ..tiny::Spec::default()
         },
     );
-    let native = Llama::from_gguf_path(&q5, WeightDType::Native);
+    let native = Transformer::from_gguf_path(&q5, WeightDType::Native);
     assert!(native.is_ok(), "{:?}", native.err());
-    assert!(Llama::from_gguf_path(&q5, WeightDType::F32).is_ok());
+    assert!(Transformer::from_gguf_path(&q5, WeightDType::F32).is_ok());
     let not_gguf = dir.path().join("not.gguf");
     std::fs::write(&not_gguf, b"hello").expect("write");
-    let err = Llama::from_gguf_path(&not_gguf, WeightDType::Native).err();
+    let err = Transformer::from_gguf_path(&not_gguf, WeightDType::Native).err();
     assert!(matches!(&err, Some(ModelError::Gguf { .. })), "{err:?}");
 }
 
@@ -360,7 +423,7 @@ fn tiny_model_stops_on_stop_ids_and_strings() {
         .iter()
         .position(|&t| t == stop)
         .expect("present");
-    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load");
+    let model = Transformer::from_gguf_path(&path, WeightDType::Native).expect("load");
     let mut with_stop = Decoder::new(
         Arc::new(Model::from(model)),
         SchedulerConfig::default(),
@@ -394,7 +457,7 @@ fn tiny_model_stops_on_stop_ids_and_strings() {
 mod reference {
     use std::path::{Path, PathBuf};
 
-    use candor::model::chat::Message;
+    use candor::model::message::Message;
     use serde::Deserialize;
 
     #[derive(Debug, Deserialize)]
@@ -657,7 +720,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
 fn checklist_request(i: usize, max_new_tokens: usize) -> candor::engine::ChatRequest {
     use candor::engine::{ChatRequest, Constraint};
     use candor::judge::checklist::{judgement_schema, judgement_skeleton};
-    use candor::model::chat::Message;
+    use candor::model::message::Message;
     let criteria = checklist(i);
     let prompt = format!(
         "Question: what is {i} + 2? Answer: {}.\nJudge the answer against each checklist entry \
@@ -775,7 +838,7 @@ fn constrained_replies_do_not_depend_on_batch_size_or_neighbours() {
 
 /// Every position's keys and values (all layers), as bits, after feeding `ids` in chunks of
 /// `chunk`, each step packed with an unrelated neighbour sequence.
-fn kv_bits(model: &Llama, ids: &[u32], chunk: usize) -> Vec<u32> {
+fn kv_bits(model: &Transformer, ids: &[u32], chunk: usize) -> Vec<u32> {
     let c = model.config();
     let layout = KvLayout {
         n_layer: c.n_layer,
@@ -814,7 +877,7 @@ fn kv_bits(model: &Llama, ids: &[u32], chunk: usize) -> Vec<u32> {
     bits
 }
 
-fn assert_kv_independent_of_chunking(model: &Llama, ids: &[u32]) {
+fn assert_kv_independent_of_chunking(model: &Transformer, ids: &[u32]) {
     let whole = kv_bits(model, ids, ids.len());
     for chunk in [1, 3, 16, 17, 64] {
         assert!(
@@ -828,7 +891,7 @@ fn assert_kv_independent_of_chunking(model: &Llama, ids: &[u32]) {
 fn tiny_model_kv_does_not_depend_on_prefill_chunking() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = tiny::write(dir.path(), "m.gguf", &tiny::Spec::default());
-    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load tiny model");
+    let model = Transformer::from_gguf_path(&path, WeightDType::Native).expect("load tiny model");
     let ids: Vec<u32> = (0..45).map(|i| (i * 11 % 90) as u32 + 3).collect();
     assert_kv_independent_of_chunking(&model, &ids);
 }
@@ -838,7 +901,8 @@ fn default_model_kv_does_not_depend_on_prefill_chunking() {
     let Some(path) = util::default_model() else {
         return;
     };
-    let model = Llama::from_gguf_path(&path, WeightDType::Native).expect("load default model");
+    let model =
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load default model");
     let ids: Vec<u32> = FRANCE.iter().cycle().take(70).copied().collect();
     assert_kv_independent_of_chunking(&model, &ids);
 }
@@ -915,7 +979,7 @@ fn tiny_model_streamed_turns_match_turn_by_turn_batches() {
         })
         .collect();
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load"),
     ));
     let mut batched = Decoder::new(Arc::clone(&model), config(0, 5), Vec::new());
     let want = two_turns(&mut batched, &firsts);
@@ -949,7 +1013,7 @@ fn tiny_model_prefix_cache_changes_no_token_and_reuses_earlier_turns() {
         })
         .collect();
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load"),
     ));
     let mut off = Decoder::new(Arc::clone(&model), config(0, 2), Vec::new());
     let want = two_turns(&mut off, &firsts);
@@ -983,7 +1047,7 @@ fn default_model_prefix_cache_changes_no_token() {
         return;
     };
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load"),
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load"),
     ));
     let firsts: Vec<Vec<u32>> = (0..2)
         .map(|d| FRANCE.iter().cycle().take(40 + 9 * d).copied().collect())

@@ -148,7 +148,7 @@ fn check_version(tag: &str, version: Version, expected_models: usize) {
     ];
     let mut failures = Vec::new();
     for (title, label, label_cols) in names {
-        let table = ours.iter().find(|t| t.title == title).expect("table");
+        let table = ours.iter().find(|t| t.id == title).expect("table");
         let published = tables_dir.join(format!("{tag}_{title}.csv"));
         // The authors' column names, exactly and in their order.
         assert_eq!(

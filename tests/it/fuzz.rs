@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use candor::model::chat::{Message, Role};
 use candor::model::chat_template::ChatTemplate;
+use candor::model::message::{Message, Role};
 
 use crate::util;
 
@@ -241,7 +241,7 @@ fn target_gguf(data: &[u8]) {
     let path = Path::new("fuzz.gguf");
     let mut cur = std::io::Cursor::new(data);
     if let Ok(content) = candor::model::gguf::read_checked(path, &mut cur) {
-        let _ = candor::model::gguf::LlamaConfig::from_gguf(&content);
+        let _ = candor::model::gguf::ModelConfig::from_gguf(&content);
         if let Ok(tok) = candor::model::tokenizer::Tokenizer::from_gguf(&content) {
             let _ = tok.encode("Hello, world! 123");
             if let Ok(t) = ChatTemplate::from_gguf(&content, &tok) {
@@ -731,7 +731,7 @@ fn fuzz_gguf_seed_is_valid() {
         &mut std::io::Cursor::new(&bytes),
     )
     .unwrap();
-    candor::model::gguf::LlamaConfig::from_gguf(&content).unwrap();
+    candor::model::gguf::ModelConfig::from_gguf(&content).unwrap();
     let tok = candor::model::tokenizer::Tokenizer::from_gguf(&content).unwrap();
     let t = ChatTemplate::from_gguf(&content, &tok).unwrap();
     assert!(t

@@ -16,10 +16,10 @@ use candor::engine::{
     ChatRequest, Decoder, Engine, EngineOptions, Generate, NoText, SamplingParams, SchedulerConfig,
     TokenRequest,
 };
-use candor::model::chat::Message;
 use candor::model::device::DeviceSpec;
-use candor::model::llama::{Llama, WeightDType};
+use candor::model::message::Message;
 use candor::model::runner::Model;
+use candor::model::transformer::{Transformer, WeightDType};
 
 use crate::quant::{self, TinySequences, TinyTypeRecord};
 use crate::util;
@@ -42,9 +42,10 @@ fn skip(why: &dyn std::fmt::Display) {
 }
 
 /// The default model on the GPU, or `None` (skipped, said loudly) without one.
-fn gpu_model() -> Option<(Arc<Model>, Llama)> {
+fn gpu_model() -> Option<(Arc<Model>, Transformer)> {
     let path = util::default_model()?;
-    let load = || Llama::from_gguf_path(&path, WeightDType::Native).expect("load default model");
+    let load =
+        || Transformer::from_gguf_path(&path, WeightDType::Native).expect("load default model");
     match Model::new(load(), device()) {
         Ok(m) => Some((Arc::new(m), load())),
         Err(e) => {
@@ -369,7 +370,7 @@ fn gpu_tiny_models_of_every_architecture_in_q4_k_m_q8_0_bf16() {
         let label = format!("tiny {arch} {ftype}");
         let file = write_tiny_model(dir.path(), arch, ftype);
         let load = || {
-            Llama::from_gguf_path(&file, WeightDType::Native)
+            Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
         };
         let gpu = match Model::new(load(), device()) {
@@ -423,7 +424,7 @@ fn gpu_tiny_models_of_every_architecture_in_q4_k_m_q8_0_bf16() {
 fn gpu_kv_pool_exhaustion_waits_or_fails_with_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = write_tiny_model(dir.path(), "llama", "Q8_0");
-    let load = || Llama::from_gguf_path(&file, WeightDType::Native).expect("tiny model");
+    let load = || Transformer::from_gguf_path(&file, WeightDType::Native).expect("tiny model");
     let c = load().config().clone();
     let block_bytes = c.n_layer * 2 * 16 * c.kv_dim() * 2;
     let small = match Model::with_kv_limit(load(), device(), Some(12 * block_bytes)) {

@@ -263,7 +263,7 @@ fn default_model_template_renders_well_inside_the_budget() {
         .unwrap()
         .with_origin(model.display())
         .unwrap();
-    use candor::model::chat::Message;
+    use candor::model::message::Message;
     let turns: Vec<Message> = (0..40)
         .map(|i| {
             let text = format!("turn {i}: {}", "word ".repeat(400));

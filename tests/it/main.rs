@@ -1,5 +1,10 @@
 //! Integration tests, one binary (linking the model stack once), one module per area.
 
+/// Chat templates run under a memory budget, which counts through this allocator.
+#[global_allocator]
+static ALLOCATOR: candor::model::alloc_budget::BudgetAllocator =
+    candor::model::alloc_budget::BudgetAllocator;
+
 mod util;
 
 mod arch;

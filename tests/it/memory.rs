@@ -15,9 +15,9 @@ use candle_core::{DType, Device, Tensor};
 use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, SchedulerConfig};
 use candor::model::arch::TensorSource;
-use candor::model::llama::{Llama, WeightDType};
 use candor::model::runner::Model;
 use candor::model::safetensors::Checkpoint;
+use candor::model::transformer::{Transformer, WeightDType};
 
 const VOCAB: usize = 8192;
 const DIM: usize = 1024;
@@ -170,9 +170,9 @@ fn load_in_child() {
         let mut ck = Checkpoint::open(&path).expect("checkpoint");
         let config = ck.config().clone();
         let src: &mut dyn TensorSource = &mut ck;
-        Llama::from_source(config, src, WeightDType::Native).expect("load")
+        Transformer::from_source(config, src, WeightDType::Native).expect("load")
     } else {
-        Llama::from_gguf_path(&path, WeightDType::Native).expect("load")
+        Transformer::from_gguf_path(&path, WeightDType::Native).expect("load")
     };
     let loaded = status();
     // Touch every weight matrix (mapped pages are read lazily): a few tokens through the model.

@@ -12,8 +12,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
-use candor::model::llama::{Llama, WeightDType};
 use candor::model::runner::Model;
+use candor::model::transformer::{Transformer, WeightDType};
 use serde::Deserialize;
 
 pub(crate) mod kquants;
@@ -106,7 +106,7 @@ fn pool(threads: usize) -> rayon::ThreadPool {
 /// neighbours (reversed order) and on 1 or 2 threads (every fourth request samples, seeded).
 fn assert_batch_invariant(model: &Path, vocab: usize, label: &str) {
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(model, WeightDType::Native)
+        Transformer::from_gguf_path(model, WeightDType::Native)
             .unwrap_or_else(|e| panic!("{}: {e}", model.display())),
     ));
     let mut rng = SplitMix64::new(5);
@@ -174,7 +174,7 @@ fn tiny_models_of_every_quant_type_are_batch_invariant() {
 fn an_unsupported_type_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write_tiny(dir.path(), GgmlDType::Q3K, 3);
-    let err = match Llama::from_gguf_path(&path, WeightDType::Native) {
+    let err = match Transformer::from_gguf_path(&path, WeightDType::Native) {
         Ok(_) => panic!("Q3_K loaded"),
         Err(e) => e.to_string(),
     };
@@ -238,7 +238,7 @@ fn agreement(
     gaps: &[Vec<f32>],
 ) -> Agreement {
     let model = Arc::new(Model::from(
-        Llama::from_gguf_path(path, WeightDType::Native)
+        Transformer::from_gguf_path(path, WeightDType::Native)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     ));
     let mut dec = Decoder::new(model, SchedulerConfig::default(), Vec::new());
@@ -280,11 +280,12 @@ fn agreement(
 /// `make_quant_reference.py`); a type whose file is absent there is skipped loudly, and at
 /// least one must be present.
 #[test]
+#[ignore = "needs CANDOR_QUANT_MODELS (make_quant_reference.py); run with --ignored"]
 fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
-    let Some(dir) = std::env::var_os("CANDOR_QUANT_MODELS").map(PathBuf::from) else {
-        eprintln!("\n*** SKIPPED: set CANDOR_QUANT_MODELS to the folder of make_quant_reference.py's models ***\n");
-        return;
-    };
+    let dir = crate::util::reference_dir(
+        "CANDOR_QUANT_MODELS",
+        "set it to the folder of tests/fixtures/quant/make_quant_reference.py's models",
+    );
     let refs: Vec<Reference> = jsonl(&fixture("reference/teacher_forced.jsonl"));
     let types: Vec<TypeRecord> = jsonl(&fixture("quant/teacher_forced.jsonl"));
     assert!(types.len() >= 2, "{} types in the fixture", types.len());

@@ -20,6 +20,15 @@ fn missing(what: &str, path: &Path, hint: &str) {
     eprintln!("\n*** SKIPPED: {msg} ***\n");
 }
 
+/// The folder named by `var` for a reference test that is `#[ignore]`d unless asked for
+/// (`cargo test -- --ignored`): asked for without it, the test fails with `how`.
+pub fn reference_dir(var: &str, how: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(dir) => PathBuf::from(dir),
+        None => panic!("this reference test needs {var}: {how}"),
+    }
+}
+
 /// The authors' public data (`$CANDOR_DATA`, default `../shared/data`), or `None` (skip).
 pub fn shared_data() -> Option<PathBuf> {
     let root = candor::bench::data_root();

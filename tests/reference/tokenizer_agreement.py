@@ -4,7 +4,7 @@
 For every <name>.gguf in DIR this writes <name>.expected.jsonl: one line per sample text,
 {"text": ..., "ids": [...]} as `llama-tokenize --ids` prints them (BOS as the model asks,
 special tokens parsed). The Rust test `tokenizer_agreement_with_llama_cpp` (tests/it/arch.rs,
-run with CANDOR_TOKENIZER_GGUFS=DIR) compares Candor's tokenizer against these files.
+run with CANDOR_TOKENIZER_GGUFS=DIR and `-- --ignored`) compares Candor's tokenizer against these files.
 
 Make the GGUFs with llama.cpp's converter from real tokenizer files, e.g. for a folder with
 tokenizer.json, tokenizer_config.json and a config.json naming the architecture:

@@ -254,6 +254,7 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
         let mut cols = vec!["model".to_string(), col.to_string()];
         cols.extend(columns.iter().map(|c| c.to_string()));
         Table {
+            id: name.to_string(),
             title: name.to_string(),
             columns: cols,
             rows,
@@ -262,6 +263,7 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
     let ec = |u: &Unit| u.bench_type == BenchType::ErrorCorrection;
     vec![
         Table {
+            id: crate::bench::results::table_id::FBBENCH_OVERALL.to_string(),
             title: "overall_score".into(),
             columns: [
                 "model",
@@ -303,7 +305,10 @@ pub fn tables_for_version(mut tables: Vec<Table>, version: Version) -> Vec<Table
     if version == Version::V3 {
         return tables;
     }
-    for t in tables.iter_mut().filter(|t| t.title == "overall_score") {
+    for t in tables
+        .iter_mut()
+        .filter(|t| t.id == crate::bench::results::table_id::FBBENCH_OVERALL)
+    {
         let keep: Vec<usize> = (0..t.columns.len())
             .filter(|&i| t.columns[i] != "EC-RM")
             .collect();

@@ -36,7 +36,7 @@ use crate::judge::fennec::{
     PAIRWISE_SYSTEM, SINGLE_SYSTEM,
 };
 use crate::judge::Verdict;
-use crate::model::chat::Message;
+use crate::model::message::Message;
 
 use super::data::PairItem;
 use super::score::{self, PairOutcome, SingleOutcome};
@@ -376,6 +376,7 @@ impl FennecPlan {
                 .count();
         }
         Table {
+            id: crate::bench::results::table_id::FENNEC_REPLIES.to_string(),
             title: "Fennec judge replies".to_string(),
             columns: [
                 "items",

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::results::{table_id, BenchResults, Metric, Table};
 use crate::bench::stats::{bootstrap, RESAMPLES};
 use crate::judge::error_detection::Detection;
 
@@ -407,6 +407,7 @@ fn detector_table(cells: &[Cell]) -> Table {
         })
         .collect();
     Table {
+        id: table_id::REALMISTAKE_PER_DETECTOR.to_string(),
         title: "ReaLMistake: mean over tasks and prompts (%)".to_string(),
         columns: [
             "detector",
@@ -450,6 +451,7 @@ fn task_prompt_table(cells: &[Cell]) -> Table {
         })
         .collect();
     Table {
+        id: table_id::REALMISTAKE_PER_TASK_PROMPT.to_string(),
         title: "ReaLMistake: per task and prompt (%)".to_string(),
         columns: [
             "task",
@@ -492,6 +494,7 @@ fn random_table(cells: &[Cell]) -> Table {
         })
         .collect();
     Table {
+        id: table_id::REALMISTAKE_RANDOM_BASELINE.to_string(),
         title: "ReaLMistake: random baseline, mean over tasks (%)".to_string(),
         columns: [
             "detector",

@@ -296,6 +296,7 @@ pub fn score(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions) -> Scored {
         ]);
     }
     let table = Table {
+        id: crate::bench::results::table_id::REFUTEBENCH_GROUPS.to_string(),
         title: "RefuteBench: response rate (RR) and feedback acceptance (FA), % with bootstrap 95% interval".into(),
         columns: [
             "group", "setting", "dialogues", "RR", "RR n", "FA", "FA n", "FA unscored", "not viable", "conflict",

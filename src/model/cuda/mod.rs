@@ -1,6 +1,6 @@
 //! The packed forward pass on a CUDA device (`--device cuda[:N]`, `cuda` feature).
 //!
-//! Same contract as the CPU pass ([`super::llama`]): rows packed back to back, each computed by
+//! Same contract as the CPU pass ([`super::transformer`]): rows packed back to back, each computed by
 //! operations that do not depend on the batch (see `kernels.cu` for how each kernel keeps it).
 //! The host model stays loaded for the configuration, the embedding lookup (rows are
 //! dequantized on the host and uploaded) and the RoPE tables; every matrix is uploaded once,
@@ -23,8 +23,8 @@ use cudarc::driver::{
 use super::arch::Activation;
 use super::device::DeviceSpec;
 use super::error::ModelError;
-use super::llama::{GateUp, KvSeq, Llama, Logits, Qkv, SeqStep};
 use super::quant::{QWeight, Stored, WeightFormat};
+use super::transformer::{GateUp, KvSeq, Logits, Qkv, SeqStep, Transformer};
 
 /// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
 pub const KERNELS: &str = include_str!("kernels.cu");
@@ -459,7 +459,7 @@ impl CudaModel {
     /// Uploads `model`'s weights to CUDA device `ordinal` and sizes a KV pool of blocks of
     /// `block_tokens` positions from the memory left, at most `kv_limit` bytes when given.
     pub fn load(
-        model: &Llama,
+        model: &Transformer,
         ordinal: usize,
         block_tokens: usize,
         kv_limit: Option<usize>,
@@ -558,10 +558,10 @@ impl CudaModel {
     }
 
     /// One packed step on the device; the wanted logits are copied into `logits` (rows back
-    /// to back, sequences in order), as [`Llama::forward`] returns them.
+    /// to back, sequences in order), as [`Transformer::forward`] returns them.
     pub fn forward<K: KvSeq>(
         &self,
-        model: &Llama,
+        model: &Transformer,
         seqs: &mut [SeqStep<'_, K>],
         logits: &mut Vec<f32>,
     ) -> Result<()> {
@@ -837,7 +837,7 @@ impl CudaModel {
     fn fit(
         &self,
         b: &mut Buffers,
-        c: &super::arch::LlamaConfig,
+        c: &super::arch::ModelConfig,
         rows: usize,
         chunks: usize,
     ) -> Result<()> {
@@ -1113,7 +1113,7 @@ fn gib(b: usize) -> f64 {
 
 /// Refuses, in one line with the sizes, a model whose weights (plus 1 GiB for the step
 /// buffers and a minimal KV pool) do not fit the memory free on the device.
-fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Llama) -> Result<()> {
+fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transformer) -> Result<()> {
     let mut need = match &model.output {
         Some(w) => device_bytes(w),
         None => device_bytes(&model.embedding),
@@ -1147,7 +1147,7 @@ fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Llama) -> Result<()
 /// Drops the host copy of the matrices that [`CudaModel::load`] uploaded (the GPU forward pass
 /// reads only the configuration, the embedding rows, the RoPE tables and the layers' window
 /// flags on the host): each becomes an empty weight, so the host keeps the embedding alone.
-pub(crate) fn release_host_matrices(model: &mut Llama) {
+pub(crate) fn release_host_matrices(model: &mut Transformer) {
     let empty = || QWeight::from_f32(0, 0, Vec::new());
     for l in &mut model.layers {
         l.qkv = Qkv::Fused(empty());

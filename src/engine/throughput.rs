@@ -17,8 +17,8 @@ use super::kv::{KvLayout, KvStorage, SeqKv};
 use super::sampling::{argmax, SplitMix64};
 use super::scheduler::SchedulerConfig;
 use super::EngineError;
-use crate::model::llama::{KvSeq, Logits, Scratch, SeqStep};
 use crate::model::runner::Model;
+use crate::model::transformer::{KvSeq, Logits, Scratch, SeqStep};
 
 /// One benchmark configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
