@@ -184,6 +184,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             batch_size: args.batch_size,
             ..SchedulerConfig::default()
         },
+        gpu_kv_bytes: None,
     };
     let mut engine = Engine::from_files(&files, options)
         .with_context(|| format!("loading {}", files.weights.display()))?;

@@ -193,6 +193,7 @@ pub fn engine_options(batch_size: usize, dtype: WeightDType, device: DeviceSpec)
             batch_size,
             ..SchedulerConfig::default()
         },
+        gpu_kv_bytes: None,
     }
 }
 

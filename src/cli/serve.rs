@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Where the models run: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
     #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = super::run::parse_device)]
     pub device: crate::model::device::DeviceSpec,
+    /// On a GPU, the KV pool of each model in MiB (by default one model takes 90% of the memory
+    /// left after its weights; several models on one card need this).
+    #[arg(long, value_name = "MB")]
+    pub gpu_kv_mb: Option<usize>,
 }
 
 /// `NAME=SPEC` or `SPEC`: the served name and the model spec.
@@ -56,6 +60,17 @@ fn split_model(arg: &str) -> (String, String) {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.device != crate::model::device::DeviceSpec::Cpu
+        && args.models.len() > 1
+        && args.gpu_kv_mb.is_none()
+    {
+        bail!(
+            "{} models on {}: give each a KV pool with --gpu-kv-mb (one model's pool otherwise \
+             takes 90% of the card's memory left after its weights)",
+            args.models.len(),
+            args.device
+        );
+    }
     args.device.check_built()?;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
@@ -79,6 +94,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             batch_size: args.batch_size,
             ..SchedulerConfig::default()
         },
+        gpu_kv_bytes: args.gpu_kv_mb.map(|mb| mb << 20),
     };
     let mut models: Vec<(String, Loader)> = Vec::new();
     for arg in &args.models {

@@ -61,6 +61,9 @@ pub struct EngineOptions {
     /// Where the forward pass runs.
     pub device: DeviceSpec,
     pub scheduler: SchedulerConfig,
+    /// On a GPU, the most bytes the model's KV pool takes (`None`: 90% of the memory left after
+    /// its weights, less 1 GiB — one model per card). Ignored on the CPU.
+    pub gpu_kv_bytes: Option<usize>,
 }
 
 /// A loaded model ready to generate.
@@ -146,7 +149,7 @@ impl Engine {
         extra_stops: &[u32],
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
-        let model = Model::new(model, options.device)?;
+        let model = Model::with_kv_limit(model, options.device, options.gpu_kv_bytes)?;
         let mut stop_ids = template.stop_token_ids(&tokenizer);
         stop_ids.extend(extra_stops);
         stop_ids.sort_unstable();

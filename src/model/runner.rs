@@ -48,14 +48,6 @@ impl Model {
                 let cuda = super::cuda::CudaModel::load(&llama, n, KV_BLOCK_TOKENS, kv_limit)?;
                 // The weights live on the device now: only the embedding stays on the host.
                 super::cuda::release_host_matrices(&mut llama);
-                if !cuda.converted().is_empty() {
-                    eprintln!(
-                        "notice: {} matrices have no GPU kernel for their stored type and were \
-                         dequantized to BF16 on the device: {}",
-                        cuda.converted().len(),
-                        cuda.converted().join(", ")
-                    );
-                }
                 Ok(Model {
                     llama,
                     cuda: Some(cuda),

@@ -523,6 +523,7 @@ fn engine(dtype: WeightDType, batch_size: usize) -> Option<Engine> {
             batch_size,
             ..SchedulerConfig::default()
         },
+        gpu_kv_bytes: None,
     };
     Some(Engine::load(&path, options).expect("load default model"))
 }

@@ -86,6 +86,7 @@ fn gpu_replies_do_not_depend_on_batch_size_neighbours_or_runs() {
             batch_size: 16,
             ..SchedulerConfig::default()
         },
+        gpu_kv_bytes: None,
     };
     let mut eng = match Engine::load(&path, options) {
         Ok(e) => e,

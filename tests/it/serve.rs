@@ -589,3 +589,20 @@ fn serve_load_replies_equal_requests_sent_alone() {
         "replies under load differ from the same requests alone"
     );
 }
+
+/// Several models on one GPU need a KV pool each (`--gpu-kv-mb`): without it `candor serve`
+/// stops before loading anything, in one line that names the option (any build: the
+/// argument check comes before the device's).
+#[test]
+fn serve_refuses_several_models_on_one_gpu_without_a_pool_size() {
+    let out = Command::new(env!("CARGO_BIN_EXE_candor"))
+        .args(["serve", "--device", "cuda", "--model", "a", "--model", "b"])
+        .output()
+        .expect("runs candor serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("2 models on cuda") && err.contains("--gpu-kv-mb"),
+        "{err}"
+    );
+}

@@ -451,8 +451,6 @@ pub struct CudaModel {
     pool: KvPool,
     block_tokens: usize,
     buffers: Mutex<Buffers>,
-    /// Tensors dequantized to BF16 at load (no kernel for their stored type).
-    converted: Vec<String>,
 }
 
 impl CudaModel {
@@ -474,8 +472,7 @@ impl CudaModel {
         let gpu = open_gpu(ordinal)?;
         let name = gpu.ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         check_fits(&gpu, ordinal, &name, model)?;
-        let mut converted = Vec::new();
-        let mut mat = |name: String, w: &QWeight| upload_weight(&gpu, &name, w, &mut converted);
+        let mat = |name: String, w: &QWeight| upload_weight(&gpu, &name, w);
         let mut layers = Vec::with_capacity(model.layers.len());
         for (i, l) in model.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{i}.{s}");
@@ -534,7 +531,6 @@ impl CudaModel {
             pool,
             block_tokens,
             buffers: Mutex::new(Buffers::default()),
-            converted,
         })
     }
 
@@ -550,11 +546,6 @@ impl CudaModel {
     /// The model's KV pool (the engine allocates its blocks there).
     pub fn pool(&self) -> &KvPool {
         &self.pool
-    }
-
-    /// `(tensor, stored type)` of the matrices dequantized to BF16 at load.
-    pub fn converted(&self) -> &[String] {
-        &self.converted
     }
 
     /// One packed step on the device; the wanted logits are copied into `logits` (rows back
@@ -1023,31 +1014,25 @@ fn open_gpu(ordinal: usize) -> Result<Arc<Gpu>> {
     }))
 }
 
-/// The kernel that reads a stored format, if any (the others are widened to BF16).
-fn native_kind(f: WeightFormat) -> Option<Kind> {
+/// The kernel that reads a stored format (every format has one: nothing is widened).
+fn kind_of(f: WeightFormat) -> Kind {
     match f {
-        WeightFormat::F32 => Some(Kind::F32),
-        WeightFormat::F16 => Some(Kind::F16),
-        WeightFormat::BF16 => Some(Kind::BF16),
-        WeightFormat::Q8_0 => Some(Kind::Q8_0),
-        WeightFormat::Q4_0 => Some(Kind::Q4_0),
-        WeightFormat::Q4_1 => Some(Kind::Q4_1),
-        WeightFormat::Q4K => Some(Kind::Q4K),
-        WeightFormat::Q6K => Some(Kind::Q6K),
-        WeightFormat::Q5_0 => Some(Kind::Q5_0),
-        WeightFormat::Q5_1 => Some(Kind::Q5_1),
-        WeightFormat::Q5K => Some(Kind::Q5K),
+        WeightFormat::F32 => Kind::F32,
+        WeightFormat::F16 => Kind::F16,
+        WeightFormat::BF16 => Kind::BF16,
+        WeightFormat::Q8_0 => Kind::Q8_0,
+        WeightFormat::Q4_0 => Kind::Q4_0,
+        WeightFormat::Q4_1 => Kind::Q4_1,
+        WeightFormat::Q4K => Kind::Q4K,
+        WeightFormat::Q6K => Kind::Q6K,
+        WeightFormat::Q5_0 => Kind::Q5_0,
+        WeightFormat::Q5_1 => Kind::Q5_1,
+        WeightFormat::Q5K => Kind::Q5K,
     }
 }
 
-/// Uploads one matrix: as stored where a kernel reads its format, else dequantized to BF16
-/// (recorded in `converted`).
-fn upload_weight(
-    gpu: &Gpu,
-    name: &str,
-    w: &QWeight,
-    converted: &mut Vec<String>,
-) -> Result<DevWeight> {
+/// Uploads one matrix as stored, for the kernel of its format.
+fn upload_weight(gpu: &Gpu, name: &str, w: &QWeight) -> Result<DevWeight> {
     let (n, k) = (w.rows(), w.cols());
     if !k.is_multiple_of(8) {
         return Err(ModelError::Device(format!(
@@ -1055,37 +1040,20 @@ fn upload_weight(
         )));
     }
     let bytes = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let (kind, raw) = match native_kind(w.format()) {
-        Some(kind) => (
-            kind,
-            match w.stored() {
-                Stored::Blocks(b) => b,
-                Stored::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                Stored::F16(v) | Stored::BF16(v) => bytes(v),
-            },
-        ),
-        None => {
-            converted.push(format!("{name} ({:?})", w.format()));
-            let mut row = vec![0f32; k];
-            let mut out = Vec::with_capacity(n * k * 2);
-            for r in 0..n {
-                w.row_f32(r, &mut row);
-                for &v in &row {
-                    out.extend(half::bf16::from_f32(v).to_bits().to_le_bytes());
-                }
-            }
-            (Kind::BF16, out)
-        }
+    let raw = match w.stored() {
+        Stored::Blocks(b) => b,
+        Stored::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Stored::F16(v) | Stored::BF16(v) => bytes(v),
     };
     Ok(DevWeight {
-        kind,
+        kind: kind_of(w.format()),
         n,
         k,
         buf: gpu.upload(name, &raw)?,
     })
 }
 
-/// Bytes a matrix takes on the device: its stored blocks, or BF16 values where it is widened.
+/// Bytes a matrix takes on the device: its stored blocks.
 fn device_bytes(w: &QWeight) -> usize {
     let (n, k) = (w.rows(), w.cols());
     let (elems, bytes) = match w.format() {
@@ -1100,11 +1068,7 @@ fn device_bytes(w: &QWeight) -> usize {
         WeightFormat::Q5K => (256, 176),
         WeightFormat::Q6K => (256, 210),
     };
-    if native_kind(w.format()).is_some() {
-        n * k.div_ceil(elems) * bytes
-    } else {
-        n * k * 2
-    }
+    n * k.div_ceil(elems) * bytes
 }
 
 fn gib(b: usize) -> f64 {
@@ -1262,8 +1226,9 @@ mod tests {
             let t = Tensor::from_vec(noise(2, n * k), (n, k), &Device::Cpu).expect("tensor");
             let q = QTensor::quantize(&t, dtype).expect("quantize");
             let w = QWeight::from_qtensor(&q).expect("weight");
-            let mut converted = Vec::new();
-            let dw = upload_weight(&gpu, "w", &w, &mut converted).expect("upload");
+            let dw = upload_weight(&gpu, "w", &w).expect("upload");
+            // Every type is held as stored (none is widened).
+            assert_eq!(dw.buf.len(), device_bytes(&w), "{dtype:?}");
             let all: CudaSlice<f32> = gpu.zeros("y", m * n).expect("y");
             let one: CudaSlice<f32> = gpu.zeros("y1", n).expect("y1");
             let s = &gpu.stream;
@@ -1285,11 +1250,6 @@ mod tests {
                         .zip(&x[r * k..(r + 1) * k])
                         .map(|(&w, &x)| w as f64 * x as f64)
                         .sum();
-                    // Every type is read as stored (none is widened to BF16).
-                    assert!(
-                        converted.is_empty(),
-                        "{dtype:?} was converted: {converted:?}"
-                    );
                     let tol = 1e-3;
                     assert!(
                         (a as f64 - want).abs() < tol,
