@@ -26,7 +26,6 @@ use crate::bench::protocol::{
     template_version, OutputFile, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext,
     Scored,
 };
-use crate::bench::DataError;
 use crate::engine::LLGUIDANCE_VERSION;
 
 /// FB-Bench.
@@ -123,7 +122,7 @@ fn own_dataset(path: &Path) -> Result<Dataset, ProtocolError> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (line, item) in &lines {
         if let Some(first) = seen.insert(ids.item_id(item), *line) {
-            return Err(DataError::from(field_error(
+            return Err(field_error(
                 path,
                 *line,
                 "user_query",
@@ -131,7 +130,7 @@ fn own_dataset(path: &Path) -> Result<Dataset, ProtocolError> {
                     "duplicate item (the same user_query, origin_first_response and feedback \
                      as line {first})"
                 ),
-            ))
+            )
             .into());
         }
     }
