@@ -62,6 +62,10 @@ pub struct ProtocolOptions {
     /// fbbench, fennec, refutebench: `on` / `off` constrained judge output (each protocol
     /// has its own default).
     pub constrain: Option<String>,
+    /// fennec: a user's pairs file (`--pairs`) instead of the published set.
+    pub pairs: Option<PathBuf>,
+    /// fbbench, realmistake: a user's items file (`--items`) instead of the published set.
+    pub items: Option<PathBuf>,
     /// Set by `candor run all`: each protocol reads its own options and ignores the others'.
     pub all: bool,
 }
@@ -85,6 +89,8 @@ impl Default for ProtocolOptions {
             max_new_tokens: None,
             judge_max_new_tokens: None,
             constrain: None,
+            pairs: None,
+            items: None,
             all: false,
         }
     }
@@ -124,7 +130,7 @@ impl ProtocolOptions {
             return Ok(());
         }
         let d = ProtocolOptions::default();
-        let given: [(&'static str, bool); 13] = [
+        let given: [(&'static str, bool); 15] = [
             ("--dataset", self.dataset.is_some()),
             ("--rule", self.rule != d.rule),
             ("--recall", self.recall),
@@ -138,6 +144,8 @@ impl ProtocolOptions {
             ("--correction", self.correction),
             ("--label", self.label.is_some()),
             ("--constrain", self.constrain.is_some()),
+            ("--pairs", self.pairs.is_some()),
+            ("--items", self.items.is_some()),
         ];
         for (option, set) in given {
             if set && !used.contains(&option) {
@@ -283,6 +291,13 @@ pub trait Protocol {
 
     /// snake_case name, as on the command line and in manifests.
     fn name(&self) -> &'static str;
+
+    /// The user's own data file the options name (`--pairs`, `--items`), when the protocol
+    /// reads one instead of the published set: the published data is then neither needed
+    /// nor fetched.
+    fn own_data<'a>(&self, _opts: &'a ProtocolOptions) -> Option<&'a Path> {
+        None
+    }
 
     /// The protocol options it reads (`--dataset`, …); any other one given is refused.
     fn options(&self) -> &'static [&'static str];

@@ -94,6 +94,19 @@ pub struct ProtocolArgs {
     /// Recorded in the manifest with the grammar's hash.
     #[arg(long, value_name = "on|off")]
     pub constrain: Option<String>,
+
+    /// fennec: judge your own pairs instead of a published set: a JSONL file of
+    /// `{"id"?, "question", "answer_a", "answer_b", "label"?: "a"|"b"|"tie"}` (README, "Your
+    /// own data"). Agreement needs labels; Consistency is always computed.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub pairs: Option<std::path::PathBuf>,
+
+    /// fbbench: your own items in the authors' format (a JSON array, or one item per line)
+    /// with your checklists and weights; the candidate answers the follow-up. realmistake: a
+    /// JSONL file of `{"id"?, "input", "response", "label"?: "error"|"no_error"}`. README,
+    /// "Your own data".
+    #[arg(long, value_name = "FILE")]
+    pub items: Option<std::path::PathBuf>,
 }
 
 impl ProtocolArgs {
@@ -115,6 +128,8 @@ impl ProtocolArgs {
             max_new_tokens: self.max_new_tokens,
             judge_max_new_tokens: self.judge_max_new_tokens,
             constrain: self.constrain.clone(),
+            pairs: self.pairs.clone(),
+            items: self.items.clone(),
             all: false,
         }
     }

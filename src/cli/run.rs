@@ -322,6 +322,9 @@ pub fn run_all(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<(
     if cfg.options.dataset.is_some() {
         bail!("--dataset names differ per protocol; run the protocols one by one to use it");
     }
+    if cfg.options.pairs.is_some() || cfg.options.items.is_some() {
+        bail!("--pairs and --items name one protocol's file; run that protocol on its own");
+    }
     if cfg.candidates.len() > 1 {
         bail!(
             "candor run all takes one --model (got {}): fbbench and refutebench evaluate one",
@@ -377,7 +380,8 @@ pub fn execute<Pr: BenchProtocol>(
     check_roles(cfg, protocol)?;
     cfg.options
         .check_unused(protocol.name(), protocol.options())?;
-    if cfg.protocol != Protocol::Toy {
+    // A user's own file replaces the published set, which is then not needed.
+    if cfg.protocol != Protocol::Toy && protocol.own_data(&cfg.options).is_none() {
         crate::store::data::ensure_protocol(&cfg.data, protocol.name())?;
     }
     let mut roles: Vec<(String, &ModelSpec)> = cfg

@@ -87,7 +87,7 @@ fn pandalm_and_mt_bench_load() {
     assert_eq!(differ, 38);
     let ties = items
         .iter()
-        .filter(|i| i.label == data::Preference::Tie)
+        .filter(|i| i.label == Some(data::Preference::Tie))
         .count();
     assert!(ties > 0 && ties < 999);
     let qs = data::load_mt_bench(&mt).expect("loads");
@@ -155,7 +155,7 @@ fn score_cli_on_our_own_sample() {
         .expect("loads");
     assert_eq!(
         panda.iter().map(|i| i.label).collect::<Vec<_>>(),
-        [data::Preference::A, data::Preference::Tie]
+        [Some(data::Preference::A), Some(data::Preference::Tie)]
     );
 }
 

@@ -17,6 +17,7 @@ mod fuzz;
 mod gpu;
 mod hostile;
 mod memory;
+mod own_data;
 mod quant;
 mod realmistake;
 mod refutebench;

@@ -209,6 +209,109 @@ pub fn load_dataset(path: &Path) -> Result<Dataset, FbBenchError> {
     parse_dataset(BufReader::new(file), path)
 }
 
+/// The fields of a user's `--items` file: the authors' item fields.
+const OWN_FIELDS: [&str; 10] = [
+    "bench_type",
+    "task_type",
+    "sub_task_type",
+    "user_query",
+    "origin_first_response",
+    "feedback",
+    "error_type",
+    "feedback_type",
+    "checklist",
+    "reference_second_response",
+];
+
+/// The task type of a user's item that names none (also a `--subset` name).
+pub const OWN_TASK_TYPE: &str = "own";
+
+/// Loads a user's `--items` file: the authors' items (a JSON array, or one item per line)
+/// with the user's checklists and weights. Required: `bench_type` (`Error Correction` or
+/// `Response Maintenance`), `user_query`, `origin_first_response`, `feedback` and
+/// `checklist` (`[text, weight]` entries, weights in (0, 1], for Error Correction; strings for
+/// Response Maintenance). Optional: `task_type` (default `own`), `sub_task_type`,
+/// `error_type`, `feedback_type` (default empty) and `reference_second_response` (given on
+/// every item, the judge sees it, as in v1). Each item comes with the line it starts on.
+pub fn load_own_items(path: &Path) -> Result<Vec<(usize, Item)>, FbBenchError> {
+    let text = crate::bench::own_data::read(path)?;
+    parse_own_items(&text, path)
+}
+
+/// Parses a user's `--items` text (`path` names errors).
+pub fn parse_own_items(text: &str, path: &Path) -> Result<Vec<(usize, Item)>, FbBenchError> {
+    let mut out = Vec::new();
+    for r in crate::bench::own_data::array_or_jsonl_records(text, path)? {
+        r.only(&OWN_FIELDS)?;
+        let bench_type = match r.text("bench_type")?.as_str() {
+            "Error Correction" => BenchType::ErrorCorrection,
+            "Response Maintenance" => BenchType::ResponseMaintenance,
+            other => {
+                return Err(r.error(
+                    "bench_type",
+                    format!("{other:?} is not \"Error Correction\" or \"Response Maintenance\""),
+                ))
+            }
+        };
+        let strings = |field: &str| -> Result<Option<Vec<String>>, FbBenchError> {
+            match r.object.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                    .map(Some)
+                    .ok_or_else(|| r.error(field, "expected an array of strings")),
+                Some(v) => Err(r.error(
+                    field,
+                    format!(
+                        "expected an array of strings, got {}",
+                        crate::bench::own_data::kind(v)
+                    ),
+                )),
+            }
+        };
+        let checklist = match r.object.get("checklist") {
+            None => return Err(r.error("checklist", "missing (an array is required)")),
+            Some(v @ Value::Array(_)) => serde_json::from_value::<Vec<ChecklistEntry>>(v.clone())
+                .map_err(|_| {
+                r.error(
+                    "checklist",
+                    "entries must be [text, weight] (Error Correction) or strings \
+                         (Response Maintenance)",
+                )
+            })?,
+            Some(v) => {
+                return Err(r.error(
+                    "checklist",
+                    format!("expected an array, got {}", crate::bench::own_data::kind(v)),
+                ))
+            }
+        };
+        let error_type = strings("error_type")?;
+        let item = Item {
+            bench_type,
+            task_type: r
+                .opt_text("task_type")?
+                .unwrap_or_else(|| OWN_TASK_TYPE.to_string()),
+            sub_task_type: r.opt_text("sub_task_type")?.unwrap_or_default(),
+            user_query: r.text("user_query")?,
+            origin_first_response: r.text("origin_first_response")?,
+            feedback: r.text("feedback")?,
+            error_type: match bench_type {
+                BenchType::ErrorCorrection => Some(error_type.unwrap_or_default()),
+                BenchType::ResponseMaintenance => error_type,
+            },
+            feedback_type: strings("feedback_type")?.unwrap_or_default(),
+            checklist,
+            reference_second_response: r.opt_text("reference_second_response")?,
+        };
+        item.validate().map_err(|m| r.error("checklist", m))?;
+        out.push((r.line, item));
+    }
+    Ok(out)
+}
+
 /// Parses a dataset JSON array from a reader; `path` only names the source in errors.
 pub fn parse_dataset(reader: impl Read, path: &Path) -> Result<Dataset, FbBenchError> {
     let values: Vec<Value> =

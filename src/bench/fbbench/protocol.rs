@@ -8,16 +8,18 @@
 //! task type as the data spells it, or an item id (as in the samples); `--limit N` keeps the
 //! first N items in file order.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::data::load_dataset;
+use super::data::{load_dataset, load_own_items, Dataset};
 use super::plan::{judgement_records, score_transcripts, write_judgements};
 use super::prompts::judge_template;
 use super::score::tables_for_version;
 use super::{FbBenchPlan, Item, Rule, Version};
+use crate::bench::own_data::field_error;
 use crate::bench::plan::{Plan, Transcript};
 use crate::bench::protocol::{
     file_label, judge_note, notes_table, require_judge, select, smoke_test_note, take,
@@ -70,6 +72,20 @@ pub fn comparable_with(version: Version) -> &'static str {
     }
 }
 
+/// [`comparable_with`], or nothing published for a user's `--items`.
+fn comparable(opts: &ProtocolOptions, version: Version) -> String {
+    match opts.items {
+        Some(_) => format!(
+            "nothing published: the user's own items (--items), judged with the {} judge prompt",
+            match version {
+                Version::V1 => "v1 (reference answers)",
+                Version::V3 => "v3",
+            }
+        ),
+        None => comparable_with(version).to_string(),
+    }
+}
+
 /// What the manifest records of the judge's constraint: off, or the schema kind, the
 /// llguidance version and one hash over every item's schema (each built from the item's
 /// checklist), in item order.
@@ -91,6 +107,40 @@ fn constraint_record(plan: &FbBenchPlan, items: &[Item]) -> serde_json::Value {
     })
 }
 
+/// A user's `--items` file as a dataset: its version is recognised as the published
+/// files' is (v1's judge prompt, with the reference answer, when every item has one). Two
+/// items with the same id (the same query, first response and feedback) are refused.
+fn own_dataset(path: &Path) -> Result<Dataset, ProtocolError> {
+    let lines = load_own_items(path)?;
+    let ids = FbBenchPlan {
+        version: Version::V3,
+        seed: 0,
+        followup_max_new_tokens: 0,
+        judge_max_new_tokens: 0,
+        constrain: false,
+    };
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (line, item) in &lines {
+        if let Some(first) = seen.insert(ids.item_id(item), *line) {
+            return Err(field_error(
+                path,
+                *line,
+                "user_query",
+                format!(
+                    "duplicate item (the same user_query, origin_first_response and feedback \
+                     as line {first})"
+                ),
+            )
+            .into());
+        }
+    }
+    let items: Vec<Item> = lines.into_iter().map(|(_, item)| item).collect();
+    Ok(Dataset {
+        version: Version::recognise(&items),
+        items,
+    })
+}
+
 /// The names `--subset` matches against: scenario, task type and item id.
 fn labels(plan: &FbBenchPlan, item: &Item) -> Vec<String> {
     vec![
@@ -107,8 +157,12 @@ impl Protocol for FbBench {
         "fbbench"
     }
 
+    fn own_data<'a>(&self, opts: &'a ProtocolOptions) -> Option<&'a Path> {
+        opts.items.as_deref()
+    }
+
     fn options(&self) -> &'static [&'static str] {
-        &["--dataset", "--rule", "--constrain"]
+        &["--items", "--dataset", "--rule", "--constrain"]
     }
 
     fn prepare(
@@ -116,11 +170,24 @@ impl Protocol for FbBench {
         ctx: &RunContext,
         opts: &ProtocolOptions,
     ) -> Result<Prepared<FbBenchPlan>, ProtocolError> {
-        let version = version(opts)?;
         rule(opts)?;
         let self_judging = require_judge(ctx, "fbbench", "GPT-4o")?;
-        let path = dataset_path(&ctx.data, version);
-        let dataset = load_dataset(&path)?;
+        let (path, dataset) = match &opts.items {
+            Some(_) if opts.dataset.is_some() => {
+                return Err(ProtocolError::bad_value(
+                    "--dataset",
+                    opts.dataset.as_deref().unwrap_or_default(),
+                    "names a published set; --items gives your own",
+                ))
+            }
+            Some(own) => (own.clone(), own_dataset(own)?),
+            None => {
+                let path = dataset_path(&ctx.data, version(opts)?);
+                let dataset = load_dataset(&path)?;
+                (path, dataset)
+            }
+        };
+        let version = dataset.version;
         // Item ids depend on the item's text only, not on the plan's settings.
         let ids = FbBenchPlan {
             version,
@@ -149,12 +216,13 @@ impl Protocol for FbBench {
             .collect(),
             settings: json!({
                 "dataset": format!("{version:?}").to_lowercase(),
+                "own_items": opts.items.is_some(),
                 "rule": opts.rule,
                 "subsets": ctx.subsets,
                 "limit": ctx.limit,
                 "max_new_tokens": opts.max_new_tokens,
                 "judge_max_new_tokens": opts.judge_max_new_tokens,
-                "comparable_with": comparable_with(version),
+                "comparable_with": comparable(opts, version),
                 "self_judging": self_judging,
             }),
             decoding: json!({
@@ -196,10 +264,7 @@ impl Protocol for FbBench {
         // `prepare` checked that the judge was named.
         let self_judging = ctx.candidates.contains(&ctx.judge);
         let mut notes = vec![
-            (
-                "comparable with",
-                comparable_with(prepared.plan.version).to_string(),
-            ),
+            ("comparable with", comparable(opts, prepared.plan.version)),
             judge_note(ctx, self_judging),
         ];
         notes.extend(smoke_test_note(ctx, &[&ctx.judge]));

@@ -13,6 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::Error;
+use crate::bench::own_data;
 
 /// Which response a judge or a human prefers, in the item's own order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -76,15 +77,17 @@ pub enum DataSet {
     MtBench,
 }
 
-/// One pairwise comparison with a human label.
+/// One pairwise comparison, with a human label (always in the published sets; optional in a
+/// user's `--pairs` file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairItem {
-    /// Stable id: `auto_j/<line>` or `pandalm/<idx>`.
+    /// Stable id: `auto_j/<line>`, `pandalm/<idx>`, or a `--pairs` file's `id` (default: the
+    /// line number).
     pub id: String,
     pub query: String,
     pub response_a: String,
     pub response_b: String,
-    pub label: Preference,
+    pub label: Option<Preference>,
     /// Auto-J's scenario, or PandaLM's `motivation_app`.
     pub category: String,
 }
@@ -135,7 +138,7 @@ pub fn parse_autoj(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
             query: raw.prompt,
             response_a: raw.response_1,
             response_b: raw.response_2,
-            label,
+            label: Some(label),
             category: raw.scenario,
         });
     }
@@ -230,10 +233,51 @@ pub fn parse_pandalm(text: &str, path: &Path, label: PandaLabel) -> Result<Vec<P
             ),
             response_a: text("response1", &raw.response1)?,
             response_b: text("response2", &raw.response2)?,
-            label,
+            label: Some(label),
             category: raw.motivation_app,
         });
     }
+    Ok(out)
+}
+
+/// The category of the items of a user's `--pairs` file (also a `--subset` name).
+pub const OWN_CATEGORY: &str = "own";
+
+/// Loads a user's `--pairs` file: one `{"id"?, "question", "answer_a", "answer_b",
+/// "label"?: "a"|"b"|"tie"}` per line. Ids default to the line number and must be unique.
+pub fn load_pairs(path: &Path) -> Result<Vec<PairItem>, Error> {
+    parse_pairs(&read(path)?, path)
+}
+
+/// Parses a `--pairs` JSONL text (`path` names errors).
+pub fn parse_pairs(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
+    let mut out = Vec::new();
+    let mut lines = Vec::new();
+    for r in own_data::jsonl_records(text, path)? {
+        r.only(&["id", "question", "answer_a", "answer_b", "label"])?;
+        let label = match r.opt_text("label")?.as_deref() {
+            None => None,
+            Some("a") => Some(Preference::A),
+            Some("b") => Some(Preference::B),
+            Some("tie") => Some(Preference::Tie),
+            Some(other) => {
+                return Err(r.error("label", format!("{other:?} is not \"a\", \"b\" or \"tie\"")))
+            }
+        };
+        lines.push(r.line);
+        out.push(PairItem {
+            id: r.id()?,
+            query: r.text("question")?,
+            response_a: r.text("answer_a")?,
+            response_b: r.text("answer_b")?,
+            label,
+            category: OWN_CATEGORY.to_string(),
+        });
+    }
+    own_data::unique_ids(
+        path,
+        lines.iter().zip(&out).map(|(l, i)| (*l, i.id.as_str())),
+    )?;
     Ok(out)
 }
 
@@ -333,7 +377,7 @@ mod tests {
         let items = parse_autoj(&format!("{good}\n\n{good}"), p).expect("parses");
         assert_eq!(items.len(), 2);
         assert_eq!(items[1].id, "auto_j/3");
-        assert_eq!(items[0].label, Preference::Tie);
+        assert_eq!(items[0].label, Some(Preference::Tie));
         let bad = good.replace("\"label\": 2", "\"label\": 5");
         let e = parse_autoj(&format!("{good}\n{bad}"), p)
             .unwrap_err()
@@ -353,20 +397,20 @@ mod tests {
         };
         let maj = PandaLabel::Majority;
         let items = parse_pandalm(&format!("[{}]", item(1, 1, 0)), p, maj).expect("parses");
-        assert_eq!(items[0].label, Preference::A);
+        assert_eq!(items[0].label, Some(Preference::A));
         assert_eq!(items[0].query, "Fix: teh cat");
         // annotator1 alone (the default) against the majority.
         let text = format!("[{}]", item(0, 2, 2));
         let first = parse_pandalm(&text, p, PandaLabel::default()).expect("parses");
-        assert_eq!(first[0].label, Preference::Tie);
+        assert_eq!(first[0].label, Some(Preference::Tie));
         assert_eq!(
             parse_pandalm(&text, p, maj).expect("parses")[0].label,
-            Preference::B
+            Some(Preference::B)
         );
         let three = format!("[{}]", item(0, 1, 2));
         assert_eq!(
             parse_pandalm(&three, p, PandaLabel::Annotator1).expect("parses")[0].label,
-            Preference::Tie
+            Some(Preference::Tie)
         );
         assert_eq!(PandaLabel::parse("majority"), Some(maj));
         assert_eq!(PandaLabel::parse("x"), None);
@@ -374,7 +418,7 @@ mod tests {
         let items = parse_pandalm(&format!("[{boolean}]"), p, maj).expect("parses");
         assert_eq!(
             (items[0].response_a.as_str(), items[0].label),
-            ("True", Preference::B)
+            ("True", Some(Preference::B))
         );
         let list = item(2, 2, 1).replace("\"the cat\"", "[1]");
         let e = parse_pandalm(&format!("[{list}]"), p, maj)

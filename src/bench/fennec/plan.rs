@@ -179,7 +179,7 @@ impl FennecPlan {
             query: "{query}".into(),
             response_a: "{response_a}".into(),
             response_b: "{response_b}".into(),
-            label: super::data::Preference::Tie,
+            label: None,
             category: String::new(),
         };
         let join = |(system, user): Prompt| format!("{system}\n{user}");
@@ -457,7 +457,7 @@ mod tests {
             query: "Name a prime number.".into(),
             response_a: "7".into(),
             response_b: "8".into(),
-            label,
+            label: Some(label),
             category: "open_question".into(),
         }
     }

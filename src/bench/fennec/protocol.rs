@@ -8,13 +8,13 @@
 //! part. `--subset` names an Auto-J scenario, a PandaLM `motivation_app` or an item id
 //! (`auto_j/<line>`, `pandalm/<idx>`); `--limit N` keeps the first N items in file order.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
 use crate::engine::LLGUIDANCE_VERSION;
 
-use super::data::{load_autoj, load_pandalm, PairItem, PandaLabel};
+use super::data::{load_autoj, load_pairs, load_pandalm, PairItem, PandaLabel};
 use super::plan::{FennecLimits, FennecPlan, Mode};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
@@ -32,6 +32,11 @@ fn comparable_with(dataset: &str, mode: Mode, label: PandaLabel, branches: usize
         Mode::Pairwise => "Table 2 (pairwise-eval)",
         Mode::Single => "Table 3 (single-eval)",
     };
+    if dataset == "own" {
+        return "nothing published: the user's own pairs (--pairs); Agreement against their \
+                labels where given, Consistency always"
+            .to_string();
+    }
     let column = match (dataset, label) {
         ("pandalm", PandaLabel::Annotator1) => {
             "PandaLM-test column (annotator1's labels, as the authors' code)"
@@ -76,8 +81,13 @@ impl Protocol for Fennec {
         "fennec"
     }
 
+    fn own_data<'a>(&self, opts: &'a ProtocolOptions) -> Option<&'a Path> {
+        opts.pairs.as_deref()
+    }
+
     fn options(&self) -> &'static [&'static str] {
         &[
+            "--pairs",
             "--dataset",
             "--branches",
             "--mode",
@@ -98,6 +108,14 @@ impl Protocol for Fennec {
         opts: &ProtocolOptions,
     ) -> Result<Prepared<FennecPlan>, ProtocolError> {
         let (dataset, path): (&str, PathBuf) = match opts.dataset.as_deref() {
+            _ if opts.pairs.is_some() && opts.dataset.is_some() => {
+                return Err(ProtocolError::bad_value(
+                    "--dataset",
+                    opts.dataset.as_deref().unwrap_or_default(),
+                    "names a published set; --pairs gives your own",
+                ))
+            }
+            None if opts.pairs.is_some() => ("own", opts.pairs.clone().unwrap_or_default()),
             None | Some("auto-j") => (
                 "auto-j",
                 ctx.data.join("fennec/auto-j/testdata_pairwise.jsonl"),
@@ -138,6 +156,7 @@ impl Protocol for Fennec {
             ));
         }
         let all = match dataset {
+            "own" => load_pairs(&path)?,
             "pandalm" => load_pandalm(&path, label)?,
             _ => load_autoj(&path)?,
         };
@@ -223,7 +242,9 @@ impl Protocol for Fennec {
             .collect();
         let mut results = prepared.plan.score(&owned, ctx.seed);
         let p = &prepared.plan;
-        let dataset = if opts.dataset.as_deref() == Some("pandalm") {
+        let dataset = if opts.pairs.is_some() {
+            "own"
+        } else if opts.dataset.as_deref() == Some("pandalm") {
             "pandalm"
         } else {
             "auto-j"

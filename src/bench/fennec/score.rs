@@ -134,7 +134,8 @@ pub fn scenario_group(scenario: &str) -> Option<&'static str> {
 /// A pairwise judge's two verdicts on one item, both in the item's own order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairOutcome {
-    pub label: Preference,
+    /// The human label; `None` (a user's unlabelled pair) leaves the item out of Agreement.
+    pub label: Option<Preference>,
     pub category: String,
     pub normal: Verdict<Preference>,
     pub exchanged: Verdict<Preference>,
@@ -143,7 +144,8 @@ pub struct PairOutcome {
 /// A single verdict on one item (single-response judge, or one order only).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SingleOutcome {
-    pub label: Preference,
+    /// The human label; `None` leaves the item out of Accuracy.
+    pub label: Option<Preference>,
     pub category: String,
     pub verdict: Verdict<Preference>,
 }
@@ -206,11 +208,15 @@ pub fn single_outcomes(
         .collect())
 }
 
-/// (agreement indicator, consistency indicator) of a fully scored outcome.
+/// (agreement indicator, consistency indicator) of a fully scored outcome; the agreement
+/// indicator is NaN when the item has no label (it counts for Consistency only).
 fn pair_indicators(o: &PairOutcome) -> Option<(f64, f64)> {
     let (n, e) = (o.normal.scored()?, o.exchanged.scored()?);
-    let agree = *n == o.label && *e == o.label;
-    Some((f64::from(u8::from(agree)), f64::from(u8::from(n == e))))
+    let agree = match o.label {
+        Some(label) => f64::from(u8::from(*n == label && *e == label)),
+        None => f64::NAN,
+    };
+    Some((agree, f64::from(u8::from(n == e))))
 }
 
 /// Position bias: per scored pair, 1 when the judge preferred whichever response it was
@@ -230,9 +236,8 @@ fn first_position(outcomes: &[PairOutcome]) -> Vec<f64> {
 }
 
 fn single_indicator(o: &SingleOutcome) -> Option<f64> {
-    o.verdict
-        .scored()
-        .map(|v| f64::from(u8::from(*v == o.label)))
+    let label = o.label?;
+    o.verdict.scored().map(|v| f64::from(u8::from(*v == label)))
 }
 
 fn metric(name: &str, values: &[f64], unscored: usize, seed: u64) -> Metric {
@@ -284,12 +289,14 @@ pub fn percent(v: f64) -> String {
 pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
     let scored: Vec<(f64, f64)> = outcomes.iter().filter_map(pair_indicators).collect();
     let unscored = outcomes.len() - scored.len();
-    let agreement: Vec<f64> = scored.iter().map(|s| s.0).collect();
+    // Unlabelled items (NaN) count for Consistency only; with no label at all Agreement is
+    // n/a (null).
+    let agreement: Vec<f64> = scored.iter().map(|s| s.0).filter(|a| !a.is_nan()).collect();
     let consistency: Vec<f64> = scored.iter().map(|s| s.1).collect();
     let cells = |members: &[&PairOutcome]| {
         let s: Vec<(f64, f64)> = members.iter().filter_map(|o| pair_indicators(o)).collect();
         let mean = |f: fn(&(f64, f64)) -> f64| {
-            crate::bench::stats::mean(&s.iter().map(f).collect::<Vec<_>>())
+            crate::bench::stats::mean(&s.iter().map(f).filter(|x| !x.is_nan()).collect::<Vec<_>>())
         };
         vec![
             percent(mean(|x| x.0)),
@@ -324,13 +331,14 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
 /// Accuracy of single verdicts (ties included), with a bootstrap interval and a group table.
 pub fn single_results(outcomes: &[SingleOutcome], seed: u64) -> BenchResults {
     let scored: Vec<f64> = outcomes.iter().filter_map(single_indicator).collect();
-    let unscored = outcomes.len() - scored.len();
+    let labelled = outcomes.iter().filter(|o| o.label.is_some()).count();
+    let unscored = labelled - scored.len();
     let cells = |members: &[&SingleOutcome]| {
         let s: Vec<f64> = members.iter().filter_map(|o| single_indicator(o)).collect();
         vec![
             percent(crate::bench::stats::mean(&s)),
             s.len().to_string(),
-            (members.len() - s.len()).to_string(),
+            (members.iter().filter(|o| o.label.is_some()).count() - s.len()).to_string(),
         ]
     };
     BenchResults {
@@ -391,7 +399,7 @@ mod tests {
 
     fn pair(label: Preference, n: Option<Preference>, e: Option<Preference>) -> PairOutcome {
         PairOutcome {
-            label,
+            label: Some(label),
             category: "chitchat".into(),
             normal: as_verdict(n),
             exchanged: as_verdict(e),
@@ -419,6 +427,21 @@ mod tests {
         );
         assert_eq!(rows[1][0], "Overall");
         assert_eq!(r, pairwise_results(&outcomes, 1));
+        // Unlabelled pairs (a user's file) count for Consistency only.
+        let unlabelled = |n, e| PairOutcome {
+            label: None,
+            ..pair(A, n, e)
+        };
+        let mut more = outcomes.to_vec();
+        more.push(unlabelled(Some(B), Some(A)));
+        let r = pairwise_results(&more, 1);
+        assert_eq!(r.metrics[0].interval.value, 0.5);
+        assert_eq!((r.metrics[0].n, r.metrics[1].n), (4, 5));
+        assert_eq!(r.metrics[1].interval.value, 0.6);
+        let none = [unlabelled(Some(A), Some(A)), unlabelled(Some(A), Some(B))];
+        let r = pairwise_results(&none, 1);
+        assert!(r.metrics[0].interval.value.is_nan(), "agreement is n/a");
+        assert_eq!((r.metrics[0].n, r.metrics[1].interval.value), (0, 0.5));
     }
 
     #[test]
@@ -428,7 +451,7 @@ mod tests {
             query: "q".into(),
             response_a: "a".into(),
             response_b: "b".into(),
-            label: A,
+            label: Some(A),
             category: "others".into(),
         }];
         let p = std::path::Path::new("f");
@@ -442,7 +465,7 @@ mod tests {
     #[test]
     fn single_accuracy_counts_ties() {
         let o = |label, v| SingleOutcome {
-            label,
+            label: Some(label),
             category: "pandalm-app".into(),
             verdict: as_verdict(v),
         };

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use crate::judge::error_detection::{Detection, DetectionPrompt};
 
 use super::Error;
+use crate::bench::own_data;
 
 /// The authors' password for both archives (stated in their README).
 pub const PASSWORD: &[u8] = b"open-realmistake";
@@ -41,7 +42,8 @@ pub struct Item {
     pub id: String,
     pub input: String,
     pub llm_response: String,
-    pub label: Detection,
+    /// The expert label (always in the benchmark; optional in a user's `--items` file).
+    pub label: Option<Detection>,
     pub error_categories: Vec<String>,
     pub human_explanation: String,
     pub metadata: serde_json::Value,
@@ -272,12 +274,55 @@ fn parse_items(text: &str, origin: &Origin, task: &str, model: &str) -> Result<V
             id: metadata_id(origin, n, &raw.metadata)?,
             input: raw.input,
             llm_response: raw.llm_response,
-            label: label(origin, n, "error_label", &raw.error_label)?,
+            label: Some(label(origin, n, "error_label", &raw.error_label)?),
             error_categories: raw.error_categories,
             human_explanation: raw.human_explanation,
             metadata: raw.metadata,
         });
     }
+    Ok(out)
+}
+
+/// The task and response-model names of the items of a user's `--items` file (also
+/// `--subset` names).
+pub const OWN: &str = "own";
+
+/// Loads a user's `--items` file: one `{"id"?, "input", "response", "label"?:
+/// "error"|"no_error"}` per line. Ids default to the line number and must be unique.
+pub fn load_own_items(path: &Path) -> Result<Vec<Item>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse_own_items(&text, path)
+}
+
+/// Parses an `--items` JSONL text (`path` names errors).
+pub fn parse_own_items(text: &str, path: &Path) -> Result<Vec<Item>, Error> {
+    let mut out = Vec::new();
+    let mut lines = Vec::new();
+    for r in own_data::jsonl_records(text, path)? {
+        r.only(&["id", "input", "response", "label"])?;
+        let label = match r.opt_text("label")? {
+            None => None,
+            Some(l) => Some(Detection::from_label(&l).ok_or_else(|| {
+                r.error("label", format!("{l:?} is not \"error\" or \"no_error\""))
+            })?),
+        };
+        lines.push(r.line);
+        out.push(Item {
+            task: OWN.to_string(),
+            response_model: OWN.to_string(),
+            id: r.id()?,
+            input: r.text("input")?,
+            llm_response: r.text("response")?,
+            label,
+            error_categories: Vec::new(),
+            human_explanation: String::new(),
+            metadata: serde_json::Value::Null,
+        });
+    }
+    own_data::unique_ids(
+        path,
+        lines.iter().zip(&out).map(|(l, i)| (*l, i.id.as_str())),
+    )?;
     Ok(out)
 }
 
@@ -402,8 +447,8 @@ mod tests {
         let text = format!("{ITEM}\n\n{}", ITEM.replace("\"error\"", "\"no_error\""));
         let items = parse_items(&text, &origin(), "t", "m").expect("parses");
         assert_eq!(items.len(), 2);
-        assert_eq!(items[0].label, Detection::Error);
-        assert_eq!(items[1].label, Detection::NoError);
+        assert_eq!(items[0].label, Some(Detection::Error));
+        assert_eq!(items[1].label, Some(Detection::NoError));
         assert_eq!(items[0].id, "t_1_m");
     }
 

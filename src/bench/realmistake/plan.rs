@@ -135,7 +135,10 @@ impl DetectionPlan {
                         format!("candidate/{d}"),
                         p.file_stem(),
                     );
-                    pairs.entry(key).or_default().push((item.label, pred));
+                    // An unlabelled item (a user's file) has a prediction but no pair.
+                    if let Some(label) = item.label {
+                        pairs.entry(key).or_default().push((label, pred));
+                    }
                 }
             }
             if self.detectors > 1 {
@@ -146,7 +149,9 @@ impl DetectionPlan {
                     "majority_vote".to_string(),
                 );
                 let vote = score::majority_vote(&all);
-                pairs.entry(key).or_default().push((item.label, Some(vote)));
+                if let Some(label) = item.label {
+                    pairs.entry(key).or_default().push((label, Some(vote)));
+                }
             }
         }
         let cells: Vec<Cell> = pairs
@@ -218,7 +223,7 @@ mod tests {
             id: id.into(),
             input: "Write a problem.".into(),
             llm_response: "A problem.".into(),
-            label,
+            label: Some(label),
             error_categories: vec![],
             human_explanation: String::new(),
             metadata: serde_json::Value::Null,

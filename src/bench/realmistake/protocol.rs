@@ -13,12 +13,12 @@
 
 use serde_json::json;
 
-use super::data::{load_benchmark, Item};
+use super::data::{load_benchmark, load_own_items, Item};
 use super::plan::DetectionPlan;
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
     notes_table, require_file, select, smoke_test_note, take, template_version, Candidates,
-    Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
+    OutputFile, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::engine::{Constraint, LLGUIDANCE_VERSION};
 use crate::judge::error_detection::{detection_grammar, detection_prompt, DetectionPrompt};
@@ -87,8 +87,12 @@ impl Protocol for ReaLMistake {
         "realmistake"
     }
 
+    fn own_data<'a>(&self, opts: &'a ProtocolOptions) -> Option<&'a std::path::Path> {
+        opts.items.as_deref()
+    }
+
     fn options(&self) -> &'static [&'static str] {
-        &["--prompt", "--samples", "--constrain"]
+        &["--items", "--prompt", "--samples", "--constrain"]
     }
 
     fn candidates(&self) -> Candidates {
@@ -112,10 +116,15 @@ impl Protocol for ReaLMistake {
             ));
         }
         let prompts = prompts(&opts.prompts)?;
-        let path = ctx.data.join("realmistake/data.zip");
-        require_file(&path, "ReaLMistake archive")?;
-        let benchmark = load_benchmark(&path)?;
-        let all: Vec<Item> = benchmark.into_values().flatten().collect();
+        let (path, all): (_, Vec<Item>) = match &opts.items {
+            Some(own) => (own.clone(), load_own_items(own)?),
+            None => {
+                let path = ctx.data.join("realmistake/data.zip");
+                require_file(&path, "ReaLMistake archive")?;
+                let benchmark = load_benchmark(&path)?;
+                (path, benchmark.into_values().flatten().collect())
+            }
+        };
         let items = take(
             select(all, &ctx.subsets, |i| {
                 vec![i.task.clone(), i.response_model.clone(), i.id.clone()]
@@ -145,6 +154,7 @@ impl Protocol for ReaLMistake {
                 })
                 .collect(),
             settings: json!({
+                "own_items": opts.items.is_some(),
                 "subsets": ctx.subsets,
                 "limit": ctx.limit,
                 "detectors": plan.detectors,
@@ -177,7 +187,7 @@ impl Protocol for ReaLMistake {
     fn score(
         &self,
         ctx: &RunContext,
-        _opts: &ProtocolOptions,
+        opts: &ProtocolOptions,
         prepared: &Prepared<DetectionPlan>,
         runs: &[(&Item, &Transcript)],
     ) -> Scored {
@@ -186,11 +196,58 @@ impl Protocol for ReaLMistake {
             .map(|(item, done)| ((*item).clone(), (*done).clone()))
             .collect();
         let mut results = prepared.plan.score(&owned, ctx.seed);
-        let mut notes = vec![("comparable with", comparable_with(&prepared.plan))];
+        let comparable = if opts.items.is_some() {
+            let labelled = runs.iter().filter(|(i, _)| i.label.is_some()).count();
+            format!(
+                "nothing published: the user's own items (--items), {labelled} of {} labelled \
+                 (the metrics are over the labelled ones; n/a without labels); per-item \
+                 predictions in predictions.jsonl",
+                runs.len()
+            )
+        } else {
+            comparable_with(&prepared.plan)
+        };
+        let mut notes = vec![("comparable with", comparable)];
         let detectors: Vec<&str> = ctx.candidates.iter().map(String::as_str).collect();
         notes.extend(smoke_test_note(ctx, &detectors));
         results.tables.push(notes_table(&notes));
-        results.into()
+        let mut scored: Scored = results.into();
+        if opts.items.is_some() {
+            scored.outputs.push(predictions(ctx, &prepared.plan, runs));
+        }
+        scored
+    }
+}
+
+/// `predictions.jsonl` of a run on a user's items: one line per item, detector and prompt,
+/// `{"id", "detector", "model", "prompt", "prediction": "error"|"no_error"|null, "label"}`,
+/// items in run order.
+fn predictions(
+    ctx: &RunContext,
+    plan: &DetectionPlan,
+    runs: &[(&Item, &Transcript)],
+) -> OutputFile {
+    let mut bytes = Vec::new();
+    for (item, done) in runs {
+        for (d, model) in ctx.candidates.iter().enumerate().take(plan.detectors) {
+            for &p in &plan.prompts {
+                let line = json!({
+                    "id": item.id,
+                    "detector": format!("candidate/{d}"),
+                    "model": model,
+                    "prompt": p.paper_name(),
+                    "prediction": plan.prediction(done, d, p).map(|v| v.as_str()),
+                    "label": item.label.map(|v| v.as_str()),
+                });
+                bytes.extend_from_slice(line.to_string().as_bytes());
+                bytes.push(b'\n');
+            }
+        }
+    }
+    OutputFile {
+        path: "predictions.jsonl".into(),
+        bytes,
+        note: "per-item predictions".to_string(),
     }
 }
 

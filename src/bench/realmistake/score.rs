@@ -264,8 +264,11 @@ pub fn cell(
             items
                 .iter()
                 .take(file.records.len())
-                .map(|i| i.label)
-                .collect()
+                .map(|i| {
+                    i.label
+                        .ok_or_else(|| mismatch(format!("item {:?} has no label", i.id)))
+                })
+                .collect::<Result<_, _>>()?
         }
     };
     let pairs = gold
