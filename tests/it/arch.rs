@@ -10,6 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::GgmlDType;
+use candle_core::Device;
+
 use candor::model::arch::TensorSource;
 use candor::model::gguf::GgufFile;
 use candor::model::safetensors::Checkpoint;
@@ -346,4 +350,123 @@ fn tokenizer_agreement_with_llama_cpp() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The GGUF metadata llama.cpp's `convert_hf_to_gguf.py` writes for a fixture's
+/// `config.json` (`conversion/{llama,qwen,gemma,phi}.py`), written out by hand per
+/// architecture, so that the two readers are checked against the converter's choices rather
+/// than against each other's code. Mistral is written under Candor's own `mistral` name
+/// with its window (the converter writes it as `llama` without one).
+fn converted_metadata(arch: &str, hf: &serde_json::Value) -> Vec<(String, Value)> {
+    let u = |k: &str| Value::U32(hf[k].as_u64().unwrap_or_else(|| panic!("{arch}: {k}")) as u32);
+    let f = |k: &str| Value::F32(hf[k].as_f64().unwrap_or_else(|| panic!("{arch}: {k}")) as f32);
+    let mut md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (format!("{arch}.block_count"), u("num_hidden_layers")),
+        (
+            format!("{arch}.context_length"),
+            u("max_position_embeddings"),
+        ),
+        (format!("{arch}.embedding_length"), u("hidden_size")),
+        (
+            format!("{arch}.feed_forward_length"),
+            u("intermediate_size"),
+        ),
+        (
+            format!("{arch}.attention.head_count"),
+            u("num_attention_heads"),
+        ),
+        (
+            format!("{arch}.attention.head_count_kv"),
+            u("num_key_value_heads"),
+        ),
+        (format!("{arch}.rope.freq_base"), f("rope_theta")),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            f("rms_norm_eps"),
+        ),
+    ];
+    if hf["head_dim"].is_u64() {
+        md.push((format!("{arch}.attention.key_length"), u("head_dim")));
+        md.push((format!("{arch}.attention.value_length"), u("head_dim")));
+    }
+    match arch {
+        "gemma2" => {
+            md.push((
+                format!("{arch}.attention.sliding_window"),
+                u("sliding_window"),
+            ));
+            md.push((
+                format!("{arch}.attn_logit_softcapping"),
+                f("attn_logit_softcapping"),
+            ));
+            md.push((
+                format!("{arch}.final_logit_softcapping"),
+                f("final_logit_softcapping"),
+            ));
+        }
+        "gemma3" => {
+            md.push((
+                format!("{arch}.attention.sliding_window"),
+                u("sliding_window"),
+            ));
+            md.push((
+                format!("{arch}.rope.freq_base_swa"),
+                f("rope_local_base_freq"),
+            ));
+        }
+        "mistral" => md.push((
+            format!("{arch}.attention.sliding_window"),
+            u("sliding_window"),
+        )),
+        // `sliding_window: null` is written as 0 (phi.py), which llama.cpp reads as none.
+        "phi3" => md.push((format!("{arch}.attention.sliding_window"), Value::U32(0))),
+        _ => {}
+    }
+    md
+}
+
+/// Each architecture's tiny model, read from its `config.json` and from the GGUF metadata the
+/// converter makes of it, resolves to the same configuration field by field, except the two
+/// fields that differ by format by design: the RoPE layout of Llama/Mistral (the converter
+/// permutes q/k rows to rotate adjacent pairs) and Gemma's GELU (llama.cpp's f16 table).
+#[test]
+fn gguf_and_checkpoint_configs_agree_field_by_field() {
+    use candor::model::arch::{Activation, ModelConfig};
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ARCHS {
+        let cfg_path = fixture(arch).join("config.json");
+        let hf: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        let from_hf =
+            ModelConfig::from_hf_config(&cfg_path, &hf).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let vocab = hf["vocab_size"].as_u64().unwrap() as usize;
+        let dim = hf["hidden_size"].as_u64().unwrap() as usize;
+        let embd = candle_core::Tensor::zeros((vocab, dim), candle_core::DType::F32, &Device::Cpu)
+            .unwrap();
+        let embd = candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap();
+        let path = dir.path().join(format!("{arch}.gguf"));
+        crate::util::write_gguf(
+            &path,
+            &converted_metadata(arch, &hf),
+            &[("token_embd.weight".into(), embd)],
+        );
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+        let mut from_gguf =
+            ModelConfig::from_gguf(&content).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let adjacent = matches!(*arch, "llama" | "mistral");
+        assert_eq!(from_gguf.rope_neox, !adjacent, "{arch}");
+        assert!(from_hf.rope_neox, "{arch}");
+        from_gguf.rope_neox = true;
+        if arch.starts_with("gemma") {
+            assert_eq!(from_gguf.activation, Activation::GeluTanhF16, "{arch}");
+            assert_eq!(from_hf.activation, Activation::GeluTanh, "{arch}");
+            from_gguf.activation = Activation::GeluTanh;
+        }
+        assert_eq!(
+            from_gguf, from_hf,
+            "{arch}: GGUF (left) and config.json (right) differ"
+        );
+    }
 }
