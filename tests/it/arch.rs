@@ -14,7 +14,6 @@ use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 
-use candor::model::arch::TensorSource;
 use candor::model::gguf::GgufFile;
 use candor::model::safetensors::Checkpoint;
 use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
@@ -74,9 +73,7 @@ fn fixture(arch: &str) -> PathBuf {
 
 fn load_checkpoint(arch: &str) -> Transformer {
     let mut ck = Checkpoint::open(&fixture(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let config = ck.config().clone();
-    let src: &mut dyn TensorSource = &mut ck;
-    Transformer::from_source(config, src, WeightDType::F32)
+    Transformer::from_checkpoint(&mut ck, WeightDType::F32)
         .unwrap_or_else(|e| panic!("{arch}: {e}"))
 }
 
@@ -469,4 +466,166 @@ fn gguf_and_checkpoint_configs_agree_field_by_field() {
             "{arch}: GGUF (left) and config.json (right) differ"
         );
     }
+}
+
+/// A copy of a fixture checkpoint with its `config.json` edited by `edit` and `extra` tensors
+/// added to its safetensors.
+fn edited_checkpoint(
+    dir: &Path,
+    arch: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    extra: &[&str],
+) -> PathBuf {
+    let src = fixture(arch);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let mut tensors =
+        candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
+    for name in extra {
+        let t = candle_core::Tensor::ones(8, candle_core::DType::F32, &Device::Cpu).unwrap();
+        tensors.insert(name.to_string(), t);
+    }
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+    dir.to_path_buf()
+}
+
+#[test]
+fn checkpoints_refuse_what_the_pass_would_ignore() {
+    let load = |dir: &Path| -> String {
+        match Checkpoint::open(dir) {
+            Err(e) => e.to_string(),
+            Ok(mut ck) => match Transformer::from_checkpoint(&mut ck, WeightDType::F32) {
+                Err(e) => e.to_string(),
+                Ok(_) => "loaded".into(),
+            },
+        }
+    };
+    // The unedited copy loads: what follows is refused for the edit alone.
+    let d = tempfile::tempdir().unwrap();
+    assert_eq!(
+        load(&edited_checkpoint(d.path(), "llama", |_| {}, &[])),
+        "loaded"
+    );
+
+    let d = tempfile::tempdir().unwrap();
+    let ck = edited_checkpoint(
+        d.path(),
+        "llama",
+        |_| {},
+        &["model.layers.1.mlp.extra_norm.weight"],
+    );
+    let err = load(&ck);
+    assert!(
+        err.contains("model.layers.1.mlp.extra_norm.weight")
+            && err.contains(&d.path().display().to_string())
+            && !err.contains('\n'),
+        "{err}"
+    );
+
+    let cases: &[(&str, fn(&mut serde_json::Value), &str)] = &[
+        (
+            "llama",
+            |c| c["tie_word_embeddings"] = false.into(),
+            "loaded",
+        ),
+        (
+            "qwen2",
+            |c| c["tie_word_embeddings"] = false.into(),
+            "lm_head.weight",
+        ),
+        (
+            "llama",
+            |c| c["sliding_window"] = 16.into(),
+            "sliding_window",
+        ),
+        (
+            "llama",
+            |c| c["attn_logit_softcapping"] = 30.0.into(),
+            "attn_logit_softcapping",
+        ),
+        (
+            "qwen2",
+            |c| c["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0}),
+            "llama3",
+        ),
+        (
+            "phi3",
+            |c| c["rope_scaling"] = serde_json::json!({"type": "longrope", "long_factor": [1.0]}),
+            "longrope",
+        ),
+        (
+            "llama",
+            |c| c["quantization_config"] = serde_json::json!({"quant_method": "gptq"}),
+            "quantization_config",
+        ),
+    ];
+    for (arch, edit, want) in cases {
+        let d = tempfile::tempdir().unwrap();
+        let err = load(&edited_checkpoint(d.path(), arch, edit, &[]));
+        assert!(err.contains(want) && !err.contains('\n'), "{arch}: {err}");
+        if *want != "loaded" {
+            assert!(err.contains("config.json"), "{arch}: {err}");
+        }
+    }
+}
+
+#[test]
+fn gguf_keys_that_change_the_arithmetic_are_refused_unless_read() {
+    use candor::model::arch::ModelConfig;
+    let cfg_path = fixture("llama").join("config.json");
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let embd =
+        candle_core::Tensor::zeros((512, 32), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let read = |extra: Vec<(String, Value)>| -> Result<(), String> {
+        let mut md = converted_metadata("llama", &hf);
+        md.extend(extra);
+        let path = dir.path().join("m.gguf");
+        crate::util::write_gguf(
+            &path,
+            &md,
+            &[(
+                "token_embd.weight".into(),
+                candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap(),
+            )],
+        );
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+        ModelConfig::from_gguf(&content)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    read(vec![]).unwrap();
+    // Neutral values and keys that only inform are accepted.
+    read(vec![
+        ("llama.rope.scaling.attn_factor".into(), Value::F32(1.0)),
+        ("llama.expert_count".into(), Value::U32(0)),
+        ("llama.attention.sliding_window".into(), Value::U32(0)),
+        (
+            "llama.rope.scaling.original_context_length".into(),
+            Value::U32(4096),
+        ),
+    ])
+    .unwrap();
+    for (key, value) in [
+        ("llama.rope.scaling.yarn_ext_factor", Value::F32(1.0)),
+        ("llama.attention.layer_norm_epsilon", Value::F32(1e-5)),
+        ("llama.attention.scale", Value::F32(0.5)),
+        ("llama.embedding_scale", Value::F32(12.0)),
+        ("llama.attention.sliding_window", Value::U32(16)),
+        ("llama.final_logit_softcapping", Value::F32(30.0)),
+        ("llama.rope.scaling.attn_factor", Value::F32(1.19)),
+    ] {
+        let err = read(vec![(key.to_string(), value)]).unwrap_err();
+        assert!(err.contains(key) && !err.contains('\n'), "{key}: {err}");
+    }
+    let err = read(vec![(
+        "llama.rope.scaling.type".into(),
+        Value::String("yarn".into()),
+    )])
+    .unwrap_err();
+    assert!(err.contains("yarn"), "{err}");
 }
