@@ -524,7 +524,8 @@ fn checkpoints_refuse_what_the_pass_would_ignore() {
         "{err}"
     );
 
-    let cases: &[(&str, fn(&mut serde_json::Value), &str)] = &[
+    type Edit = fn(&mut serde_json::Value);
+    let cases: &[(&str, Edit, &str)] = &[
         (
             "llama",
             |c| c["tie_word_embeddings"] = false.into(),
