@@ -2,9 +2,12 @@
 //! that the one packed forward pass ([`super::transformer`]) reads: head geometry, RoPE layout and
 //! frequencies, sliding-window layers, norms, activation, scales and soft-caps.
 //!
-//! Two readers fill it: GGUF metadata, with llama.cpp's key names (`<arch>.block_count`,
-//! `<arch>.attention.sliding_window`, `<arch>.final_logit_softcapping`, ...; see llama.cpp's
-//! `llama-arch.cpp` and `models/<arch>.cpp`), and a Hugging Face `config.json`. Weights come
+//! One reader fills it from either GGUF metadata, with llama.cpp's key names and defaults
+//! (`<arch>.block_count`, `<arch>.attention.sliding_window`, ...; see llama.cpp's
+//! `llama-arch.cpp` and `models/<arch>.cpp`), or a Hugging Face `config.json`, with
+//! transformers' names and defaults, driven by one description per architecture
+//! ([`ArchSpec`]). What a file says that changes the arithmetic and is not implemented is
+//! refused, never ignored. Weights come
 //! through the [`TensorSource`] trait under GGUF tensor names, whatever the file format.
 //! This module neither reads tensor data nor runs anything.
 
@@ -514,36 +517,36 @@ impl Fields<'_> {
         }
     }
 
-    fn usize(&self, f: Field) -> Result<Option<usize>> {
+    /// A quantity read with `gguf` (a GGUF value) or `json` (a `config.json` value, `what`
+    /// naming the expected kind in errors); `None` when absent.
+    fn get<T>(
+        &self,
+        f: Field,
+        gguf: fn(&Content, &str) -> Result<T>,
+        json: fn(&Json) -> Option<T>,
+        what: &str,
+    ) -> Result<Option<T>> {
         match self {
             Fields::Gguf { content, .. } if self.present(f) => {
-                md_usize(content, &self.key(f)).map(Some)
+                gguf(content, &self.key(f)).map(Some)
             }
             Fields::Gguf { .. } => Ok(None),
             Fields::Hf { .. } => match self.json(f.names().1) {
                 None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(|x| Some(x as usize))
-                    .ok_or_else(|| self.err(f, format!("expected an unsigned integer, found {v}"))),
+                Some(v) => json(v)
+                    .map(Some)
+                    .ok_or_else(|| self.err(f, format!("expected {what}, found {v}"))),
             },
         }
     }
 
+    fn usize(&self, f: Field) -> Result<Option<usize>> {
+        let json = |v: &Json| v.as_u64().map(|x| x as usize);
+        self.get(f, md_usize, json, "an unsigned integer")
+    }
+
     fn f32(&self, f: Field) -> Result<Option<f32>> {
-        match self {
-            Fields::Gguf { content, .. } if self.present(f) => {
-                md_f32(content, &self.key(f)).map(Some)
-            }
-            Fields::Gguf { .. } => Ok(None),
-            Fields::Hf { .. } => match self.json(f.names().1) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .map(|x| Some(x as f32))
-                    .ok_or_else(|| self.err(f, format!("expected a number, found {v}"))),
-            },
-        }
+        self.get(f, md_f32, |v| v.as_f64().map(|x| x as f32), "a number")
     }
 
     fn need(&self, f: Field) -> Result<usize> {
