@@ -136,8 +136,7 @@ impl Engine {
             None => Vec::new(),
         };
         let mut ck = Checkpoint::open(dir)?;
-        let config = ck.config().clone();
-        let model = Transformer::from_source(config, &mut ck, options.dtype)?;
+        let model = Transformer::from_checkpoint(&mut ck, options.dtype)?;
         Engine::build(model, dir, tokenizer, template, &eos, options)
     }
 

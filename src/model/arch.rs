@@ -2,9 +2,12 @@
 //! that the one packed forward pass ([`super::transformer`]) reads: head geometry, RoPE layout and
 //! frequencies, sliding-window layers, norms, activation, scales and soft-caps.
 //!
-//! Two readers fill it: GGUF metadata, with llama.cpp's key names (`<arch>.block_count`,
-//! `<arch>.attention.sliding_window`, `<arch>.final_logit_softcapping`, ...; see llama.cpp's
-//! `llama-arch.cpp` and `models/<arch>.cpp`), and a Hugging Face `config.json`. Weights come
+//! One reader fills it from either GGUF metadata, with llama.cpp's key names and defaults
+//! (`<arch>.block_count`, `<arch>.attention.sliding_window`, ...; see llama.cpp's
+//! `llama-arch.cpp` and `models/<arch>.cpp`), or a Hugging Face `config.json`, with
+//! transformers' names and defaults, driven by one description per architecture
+//! ([`ArchSpec`]). What a file says that changes the arithmetic and is not implemented is
+//! refused, never ignored. Weights come
 //! through the [`TensorSource`] trait under GGUF tensor names, whatever the file format.
 //! This module neither reads tensor data nor runs anything.
 
@@ -39,48 +42,30 @@ pub enum Arch {
 impl Arch {
     /// From a GGUF `general.architecture` value.
     pub fn from_gguf_name(name: &str) -> Result<Arch> {
-        Ok(match name {
-            "llama" => Arch::Llama,
-            "mistral" => Arch::Mistral,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma2" => Arch::Gemma2,
-            "gemma3" => Arch::Gemma3,
-            "phi3" => Arch::Phi3,
-            other => return Err(ModelError::UnsupportedArchitecture(other.to_string())),
-        })
+        ARCH_SPECS
+            .iter()
+            .find(|s| s.gguf_name == name)
+            .map(|s| s.arch)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(name.to_string()))
     }
 
     /// From a Hugging Face `config.json` `model_type`.
     pub fn from_hf_model_type(name: &str) -> Result<Arch> {
-        Ok(match name {
-            "llama" => Arch::Llama,
-            "mistral" => Arch::Mistral,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma2" => Arch::Gemma2,
-            "gemma3_text" | "gemma3" => Arch::Gemma3,
-            "phi3" => Arch::Phi3,
-            other => return Err(ModelError::UnsupportedArchitecture(other.to_string())),
-        })
+        ARCH_SPECS
+            .iter()
+            .find(|s| s.hf_model_types.contains(&name))
+            .map(|s| s.arch)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(name.to_string()))
     }
 
     pub fn gguf_name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Mistral => "mistral",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Gemma2 => "gemma2",
-            Arch::Gemma3 => "gemma3",
-            Arch::Phi3 => "phi3",
-        }
+        ArchSpec::of(self).gguf_name
     }
 
     /// Gemma 2 or 3: the family with post-attention and post-FFN norms, a scaled embedding
     /// and its own attention scale.
     pub fn is_gemma(self) -> bool {
-        matches!(self, Arch::Gemma2 | Arch::Gemma3)
+        ArchSpec::of(self).gemma
     }
 
     /// Whether a checkpoint stores RMS-norm weights as `w` to be used as `1 + w` (Gemma's;
@@ -173,329 +158,30 @@ impl ModelConfig {
     /// Reads the configuration from a GGUF header; `vocab_size` comes from `token_embd`.
     pub fn from_gguf(content: &Content) -> Result<ModelConfig> {
         let name = md_string(content, "general.architecture")?;
-        let arch = Arch::from_gguf_name(&name)?;
-        let key = |k: &str| format!("{name}.{k}");
-        let has = |k: &str| content.metadata.contains_key(&key(k));
-        let opt_usize = |k: &str| -> Result<Option<usize>> {
-            if has(k) {
-                md_usize(content, &key(k)).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let opt_f32 = |k: &str| -> Result<Option<f32>> {
-            if has(k) {
-                md_f32(content, &key(k)).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let n_layer = md_usize(content, &key("block_count"))?;
-        let dim = md_usize(content, &key("embedding_length"))?;
-        let ffn_dim = md_usize(content, &key("feed_forward_length"))?;
-        let n_head = md_usize(content, &key("attention.head_count"))?;
-        let n_kv_head = opt_usize("attention.head_count_kv")?.unwrap_or(n_head);
-        let rms_eps = md_f32(content, &key("attention.layer_norm_rms_epsilon"))?;
-        let rope_base = opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        let context_len = md_usize(content, &key("context_length"))?;
-        let bad = |k: &str, msg: String| ModelError::Metadata { key: key(k), msg };
-        // Before anything is sized by it: a corrupt count must not allocate per layer.
-        check_layer_count(n_layer).map_err(|msg| bad("block_count", msg))?;
-        if n_head == 0 {
-            return Err(bad("attention.head_count", "zero heads".into()));
-        }
-        let head_dim = match opt_usize("attention.key_length")? {
-            Some(h) => h,
-            None if dim.is_multiple_of(n_head) => dim / n_head,
-            None => {
-                return Err(bad(
-                    "attention.head_count",
-                    format!("{n_head} heads do not divide embedding length {dim}"),
-                ))
-            }
-        };
-        if let Some(v) = opt_usize("attention.value_length")? {
-            if v != head_dim {
-                return Err(bad(
-                    "attention.value_length",
-                    format!("{v} differs from the key length {head_dim}"),
-                ));
-            }
-        }
-        let rope_dim = opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
-        let rope_scale = match content.metadata.get(&key("rope.scaling.type")) {
-            None => 1.0,
-            Some(_) => match md_string(content, &key("rope.scaling.type"))?.as_str() {
-                "none" => 1.0,
-                "linear" => opt_f32("rope.scaling.factor")?.unwrap_or(1.0),
-                other => {
-                    return Err(bad(
-                        "rope.scaling.type",
-                        format!("`{other}` is not supported (supported: none, linear)"),
-                    ))
-                }
+        let spec = ArchSpec::of(Arch::from_gguf_name(&name)?);
+        check_gguf_keys(spec, content)?;
+        resolve(
+            spec,
+            &Fields::Gguf {
+                content,
+                prefix: &name,
             },
-        };
-        // Keys that change the arithmetic in ways the pass does not implement: refused, never
-        // ignored (Phi-3-128k and Phi-3.5 scale attention with `rope.scaling.attn_factor`
-        // beside their long-context RoPE factors; mixture-of-experts models route tokens).
-        if let Some(f) = opt_f32("rope.scaling.attn_factor")?.filter(|&f| f != 1.0) {
-            return Err(bad(
-                "rope.scaling.attn_factor",
-                format!("{f}: scaled attention (long-context RoPE) is not supported"),
-            ));
-        }
-        if let Some(n) = opt_usize("expert_count")?.filter(|&n| n > 0) {
-            return Err(bad(
-                "expert_count",
-                format!("{n} experts: mixture-of-experts models are not supported"),
-            ));
-        }
-        let vocab_size = match content.tensor_infos.get("token_embd.weight") {
-            Some(info) => info.shape.dims()[0],
-            None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
-        };
-        let mut sliding_window = opt_usize("attention.sliding_window")?.filter(|&w| w > 0);
-        let swa_pattern = opt_usize("attention.sliding_window_pattern")?;
-        let swa_layers: Vec<bool> = match arch {
-            // llama.cpp's default patterns: every other layer (Gemma 2), five of six (Gemma 3).
-            Arch::Gemma2 => {
-                sliding_window.get_or_insert(4096);
-                pattern_layers(n_layer, swa_pattern.unwrap_or(2))
-            }
-            Arch::Gemma3 => pattern_layers(n_layer, swa_pattern.unwrap_or(6)),
-            // llama.cpp disables Phi-3's sliding window.
-            Arch::Phi3 => {
-                sliding_window = None;
-                vec![false; n_layer]
-            }
-            _ => vec![true; n_layer],
-        };
-        let gemma = arch.is_gemma();
-        // llama.cpp (after gemma_pytorch): the 27B models scale by dim / heads.
-        let is_27b =
-            (arch == Arch::Gemma2 && n_layer == 46) || (arch == Arch::Gemma3 && n_layer == 62);
-        let attn_scale = if is_27b {
-            1.0 / ((dim / n_head) as f32).sqrt()
-        } else {
-            1.0 / (head_dim as f32).sqrt()
-        };
-        let config = ModelConfig {
-            architecture: name.clone(),
-            arch,
-            n_layer,
-            dim,
-            ffn_dim,
-            n_head,
-            n_kv_head,
-            head_dim,
-            rope_dim,
-            rope_neox: !matches!(arch, Arch::Llama | Arch::Mistral),
-            rope_base,
-            rope_base_swa: match arch {
-                Arch::Gemma3 => opt_f32("rope.freq_base_swa")?.unwrap_or(10_000.0),
-                _ => opt_f32("rope.freq_base_swa")?.unwrap_or(rope_base),
-            },
-            rope_scale,
-            rope_scale_swa: if arch == Arch::Gemma3 {
-                1.0
-            } else {
-                rope_scale
-            },
-            rms_eps,
-            context_len,
-            vocab_size,
-            embed_scale: gemma.then(|| (dim as f32).sqrt()),
-            activation: if gemma {
-                Activation::GeluTanhF16
-            } else {
-                Activation::Silu
-            },
-            attn_scale,
-            attn_softcap: match arch {
-                Arch::Gemma2 => opt_f32("attn_logit_softcapping")?.filter(|&c| c > 0.0),
-                _ => None,
-            },
-            final_softcap: opt_f32("final_logit_softcapping")?.filter(|&c| c > 0.0),
-            sliding_window,
-            swa_layers,
-        };
-        config.check().map_err(|(k, msg)| bad(k, msg))?;
-        Ok(config)
+        )
     }
 
     /// Reads the configuration from a Hugging Face `config.json` (already parsed); `path`
     /// names the file in errors.
     pub fn from_hf_config(path: &Path, json: &Json) -> Result<ModelConfig> {
-        let err = |key: &str, msg: String| ModelError::Config {
-            path: path.to_path_buf(),
-            key: key.to_string(),
-            msg,
-        };
         // Gemma 3 multimodal checkpoints nest the language model's config.
         let json = json.get("text_config").unwrap_or(json);
+        let fields = Fields::Hf { path, json };
         let model_type = json
             .get("model_type")
             .and_then(Json::as_str)
-            .ok_or_else(|| err("model_type", "missing".into()))?;
-        let arch = Arch::from_hf_model_type(model_type)?;
-        let get = |k: &str| json.get(k).filter(|v| !v.is_null());
-        let usize_of = |k: &str| -> Result<Option<usize>> {
-            match get(k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(|x| Some(x as usize))
-                    .ok_or_else(|| err(k, format!("expected an unsigned integer, found {v}"))),
-            }
-        };
-        let f32_of = |k: &str| -> Result<Option<f32>> {
-            match get(k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .map(|x| Some(x as f32))
-                    .ok_or_else(|| err(k, format!("expected a number, found {v}"))),
-            }
-        };
-        let need =
-            |k: &str| -> Result<usize> { usize_of(k)?.ok_or_else(|| err(k, "missing".into())) };
-        let n_layer = need("num_hidden_layers")?;
-        check_layer_count(n_layer).map_err(|msg| err("num_hidden_layers", msg))?;
-        let dim = need("hidden_size")?;
-        let ffn_dim = need("intermediate_size")?;
-        let n_head = need("num_attention_heads")?;
-        let n_kv_head = usize_of("num_key_value_heads")?.unwrap_or(n_head);
-        let vocab_size = need("vocab_size")?;
-        if n_head == 0 {
-            return Err(err("num_attention_heads", "zero heads".into()));
-        }
-        let head_dim = match usize_of("head_dim")? {
-            Some(h) => h,
-            None if dim.is_multiple_of(n_head) => dim / n_head,
-            None => {
-                return Err(err(
-                    "num_attention_heads",
-                    format!("{n_head} heads do not divide hidden_size {dim}"),
-                ))
-            }
-        };
-        let rope_dim = match f32_of("partial_rotary_factor")? {
-            Some(f) => ((head_dim as f32 * f) as usize) & !1,
-            None => head_dim,
-        };
-        let rms_eps = f32_of("rms_norm_eps")?.unwrap_or(1e-6);
-        let rope_base = f32_of("rope_theta")?.unwrap_or(10_000.0);
-        let context_len = usize_of("max_position_embeddings")?.unwrap_or(4096);
-        let mut rope_scale = 1.0;
-        if let Some(rs) = get("rope_scaling") {
-            let ty = rs
-                .get("rope_type")
-                .or_else(|| rs.get("type"))
-                .and_then(Json::as_str)
-                .unwrap_or("default");
-            match ty {
-                "default" => {}
-                // The Llama 3 factors become per-pair frequency factors (see `rope_factors`).
-                "llama3" => {}
-                "linear" => {
-                    rope_scale = rs.get("factor").and_then(Json::as_f64).unwrap_or(1.0) as f32
-                }
-                other => {
-                    return Err(err(
-                        "rope_scaling",
-                        format!(
-                            "type `{other}` is not supported (supported: default, linear, llama3)"
-                        ),
-                    ))
-                }
-            }
-        }
-        let use_swa = match arch {
-            Arch::Qwen2 | Arch::Qwen3 => get("use_sliding_window")
-                .and_then(Json::as_bool)
-                .unwrap_or(false),
-            // As llama.cpp: Phi-3's sliding window is not applied.
-            Arch::Phi3 | Arch::Llama => false,
-            _ => true,
-        };
-        let sliding_window = usize_of("sliding_window")?.filter(|&w| w > 0 && use_swa);
-        let swa_layers = match get("layer_types").and_then(Json::as_array) {
-            Some(types) => {
-                if types.len() != n_layer {
-                    return Err(err(
-                        "layer_types",
-                        format!("{} entries for {n_layer} layers", types.len()),
-                    ));
-                }
-                types
-                    .iter()
-                    .map(|t| t.as_str() == Some("sliding_attention"))
-                    .collect()
-            }
-            None => match arch {
-                Arch::Gemma2 => pattern_layers(n_layer, 2),
-                Arch::Gemma3 => {
-                    pattern_layers(n_layer, usize_of("sliding_window_pattern")?.unwrap_or(6))
-                }
-                _ => vec![true; n_layer],
-            },
-        };
-        let gemma = arch.is_gemma();
-        let attn_scale = match f32_of("query_pre_attn_scalar")? {
-            Some(s) if gemma => 1.0 / s.sqrt(),
-            _ => 1.0 / (head_dim as f32).sqrt(),
-        };
-        let act = get("hidden_activation")
-            .or_else(|| get("hidden_act"))
-            .and_then(Json::as_str)
-            .unwrap_or("silu");
-        let activation = match act {
-            "silu" | "swish" => Activation::Silu,
-            "gelu_pytorch_tanh" | "gelu_tanh" => Activation::GeluTanh,
-            other => {
-                return Err(err(
-                    "hidden_act",
-                    format!("`{other}` is not supported (supported: silu, gelu_pytorch_tanh)"),
-                ))
-            }
-        };
-        let config = ModelConfig {
-            architecture: arch.gguf_name().to_string(),
-            arch,
-            n_layer,
-            dim,
-            ffn_dim,
-            n_head,
-            n_kv_head,
-            head_dim,
-            rope_dim,
-            // Hugging Face checkpoints keep q/k unpermuted: rotate halves.
-            rope_neox: true,
-            rope_base,
-            rope_base_swa: match arch {
-                Arch::Gemma3 => f32_of("rope_local_base_freq")?.unwrap_or(10_000.0),
-                _ => rope_base,
-            },
-            rope_scale,
-            rope_scale_swa: if arch == Arch::Gemma3 {
-                1.0
-            } else {
-                rope_scale
-            },
-            rms_eps,
-            context_len,
-            vocab_size,
-            embed_scale: gemma.then(|| (dim as f32).sqrt()),
-            activation,
-            attn_scale,
-            attn_softcap: f32_of("attn_logit_softcapping")?.filter(|&c| c > 0.0),
-            final_softcap: f32_of("final_logit_softcapping")?.filter(|&c| c > 0.0),
-            sliding_window,
-            swa_layers,
-        };
-        config.check().map_err(|(k, msg)| err(k, msg))?;
-        Ok(config)
+            .ok_or_else(|| fields.err_key("model_type", "missing".into()))?;
+        let spec = ArchSpec::of(Arch::from_hf_model_type(model_type)?);
+        check_hf_keys(spec, &fields)?;
+        resolve(spec, &fields)
     }
 
     /// Consistency checks shared by both readers: `(key, message)` on failure.
@@ -539,6 +225,846 @@ impl ModelConfig {
             factors: factors.map(|f| f[..self.rope_dim / 2].to_vec()),
         }
     }
+}
+
+/// How an architecture's layers use a sliding window, in both formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swa {
+    /// Never (Llama): neither llama.cpp nor transformers applies one, so a window in the file
+    /// (`> 0`) is refused.
+    Never,
+    /// Phi-3: a window in the file is accepted and not applied, as llama.cpp does (its
+    /// converter writes Phi-3's `sliding_window`, its loader disables it).
+    Disabled,
+    /// Every layer slides when a window is set (Mistral).
+    All,
+    /// Gemma: `layer_types`, else `sliding_window_pattern`, else this pattern (llama.cpp's
+    /// `set_swa_pattern`: the last layer of each group of `n` is full).
+    Pattern(usize),
+    /// Qwen 2/3: a GGUF has none (llama.cpp reads none, so `> 0` is refused); a `config.json`
+    /// slides when `use_sliding_window`, on `layer_types`' sliding layers, else on the layers
+    /// from `max_window_layers` (default 28) on, as transformers.
+    Qwen,
+}
+
+/// Whether one format's reader takes a soft-cap key, and its value when the key is absent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Cap {
+    /// Not read for this architecture: a positive value in the file is refused.
+    NotRead,
+    /// Read; the default when absent (`None`: no cap).
+    Read(Option<f32>),
+}
+
+/// Everything that differs between the architectures' readers, in one place: both the GGUF
+/// reader (defaults as llama.cpp's loader) and the `config.json` reader (defaults as
+/// transformers' config classes) are driven by it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArchSpec {
+    pub arch: Arch,
+    /// `general.architecture` and the GGUF key prefix.
+    pub gguf_name: &'static str,
+    /// `config.json` `model_type` values.
+    pub hf_model_types: &'static [&'static str],
+    /// `rms_norm_eps` when `config.json` omits it (a GGUF must carry its epsilon: llama.cpp
+    /// requires the key).
+    pub hf_rms_eps: f32,
+    /// `max_position_embeddings` when omitted (a GGUF must carry `context_length`).
+    pub hf_context_len: usize,
+    /// `rope_theta` when omitted (GGUF: 10000 for every architecture, as llama.cpp).
+    pub hf_rope_base: f32,
+    /// RoPE base of sliding-window layers when the file gives none: `Some(b)`, or `None` for the
+    /// full layers' base. `reads_rope_base_swa` says whether the file's key is read at all.
+    pub rope_base_swa: Option<f32>,
+    pub reads_rope_base_swa: bool,
+    /// Whether sliding-window layers share the linear RoPE scaling (Gemma 3: only global
+    /// layers are scaled).
+    pub swa_rope_scaled: bool,
+    pub swa: Swa,
+    /// The window when the file gives none: GGUF (llama.cpp), `config.json` (transformers).
+    pub default_window: (Option<usize>, Option<usize>),
+    /// Attention-score soft-cap: GGUF, `config.json`.
+    pub attn_softcap: (Cap, Cap),
+    /// Final-logit soft-cap: GGUF, `config.json`.
+    pub final_softcap: (Cap, Cap),
+    /// GGUF q/k rows are permuted by llama.cpp's converter to rotate adjacent pairs (Llama,
+    /// Mistral); every other case rotates halves.
+    pub gguf_rope_adjacent: bool,
+    /// Gemma: `sqrt(dim)` embedding scale, GELU, `query_pre_attn_scalar`, `1 + w` norms.
+    pub gemma: bool,
+    /// llama.cpp's layer count of the 27B model, whose GGUF attention scale is
+    /// `1/sqrt(dim / heads)` (after gemma_pytorch).
+    pub gguf_27b_layers: Option<usize>,
+    /// `query_pre_attn_scalar` when omitted (transformers' Gemma default, 256).
+    pub hf_query_pre_attn_scalar: Option<f32>,
+    /// `config.json` `rope_scaling` of type `llama3` (frequency factors) is implemented.
+    pub llama3_rope: bool,
+    /// `tie_word_embeddings` when omitted (transformers).
+    pub hf_tie_default: bool,
+}
+
+const BASE: ArchSpec = ArchSpec {
+    arch: Arch::Llama,
+    gguf_name: "llama",
+    hf_model_types: &["llama"],
+    hf_rms_eps: 1e-6,
+    hf_context_len: 2048,
+    hf_rope_base: 10_000.0,
+    rope_base_swa: None,
+    reads_rope_base_swa: false,
+    swa_rope_scaled: true,
+    swa: Swa::Never,
+    default_window: (None, None),
+    attn_softcap: (Cap::NotRead, Cap::NotRead),
+    final_softcap: (Cap::NotRead, Cap::NotRead),
+    gguf_rope_adjacent: true,
+    gemma: false,
+    gguf_27b_layers: None,
+    hf_query_pre_attn_scalar: None,
+    llama3_rope: true,
+    hf_tie_default: false,
+};
+
+/// One description per supported architecture.
+pub const ARCH_SPECS: &[ArchSpec] = &[
+    BASE,
+    ArchSpec {
+        arch: Arch::Mistral,
+        gguf_name: "mistral",
+        hf_model_types: &["mistral"],
+        hf_context_len: 4096 * 32,
+        swa: Swa::All,
+        default_window: (None, Some(4096)),
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Qwen2,
+        gguf_name: "qwen2",
+        hf_model_types: &["qwen2"],
+        hf_context_len: 32768,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Qwen3,
+        gguf_name: "qwen3",
+        hf_model_types: &["qwen3"],
+        hf_context_len: 32768,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Gemma2,
+        gguf_name: "gemma2",
+        hf_model_types: &["gemma2"],
+        hf_context_len: 8192,
+        reads_rope_base_swa: true,
+        swa: Swa::Pattern(2),
+        default_window: (Some(4096), Some(4096)),
+        attn_softcap: (Cap::Read(Some(50.0)), Cap::Read(Some(50.0))),
+        final_softcap: (Cap::Read(Some(30.0)), Cap::Read(Some(30.0))),
+        gguf_rope_adjacent: false,
+        gemma: true,
+        gguf_27b_layers: Some(46),
+        hf_query_pre_attn_scalar: Some(256.0),
+        llama3_rope: false,
+        hf_tie_default: true,
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Gemma3,
+        gguf_name: "gemma3",
+        hf_model_types: &["gemma3_text", "gemma3"],
+        hf_context_len: 131072,
+        hf_rope_base: 1_000_000.0,
+        rope_base_swa: Some(10_000.0),
+        reads_rope_base_swa: true,
+        swa_rope_scaled: false,
+        swa: Swa::Pattern(6),
+        default_window: (None, Some(4096)),
+        attn_softcap: (Cap::NotRead, Cap::Read(None)),
+        final_softcap: (Cap::Read(None), Cap::Read(None)),
+        gguf_rope_adjacent: false,
+        gemma: true,
+        gguf_27b_layers: Some(62),
+        hf_query_pre_attn_scalar: Some(256.0),
+        llama3_rope: false,
+        hf_tie_default: true,
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Phi3,
+        gguf_name: "phi3",
+        hf_model_types: &["phi3"],
+        hf_rms_eps: 1e-5,
+        hf_context_len: 4096,
+        swa: Swa::Disabled,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        ..BASE
+    },
+];
+
+impl ArchSpec {
+    pub fn of(arch: Arch) -> &'static ArchSpec {
+        ARCH_SPECS
+            .iter()
+            .find(|s| s.arch == arch)
+            .expect("every architecture has a description")
+    }
+}
+
+/// A configuration quantity, named by each format in its own way.
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    Layers,
+    Dim,
+    Ffn,
+    Heads,
+    KvHeads,
+    HeadDim,
+    Eps,
+    RopeBase,
+    RopeBaseSwa,
+    Context,
+    Window,
+    SwaPattern,
+    AttnCap,
+    FinalCap,
+}
+
+impl Field {
+    /// (GGUF key after the architecture prefix, `config.json` key).
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Field::Layers => ("block_count", "num_hidden_layers"),
+            Field::Dim => ("embedding_length", "hidden_size"),
+            Field::Ffn => ("feed_forward_length", "intermediate_size"),
+            Field::Heads => ("attention.head_count", "num_attention_heads"),
+            Field::KvHeads => ("attention.head_count_kv", "num_key_value_heads"),
+            Field::HeadDim => ("attention.key_length", "head_dim"),
+            Field::Eps => ("attention.layer_norm_rms_epsilon", "rms_norm_eps"),
+            Field::RopeBase => ("rope.freq_base", "rope_theta"),
+            Field::RopeBaseSwa => ("rope.freq_base_swa", "rope_local_base_freq"),
+            Field::Context => ("context_length", "max_position_embeddings"),
+            Field::Window => ("attention.sliding_window", "sliding_window"),
+            Field::SwaPattern => ("attention.sliding_window_pattern", "sliding_window_pattern"),
+            Field::AttnCap => ("attn_logit_softcapping", "attn_logit_softcapping"),
+            Field::FinalCap => ("final_logit_softcapping", "final_logit_softcapping"),
+        }
+    }
+}
+
+/// The file a configuration is read from.
+enum Fields<'a> {
+    Gguf {
+        content: &'a Content,
+        prefix: &'a str,
+    },
+    Hf {
+        path: &'a Path,
+        json: &'a Json,
+    },
+}
+
+impl Fields<'_> {
+    fn gguf(&self) -> bool {
+        matches!(self, Fields::Gguf { .. })
+    }
+
+    fn key(&self, f: Field) -> String {
+        match self {
+            Fields::Gguf { prefix, .. } => format!("{prefix}.{}", f.names().0),
+            Fields::Hf { .. } => f.names().1.to_string(),
+        }
+    }
+
+    fn err_key(&self, key: &str, msg: String) -> ModelError {
+        match self {
+            Fields::Gguf { .. } => ModelError::Metadata {
+                key: key.to_string(),
+                msg,
+            },
+            Fields::Hf { path, .. } => ModelError::Config {
+                path: path.to_path_buf(),
+                key: key.to_string(),
+                msg,
+            },
+        }
+    }
+
+    fn err(&self, f: Field, msg: String) -> ModelError {
+        self.err_key(&self.key(f), msg)
+    }
+
+    /// The `config.json` value of `key`, `null` counting as absent.
+    fn json(&self, key: &str) -> Option<&Json> {
+        match self {
+            Fields::Hf { json, .. } => json.get(key).filter(|v| !v.is_null()),
+            Fields::Gguf { .. } => None,
+        }
+    }
+
+    /// Whether the file names the quantity at all (in `config.json`, even as `null`).
+    fn present(&self, f: Field) -> bool {
+        match self {
+            Fields::Gguf { content, .. } => content.metadata.contains_key(&self.key(f)),
+            Fields::Hf { json, .. } => json.get(f.names().1).is_some(),
+        }
+    }
+
+    /// A quantity read with `gguf` (a GGUF value) or `json` (a `config.json` value, `what`
+    /// naming the expected kind in errors); `None` when absent.
+    fn get<T>(
+        &self,
+        f: Field,
+        gguf: fn(&Content, &str) -> Result<T>,
+        json: fn(&Json) -> Option<T>,
+        what: &str,
+    ) -> Result<Option<T>> {
+        match self {
+            Fields::Gguf { content, .. } if self.present(f) => {
+                gguf(content, &self.key(f)).map(Some)
+            }
+            Fields::Gguf { .. } => Ok(None),
+            Fields::Hf { .. } => match self.json(f.names().1) {
+                None => Ok(None),
+                Some(v) => json(v)
+                    .map(Some)
+                    .ok_or_else(|| self.err(f, format!("expected {what}, found {v}"))),
+            },
+        }
+    }
+
+    fn usize(&self, f: Field) -> Result<Option<usize>> {
+        let json = |v: &Json| v.as_u64().map(|x| x as usize);
+        self.get(f, md_usize, json, "an unsigned integer")
+    }
+
+    fn f32(&self, f: Field) -> Result<Option<f32>> {
+        self.get(f, md_f32, |v| v.as_f64().map(|x| x as f32), "a number")
+    }
+
+    fn need(&self, f: Field) -> Result<usize> {
+        self.usize(f)?.ok_or_else(|| self.err(f, "missing".into()))
+    }
+
+    /// A soft-cap as `cap` reads it: the file's value (`0` or `config.json` `null`: none), else
+    /// the default; a positive value where the reader takes none is refused.
+    fn cap(&self, f: Field, cap: Cap, arch: Arch) -> Result<Option<f32>> {
+        let present = self.present(f);
+        let value = self.f32(f)?;
+        match cap {
+            // `0` (GGUF) or `null` (config.json) switches the cap off.
+            Cap::Read(_) if present => Ok(value.filter(|&c| c > 0.0)),
+            Cap::Read(default) => Ok(default),
+            Cap::NotRead => match value.filter(|&c| c > 0.0) {
+                Some(c) => Err(self.err(
+                    f,
+                    format!(
+                        "{c}: Candor's {} forward pass applies no such soft-cap",
+                        arch.gguf_name()
+                    ),
+                )),
+                None => Ok(None),
+            },
+        }
+    }
+}
+
+/// The one reader: `spec` says what the architecture reads and assumes, `f` is the file.
+fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
+    let arch = spec.arch;
+    let gguf = f.gguf();
+    let n_layer = f.need(Field::Layers)?;
+    // Before anything is sized by it: a corrupt count must not allocate per layer.
+    check_layer_count(n_layer).map_err(|msg| f.err(Field::Layers, msg))?;
+    let dim = f.need(Field::Dim)?;
+    let ffn_dim = f.need(Field::Ffn)?;
+    let n_head = f.need(Field::Heads)?;
+    let n_kv_head = f.usize(Field::KvHeads)?.unwrap_or(n_head);
+    if n_head == 0 {
+        return Err(f.err(Field::Heads, "zero heads".into()));
+    }
+    let head_dim = match f.usize(Field::HeadDim)? {
+        Some(h) => h,
+        None if dim.is_multiple_of(n_head) => dim / n_head,
+        None => {
+            return Err(f.err(
+                Field::Heads,
+                format!("{n_head} heads do not divide the embedding length {dim}"),
+            ))
+        }
+    };
+    let rms_eps = match f.f32(Field::Eps)? {
+        Some(e) => e,
+        // llama.cpp requires the key.
+        None if gguf => return Err(f.err(Field::Eps, "missing".into())),
+        None => spec.hf_rms_eps,
+    };
+    let context_len = match f.usize(Field::Context)? {
+        Some(c) => c,
+        None if gguf => return Err(f.err(Field::Context, "missing".into())),
+        None => spec.hf_context_len,
+    };
+    let rope_base =
+        f.f32(Field::RopeBase)?
+            .unwrap_or(if gguf { 10_000.0 } else { spec.hf_rope_base });
+    let rope_base_swa = match f.f32(Field::RopeBaseSwa)? {
+        Some(b) if spec.reads_rope_base_swa => b,
+        Some(b) if b != rope_base => {
+            return Err(f.err(
+                Field::RopeBaseSwa,
+                format!(
+                    "{b}: Candor's {} forward pass has no separate sliding-window RoPE base",
+                    arch.gguf_name()
+                ),
+            ))
+        }
+        _ => spec.rope_base_swa.unwrap_or(rope_base),
+    };
+    let (rope_dim, rope_scale, vocab_size, activation, attn_scale) = match f {
+        Fields::Gguf { content, .. } => {
+            let (rope_dim, rope_scale) = gguf_rope(f, content, head_dim)?;
+            let vocab_size = match content.tensor_infos.get("token_embd.weight") {
+                Some(info) => info.shape.dims()[0],
+                None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
+            };
+            let activation = if spec.gemma {
+                Activation::GeluTanhF16
+            } else {
+                Activation::Silu
+            };
+            let attn_scale = if spec.gguf_27b_layers == Some(n_layer) {
+                1.0 / ((dim / n_head) as f32).sqrt()
+            } else {
+                1.0 / (head_dim as f32).sqrt()
+            };
+            (rope_dim, rope_scale, vocab_size, activation, attn_scale)
+        }
+        Fields::Hf { .. } => {
+            let rope_dim = match f.json("partial_rotary_factor").and_then(Json::as_f64) {
+                Some(p) => ((head_dim as f32 * p as f32) as usize) & !1,
+                None => head_dim,
+            };
+            let vocab_size = f
+                .json("vocab_size")
+                .and_then(Json::as_u64)
+                .ok_or_else(|| f.err_key("vocab_size", "missing".into()))?
+                as usize;
+            let act = f
+                .json("hidden_activation")
+                .or_else(|| f.json("hidden_act"))
+                .and_then(Json::as_str)
+                .unwrap_or(if spec.gemma {
+                    "gelu_pytorch_tanh"
+                } else {
+                    "silu"
+                });
+            let activation = match act {
+                "silu" | "swish" => Activation::Silu,
+                "gelu_pytorch_tanh" | "gelu_tanh" => Activation::GeluTanh,
+                other => {
+                    return Err(f.err_key(
+                        "hidden_act",
+                        format!("`{other}` is not supported (supported: silu, gelu_pytorch_tanh)"),
+                    ))
+                }
+            };
+            let qpas = match f.json("query_pre_attn_scalar") {
+                Some(v) if spec.gemma => Some(v.as_f64().ok_or_else(|| {
+                    f.err_key(
+                        "query_pre_attn_scalar",
+                        format!("expected a number, found {v}"),
+                    )
+                })? as f32),
+                _ => spec.hf_query_pre_attn_scalar,
+            };
+            let attn_scale = 1.0 / qpas.unwrap_or(head_dim as f32).sqrt();
+            (
+                rope_dim,
+                hf_rope_scale(spec, f)?,
+                vocab_size,
+                activation,
+                attn_scale,
+            )
+        }
+    };
+    let (sliding_window, swa_layers) = sliding(spec, f, n_layer)?;
+    let config = ModelConfig {
+        architecture: arch.gguf_name().to_string(),
+        arch,
+        n_layer,
+        dim,
+        ffn_dim,
+        n_head,
+        n_kv_head,
+        head_dim,
+        rope_dim,
+        // Hugging Face checkpoints keep q/k unpermuted: rotate halves.
+        rope_neox: !(gguf && spec.gguf_rope_adjacent),
+        rope_base,
+        rope_base_swa,
+        rope_scale,
+        rope_scale_swa: if spec.swa_rope_scaled {
+            rope_scale
+        } else {
+            1.0
+        },
+        rms_eps,
+        context_len,
+        vocab_size,
+        embed_scale: spec.gemma.then(|| (dim as f32).sqrt()),
+        activation,
+        attn_scale,
+        attn_softcap: f.cap(
+            Field::AttnCap,
+            if gguf {
+                spec.attn_softcap.0
+            } else {
+                spec.attn_softcap.1
+            },
+            arch,
+        )?,
+        final_softcap: f.cap(
+            Field::FinalCap,
+            if gguf {
+                spec.final_softcap.0
+            } else {
+                spec.final_softcap.1
+            },
+            arch,
+        )?,
+        sliding_window,
+        swa_layers,
+    };
+    config.check().map_err(|(k, msg)| match f {
+        Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),
+        Fields::Hf { .. } => f.err_key(k, msg),
+    })?;
+    Ok(config)
+}
+
+/// GGUF `rope.dimension_count` and the linear RoPE scale: `rope.scaling.type` defaults to
+/// `linear` as in llama.cpp, with `rope.scaling.factor` (0 or absent: 1).
+fn gguf_rope(f: &Fields, content: &Content, head_dim: usize) -> Result<(usize, f32)> {
+    let Fields::Gguf { prefix, .. } = f else {
+        unreachable!("GGUF fields")
+    };
+    let key = |k: &str| format!("{prefix}.{k}");
+    let opt_usize = |k: &str| -> Result<Option<usize>> {
+        match content.metadata.contains_key(&key(k)) {
+            true => md_usize(content, &key(k)).map(Some),
+            false => Ok(None),
+        }
+    };
+    let rope_dim = opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
+    if let Some(v) = opt_usize("attention.value_length")? {
+        if v != head_dim {
+            return Err(f.err_key(
+                &key("attention.value_length"),
+                format!("{v} differs from the key length {head_dim}"),
+            ));
+        }
+    }
+    let ty = match content.metadata.get(&key("rope.scaling.type")) {
+        None => "linear".to_string(),
+        Some(_) => md_string(content, &key("rope.scaling.type"))?,
+    };
+    let factor = match content.metadata.get(&key("rope.scaling.factor")) {
+        None => 1.0,
+        Some(_) => md_f32(content, &key("rope.scaling.factor"))?,
+    };
+    let scale = match ty.as_str() {
+        "none" => 1.0,
+        "linear" if factor == 0.0 => 1.0,
+        "linear" => factor,
+        other => {
+            return Err(f.err_key(
+                &key("rope.scaling.type"),
+                format!("`{other}` is not supported (supported: none, linear)"),
+            ))
+        }
+    };
+    Ok((rope_dim, scale))
+}
+
+/// `config.json` `rope_scaling`: `default`, `linear` (its factor), or `llama3` where the
+/// architecture implements it (frequency factors, see [`llama3_rope_factors`]).
+fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<f32> {
+    let Some(rs) = f.json("rope_scaling") else {
+        return Ok(1.0);
+    };
+    let ty = rs
+        .get("rope_type")
+        .or_else(|| rs.get("type"))
+        .and_then(Json::as_str)
+        .unwrap_or("default");
+    match ty {
+        "default" => Ok(1.0),
+        "llama3" if spec.llama3_rope => Ok(1.0),
+        "linear" => Ok(rs.get("factor").and_then(Json::as_f64).unwrap_or(1.0) as f32),
+        other => Err(f.err_key(
+            "rope_scaling",
+            format!(
+                "type `{other}` is not supported for {} (supported: default, linear{})",
+                spec.arch.gguf_name(),
+                if spec.llama3_rope { ", llama3" } else { "" }
+            ),
+        )),
+    }
+}
+
+/// The sliding window and which layers use it, as `spec.swa` says.
+fn sliding(spec: &ArchSpec, f: &Fields, n_layer: usize) -> Result<(Option<usize>, Vec<bool>)> {
+    let gguf = f.gguf();
+    let given = f.usize(Field::Window)?;
+    let default = if gguf {
+        spec.default_window.0
+    } else {
+        spec.default_window.1
+    };
+    // An explicit `null` (config.json) or 0 means no window.
+    let window = if f.present(Field::Window) {
+        given.filter(|&w| w > 0)
+    } else {
+        default
+    };
+    let refuse = |w: usize| {
+        Err(f.err(
+            Field::Window,
+            format!(
+                "{w}: Candor's {} forward pass applies no sliding window (neither does the \
+                 reference implementation), so the file is refused rather than run unlike its \
+                 training",
+                spec.arch.gguf_name()
+            ),
+        ))
+    };
+    let layer_types = || -> Result<Option<Vec<bool>>> {
+        let Some(types) = f.json("layer_types").and_then(Json::as_array) else {
+            return Ok(None);
+        };
+        if types.len() != n_layer {
+            return Err(f.err_key(
+                "layer_types",
+                format!("{} entries for {n_layer} layers", types.len()),
+            ));
+        }
+        Ok(Some(
+            types
+                .iter()
+                .map(|t| t.as_str() == Some("sliding_attention"))
+                .collect(),
+        ))
+    };
+    Ok(match spec.swa {
+        Swa::Never => match window {
+            Some(w) => return refuse(w),
+            None => (None, vec![false; n_layer]),
+        },
+        Swa::Qwen if gguf => match window {
+            Some(w) => return refuse(w),
+            None => (None, vec![false; n_layer]),
+        },
+        Swa::Disabled => (None, vec![false; n_layer]),
+        Swa::All => (window, vec![window.is_some(); n_layer]),
+        Swa::Qwen => {
+            let on = f
+                .json("use_sliding_window")
+                .and_then(Json::as_bool)
+                .unwrap_or(false);
+            let window = window.filter(|_| on);
+            let layers = match layer_types()? {
+                Some(t) => t,
+                None => {
+                    let from = f
+                        .json("max_window_layers")
+                        .and_then(Json::as_u64)
+                        .unwrap_or(28) as usize;
+                    (0..n_layer).map(|l| l >= from).collect()
+                }
+            };
+            let layers = layers.into_iter().map(|s| s && window.is_some()).collect();
+            (window, layers)
+        }
+        Swa::Pattern(n) => {
+            let layers = match layer_types()? {
+                Some(t) => t,
+                None => swa_pattern(f, n_layer, n)?,
+            };
+            (
+                window,
+                layers.into_iter().map(|s| s && window.is_some()).collect(),
+            )
+        }
+    })
+}
+
+/// `sliding_window_pattern` (a period, or in a GGUF also one flag per layer, as llama.cpp's
+/// `load_swa_pattern`), else the architecture's period `n`.
+fn swa_pattern(f: &Fields, n_layer: usize, n: usize) -> Result<Vec<bool>> {
+    if let Fields::Gguf { content, .. } = f {
+        let key = f.key(Field::SwaPattern);
+        if let Some(candle_core::quantized::gguf_file::Value::Array(flags)) =
+            content.metadata.get(&key)
+        {
+            if flags.len() != n_layer {
+                return Err(f.err_key(&key, format!("{} flags for {n_layer} layers", flags.len())));
+            }
+            return flags
+                .iter()
+                .map(|v| v.to_bool().map_err(|e| f.err_key(&key, e.to_string())))
+                .collect();
+        }
+    }
+    let period = match f.usize(Field::SwaPattern)? {
+        Some(p) => p,
+        // transformers' Gemma 3 config keeps it as `_sliding_window_pattern`.
+        None => f
+            .json("_sliding_window_pattern")
+            .and_then(Json::as_u64)
+            .map_or(n, |p| p as usize),
+    };
+    Ok(pattern_layers(n_layer, period))
+}
+
+/// GGUF keys (after the architecture prefix) every architecture's reader takes or that do
+/// not change the arithmetic (`vocab_size`: the embedding's rows count; the original context
+/// and `finetuned` only matter to YaRN, which is refused).
+const GGUF_KEYS: &[&str] = &[
+    "block_count",
+    "context_length",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "vocab_size",
+];
+
+/// The keys `spec`'s GGUF reader takes beyond [`GGUF_KEYS`].
+fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if spec.swa != Swa::Never && spec.swa != Swa::Qwen {
+        keys.push("attention.sliding_window");
+    }
+    if matches!(spec.swa, Swa::Pattern(_)) {
+        keys.push("attention.sliding_window_pattern");
+    }
+    if spec.reads_rope_base_swa {
+        keys.push("rope.freq_base_swa");
+    }
+    if spec.attn_softcap.0 != Cap::NotRead {
+        keys.push("attn_logit_softcapping");
+    }
+    if spec.final_softcap.0 != Cap::NotRead {
+        keys.push("final_logit_softcapping");
+    }
+    keys
+}
+
+/// Every `<arch>.*` key of a GGUF must be one the reader takes ([`GGUF_KEYS`],
+/// [`gguf_arch_keys`]), or carry the value that changes nothing (a RoPE attention factor of 1,
+/// no experts, a sliding window of 0, the same sliding-window RoPE base or soft-cap 0 where
+/// none is read). Anything else (`rope.scaling.attn_factor` of Phi-3-128k, YaRN parameters,
+/// `attention.layer_norm_epsilon`, `attention.scale`, `embedding_scale`, ...) changes the
+/// arithmetic in a way Candor does not implement: refused with one line naming the keys.
+fn check_gguf_keys(spec: &ArchSpec, content: &Content) -> Result<()> {
+    let prefix = format!("{}.", spec.gguf_name);
+    let arch_keys = gguf_arch_keys(spec);
+    let f32_is = |key: &str, v: f32| md_f32(content, key).is_ok_and(|x| x == v);
+    let usize_is = |key: &str, v: usize| md_usize(content, key).is_ok_and(|x| x == v);
+    let mut refused: Vec<String> = Vec::new();
+    let mut keys: Vec<&String> = content.metadata.keys().collect();
+    keys.sort();
+    for key in keys {
+        let Some(rest) = key.strip_prefix(&prefix) else {
+            continue;
+        };
+        if GGUF_KEYS.contains(&rest) || arch_keys.contains(&rest) {
+            continue;
+        }
+        let neutral = match rest {
+            "rope.scaling.attn_factor" => f32_is(key, 1.0),
+            "expert_count" | "expert_used_count" => usize_is(key, 0),
+            "attention.sliding_window" => usize_is(key, 0),
+            "attn_logit_softcapping" | "final_logit_softcapping" => f32_is(key, 0.0),
+            // Read below: refused there with its value when it differs from the base.
+            "rope.freq_base_swa" => true,
+            _ => false,
+        };
+        if !neutral {
+            let value = content
+                .metadata
+                .get(key)
+                .map(|v| match v {
+                    candle_core::quantized::gguf_file::Value::Array(a) => {
+                        format!("[{} values]", a.len())
+                    }
+                    candle_core::quantized::gguf_file::Value::String(s) => format!("{s:?}"),
+                    other => format!("{other:?}")
+                        .split_once('(')
+                        .map_or(String::new(), |(_, x)| x.trim_end_matches(')').to_string()),
+                })
+                .unwrap_or_default();
+            refused.push(format!("{key} = {value}"));
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(ModelError::Metadata {
+        key: refused[0]
+            .split(" = ")
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        msg: format!(
+            "{} key(s) that change the arithmetic in ways Candor's {} forward pass does not \
+             implement: {}; refused rather than run as a different model",
+            refused.len(),
+            spec.gguf_name,
+            refused.join(", ")
+        ),
+    })
+}
+
+/// `config.json` keys that change transformers' arithmetic in ways Candor does not implement
+/// (the others, with [`resolve`]'s own refusals: `rope_scaling` types, soft-caps and windows
+/// where the architecture has none).
+fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
+    if f.json("quantization_config").is_some() {
+        return Err(f.err_key(
+            "quantization_config",
+            "quantized checkpoints (GPTQ, AWQ, bitsandbytes, FP8, ...) are not supported; \
+             convert to GGUF"
+                .into(),
+        ));
+    }
+    if spec.gemma
+        && f.json("use_bidirectional_attention")
+            .and_then(Json::as_bool)
+            .unwrap_or(false)
+    {
+        return Err(f.err_key(
+            "use_bidirectional_attention",
+            "true: bidirectional attention is not supported".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The RoPE angle of pair `i` at position `p` as llama.cpp's CPU backend computes it (its

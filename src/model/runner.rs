@@ -69,8 +69,7 @@ impl Model {
         device.check_built()?;
         let llama = if files.checkpoint {
             let mut ck = Checkpoint::open(&files.weights)?;
-            let config = ck.config().clone();
-            Transformer::from_source(config, &mut ck, dtype)?
+            Transformer::from_checkpoint(&mut ck, dtype)?
         } else {
             Transformer::from_gguf_path(&files.weights, dtype)?
         };

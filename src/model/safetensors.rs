@@ -22,7 +22,7 @@ use candle_core::{DType, Device};
 use memmap2::Mmap;
 use serde_json::Value as Json;
 
-use super::arch::{llama3_rope_factors, Arch, ModelConfig, TensorSource};
+use super::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, TensorSource};
 use super::error::{ModelError, Result};
 use super::quant::MappedBytes;
 
@@ -293,6 +293,18 @@ pub fn shards_from_index(index_path: &Path) -> Result<Vec<(PathBuf, Header)>> {
     Ok(out)
 }
 
+/// `tie_word_embeddings` (or its architecture's default in transformers) must agree with the
+/// Whether the checkpoint's output projection is its embedding: `tie_word_embeddings`, else
+/// the architecture's default in transformers. As in transformers, a tied checkpoint's stored
+/// `lm_head.weight`, if any, is not used (nor counted as unread), and an untied one needs it.
+fn tied_embeddings(json: &Json, arch: Arch) -> bool {
+    let text = json.get("text_config").unwrap_or(json);
+    text.get("tie_word_embeddings")
+        .or_else(|| json.get("tie_word_embeddings"))
+        .and_then(Json::as_bool)
+        .unwrap_or(ArchSpec::of(arch).hf_tie_default)
+}
+
 /// A Hugging Face checkpoint opened for loading: its resolved configuration and validated,
 /// memory-mapped safetensors files.
 pub struct Checkpoint {
@@ -306,6 +318,21 @@ pub struct Checkpoint {
     places: HashMap<String, MappedBytes>,
     /// Prefix of the language model's tensors (`model.`, `model.language_model.`, ...).
     prefix: String,
+    /// Hugging Face names of the tensors the forward pass has read: every language-model
+    /// tensor must be among them ([`Checkpoint::unread_tensors`]).
+    read: std::collections::BTreeSet<String>,
+    /// The output projection is the embedding ([`tied_embeddings`]).
+    tied: bool,
+}
+
+/// The output projection's name under a language-model prefix.
+fn lm_head_name(prefix: &str) -> String {
+    if prefix == "model." {
+        "lm_head.weight".to_string()
+    } else {
+        // Multimodal Gemma 3: `language_model.lm_head.weight` when present.
+        format!("{}lm_head.weight", prefix.trim_end_matches("model."))
+    }
 }
 
 impl Checkpoint {
@@ -353,6 +380,18 @@ impl Checkpoint {
                 )
             })?
             .to_string();
+        let tied = tied_embeddings(&json, config.arch);
+        let lm_head = lm_head_name(&prefix);
+        if !tied && !entries.contains_key(&lm_head) {
+            return Err(ModelError::Config {
+                path: config_path,
+                key: "tie_word_embeddings".into(),
+                msg: format!(
+                    "false (or absent, false for {}), but the checkpoint has no `{lm_head}`",
+                    config.arch.gguf_name()
+                ),
+            });
+        }
         let paths: Vec<&PathBuf> = shards.iter().map(|(p, _)| p).collect();
         // SAFETY: the files are mapped read-only; like every mmap reader we rely on them not
         // being truncated while the model is loading.
@@ -366,7 +405,28 @@ impl Checkpoint {
             entries,
             places,
             prefix,
+            read: Default::default(),
+            tied,
         })
+    }
+
+    /// The language-model tensors the forward pass has not read, sorted: a feature Candor does
+    /// not implement (biases where the architecture has none, extra norms, ...). A multimodal
+    /// checkpoint's vision tower and projector are outside the language model and not counted,
+    /// nor the `rotary_emb.inv_freq` buffers old checkpoints store (transformers recomputes
+    /// them).
+    pub fn unread_tensors(&self) -> Vec<String> {
+        let lm_head = (!self.tied).then(|| lm_head_name(&self.prefix));
+        let mut names: Vec<String> = self
+            .entries
+            .keys()
+            .filter(|n| n.starts_with(&self.prefix) || lm_head.as_ref() == Some(*n))
+            .filter(|n| !n.ends_with("rotary_emb.inv_freq"))
+            .filter(|n| !self.read.contains(n.as_str()))
+            .cloned()
+            .collect();
+        names.sort();
+        names
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -379,15 +439,9 @@ impl Checkpoint {
         match gguf {
             "token_embd.weight" => return Some(format!("{p}embed_tokens.weight")),
             "output_norm.weight" => return Some(format!("{p}norm.weight")),
-            "output.weight" => {
-                let lm = if p == "model." {
-                    "lm_head.weight".to_string()
-                } else {
-                    // Multimodal Gemma 3: `language_model.lm_head.weight` when present.
-                    format!("{}lm_head.weight", p.trim_end_matches("model."))
-                };
-                return Some(lm);
-            }
+            // Tied: the embedding, and a stored head goes unused, as in transformers.
+            "output.weight" if self.tied => return None,
+            "output.weight" => return Some(lm_head_name(p)),
             _ => {}
         }
         let rest = gguf.strip_prefix("blk.")?;
@@ -465,6 +519,7 @@ impl TensorSource for Checkpoint {
 
     fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
         let (hf, mut ggml) = self.lookup(name, shape)?;
+        self.read.insert(hf.clone());
         let mut t = self
             .st
             .load(&hf, &Device::Cpu)
@@ -480,6 +535,7 @@ impl TensorSource for Checkpoint {
 
     fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
         let (hf, ggml) = self.lookup(name, shape)?;
+        self.read.insert(hf.clone());
         if self.config.arch.norm_plus_one() && hf.ends_with("norm.weight") {
             // Stored as `w`, used as `1 + w`: only `read_tensor` makes that change.
             return Err(st_err(

@@ -18,11 +18,12 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use super::arch::{Activation, ModelConfig, RopeFreqs, TensorSource};
+use super::arch::{Activation, Arch, ModelConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
 use super::quant::QWeight;
+use super::safetensors::Checkpoint;
 
 /// How matrix weights are held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -199,6 +200,31 @@ pub struct Transformer {
     pub(super) rope_swa_freqs: Option<RopeFreqs>,
 }
 
+/// One line naming the tensors a file holds that the forward pass did not read (the first
+/// eight, and how many more), or nothing when there are none.
+fn refuse_unused(
+    unused: &[String],
+    arch: Arch,
+    err: impl FnOnce(String) -> ModelError,
+) -> Result<()> {
+    if unused.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 8;
+    let more = unused.len().saturating_sub(SHOWN);
+    let mut names = unused[..unused.len().min(SHOWN)].join(", ");
+    if more > 0 {
+        names += &format!(" and {more} more");
+    }
+    Err(err(format!(
+        "{} tensor(s) that Candor's {} forward pass does not use: {names}; the file needs a \
+         feature Candor does not implement, so it is refused rather than run as a different \
+         model",
+        unused.len(),
+        arch.gguf_name()
+    )))
+}
+
 /// The former name of [`Transformer`] (it runs every architecture, not only llama), kept for
 /// code written against it.
 #[doc(hidden)]
@@ -218,25 +244,22 @@ impl Transformer {
         let model = Transformer::from_source(config, file, dtype)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word).
-        let unused = file.unread_tensors();
-        if !unused.is_empty() {
-            const SHOWN: usize = 8;
-            let more = unused.len().saturating_sub(SHOWN);
-            let mut names = unused[..unused.len().min(SHOWN)].join(", ");
-            if more > 0 {
-                names += &format!(" and {more} more");
-            }
-            return Err(ModelError::gguf(
-                file.path(),
-                format!(
-                    "{} tensor(s) that Candor's {} forward pass does not use: {names}; the \
-                     file needs a feature Candor does not implement, so it is refused rather \
-                     than run as a different model",
-                    unused.len(),
-                    arch.gguf_name()
-                ),
-            ));
-        }
+        refuse_unused(&file.unread_tensors(), arch, |msg| {
+            ModelError::gguf(file.path(), msg)
+        })?;
+        Ok(model)
+    }
+
+    /// Builds the model from an open Hugging Face checkpoint; like [`Transformer::from_gguf`],
+    /// it refuses a checkpoint with language-model tensors the pass does not read.
+    pub fn from_checkpoint(ck: &mut Checkpoint, dtype: WeightDType) -> Result<Transformer> {
+        let config = ck.config().clone();
+        let arch = config.arch;
+        let model = Transformer::from_source(config, ck, dtype)?;
+        refuse_unused(&ck.unread_tensors(), arch, |msg| ModelError::Safetensors {
+            path: ck.source_path().to_path_buf(),
+            msg,
+        })?;
         Ok(model)
     }
 

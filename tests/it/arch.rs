@@ -10,7 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
-use candor::model::arch::TensorSource;
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::GgmlDType;
+use candle_core::Device;
+
 use candor::model::gguf::GgufFile;
 use candor::model::safetensors::Checkpoint;
 use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
@@ -70,9 +73,7 @@ fn fixture(arch: &str) -> PathBuf {
 
 fn load_checkpoint(arch: &str) -> Transformer {
     let mut ck = Checkpoint::open(&fixture(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let config = ck.config().clone();
-    let src: &mut dyn TensorSource = &mut ck;
-    Transformer::from_source(config, src, WeightDType::F32)
+    Transformer::from_checkpoint(&mut ck, WeightDType::F32)
         .unwrap_or_else(|e| panic!("{arch}: {e}"))
 }
 
@@ -346,4 +347,286 @@ fn tokenizer_agreement_with_llama_cpp() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The GGUF metadata llama.cpp's `convert_hf_to_gguf.py` writes for a fixture's
+/// `config.json` (`conversion/{llama,qwen,gemma,phi}.py`), written out by hand per
+/// architecture, so that the two readers are checked against the converter's choices rather
+/// than against each other's code. Mistral is written under Candor's own `mistral` name
+/// with its window (the converter writes it as `llama` without one).
+fn converted_metadata(arch: &str, hf: &serde_json::Value) -> Vec<(String, Value)> {
+    let u = |k: &str| Value::U32(hf[k].as_u64().unwrap_or_else(|| panic!("{arch}: {k}")) as u32);
+    let f = |k: &str| Value::F32(hf[k].as_f64().unwrap_or_else(|| panic!("{arch}: {k}")) as f32);
+    let mut md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (format!("{arch}.block_count"), u("num_hidden_layers")),
+        (
+            format!("{arch}.context_length"),
+            u("max_position_embeddings"),
+        ),
+        (format!("{arch}.embedding_length"), u("hidden_size")),
+        (
+            format!("{arch}.feed_forward_length"),
+            u("intermediate_size"),
+        ),
+        (
+            format!("{arch}.attention.head_count"),
+            u("num_attention_heads"),
+        ),
+        (
+            format!("{arch}.attention.head_count_kv"),
+            u("num_key_value_heads"),
+        ),
+        (format!("{arch}.rope.freq_base"), f("rope_theta")),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            f("rms_norm_eps"),
+        ),
+    ];
+    if hf["head_dim"].is_u64() {
+        md.push((format!("{arch}.attention.key_length"), u("head_dim")));
+        md.push((format!("{arch}.attention.value_length"), u("head_dim")));
+    }
+    match arch {
+        "gemma2" => {
+            md.push((
+                format!("{arch}.attention.sliding_window"),
+                u("sliding_window"),
+            ));
+            md.push((
+                format!("{arch}.attn_logit_softcapping"),
+                f("attn_logit_softcapping"),
+            ));
+            md.push((
+                format!("{arch}.final_logit_softcapping"),
+                f("final_logit_softcapping"),
+            ));
+        }
+        "gemma3" => {
+            md.push((
+                format!("{arch}.attention.sliding_window"),
+                u("sliding_window"),
+            ));
+            md.push((
+                format!("{arch}.rope.freq_base_swa"),
+                f("rope_local_base_freq"),
+            ));
+        }
+        "mistral" => md.push((
+            format!("{arch}.attention.sliding_window"),
+            u("sliding_window"),
+        )),
+        // `sliding_window: null` is written as 0 (phi.py), which llama.cpp reads as none.
+        "phi3" => md.push((format!("{arch}.attention.sliding_window"), Value::U32(0))),
+        _ => {}
+    }
+    md
+}
+
+/// Each architecture's tiny model, read from its `config.json` and from the GGUF metadata the
+/// converter makes of it, resolves to the same configuration field by field, except the two
+/// fields that differ by format by design: the RoPE layout of Llama/Mistral (the converter
+/// permutes q/k rows to rotate adjacent pairs) and Gemma's GELU (llama.cpp's f16 table).
+#[test]
+fn gguf_and_checkpoint_configs_agree_field_by_field() {
+    use candor::model::arch::{Activation, ModelConfig};
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ARCHS {
+        let cfg_path = fixture(arch).join("config.json");
+        let hf: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        let from_hf =
+            ModelConfig::from_hf_config(&cfg_path, &hf).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let vocab = hf["vocab_size"].as_u64().unwrap() as usize;
+        let dim = hf["hidden_size"].as_u64().unwrap() as usize;
+        let embd = candle_core::Tensor::zeros((vocab, dim), candle_core::DType::F32, &Device::Cpu)
+            .unwrap();
+        let embd = candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap();
+        let path = dir.path().join(format!("{arch}.gguf"));
+        crate::util::write_gguf(
+            &path,
+            &converted_metadata(arch, &hf),
+            &[("token_embd.weight".into(), embd)],
+        );
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+        let mut from_gguf =
+            ModelConfig::from_gguf(&content).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let adjacent = matches!(*arch, "llama" | "mistral");
+        assert_eq!(from_gguf.rope_neox, !adjacent, "{arch}");
+        assert!(from_hf.rope_neox, "{arch}");
+        from_gguf.rope_neox = true;
+        if arch.starts_with("gemma") {
+            assert_eq!(from_gguf.activation, Activation::GeluTanhF16, "{arch}");
+            assert_eq!(from_hf.activation, Activation::GeluTanh, "{arch}");
+            from_gguf.activation = Activation::GeluTanh;
+        }
+        assert_eq!(
+            from_gguf, from_hf,
+            "{arch}: GGUF (left) and config.json (right) differ"
+        );
+    }
+}
+
+/// A copy of a fixture checkpoint with its `config.json` edited by `edit` and `extra` tensors
+/// added to its safetensors.
+fn edited_checkpoint(
+    dir: &Path,
+    arch: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    extra: &[&str],
+) -> PathBuf {
+    let src = fixture(arch);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let mut tensors =
+        candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
+    for name in extra {
+        let t = candle_core::Tensor::ones(8, candle_core::DType::F32, &Device::Cpu).unwrap();
+        tensors.insert(name.to_string(), t);
+    }
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+    dir.to_path_buf()
+}
+
+#[test]
+fn checkpoints_refuse_what_the_pass_would_ignore() {
+    let load = |dir: &Path| -> String {
+        match Checkpoint::open(dir) {
+            Err(e) => e.to_string(),
+            Ok(mut ck) => match Transformer::from_checkpoint(&mut ck, WeightDType::F32) {
+                Err(e) => e.to_string(),
+                Ok(_) => "loaded".into(),
+            },
+        }
+    };
+    // The unedited copy loads: what follows is refused for the edit alone.
+    let d = tempfile::tempdir().unwrap();
+    assert_eq!(
+        load(&edited_checkpoint(d.path(), "llama", |_| {}, &[])),
+        "loaded"
+    );
+
+    let d = tempfile::tempdir().unwrap();
+    let ck = edited_checkpoint(
+        d.path(),
+        "llama",
+        |_| {},
+        &["model.layers.1.mlp.extra_norm.weight"],
+    );
+    let err = load(&ck);
+    assert!(
+        err.contains("model.layers.1.mlp.extra_norm.weight")
+            && err.contains(&d.path().display().to_string())
+            && !err.contains('\n'),
+        "{err}"
+    );
+
+    type Edit = fn(&mut serde_json::Value);
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "llama",
+            |c| c["tie_word_embeddings"] = false.into(),
+            "loaded",
+        ),
+        (
+            "qwen2",
+            |c| c["tie_word_embeddings"] = false.into(),
+            "lm_head.weight",
+        ),
+        (
+            "llama",
+            |c| c["sliding_window"] = 16.into(),
+            "sliding_window",
+        ),
+        (
+            "llama",
+            |c| c["attn_logit_softcapping"] = 30.0.into(),
+            "attn_logit_softcapping",
+        ),
+        (
+            "qwen2",
+            |c| c["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0}),
+            "llama3",
+        ),
+        (
+            "phi3",
+            |c| c["rope_scaling"] = serde_json::json!({"type": "longrope", "long_factor": [1.0]}),
+            "longrope",
+        ),
+        (
+            "llama",
+            |c| c["quantization_config"] = serde_json::json!({"quant_method": "gptq"}),
+            "quantization_config",
+        ),
+    ];
+    for (arch, edit, want) in cases {
+        let d = tempfile::tempdir().unwrap();
+        let err = load(&edited_checkpoint(d.path(), arch, edit, &[]));
+        assert!(err.contains(want) && !err.contains('\n'), "{arch}: {err}");
+        if *want != "loaded" {
+            assert!(err.contains("config.json"), "{arch}: {err}");
+        }
+    }
+}
+
+#[test]
+fn gguf_keys_that_change_the_arithmetic_are_refused_unless_read() {
+    use candor::model::arch::ModelConfig;
+    let cfg_path = fixture("llama").join("config.json");
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let embd =
+        candle_core::Tensor::zeros((512, 32), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let read = |extra: Vec<(String, Value)>| -> Result<(), String> {
+        let mut md = converted_metadata("llama", &hf);
+        md.extend(extra);
+        let path = dir.path().join("m.gguf");
+        crate::util::write_gguf(
+            &path,
+            &md,
+            &[(
+                "token_embd.weight".into(),
+                candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap(),
+            )],
+        );
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+        ModelConfig::from_gguf(&content)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    read(vec![]).unwrap();
+    // Neutral values and keys that only inform are accepted.
+    read(vec![
+        ("llama.rope.scaling.attn_factor".into(), Value::F32(1.0)),
+        ("llama.expert_count".into(), Value::U32(0)),
+        ("llama.attention.sliding_window".into(), Value::U32(0)),
+        (
+            "llama.rope.scaling.original_context_length".into(),
+            Value::U32(4096),
+        ),
+    ])
+    .unwrap();
+    for (key, value) in [
+        ("llama.rope.scaling.yarn_ext_factor", Value::F32(1.0)),
+        ("llama.attention.layer_norm_epsilon", Value::F32(1e-5)),
+        ("llama.attention.scale", Value::F32(0.5)),
+        ("llama.embedding_scale", Value::F32(12.0)),
+        ("llama.attention.sliding_window", Value::U32(16)),
+        ("llama.final_logit_softcapping", Value::F32(30.0)),
+        ("llama.rope.scaling.attn_factor", Value::F32(1.19)),
+    ] {
+        let err = read(vec![(key.to_string(), value)]).unwrap_err();
+        assert!(err.contains(key) && !err.contains('\n'), "{key}: {err}");
+    }
+    let err = read(vec![(
+        "llama.rope.scaling.type".into(),
+        Value::String("yarn".into()),
+    )])
+    .unwrap_err();
+    assert!(err.contains("yarn"), "{err}");
 }
