@@ -953,6 +953,8 @@ const GGUF_KEYS: &[&str] = &[
     "rope.scaling.original_context_length",
     "rope.scaling.finetuned",
     "vocab_size",
+    // Informational (older llama conversions write "Meta AI original pth").
+    "tensor_data_layout",
 ];
 
 /// The keys `spec`'s GGUF reader takes beyond [`GGUF_KEYS`].
