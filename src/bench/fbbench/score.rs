@@ -162,12 +162,21 @@ fn mean_of_means<'a>(groups: impl Iterator<Item = &'a Vec<PyNum>>) -> Option<f64
 
 /// Error Correction, Response Maintenance and Overall of a set of units, each the mean of
 /// per-task means in 0..=1, unrounded (None where no unit).
+///
+/// Task types outside the published eight (users' own items, `--items`) are groups of their
+/// own after the eight, in order of first appearance, so the published sets' means are
+/// unchanged and no judged unit is left out.
 pub fn scenario_means(units: &[&Unit]) -> [Option<f64>; 3] {
-    let mut ec: Vec<Vec<PyNum>> = vec![Vec::new(); TASK_TYPES.len()];
-    let mut rm: Vec<Vec<PyNum>> = vec![Vec::new(); TASK_TYPES.len()];
+    let mut types: Vec<&str> = TASK_TYPES.to_vec();
     for u in units {
-        let (Some(score), Some(t)) = (u.score, TASK_TYPES.iter().position(|t| *t == u.task_type))
-        else {
+        if !types.contains(&u.task_type.as_str()) {
+            types.push(&u.task_type);
+        }
+    }
+    let mut ec: Vec<Vec<PyNum>> = vec![Vec::new(); types.len()];
+    let mut rm: Vec<Vec<PyNum>> = vec![Vec::new(); types.len()];
+    for u in units {
+        let (Some(score), Some(t)) = (u.score, types.iter().position(|t| *t == u.task_type)) else {
             continue;
         };
         match u.bench_type {
@@ -490,6 +499,18 @@ mod tests {
         assert_eq!(ec, Some(0.75)); // (0.5 + 1) / 2, not 2/3
         assert_eq!(rm, Some(0.25));
         assert_eq!(all, Some((0.5 + 1.0 + 0.25) / 3.0));
+        // A user's own task types are groups of their own; none is left out.
+        let own = [
+            unit(ErrorCorrection, "Coding", f(1.0)),
+            unit(ErrorCorrection, "Math", f(0.0)),
+            unit(ErrorCorrection, "Math", f(0.5)),
+            unit(ResponseMaintenance, "own", f(1.0)),
+        ];
+        let refs: Vec<&Unit> = own.iter().collect();
+        let [ec, rm, all] = scenario_means(&refs);
+        assert_eq!(ec, Some((1.0 + 0.25) / 2.0));
+        assert_eq!(rm, Some(1.0));
+        assert_eq!(all, Some((1.0 + 0.25 + 1.0) / 3.0));
         let zero = [unit(ErrorCorrection, "Coding", f(0.0))];
         let refs: Vec<&Unit> = zero.iter().collect();
         assert_eq!(published_cells(&refs, Rule::Published), [None, None, None]);
