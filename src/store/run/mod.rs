@@ -295,9 +295,11 @@ fn open_manifest(dir: &RunDir, wanted: &Manifest) -> Result<(bool, Vec<String>),
         let (a, b) = (&on_disk.environment, &wanted.environment);
         let mut warnings = Vec::new();
         if a.git_commit != b.git_commit {
+            let commit = |c: &Option<String>| c.clone().unwrap_or_else(|| "unknown".into());
             warnings.push(format!(
-                "the run was started at commit {:?}, this is {:?}",
-                a.git_commit, b.git_commit
+                "the run was started at commit {}, this is {}",
+                commit(&a.git_commit),
+                commit(&b.git_commit)
             ));
         }
         if a.cargo_lock_sha256 != b.cargo_lock_sha256 {
