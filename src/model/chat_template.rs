@@ -815,21 +815,8 @@ mod tests {
             ("{{ a | last }}", "last would walk"),
         ] {
             let src = format!("{big}{tail}");
-            let start = std::time::Instant::now();
-            let err = ChatTemplate::new(&src, "", "")
-                .unwrap()
-                .with_origin("m.gguf")
-                .unwrap_err();
-            assert!(
-                start.elapsed().as_secs_f64() < 5.0,
-                "{src}: {:?}",
-                start.elapsed()
-            );
-            assert!(
-                matches!(err, ModelError::TemplateBudget { .. }),
-                "{src}: {err:?}"
-            );
-            assert!(err.to_string().contains(want), "{src}: {err}");
+            let msg = refused_quickly(&src);
+            assert!(msg.contains(want), "{src}: {msg}");
         }
         // The same filters at ordinary sizes render as minijinja's own.
         let t = ChatTemplate::new(
