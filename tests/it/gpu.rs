@@ -292,26 +292,7 @@ fn write_tiny_model(dir: &std::path::Path, arch: &'static str, ftype: &str) -> s
 /// The same requests give the same tokens on the GPU `model` at batch sizes 1, 3, 16 and 64
 /// and with other neighbours (reversed order); every fourth request samples, seeded.
 fn assert_gpu_batch_invariant(model: &Arc<Model>, vocab: usize, label: &str) {
-    let mut rng = SplitMix64::new(5);
-    let reqs: Vec<TokenRequest> = (0..64)
-        .map(|i| {
-            let len = 3 + (rng.next_u64() % 40) as usize;
-            let ids = (0..len)
-                .map(|_| (rng.next_u64() % vocab as u64) as u32)
-                .collect();
-            let (temperature, top_p) = if i % 4 == 3 { (0.8, 0.95) } else { (0.0, 1.0) };
-            TokenRequest::new(
-                ids,
-                SamplingParams {
-                    temperature,
-                    top_p,
-                    seed: 100 + i as u64,
-                    max_new_tokens: 12,
-                    ..SamplingParams::default()
-                },
-            )
-        })
-        .collect();
+    let reqs = quant::mixed_requests(64, 40, vocab);
     let run = |reqs: &[TokenRequest], bs: usize| {
         let cfg = SchedulerConfig {
             batch_size: bs,

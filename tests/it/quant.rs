@@ -109,26 +109,7 @@ fn assert_batch_invariant(model: &Path, vocab: usize, label: &str) {
         Transformer::from_gguf_path(model, WeightDType::Native)
             .unwrap_or_else(|e| panic!("{}: {e}", model.display())),
     ));
-    let mut rng = SplitMix64::new(5);
-    let reqs: Vec<TokenRequest> = (0..16)
-        .map(|i| {
-            let len = 3 + (rng.next_u64() % 20) as usize;
-            let ids = (0..len)
-                .map(|_| (rng.next_u64() % vocab as u64) as u32)
-                .collect();
-            let (temperature, top_p) = if i % 4 == 3 { (0.8, 0.95) } else { (0.0, 1.0) };
-            TokenRequest::new(
-                ids,
-                SamplingParams {
-                    temperature,
-                    top_p,
-                    seed: 100 + i as u64,
-                    max_new_tokens: 12,
-                    ..SamplingParams::default()
-                },
-            )
-        })
-        .collect();
+    let reqs = mixed_requests(16, 20, vocab);
     let run = |reqs: &[TokenRequest], bs: usize, threads: usize| {
         let cfg = SchedulerConfig {
             batch_size: bs,
@@ -633,4 +614,29 @@ fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
             "{line}: a miss where llama.cpp's top-2 gap is not a near tie"
         );
     }
+}
+
+/// `n` seeded random requests of 3 to `3 + spread - 1` tokens below `vocab`, 12 new tokens
+/// each; every fourth samples (temperature 0.8, top-p 0.95, its own seed), the others greedy.
+pub fn mixed_requests(n: usize, spread: u64, vocab: usize) -> Vec<TokenRequest> {
+    let mut rng = SplitMix64::new(5);
+    (0..n)
+        .map(|i| {
+            let len = 3 + (rng.next_u64() % spread) as usize;
+            let ids = (0..len)
+                .map(|_| (rng.next_u64() % vocab as u64) as u32)
+                .collect();
+            let (temperature, top_p) = if i % 4 == 3 { (0.8, 0.95) } else { (0.0, 1.0) };
+            TokenRequest::new(
+                ids,
+                SamplingParams {
+                    temperature,
+                    top_p,
+                    seed: 100 + i as u64,
+                    max_new_tokens: 12,
+                    ..SamplingParams::default()
+                },
+            )
+        })
+        .collect()
 }
