@@ -286,6 +286,15 @@ impl Isa {
             Isa::Avx2 => x86::wide(),
         }
     }
+
+    /// Whether two panels of `format` go through one kernel call ([`x86::panel_dot_pair`]).
+    fn pairs(self, format: QFormat) -> bool {
+        match self {
+            Isa::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::pairs(format),
+        }
+    }
 }
 
 fn dims2(t: &QTensor) -> Result<(usize, usize), QuantError> {
@@ -531,21 +540,21 @@ impl QWeight {
                 let acts = QuantizedRows::quantize(x, k, p.format.act());
                 self.quantized_matmul(isa, p, &acts, m, out);
             }
-            Storage::F32(w) => self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
+            Storage::F32(w) => self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
                 let w = w.as_slice();
-                float_panel(pi, n, k, x, buf, |xi, j| {
+                float_panels(first, n, k, x, bufs, |xi, j| {
                     dot_f32(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
-            Storage::F16(w) => self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
+            Storage::F16(w) => self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
                 let w = w.as_slice();
-                float_panel(pi, n, k, x, buf, |xi, j| {
+                float_panels(first, n, k, x, bufs, |xi, j| {
                     dot_f16(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
-            Storage::BF16(w) => self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
+            Storage::BF16(w) => self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
                 let w = w.as_slice();
-                float_panel(pi, n, k, x, buf, |xi, j| {
+                float_panels(first, n, k, x, bufs, |xi, j| {
                     dot_bf16(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
@@ -562,34 +571,50 @@ impl QWeight {
         out: &mut [f32],
     ) {
         let eight = isa.wide();
+        let pairs = isa.pairs(p.format);
         // Every row's slices once, not once per panel.
         let acts: Vec<ActRow<'_>> = (0..m).map(|i| acts.row(i)).collect();
         let acts = &acts[..];
-        self.run_panels(m, out, &|pi: usize, buf: &mut [f32]| {
-            let panel = p.panel(pi);
-            // Rows in groups: each weight block is unpacked once for all rows of a group.
-            let mut i = 0;
-            while eight && i + 8 <= m {
-                group::<8>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 8) * PANEL]);
-                i += 8;
-            }
-            while i + 4 <= m {
-                group::<4>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 4) * PANEL]);
-                i += 4;
-            }
-            if i + 2 <= m {
-                group::<2>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 2) * PANEL]);
-                i += 2;
-            }
-            if i < m {
-                group::<1>(isa, p, panel, acts, i, &mut buf[i * PANEL..(i + 1) * PANEL]);
+        let per_panel = m * PANEL;
+        self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
+            let mut bufs = &mut bufs[..];
+            let mut pi = first;
+            while !bufs.is_empty() {
+                // Two panels at once where a kernel takes them (same bits as one by one).
+                let two = pairs && bufs.len() >= 2 * per_panel;
+                let (buf, rest) = bufs.split_at_mut(if two { 2 * per_panel } else { per_panel });
+                let panels = if two {
+                    Panel::Two(p.panel(pi), p.panel(pi + 1))
+                } else {
+                    Panel::One(p.panel(pi))
+                };
+                // Rows in groups: each weight block is unpacked once for all rows of a group.
+                let mut i = 0;
+                while eight && i + 8 <= m {
+                    group::<8>(isa, p, panels, acts, i, buf);
+                    i += 8;
+                }
+                while i + 4 <= m {
+                    group::<4>(isa, p, panels, acts, i, buf);
+                    i += 4;
+                }
+                if i + 2 <= m {
+                    group::<2>(isa, p, panels, acts, i, buf);
+                    i += 2;
+                }
+                if i < m {
+                    group::<1>(isa, p, panels, acts, i, buf);
+                }
+                pi += if two { 2 } else { 1 };
+                bufs = rest;
             }
         });
     }
 
-    /// Calls `kernel(p, buf)` for every panel `p`, where `buf` (`m × 8`, row-major) receives
-    /// the panel's outputs for all `m` rows; spreads panels over the current rayon pool, then
-    /// scatters the panel outputs into `out`.
+    /// Calls `kernel(first, bufs)` for runs of consecutive panels `first..`, where `bufs`
+    /// (`m × 8` per panel, each panel's row-major) receives the panels' outputs for all `m`
+    /// rows; spreads the runs over the current rayon pool (an even number of panels each,
+    /// but the last), then scatters the panel outputs into `out`.
     fn run_panels(&self, m: usize, out: &mut [f32], kernel: &(dyn Fn(usize, &mut [f32]) + Sync)) {
         let n_panels = self.n.div_ceil(PANEL);
         let per_panel = m * PANEL;
@@ -597,18 +622,12 @@ impl QWeight {
         let fill = |buf: &mut [f32]| {
             let threads = rayon::current_num_threads();
             if work < PAR_MIN_WORK || threads == 1 {
-                for (p, b) in buf.chunks_exact_mut(per_panel).enumerate() {
-                    kernel(p, b);
-                }
+                kernel(0, buf);
             } else {
-                let chunk = n_panels.div_ceil(threads * 8).max(1);
+                let chunk = n_panels.div_ceil(threads * 8).next_multiple_of(2);
                 buf.par_chunks_mut(per_panel * chunk)
                     .enumerate()
-                    .for_each(|(c, bufs)| {
-                        for (q, b) in bufs.chunks_exact_mut(per_panel).enumerate() {
-                            kernel(c * chunk + q, b);
-                        }
-                    });
+                    .for_each(|(c, bufs)| kernel(c * chunk, bufs));
             }
         };
         if m == 1 && self.n.is_multiple_of(PANEL) {
@@ -660,41 +679,71 @@ fn check_len(got: usize, want: usize) -> Result<(), QuantError> {
     }
 }
 
-/// Fills `buf` (`m × 8`) with the float dot products of panel `pi` (rows past `n` stay 0).
-fn float_panel(
-    pi: usize,
+/// Fills `bufs` (`m × 8` per panel) with the float dot products of panels `first..` (rows
+/// past `n` stay 0).
+fn float_panels(
+    first: usize,
     n: usize,
     k: usize,
     x: &[f32],
-    buf: &mut [f32],
+    bufs: &mut [f32],
     dot: impl Fn(&[f32], usize) -> f32,
 ) {
-    for lane in 0..PANEL {
-        let j = pi * PANEL + lane;
-        if j >= n {
-            break;
-        }
-        for (i, xi) in x.chunks_exact(k).enumerate() {
-            buf[i * PANEL + lane] = dot(xi, j);
+    let per_panel = x.len() / k * PANEL;
+    for (q, buf) in bufs.chunks_exact_mut(per_panel).enumerate() {
+        for lane in 0..PANEL {
+            let j = (first + q) * PANEL + lane;
+            if j >= n {
+                break;
+            }
+            for (i, xi) in x.chunks_exact(k).enumerate() {
+                buf[i * PANEL + lane] = dot(xi, j);
+            }
         }
     }
 }
 
-/// Activation rows `first..first + R` against one panel, into `out` (`R × 8`).
+/// One panel's records, or two consecutive panels' for a two-panel kernel.
+#[derive(Clone, Copy)]
+enum Panel<'a> {
+    One(&'a [u8]),
+    Two(&'a [u8], &'a [u8]),
+}
+
+/// Activation rows `first..first + R` against one panel or two, into `buf` (per panel
+/// `m × 8`, row `i` at `i × 8`).
 fn group<const R: usize>(
     isa: Isa,
     p: &Panels,
-    panel: &[u8],
+    panels: Panel<'_>,
     acts: &[ActRow<'_>],
     first: usize,
-    out: &mut [f32],
+    buf: &mut [f32],
 ) {
     let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts[first + r]);
-    for (o, r) in out
-        .chunks_exact_mut(PANEL)
-        .zip(panel_dot(isa, p.format, panel, p.nb, &rows))
-    {
-        *<&mut [f32; PANEL]>::try_from(o).expect("chunks of PANEL") = r;
+    let put = |buf: &mut [f32], results: [[f32; PANEL]; R]| {
+        for (r, res) in results.into_iter().enumerate() {
+            let o = &mut buf[(first + r) * PANEL..(first + r + 1) * PANEL];
+            *<&mut [f32; PANEL]>::try_from(o).expect("PANEL floats") = res;
+        }
+    };
+    match panels {
+        Panel::One(panel) => put(buf, panel_dot(isa, p.format, panel, p.nb, &rows)),
+        Panel::Two(a, b) => {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let [ra, rb] = x86::panel_dot_pair(p.format, a, b, p.nb, &rows);
+                let (ba, bb) = buf.split_at_mut(buf.len() / 2);
+                put(ba, ra);
+                put(bb, rb);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            unreachable!(
+                "two-panel kernels are x86 only ({} + {} bytes)",
+                a.len(),
+                b.len()
+            );
+        }
     }
 }
 
@@ -987,7 +1036,7 @@ pub(crate) mod tests {
                     .flat_map(|&isa| match isa {
                         Isa::Scalar => vec![(isa, 0)],
                         #[cfg(target_arch = "x86_64")]
-                        Isa::Avx2 => vec![(isa, 0), (isa, 1), (isa, 2)],
+                        Isa::Avx2 => vec![(isa, 0), (isa, 1), (isa, 2), (isa, 3)],
                     })
                     .collect();
                 for &(isa, level) in &levels {

@@ -27,7 +27,9 @@ pub(crate) fn available() -> bool {
 }
 
 /// The widest kernel level the dispatch may pick: 0 AVX2, 1 AVX-512 registers, 2 AVX-512
-/// VNNI. Every level gives the same bits; tests lower it to run each on one machine.
+/// VNNI, 3 AVX-512 VNNI on 512-bit registers, two panels at once (the k-quants,
+/// [`panel_dot_pair`]). Every level gives the same bits; tests lower it to run each on one
+/// machine.
 static LEVEL_CAP: AtomicU8 = AtomicU8::new(u8::MAX);
 
 /// Caps the kernel level (see [`LEVEL_CAP`]); returns the previous cap.
@@ -599,6 +601,282 @@ unsafe fn k_scales(q6: bool, r: *const u8) -> ([[i32; PANEL]; 16], [[i32; PANEL]
         }
     }
     (sc, coef)
+}
+
+/// Whether [`panel_dot_pair`] runs for `format` on this CPU: the k-quants with AVX-512 VNNI
+/// on 512-bit registers (kernel level 3; the same bits as one panel at a time).
+pub(crate) fn pairs(format: QFormat) -> bool {
+    LEVEL_CAP.load(Ordering::Relaxed) >= 3
+        && matches!(format, QFormat::Q4K | QFormat::Q5K | QFormat::Q6K)
+        && vnni()
+}
+
+/// Two panels (`a`, `b`, each `nb` records of `format`) against `R` quantized activation rows
+/// at once, one 16-lane register holding both panels' eight rows: each broadcast group of four
+/// activations meets sixteen output rows in one `dpbusd`, so there are half the instructions
+/// per multiply-add of [`panel_dot`]. Every lane runs the same integer sums (exact in any
+/// order) and the same float expression as the one-panel kernel, so the results are
+/// bit-identical to `[panel_dot(a), panel_dot(b)]`.
+///
+/// # Panics
+/// If [`pairs`] is false for `format`, or as [`panel_dot`].
+pub(crate) fn panel_dot_pair<const R: usize>(
+    format: QFormat,
+    a: &[u8],
+    b: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[[f32; PANEL]; R]; 2] {
+    assert!(
+        pairs(format),
+        "panel_dot_pair: no two-panel kernel for {format:?}"
+    );
+    assert!(a.len() >= nb * format.record() && b.len() >= nb * format.record());
+    for act in acts {
+        assert!(act.qs.len() >= nb * format.block() && act.d.len() >= nb);
+        assert!(act.bsums.len() >= nb * QK_K / 16);
+    }
+    // SAFETY: `pairs` checked the CPU features; the asserts bound every read.
+    let out = unsafe {
+        match format {
+            QFormat::Q4K => panel_k_pair::<R, K_Q4>(a, b, nb, acts),
+            QFormat::Q5K => panel_k_pair::<R, K_Q5>(a, b, nb, acts),
+            _ => panel_k_pair::<R, K_Q6>(a, b, nb, acts),
+        }
+    };
+    let half = |h: usize| out.map(|lanes| std::array::from_fn(|l| lanes[PANEL * h + l]));
+    [half(0), half(1)]
+}
+
+/// 32 bytes at offset `at` of record `a` in the low half, of record `b` in the high half.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn load_pair(a: *const u8, b: *const u8, at: usize) -> __m512i {
+    let lo = _mm256_loadu_si256(a.add(at) as *const __m256i);
+    let hi = _mm256_loadu_si256(b.add(at) as *const __m256i);
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// Eight bytes at offset `at` of records `a` and `b`, side by side.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn load8_pair(a: *const u8, b: *const u8, at: usize) -> __m128i {
+    _mm_unpacklo_epi64(
+        _mm_loadl_epi64(a.add(at) as *const __m128i),
+        _mm_loadl_epi64(b.add(at) as *const __m128i),
+    )
+}
+
+/// Shifts each 16-bit lane of `v` left by `by` (right by `-by`); a runtime count.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn shift16_zmm(v: __m512i, by: i32) -> __m512i {
+    if by >= 0 {
+        _mm512_sll_epi16(v, _mm_cvtsi32_si128(by))
+    } else {
+        _mm512_srl_epi16(v, _mm_cvtsi32_si128(-by))
+    }
+}
+
+/// [`k_groups`] of records `a` and `b` (lanes 0..8 and 8..16).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn k_groups_pair<const F: u8>(a: *const u8, b: *const u8, s: usize) -> [__m512i; 8] {
+    let load = |at: usize| load_pair(a, b, at);
+    let (qs, chunk, high) = match F {
+        K_Q4 => (k_rec::Q4_QS, s / 2, s % 2 == 1),
+        K_Q5 => (k_rec::Q5_QS, s / 2, s % 2 == 1),
+        _ => (k_rec::Q6_QL, 2 * (s / 4) + s % 2, s % 4 >= 2),
+    };
+    let low = _mm512_set1_epi8(0x0F);
+    let mut w: [__m512i; 8] = std::array::from_fn(|g| {
+        let t = load(qs + 32 * (8 * chunk + g));
+        if high {
+            _mm512_and_si512(_mm512_srli_epi16::<4>(t), low)
+        } else {
+            _mm512_and_si512(t, low)
+        }
+    });
+    match F {
+        K_Q5 => {
+            let m = _mm512_set1_epi8(0x10);
+            for (g, w) in w.iter_mut().enumerate() {
+                let t = load(k_rec::Q5_QH + 32 * g);
+                *w = _mm512_or_si512(*w, _mm512_and_si512(shift16_zmm(t, 4 - s as i32), m));
+            }
+        }
+        K_Q6 => {
+            let (n, t) = (s / 4, (s % 4) as i32);
+            let m = _mm512_set1_epi8(0x30);
+            for (g, w) in w.iter_mut().enumerate() {
+                let h = load(k_rec::Q6_QH + 32 * (8 * n + g));
+                *w = _mm512_or_si512(*w, _mm512_and_si512(shift16_zmm(h, 4 - 2 * t), m));
+            }
+        }
+        _ => {}
+    }
+    w
+}
+
+/// [`k_scales`] of records `a` and `b` (lanes 0..8 and 8..16).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn k_scales_pair(
+    q6: bool,
+    a: *const u8,
+    b: *const u8,
+) -> ([[i32; 2 * PANEL]; 16], [[i32; 2 * PANEL]; 16]) {
+    let mut sc = [[0i32; 2 * PANEL]; 16];
+    let mut coef = [[0i32; 2 * PANEL]; 16];
+    let store = |to: &mut [i32; 2 * PANEL], v: __m512i| {
+        _mm512_storeu_si512(to.as_mut_ptr() as *mut __m512i, v);
+    };
+    if q6 {
+        for g in 0..16 {
+            let v = _mm512_cvtepi8_epi32(load8_pair(a, b, k_rec::Q6_SCALES + PANEL * g));
+            store(&mut sc[g], v);
+            store(&mut coef[g], v);
+        }
+    } else {
+        let q = |i: usize| _mm512_cvtepu8_epi32(load8_pair(a, b, k_rec::SCALES + PANEL * i));
+        let (m63, m15) = (_mm512_set1_epi32(63), _mm512_set1_epi32(15));
+        for j in 0..4 {
+            store(&mut sc[j], _mm512_and_si512(q(j), m63));
+            store(&mut coef[j], _mm512_and_si512(q(j + 4), m63));
+        }
+        for j in 4..8 {
+            let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
+            let hi = |v: __m512i| _mm512_slli_epi32::<4>(_mm512_srli_epi32::<6>(v));
+            store(
+                &mut sc[j],
+                _mm512_or_si512(_mm512_and_si512(lo, m15), hi(s_hi)),
+            );
+            store(
+                &mut coef[j],
+                _mm512_or_si512(_mm512_srli_epi32::<4>(lo), hi(m_hi)),
+            );
+        }
+    }
+    (sc, coef)
+}
+
+/// [`k_coef_pairs`] on sixteen lanes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn k_coef_pairs_zmm(coef: &[[i32; 2 * PANEL]; 16]) -> [__m512i; 8] {
+    let c = |j: usize| _mm512_loadu_si512(coef[j].as_ptr() as *const __m512i);
+    std::array::from_fn(|t| {
+        let lo = _mm512_and_si512(c(2 * t), _mm512_set1_epi32(0xFFFF));
+        _mm512_or_si512(lo, _mm512_slli_epi32::<16>(c(2 * t + 1)))
+    })
+}
+
+/// [`k_extra`] on sixteen lanes: the activation row's packed pair sums are the same for every
+/// lane, so each is broadcast into one `dpwssd` (`madd` and add in one instruction; exact).
+///
+/// # Safety
+/// `bs` holds at least 16 sums.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn k_extra_zmm(format: QFormat, pairs: &[__m512i; 8], bs: &[i32]) -> __m512i {
+    debug_assert!(bs.len() >= 16);
+    let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
+    let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
+    let mut v = [0i32; PANEL];
+    let z = _mm512_setzero_si512();
+    if format == QFormat::Q6K {
+        // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
+        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
+        _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, p);
+        let mut e = z;
+        for (t, c) in pairs.iter().enumerate() {
+            e = _mm512_dpwssd_epi32(e, *c, _mm512_set1_epi32(v[t]));
+        }
+        _mm512_slli_epi32::<5>(e)
+    } else {
+        // As `k_extra`: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
+        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
+        _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, _mm256_packs_epi32(p, p));
+        let mut e = z;
+        for (t, dword) in [(0, 0), (1, 1), (2, 4), (3, 5)] {
+            e = _mm512_dpwssd_epi32(e, pairs[t], _mm512_set1_epi32(v[dword]));
+        }
+        e
+    }
+}
+
+/// The two-panel form of `k_panel!`'s VNNI build (see [`panel_dot_pair`]): lanes 0..8 are
+/// panel `a`'s rows, 8..16 panel `b`'s, each computed exactly as the one-panel kernel does.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn panel_k_pair<const R: usize, const F: u8>(
+    pa: &[u8],
+    pb: &[u8],
+    nb: usize,
+    acts: &[ActRow<'_>; R],
+) -> [[f32; 2 * PANEL]; R] {
+    let format = k_format(F);
+    let rec = format.record();
+    let q6 = F == K_Q6;
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let ra = pa.as_ptr().add(b * rec);
+        let rb = pb.as_ptr().add(b * rec);
+        prefetch(ra, rec);
+        prefetch(rb, rec);
+        let (sc, coef) = k_scales_pair(q6, ra, rb);
+        let pairs = k_coef_pairs_zmm(&coef);
+        let scv = |j: usize| _mm512_loadu_si512(sc[j].as_ptr() as *const __m512i);
+        let mut sums = [_mm512_setzero_si512(); R];
+        for s in 0..8 {
+            let w = k_groups_pair::<F>(ra, rb, s);
+            let (j0, j1) = if q6 { (2 * s, 2 * s + 1) } else { (s, s) };
+            let (s0, s1) = (scv(j0), scv(j1));
+            for (i, sum) in sums.iter_mut().enumerate() {
+                let x = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
+                let z = _mm512_setzero_si512();
+                let (mut t0, mut t1) = (z, z);
+                for g in 0..4 {
+                    let xg = _mm512_set1_epi32(x.add(g).read_unaligned());
+                    t0 = _mm512_dpbusd_epi32(t0, w[g], xg);
+                    let xg = _mm512_set1_epi32(x.add(g + 4).read_unaligned());
+                    t1 = _mm512_dpbusd_epi32(t1, w[g + 4], xg);
+                }
+                let t = if q6 {
+                    _mm512_add_epi32(_mm512_mullo_epi32(t0, s0), _mm512_mullo_epi32(t1, s1))
+                } else {
+                    _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), s0)
+                };
+                *sum = _mm512_add_epi32(*sum, t);
+            }
+        }
+        let half16 = |at: usize| {
+            let lo = _mm_loadu_si128(ra.add(at) as *const __m128i);
+            let hi = _mm_loadu_si128(rb.add(at) as *const __m128i);
+            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+        };
+        let dwv = half16(if q6 { k_rec::Q6_D } else { k_rec::D });
+        let dmv = half16(k_rec::DMIN);
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let sum = sums[i];
+            let ex = k_extra_zmm(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..));
+            let dx = _mm512_set1_ps(at(acts[i].d, b));
+            let v = if q6 {
+                let sumi = _mm512_sub_epi32(sum, ex);
+                _mm512_mul_ps(_mm512_mul_ps(dx, dwv), _mm512_cvtepi32_ps(sumi))
+            } else {
+                _mm512_sub_ps(
+                    _mm512_mul_ps(_mm512_mul_ps(dx, dwv), _mm512_cvtepi32_ps(sum)),
+                    _mm512_mul_ps(_mm512_mul_ps(dx, dmv), _mm512_cvtepi32_ps(ex)),
+                )
+            };
+            *acc = _mm512_add_ps(*acc, v);
+        }
+    }
+    acc.map(|acc| {
+        let mut out = [0f32; 2 * PANEL];
+        _mm512_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    })
 }
 
 /// The panel of `format` on the widest build of its kernel this CPU runs (all give the same
