@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use super::arch::{Activation, Arch, ModelConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
+use super::expf::exp_shifted_in_place;
 use super::gguf::GgufFile;
 use super::quant::QWeight;
 use super::safetensors::Checkpoint;
@@ -634,8 +635,18 @@ impl Transformer {
 fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
     let f = |g: &mut [f32], u: &[f32]| match act {
         Activation::Silu => {
-            for (g, u) in g.iter_mut().zip(u) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
+            // `g / (1 + e^-g) · u`, the exponentials a vector at a time ([`exp_f32`](super::expf::exp_f32)'s bits:
+            // glibc's `expf` on x86-64 with FMA, and the same on every other machine).
+            let mut e = [0f32; 256];
+            for (g, u) in g.chunks_mut(e.len()).zip(u.chunks(e.len())) {
+                let e = &mut e[..g.len()];
+                for (e, g) in e.iter_mut().zip(g.iter()) {
+                    *e = -*g;
+                }
+                exp_shifted_in_place(e, 0.0);
+                for ((g, u), e) in g.iter_mut().zip(u).zip(e.iter()) {
+                    *g = *g / (1.0 + e) * u;
+                }
             }
         }
         Activation::GeluTanh => {

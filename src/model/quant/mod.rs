@@ -16,6 +16,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -540,21 +541,21 @@ impl QWeight {
                 let acts = QuantizedRows::quantize(x, k, p.format.act());
                 self.quantized_matmul(isa, p, &acts, m, out);
             }
-            Storage::F32(w) => self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
+            Storage::F32(w) => self.run_panels(m, out, &|panels, out| {
                 let w = w.as_slice();
-                float_panels(first, n, k, x, bufs, |xi, j| {
+                float_panels(panels, n, k, x, out, |xi, j| {
                     dot_f32(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
-            Storage::F16(w) => self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
+            Storage::F16(w) => self.run_panels(m, out, &|panels, out| {
                 let w = w.as_slice();
-                float_panels(first, n, k, x, bufs, |xi, j| {
+                float_panels(panels, n, k, x, out, |xi, j| {
                     dot_f16(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
-            Storage::BF16(w) => self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
+            Storage::BF16(w) => self.run_panels(m, out, &|panels, out| {
                 let w = w.as_slice();
-                float_panels(first, n, k, x, bufs, |xi, j| {
+                float_panels(panels, n, k, x, out, |xi, j| {
                     dot_bf16(isa, xi, &w[j * k..(j + 1) * k])
                 })
             }),
@@ -575,15 +576,12 @@ impl QWeight {
         // Every row's slices once, not once per panel.
         let acts: Vec<ActRow<'_>> = (0..m).map(|i| acts.row(i)).collect();
         let acts = &acts[..];
-        let per_panel = m * PANEL;
-        self.run_panels(m, out, &|first: usize, bufs: &mut [f32]| {
-            let mut bufs = &mut bufs[..];
-            let mut pi = first;
-            while !bufs.is_empty() {
+        self.run_panels(m, out, &|panels: Range<usize>, out: &PanelOut| {
+            let mut pi = panels.start;
+            while pi < panels.end {
                 // Two panels at once where a kernel takes them (same bits as one by one).
-                let two = pairs && bufs.len() >= 2 * per_panel;
-                let (buf, rest) = bufs.split_at_mut(if two { 2 * per_panel } else { per_panel });
-                let panels = if two {
+                let two = pairs && pi + 1 < panels.end;
+                let these = if two {
                     Panel::Two(p.panel(pi), p.panel(pi + 1))
                 } else {
                     Panel::One(p.panel(pi))
@@ -591,83 +589,90 @@ impl QWeight {
                 // Rows in groups: each weight block is unpacked once for all rows of a group.
                 let mut i = 0;
                 while eight && i + 8 <= m {
-                    group::<8>(isa, p, panels, acts, i, buf);
+                    group::<8>(isa, p, these, pi, acts, i, out);
                     i += 8;
                 }
                 while i + 4 <= m {
-                    group::<4>(isa, p, panels, acts, i, buf);
+                    group::<4>(isa, p, these, pi, acts, i, out);
                     i += 4;
                 }
                 if i + 2 <= m {
-                    group::<2>(isa, p, panels, acts, i, buf);
+                    group::<2>(isa, p, these, pi, acts, i, out);
                     i += 2;
                 }
                 if i < m {
-                    group::<1>(isa, p, panels, acts, i, buf);
+                    group::<1>(isa, p, these, pi, acts, i, out);
                 }
                 pi += if two { 2 } else { 1 };
-                bufs = rest;
             }
         });
     }
 
-    /// Calls `kernel(first, bufs)` for runs of consecutive panels `first..`, where `bufs`
-    /// (`m × 8` per panel, each panel's row-major) receives the panels' outputs for all `m`
-    /// rows; spreads the runs over the current rayon pool (an even number of panels each,
-    /// but the last), then scatters the panel outputs into `out`.
-    fn run_panels(&self, m: usize, out: &mut [f32], kernel: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    /// Calls `kernel(panels, out)` for runs of consecutive panels that together cover the
+    /// weight, spread over the current rayon pool (an even number of panels per run, but the
+    /// last); each call writes its panels' columns of `out` (`m × n`, row-major) and no
+    /// others.
+    fn run_panels(
+        &self,
+        m: usize,
+        out: &mut [f32],
+        kernel: &(dyn Fn(Range<usize>, &PanelOut) + Sync),
+    ) {
         let n_panels = self.n.div_ceil(PANEL);
-        let per_panel = m * PANEL;
         let work = m * self.n * self.k;
-        let fill = |buf: &mut [f32]| {
-            let threads = rayon::current_num_threads();
-            if work < PAR_MIN_WORK || threads == 1 {
-                kernel(0, buf);
-            } else {
-                let chunk = n_panels.div_ceil(threads * 8).next_multiple_of(2);
-                buf.par_chunks_mut(per_panel * chunk)
-                    .enumerate()
-                    .for_each(|(c, bufs)| kernel(c * chunk, bufs));
-            }
-        };
-        if m == 1 && self.n.is_multiple_of(PANEL) {
-            // Panel-major with one row is exactly the output layout.
-            fill(out);
-            return;
-        }
-        let mut buf = vec![0f32; n_panels * per_panel];
-        fill(&mut buf);
-        // Panel-major to row-major, blocks of rows on rayon's threads for a large product.
-        let n = self.n;
-        let scatter = |(r0, rows): (usize, &mut [f32])| {
-            // Tiles of 16 rows: every panel's part of a tile before the next tile.
-            for (t, tile) in rows.chunks_mut(16 * n).enumerate() {
-                let t0 = r0 + 16 * t;
-                for (p, b) in buf.chunks_exact(per_panel).enumerate() {
-                    let j0 = p * PANEL;
-                    let width = PANEL.min(n - j0);
-                    for (i, row) in tile.chunks_exact_mut(n).enumerate() {
-                        let b = &b[(t0 + i) * PANEL..][..PANEL];
-                        let dst = &mut row[j0..j0 + width];
-                        if let Ok(dst) = <&mut [f32; PANEL]>::try_from(&mut *dst) {
-                            // Fixed-size copies: two vector moves, not a `memmove` per row.
-                            *dst = *<&[f32; PANEL]>::try_from(b).expect("PANEL floats");
-                        } else {
-                            dst.copy_from_slice(&b[..width]);
-                        }
-                    }
-                }
-            }
-        };
         let threads = rayon::current_num_threads();
-        if work < PAR_MIN_WORK || threads == 1 || m < 2 * threads {
-            scatter((0, out));
+        let out = PanelOut::new(out, m, self.n);
+        if work < PAR_MIN_WORK || threads == 1 {
+            kernel(0..n_panels, &out);
         } else {
-            let per = m.div_ceil(2 * threads);
-            out.par_chunks_mut(per * n)
-                .enumerate()
-                .for_each(|(c, rows)| scatter((c * per, rows)));
+            let chunk = n_panels.div_ceil(threads * 8).next_multiple_of(2);
+            (0..n_panels.div_ceil(chunk)).into_par_iter().for_each(|c| {
+                kernel(c * chunk..((c + 1) * chunk).min(n_panels), &out);
+            });
         }
+    }
+}
+
+/// The `m × n` output of a matmul while panel kernels fill it: each worker writes the columns
+/// of the panels it was given ([`QWeight::run_panels`] gives every panel to one worker only),
+/// straight into the row-major result (no panel-major buffer to scatter afterwards).
+struct PanelOut<'a> {
+    ptr: *mut f32,
+    m: usize,
+    n: usize,
+    _out: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: workers write disjoint columns (their own panels', see `put`), so sharing the
+// pointer between threads races on nothing.
+unsafe impl Sync for PanelOut<'_> {}
+
+impl<'a> PanelOut<'a> {
+    fn new(out: &'a mut [f32], m: usize, n: usize) -> PanelOut<'a> {
+        assert_eq!(out.len(), m * n, "matmul output is not {m} × {n}");
+        PanelOut {
+            ptr: out.as_mut_ptr(),
+            m,
+            n,
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// Writes panel `panel`'s outputs for row `row` (the lanes past `n` are dropped).
+    ///
+    /// # Safety
+    /// No other thread writes panel `panel` while this runs.
+    unsafe fn put(&self, row: usize, panel: usize, values: &[f32; PANEL]) {
+        assert!(
+            row < self.m && panel * PANEL < self.n,
+            "row {row}, panel {panel}"
+        );
+        let j0 = panel * PANEL;
+        let width = PANEL.min(self.n - j0);
+        // SAFETY: `row * n + j0 + width <= m * n` (asserted), and the caller owns the panel.
+        unsafe {
+            std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(row * self.n + j0), width)
+        };
     }
 }
 
@@ -679,26 +684,26 @@ fn check_len(got: usize, want: usize) -> Result<(), QuantError> {
     }
 }
 
-/// Fills `bufs` (`m × 8` per panel) with the float dot products of panels `first..` (rows
-/// past `n` stay 0).
+/// Writes the float dot products of `panels` into `out`.
 fn float_panels(
-    first: usize,
+    panels: Range<usize>,
     n: usize,
     k: usize,
     x: &[f32],
-    bufs: &mut [f32],
+    out: &PanelOut,
     dot: impl Fn(&[f32], usize) -> f32,
 ) {
-    let per_panel = x.len() / k * PANEL;
-    for (q, buf) in bufs.chunks_exact_mut(per_panel).enumerate() {
-        for lane in 0..PANEL {
-            let j = (first + q) * PANEL + lane;
-            if j >= n {
-                break;
+    for pi in panels {
+        for (i, xi) in x.chunks_exact(k).enumerate() {
+            let mut values = [0f32; PANEL];
+            for (lane, v) in values.iter_mut().enumerate() {
+                let j = pi * PANEL + lane;
+                if j < n {
+                    *v = dot(xi, j);
+                }
             }
-            for (i, xi) in x.chunks_exact(k).enumerate() {
-                buf[i * PANEL + lane] = dot(xi, j);
-            }
+            // SAFETY: `run_panels` gave this worker panel `pi`.
+            unsafe { out.put(i, pi, &values) };
         }
     }
 }
@@ -710,32 +715,32 @@ enum Panel<'a> {
     Two(&'a [u8], &'a [u8]),
 }
 
-/// Activation rows `first..first + R` against one panel or two, into `buf` (per panel
-/// `m × 8`, row `i` at `i × 8`).
+/// Activation rows `first..first + R` against panel `pi` (and `pi + 1` for two), into
+/// `out`; the caller was given those panels by [`QWeight::run_panels`].
 fn group<const R: usize>(
     isa: Isa,
     p: &Panels,
     panels: Panel<'_>,
+    pi: usize,
     acts: &[ActRow<'_>],
     first: usize,
-    buf: &mut [f32],
+    out: &PanelOut,
 ) {
     let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts[first + r]);
-    let put = |buf: &mut [f32], results: [[f32; PANEL]; R]| {
-        for (r, res) in results.into_iter().enumerate() {
-            let o = &mut buf[(first + r) * PANEL..(first + r + 1) * PANEL];
-            *<&mut [f32; PANEL]>::try_from(o).expect("PANEL floats") = res;
+    let put = |panel: usize, results: [[f32; PANEL]; R]| {
+        for (r, values) in results.iter().enumerate() {
+            // SAFETY: the caller owns `panel` (see above).
+            unsafe { out.put(first + r, panel, values) };
         }
     };
     match panels {
-        Panel::One(panel) => put(buf, panel_dot(isa, p.format, panel, p.nb, &rows)),
+        Panel::One(panel) => put(pi, panel_dot(isa, p.format, panel, p.nb, &rows)),
         Panel::Two(a, b) => {
             #[cfg(target_arch = "x86_64")]
             {
                 let [ra, rb] = x86::panel_dot_pair(p.format, a, b, p.nb, &rows);
-                let (ba, bb) = buf.split_at_mut(buf.len() / 2);
-                put(ba, ra);
-                put(bb, rb);
+                put(pi, ra);
+                put(pi + 1, rb);
             }
             #[cfg(not(target_arch = "x86_64"))]
             unreachable!(
