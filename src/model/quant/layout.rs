@@ -617,52 +617,82 @@ fn quantize_row(
     bsums: &mut [i32],
 ) {
     let block = kind.block();
+    #[cfg(target_arch = "x86_64")]
+    let wide = super::x86::quantize_wide();
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = false;
     for (b, (xs, q)) in x
         .chunks_exact(block)
         .zip(qs.chunks_exact_mut(block))
         .enumerate()
     {
         if kind == ActKind::Q8K {
-            let (mut max, mut amax) = (0f32, 0f32);
-            for &v in xs {
-                if v.abs() > amax {
-                    amax = v.abs();
-                    max = v;
-                }
-            }
-            if amax == 0.0 {
-                // Quants, scale and sums stay zero.
-                continue;
-            }
-            let iscale = -127.0 / max;
-            for (q, &v) in q.iter_mut().zip(xs) {
-                // |iscale · v| <= 127 up to rounding, so `round_even`'s saturation is
-                // `min(127)`; it avoids a libm `rintf` call per element.
-                *q = round_even(iscale * v);
-            }
-            for (sum, c) in bsums[b * block / 16..(b + 1) * block / 16]
-                .iter_mut()
-                .zip(q.chunks_exact(16))
-            {
-                *sum = c.iter().map(|&v| v as i32).sum::<i32>();
-            }
-            d[b] = 1.0 / iscale;
+            let sums = &mut bsums[b * block / 16..(b + 1) * block / 16];
+            #[cfg(target_arch = "x86_64")]
+            let vector = if wide {
+                super::x86::quantize_q8k_block(xs, q, sums)
+            } else {
+                None
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let vector = None;
+            d[b] = vector.unwrap_or_else(|| quantize_q8k_block(xs, q, sums));
             continue;
         }
-        let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
+        #[cfg(target_arch = "x86_64")]
+        let vector = if wide {
+            super::x86::quantize_q8_block(xs, q)
+        } else {
+            None
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let vector = None;
+        let (amax, sum) = vector.unwrap_or_else(|| quantize_q8_block(xs, q));
         let dd = amax / 127.0;
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        for (q, &v) in q.iter_mut().zip(xs) {
-            *q = round_even(v * id);
-        }
         d[b] = f16::from_f32(dd).to_f32();
-        let sum: i32 = q.iter().map(|&q| q as i32).sum();
         match kind {
             ActKind::Q8_0 => bsums[b] = sum,
             ActKind::Q8_1 => s[b] = f16::from_f32(sum as f32 * dd).to_f32(),
             ActKind::Q8K => unreachable!("handled above"),
         }
     }
+}
+
+/// One Q8_K block of [`quantize_row`]: writes its quants `q` and the sums of every 16 into
+/// `sums`, and returns `d` (an all-zero block leaves everything zero and gives 0).
+fn quantize_q8k_block(xs: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
+    let (mut max, mut amax) = (0f32, 0f32);
+    for &v in xs {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        // Quants, scale and sums stay zero.
+        return 0.0;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in q.iter_mut().zip(xs) {
+        // |iscale · v| <= 127 up to rounding, so `round_even`'s saturation is
+        // `min(127)`; it avoids a libm `rintf` call per element.
+        *q = round_even(iscale * v);
+    }
+    for (sum, c) in sums.iter_mut().zip(q.chunks_exact(16)) {
+        *sum = c.iter().map(|&v| v as i32).sum::<i32>();
+    }
+    1.0 / iscale
+}
+
+/// One Q8_0 / Q8_1 block of [`quantize_row`]: writes its quants `q`, returns the largest
+/// magnitude and the quants' sum.
+fn quantize_q8_block(xs: &[f32], q: &mut [i8]) -> (f32, i32) {
+    let amax = xs.iter().fold(0f32, |a, &v| a.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    for (q, &v) in q.iter_mut().zip(xs) {
+        *q = round_even(v * id);
+    }
+    (amax, q.iter().map(|&q| q as i32).sum())
 }
 
 /// One quantized activation row: quants, block scales, block sums `d * sum(q)` (Q8_1; else
@@ -705,6 +735,47 @@ mod tests {
                 assert_eq!(bits(a.d), bits(b.d), "{kind:?} row {i}");
                 assert_eq!(bits(a.s), bits(b.s), "{kind:?} row {i}");
             }
+        }
+    }
+
+    /// The AVX-512 block quantizers give the scalar loops' bits, for every kind, on rows with
+    /// ties of magnitude (the first wins), zero blocks, a NaN (the scalar loop runs), tiny,
+    /// huge and subnormal values.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_quantizers_give_the_scalar_bits() {
+        if !super::super::x86::quantize_wide() {
+            eprintln!("no AVX-512 here: only the scalar quantizers exist");
+            return;
+        }
+        let k = 512;
+        let mut x: Vec<f32> = (0..8 * k)
+            .map(|i| ((i as f32 * 0.37).sin() * 5.0) * if i % 61 == 0 { 30.0 } else { 1.0 })
+            .collect();
+        x[k..2 * k].fill(0.0);
+        // Row 2: the largest magnitude twice, negative first, then positive.
+        x[2 * k + 3] = -1000.0;
+        x[2 * k + 200] = 1000.0;
+        x[2 * k + 300] = 1000.0;
+        x[3 * k + 17] = f32::NAN;
+        for v in &mut x[4 * k..5 * k] {
+            *v *= 1e-40;
+        }
+        for v in &mut x[5 * k..6 * k] {
+            *v *= 1e30;
+        }
+        x[6 * k + 40] = 1e-38;
+        x[6 * k + 41] = -0.0;
+        for kind in [ActKind::Q8_0, ActKind::Q8_1, ActKind::Q8K] {
+            let vector = QuantizedRows::quantize(&x, k, kind);
+            let level = super::super::x86::cap_level(0);
+            let scalar = QuantizedRows::quantize(&x, k, kind);
+            super::super::x86::cap_level(level);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(vector.qs, scalar.qs, "{kind:?}");
+            assert_eq!(vector.bsums, scalar.bsums, "{kind:?}");
+            assert_eq!(bits(&vector.d), bits(&scalar.d), "{kind:?}");
+            assert_eq!(bits(&vector.s), bits(&scalar.s), "{kind:?}");
         }
     }
 

@@ -671,7 +671,13 @@ impl<'a> PanelOut<'a> {
         let width = PANEL.min(self.n - j0);
         // SAFETY: `row * n + j0 + width <= m * n` (asserted), and the caller owns the panel.
         unsafe {
-            std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(row * self.n + j0), width)
+            let dst = self.ptr.add(row * self.n + j0);
+            if width == PANEL {
+                // A whole panel: one fixed-size (vector) store, not a `memmove` call.
+                (dst as *mut [f32; PANEL]).write_unaligned(*values);
+            } else {
+                std::ptr::copy_nonoverlapping(values.as_ptr(), dst, width);
+            }
         };
     }
 }
@@ -726,7 +732,7 @@ fn group<const R: usize>(
     first: usize,
     out: &PanelOut,
 ) {
-    let rows: [ActRow<'_>; R] = std::array::from_fn(|r| acts[first + r]);
+    let rows: &[ActRow<'_>; R] = acts[first..first + R].try_into().expect("R rows");
     let put = |panel: usize, results: [[f32; PANEL]; R]| {
         for (r, values) in results.iter().enumerate() {
             // SAFETY: the caller owns `panel` (see above).
@@ -734,11 +740,11 @@ fn group<const R: usize>(
         }
     };
     match panels {
-        Panel::One(panel) => put(pi, panel_dot(isa, p.format, panel, p.nb, &rows)),
+        Panel::One(panel) => put(pi, panel_dot(isa, p.format, panel, p.nb, rows)),
         Panel::Two(a, b) => {
             #[cfg(target_arch = "x86_64")]
             {
-                let [ra, rb] = x86::panel_dot_pair(p.format, a, b, p.nb, &rows);
+                let [ra, rb] = x86::panel_dot_pair(p.format, a, b, p.nb, rows);
                 put(pi, ra);
                 put(pi + 1, rb);
             }

@@ -921,3 +921,115 @@ unsafe fn reduce(acc: [__m256; 4]) -> f32 {
     let h3 = _mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1));
     _mm_cvtss_f32(h3)
 }
+
+/// Whether the activation quantizers below run (AVX-512F/BW, not capped below level 1).
+pub(crate) fn quantize_wide() -> bool {
+    wide()
+}
+
+/// One Q8_K block (256 values) as `layout::quantize_row` quantizes it, sixteen values at a
+/// time: writes `q` and `bsums` and returns `d` (0 for an all-zero block, which writes
+/// nothing), or `None` for a block holding a NaN (the caller's scalar loop then runs).
+/// Bit-identical to the scalar loop: the largest magnitude is the same value in any order,
+/// and its first position is found by comparison; each quant is the same f32 product rounded
+/// to nearest-even and saturated as `round_even` does ([`round_even_i8`]; a subnormal
+/// largest magnitude makes the scale infinite, so the saturation and NaN cases do occur).
+///
+/// # Panics
+/// If `xs` and `q` do not hold 256 values or `bsums` 16 sums, or without [`quantize_wide`].
+pub(crate) fn quantize_q8k_block(xs: &[f32], q: &mut [i8], bsums: &mut [i32]) -> Option<f32> {
+    assert!(xs.len() == QK_K && q.len() == QK_K && bsums.len() == QK_K / 16);
+    assert!(quantize_wide(), "quantize_q8k_block without AVX-512");
+    // SAFETY: AVX-512F/BW/VL present (asserted); the lengths bound every access.
+    unsafe { q8k_block(xs, q, bsums) }
+}
+
+/// Each lane of `p` rounded to nearest-even and saturated to i8 as `layout::round_even` does
+/// (NaN gives 0, infinities and huge values the nearest bound), widened to i32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+#[inline]
+unsafe fn round_even_i8(p: __m512) -> __m512i {
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(p, p);
+    let p = _mm512_mask_blend_ps(nan, p, _mm512_setzero_ps());
+    let p = _mm512_min_ps(
+        _mm512_max_ps(p, _mm512_set1_ps(-128.0)),
+        _mm512_set1_ps(127.0),
+    );
+    _mm512_cvtps_epi32(p)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+unsafe fn q8k_block(xs: &[f32], q: &mut [i8], bsums: &mut [i32]) -> Option<f32> {
+    let x = |c: usize| _mm512_loadu_ps(xs.as_ptr().add(16 * c));
+    let mut acc = _mm512_setzero_ps();
+    let mut nan = 0u16;
+    for c in 0..QK_K / 16 {
+        let v = x(c);
+        nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        acc = _mm512_max_ps(_mm512_abs_ps(v), acc);
+    }
+    if nan != 0 {
+        return None;
+    }
+    let amax = _mm512_reduce_max_ps(acc);
+    if amax == 0.0 {
+        return Some(0.0);
+    }
+    // The first value of that magnitude (the scalar loop keeps the first with `>`).
+    let am = _mm512_set1_ps(amax);
+    let mut max = amax;
+    for c in 0..QK_K / 16 {
+        let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(x(c)), am);
+        if hit != 0 {
+            max = at(xs, 16 * c + hit.trailing_zeros() as usize);
+            break;
+        }
+    }
+    let iscale = -127.0 / max;
+    let is = _mm512_set1_ps(iscale);
+    for c in 0..QK_K / 16 {
+        let r = round_even_i8(_mm512_mul_ps(is, x(c)));
+        *bsums.get_unchecked_mut(c) = _mm512_reduce_add_epi32(r);
+        _mm_storeu_si128(
+            q.as_mut_ptr().add(16 * c) as *mut __m128i,
+            _mm512_cvtsepi32_epi8(r),
+        );
+    }
+    Some(1.0 / iscale)
+}
+
+/// One 32-value block of Q8_0 / Q8_1 as `layout::quantize_row` quantizes it: writes `q` and
+/// returns `(amax, Σ q)`, or `None` for a block holding a NaN (the scalar loop then runs).
+/// Bit-identical to the scalar loop for the same reasons as [`quantize_q8k_block`].
+///
+/// # Panics
+/// If `xs` and `q` do not hold 32 values, or without [`quantize_wide`].
+pub(crate) fn quantize_q8_block(xs: &[f32], q: &mut [i8]) -> Option<(f32, i32)> {
+    assert!(xs.len() == QK && q.len() == QK);
+    assert!(quantize_wide(), "quantize_q8_block without AVX-512");
+    // SAFETY: AVX-512F/BW/VL present (asserted); the lengths bound every access.
+    unsafe { q8_block(xs, q) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+unsafe fn q8_block(xs: &[f32], q: &mut [i8]) -> Option<(f32, i32)> {
+    let v0 = _mm512_loadu_ps(xs.as_ptr());
+    let v1 = _mm512_loadu_ps(xs.as_ptr().add(16));
+    let nan =
+        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
+    if nan != 0 {
+        return None;
+    }
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    let mut sum = _mm512_setzero_si512();
+    for (c, v) in [v0, v1].into_iter().enumerate() {
+        let r = round_even_i8(_mm512_mul_ps(v, id));
+        sum = _mm512_add_epi32(sum, r);
+        _mm_storeu_si128(
+            q.as_mut_ptr().add(16 * c) as *mut __m128i,
+            _mm512_cvtsepi32_epi8(r),
+        );
+    }
+    Some((amax, _mm512_reduce_add_epi32(sum)))
+}
