@@ -19,7 +19,8 @@
 //!   ([`engine::throughput`], `candor bench`). Knows no protocol.
 //! - [`judge`]: judge prompts and the parsers of judge outputs, one file per judge kind.
 //! - [`bench`]: the evaluation protocols, one folder each (`data.rs`, `plan.rs`, `score.rs`)
-//!   behind one interface ([`bench::protocol`]).
+//!   behind one interface ([`bench::protocol`]); what scoring produces
+//!   ([`bench::BenchResults`]: metrics, [`bench::stats`], and typed tables, [`bench::table`]).
 //! - [`store`]: the run directory, manifest, append-only samples, resume, the runner
 //!   ([`store::run`]), the types of `results.json` ([`store::run_results`]) and the progress
 //!   interface ([`store::progress`]).

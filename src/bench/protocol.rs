@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::plan::{Plan, Transcript};
-use super::results::{BenchResults, Table};
 use super::DataError;
+use crate::bench::table::Table;
+use crate::bench::BenchResults;
 use crate::model::message::Message;
 
 /// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
@@ -361,7 +362,7 @@ pub fn require_judge(
 /// (note, value) rows appended to the protocol's results.
 pub fn notes_table(rows: &[(&str, String)]) -> Table {
     Table {
-        id: crate::bench::results::table_id::RUN_NOTES.to_string(),
+        id: crate::bench::table::table_id::RUN_NOTES.to_string(),
         title: "Run notes".to_string(),
         columns: vec!["note".to_string(), "value".to_string()],
         rows: rows

@@ -649,7 +649,7 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
         .results
         .tables
         .iter()
-        .filter(|t| t.id == crate::bench::results::table_id::RUN_NOTES);
+        .filter(|t| t.id == crate::bench::table::table_id::RUN_NOTES);
     for row in notes.flat_map(|t| &t.rows) {
         if let [note, value] = &row[..] {
             if note == "smoke test" {

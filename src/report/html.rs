@@ -14,9 +14,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::results::RunResults;
+use super::RunResults;
 use crate::bench::plan::Actor;
-use crate::bench::results::{table_id, Metric, Table};
+use crate::bench::stats::Metric;
+use crate::bench::table::{table_id, Table};
 use crate::store::manifest::RunIdentity;
 
 /// One run as the report shows it.
@@ -861,8 +862,8 @@ pub fn render(runs: &[ReportRun]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::BenchResults;
     use crate::bench::stats::Interval;
+    use crate::bench::BenchResults;
     use crate::store::run_results::RunModel;
 
     fn run(protocol: &str, model: &str, value: f64) -> ReportRun {

@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 
-use super::results::RunResults;
+use super::RunResults;
 use crate::bench::plan::Actor;
 
 /// Renders the whole report.
@@ -116,8 +116,10 @@ fn table(out: &mut String, title: &str, columns: &[&str], rows: &[Vec<String>]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::{BenchResults, Metric, Table};
     use crate::bench::stats::Interval;
+    use crate::bench::stats::Metric;
+    use crate::bench::table::Table;
+    use crate::bench::BenchResults;
     use crate::store::run_results::{FailedStep, RunModel};
 
     #[test]

@@ -20,8 +20,10 @@ use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::protocol::{
     Candidates, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
-use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
+use crate::bench::stats::Metric;
+use crate::bench::table::Table;
+use crate::bench::BenchResults;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
 use crate::model::message::Message;
 

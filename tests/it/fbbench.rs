@@ -10,7 +10,7 @@ use candor::bench::fbbench::prompts::judge_messages;
 use candor::bench::fbbench::score::{
     published_tables, tables_for_version, units_from_records, ModelUnits, Rule,
 };
-use candor::bench::results::Table;
+use candor::bench::table::Table;
 
 use crate::util::shared_file;
 

@@ -13,8 +13,10 @@
 
 use super::data::{BenchType, FbBenchError, JudgementRecord, Version};
 use super::pynum::{format_cell, py_round, py_sum, PyNum};
-use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
+use crate::bench::table::Table;
+use crate::bench::BenchResults;
 use crate::judge::checklist::{self, CheckVerdict};
 use crate::judge::Verdict;
 
@@ -272,7 +274,7 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
     let ec = |u: &Unit| u.bench_type == BenchType::ErrorCorrection;
     vec![
         Table {
-            id: crate::bench::results::table_id::FBBENCH_OVERALL.to_string(),
+            id: crate::bench::table::table_id::FBBENCH_OVERALL.to_string(),
             title: "overall_score".into(),
             columns: [
                 "model",
@@ -316,7 +318,7 @@ pub fn tables_for_version(mut tables: Vec<Table>, version: Version) -> Vec<Table
     }
     for t in tables
         .iter_mut()
-        .filter(|t| t.id == crate::bench::results::table_id::FBBENCH_OVERALL)
+        .filter(|t| t.id == crate::bench::table::table_id::FBBENCH_OVERALL)
     {
         let keep: Vec<usize> = (0..t.columns.len())
             .filter(|&i| t.columns[i] != "EC-RM")

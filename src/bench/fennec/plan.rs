@@ -26,7 +26,8 @@
 use serde::Serialize;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
-use crate::bench::results::{BenchResults, Table};
+use crate::bench::table::Table;
+use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
 use crate::judge::fennec;
 use crate::judge::fennec::{
@@ -376,7 +377,7 @@ impl FennecPlan {
                 .count();
         }
         Table {
-            id: crate::bench::results::table_id::FENNEC_REPLIES.to_string(),
+            id: crate::bench::table::table_id::FENNEC_REPLIES.to_string(),
             title: "Fennec judge replies".to_string(),
             columns: [
                 "items",

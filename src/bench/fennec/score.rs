@@ -13,8 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
+use crate::bench::stats::Metric;
+use crate::bench::table::Table;
+use crate::bench::BenchResults;
 use crate::judge::fennec::PairScores;
 use crate::judge::Verdict;
 
@@ -317,7 +319,7 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
             ),
         ],
         tables: vec![Table {
-            id: crate::bench::results::table_id::FENNEC_PAIRWISE.to_string(),
+            id: crate::bench::table::table_id::FENNEC_PAIRWISE.to_string(),
             title: "Pairwise agreement with human labels (both orders) and consistency (%)"
                 .to_string(),
             columns: ["group", "agreement", "consistency", "n", "unscored"]
@@ -344,7 +346,7 @@ pub fn single_results(outcomes: &[SingleOutcome], seed: u64) -> BenchResults {
     BenchResults {
         metrics: vec![metric("accuracy", &scored, unscored, seed)],
         tables: vec![Table {
-            id: crate::bench::results::table_id::FENNEC_SINGLE.to_string(),
+            id: crate::bench::table::table_id::FENNEC_SINGLE.to_string(),
             title: "Single-verdict accuracy against human labels (%)".to_string(),
             columns: ["group", "accuracy", "n", "unscored"]
                 .map(String::from)

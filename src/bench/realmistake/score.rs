@@ -12,8 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::results::{table_id, BenchResults, Metric, Table};
+use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
+use crate::bench::table::{table_id, Table};
+use crate::bench::BenchResults;
 use crate::judge::error_detection::Detection;
 
 use super::data::{Benchmark, DetectorFile};

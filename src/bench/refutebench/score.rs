@@ -22,8 +22,10 @@ use super::data::Item;
 use super::dialogue::{self, End, ReplayOptions, TurnKind};
 use super::Error;
 use crate::bench::plan::{StepOutput, Transcript};
-use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, mean, RESAMPLES};
+use crate::bench::table::Table;
+use crate::bench::BenchResults;
 use crate::judge::feedback_acceptance::{self, Acceptance};
 use crate::judge::Verdict;
 
@@ -296,7 +298,7 @@ pub fn score(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions) -> Scored {
         ]);
     }
     let table = Table {
-        id: crate::bench::results::table_id::REFUTEBENCH_GROUPS.to_string(),
+        id: crate::bench::table::table_id::REFUTEBENCH_GROUPS.to_string(),
         title: "RefuteBench: response rate (RR) and feedback acceptance (FA), % with bootstrap 95% interval".into(),
         columns: [
             "group", "setting", "dialogues", "RR", "RR n", "FA", "FA n", "FA unscored", "not viable", "conflict",

@@ -11,7 +11,7 @@ use crate::bench::fbbench::score::{
     check_categories, published_tables, results, tables_for_version, units_from_records,
     ModelUnits, Rule,
 };
-use crate::bench::results::Table;
+use crate::bench::table::Table;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuleArg {

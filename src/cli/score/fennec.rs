@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::bench::fennec::{data, score};
-use crate::bench::results::BenchResults;
+use crate::bench::BenchResults;
 
 /// The labelled data sets.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

@@ -13,7 +13,7 @@ use anyhow::Context;
 use crate::bench::refutebench::data::{self, Item};
 use crate::bench::refutebench::dialogue::{MtTarget, ReplayOptions};
 use crate::bench::refutebench::score::{self, read_transcripts, ScoreOptions};
-use crate::bench::results::Table;
+use crate::bench::table::Table;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

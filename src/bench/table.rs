@@ -1,27 +1,13 @@
-//! What scoring produces, for every benchmark alike: headline metrics with their bootstrap
-//! intervals and unscored counts, and tables for reports (among them the replies that stopped
-//! at their length limit, per step kind, which every run reports).
+//! Report tables, for every benchmark alike: an identifier, a title, columns and rows (among
+//! them the replies that stopped at their length limit, per step kind, which every run
+//! reports).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::plan::Transcript;
-use super::stats::Interval;
 use crate::engine::StopReason;
-
-/// One headline number.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Metric {
-    /// snake_case, e.g. `error_correction`, `feedback_acceptance`, `f1`.
-    pub name: String,
-    /// The value with its seeded bootstrap 95% interval.
-    pub interval: Interval,
-    /// Units that entered the metric.
-    pub n: usize,
-    /// Units left out because a judge's output could not be parsed.
-    pub unscored: usize,
-}
 
 /// A table for reports: an identifier, a title, column names and rows of cells already
 /// formatted.
@@ -59,13 +45,6 @@ pub mod table_id {
     pub const FENNEC_PAIRWISE: &str = "fennec_pairwise";
     pub const FENNEC_SINGLE: &str = "fennec_single";
     pub const FENNEC_REPLIES: &str = "fennec_replies";
-}
-
-/// Everything a benchmark's scoring reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BenchResults {
-    pub metrics: Vec<Metric>,
-    pub tables: Vec<Table>,
 }
 
 /// The kind of a step, for counts: its key without what follows a `+` (RefuteBench's
