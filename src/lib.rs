@@ -24,7 +24,9 @@
 //! - [`store`]: the run directory, manifest, append-only samples, resume, the runner
 //!   ([`store::run`]), the types of `results.json` ([`store::run_results`]) and the progress
 //!   interface ([`store::progress`]).
-//! - [`report`]: `report.md`, `report.html` and the progress bar, rendered from results.
+//! - [`report`]: `report.md`, `report.html` and the progress bar, rendered from results; the
+//!   one place table cells and metrics become text ([`report::format`], for Markdown, HTML
+//!   and CSV alike).
 //! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
 //! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
 //!   and calls [`cli::run`].

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::plan::{Plan, Transcript};
 use super::DataError;
-use crate::bench::table::Table;
+use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
 use crate::model::message::Message;
 
@@ -367,7 +367,7 @@ pub fn notes_table(rows: &[(&str, String)]) -> Table {
         columns: vec!["note".to_string(), "value".to_string()],
         rows: rows
             .iter()
-            .map(|(k, v)| vec![k.to_string(), v.clone()])
+            .map(|(k, v)| vec![Cell::from(*k), Cell::from(v.as_str())])
             .collect(),
     }
 }
@@ -683,6 +683,6 @@ mod tests {
         assert!(!require_judge(&c, "fbbench", "GPT-4o").unwrap());
         assert_eq!(judge_note(&c, false).1, "j.gguf");
         let t = notes_table(&[("comparable with", "x".into())]);
-        assert_eq!(t.rows, [["comparable with", "x"]]);
+        assert_eq!(t.rows, [[Cell::from("comparable with"), Cell::from("x")]]);
     }
 }

@@ -26,7 +26,7 @@
 use serde::Serialize;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
-use crate::bench::table::Table;
+use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
 use crate::judge::fennec;
@@ -389,7 +389,7 @@ impl FennecPlan {
             .map(String::from)
             .to_vec(),
             rows: vec![[runs.len(), branches, parsed, unparsed, corrections]
-                .map(|n| n.to_string())
+                .map(Cell::from)
                 .to_vec()],
         }
     }
@@ -598,7 +598,7 @@ mod tests {
         assert_eq!((r.metrics[0].n, r.metrics[0].unscored), (3, 1));
         let replies = r.tables.last().expect("reply table");
         // 3 criteria for each of items 1-3 (judgements of missing branches are not counted).
-        assert_eq!(replies.rows[0], ["4", "9", "10", "0", "0"]);
+        assert_eq!(replies.rows[0], [4, 9, 10, 0, 0].map(Cell::Int));
         assert!(plan.next_steps(&runs[3].0, &runs[3].1).is_empty());
     }
 
