@@ -107,7 +107,7 @@ impl Cell {
                 _ => Cell::Text(s.to_string()),
             };
         }
-        if integer(s) {
+        if integer(s) && s != "-0" {
             if let Ok(n) = s.parse() {
                 return Cell::Int(n);
             }
@@ -131,7 +131,8 @@ fn integer(s: &str) -> bool {
 /// most 17 of them.
 fn decimal(s: &str) -> Option<(f64, u8)> {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-    let ok = integer(int) && frac.len() <= 17 && frac.bytes().all(|b| b.is_ascii_digit());
+    let digits = frac.len() <= 17 && frac.bytes().all(|b| b.is_ascii_digit());
+    let ok = integer(int) && digits && !s.ends_with('.');
     let value: f64 = s.parse().ok().filter(|v: &f64| v.is_finite())?;
     ok.then_some((value, frac.len() as u8))
 }
@@ -408,6 +409,9 @@ mod tests {
                 },
             ]
         );
+        for text in ["-", "NaN", "007", "1.5 [1, 2]", "-0", "1.", "1. [0., 2.]"] {
+            assert_eq!(Cell::from_legacy(text), Cell::from(text), "{text}");
+        }
         for text in ["-", "NaN", "007", "1.5 [1, 2]"] {
             assert!(cells.contains(&Cell::from(text)), "{text}");
         }

@@ -155,11 +155,7 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
             r##"<line x1="{gx:.1}" y1="{:.1}" x2="{gx:.1}" y2="{bottom:.1}" stroke="#e5e7eb"/><text x="{gx:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>"##,
             TOP - 6.0,
             bottom + 13.0,
-            if max == 1.0 {
-                format!("{v:.2}")
-            } else {
-                format!("{v:.0}")
-            }
+            format::number(v, if max == 1.0 { 2 } else { 0 })
         );
     }
     let mut y = TOP;
