@@ -19,11 +19,14 @@
 //!   ([`engine::throughput`], `candor bench`). Knows no protocol.
 //! - [`judge`]: judge prompts and the parsers of judge outputs, one file per judge kind.
 //! - [`bench`]: the evaluation protocols, one folder each (`data.rs`, `plan.rs`, `score.rs`)
-//!   behind one interface ([`bench::protocol`]).
+//!   behind one interface ([`bench::protocol`]); what scoring produces
+//!   ([`bench::BenchResults`]: metrics, [`bench::stats`], and typed tables, [`bench::table`]).
 //! - [`store`]: the run directory, manifest, append-only samples, resume, the runner
 //!   ([`store::run`]), the types of `results.json` ([`store::run_results`]) and the progress
 //!   interface ([`store::progress`]).
-//! - [`report`]: `report.md`, `report.html` and the progress bar, rendered from results.
+//! - [`report`]: `report.md`, `report.html` and the progress bar, rendered from results; the
+//!   one place table cells and metrics become text ([`report::format`], for Markdown, HTML
+//!   and CSV alike).
 //! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
 //! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
 //!   and calls [`cli::run`].

@@ -4,7 +4,9 @@
 //! and the command line use.
 //!
 //! Shared here: where the authors' public data lives ([`data_root`]), the loaders' error type
-//! and JSONL reader ([`loader`]), and the statistics every benchmark reports ([`stats`]).
+//! and JSONL reader ([`loader`]), what every benchmark's scoring produces ([`BenchResults`]:
+//! headline metrics with the statistics behind them, [`stats`], and typed report tables,
+//! [`table`]).
 
 pub mod fbbench;
 pub mod fennec;
@@ -14,13 +16,18 @@ pub mod plan;
 pub mod protocol;
 pub mod realmistake;
 pub mod refutebench;
-pub mod results;
 pub mod stats;
+pub mod table;
 
 pub use loader::DataError;
 pub use protocol::{Protocol, ProtocolError, ProtocolOptions};
 
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use stats::Metric;
+use table::Table;
 
 /// The environment variable that points at the authors' public data.
 pub const DATA_ENV: &str = "CANDOR_DATA";
@@ -30,4 +37,11 @@ pub fn data_root() -> PathBuf {
     std::env::var_os(DATA_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("../shared/data"))
+}
+
+/// Everything a benchmark's scoring reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BenchResults {
+    pub metrics: Vec<Metric>,
+    pub tables: Vec<Table>,
 }

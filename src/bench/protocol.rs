@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::plan::{Plan, Transcript};
-use super::results::{BenchResults, Table};
 use super::DataError;
+use crate::bench::table::{Cell, Table};
+use crate::bench::BenchResults;
 use crate::model::message::Message;
 
 /// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
@@ -361,12 +362,12 @@ pub fn require_judge(
 /// (note, value) rows appended to the protocol's results.
 pub fn notes_table(rows: &[(&str, String)]) -> Table {
     Table {
-        id: crate::bench::results::table_id::RUN_NOTES.to_string(),
+        id: crate::bench::table::table_id::RUN_NOTES.to_string(),
         title: "Run notes".to_string(),
         columns: vec!["note".to_string(), "value".to_string()],
         rows: rows
             .iter()
-            .map(|(k, v)| vec![k.to_string(), v.clone()])
+            .map(|(k, v)| vec![Cell::from(*k), Cell::from(v.as_str())])
             .collect(),
     }
 }
@@ -682,6 +683,6 @@ mod tests {
         assert!(!require_judge(&c, "fbbench", "GPT-4o").unwrap());
         assert_eq!(judge_note(&c, false).1, "j.gguf");
         let t = notes_table(&[("comparable with", "x".into())]);
-        assert_eq!(t.rows, [["comparable with", "x"]]);
+        assert_eq!(t.rows, [[Cell::from("comparable with"), Cell::from("x")]]);
     }
 }

@@ -20,6 +20,19 @@ pub struct Interval {
     pub high: f64,
 }
 
+/// One headline number.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    /// snake_case, e.g. `error_correction`, `feedback_acceptance`, `f1`.
+    pub name: String,
+    /// The value with its seeded bootstrap 95% interval.
+    pub interval: Interval,
+    /// Units that entered the metric.
+    pub n: usize,
+    /// Units left out because a judge's output could not be parsed.
+    pub unscored: usize,
+}
+
 /// `null` (how `serde_json` writes a NaN) as NaN; a number as itself.
 fn nan_from_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))

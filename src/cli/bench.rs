@@ -8,7 +8,7 @@ use std::io::Write;
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::engine::throughput::{self, BenchConfig, BenchResult};
+use crate::engine::throughput::{self, ThroughputConfig, ThroughputResult};
 use crate::engine::SchedulerConfig;
 use crate::model::limits;
 use crate::model::runner::Model;
@@ -83,7 +83,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::with_capacity(args.batch_size.len());
     let mut out = std::io::stdout().lock();
     for &batch_size in &args.batch_size {
-        let cfg = BenchConfig {
+        let cfg = ThroughputConfig {
             prompt_tokens: args.prompt_tokens,
             new_tokens: args.new_tokens,
             batch_size,
@@ -172,7 +172,7 @@ fn write_quietly(out: &mut impl Write, text: &str) -> anyhow::Result<bool> {
 
 /// Bytes one decode step reads on average: every matrix once (the output projection too), and
 /// each sequence's keys and values at the mean context of the decode steps.
-fn decode_bytes_per_step(work: &Work, r: &BenchResult) -> f64 {
+fn decode_bytes_per_step(work: &Work, r: &ThroughputResult) -> f64 {
     let mean_ctx = r.prompt_tokens as f64 + (r.new_tokens as f64 - 1.0).max(0.0) / 2.0;
     (work.layer_bytes + work.output_bytes) as f64
         + r.batch_size as f64 * mean_ctx * work.kv_bytes_per_position as f64

@@ -17,6 +17,7 @@ use crate::bench::fennec::Fennec;
 use crate::bench::protocol::{CandidateContext, Candidates, Protocol as BenchProtocol, RunContext};
 use crate::bench::realmistake::ReaLMistake;
 use crate::bench::refutebench::RefuteBench;
+use crate::bench::table::{table_id, Cell};
 use crate::bench::ProtocolOptions;
 use crate::model::device::DeviceSpec;
 use crate::model::message::Message;
@@ -649,9 +650,9 @@ fn finish_with<Pr: BenchProtocol, M: Models>(
         .results
         .tables
         .iter()
-        .filter(|t| t.id == crate::bench::results::table_id::RUN_NOTES);
+        .filter(|t| t.id == table_id::RUN_NOTES);
     for row in notes.flat_map(|t| &t.rows) {
-        if let [note, value] = &row[..] {
+        if let [Cell::Text(note), value] = &row[..] {
             if note == "smoke test" {
                 println!("{note}: {value}");
             }

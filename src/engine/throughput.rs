@@ -20,9 +20,9 @@ use super::EngineError;
 use crate::model::runner::Model;
 use crate::model::transformer::{KvSeq, Logits, Scratch, SeqStep};
 
-/// One benchmark configuration.
+/// One throughput configuration (named apart from the evaluation protocols, which are benchmarks too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BenchConfig {
+pub struct ThroughputConfig {
     /// Prompt tokens per sequence (`-npp`).
     pub prompt_tokens: usize,
     /// Decoded tokens per sequence after the prompt (`-ntg`).
@@ -35,7 +35,7 @@ pub struct BenchConfig {
 
 /// Measured times and rates of one configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BenchResult {
+pub struct ThroughputResult {
     pub prompt_tokens: usize,
     pub new_tokens: usize,
     pub batch_size: usize,
@@ -62,7 +62,7 @@ fn prompt(i: usize, len: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// Runs one configuration on `model` (in the current rayon pool).
-pub fn run(model: &Model, cfg: BenchConfig) -> Result<BenchResult, EngineError> {
+pub fn run(model: &Model, cfg: ThroughputConfig) -> Result<ThroughputResult, EngineError> {
     let c = model.config();
     let (p, n, b) = (cfg.prompt_tokens, cfg.new_tokens, cfg.batch_size);
     if p == 0 || b == 0 {
@@ -175,7 +175,7 @@ pub fn run(model: &Model, cfg: BenchConfig) -> Result<BenchResult, EngineError> 
         }
     };
     let decode_tok_s = rate(b * n, t_tg);
-    Ok(BenchResult {
+    Ok(ThroughputResult {
         prompt_tokens: p,
         new_tokens: n,
         batch_size: b,

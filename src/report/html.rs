@@ -14,9 +14,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::results::RunResults;
+use super::format::{self, html as esc, metric_interval, metric_value};
+use super::RunResults;
 use crate::bench::plan::Actor;
-use crate::bench::results::{table_id, Metric, Table};
+use crate::bench::stats::Metric;
+use crate::bench::table::{table_id, Cell, Table};
 use crate::store::manifest::RunIdentity;
 
 /// One run as the report shows it.
@@ -67,37 +69,14 @@ fn colour(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
 }
 
-/// Escapes text for HTML and SVG.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn num(x: f64) -> String {
-    if !x.is_finite() {
-        "n/a".to_string()
-    } else if x.abs() >= 10.0 {
-        format!("{x:.2}")
-    } else {
-        format!("{x:.4}")
-    }
-}
-
-/// A value of a figure: the point, its interval when known, and what is written beside it.
+/// A value of a figure: the point, its interval when known, the two as the tables write them,
+/// and what is written beside it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bar {
     pub value: Option<f64>,
     pub interval: Option<(f64, f64)>,
+    /// The value (with its interval) as text, by [`format`]: the same as in the tables.
+    pub text: String,
     /// `n`, unscored and failed counts, shown beside the bar.
     pub note: String,
 }
@@ -108,6 +87,7 @@ impl Bar {
         Bar {
             value: i.value.is_finite().then_some(i.value),
             interval: (i.low.is_finite() && i.high.is_finite()).then_some((i.low, i.high)),
+            text: metric_value(&i).to_string(),
             note: format!("n={} · unscored {} · failed {}", m.n, m.unscored, failed),
         }
     }
@@ -175,11 +155,7 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
             r##"<line x1="{gx:.1}" y1="{:.1}" x2="{gx:.1}" y2="{bottom:.1}" stroke="#e5e7eb"/><text x="{gx:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>"##,
             TOP - 6.0,
             bottom + 13.0,
-            if max == 1.0 {
-                format!("{v:.2}")
-            } else {
-                format!("{v:.0}")
-            }
+            format::number(v, if max == 1.0 { 2 } else { 0 })
         );
     }
     let mut y = TOP;
@@ -208,7 +184,7 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                         (x(v) - LABEL_W).max(0.5),
                         colour(r),
                         esc(&g.label),
-                        num(v)
+                        esc(&b.text)
                     );
                     if let Some((lo, hi)) = b.interval {
                         let (x1, x2) = (x(lo), x(hi));
@@ -221,16 +197,11 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                             cy + 4.0
                         );
                     }
-                    let interval = b
-                        .interval
-                        .map(|(lo, hi)| format!(" [{}, {}]", num(lo), num(hi)))
-                        .unwrap_or_default();
                     let _ = write!(
                         s,
-                        r##"<text x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{}{} · {}</text>"##,
+                        r##"<text x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{} · {}</text>"##,
                         cy + 4.0,
-                        num(v),
-                        esc(&interval),
+                        esc(&b.text),
                         esc(&b.note)
                     );
                 }
@@ -267,22 +238,6 @@ fn truncate(s: &str, n: usize) -> String {
         t.push('…');
         t
     }
-}
-
-/// A table cell as a number: `12.5`, or `12.5 [10.1, 14.9]` with its interval; None when
-/// empty, `-` or not a number.
-pub fn parse_cell(cell: &str) -> Option<(f64, Option<(f64, f64)>)> {
-    let cell = cell.trim();
-    let (head, rest) = match cell.split_once('[') {
-        Some((h, r)) => (h.trim(), Some(r.trim_end_matches(']'))),
-        None => (cell, None),
-    };
-    let v: f64 = head.parse().ok().filter(|v: &f64| v.is_finite())?;
-    let interval = rest.and_then(|r| {
-        let (a, b) = r.split_once(',')?;
-        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
-    });
-    Some((v, interval))
 }
 
 /// What one run has to say about one protocol's figures.
@@ -341,7 +296,7 @@ impl Figures<'_> {
         id: &str,
         label_cols: &[&str],
         value_col: &str,
-        note: &dyn Fn(&Table, &[String], usize) -> String,
+        note: &dyn Fn(&Table, &[Cell], usize) -> String,
     ) -> Vec<Group> {
         let mut order: Vec<String> = Vec::new();
         let mut cells: BTreeMap<(String, usize), Bar> = BTreeMap::new();
@@ -349,12 +304,11 @@ impl Figures<'_> {
             let Some(t) = run.results.results.tables.iter().find(|t| t.id == id) else {
                 continue;
             };
-            let col = |name: &str| t.columns.iter().position(|c| c == name);
             let (Some(vc), Some(lcs)) = (
-                col(value_col),
+                t.column(value_col),
                 label_cols
                     .iter()
-                    .map(|c| col(c))
+                    .map(|c| t.column(c))
                     .collect::<Option<Vec<_>>>(),
             ) else {
                 continue;
@@ -362,10 +316,11 @@ impl Figures<'_> {
             for row in &t.rows {
                 let label = lcs
                     .iter()
-                    .map(|&i| row.get(i).map_or("", String::as_str))
+                    .map(|&i| row.get(i).map_or(String::new(), Cell::to_string))
                     .collect::<Vec<_>>()
                     .join(" · ");
-                let parsed = row.get(vc).and_then(|c| parse_cell(c));
+                let cell = row.get(vc).unwrap_or(&Cell::Empty);
+                let parsed = cell.value();
                 if !order.contains(&label) {
                     order.push(label.clone());
                 }
@@ -374,6 +329,7 @@ impl Figures<'_> {
                     Bar {
                         value: parsed.map(|p| p.0),
                         interval: parsed.and_then(|p| p.1),
+                        text: cell.to_string(),
                         note: note(t, row, self.failed(r)),
                     },
                 );
@@ -391,13 +347,11 @@ impl Figures<'_> {
     }
 }
 
-/// The value of column `name` in `row` of `t`.
-fn col<'a>(t: &Table, row: &'a [String], name: &str) -> &'a str {
-    t.columns
-        .iter()
-        .position(|c| c == name)
+/// The value of column `name` in `row` of `t`, as text; `?` when there is none.
+fn col(t: &Table, row: &[Cell], name: &str) -> String {
+    t.column(name)
         .and_then(|i| row.get(i))
-        .map_or("?", String::as_str)
+        .map_or("?".to_string(), Cell::to_string)
 }
 
 fn failed_note(failed: usize) -> String {
@@ -415,7 +369,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                 "Leaderboard: Error Correction, Response Maintenance, Overall (0–100)",
                 &f.metric_groups(&names, plain),
             );
-            let note = |_: &Table, _: &[String], failed: usize| failed_note(failed);
+            let note = |_: &Table, _: &[Cell], failed: usize| failed_note(failed);
             for (id, col, what) in [
                 (
                     table_id::FBBENCH_PER_TASK,
@@ -452,7 +406,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
             }
         }
         "refutebench" => {
-            let note = |t: &Table, row: &[String], failed: usize, which: &str| {
+            let note = |t: &Table, row: &[Cell], failed: usize, which: &str| {
                 let unscored = if which == "FA" {
                     format!(" · unscored {}", col(t, row, "FA unscored"))
                 } else {
@@ -499,12 +453,12 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                 "Leaderboard: F1, precision, recall, accuracy (mean over tasks and prompts)",
                 &f.metric_groups(&names, plain),
             );
-            let note = |t: &Table, row: &[String], failed: usize| {
+            let note = |t: &Table, row: &[Cell], failed: usize| {
                 let n = ["n", "cells", "tasks"]
                     .iter()
                     .map(|c| col(t, row, c))
-                    .find(|v| *v != "?")
-                    .unwrap_or("?");
+                    .find(|v| v != "?")
+                    .unwrap_or_else(|| "?".to_string());
                 let unscored = col(t, row, "unscored");
                 if unscored == "?" {
                     format!("{n} · failed {failed}")
@@ -539,7 +493,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                 "Leaderboard: Agreement, Consistency, first-position preference (position bias)",
                 &f.metric_groups(&names, plain),
             );
-            let note = |t: &Table, row: &[String], failed: usize| {
+            let note = |t: &Table, row: &[Cell], failed: usize| {
                 format!(
                     "n={} · unscored {} · failed {failed}",
                     col(t, row, "n"),
@@ -573,14 +527,14 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
             let names = f.metric_names(|_| true);
             out += &chart("Leaderboard", &f.metric_groups(&names, plain));
             // Any other protocol: each table's last numeric column by its first column.
-            let note = |_: &Table, _: &[String], failed: usize| failed_note(failed);
+            let note = |_: &Table, _: &[Cell], failed: usize| failed_note(failed);
             let mut titles: Vec<(String, String, String)> = Vec::new();
             for run in &f.runs {
                 for t in &run.results.results.tables {
                     let numeric = (1..t.columns.len()).rev().find(|&c| {
                         t.rows
                             .iter()
-                            .any(|r| r.get(c).and_then(|x| parse_cell(x)).is_some())
+                            .any(|r| r.get(c).and_then(Cell::value).is_some())
                     });
                     if let (Some(c), Some(first)) = (numeric, t.columns.first()) {
                         let key = (t.id.clone(), first.clone(), t.columns[c].clone());
@@ -602,7 +556,7 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
     out
 }
 
-fn html_table(title: &str, columns: &[String], rows: &[Vec<String>]) -> String {
+fn html_table(title: &str, columns: &[String], rows: &[Vec<Cell>]) -> String {
     let mut s = format!("<details><summary>{}</summary><table><tr>", esc(title));
     for c in columns {
         let _ = write!(s, "<th>{}</th>", esc(c));
@@ -611,7 +565,7 @@ fn html_table(title: &str, columns: &[String], rows: &[Vec<String>]) -> String {
     for row in rows {
         s.push_str("<tr>");
         for c in row {
-            let _ = write!(s, "<td>{}</td>", esc(c));
+            let _ = write!(s, "<td>{}</td>", esc(&c.to_string()));
         }
         s.push_str("</tr>");
     }
@@ -729,7 +683,7 @@ fn manifest_summary(i: usize, run: &ReportRun) -> String {
         s.push_str("<p>(no manifest.json beside the results)</p>");
     }
     if !r.failed.is_empty() {
-        let rows: Vec<Vec<String>> = r
+        let rows: Vec<Vec<Cell>> = r
             .failed
             .iter()
             .map(|f| {
@@ -737,7 +691,9 @@ fn manifest_summary(i: usize, run: &ReportRun) -> String {
                     Actor::Candidate(i) => format!("candidate {i}"),
                     Actor::Judge => "judge".to_string(),
                 };
-                vec![f.item.clone(), f.key.clone(), actor, f.error.clone()]
+                [&f.item, &f.key, &actor, &f.error]
+                    .map(|t| Cell::from(t.as_str()))
+                    .to_vec()
             })
             .collect();
         let cols = ["item", "step", "actor", "error"].map(String::from);
@@ -821,18 +777,19 @@ pub fn render(runs: &[ReportRun]) -> String {
                 };
                 s += &html_table(&title, &t.columns, &t.rows);
             }
-            let rows: Vec<Vec<String>> = run
+            let rows: Vec<Vec<Cell>> = run
                 .results
                 .results
                 .metrics
                 .iter()
                 .map(|m| {
+                    let decimals = format::metric_decimals(&m.interval);
                     vec![
-                        m.name.clone(),
-                        num(m.interval.value),
-                        format!("[{}, {}]", num(m.interval.low), num(m.interval.high)),
-                        m.n.to_string(),
-                        m.unscored.to_string(),
+                        m.name.clone().into(),
+                        Cell::num(m.interval.value, decimals),
+                        metric_interval(&m.interval).into(),
+                        m.n.into(),
+                        m.unscored.into(),
                     ]
                 })
                 .collect();
@@ -861,8 +818,8 @@ pub fn render(runs: &[ReportRun]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::BenchResults;
     use crate::bench::stats::Interval;
+    use crate::bench::BenchResults;
     use crate::store::run_results::RunModel;
 
     fn run(protocol: &str, model: &str, value: f64) -> ReportRun {
@@ -903,7 +860,12 @@ mod tests {
                         columns: ["model", "task_type", "correct_avg_score", "all_avg_score"]
                             .map(String::from)
                             .to_vec(),
-                        rows: vec![vec!["m".into(), "Coding".into(), "40".into(), "".into()]],
+                        rows: vec![vec![
+                            "m".into(),
+                            "Coding".into(),
+                            Cell::Float(40.0),
+                            Cell::Empty,
+                        ]],
                     }],
                 },
             },
@@ -913,38 +875,32 @@ mod tests {
 
     #[test]
     fn charts_find_their_table_by_id_whatever_the_order() {
-        let table = |id: &str, title: &str, column: &str, value: &str| Table {
+        let table = |id: &str, title: &str, column: &str, value: f64| Table {
             id: id.into(),
             title: title.into(),
             columns: ["group", column, "n", "unscored"]
                 .map(String::from)
                 .to_vec(),
-            rows: vec![vec!["g".into(), value.into(), "4".into(), "0".into()]],
+            rows: vec![vec![
+                "g".into(),
+                Cell::num(value, 2),
+                Cell::Int(4),
+                Cell::Int(0),
+            ]],
         };
         let mut r = run("fennec", "m", 50.0);
         // Another table first: charts used to take the first table of a Fennec run.
         r.results.results.tables = vec![
-            table("other", "A table of something else", "agreement", "11.25"),
-            table(table_id::FENNEC_SINGLE, "Single", "accuracy", "62.5"),
-            table(table_id::FENNEC_PAIRWISE, "Pairwise", "agreement", "37.5"),
+            table("other", "A table of something else", "agreement", 11.25),
+            table(table_id::FENNEC_SINGLE, "Single", "accuracy", 62.5),
+            table(table_id::FENNEC_PAIRWISE, "Pairwise", "agreement", 37.5),
         ];
         let html = render(&[r]);
         assert!(html.contains("Accuracy (%) per scenario group"), "{html}");
-        assert!(html.contains("62.5"), "{html}");
+        assert!(html.contains("62.50 · n=4 · unscored 0"), "{html}");
         assert!(html.contains("Agreement (%) per scenario group"), "{html}");
-        assert!(html.contains("37.5"), "{html}");
-    }
-
-    #[test]
-    fn cells_parse_with_and_without_intervals() {
-        assert_eq!(parse_cell("12.5"), Some((12.5, None)));
-        assert_eq!(
-            parse_cell("50.00 [25.00, 75.00]"),
-            Some((50.0, Some((25.0, 75.0))))
-        );
-        assert_eq!(parse_cell(""), None);
-        assert_eq!(parse_cell("-"), None);
-        assert_eq!(parse_cell("NaN"), None);
+        assert!(html.contains("37.50 · n=4 · unscored 0"), "{html}");
+        assert!(!html.contains("11.25 · n=4"), "{html}");
     }
 
     #[test]
@@ -974,6 +930,7 @@ mod tests {
                 bars: vec![Some(Bar {
                     value: None,
                     interval: None,
+                    text: "n/a".into(),
                     note: "n=0".into(),
                 })],
             }],
@@ -990,6 +947,7 @@ mod tests {
                 bars: vec![Some(Bar {
                     value: Some(v),
                     interval: None,
+                    text: v.to_string(),
                     note: String::new(),
                 })],
             }]
@@ -997,5 +955,29 @@ mod tests {
         assert_eq!(axis_max(&g(0.7)), 1.0);
         assert_eq!(axis_max(&g(70.0)), 100.0);
         assert_eq!(axis_max(&g(340.0)), 400.0);
+    }
+
+    #[test]
+    fn results_json_with_string_cells_from_older_runs_still_draws() {
+        // A Fennec run's results.json as written before cells were typed.
+        let old = r#"{
+  "protocol": "fennec",
+  "models": [{"role": "candidate/0", "name": "m", "sha256": "ab"}],
+  "items": 4, "completed": 4, "samples": 8, "failed": [],
+  "metrics": [{"name": "accuracy", "interval": {"value": 0.625, "low": 0.25, "high": 1.0},
+               "n": 4, "unscored": 0, "failed": 0}],
+  "tables": [{"id": "fennec_single", "title": "Single-verdict accuracy (%)",
+              "columns": ["group", "accuracy", "n", "unscored"],
+              "rows": [["Code", "62.50", "4", "0"], ["Overall", "NaN", "0", "0"]]}]
+}"#;
+        let results: RunResults = serde_json::from_str(old).unwrap();
+        assert_eq!(results.results.tables[0].rows[0][1], Cell::num(62.5, 2));
+        let html = render(&[ReportRun::new(results, None)]);
+        assert!(html.contains("62.50 · n=4 · unscored 0"), "{html}");
+        assert!(
+            html.contains("<td>Code</td><td>62.50</td><td>4</td>"),
+            "{html}"
+        );
+        assert!(html.contains("<td>NaN</td>"), "{html}");
     }
 }

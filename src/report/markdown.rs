@@ -2,13 +2,15 @@
 //! unscored counts, the protocol's own tables, failed steps).
 //!
 //! It is written from [`RunResults`] alone, so it is as deterministic as `results.json`.
-//! Numbers are shown with four decimals; cells are escaped so that a `|` or a newline in a
-//! model name or an error cannot break a table.
+//! Numbers are written by [`super::format`], as in `report.html`; cells are escaped so that a
+//! `|` or a newline in a model name or an error cannot break a table.
 
 use std::fmt::Write;
 
-use super::results::RunResults;
+use super::format::{self, metric_interval};
+use super::RunResults;
 use crate::bench::plan::Actor;
+use crate::bench::table::Cell;
 
 /// Renders the whole report.
 pub fn render(r: &RunResults) -> String {
@@ -24,25 +26,32 @@ pub fn render(r: &RunResults) -> String {
         r.samples
     );
     if !r.models.is_empty() {
-        let rows: Vec<Vec<String>> = r
+        let rows: Vec<Vec<Cell>> = r
             .models
             .iter()
-            .map(|m| vec![m.role.clone(), m.name.clone(), m.sha256.clone()])
+            .map(|m| {
+                vec![
+                    m.role.clone().into(),
+                    m.name.clone().into(),
+                    m.sha256.clone().into(),
+                ]
+            })
             .collect();
         table(&mut out, "Models", &["role", "model", "sha256"], &rows);
     }
-    let rows: Vec<Vec<String>> = r
+    let rows: Vec<Vec<Cell>> = r
         .results
         .metrics
         .iter()
         .map(|m| {
+            let decimals = format::metric_decimals(&m.interval);
             vec![
-                m.name.clone(),
-                num(m.interval.value),
-                format!("[{}, {}]", num(m.interval.low), num(m.interval.high)),
-                m.n.to_string(),
-                m.unscored.to_string(),
-                r.failed.len().to_string(),
+                m.name.clone().into(),
+                Cell::num(m.interval.value, decimals),
+                metric_interval(&m.interval).into(),
+                m.n.into(),
+                m.unscored.into(),
+                r.failed.len().into(),
             ]
         })
         .collect();
@@ -57,7 +66,7 @@ pub fn render(r: &RunResults) -> String {
         table(&mut out, &t.title, &cols, &t.rows);
     }
     if !r.failed.is_empty() {
-        let rows: Vec<Vec<String>> = r
+        let rows: Vec<Vec<Cell>> = r
             .failed
             .iter()
             .map(|f| {
@@ -65,12 +74,12 @@ pub fn render(r: &RunResults) -> String {
                     Actor::Candidate(i) => format!("candidate {i}"),
                     Actor::Judge => "judge".to_string(),
                 };
-                let skipped = f.skipped.map_or("?".to_string(), |n| n.to_string());
+                let skipped = f.skipped.map_or(Cell::from("?"), Cell::from);
                 vec![
-                    f.item.clone(),
-                    f.key.clone(),
-                    actor,
-                    f.error.clone(),
+                    f.item.clone().into(),
+                    f.key.clone().into(),
+                    actor.into(),
+                    f.error.clone().into(),
                     skipped,
                 ]
             })
@@ -85,29 +94,16 @@ pub fn render(r: &RunResults) -> String {
     out
 }
 
-/// A number with four decimals, `n/a` when not finite.
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.4}")
-    } else {
-        "n/a".to_string()
-    }
-}
-
-fn cell(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace("\r\n", " ")
-        .replace(['\n', '\r'], " ")
-}
-
-fn table(out: &mut String, title: &str, columns: &[&str], rows: &[Vec<String>]) {
-    let _ = writeln!(out, "## {}\n", cell(title));
-    let head: Vec<String> = columns.iter().map(|c| cell(c)).collect();
+fn table(out: &mut String, title: &str, columns: &[&str], rows: &[Vec<Cell>]) {
+    let _ = writeln!(out, "## {}\n", format::markdown(title));
+    let head: Vec<String> = columns.iter().map(|c| format::markdown(c)).collect();
     let _ = writeln!(out, "| {} |", head.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(columns.len().max(1)));
     for row in rows {
-        let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
+        let cells: Vec<String> = row
+            .iter()
+            .map(|c| format::markdown(&c.to_string()))
+            .collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     out.push('\n');
@@ -116,8 +112,10 @@ fn table(out: &mut String, title: &str, columns: &[&str], rows: &[Vec<String>]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::{BenchResults, Metric, Table};
     use crate::bench::stats::Interval;
+    use crate::bench::stats::Metric;
+    use crate::bench::table::{Cell, Table};
+    use crate::bench::BenchResults;
     use crate::store::run_results::{FailedStep, RunModel};
 
     #[test]
@@ -155,7 +153,7 @@ mod tests {
                     id: "per_item".into(),
                     title: "Per item".into(),
                     columns: vec!["item".into(), "score".into()],
-                    rows: vec![vec!["a".into(), "1".into()]],
+                    rows: vec![vec!["a".into(), Cell::Int(1)]],
                 }],
             },
         };

@@ -1,9 +1,12 @@
 //! What a run leaves for people: `report.md` (the results as tables), `report.html` (the same
 //! with charts, self-contained; also `candor report`), and the progress display on stderr
 //! while it runs. `results.json` itself is the store's ([`crate::store::run_results`]).
+//! Numbers become text in one place, [`format`], so both reports and the CSV files of
+//! `candor score` write them alike.
 //!
 //! Reports are written from results only; this module does not run or score anything.
 
+pub mod format;
 pub mod html;
 pub mod markdown;
 pub mod progress;

@@ -14,7 +14,7 @@ use super::run_dir::write_atomic;
 use super::StoreError;
 use crate::bench::plan::{Plan, Step, Transcript};
 use crate::bench::protocol::{OutputFile, Prepared, Protocol, ProtocolOptions, RunContext};
-use crate::bench::results::length_limit_table;
+use crate::bench::table::length_limit_table;
 
 /// One protocol run to execute or resume.
 pub struct ProtocolRun<'a, Pr: Protocol> {

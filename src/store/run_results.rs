@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bench::plan::Actor;
-use crate::bench::results::BenchResults;
+use crate::bench::BenchResults;
 
 /// A model that took part, as the report names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,8 +73,8 @@ impl RunResults {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::Metric;
     use crate::bench::stats::Interval;
+    use crate::bench::stats::Metric;
 
     #[test]
     fn json_has_metrics_at_top_level_and_nan_as_null() {

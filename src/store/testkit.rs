@@ -20,8 +20,10 @@ use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::protocol::{
     Candidates, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
-use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
+use crate::bench::stats::Metric;
+use crate::bench::table::{Cell, Table};
+use crate::bench::BenchResults;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
 use crate::model::message::Message;
 
@@ -456,8 +458,12 @@ pub fn toy_score(plan: &ToyPlan, finished: &[(&ToyItem, &Transcript)], seed: u64
                 Some(v) => values.push(v),
                 None => unscored += 1,
             }
-            let cell = judged.map_or("unscored".to_string(), |v| format!("{v:.1}"));
-            rows.push(vec![item.id.clone(), format!("c{c}"), cell]);
+            let cell = judged.map_or(Cell::from("unscored"), |v| Cell::num(v, 1));
+            rows.push(vec![
+                Cell::from(item.id.as_str()),
+                format!("c{c}").into(),
+                cell,
+            ]);
         }
         metrics.push(Metric {
             name: format!("c{c}_score"),

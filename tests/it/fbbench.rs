@@ -10,7 +10,7 @@ use candor::bench::fbbench::prompts::judge_messages;
 use candor::bench::fbbench::score::{
     published_tables, tables_for_version, units_from_records, ModelUnits, Rule,
 };
-use candor::bench::results::Table;
+use candor::bench::table::{texts, Table};
 
 use crate::util::shared_file;
 
@@ -88,13 +88,14 @@ fn compare(
             (i, j)
         })
         .collect();
-    let index: BTreeMap<Vec<String>, &Vec<String>> = ours
-        .rows
+    // Our cells as the CSV writes them.
+    let ours_rows: Vec<Vec<String>> = ours.rows.iter().map(|r| texts(r)).collect();
+    let index: BTreeMap<Vec<String>, &Vec<String>> = ours_rows
         .iter()
         .map(|r| (r[..label_cols].to_vec(), r))
         .collect();
     let models: std::collections::BTreeSet<&str> =
-        ours.rows.iter().map(|r| r[0].as_str()).collect();
+        ours_rows.iter().map(|r| r[0].as_str()).collect();
     let mut n_rows = 0;
     let (mut good, mut total, mut same) = (0, 0, 0);
     for row in rows.iter().filter(|r| models.contains(r[0].as_str())) {
@@ -256,7 +257,7 @@ fn fbbench_paper_rule_differs_only_on_response_maintenance() {
     );
     // Error Correction equal, Response Maintenance lower (all criteria vs any).
     assert_eq!(pub_t[0].rows[0][1], paper_t[0].rows[0][1]);
-    let rm = |t: &[Table]| t[0].rows[0][2].parse::<f64>().unwrap();
+    let rm = |t: &[Table]| t[0].rows[0][2].value().unwrap().0;
     assert!(
         rm(&paper_t) < rm(&pub_t),
         "{} vs {}",

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use candor::bench::fennec::{data, score};
+use candor::bench::table::texts;
 
 use crate::util::shared_file;
 
@@ -34,8 +35,8 @@ fn auto_j_outputs_give_published_agreement_and_consistency() {
     let outcomes =
         score::pair_outcomes(&items, (&normal, n.clone()), (&exchanged, e)).expect("counts");
     let r = score::pairwise_results(&outcomes, 0);
-    let agreement = score::percent(r.metrics[0].interval.value);
-    let consistency = score::percent(r.metrics[1].interval.value);
+    let agreement = score::percent(r.metrics[0].interval.value).to_string();
+    let consistency = score::percent(r.metrics[1].interval.value).to_string();
     eprintln!("fennec: Auto-J agreement {agreement}, consistency {consistency}");
     assert_eq!(
         (agreement.as_str(), consistency.as_str()),
@@ -55,8 +56,8 @@ fn auto_j_outputs_give_published_agreement_and_consistency() {
         ("NLP Tasks", "57.58", "86.36"),
         ("Overall", "54.96", "83.41"),
     ];
-    let rows: Vec<(&str, &str, &str)> = r.tables[0]
-        .rows
+    let rows: Vec<Vec<String>> = r.tables[0].rows.iter().map(|row| texts(row)).collect();
+    let rows: Vec<(&str, &str, &str)> = rows
         .iter()
         .map(|row| (row[0].as_str(), row[1].as_str(), row[2].as_str()))
         .collect();
@@ -64,7 +65,10 @@ fn auto_j_outputs_give_published_agreement_and_consistency() {
     // Auto-J's README, type "single": 59.99.
     let single = score::single_outcomes(&items, (&normal, n)).expect("counts");
     let s = score::single_results(&single, 0);
-    assert_eq!(score::percent(s.metrics[0].interval.value), "59.99");
+    assert_eq!(
+        score::percent(s.metrics[0].interval.value).to_string(),
+        "59.99"
+    );
 }
 
 #[test]

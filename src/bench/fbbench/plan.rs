@@ -17,7 +17,7 @@ use super::prompts::{followup_messages, judge_messages, task_temperature};
 use super::pynum::PyNum;
 use super::score::{item_score, results, ModelUnits, Rule, Unit};
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
-use crate::bench::results::BenchResults;
+use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
 use crate::judge::checklist::{self, CheckVerdict};
 use crate::judge::Verdict;

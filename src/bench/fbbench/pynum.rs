@@ -1,6 +1,7 @@
-//! The few pieces of Python arithmetic and number printing that the published FB-Bench
-//! numbers depend on, reproduced exactly: ints versus floats, Python 3.12's compensated
-//! `sum`, `round`, and how the published CSVs print numbers. Nothing FB-Bench specific.
+//! The few pieces of Python arithmetic that the published FB-Bench numbers depend on,
+//! reproduced exactly: ints versus floats, Python 3.12's compensated `sum` and `round`.
+//! Nothing FB-Bench specific. How the published CSVs print numbers is the report's
+//! (`report::format::shortest`, for [`crate::bench::table::Cell::Float`]).
 
 use std::ops::Add;
 
@@ -96,63 +97,6 @@ pub fn py_round(x: f64, digits: usize) -> f64 {
     format!("{x:.digits$}").parse().unwrap_or(x)
 }
 
-/// A cell as the published CSVs write numbers: the shortest round-trip digits, capped at 16
-/// significant digits (then as C `%.16g`): `74.24`, `49`, `-1.240000000000009`,
-/// `-2.390000000000001` (shortest: `-2.3900000000000006`).
-pub fn format_cell(x: f64) -> String {
-    let shortest = format!("{x}");
-    let significant = shortest
-        .trim_start_matches('-')
-        .replace('.', "")
-        .trim_start_matches('0')
-        .trim_end_matches('0')
-        .len();
-    if x.is_finite() && significant <= 16 && x.abs() < 1e16 && (x == 0.0 || x.abs() >= 1e-4) {
-        shortest
-    } else {
-        format_g16(x)
-    }
-}
-
-/// C's `%.16g`: 16 significant digits, trailing zeros dropped.
-pub fn format_g16(x: f64) -> String {
-    if !x.is_finite() {
-        return format!("{x}");
-    }
-    if x == 0.0 {
-        return "0".into();
-    }
-    let sci = format!("{x:.15e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let negative = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let sign = if negative { "-" } else { "" };
-    let trim = |s: String| -> String {
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
-    };
-    if !(-4..16).contains(&exp) {
-        let m = trim(format!("{}.{}", &digits[..1], &digits[1..]));
-        let e = if exp < 0 {
-            format!("-{:02}", -exp)
-        } else {
-            format!("+{exp:02}")
-        };
-        return format!("{sign}{m}e{e}");
-    }
-    let body = if exp >= 0 {
-        let point = exp as usize + 1;
-        format!("{}.{}", &digits[..point], &digits[point..])
-    } else {
-        format!("0.{}{}", "0".repeat((-exp - 1) as usize), digits)
-    };
-    format!("{sign}{}", trim(body))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,22 +127,5 @@ mod tests {
         assert_eq!(py_round(2.675, 2), 2.67); // 2.67499999... in binary
         assert_eq!(py_round(py_round(0.742_35, 4) * 100.0, 2), 74.23);
         assert_eq!(py_round(0.7424 * 100.0, 2), 74.24);
-    }
-
-    #[test]
-    fn cells_print_like_the_published_csv() {
-        let cases = [
-            (74.24, "74.24"),
-            (49.0, "49"),
-            (74.24 - 75.48, "-1.240000000000009"),
-            (72.03 - 74.42, "-2.390000000000001"),
-            (48.14 - 67.45, "-19.31"),
-            (0.0001234, "0.0001234"),
-            (1e20, "1e+20"),
-        ];
-        for (x, want) in cases {
-            assert_eq!(format_cell(x), want, "{x}");
-        }
-        assert_eq!(format_g16(74.24), "74.23999999999999");
     }
 }

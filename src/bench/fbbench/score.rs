@@ -12,9 +12,11 @@
 //! Reading files and writing CSV are not done here.
 
 use super::data::{BenchType, FbBenchError, JudgementRecord, Version};
-use super::pynum::{format_cell, py_round, py_sum, PyNum};
-use crate::bench::results::{BenchResults, Metric, Table};
+use super::pynum::{py_round, py_sum, PyNum};
+use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
+use crate::bench::table::{Cell, Table};
+use crate::bench::BenchResults;
 use crate::judge::checklist::{self, CheckVerdict};
 use crate::judge::Verdict;
 
@@ -200,8 +202,9 @@ pub fn published_cells(units: &[&Unit], rule: Rule) -> [Option<f64>; 3] {
     })
 }
 
-fn cell(v: Option<f64>) -> String {
-    v.map(format_cell).unwrap_or_default()
+/// A published cell: the float as Python prints it, or empty.
+fn cell(v: Option<f64>) -> Cell {
+    v.map_or(Cell::Empty, Cell::Float)
 }
 
 /// One model's judged units.
@@ -217,7 +220,7 @@ pub struct ModelUnits {
 /// descending; the other tables list models in the given order, each with its category rows
 /// sorted by name (the notebook's `sort_values`).
 pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
-    let mut overall: Vec<(Option<f64>, Vec<String>)> = models
+    let mut overall: Vec<(Option<f64>, Vec<Cell>)> = models
         .iter()
         .map(|m| {
             let refs: Vec<&Unit> = m.units.iter().collect();
@@ -225,7 +228,13 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
             let diff = ec.zip(rm).map(|(a, b)| a - b);
             (
                 all,
-                vec![m.model.clone(), cell(ec), cell(rm), cell(all), cell(diff)],
+                vec![
+                    Cell::from(m.model.as_str()),
+                    cell(ec),
+                    cell(rm),
+                    cell(all),
+                    cell(diff),
+                ],
             )
         })
         .collect();
@@ -252,8 +261,8 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
                 let refs: Vec<&Unit> = m.units.iter().filter(|u| pick(u, cat)).collect();
                 let [a, b, c] = published_cells(&refs, rule);
                 rows.push(vec![
-                    m.model.clone(),
-                    cat.to_string(),
+                    Cell::from(m.model.as_str()),
+                    Cell::from(*cat),
                     cell(a),
                     cell(b),
                     cell(c),
@@ -272,7 +281,7 @@ pub fn published_tables(models: &[ModelUnits], rule: Rule) -> Vec<Table> {
     let ec = |u: &Unit| u.bench_type == BenchType::ErrorCorrection;
     vec![
         Table {
-            id: crate::bench::results::table_id::FBBENCH_OVERALL.to_string(),
+            id: crate::bench::table::table_id::FBBENCH_OVERALL.to_string(),
             title: "overall_score".into(),
             columns: [
                 "model",
@@ -316,7 +325,7 @@ pub fn tables_for_version(mut tables: Vec<Table>, version: Version) -> Vec<Table
     }
     for t in tables
         .iter_mut()
-        .filter(|t| t.id == crate::bench::results::table_id::FBBENCH_OVERALL)
+        .filter(|t| t.id == crate::bench::table::table_id::FBBENCH_OVERALL)
     {
         let keep: Vec<usize> = (0..t.columns.len())
             .filter(|&i| t.columns[i] != "EC-RM")
@@ -410,6 +419,7 @@ pub fn results(model: &ModelUnits, rule: Rule, seed: u64) -> BenchResults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::table::texts;
     use serde_json::Number;
 
     fn v(met: bool, weight: Option<f64>) -> CheckVerdict {
@@ -533,8 +543,8 @@ mod tests {
         let t = published_tables(&[m("low", 0.2), m("high", 0.8)], Rule::Published);
         let names: Vec<&str> = t.iter().map(|t| t.title.as_str()).collect();
         assert_eq!(names[0], "overall_score");
-        assert_eq!(t[0].rows[0], ["high", "80", "100", "90", "-20"]);
-        assert_eq!(t[0].rows[1][0], "low");
+        assert_eq!(texts(&t[0].rows[0]), ["high", "80", "100", "90", "-20"]);
+        assert_eq!(t[0].rows[1][0], Cell::from("low"));
         assert_eq!(
             t[1].columns,
             [
@@ -546,8 +556,8 @@ mod tests {
             ]
         );
         assert_eq!(t[1].rows.len(), 16);
-        assert_eq!(t[1].rows[0][..2], ["low", "Coding"]);
-        assert_eq!(t[1].rows[0][2..], ["20", "", "20"]);
+        assert_eq!(texts(&t[1].rows[0][..2]), ["low", "Coding"]);
+        assert_eq!(texts(&t[1].rows[0][2..]), ["20", "", "20"]);
         assert_eq!(t[3].columns[2], "error_correct_score");
     }
 
@@ -567,7 +577,7 @@ mod tests {
             v1[0].columns,
             ["model", "Error_correct", "Response_maintenance", "Overall"]
         );
-        assert_eq!(v1[0].rows[0], ["m", "50", "100", "75"]);
+        assert_eq!(texts(&v1[0].rows[0]), ["m", "50", "100", "75"]);
         assert_eq!(v1[1..], v3[1..]);
         assert_eq!(tables_for_version(v3.clone(), Version::V3), v3);
     }

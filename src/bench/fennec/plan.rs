@@ -26,7 +26,8 @@
 use serde::Serialize;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
-use crate::bench::results::{BenchResults, Table};
+use crate::bench::table::{Cell, Table};
+use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
 use crate::judge::fennec;
 use crate::judge::fennec::{
@@ -376,7 +377,7 @@ impl FennecPlan {
                 .count();
         }
         Table {
-            id: crate::bench::results::table_id::FENNEC_REPLIES.to_string(),
+            id: crate::bench::table::table_id::FENNEC_REPLIES.to_string(),
             title: "Fennec judge replies".to_string(),
             columns: [
                 "items",
@@ -388,7 +389,7 @@ impl FennecPlan {
             .map(String::from)
             .to_vec(),
             rows: vec![[runs.len(), branches, parsed, unparsed, corrections]
-                .map(|n| n.to_string())
+                .map(Cell::from)
                 .to_vec()],
         }
     }
@@ -597,7 +598,7 @@ mod tests {
         assert_eq!((r.metrics[0].n, r.metrics[0].unscored), (3, 1));
         let replies = r.tables.last().expect("reply table");
         // 3 criteria for each of items 1-3 (judgements of missing branches are not counted).
-        assert_eq!(replies.rows[0], ["4", "9", "10", "0", "0"]);
+        assert_eq!(replies.rows[0], [4, 9, 10, 0, 0].map(Cell::Int));
         assert!(plan.next_steps(&runs[3].0, &runs[3].1).is_empty());
     }
 

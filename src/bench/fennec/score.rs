@@ -13,8 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::results::{BenchResults, Metric, Table};
 use crate::bench::stats::bootstrap_mean;
+use crate::bench::stats::Metric;
+use crate::bench::table::{Cell, Table};
+use crate::bench::BenchResults;
 use crate::judge::fennec::PairScores;
 use crate::judge::Verdict;
 
@@ -253,8 +255,8 @@ fn metric(name: &str, values: &[f64], unscored: usize, seed: u64) -> Metric {
 fn group_rows<T>(
     outcomes: &[T],
     category: impl Fn(&T) -> &str,
-    cells: impl Fn(&[&T]) -> Vec<String>,
-) -> Vec<Vec<String>> {
+    cells: impl Fn(&[&T]) -> Vec<Cell>,
+) -> Vec<Vec<Cell>> {
     let mut groups: BTreeMap<usize, Vec<&T>> = BTreeMap::new();
     for o in outcomes {
         if let Some(g) = SCENARIO_GROUPS
@@ -264,24 +266,27 @@ fn group_rows<T>(
             groups.entry(g).or_default().push(o);
         }
     }
-    let mut rows: Vec<Vec<String>> = groups
+    let mut rows: Vec<Vec<Cell>> = groups
         .iter()
         .map(|(g, members)| {
-            let mut row = vec![SCENARIO_GROUPS[*g].0.to_string()];
+            let mut row = vec![Cell::from(SCENARIO_GROUPS[*g].0)];
             row.extend(cells(members));
             row
         })
         .collect();
     let all: Vec<&T> = outcomes.iter().collect();
-    let mut overall = vec!["Overall".to_string()];
+    let mut overall = vec![Cell::from("Overall")];
     overall.extend(cells(&all));
     rows.push(overall);
     rows
 }
 
-/// Percent with two decimals, as Auto-J prints.
-pub fn percent(v: f64) -> String {
-    format!("{:.2}", 100.0 * v)
+/// The number of decimals of a percentage, as Auto-J prints them.
+pub const PERCENT_DECIMALS: u8 = 2;
+
+/// A share as a percentage cell, with Auto-J's two decimals.
+pub fn percent(v: f64) -> Cell {
+    Cell::num(100.0 * v, PERCENT_DECIMALS)
 }
 
 /// Agreement and Consistency of a pairwise judge, with bootstrap intervals (`seed`), and a
@@ -301,8 +306,8 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
         vec![
             percent(mean(|x| x.0)),
             percent(mean(|x| x.1)),
-            s.len().to_string(),
-            (members.len() - s.len()).to_string(),
+            Cell::from(s.len()),
+            Cell::from(members.len() - s.len()),
         ]
     };
     BenchResults {
@@ -317,7 +322,7 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
             ),
         ],
         tables: vec![Table {
-            id: crate::bench::results::table_id::FENNEC_PAIRWISE.to_string(),
+            id: crate::bench::table::table_id::FENNEC_PAIRWISE.to_string(),
             title: "Pairwise agreement with human labels (both orders) and consistency (%)"
                 .to_string(),
             columns: ["group", "agreement", "consistency", "n", "unscored"]
@@ -337,14 +342,14 @@ pub fn single_results(outcomes: &[SingleOutcome], seed: u64) -> BenchResults {
         let s: Vec<f64> = members.iter().filter_map(|o| single_indicator(o)).collect();
         vec![
             percent(crate::bench::stats::mean(&s)),
-            s.len().to_string(),
-            (members.iter().filter(|o| o.label.is_some()).count() - s.len()).to_string(),
+            Cell::from(s.len()),
+            Cell::from(members.iter().filter(|o| o.label.is_some()).count() - s.len()),
         ]
     };
     BenchResults {
         metrics: vec![metric("accuracy", &scored, unscored, seed)],
         tables: vec![Table {
-            id: crate::bench::results::table_id::FENNEC_SINGLE.to_string(),
+            id: crate::bench::table::table_id::FENNEC_SINGLE.to_string(),
             title: "Single-verdict accuracy against human labels (%)".to_string(),
             columns: ["group", "accuracy", "n", "unscored"]
                 .map(String::from)
@@ -422,10 +427,10 @@ mod tests {
         assert_eq!((r.metrics[0].n, r.metrics[0].unscored), (4, 1));
         let rows = &r.tables[0].rows;
         assert_eq!(
-            rows[0],
+            crate::bench::table::texts(&rows[0]),
             ["General Communication", "50.00", "75.00", "4", "1"]
         );
-        assert_eq!(rows[1][0], "Overall");
+        assert_eq!(rows[1][0], Cell::from("Overall"));
         assert_eq!(r, pairwise_results(&outcomes, 1));
         // Unlabelled pairs (a user's file) count for Consistency only.
         let unlabelled = |n, e| PairOutcome {
@@ -497,6 +502,6 @@ mod tests {
         assert_eq!(scenario_group("post_summarization"), Some("Summarization"));
         assert_eq!(scenario_group("others"), Some("NLP Tasks"));
         assert_eq!(scenario_group("Grammarly"), None);
-        assert_eq!(percent(0.549568965), "54.96");
+        assert_eq!(percent(0.549568965).to_string(), "54.96");
     }
 }

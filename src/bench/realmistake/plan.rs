@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
-use crate::bench::results::BenchResults;
+use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
 use crate::judge::error_detection::{
     detection_grammar, detection_prompt, parse_detection, Detection, DetectionPrompt,

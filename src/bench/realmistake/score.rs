@@ -12,8 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::results::{table_id, BenchResults, Metric, Table};
+use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
+use crate::bench::table::{self, table_id, Table};
+use crate::bench::BenchResults;
 use crate::judge::error_detection::Detection;
 
 use super::data::{Benchmark, DetectorFile};
@@ -385,8 +387,9 @@ pub fn headline(cells: &[Cell], seed: u64) -> BenchResults {
     }
 }
 
-fn fmt(v: f64) -> String {
-    format!("{:.1}", 100.0 * v)
+/// A share as a percentage cell with one decimal.
+fn fmt(v: f64) -> table::Cell {
+    table::Cell::num(100.0 * v, 1)
 }
 
 /// Per detector and response model: mean over tasks and prompts of the four metrics.
@@ -401,7 +404,11 @@ fn detector_table(cells: &[Cell]) -> Table {
     let rows = groups
         .iter()
         .map(|((det, model), ms)| {
-            let mut row = vec![det.clone(), model.clone(), ms.len().to_string()];
+            let mut row = vec![
+                table::Cell::from(det.as_str()),
+                table::Cell::from(model.as_str()),
+                table::Cell::from(ms.len()),
+            ];
             for name in HEADLINE {
                 let values: Vec<f64> = ms.iter().map(|m| pick(m, name)).collect();
                 row.push(fmt(mean_std(&values).0));
@@ -441,15 +448,18 @@ fn task_prompt_table(cells: &[Cell]) -> Table {
         .iter()
         .map(|((task, prompt), cs)| {
             let ms: Vec<Metrics> = cs.iter().map(|c| c.confusion().metrics()).collect();
-            let mut row = vec![task.clone(), prompt.clone()];
+            let mut row = vec![
+                table::Cell::from(task.as_str()),
+                table::Cell::from(prompt.as_str()),
+            ];
             for name in HEADLINE {
                 let values: Vec<f64> = ms.iter().map(|m| pick(m, name)).collect();
                 row.push(fmt(mean_std(&values).0));
             }
             let n: usize = cs.iter().map(|c| c.pairs.len()).sum();
             let unscored: usize = cs.iter().map(|c| c.confusion().no_verdict()).sum();
-            row.push(n.to_string());
-            row.push(unscored.to_string());
+            row.push(table::Cell::from(n));
+            row.push(table::Cell::from(unscored));
             row
         })
         .collect();
@@ -488,7 +498,11 @@ fn random_table(cells: &[Cell]) -> Table {
     let rows = by_model
         .iter()
         .map(|(model, ms)| {
-            let mut row = vec!["random".to_string(), model.clone(), ms.len().to_string()];
+            let mut row = vec![
+                table::Cell::from("random"),
+                table::Cell::from(model.as_str()),
+                table::Cell::from(ms.len()),
+            ];
             for name in HEADLINE {
                 let values: Vec<f64> = ms.iter().map(|m| pick(m, name)).collect();
                 row.push(fmt(mean_std(&values).0));

@@ -44,7 +44,7 @@ use super::dialogue::{self, source_sentence, End, Replay, ReplayOptions, Turn, T
 use super::prompts::{self, recall_query};
 use super::score::{self, ScoreOptions};
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
-use crate::bench::results::BenchResults;
+use crate::bench::BenchResults;
 use crate::engine::SamplingParams;
 use crate::model::message::Message;
 

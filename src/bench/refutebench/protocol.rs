@@ -273,7 +273,7 @@ impl Protocol for RefuteBench {
         ]));
         let table = results.tables.last_mut().expect("just pushed");
         if let Some((k, v)) = smoke_test_note(ctx, &[&ctx.judge]) {
-            table.rows.push(vec![k.to_string(), v]);
+            table.rows.push(vec![k.into(), v.into()]);
         }
         results.into()
     }

@@ -22,8 +22,10 @@ use super::data::Item;
 use super::dialogue::{self, End, ReplayOptions, TurnKind};
 use super::Error;
 use crate::bench::plan::{StepOutput, Transcript};
-use crate::bench::results::{BenchResults, Metric, Table};
+use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, mean, RESAMPLES};
+use crate::bench::table::{Cell, Table};
+use crate::bench::BenchResults;
 use crate::judge::feedback_acceptance::{self, Acceptance};
 use crate::judge::Verdict;
 
@@ -280,23 +282,23 @@ pub fn score(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions) -> Scored {
     let mut rows = Vec::new();
     for ((group, setting), g) in &by_group {
         let (rr, fa) = summarize(g, opts.bootstrap_seed);
-        let count = |st: Status| g.iter().filter(|s| s.status == st).count().to_string();
+        let count = |st: Status| Cell::from(g.iter().filter(|s| s.status == st).count());
         rows.push(vec![
-            group.clone(),
-            setting.clone(),
-            g.len().to_string(),
+            Cell::from(group.as_str()),
+            Cell::from(setting.as_str()),
+            Cell::from(g.len()),
             rr.cell(),
-            rr.metric.n.to_string(),
+            Cell::from(rr.metric.n),
             fa.cell(),
-            fa.metric.n.to_string(),
-            fa.metric.unscored.to_string(),
+            Cell::from(fa.metric.n),
+            Cell::from(fa.metric.unscored),
             count(Status::NotViable),
             count(Status::Conflict),
             count(Status::Incomplete),
         ]);
     }
     let table = Table {
-        id: crate::bench::results::table_id::REFUTEBENCH_GROUPS.to_string(),
+        id: crate::bench::table::table_id::REFUTEBENCH_GROUPS.to_string(),
         title: "RefuteBench: response rate (RR) and feedback acceptance (FA), % with bootstrap 95% interval".into(),
         columns: [
             "group", "setting", "dialogues", "RR", "RR n", "FA", "FA n", "FA unscored", "not viable", "conflict",
@@ -320,12 +322,19 @@ struct Summary {
 }
 
 impl Summary {
-    fn cell(&self) -> String {
+    /// The value with its interval, two decimals; `n/a` (a NaN value) when nothing entered.
+    fn cell(&self) -> Cell {
         let i = self.metric.interval;
-        if self.metric.n == 0 {
-            "-".into()
+        let value = if self.metric.n == 0 {
+            f64::NAN
         } else {
-            format!("{:.2} [{:.2}, {:.2}]", i.value, i.low, i.high)
+            i.value
+        };
+        Cell::Interval {
+            value,
+            low: i.low,
+            high: i.high,
+            decimals: 2,
         }
     }
 }
@@ -474,8 +483,9 @@ mod tests {
                     ..rr.metric.clone()
                 }
             }
-            .cell(),
-            "-"
+            .cell()
+            .to_string(),
+            "n/a"
         );
     }
 }

@@ -11,7 +11,8 @@ use crate::bench::fbbench::score::{
     check_categories, published_tables, results, tables_for_version, units_from_records,
     ModelUnits, Rule,
 };
-use crate::bench::results::Table;
+use crate::bench::table::Table;
+use crate::report::format;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuleArg {
@@ -121,15 +122,8 @@ fn load_models(
 }
 
 fn write_csv(path: &Path, table: &Table) -> anyhow::Result<()> {
-    // CRLF line ends, as the published tables have.
-    let mut w = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::CRLF)
-        .from_path(path)?;
-    w.write_record(&table.columns)?;
-    for row in &table.rows {
-        w.write_record(row)?;
-    }
-    w.flush()?;
+    let file = std::fs::File::create(path)?;
+    format::write_csv(std::io::BufWriter::new(file), table)?;
     Ok(())
 }
 
@@ -156,9 +150,9 @@ fn print_summary(
         "model", "error_correction", "response_maintenance", "overall", "items", "unscored"
     )?;
     // In the order of the overall table (by Overall, descending).
-    let order: Vec<&str> = tables
+    let order: Vec<String> = tables
         .first()
-        .map(|t| t.rows.iter().map(|r| r[0].as_str()).collect())
+        .map(|t| t.rows.iter().map(|r| r[0].to_string()).collect())
         .unwrap_or_default();
     for name in order {
         let Some(m) = models.iter().find(|m| m.model == name) else {
@@ -170,7 +164,8 @@ fn print_summary(
             .iter()
             .map(|x| {
                 let i = x.interval;
-                format!("{:6.2} [{:6.2},{:6.2}]", i.value, i.low, i.high)
+                let n = |x| format::number(x, 2);
+                format!("{:>6} [{:>6},{:>6}]", n(i.value), n(i.low), n(i.high))
             })
             .collect();
         let flagged = m.units.iter().filter(|u| u.unscored.is_some()).count();

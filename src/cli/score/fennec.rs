@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::bench::fennec::{data, score};
-use crate::bench::results::BenchResults;
+use crate::bench::table::texts;
+use crate::bench::BenchResults;
 
 /// The labelled data sets.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -74,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for table in &results.tables {
         println!("\n{}\n{}", table.title, table.columns.join("\t"));
         for row in &table.rows {
-            println!("{}", row.join("\t"));
+            println!("{}", texts(row).join("\t"));
         }
     }
     if let Some(out) = &args.out {

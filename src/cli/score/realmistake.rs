@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::bench::realmistake::{data, performance, score};
+use crate::bench::table::texts;
+use crate::report::format::number;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -99,12 +101,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .metrics
             .iter()
             .map(|m| {
-                format!(
-                    "{:.1} [{:.1}, {:.1}]",
-                    100.0 * m.interval.value,
-                    100.0 * m.interval.low,
-                    100.0 * m.interval.high
-                )
+                let i = m.interval;
+                let pct = |x: f64| number(100.0 * x, 1);
+                format!("{} [{}, {}]", pct(i.value), pct(i.low), pct(i.high))
             })
             .collect();
         let unscored = r.metrics.first().map_or(0, |m| m.unscored);
@@ -115,7 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for table in &all.tables {
         println!("\n{}\n{}", table.title, table.columns.join("\t"));
         for row in &table.rows {
-            println!("{}", row.join("\t"));
+            println!("{}", texts(row).join("\t"));
         }
     }
     if let Some(p) = &args.results {

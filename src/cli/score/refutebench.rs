@@ -13,7 +13,7 @@ use anyhow::Context;
 use crate::bench::refutebench::data::{self, Item};
 use crate::bench::refutebench::dialogue::{MtTarget, ReplayOptions};
 use crate::bench::refutebench::score::{self, read_transcripts, ScoreOptions};
-use crate::bench::results::Table;
+use crate::bench::table::{texts, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -90,8 +90,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// A plain aligned text table.
 fn render(table: &Table) -> String {
+    let rows: Vec<Vec<String>> = table.rows.iter().map(|r| texts(r)).collect();
     let mut widths: Vec<usize> = table.columns.iter().map(|c| c.chars().count()).collect();
-    for row in &table.rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -106,7 +107,7 @@ fn render(table: &Table) -> String {
     };
     let mut out = format!("{}\n", table.title);
     out += &line(&table.columns);
-    for row in &table.rows {
+    for row in &rows {
         out += &line(row);
     }
     out

@@ -50,7 +50,7 @@ use super::run_results::{FailedStep, RunModel, RunResults};
 use super::samples::{SampleOutcome, SampleWriter};
 use super::StoreError;
 use crate::bench::plan::{Plan, Step, StepOutput, Transcript};
-use crate::bench::results::BenchResults;
+use crate::bench::BenchResults;
 use crate::engine::{ChatReply, PrefillStats, StopReason};
 
 /// One run to execute or resume.
