@@ -588,6 +588,12 @@ impl QWeight {
                 };
                 // Rows in groups: each weight block is unpacked once for all rows of a group.
                 let mut i = 0;
+                // Two panels take sixteen rows at once: each weight block is read from memory
+                // once per sixteen rows (a decode step of sixteen sequences reads it once).
+                while two && i + 16 <= m {
+                    group::<16>(isa, p, these, pi, acts, i, out);
+                    i += 16;
+                }
                 while eight && i + 8 <= m {
                     group::<8>(isa, p, these, pi, acts, i, out);
                     i += 8;
