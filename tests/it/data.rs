@@ -316,9 +316,11 @@ fn run_fetches_what_it_needs_on_first_use() {
 
 /// A loopback server laid out as raw GitHub (`/<owner>/<repo>/<commit>/<path>`) holding only
 /// the files the authors publish at the pinned commits: the files of `../shared/data` with an
-/// upstream, and ReaLMistake's detector outputs (published as plain JSONL; the local copy holds
-/// them in an encrypted zip, read here into memory). Returns the server and the number of files.
-fn upstream_server(shared: &Path) -> (Mirror, usize) {
+/// upstream (FB-Bench's `.xlsx` score tables among them), and ReaLMistake's detector outputs
+/// (published as plain JSONL; the local copy holds them in an encrypted zip, read here into
+/// memory). Returns the server and the number of files; `None` (skipped, a failure under
+/// `CI=true`) when the data folder lacks one of them.
+fn upstream_server(shared: &Path) -> Option<(Mirror, usize)> {
     let zip_path = shared.join("realmistake/detector_outputs_open.zip");
     let mut archive = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
     let mut files: std::collections::HashMap<String, Arc<Vec<u8>>> = Default::default();
@@ -334,20 +336,21 @@ fn upstream_server(shared: &Path) -> (Mirror, usize) {
                 std::io::Read::read_to_end(&mut entry, &mut b).unwrap();
                 b
             }
-            _ => std::fs::read(shared.join(f.rel)).unwrap(),
+            _ => std::fs::read(util::shared_file(f.rel)?).unwrap(),
         };
         files.insert(key, Arc::new(bytes));
     }
     let n = files.len();
     let resolve: Resolve = Arc::new(move |rel: &str| files.get(rel).map(|b| b.to_vec()));
-    (serve_with(resolve, HashSet::new()), n)
+    Some((serve_with(resolve, HashSet::new()), n))
 }
 
 /// Regression (issue #27): with only what the authors publish upstream and an empty cache, the
 /// README's main command stopped at once on `fbbench/tables/v1_overall_score.csv: HTTP 404`
 /// (and `candor run realmistake` on `detector_outputs_open.zip`). A run now fetches only what it
 /// reads; `candor data fetch` then fetches the published comparison material, names what is
-/// published nowhere, and `candor score realmistake` reads the detector outputs as fetched.
+/// published nowhere, `candor score realmistake` reads the detector outputs as fetched, and
+/// `candor score fbbench` compares its tables with the authors' `.xlsx` ones, every cell.
 #[test]
 fn readme_main_command_completes_from_upstream_files_only() {
     let Some(shared) = util::shared_data() else {
@@ -356,7 +359,9 @@ fn readme_main_command_completes_from_upstream_files_only() {
     if util::default_model().is_none() {
         return;
     }
-    let (server, published) = upstream_server(&shared);
+    let Some((server, published)) = upstream_server(&shared) else {
+        return;
+    };
     let cwd = tempfile::tempdir().unwrap();
     let home = cwd.path().join("home");
     let candor = |args: &[&str]| {
@@ -478,6 +483,43 @@ fn readme_main_command_completes_from_upstream_files_only() {
         );
     }
     assert_eq!(published, data::FILES.len() - unpublished.len());
+    // FB-Bench's comparison from the authors' .xlsx tables as fetched (the cache holds no CSV:
+    // the authors publish none): every cell of the pinned models' rows, both versions.
+    for (v, models) in [("v3", 13), ("v1", 2)] {
+        let tables = home.join("data/fbbench/tables");
+        assert!(!tables.join(format!("{v}_overall_score.csv")).exists());
+        let (out, _) = candor(&[
+            "score",
+            "fbbench",
+            "--judgments",
+            &home
+                .join(format!("data/fbbench/{v}/judgments"))
+                .display()
+                .to_string(),
+            "--out",
+            &format!("tables-{v}"),
+            "--published",
+            &tables.display().to_string(),
+        ]);
+        assert!(
+            out.contains(&format!("published {v} tables (GPT-4o judge)")),
+            "{out}"
+        );
+        for id in candor::bench::fbbench::published::TABLES {
+            let line = out
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{id}: ")))
+                .unwrap_or_else(|| panic!("{v} {id}: no comparison line\n{out}"));
+            assert!(
+                line.contains(&format!(": {models} models, ")) && line.ends_with(".xlsx)"),
+                "{line}"
+            );
+            let counts = line.split(", ").nth(1).unwrap();
+            let (same, total) = counts.split(' ').next().unwrap().split_once('/').unwrap();
+            assert!(same == total && total != "0", "{line}");
+        }
+        assert!(!out.contains("differs:"), "{out}");
+    }
     candor(&[
         "score",
         "realmistake",
