@@ -17,8 +17,8 @@ pub enum DataCommand {
     /// Download protocols' files at pinned commits (sha256-checked) into the cache
     /// ($CANDOR_HOME/data, else the platform cache folder); all protocols when none is named.
     /// Besides what a run reads, this fetches the comparison material the authors publish
-    /// (published judgements and detector outputs); what they do not publish on its own
-    /// (e.g. FB-Bench v1's paper table) is skipped and named. $CANDOR_MIRROR replaces the
+    /// (published judgements, FB-Bench's score tables as .xlsx, detector outputs); what they do
+    /// not publish on its own (e.g. the local copy's CSV exports) is skipped and named. $CANDOR_MIRROR replaces the
     /// download base (a copy of the data folder); $CANDOR_GITHUB_RAW replaces
     /// https://raw.githubusercontent.com; $CANDOR_OFFLINE=1 never uses the network.
     Fetch {
