@@ -1,5 +1,6 @@
 //! Data fetching against a loopback mirror of `../shared/data`: a fetch, a resumed partial
-//! download, a sha256 mismatch (refused, nothing left behind), offline mode, and `candor run`
+//! download, a sha256 mismatch (refused, nothing left behind), offline mode, a comparison file
+//! the mirror lacks (a warning, not an error), and `candor run`
 //! fetching what it needs on first use; and against a loopback server with raw GitHub's layout
 //! holding only the files the authors publish, the README's main command on an empty cache.
 
@@ -311,6 +312,86 @@ fn run_fetches_what_it_needs_on_first_use() {
     assert_eq!(
         std::fs::read(cwd.path().join("first/samples.jsonl")).unwrap(),
         std::fs::read(cwd.path().join("second/samples.jsonl")).unwrap()
+    );
+}
+
+/// Regression (issue #27): comparison material the source cannot give (here a 404) stopped
+/// `candor data fetch`. It is now a warning naming the file and its URL, counted as not
+/// available, and the fetch completes; a file a run reads that cannot be fetched stays an error.
+#[test]
+fn data_fetch_goes_on_past_an_unavailable_comparison_file() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    // `candor data fetch fennec` from a mirror of the data folder that answers 404 for `gone`.
+    let fetch_without = |gone: &'static str| {
+        let root = shared.clone();
+        let resolve: Resolve = Arc::new(move |rel: &str| {
+            let file = root.join(rel);
+            if rel == gone || rel.contains("..") || !file.is_file() {
+                return None;
+            }
+            std::fs::read(file).ok()
+        });
+        let m = serve_with(resolve, HashSet::new());
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_candor"))
+            .args(["data", "fetch", "fennec"])
+            .env("CANDOR_HOME", home.path())
+            .env("CANDOR_MIRROR", &m.url)
+            .env_remove("CANDOR_OFFLINE")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let url = format!("{}/{gone}", m.url);
+        (
+            out.status.success(),
+            text(&out.stdout),
+            text(&out.stderr),
+            url,
+            home,
+        )
+    };
+    let compare = "fennec/auto-j/pairwise_example_output.jsonl";
+    assert_eq!(file(compare).need, Need::Compare);
+    let (ok, stdout, stderr, url, home) = fetch_without(compare);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: {compare} not available ({url}: HTTP 404 Not Found); comparison material \
+             only, no run needs it"
+        )),
+        "{stderr}"
+    );
+    let n = data::files_for("fennec").unwrap().len();
+    assert!(
+        stdout.contains(&format!(
+            "{} fetched, 0 already present, 0 not published upstream, 1 not available",
+            n - 1
+        )),
+        "{stdout}"
+    );
+    for f in data::files_for("fennec").unwrap() {
+        let want = if f.rel == compare {
+            Status::Missing
+        } else {
+            Status::Present
+        };
+        assert_eq!(
+            data::status(&home.path().join("data"), f),
+            want,
+            "{}",
+            f.rel
+        );
+    }
+    let run = "fennec/mt_bench/question.jsonl";
+    assert_eq!(file(run).need, Need::Run);
+    let (ok, stdout, stderr, url, _) = fetch_without(run);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("{url}: HTTP 404 Not Found")) && !stderr.contains("warning"),
+        "{stderr}"
     );
 }
 
