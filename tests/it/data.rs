@@ -395,16 +395,25 @@ fn data_fetch_goes_on_past_an_unavailable_comparison_file() {
     );
 }
 
+/// Whether `f` is one of FB-Bench's score tables as the authors publish them (`.xlsx`). The
+/// workplace's data copy holds only their CSV exports: the workbooks are optional comparison
+/// material here, served when the data folder has them.
+fn published_workbook(f: &data::DataFile) -> bool {
+    f.rel.starts_with("fbbench/tables/") && f.upstream.is_some()
+}
+
 /// A loopback server laid out as raw GitHub (`/<owner>/<repo>/<commit>/<path>`) holding only
 /// the files the authors publish at the pinned commits: the files of `../shared/data` with an
-/// upstream (FB-Bench's `.xlsx` score tables among them), and ReaLMistake's detector outputs
-/// (published as plain JSONL; the local copy holds them in an encrypted zip, read here into
-/// memory). Returns the server and the number of files; `None` (skipped, a failure under
-/// `CI=true`) when the data folder lacks one of them.
-fn upstream_server(shared: &Path) -> Option<(Mirror, usize)> {
+/// upstream, and ReaLMistake's detector outputs (published as plain JSONL; the local copy holds
+/// them in an encrypted zip, read here into memory). FB-Bench's `.xlsx` score tables are
+/// served where the data folder has them; the others are answered with 404, as a mirror
+/// without them would. Returns the server, the number of files served and the workbooks left
+/// out; `None` (skipped, a failure under `CI=true`) when the data folder lacks any other file.
+fn upstream_server(shared: &Path) -> Option<(Mirror, usize, Vec<&'static str>)> {
     let zip_path = shared.join("realmistake/detector_outputs_open.zip");
     let mut archive = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
     let mut files: std::collections::HashMap<String, Arc<Vec<u8>>> = Default::default();
+    let mut absent = Vec::new();
     for f in data::FILES {
         let Some(u) = f.upstream else { continue };
         let key = format!("{}/{}/{}", u.repo, u.commit, u.path);
@@ -417,13 +426,17 @@ fn upstream_server(shared: &Path) -> Option<(Mirror, usize)> {
                 std::io::Read::read_to_end(&mut entry, &mut b).unwrap();
                 b
             }
+            _ if published_workbook(f) && !shared.join(f.rel).is_file() => {
+                absent.push(f.rel);
+                continue;
+            }
             _ => std::fs::read(util::shared_file(f.rel)?).unwrap(),
         };
         files.insert(key, Arc::new(bytes));
     }
     let n = files.len();
     let resolve: Resolve = Arc::new(move |rel: &str| files.get(rel).map(|b| b.to_vec()));
-    Some((serve_with(resolve, HashSet::new()), n))
+    Some((serve_with(resolve, HashSet::new()), n, absent))
 }
 
 /// Regression (issue #27): with only what the authors publish upstream and an empty cache, the
@@ -431,7 +444,10 @@ fn upstream_server(shared: &Path) -> Option<(Mirror, usize)> {
 /// (and `candor run realmistake` on `detector_outputs_open.zip`). A run now fetches only what it
 /// reads; `candor data fetch` then fetches the published comparison material, names what is
 /// published nowhere, `candor score realmistake` reads the detector outputs as fetched, and
-/// `candor score fbbench` compares its tables with the authors' `.xlsx` ones, every cell.
+/// `candor score fbbench` compares its tables with the authors' `.xlsx` ones, every cell. Where
+/// the data folder lacks those workbooks (the workplace copy has only their CSV exports) the
+/// server answers 404 for them: `data fetch` warns, names them as not available and completes,
+/// and `score fbbench` says the published tables are not available; the message says which.
 #[test]
 fn readme_main_command_completes_from_upstream_files_only() {
     let Some(shared) = util::shared_data() else {
@@ -440,9 +456,25 @@ fn readme_main_command_completes_from_upstream_files_only() {
     if util::default_model().is_none() {
         return;
     }
-    let Some((server, published)) = upstream_server(&shared) else {
+    let Some((server, published, absent)) = upstream_server(&shared) else {
         return;
     };
+    let tables = shared.join("fbbench/tables");
+    if absent.is_empty() {
+        eprintln!(
+            "\n*** FB-Bench's published .xlsx tables found in {}: checking that score fbbench \
+             matches them cell by cell ***\n",
+            tables.display()
+        );
+    } else {
+        eprintln!(
+            "\n*** {} of FB-Bench's published .xlsx tables not in {} (optional comparison \
+             material): checking that data fetch warns and completes without them and score \
+             fbbench says they are not available; not the cell-by-cell match ***\n",
+            absent.len(),
+            tables.display()
+        );
+    }
     let cwd = tempfile::tempdir().unwrap();
     let home = cwd.path().join("home");
     let candor = |args: &[&str]| {
@@ -538,8 +570,9 @@ fn readme_main_command_completes_from_upstream_files_only() {
         "{stderr}"
     );
     assert!(!stderr.contains("tables/"), "{stderr}");
-    // Comparison material: everything published is fetched, what is not is named.
-    let (out, _) = candor(&["data", "fetch"]);
+    // Comparison material: everything published is fetched, what is not is named, and so is
+    // what the server does not have.
+    let (out, err) = candor(&["data", "fetch"]);
     let unpublished: Vec<&data::DataFile> = data::FILES
         .iter()
         .filter(|f| f.upstream.is_none())
@@ -555,20 +588,40 @@ fn readme_main_command_completes_from_upstream_files_only() {
         out.contains(&format!("{} not published upstream", unpublished.len())),
         "{out}"
     );
-    for f in data::FILES.iter().filter(|f| f.upstream.is_some()) {
-        assert_eq!(
-            data::status(&home.join("data"), f),
-            Status::Present,
-            "{}",
-            f.rel
+    assert!(
+        out.contains(&format!("{} not available", absent.len())),
+        "{out}"
+    );
+    for rel in &absent {
+        assert!(
+            err.lines().any(
+                |l| l.starts_with(&format!("warning: {rel} not available ("))
+                    && l.contains("HTTP 404")
+            ),
+            "{err}"
         );
     }
-    assert_eq!(published, data::FILES.len() - unpublished.len());
+    for f in data::FILES.iter().filter(|f| f.upstream.is_some()) {
+        let want = if absent.contains(&f.rel) {
+            Status::Missing
+        } else {
+            Status::Present
+        };
+        assert_eq!(data::status(&home.join("data"), f), want, "{}", f.rel);
+    }
+    assert_eq!(
+        published + absent.len(),
+        data::FILES.len() - unpublished.len()
+    );
     // FB-Bench's comparison from the authors' .xlsx tables as fetched (the cache holds no CSV:
-    // the authors publish none): every cell of the pinned models' rows, both versions.
+    // the authors publish none): every cell of the pinned models' rows, both versions; or,
+    // for a version whose workbooks were not available, a line saying so.
     for (v, models) in [("v3", 13), ("v1", 2)] {
         let tables = home.join("data/fbbench/tables");
         assert!(!tables.join(format!("{v}_overall_score.csv")).exists());
+        let complete = !absent
+            .iter()
+            .any(|rel| rel.starts_with(&format!("fbbench/tables/{v}_")));
         let (out, _) = candor(&[
             "score",
             "fbbench",
@@ -582,6 +635,16 @@ fn readme_main_command_completes_from_upstream_files_only() {
             "--published",
             &tables.display().to_string(),
         ]);
+        if !complete {
+            assert!(
+                out.contains(&format!(
+                    "published {v} tables: not available in {}",
+                    tables.display()
+                )) && !out.contains("cell by cell"),
+                "{out}"
+            );
+            continue;
+        }
         assert!(
             out.contains(&format!("published {v} tables (GPT-4o judge)")),
             "{out}"
