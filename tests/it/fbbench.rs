@@ -13,7 +13,7 @@ use candor::bench::fbbench::score::{
 };
 use candor::bench::results::Table;
 
-use crate::util::shared_file;
+use crate::util::{reference_file, shared_file};
 
 /// Reads a published CSV into (header, rows).
 fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
@@ -192,8 +192,12 @@ fn check_version(tag: &str, version: Version, expected_models: usize) {
 
 /// The authors' `.xlsx` tables hold the local copy's CSVs cell for cell: each CSV is its
 /// workbook's rows for the models whose judgements are pinned, in the workbook's order (which
-/// proves the reader on the real files; the workbooks list more models).
+/// proves the reader on the real files; the workbooks list more models). The workplace's data
+/// copy has only the CSV exports: ignored unless asked for (`-- --ignored`), and then a
+/// failure without the workbooks (`candor data fetch fbbench --into DIR` fetches them; copy
+/// the data folder with them added and set `CANDOR_DATA` to it).
 #[test]
+#[ignore = "needs the published .xlsx workbooks in $CANDOR_DATA/fbbench/tables (the workplace copy has only CSV exports); run with --ignored"]
 fn fbbench_published_xlsx_hold_the_local_csv_cells() {
     for version in [Version::V1, Version::V3] {
         for id in published::TABLES {
@@ -202,12 +206,10 @@ fn fbbench_published_xlsx_hold_the_local_csv_cells() {
                     .display()
                     .to_string()
             };
-            let Some(xlsx) = shared_file(&rel("xlsx")) else {
-                return;
-            };
-            let Some(csv) = shared_file(&rel("csv")) else {
-                return;
-            };
+            let how = "a data folder holding both the local copy's CSV exports and the \
+                       authors' .xlsx workbooks (`candor data fetch fbbench` fetches these)";
+            let xlsx = reference_file(&rel("xlsx"), how);
+            let csv = reference_file(&rel("csv"), how);
             let x = published::read_xlsx(&xlsx, id).unwrap();
             let c = published::read_csv(&csv, id).unwrap();
             assert_eq!(x.columns, c.columns, "{}", xlsx.display());
