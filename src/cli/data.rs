@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::store::data::{self, Fetched, Source, Status};
+use crate::store::data::{self, Fetched, Need, Source, Status};
 
 #[derive(Debug, clap::Args)]
 pub struct DataArgs {
@@ -17,10 +17,13 @@ pub enum DataCommand {
     /// Download protocols' files at pinned commits (sha256-checked) into the cache
     /// ($CANDOR_HOME/data, else the platform cache folder); all protocols when none is named.
     /// Besides what a run reads, this fetches the comparison material the authors publish
-    /// (published judgements and detector outputs); what they do not publish on its own
-    /// (e.g. FB-Bench v1's paper table) is skipped and named. $CANDOR_MIRROR replaces the
-    /// download base (a copy of the data folder); $CANDOR_GITHUB_RAW replaces
-    /// https://raw.githubusercontent.com; $CANDOR_OFFLINE=1 never uses the network.
+    /// (published judgements, FB-Bench's score tables as .xlsx, detector outputs); what they do
+    /// not publish on its own (e.g. the local copy's CSV exports) is skipped and named, and
+    /// comparison material the source cannot give (a 404, a network failure) is named as not
+    /// available with a warning: neither stops the fetch, since no run needs them. A file a run
+    /// reads that cannot be fetched is an error. $CANDOR_MIRROR replaces the download base (a
+    /// copy of the data folder); $CANDOR_GITHUB_RAW replaces https://raw.githubusercontent.com;
+    /// $CANDOR_OFFLINE=1 never uses the network.
     Fetch {
         /// fbbench, refutebench, realmistake, fennec.
         protocols: Vec<String>,
@@ -52,7 +55,7 @@ pub fn run(args: DataArgs) -> anyhow::Result<()> {
         } => {
             let root = into.unwrap_or_else(data::cache_root);
             let source = Source::from_env();
-            let (mut fetched, mut present, mut unpublished) = (0, 0, 0);
+            let (mut fetched, mut present, mut unpublished, mut unavailable) = (0, 0, 0, 0);
             for p in protocols(&names) {
                 for file in data::files_for(&p)? {
                     let there = data::status(&root, file) == Status::Present;
@@ -66,9 +69,22 @@ pub fn run(args: DataArgs) -> anyhow::Result<()> {
                         );
                         continue;
                     }
-                    match data::fetch_file(&root, file, &source)
-                        .with_context(|| format!("fetching {p} into {}", root.display()))?
-                    {
+                    let got = match data::fetch_file(&root, file, &source) {
+                        // Comparison material the source cannot give: say so, go on.
+                        Err(e) if file.need == Need::Compare && e.is_unavailable() => {
+                            unavailable += 1;
+                            eprintln!(
+                                "warning: {} not available ({e}); comparison material only, \
+                                 no run needs it",
+                                file.rel
+                            );
+                            continue;
+                        }
+                        got => {
+                            got.with_context(|| format!("fetching {p} into {}", root.display()))?
+                        }
+                    };
+                    match got {
                         Fetched::Present => present += 1,
                         Fetched::Downloaded {
                             bytes,
@@ -87,7 +103,7 @@ pub fn run(args: DataArgs) -> anyhow::Result<()> {
             }
             println!(
                 "{}: {fetched} fetched, {present} already present, {unpublished} not published \
-                 upstream",
+                 upstream, {unavailable} not available",
                 root.display()
             );
             Ok(())

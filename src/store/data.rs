@@ -15,8 +15,11 @@
 //! there, never takes more bytes than the table says, and is renamed into place only after its
 //! sha256 matches: a mismatch deletes the `.part` and is refused, so a partial or altered
 //! download is never read. With `$CANDOR_OFFLINE=1` (or `HF_HUB_OFFLINE=1`) nothing touches the
-//! network; a missing file is then an error naming it. `--data` / `$CANDOR_DATA` name a local
-//! copy, which is used as it is. ReaLMistake's archive is stored as the authors encrypted it.
+//! network; a missing file is then an error naming it. Comparison material the source cannot
+//! give (a 404, a network failure) is not an error for `candor data fetch`: it warns, names
+//! the file and URL as not available, and goes on; a run never asks for it. `--data` /
+//! `$CANDOR_DATA` name a local copy, which is used as it is. ReaLMistake's archive is stored as
+//! the authors encrypted it.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -74,6 +77,15 @@ pub enum DataError {
     },
     #[error("{}: the {protocol} data folder was not found (set --data or $CANDOR_DATA, or unset them to fetch into the cache)", path.display())]
     Missing { path: PathBuf, protocol: String },
+}
+
+impl DataError {
+    /// Whether the source could not give the file (an HTTP error status such as 404, or a
+    /// network failure), as opposed to a refused download (sha256, size), offline mode or a
+    /// local problem.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, DataError::Http { .. })
+    }
 }
 
 type Result<T, E = DataError> = std::result::Result<T, E>;
@@ -494,6 +506,26 @@ mod tests {
                 "{p}"
             );
         }
+    }
+
+    /// A network failure is "unavailable" (`candor data fetch` warns and goes on past a
+    /// comparison file it cannot get); offline mode is not.
+    #[test]
+    fn a_network_failure_is_unavailable_offline_mode_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = &FILES[0];
+        let src = Source {
+            mirror: Some("http://127.0.0.1:1".into()),
+            ..Source::github()
+        };
+        let err = fetch_file(dir.path(), f, &src).unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+        let offline = Source {
+            offline: true,
+            ..src
+        };
+        let err = fetch_file(dir.path(), f, &offline).unwrap_err();
+        assert!(!err.is_unavailable(), "{err}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Data fetching against a loopback mirror of `../shared/data`: a fetch, a resumed partial
-//! download, a sha256 mismatch (refused, nothing left behind), offline mode, and `candor run`
+//! download, a sha256 mismatch (refused, nothing left behind), offline mode, a comparison file
+//! the mirror lacks (a warning, not an error), and `candor run`
 //! fetching what it needs on first use; and against a loopback server with raw GitHub's layout
 //! holding only the files the authors publish, the README's main command on an empty cache.
 
@@ -314,14 +315,105 @@ fn run_fetches_what_it_needs_on_first_use() {
     );
 }
 
+/// Regression (issue #27): comparison material the source cannot give (here a 404) stopped
+/// `candor data fetch`. It is now a warning naming the file and its URL, counted as not
+/// available, and the fetch completes; a file a run reads that cannot be fetched stays an error.
+#[test]
+fn data_fetch_goes_on_past_an_unavailable_comparison_file() {
+    let Some(shared) = util::shared_data() else {
+        return;
+    };
+    // `candor data fetch fennec` from a mirror of the data folder that answers 404 for `gone`.
+    let fetch_without = |gone: &'static str| {
+        let root = shared.clone();
+        let resolve: Resolve = Arc::new(move |rel: &str| {
+            let file = root.join(rel);
+            if rel == gone || rel.contains("..") || !file.is_file() {
+                return None;
+            }
+            std::fs::read(file).ok()
+        });
+        let m = serve_with(resolve, HashSet::new());
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_candor"))
+            .args(["data", "fetch", "fennec"])
+            .env("CANDOR_HOME", home.path())
+            .env("CANDOR_MIRROR", &m.url)
+            .env_remove("CANDOR_OFFLINE")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let url = format!("{}/{gone}", m.url);
+        (
+            out.status.success(),
+            text(&out.stdout),
+            text(&out.stderr),
+            url,
+            home,
+        )
+    };
+    let compare = "fennec/auto-j/pairwise_example_output.jsonl";
+    assert_eq!(file(compare).need, Need::Compare);
+    let (ok, stdout, stderr, url, home) = fetch_without(compare);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: {compare} not available ({url}: HTTP 404 Not Found); comparison material \
+             only, no run needs it"
+        )),
+        "{stderr}"
+    );
+    let n = data::files_for("fennec").unwrap().len();
+    assert!(
+        stdout.contains(&format!(
+            "{} fetched, 0 already present, 0 not published upstream, 1 not available",
+            n - 1
+        )),
+        "{stdout}"
+    );
+    for f in data::files_for("fennec").unwrap() {
+        let want = if f.rel == compare {
+            Status::Missing
+        } else {
+            Status::Present
+        };
+        assert_eq!(
+            data::status(&home.path().join("data"), f),
+            want,
+            "{}",
+            f.rel
+        );
+    }
+    let run = "fennec/mt_bench/question.jsonl";
+    assert_eq!(file(run).need, Need::Run);
+    let (ok, stdout, stderr, url, _) = fetch_without(run);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("{url}: HTTP 404 Not Found")) && !stderr.contains("warning"),
+        "{stderr}"
+    );
+}
+
+/// Whether `f` is one of FB-Bench's score tables as the authors publish them (`.xlsx`). The
+/// workplace's data copy holds only their CSV exports: the workbooks are optional comparison
+/// material here, served when the data folder has them.
+fn published_workbook(f: &data::DataFile) -> bool {
+    f.rel.starts_with("fbbench/tables/") && f.upstream.is_some()
+}
+
 /// A loopback server laid out as raw GitHub (`/<owner>/<repo>/<commit>/<path>`) holding only
 /// the files the authors publish at the pinned commits: the files of `../shared/data` with an
 /// upstream, and ReaLMistake's detector outputs (published as plain JSONL; the local copy holds
-/// them in an encrypted zip, read here into memory). Returns the server and the number of files.
-fn upstream_server(shared: &Path) -> (Mirror, usize) {
+/// them in an encrypted zip, read here into memory). FB-Bench's `.xlsx` score tables are
+/// served where the data folder has them; the others are answered with 404, as a mirror
+/// without them would. Returns the server, the number of files served and the workbooks left
+/// out; `None` (skipped, a failure under `CI=true`) when the data folder lacks any other file.
+fn upstream_server(shared: &Path) -> Option<(Mirror, usize, Vec<&'static str>)> {
     let zip_path = shared.join("realmistake/detector_outputs_open.zip");
     let mut archive = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
     let mut files: std::collections::HashMap<String, Arc<Vec<u8>>> = Default::default();
+    let mut absent = Vec::new();
     for f in data::FILES {
         let Some(u) = f.upstream else { continue };
         let key = format!("{}/{}/{}", u.repo, u.commit, u.path);
@@ -334,20 +426,28 @@ fn upstream_server(shared: &Path) -> (Mirror, usize) {
                 std::io::Read::read_to_end(&mut entry, &mut b).unwrap();
                 b
             }
-            _ => std::fs::read(shared.join(f.rel)).unwrap(),
+            _ if published_workbook(f) && !shared.join(f.rel).is_file() => {
+                absent.push(f.rel);
+                continue;
+            }
+            _ => std::fs::read(util::shared_file(f.rel)?).unwrap(),
         };
         files.insert(key, Arc::new(bytes));
     }
     let n = files.len();
     let resolve: Resolve = Arc::new(move |rel: &str| files.get(rel).map(|b| b.to_vec()));
-    (serve_with(resolve, HashSet::new()), n)
+    Some((serve_with(resolve, HashSet::new()), n, absent))
 }
 
 /// Regression (issue #27): with only what the authors publish upstream and an empty cache, the
 /// README's main command stopped at once on `fbbench/tables/v1_overall_score.csv: HTTP 404`
 /// (and `candor run realmistake` on `detector_outputs_open.zip`). A run now fetches only what it
 /// reads; `candor data fetch` then fetches the published comparison material, names what is
-/// published nowhere, and `candor score realmistake` reads the detector outputs as fetched.
+/// published nowhere, `candor score realmistake` reads the detector outputs as fetched, and
+/// `candor score fbbench` compares its tables with the authors' `.xlsx` ones, every cell. Where
+/// the data folder lacks those workbooks (the workplace copy has only their CSV exports) the
+/// server answers 404 for them: `data fetch` warns, names them as not available and completes,
+/// and `score fbbench` says the published tables are not available; the message says which.
 #[test]
 fn readme_main_command_completes_from_upstream_files_only() {
     let Some(shared) = util::shared_data() else {
@@ -356,7 +456,25 @@ fn readme_main_command_completes_from_upstream_files_only() {
     if util::default_model().is_none() {
         return;
     }
-    let (server, published) = upstream_server(&shared);
+    let Some((server, published, absent)) = upstream_server(&shared) else {
+        return;
+    };
+    let tables = shared.join("fbbench/tables");
+    if absent.is_empty() {
+        eprintln!(
+            "\n*** FB-Bench's published .xlsx tables found in {}: checking that score fbbench \
+             matches them cell by cell ***\n",
+            tables.display()
+        );
+    } else {
+        eprintln!(
+            "\n*** {} of FB-Bench's published .xlsx tables not in {} (optional comparison \
+             material): checking that data fetch warns and completes without them and score \
+             fbbench says they are not available; not the cell-by-cell match ***\n",
+            absent.len(),
+            tables.display()
+        );
+    }
     let cwd = tempfile::tempdir().unwrap();
     let home = cwd.path().join("home");
     let candor = |args: &[&str]| {
@@ -452,8 +570,9 @@ fn readme_main_command_completes_from_upstream_files_only() {
         "{stderr}"
     );
     assert!(!stderr.contains("tables/"), "{stderr}");
-    // Comparison material: everything published is fetched, what is not is named.
-    let (out, _) = candor(&["data", "fetch"]);
+    // Comparison material: everything published is fetched, what is not is named, and so is
+    // what the server does not have.
+    let (out, err) = candor(&["data", "fetch"]);
     let unpublished: Vec<&data::DataFile> = data::FILES
         .iter()
         .filter(|f| f.upstream.is_none())
@@ -469,15 +588,82 @@ fn readme_main_command_completes_from_upstream_files_only() {
         out.contains(&format!("{} not published upstream", unpublished.len())),
         "{out}"
     );
-    for f in data::FILES.iter().filter(|f| f.upstream.is_some()) {
-        assert_eq!(
-            data::status(&home.join("data"), f),
-            Status::Present,
-            "{}",
-            f.rel
+    assert!(
+        out.contains(&format!("{} not available", absent.len())),
+        "{out}"
+    );
+    for rel in &absent {
+        assert!(
+            err.lines().any(
+                |l| l.starts_with(&format!("warning: {rel} not available ("))
+                    && l.contains("HTTP 404")
+            ),
+            "{err}"
         );
     }
-    assert_eq!(published, data::FILES.len() - unpublished.len());
+    for f in data::FILES.iter().filter(|f| f.upstream.is_some()) {
+        let want = if absent.contains(&f.rel) {
+            Status::Missing
+        } else {
+            Status::Present
+        };
+        assert_eq!(data::status(&home.join("data"), f), want, "{}", f.rel);
+    }
+    assert_eq!(
+        published + absent.len(),
+        data::FILES.len() - unpublished.len()
+    );
+    // FB-Bench's comparison from the authors' .xlsx tables as fetched (the cache holds no CSV:
+    // the authors publish none): every cell of the pinned models' rows, both versions; or,
+    // for a version whose workbooks were not available, a line saying so.
+    for (v, models) in [("v3", 13), ("v1", 2)] {
+        let tables = home.join("data/fbbench/tables");
+        assert!(!tables.join(format!("{v}_overall_score.csv")).exists());
+        let complete = !absent
+            .iter()
+            .any(|rel| rel.starts_with(&format!("fbbench/tables/{v}_")));
+        let (out, _) = candor(&[
+            "score",
+            "fbbench",
+            "--judgments",
+            &home
+                .join(format!("data/fbbench/{v}/judgments"))
+                .display()
+                .to_string(),
+            "--out",
+            &format!("tables-{v}"),
+            "--published",
+            &tables.display().to_string(),
+        ]);
+        if !complete {
+            assert!(
+                out.contains(&format!(
+                    "published {v} tables: not available in {}",
+                    tables.display()
+                )) && !out.contains("cell by cell"),
+                "{out}"
+            );
+            continue;
+        }
+        assert!(
+            out.contains(&format!("published {v} tables (GPT-4o judge)")),
+            "{out}"
+        );
+        for id in candor::bench::fbbench::published::TABLES {
+            let line = out
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{id}: ")))
+                .unwrap_or_else(|| panic!("{v} {id}: no comparison line\n{out}"));
+            assert!(
+                line.contains(&format!(": {models} models, ")) && line.ends_with(".xlsx)"),
+                "{line}"
+            );
+            let counts = line.split(", ").nth(1).unwrap();
+            let (same, total) = counts.split(' ').next().unwrap().split_once('/').unwrap();
+            assert!(same == total && total != "0", "{line}");
+        }
+        assert!(!out.contains("differs:"), "{out}");
+    }
     candor(&[
         "score",
         "realmistake",

@@ -29,6 +29,17 @@ pub fn reference_dir(var: &str, how: &str) -> PathBuf {
     }
 }
 
+/// A file under the public data folder (`$CANDOR_DATA`, default `../shared/data`) for a
+/// reference test that is `#[ignore]`d unless asked for: asked for without it, the test fails
+/// with `how`.
+pub fn reference_file(rel: &str, how: &str) -> PathBuf {
+    let p = candor::bench::data_root().join(rel);
+    if !p.is_file() {
+        panic!("this reference test needs {}: {how}", p.display());
+    }
+    p
+}
+
 /// The authors' public data (`$CANDOR_DATA`, default `../shared/data`), or `None` (skip).
 pub fn shared_data() -> Option<PathBuf> {
     let root = candor::bench::data_root();

@@ -5,13 +5,14 @@
 //!
 //! `data` loads the authors' files, `prompts` builds the follow-up and judge conversations,
 //! `plan` turns an item into its generation steps, `score` turns verdicts into the published
-//! tables (with `pynum`, the Python arithmetic those numbers depend on). This module only
-//! wires them.
+//! tables (with `pynum`, the Python arithmetic those numbers depend on), `published` reads the
+//! authors' own tables back for comparison. This module only wires them.
 
 pub mod data;
 pub mod plan;
 pub mod prompts;
 pub mod protocol;
+pub mod published;
 pub mod pynum;
 pub mod score;
 

@@ -1,5 +1,6 @@
 //! `candor score fbbench`: judgement JSONL files (one per model, the authors' format) to the
-//! five published score tables as CSV, plus a readable summary with bootstrap intervals.
+//! five published score tables as CSV, plus a readable summary with bootstrap intervals and,
+//! where the authors' own tables are at hand, a cell-by-cell comparison with them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::bench::fbbench::data::{load_judgements, Version};
+use crate::bench::fbbench::published;
 use crate::bench::fbbench::score::{
     check_categories, published_tables, results, tables_for_version, units_from_records,
     ModelUnits, Rule,
@@ -44,6 +46,12 @@ pub struct Args {
     /// Seed of the bootstrap intervals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Folder of the authors' published tables (`v3_overall_score.xlsx`, … as `candor data
+    /// fetch fbbench` stores them; `.csv` of the same shape also read) to compare every cell
+    /// with; default: the data root's `fbbench/tables` ($CANDOR_DATA, ../shared/data, else
+    /// the cache). Without them the comparison says so and the scoring completes.
+    #[arg(long)]
+    pub published: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -60,14 +68,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         write_csv(&path, table).with_context(|| format!("writing {}", path.display()))?;
     }
     let mut out = std::io::stdout().lock();
-    let printed = print_summary(&mut out, &models, rule, args.seed, &tables).and_then(|()| {
-        writeln!(
-            out,
-            "wrote {} tables to {}",
-            tables.len(),
-            args.out.display()
-        )
-    });
+    let published_dir = args
+        .published
+        .clone()
+        .unwrap_or_else(|| crate::store::data::default_root().join("fbbench/tables"));
+    let theirs = published::load(&published_dir, version)?;
+    let printed = print_summary(&mut out, &models, rule, args.seed, &tables)
+        .and_then(|()| {
+            print_comparison(
+                &mut out,
+                &tables,
+                theirs.as_deref(),
+                &published_dir,
+                version,
+            )
+        })
+        .and_then(|()| {
+            writeln!(
+                out,
+                "wrote {} tables to {}",
+                tables.len(),
+                args.out.display()
+            )
+        });
     match printed {
         // A closed pipe (`| head`) is the reader's choice, not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -194,6 +217,59 @@ fn print_summary(
                 u.task_type,
                 u.unscored.as_deref().unwrap_or_default()
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// Candor's tables against the authors' published ones, table by table (identical cells of
+/// the models scored, and the first cells that differ), or a line saying they are not at hand.
+fn print_comparison(
+    out: &mut impl Write,
+    ours: &[Table],
+    published: Option<&[(PathBuf, Table)]>,
+    dir: &Path,
+    version: Version,
+) -> std::io::Result<()> {
+    let version = format!("{version:?}").to_lowercase();
+    let Some(published) = published else {
+        return writeln!(
+            out,
+            "published {version} tables: not available in {} (`candor data fetch fbbench` \
+             fetches the authors' .xlsx files); no comparison",
+            dir.display()
+        );
+    };
+    writeln!(
+        out,
+        "published {version} tables (GPT-4o judge), cell by cell:"
+    )?;
+    for (path, theirs) in published {
+        let Some(mine) = ours.iter().find(|t| t.id == theirs.id) else {
+            continue;
+        };
+        let c = published::compare(mine, theirs);
+        writeln!(
+            out,
+            "  {}: {} models, {}/{} cells identical ({})",
+            theirs.id,
+            c.models,
+            c.identical,
+            c.cells,
+            path.display()
+        )?;
+        if !c.unpublished.is_empty() {
+            writeln!(
+                out,
+                "    not in the published table: {}",
+                c.unpublished.join(", ")
+            )?;
+        }
+        for d in c.differing.iter().take(5) {
+            writeln!(out, "    differs: {d}")?;
+        }
+        if c.differing.len() > 5 {
+            writeln!(out, "    … and {} more", c.differing.len() - 5)?;
         }
     }
     Ok(())
