@@ -214,12 +214,12 @@ fn fbbench_published_xlsx_hold_the_local_csv_cells() {
             let x = published::read_xlsx(&xlsx, id).unwrap();
             let c = published::read_csv(&csv, id).unwrap();
             assert_eq!(x.columns, c.columns, "{}", xlsx.display());
-            let models: std::collections::BTreeSet<&str> =
-                c.rows.iter().map(|r| r[0].as_str()).collect();
-            let kept: Vec<Vec<String>> = x
+            let models: std::collections::BTreeSet<String> =
+                c.rows.iter().map(|r| r[0].to_string()).collect();
+            let kept: Vec<_> = x
                 .rows
                 .iter()
-                .filter(|r| models.contains(r[0].as_str()))
+                .filter(|r| models.contains(&r[0].to_string()))
                 .cloned()
                 .collect();
             assert_eq!(kept, c.rows, "{}", xlsx.display());

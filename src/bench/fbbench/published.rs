@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use calamine::{Data, Reader, Xlsx};
 
 use super::data::{FbBenchError, Version};
-use crate::bench::results::{table_id, Table};
+use crate::bench::table::{table_id, texts, Cell, Table};
 
 /// The five tables, by identifier (the authors' file names), in the order
 /// [`super::score::published_tables`] returns them.
@@ -142,12 +142,16 @@ fn cell_text(d: &Data) -> String {
     }
 }
 
+/// A published table: its cells as the text the file spells them (compared as text).
 fn table(id: &str, columns: Vec<String>, rows: Vec<Vec<String>>) -> Table {
     Table {
         id: id.to_string(),
         title: id.to_string(),
         columns,
-        rows,
+        rows: rows
+            .into_iter()
+            .map(|r| r.into_iter().map(Cell::Text).collect())
+            .collect(),
     }
 }
 
@@ -195,40 +199,41 @@ pub fn compare(ours: &Table, published: &Table) -> Comparison {
     } else {
         2
     };
-    let theirs: BTreeMap<&[String], &Vec<String>> = published
+    let theirs: BTreeMap<Vec<String>, &Vec<Cell>> = published
         .rows
         .iter()
         .filter(|r| r.len() >= labels)
-        .map(|r| (&r[..labels], r))
+        .map(|r| (texts(&r[..labels]), r))
         .collect();
-    let listed: BTreeSet<&str> = published.rows.iter().map(|r| r[0].as_str()).collect();
+    let listed: BTreeSet<String> = published.rows.iter().map(|r| r[0].to_string()).collect();
     let mut c = Comparison::default();
     let mut seen = BTreeSet::new();
     for row in ours.rows.iter().filter(|r| r.len() >= labels) {
-        let model = row[0].as_str();
-        if !listed.contains(model) {
-            if seen.insert(model) {
-                c.unpublished.push(model.to_string());
+        let model = row[0].to_string();
+        if !listed.contains(&model) {
+            if seen.insert(model.clone()) {
+                c.unpublished.push(model);
             }
             continue;
         }
         if seen.insert(model) {
             c.models += 1;
         }
-        let pub_row = theirs.get(&row[..labels]).copied();
+        let label = texts(&row[..labels]);
+        let pub_row = theirs.get(&label).copied();
         for (j, name) in ours.columns.iter().enumerate().skip(labels) {
             let Some(i) = published.columns.iter().position(|p| p == name) else {
                 continue;
             };
             c.cells += 1;
-            let mine = row.get(j).map_or("", String::as_str);
-            let other = pub_row.and_then(|r| r.get(i)).map(String::as_str);
-            if other == Some(mine) {
+            let mine = row.get(j).map_or(String::new(), Cell::to_string);
+            let other = pub_row.and_then(|r| r.get(i)).map(Cell::to_string);
+            if other.as_deref() == Some(mine.as_str()) {
                 c.identical += 1;
             } else {
                 c.differing.push(format!(
                     "{} {name}: published {}, Candor {mine:?}",
-                    row[..labels].join(" / "),
+                    label.join(" / "),
                     other.map_or("no row".to_string(), |o| format!("{o:?}"))
                 ));
             }
@@ -311,9 +316,9 @@ mod tests {
         zip.finish().unwrap().into_inner()
     }
 
-    fn strings(rows: &[&[&str]]) -> Vec<Vec<String>> {
+    fn strings(rows: &[&[&str]]) -> Vec<Vec<Cell>> {
         rows.iter()
-            .map(|r| r.iter().map(|c| c.to_string()).collect())
+            .map(|r| r.iter().map(|&c| Cell::from(c)).collect())
             .collect()
     }
 
@@ -373,10 +378,11 @@ mod tests {
     #[test]
     fn compare_counts_identical_cells_of_the_models_scored() {
         let t = |rows: &[&[&str]]| {
+            let text = |r: &[&str]| r.iter().map(|c| c.to_string()).collect::<Vec<_>>();
             table(
                 "overall_score",
-                strings(&[&["model", "x", "y"]])[0].clone(),
-                strings(rows),
+                text(&["model", "x", "y"]),
+                rows.iter().map(|r| text(r)).collect(),
             )
         };
         let published = t(&[&["a", "1", "2"], &["b", "3", ""], &["c", "5", "6"]]);
