@@ -580,7 +580,7 @@ impl QWeight {
             let mut pi = panels.start;
             while pi < panels.end {
                 // Two panels at once where a kernel takes them (same bits as one by one).
-                let two = pairs && pi + 1 < panels.end;
+                let two = pairs && m >= 2 && pi + 1 < panels.end;
                 let these = if two {
                     Panel::Two(p.panel(pi), p.panel(pi + 1))
                 } else {
