@@ -31,6 +31,8 @@
 //! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
 //!   and calls [`cli::run`].
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod bench;
 pub mod cli;
 pub mod engine;

@@ -69,30 +69,38 @@ fn exceeded() -> ! {
 // only const-initialised thread-locals without destructors, which never allocate.
 unsafe impl GlobalAlloc for BudgetAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !INSTALLED.load(Ordering::Relaxed) {
-            INSTALLED.store(true, Ordering::Relaxed);
+        unsafe {
+            if !INSTALLED.load(Ordering::Relaxed) {
+                INSTALLED.store(true, Ordering::Relaxed);
+            }
+            charge(layout.size() as isize);
+            System.alloc(layout)
         }
-        charge(layout.size() as isize);
-        System.alloc(layout)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        charge(layout.size() as isize);
-        System.alloc_zeroed(layout)
+        unsafe {
+            charge(layout.size() as isize);
+            System.alloc_zeroed(layout)
+        }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        REMAINING.with(|r| {
-            if let Some(left) = r.get() {
-                r.set(Some(left.saturating_add(layout.size() as isize)));
-            }
-        });
-        System.dealloc(ptr, layout)
+        unsafe {
+            REMAINING.with(|r| {
+                if let Some(left) = r.get() {
+                    r.set(Some(left.saturating_add(layout.size() as isize)));
+                }
+            });
+            System.dealloc(ptr, layout)
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        charge(new_size as isize - layout.size() as isize);
-        System.realloc(ptr, layout, new_size)
+        unsafe {
+            charge(new_size as isize - layout.size() as isize);
+            System.realloc(ptr, layout, new_size)
+        }
     }
 }
 

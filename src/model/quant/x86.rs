@@ -117,7 +117,9 @@ const PREFETCH: usize = 16384;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn prefetch(r: *const u8, len: usize) {
-    prefetch_l2(r.wrapping_add(PREFETCH), len);
+    unsafe {
+        prefetch_l2(r.wrapping_add(PREFETCH), len);
+    }
 }
 
 /// Prefetches the `len` bytes at `r` into L2 (never faults, even past the end).
@@ -135,8 +137,10 @@ unsafe fn prefetch_l2(r: *const u8, len: usize) {
 /// activation slice against the block count up front (`panel_dot`).
 #[inline(always)]
 unsafe fn at<T: Copy>(s: &[T], i: usize) -> T {
-    debug_assert!(i < s.len());
-    *s.get_unchecked(i)
+    unsafe {
+        debug_assert!(i < s.len());
+        *s.get_unchecked(i)
+    }
 }
 
 /// Generates a float dot product over weights of element type `$t`, read 8 at a time with
@@ -145,23 +149,25 @@ macro_rules! float_dot {
     ($name:ident, $t:ty, $load:expr, $get:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
-            let n = w.len();
-            let full = n / scalar::F_LANES * scalar::F_LANES;
-            let (xp, wp) = (x.as_ptr(), w.as_ptr());
-            let mut acc = [_mm256_setzero_ps(); 4];
-            let mut c = 0;
-            while c < full {
-                for (q, acc) in acc.iter_mut().enumerate() {
-                    let t = c + 8 * q;
-                    *acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(t)), $load(wp.add(t)), *acc);
+            unsafe {
+                let n = w.len();
+                let full = n / scalar::F_LANES * scalar::F_LANES;
+                let (xp, wp) = (x.as_ptr(), w.as_ptr());
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut c = 0;
+                while c < full {
+                    for (q, acc) in acc.iter_mut().enumerate() {
+                        let t = c + 8 * q;
+                        *acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(t)), $load(wp.add(t)), *acc);
+                    }
+                    c += scalar::F_LANES;
                 }
-                c += scalar::F_LANES;
+                let mut sum = reduce(acc);
+                for (&xt, &wt) in x[full..].iter().zip(&w[full..]) {
+                    sum = xt.mul_add($get(wt), sum);
+                }
+                sum
             }
-            let mut sum = reduce(acc);
-            for (&xt, &wt) in x[full..].iter().zip(&w[full..]) {
-                sum = xt.mul_add($get(wt), sum);
-            }
-            sum
         }
     };
 }
@@ -192,11 +198,13 @@ float_dot!(
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn lanes<const R: usize>(acc: [__m256; R]) -> [[f32; PANEL]; R] {
-    acc.map(|acc| {
-        let mut out = [0f32; PANEL];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    })
+    unsafe {
+        acc.map(|acc| {
+            let mut out = [0f32; PANEL];
+            _mm256_storeu_ps(out.as_mut_ptr(), acc);
+            out
+        })
+    }
 }
 
 /// Instantiates a panel-kernel generator for AVX2, AVX-512 (registers only) and AVX-512 VNNI.
@@ -236,34 +244,36 @@ unsafe fn shift16(v: __m256i, by: i32) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
-    if F == L_Q8_0 {
-        return std::array::from_fn(|g| {
-            _mm256_loadu_si256(r.add(Q8_0_QS + 32 * g) as *const __m256i)
-        });
-    }
-    let (qs, qh) = match F {
-        L_Q4_0 => (Q4_0_QS, None),
-        L_Q4_1 => (Q4_1_QS, None),
-        L_Q5_0 => (Q5_0_QS, Some(Q5_0_QH)),
-        _ => (Q5_1_QS, Some(Q5_1_QH)),
-    };
-    // Word c of a row's nibbles holds elements 4c..4c + 4 (low) and 16 + 4c.. (high).
-    let low = _mm256_set1_epi8(0x0F);
-    let mut out = [_mm256_setzero_si256(); 8];
-    for c in 0..4 {
-        let t = _mm256_loadu_si256(r.add(qs + 32 * c) as *const __m256i);
-        out[c] = _mm256_and_si256(t, low);
-        out[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(t), low);
-    }
-    if let Some(qh) = qh {
-        // Byte p of a row's spread high bits holds element 4g + p's in bit g.
-        let t = _mm256_loadu_si256(r.add(qh) as *const __m256i);
-        let m = _mm256_set1_epi8(0x10);
-        for (g, v) in out.iter_mut().enumerate() {
-            *v = _mm256_or_si256(*v, _mm256_and_si256(shift16(t, 4 - g as i32), m));
+    unsafe {
+        if F == L_Q8_0 {
+            return std::array::from_fn(|g| {
+                _mm256_loadu_si256(r.add(Q8_0_QS + 32 * g) as *const __m256i)
+            });
         }
+        let (qs, qh) = match F {
+            L_Q4_0 => (Q4_0_QS, None),
+            L_Q4_1 => (Q4_1_QS, None),
+            L_Q5_0 => (Q5_0_QS, Some(Q5_0_QH)),
+            _ => (Q5_1_QS, Some(Q5_1_QH)),
+        };
+        // Word c of a row's nibbles holds elements 4c..4c + 4 (low) and 16 + 4c.. (high).
+        let low = _mm256_set1_epi8(0x0F);
+        let mut out = [_mm256_setzero_si256(); 8];
+        for c in 0..4 {
+            let t = _mm256_loadu_si256(r.add(qs + 32 * c) as *const __m256i);
+            out[c] = _mm256_and_si256(t, low);
+            out[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(t), low);
+        }
+        if let Some(qh) = qh {
+            // Byte p of a row's spread high bits holds element 4g + p's in bit g.
+            let t = _mm256_loadu_si256(r.add(qh) as *const __m256i);
+            let m = _mm256_set1_epi8(0x10);
+            for (g, v) in out.iter_mut().enumerate() {
+                *v = _mm256_or_si256(*v, _mm256_and_si256(shift16(t, 4 - g as i32), m));
+            }
+        }
+        out
     }
-    out
 }
 
 /// Generates the Q8_0, Q4_0, Q5_0 (× Q8_0) and Q4_1, Q5_1 (× Q8_1) panel kernel for
@@ -282,65 +292,71 @@ macro_rules! legacy_panel {
             nb: usize,
             acts: &[ActRow<'_>; R],
         ) -> [[f32; PANEL]; R] {
-            let (format, offset) = match F {
-                L_Q8_0 => (QFormat::Q8_0, if $vnni { 128 } else { 0 }),
-                L_Q4_0 => (QFormat::Q4_0, 8),
-                L_Q4_1 => (QFormat::Q4_1, 0),
-                L_Q5_0 => (QFormat::Q5_0, 16),
-                _ => (QFormat::Q5_1, 0),
-            };
-            let with_min = F == L_Q4_1 || F == L_Q5_1;
-            let rec = format.record();
-            let ones = _mm256_set1_epi16(1);
-            let mut acc = [_mm256_setzero_ps(); R];
-            for b in 0..nb {
-                let r = panel.as_ptr().add(b * rec);
-                prefetch(r, rec);
-                let w = groups::<F>(r);
-                // The unsigned left operands.
-                let wu: [__m256i; 8] = if F != L_Q8_0 {
-                    w
-                } else if $vnni {
-                    w.map(|v| _mm256_xor_si256(v, _mm256_set1_epi8(-128)))
-                } else {
-                    w.map(|v| _mm256_sign_epi8(v, v))
+            unsafe {
+                let (format, offset) = match F {
+                    L_Q8_0 => (QFormat::Q8_0, if $vnni { 128 } else { 0 }),
+                    L_Q4_0 => (QFormat::Q4_0, 8),
+                    L_Q4_1 => (QFormat::Q4_1, 0),
+                    L_Q5_0 => (QFormat::Q5_0, 16),
+                    _ => (QFormat::Q5_1, 0),
                 };
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let a = acts[i].qs.as_ptr().add(b * QK) as *const i32;
-                    let mut sum = _mm256_setzero_si256();
-                    for g in 0..8 {
-                        let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
-                        sum = if $vnni {
-                            _mm256_dpbusd_epi32(sum, wu[g], ag)
-                        } else {
-                            let ag = if F == L_Q8_0 {
-                                _mm256_sign_epi8(ag, w[g])
-                            } else {
-                                ag
-                            };
-                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[g], ag), ones);
-                            _mm256_add_epi32(sum, p)
-                        };
-                    }
-                    if offset != 0 {
-                        let off = _mm256_set1_epi32(offset * at(acts[i].bsums, b));
-                        sum = _mm256_sub_epi32(sum, off);
-                    }
-                    let scaled = _mm256_mul_ps(
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
-                        _mm256_set1_ps(at(acts[i].d, b)),
-                    );
-                    let v = if with_min {
-                        let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
-                        _mm256_add_ps(scaled, _mm256_mul_ps(mw, _mm256_set1_ps(at(acts[i].s, b))))
+                let with_min = F == L_Q4_1 || F == L_Q5_1;
+                let rec = format.record();
+                let ones = _mm256_set1_epi16(1);
+                let mut acc = [_mm256_setzero_ps(); R];
+                for b in 0..nb {
+                    let r = panel.as_ptr().add(b * rec);
+                    prefetch(r, rec);
+                    let w = groups::<F>(r);
+                    // The unsigned left operands.
+                    let wu: [__m256i; 8] = if F != L_Q8_0 {
+                        w
+                    } else if $vnni {
+                        w.map(|v| _mm256_xor_si256(v, _mm256_set1_epi8(-128)))
                     } else {
-                        scaled
+                        w.map(|v| _mm256_sign_epi8(v, v))
                     };
-                    *acc = _mm256_add_ps(*acc, v);
+                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        let a = acts[i].qs.as_ptr().add(b * QK) as *const i32;
+                        let mut sum = _mm256_setzero_si256();
+                        for g in 0..8 {
+                            let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                            sum = if $vnni {
+                                _mm256_dpbusd_epi32(sum, wu[g], ag)
+                            } else {
+                                let ag = if F == L_Q8_0 {
+                                    _mm256_sign_epi8(ag, w[g])
+                                } else {
+                                    ag
+                                };
+                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[g], ag), ones);
+                                _mm256_add_epi32(sum, p)
+                            };
+                        }
+                        if offset != 0 {
+                            let off = _mm256_set1_epi32(offset * at(acts[i].bsums, b));
+                            sum = _mm256_sub_epi32(sum, off);
+                        }
+                        let scaled = _mm256_mul_ps(
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw),
+                            _mm256_set1_ps(at(acts[i].d, b)),
+                        );
+                        let v = if with_min {
+                            let mw =
+                                _mm256_cvtph_ps(_mm_loadu_si128(r.add(Q4_1_MS) as *const __m128i));
+                            _mm256_add_ps(
+                                scaled,
+                                _mm256_mul_ps(mw, _mm256_set1_ps(at(acts[i].s, b))),
+                            )
+                        } else {
+                            scaled
+                        };
+                        *acc = _mm256_add_ps(*acc, v);
+                    }
                 }
+                lanes(acc)
             }
-            lanes(acc)
         }
     };
 }
@@ -363,28 +379,31 @@ three_builds!(
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn k_extra(format: QFormat, pairs: &[__m256i; 8], bs: &[i32]) -> __m256i {
-    debug_assert!(bs.len() >= 16);
-    let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
-    let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
-    let pick = |v: __m256i, dword: i32| _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(dword));
-    if format == QFormat::Q6K {
-        // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
-        let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
-        let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
-        for (t, c) in pairs.iter().enumerate().skip(1) {
-            e = _mm256_add_epi32(e, _mm256_madd_epi16(*c, pick(v, t as i32)));
+    unsafe {
+        debug_assert!(bs.len() >= 16);
+        let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
+        let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
+        let pick =
+            |v: __m256i, dword: i32| _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(dword));
+        if format == QFormat::Q6K {
+            // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
+            let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
+            let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
+            for (t, c) in pairs.iter().enumerate().skip(1) {
+                e = _mm256_add_epi32(e, _mm256_madd_epi16(*c, pick(v, t as i32)));
+            }
+            _mm256_slli_epi32::<5>(e)
+        } else {
+            // P_j = bs[2j] + bs[2j + 1] (i32: P0 P1 P4 P5 | P2 P3 P6 P7), reordered to P0..P7, then
+            // i16 pairs: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
+            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
+            let v = _mm256_packs_epi32(p, p);
+            let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
+            for (t, dword) in [(1, 1), (2, 4), (3, 5)] {
+                e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[t], pick(v, dword)));
+            }
+            e
         }
-        _mm256_slli_epi32::<5>(e)
-    } else {
-        // P_j = bs[2j] + bs[2j + 1] (i32: P0 P1 P4 P5 | P2 P3 P6 P7), reordered to P0..P7, then
-        // i16 pairs: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
-        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
-        let v = _mm256_packs_epi32(p, p);
-        let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
-        for (t, dword) in [(1, 1), (2, 4), (3, 5)] {
-            e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[t], pick(v, dword)));
-        }
-        e
     }
 }
 
@@ -394,11 +413,13 @@ unsafe fn k_extra(format: QFormat, pairs: &[__m256i; 8], bs: &[i32]) -> __m256i 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn k_coef_pairs(coef: &[[i32; PANEL]; 16]) -> [__m256i; 8] {
-    let c = |j: usize| _mm256_loadu_si256(coef[j].as_ptr() as *const __m256i);
-    std::array::from_fn(|t| {
-        let lo = _mm256_and_si256(c(2 * t), _mm256_set1_epi32(0xFFFF));
-        _mm256_or_si256(lo, _mm256_slli_epi32::<16>(c(2 * t + 1)))
-    })
+    unsafe {
+        let c = |j: usize| _mm256_loadu_si256(coef[j].as_ptr() as *const __m256i);
+        std::array::from_fn(|t| {
+            let lo = _mm256_and_si256(c(2 * t), _mm256_set1_epi32(0xFFFF));
+            _mm256_or_si256(lo, _mm256_slli_epi32::<16>(c(2 * t + 1)))
+        })
+    }
 }
 
 /// Tags for the k-quant formats in the kernels' const parameter.
@@ -416,40 +437,42 @@ const K_Q6: u8 = 2;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn k_groups<const F: u8>(r: *const u8, s: usize) -> [__m256i; 8] {
-    let load = |at: usize| _mm256_loadu_si256(r.add(at) as *const __m256i);
-    let (qs, chunk, high) = match F {
-        K_Q4 => (k_rec::Q4_QS, s / 2, s % 2 == 1),
-        K_Q5 => (k_rec::Q5_QS, s / 2, s % 2 == 1),
-        _ => (k_rec::Q6_QL, 2 * (s / 4) + s % 2, s % 4 >= 2),
-    };
-    let low = _mm256_set1_epi8(0x0F);
-    let mut w: [__m256i; 8] = std::array::from_fn(|g| {
-        let t = load(qs + 32 * (8 * chunk + g));
-        if high {
-            _mm256_and_si256(_mm256_srli_epi16::<4>(t), low)
-        } else {
-            _mm256_and_si256(t, low)
-        }
-    });
-    match F {
-        K_Q5 => {
-            let m = _mm256_set1_epi8(0x10);
-            for (g, w) in w.iter_mut().enumerate() {
-                let t = load(k_rec::Q5_QH + 32 * g);
-                *w = _mm256_or_si256(*w, _mm256_and_si256(shift16(t, 4 - s as i32), m));
+    unsafe {
+        let load = |at: usize| _mm256_loadu_si256(r.add(at) as *const __m256i);
+        let (qs, chunk, high) = match F {
+            K_Q4 => (k_rec::Q4_QS, s / 2, s % 2 == 1),
+            K_Q5 => (k_rec::Q5_QS, s / 2, s % 2 == 1),
+            _ => (k_rec::Q6_QL, 2 * (s / 4) + s % 2, s % 4 >= 2),
+        };
+        let low = _mm256_set1_epi8(0x0F);
+        let mut w: [__m256i; 8] = std::array::from_fn(|g| {
+            let t = load(qs + 32 * (8 * chunk + g));
+            if high {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(t), low)
+            } else {
+                _mm256_and_si256(t, low)
             }
-        }
-        K_Q6 => {
-            let (n, t) = (s / 4, (s % 4) as i32);
-            let m = _mm256_set1_epi8(0x30);
-            for (g, w) in w.iter_mut().enumerate() {
-                let h = load(k_rec::Q6_QH + 32 * (8 * n + g));
-                *w = _mm256_or_si256(*w, _mm256_and_si256(shift16(h, 4 - 2 * t), m));
+        });
+        match F {
+            K_Q5 => {
+                let m = _mm256_set1_epi8(0x10);
+                for (g, w) in w.iter_mut().enumerate() {
+                    let t = load(k_rec::Q5_QH + 32 * g);
+                    *w = _mm256_or_si256(*w, _mm256_and_si256(shift16(t, 4 - s as i32), m));
+                }
             }
+            K_Q6 => {
+                let (n, t) = (s / 4, (s % 4) as i32);
+                let m = _mm256_set1_epi8(0x30);
+                for (g, w) in w.iter_mut().enumerate() {
+                    let h = load(k_rec::Q6_QH + 32 * (8 * n + g));
+                    *w = _mm256_or_si256(*w, _mm256_and_si256(shift16(h, 4 - 2 * t), m));
+                }
+            }
+            _ => {}
         }
-        _ => {}
+        w
     }
-    w
 }
 
 /// The k-quant format of a kernel tag.
@@ -476,83 +499,86 @@ macro_rules! k_panel {
             nb: usize,
             acts: &[ActRow<'_>; R],
         ) -> [[f32; PANEL]; R] {
-            let format = k_format(F);
-            let rec = format.record();
-            let q6 = F == K_Q6;
-            let mut acc = [_mm256_setzero_ps(); R];
-            for b in 0..nb {
-                let r = panel.as_ptr().add(b * rec);
-                prefetch(r, rec);
-                let (sc, coef) = k_scales(q6, r);
-                let pairs = k_coef_pairs(&coef);
-                let scv = |j: usize| _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i);
-                // `madd` operand: lane l's scale in both of its i16 halves.
-                let sc16 = |j: usize| {
-                    let v = scv(j);
-                    let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-                    _mm256_or_si256(lo, _mm256_slli_epi32::<16>(v))
-                };
-                let mut sums = [_mm256_setzero_si256(); R];
-                for s in 0..8 {
-                    let w = k_groups::<F>(r, s);
-                    // Scales of groups 0..4 and 4..8 of this sub-block.
-                    let (j0, j1) = if q6 { (2 * s, 2 * s + 1) } else { (s, s) };
-                    if $vnni {
-                        let (s0, s1) = (scv(j0), scv(j1));
-                        for (i, sum) in sums.iter_mut().enumerate() {
-                            let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
-                            let z = _mm256_setzero_si256();
-                            let (mut t0, mut t1) = (z, z);
-                            for g in 0..4 {
-                                let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
-                                t0 = _mm256_dpbusd_epi32(t0, w[g], ag);
-                                let ag = _mm256_set1_epi32(a.add(g + 4).read_unaligned());
-                                t1 = _mm256_dpbusd_epi32(t1, w[g + 4], ag);
+            unsafe {
+                let format = k_format(F);
+                let rec = format.record();
+                let q6 = F == K_Q6;
+                let mut acc = [_mm256_setzero_ps(); R];
+                for b in 0..nb {
+                    let r = panel.as_ptr().add(b * rec);
+                    prefetch(r, rec);
+                    let (sc, coef) = k_scales(q6, r);
+                    let pairs = k_coef_pairs(&coef);
+                    let scv = |j: usize| _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i);
+                    // `madd` operand: lane l's scale in both of its i16 halves.
+                    let sc16 = |j: usize| {
+                        let v = scv(j);
+                        let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+                        _mm256_or_si256(lo, _mm256_slli_epi32::<16>(v))
+                    };
+                    let mut sums = [_mm256_setzero_si256(); R];
+                    for s in 0..8 {
+                        let w = k_groups::<F>(r, s);
+                        // Scales of groups 0..4 and 4..8 of this sub-block.
+                        let (j0, j1) = if q6 { (2 * s, 2 * s + 1) } else { (s, s) };
+                        if $vnni {
+                            let (s0, s1) = (scv(j0), scv(j1));
+                            for (i, sum) in sums.iter_mut().enumerate() {
+                                let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
+                                let z = _mm256_setzero_si256();
+                                let (mut t0, mut t1) = (z, z);
+                                for g in 0..4 {
+                                    let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                    t0 = _mm256_dpbusd_epi32(t0, w[g], ag);
+                                    let ag = _mm256_set1_epi32(a.add(g + 4).read_unaligned());
+                                    t1 = _mm256_dpbusd_epi32(t1, w[g + 4], ag);
+                                }
+                                let t = if q6 {
+                                    _mm256_add_epi32(
+                                        _mm256_mullo_epi32(t0, s0),
+                                        _mm256_mullo_epi32(t1, s1),
+                                    )
+                                } else {
+                                    _mm256_mullo_epi32(_mm256_add_epi32(t0, t1), s0)
+                                };
+                                *sum = _mm256_add_epi32(*sum, t);
                             }
-                            let t = if q6 {
-                                _mm256_add_epi32(
-                                    _mm256_mullo_epi32(t0, s0),
-                                    _mm256_mullo_epi32(t1, s1),
-                                )
-                            } else {
-                                _mm256_mullo_epi32(_mm256_add_epi32(t0, t1), s0)
-                            };
-                            *sum = _mm256_add_epi32(*sum, t);
-                        }
-                    } else {
-                        let (s0, s1) = (sc16(j0), sc16(j1));
-                        for (i, sum) in sums.iter_mut().enumerate() {
-                            let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
-                            for (g, &w) in w.iter().enumerate() {
-                                let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
-                                let p = _mm256_maddubs_epi16(w, ag);
-                                let p = _mm256_madd_epi16(p, if g < 4 { s0 } else { s1 });
-                                *sum = _mm256_add_epi32(*sum, p);
+                        } else {
+                            let (s0, s1) = (sc16(j0), sc16(j1));
+                            for (i, sum) in sums.iter_mut().enumerate() {
+                                let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
+                                for (g, &w) in w.iter().enumerate() {
+                                    let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                    let p = _mm256_maddubs_epi16(w, ag);
+                                    let p = _mm256_madd_epi16(p, if g < 4 { s0 } else { s1 });
+                                    *sum = _mm256_add_epi32(*sum, p);
+                                }
                             }
                         }
                     }
+                    let half8 =
+                        |at: usize| _mm256_cvtph_ps(_mm_loadu_si128(r.add(at) as *const __m128i));
+                    let dwv = half8(if q6 { k_rec::Q6_D } else { k_rec::D });
+                    let dmv = half8(k_rec::DMIN);
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        let sum = sums[i];
+                        let ex =
+                            k_extra(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..));
+                        let dx = _mm256_set1_ps(at(acts[i].d, b));
+                        let v = if q6 {
+                            let sumi = _mm256_sub_epi32(sum, ex);
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
+                        } else {
+                            _mm256_sub_ps(
+                                _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sum)),
+                                _mm256_mul_ps(_mm256_mul_ps(dx, dmv), _mm256_cvtepi32_ps(ex)),
+                            )
+                        };
+                        *acc = _mm256_add_ps(*acc, v);
+                    }
                 }
-                let half8 =
-                    |at: usize| _mm256_cvtph_ps(_mm_loadu_si128(r.add(at) as *const __m128i));
-                let dwv = half8(if q6 { k_rec::Q6_D } else { k_rec::D });
-                let dmv = half8(k_rec::DMIN);
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let sum = sums[i];
-                    let ex = k_extra(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..));
-                    let dx = _mm256_set1_ps(at(acts[i].d, b));
-                    let v = if q6 {
-                        let sumi = _mm256_sub_epi32(sum, ex);
-                        _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sumi))
-                    } else {
-                        _mm256_sub_ps(
-                            _mm256_mul_ps(_mm256_mul_ps(dx, dwv), _mm256_cvtepi32_ps(sum)),
-                            _mm256_mul_ps(_mm256_mul_ps(dx, dmv), _mm256_cvtepi32_ps(ex)),
-                        )
-                    };
-                    *acc = _mm256_add_ps(*acc, v);
-                }
+                lanes(acc)
             }
-            lanes(acc)
         }
     };
 }
@@ -569,44 +595,46 @@ three_builds!(k_panel, panel_k, panel_k_512, panel_k_vnni);
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn k_scales(q6: bool, r: *const u8) -> ([[i32; PANEL]; 16], [[i32; PANEL]; 16]) {
-    let mut sc = [[0i32; PANEL]; 16];
-    let mut coef = [[0i32; PANEL]; 16];
-    let store = |to: &mut [i32; PANEL], v: __m256i| {
-        _mm256_storeu_si256(to.as_mut_ptr() as *mut __m256i, v);
-    };
-    if q6 {
-        for g in 0..16 {
-            let b = _mm_loadl_epi64(r.add(k_rec::Q6_SCALES + PANEL * g) as *const __m128i);
-            let v = _mm256_cvtepi8_epi32(b);
-            store(&mut sc[g], v);
-            store(&mut coef[g], v);
-        }
-    } else {
-        // Byte i of the eight rows' 12 scale bytes, widened.
-        let q = |i: usize| {
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                r.add(k_rec::SCALES + PANEL * i) as *const __m128i
-            ))
+    unsafe {
+        let mut sc = [[0i32; PANEL]; 16];
+        let mut coef = [[0i32; PANEL]; 16];
+        let store = |to: &mut [i32; PANEL], v: __m256i| {
+            _mm256_storeu_si256(to.as_mut_ptr() as *mut __m256i, v);
         };
-        let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
-        for j in 0..4 {
-            store(&mut sc[j], _mm256_and_si256(q(j), m63));
-            store(&mut coef[j], _mm256_and_si256(q(j + 4), m63));
+        if q6 {
+            for g in 0..16 {
+                let b = _mm_loadl_epi64(r.add(k_rec::Q6_SCALES + PANEL * g) as *const __m128i);
+                let v = _mm256_cvtepi8_epi32(b);
+                store(&mut sc[g], v);
+                store(&mut coef[g], v);
+            }
+        } else {
+            // Byte i of the eight rows' 12 scale bytes, widened.
+            let q = |i: usize| {
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                    r.add(k_rec::SCALES + PANEL * i) as *const __m128i
+                ))
+            };
+            let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
+            for j in 0..4 {
+                store(&mut sc[j], _mm256_and_si256(q(j), m63));
+                store(&mut coef[j], _mm256_and_si256(q(j + 4), m63));
+            }
+            for j in 4..8 {
+                let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
+                let hi = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
+                store(
+                    &mut sc[j],
+                    _mm256_or_si256(_mm256_and_si256(lo, m15), hi(s_hi)),
+                );
+                store(
+                    &mut coef[j],
+                    _mm256_or_si256(_mm256_srli_epi32::<4>(lo), hi(m_hi)),
+                );
+            }
         }
-        for j in 4..8 {
-            let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
-            let hi = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
-            store(
-                &mut sc[j],
-                _mm256_or_si256(_mm256_and_si256(lo, m15), hi(s_hi)),
-            );
-            store(
-                &mut coef[j],
-                _mm256_or_si256(_mm256_srli_epi32::<4>(lo), hi(m_hi)),
-            );
-        }
+        (sc, coef)
     }
-    (sc, coef)
 }
 
 /// Whether [`panel_dot_pair`] runs for `format` on this CPU: the k-quants with AVX-512 VNNI
@@ -658,19 +686,23 @@ pub(crate) fn panel_dot_pair<const R: usize>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn load_pair(a: *const u8, b: *const u8, at: usize) -> __m512i {
-    let lo = _mm256_loadu_si256(a.add(at) as *const __m256i);
-    let hi = _mm256_loadu_si256(b.add(at) as *const __m256i);
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    unsafe {
+        let lo = _mm256_loadu_si256(a.add(at) as *const __m256i);
+        let hi = _mm256_loadu_si256(b.add(at) as *const __m256i);
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    }
 }
 
 /// Eight bytes at offset `at` of records `a` and `b`, side by side.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn load8_pair(a: *const u8, b: *const u8, at: usize) -> __m128i {
-    _mm_unpacklo_epi64(
-        _mm_loadl_epi64(a.add(at) as *const __m128i),
-        _mm_loadl_epi64(b.add(at) as *const __m128i),
-    )
+    unsafe {
+        _mm_unpacklo_epi64(
+            _mm_loadl_epi64(a.add(at) as *const __m128i),
+            _mm_loadl_epi64(b.add(at) as *const __m128i),
+        )
+    }
 }
 
 /// Shifts each 16-bit lane of `v` left by `by` (right by `-by`); a runtime count.
@@ -688,40 +720,42 @@ unsafe fn shift16_zmm(v: __m512i, by: i32) -> __m512i {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn k_groups_pair<const F: u8>(a: *const u8, b: *const u8, s: usize) -> [__m512i; 8] {
-    let load = |at: usize| load_pair(a, b, at);
-    let (qs, chunk, high) = match F {
-        K_Q4 => (k_rec::Q4_QS, s / 2, s % 2 == 1),
-        K_Q5 => (k_rec::Q5_QS, s / 2, s % 2 == 1),
-        _ => (k_rec::Q6_QL, 2 * (s / 4) + s % 2, s % 4 >= 2),
-    };
-    let low = _mm512_set1_epi8(0x0F);
-    let mut w: [__m512i; 8] = std::array::from_fn(|g| {
-        let t = load(qs + 32 * (8 * chunk + g));
-        if high {
-            _mm512_and_si512(_mm512_srli_epi16::<4>(t), low)
-        } else {
-            _mm512_and_si512(t, low)
-        }
-    });
-    match F {
-        K_Q5 => {
-            let m = _mm512_set1_epi8(0x10);
-            for (g, w) in w.iter_mut().enumerate() {
-                let t = load(k_rec::Q5_QH + 32 * g);
-                *w = _mm512_or_si512(*w, _mm512_and_si512(shift16_zmm(t, 4 - s as i32), m));
+    unsafe {
+        let load = |at: usize| load_pair(a, b, at);
+        let (qs, chunk, high) = match F {
+            K_Q4 => (k_rec::Q4_QS, s / 2, s % 2 == 1),
+            K_Q5 => (k_rec::Q5_QS, s / 2, s % 2 == 1),
+            _ => (k_rec::Q6_QL, 2 * (s / 4) + s % 2, s % 4 >= 2),
+        };
+        let low = _mm512_set1_epi8(0x0F);
+        let mut w: [__m512i; 8] = std::array::from_fn(|g| {
+            let t = load(qs + 32 * (8 * chunk + g));
+            if high {
+                _mm512_and_si512(_mm512_srli_epi16::<4>(t), low)
+            } else {
+                _mm512_and_si512(t, low)
             }
-        }
-        K_Q6 => {
-            let (n, t) = (s / 4, (s % 4) as i32);
-            let m = _mm512_set1_epi8(0x30);
-            for (g, w) in w.iter_mut().enumerate() {
-                let h = load(k_rec::Q6_QH + 32 * (8 * n + g));
-                *w = _mm512_or_si512(*w, _mm512_and_si512(shift16_zmm(h, 4 - 2 * t), m));
+        });
+        match F {
+            K_Q5 => {
+                let m = _mm512_set1_epi8(0x10);
+                for (g, w) in w.iter_mut().enumerate() {
+                    let t = load(k_rec::Q5_QH + 32 * g);
+                    *w = _mm512_or_si512(*w, _mm512_and_si512(shift16_zmm(t, 4 - s as i32), m));
+                }
             }
+            K_Q6 => {
+                let (n, t) = (s / 4, (s % 4) as i32);
+                let m = _mm512_set1_epi8(0x30);
+                for (g, w) in w.iter_mut().enumerate() {
+                    let h = load(k_rec::Q6_QH + 32 * (8 * n + g));
+                    *w = _mm512_or_si512(*w, _mm512_and_si512(shift16_zmm(h, 4 - 2 * t), m));
+                }
+            }
+            _ => {}
         }
-        _ => {}
+        w
     }
-    w
 }
 
 /// [`k_scales`] of records `a` and `b` (lanes 0..8 and 8..16).
@@ -732,49 +766,53 @@ unsafe fn k_scales_pair(
     a: *const u8,
     b: *const u8,
 ) -> ([[i32; 2 * PANEL]; 16], [[i32; 2 * PANEL]; 16]) {
-    let mut sc = [[0i32; 2 * PANEL]; 16];
-    let mut coef = [[0i32; 2 * PANEL]; 16];
-    let store = |to: &mut [i32; 2 * PANEL], v: __m512i| {
-        _mm512_storeu_si512(to.as_mut_ptr() as *mut __m512i, v);
-    };
-    if q6 {
-        for g in 0..16 {
-            let v = _mm512_cvtepi8_epi32(load8_pair(a, b, k_rec::Q6_SCALES + PANEL * g));
-            store(&mut sc[g], v);
-            store(&mut coef[g], v);
+    unsafe {
+        let mut sc = [[0i32; 2 * PANEL]; 16];
+        let mut coef = [[0i32; 2 * PANEL]; 16];
+        let store = |to: &mut [i32; 2 * PANEL], v: __m512i| {
+            _mm512_storeu_si512(to.as_mut_ptr() as *mut __m512i, v);
+        };
+        if q6 {
+            for g in 0..16 {
+                let v = _mm512_cvtepi8_epi32(load8_pair(a, b, k_rec::Q6_SCALES + PANEL * g));
+                store(&mut sc[g], v);
+                store(&mut coef[g], v);
+            }
+        } else {
+            let q = |i: usize| _mm512_cvtepu8_epi32(load8_pair(a, b, k_rec::SCALES + PANEL * i));
+            let (m63, m15) = (_mm512_set1_epi32(63), _mm512_set1_epi32(15));
+            for j in 0..4 {
+                store(&mut sc[j], _mm512_and_si512(q(j), m63));
+                store(&mut coef[j], _mm512_and_si512(q(j + 4), m63));
+            }
+            for j in 4..8 {
+                let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
+                let hi = |v: __m512i| _mm512_slli_epi32::<4>(_mm512_srli_epi32::<6>(v));
+                store(
+                    &mut sc[j],
+                    _mm512_or_si512(_mm512_and_si512(lo, m15), hi(s_hi)),
+                );
+                store(
+                    &mut coef[j],
+                    _mm512_or_si512(_mm512_srli_epi32::<4>(lo), hi(m_hi)),
+                );
+            }
         }
-    } else {
-        let q = |i: usize| _mm512_cvtepu8_epi32(load8_pair(a, b, k_rec::SCALES + PANEL * i));
-        let (m63, m15) = (_mm512_set1_epi32(63), _mm512_set1_epi32(15));
-        for j in 0..4 {
-            store(&mut sc[j], _mm512_and_si512(q(j), m63));
-            store(&mut coef[j], _mm512_and_si512(q(j + 4), m63));
-        }
-        for j in 4..8 {
-            let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
-            let hi = |v: __m512i| _mm512_slli_epi32::<4>(_mm512_srli_epi32::<6>(v));
-            store(
-                &mut sc[j],
-                _mm512_or_si512(_mm512_and_si512(lo, m15), hi(s_hi)),
-            );
-            store(
-                &mut coef[j],
-                _mm512_or_si512(_mm512_srli_epi32::<4>(lo), hi(m_hi)),
-            );
-        }
+        (sc, coef)
     }
-    (sc, coef)
 }
 
 /// [`k_coef_pairs`] on sixteen lanes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn k_coef_pairs_zmm(coef: &[[i32; 2 * PANEL]; 16]) -> [__m512i; 8] {
-    let c = |j: usize| _mm512_loadu_si512(coef[j].as_ptr() as *const __m512i);
-    std::array::from_fn(|t| {
-        let lo = _mm512_and_si512(c(2 * t), _mm512_set1_epi32(0xFFFF));
-        _mm512_or_si512(lo, _mm512_slli_epi32::<16>(c(2 * t + 1)))
-    })
+    unsafe {
+        let c = |j: usize| _mm512_loadu_si512(coef[j].as_ptr() as *const __m512i);
+        std::array::from_fn(|t| {
+            let lo = _mm512_and_si512(c(2 * t), _mm512_set1_epi32(0xFFFF));
+            _mm512_or_si512(lo, _mm512_slli_epi32::<16>(c(2 * t + 1)))
+        })
+    }
 }
 
 /// [`k_extra`] on sixteen lanes: the activation row's packed pair sums are the same for every
@@ -785,29 +823,31 @@ unsafe fn k_coef_pairs_zmm(coef: &[[i32; 2 * PANEL]; 16]) -> [__m512i; 8] {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn k_extra_zmm(format: QFormat, pairs: &[__m512i; 8], bs: &[i32]) -> __m512i {
-    debug_assert!(bs.len() >= 16);
-    let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
-    let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
-    let mut v = [0i32; PANEL];
-    let z = _mm512_setzero_si512();
-    if format == QFormat::Q6K {
-        // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
-        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
-        _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, p);
-        let mut e = z;
-        for (t, c) in pairs.iter().enumerate() {
-            e = _mm512_dpwssd_epi32(e, *c, _mm512_set1_epi32(v[t]));
+    unsafe {
+        debug_assert!(bs.len() >= 16);
+        let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
+        let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
+        let mut v = [0i32; PANEL];
+        let z = _mm512_setzero_si512();
+        if format == QFormat::Q6K {
+            // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
+            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
+            _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, p);
+            let mut e = z;
+            for (t, c) in pairs.iter().enumerate() {
+                e = _mm512_dpwssd_epi32(e, *c, _mm512_set1_epi32(v[t]));
+            }
+            _mm512_slli_epi32::<5>(e)
+        } else {
+            // As `k_extra`: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
+            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
+            _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, _mm256_packs_epi32(p, p));
+            let mut e = z;
+            for (t, dword) in [(0, 0), (1, 1), (2, 4), (3, 5)] {
+                e = _mm512_dpwssd_epi32(e, pairs[t], _mm512_set1_epi32(v[dword]));
+            }
+            e
         }
-        _mm512_slli_epi32::<5>(e)
-    } else {
-        // As `k_extra`: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
-        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
-        _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, _mm256_packs_epi32(p, p));
-        let mut e = z;
-        for (t, dword) in [(0, 0), (1, 1), (2, 4), (3, 5)] {
-            e = _mm512_dpwssd_epi32(e, pairs[t], _mm512_set1_epi32(v[dword]));
-        }
-        e
     }
 }
 
@@ -820,74 +860,76 @@ unsafe fn panel_k_pair<const R: usize, const F: u8>(
     nb: usize,
     acts: &[ActRow<'_>; R],
 ) -> [[f32; 2 * PANEL]; R] {
-    let format = k_format(F);
-    let rec = format.record();
-    let q6 = F == K_Q6;
-    let mut acc = [_mm512_setzero_ps(); R];
-    // The two panels are consecutive, and so are the next two: the same records of those are
-    // what this pair's reads are followed by, so they are what to prefetch (a fixed distance
-    // ahead of each panel, as the one-panel kernel does, fetched the partner panel's records
-    // already read when a panel is about that size, and left half the stream unfetched).
-    let ahead = 2 * nb * rec;
-    for b in 0..nb {
-        let ra = pa.as_ptr().add(b * rec);
-        let rb = pb.as_ptr().add(b * rec);
-        prefetch_l2(ra.wrapping_add(ahead), rec);
-        prefetch_l2(rb.wrapping_add(ahead), rec);
-        let (sc, coef) = k_scales_pair(q6, ra, rb);
-        let pairs = k_coef_pairs_zmm(&coef);
-        let scv = |j: usize| _mm512_loadu_si512(sc[j].as_ptr() as *const __m512i);
-        let mut sums = [_mm512_setzero_si512(); R];
-        for s in 0..8 {
-            let w = k_groups_pair::<F>(ra, rb, s);
-            let (j0, j1) = if q6 { (2 * s, 2 * s + 1) } else { (s, s) };
-            let (s0, s1) = (scv(j0), scv(j1));
-            for (i, sum) in sums.iter_mut().enumerate() {
-                let x = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
-                let z = _mm512_setzero_si512();
-                let (mut t0, mut t1) = (z, z);
-                for g in 0..4 {
-                    let xg = _mm512_set1_epi32(x.add(g).read_unaligned());
-                    t0 = _mm512_dpbusd_epi32(t0, w[g], xg);
-                    let xg = _mm512_set1_epi32(x.add(g + 4).read_unaligned());
-                    t1 = _mm512_dpbusd_epi32(t1, w[g + 4], xg);
+    unsafe {
+        let format = k_format(F);
+        let rec = format.record();
+        let q6 = F == K_Q6;
+        let mut acc = [_mm512_setzero_ps(); R];
+        // The two panels are consecutive, and so are the next two: the same records of those are
+        // what this pair's reads are followed by, so they are what to prefetch (a fixed distance
+        // ahead of each panel, as the one-panel kernel does, fetched the partner panel's records
+        // already read when a panel is about that size, and left half the stream unfetched).
+        let ahead = 2 * nb * rec;
+        for b in 0..nb {
+            let ra = pa.as_ptr().add(b * rec);
+            let rb = pb.as_ptr().add(b * rec);
+            prefetch_l2(ra.wrapping_add(ahead), rec);
+            prefetch_l2(rb.wrapping_add(ahead), rec);
+            let (sc, coef) = k_scales_pair(q6, ra, rb);
+            let pairs = k_coef_pairs_zmm(&coef);
+            let scv = |j: usize| _mm512_loadu_si512(sc[j].as_ptr() as *const __m512i);
+            let mut sums = [_mm512_setzero_si512(); R];
+            for s in 0..8 {
+                let w = k_groups_pair::<F>(ra, rb, s);
+                let (j0, j1) = if q6 { (2 * s, 2 * s + 1) } else { (s, s) };
+                let (s0, s1) = (scv(j0), scv(j1));
+                for (i, sum) in sums.iter_mut().enumerate() {
+                    let x = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
+                    let z = _mm512_setzero_si512();
+                    let (mut t0, mut t1) = (z, z);
+                    for g in 0..4 {
+                        let xg = _mm512_set1_epi32(x.add(g).read_unaligned());
+                        t0 = _mm512_dpbusd_epi32(t0, w[g], xg);
+                        let xg = _mm512_set1_epi32(x.add(g + 4).read_unaligned());
+                        t1 = _mm512_dpbusd_epi32(t1, w[g + 4], xg);
+                    }
+                    let t = if q6 {
+                        _mm512_add_epi32(_mm512_mullo_epi32(t0, s0), _mm512_mullo_epi32(t1, s1))
+                    } else {
+                        _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), s0)
+                    };
+                    *sum = _mm512_add_epi32(*sum, t);
                 }
-                let t = if q6 {
-                    _mm512_add_epi32(_mm512_mullo_epi32(t0, s0), _mm512_mullo_epi32(t1, s1))
+            }
+            let half16 = |at: usize| {
+                let lo = _mm_loadu_si128(ra.add(at) as *const __m128i);
+                let hi = _mm_loadu_si128(rb.add(at) as *const __m128i);
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+            };
+            let dwv = half16(if q6 { k_rec::Q6_D } else { k_rec::D });
+            let dmv = half16(k_rec::DMIN);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let sum = sums[i];
+                let ex = k_extra_zmm(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..));
+                let dx = _mm512_set1_ps(at(acts[i].d, b));
+                let v = if q6 {
+                    let sumi = _mm512_sub_epi32(sum, ex);
+                    _mm512_mul_ps(_mm512_mul_ps(dx, dwv), _mm512_cvtepi32_ps(sumi))
                 } else {
-                    _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), s0)
+                    _mm512_sub_ps(
+                        _mm512_mul_ps(_mm512_mul_ps(dx, dwv), _mm512_cvtepi32_ps(sum)),
+                        _mm512_mul_ps(_mm512_mul_ps(dx, dmv), _mm512_cvtepi32_ps(ex)),
+                    )
                 };
-                *sum = _mm512_add_epi32(*sum, t);
+                *acc = _mm512_add_ps(*acc, v);
             }
         }
-        let half16 = |at: usize| {
-            let lo = _mm_loadu_si128(ra.add(at) as *const __m128i);
-            let hi = _mm_loadu_si128(rb.add(at) as *const __m128i);
-            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
-        };
-        let dwv = half16(if q6 { k_rec::Q6_D } else { k_rec::D });
-        let dmv = half16(k_rec::DMIN);
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let sum = sums[i];
-            let ex = k_extra_zmm(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..));
-            let dx = _mm512_set1_ps(at(acts[i].d, b));
-            let v = if q6 {
-                let sumi = _mm512_sub_epi32(sum, ex);
-                _mm512_mul_ps(_mm512_mul_ps(dx, dwv), _mm512_cvtepi32_ps(sumi))
-            } else {
-                _mm512_sub_ps(
-                    _mm512_mul_ps(_mm512_mul_ps(dx, dwv), _mm512_cvtepi32_ps(sum)),
-                    _mm512_mul_ps(_mm512_mul_ps(dx, dmv), _mm512_cvtepi32_ps(ex)),
-                )
-            };
-            *acc = _mm512_add_ps(*acc, v);
-        }
+        acc.map(|acc| {
+            let mut out = [0f32; 2 * PANEL];
+            _mm512_storeu_ps(out.as_mut_ptr(), acc);
+            out
+        })
     }
-    acc.map(|acc| {
-        let mut out = [0f32; 2 * PANEL];
-        _mm512_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    })
 }
 
 /// The panel of `format` on the widest build of its kernel this CPU runs (all give the same
@@ -899,26 +941,28 @@ unsafe fn quant_panel<const R: usize>(
     nb: usize,
     acts: &[ActRow<'_>; R],
 ) -> [[f32; PANEL]; R] {
-    macro_rules! pick {
-        ($vnni:ident, $wide:ident, $avx2:ident, $f:expr) => {
-            if vnni() {
-                $vnni::<R, { $f }>(panel, nb, acts)
-            } else if R >= 8 && wide() {
-                $wide::<R, { $f }>(panel, nb, acts)
-            } else {
-                $avx2::<R, { $f }>(panel, nb, acts)
-            }
-        };
-    }
-    match format {
-        QFormat::Q8_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q8_0),
-        QFormat::Q4_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q4_0),
-        QFormat::Q4_1 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q4_1),
-        QFormat::Q5_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q5_0),
-        QFormat::Q5_1 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q5_1),
-        QFormat::Q4K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q4),
-        QFormat::Q5K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q5),
-        QFormat::Q6K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q6),
+    unsafe {
+        macro_rules! pick {
+            ($vnni:ident, $wide:ident, $avx2:ident, $f:expr) => {
+                if vnni() {
+                    $vnni::<R, { $f }>(panel, nb, acts)
+                } else if R >= 8 && wide() {
+                    $wide::<R, { $f }>(panel, nb, acts)
+                } else {
+                    $avx2::<R, { $f }>(panel, nb, acts)
+                }
+            };
+        }
+        match format {
+            QFormat::Q8_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q8_0),
+            QFormat::Q4_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q4_0),
+            QFormat::Q4_1 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q4_1),
+            QFormat::Q5_0 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q5_0),
+            QFormat::Q5_1 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_Q5_1),
+            QFormat::Q4K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q4),
+            QFormat::Q5K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q5),
+            QFormat::Q6K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q6),
+        }
     }
 }
 
@@ -971,42 +1015,44 @@ unsafe fn round_even_i8(p: __m512) -> __m512i {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
 unsafe fn q8k_block(xs: &[f32], q: &mut [i8], bsums: &mut [i32]) -> Option<f32> {
-    let x = |c: usize| _mm512_loadu_ps(xs.as_ptr().add(16 * c));
-    let mut acc = _mm512_setzero_ps();
-    let mut nan = 0u16;
-    for c in 0..QK_K / 16 {
-        let v = x(c);
-        nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-        acc = _mm512_max_ps(_mm512_abs_ps(v), acc);
-    }
-    if nan != 0 {
-        return None;
-    }
-    let amax = _mm512_reduce_max_ps(acc);
-    if amax == 0.0 {
-        return Some(0.0);
-    }
-    // The first value of that magnitude (the scalar loop keeps the first with `>`).
-    let am = _mm512_set1_ps(amax);
-    let mut max = amax;
-    for c in 0..QK_K / 16 {
-        let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(x(c)), am);
-        if hit != 0 {
-            max = at(xs, 16 * c + hit.trailing_zeros() as usize);
-            break;
+    unsafe {
+        let x = |c: usize| _mm512_loadu_ps(xs.as_ptr().add(16 * c));
+        let mut acc = _mm512_setzero_ps();
+        let mut nan = 0u16;
+        for c in 0..QK_K / 16 {
+            let v = x(c);
+            nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            acc = _mm512_max_ps(_mm512_abs_ps(v), acc);
         }
+        if nan != 0 {
+            return None;
+        }
+        let amax = _mm512_reduce_max_ps(acc);
+        if amax == 0.0 {
+            return Some(0.0);
+        }
+        // The first value of that magnitude (the scalar loop keeps the first with `>`).
+        let am = _mm512_set1_ps(amax);
+        let mut max = amax;
+        for c in 0..QK_K / 16 {
+            let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(x(c)), am);
+            if hit != 0 {
+                max = at(xs, 16 * c + hit.trailing_zeros() as usize);
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let is = _mm512_set1_ps(iscale);
+        for c in 0..QK_K / 16 {
+            let r = round_even_i8(_mm512_mul_ps(is, x(c)));
+            *bsums.get_unchecked_mut(c) = _mm512_reduce_add_epi32(r);
+            _mm_storeu_si128(
+                q.as_mut_ptr().add(16 * c) as *mut __m128i,
+                _mm512_cvtsepi32_epi8(r),
+            );
+        }
+        Some(1.0 / iscale)
     }
-    let iscale = -127.0 / max;
-    let is = _mm512_set1_ps(iscale);
-    for c in 0..QK_K / 16 {
-        let r = round_even_i8(_mm512_mul_ps(is, x(c)));
-        *bsums.get_unchecked_mut(c) = _mm512_reduce_add_epi32(r);
-        _mm_storeu_si128(
-            q.as_mut_ptr().add(16 * c) as *mut __m128i,
-            _mm512_cvtsepi32_epi8(r),
-        );
-    }
-    Some(1.0 / iscale)
 }
 
 /// One 32-value block of Q8_0 / Q8_1 as `layout::quantize_row` quantizes it: writes `q` and
@@ -1024,23 +1070,25 @@ pub(crate) fn quantize_q8_block(xs: &[f32], q: &mut [i8]) -> Option<(f32, i32)> 
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
 unsafe fn q8_block(xs: &[f32], q: &mut [i8]) -> Option<(f32, i32)> {
-    let v0 = _mm512_loadu_ps(xs.as_ptr());
-    let v1 = _mm512_loadu_ps(xs.as_ptr().add(16));
-    let nan =
-        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
-    if nan != 0 {
-        return None;
+    unsafe {
+        let v0 = _mm512_loadu_ps(xs.as_ptr());
+        let v1 = _mm512_loadu_ps(xs.as_ptr().add(16));
+        let nan =
+            _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
+        if nan != 0 {
+            return None;
+        }
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let mut sum = _mm512_setzero_si512();
+        for (c, v) in [v0, v1].into_iter().enumerate() {
+            let r = round_even_i8(_mm512_mul_ps(v, id));
+            sum = _mm512_add_epi32(sum, r);
+            _mm_storeu_si128(
+                q.as_mut_ptr().add(16 * c) as *mut __m128i,
+                _mm512_cvtsepi32_epi8(r),
+            );
+        }
+        Some((amax, _mm512_reduce_add_epi32(sum)))
     }
-    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-    let mut sum = _mm512_setzero_si512();
-    for (c, v) in [v0, v1].into_iter().enumerate() {
-        let r = round_even_i8(_mm512_mul_ps(v, id));
-        sum = _mm512_add_epi32(sum, r);
-        _mm_storeu_si128(
-            q.as_mut_ptr().add(16 * c) as *mut __m128i,
-            _mm512_cvtsepi32_epi8(r),
-        );
-    }
-    Some((amax, _mm512_reduce_add_epi32(sum)))
 }
