@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 
 use crate::engine::{Engine, EngineOptions, SchedulerConfig};
-use crate::model::llama::WeightDType;
 use crate::model::source;
+use crate::model::transformer::WeightDType;
 use crate::serve::{Loader, ServeOptions, Server};
 
 #[derive(Debug, clap::Args)]

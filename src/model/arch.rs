@@ -133,11 +133,6 @@ pub struct ModelConfig {
     pub swa_layers: Vec<bool>,
 }
 
-/// The former name of [`ModelConfig`] (it covers every architecture), kept for code written
-/// against it.
-#[doc(hidden)]
-pub type LlamaConfig = ModelConfig;
-
 impl ModelConfig {
     /// Width of one token's keys (or values) across all KV heads.
     pub fn kv_dim(&self) -> usize {

@@ -20,8 +20,6 @@ use memmap2::Mmap;
 use super::error::{ModelError, Result};
 use super::quant::MappedBytes;
 
-#[doc(hidden)]
-pub use super::arch::LlamaConfig;
 pub use super::arch::{ModelConfig, SUPPORTED_ARCHITECTURES};
 
 fn md<'a>(content: &'a Content, key: &str) -> Result<&'a Value> {

@@ -7,10 +7,6 @@
 pub mod alloc_budget;
 pub mod arch;
 mod attention;
-pub mod message;
-/// The former path of [`message`], kept for code written against it.
-#[doc(hidden)]
-pub use message as chat;
 pub mod chat_template;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -21,10 +17,7 @@ pub mod expf;
 pub mod gguf;
 pub mod gguf_check;
 pub mod limits;
-pub mod transformer;
-/// The former path of [`transformer`], kept for code written against it.
-#[doc(hidden)]
-pub use transformer as llama;
+pub mod message;
 pub mod pre_tokenizer;
 pub mod quant;
 pub mod runner;
@@ -33,5 +26,6 @@ pub mod source;
 pub mod spm;
 pub mod template_size;
 pub mod tokenizer;
+pub mod transformer;
 
 pub use error::{ModelError, Result};

@@ -226,11 +226,6 @@ fn refuse_unused(
     )))
 }
 
-/// The former name of [`Transformer`] (it runs every architecture, not only llama), kept for
-/// code written against it.
-#[doc(hidden)]
-pub type Llama = Transformer;
-
 impl Transformer {
     /// Loads a GGUF file.
     pub fn from_gguf_path(path: &Path, dtype: WeightDType) -> Result<Transformer> {

@@ -13,8 +13,6 @@ pub mod progress;
 
 use std::path::Path;
 
-/// The types of `results.json` live in the store; this is their former path.
-pub use crate::store::run_results as results;
 pub use crate::store::run_results::{FailedStep, RunModel, RunResults};
 pub use progress::{BarProgress, NoProgress, Progress};
 

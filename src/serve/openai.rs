@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use crate::engine::{Constraint, SamplingParams};
-use crate::model::chat::{Message, Role};
+use crate::model::message::{Message, Role};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_N: usize = 16;

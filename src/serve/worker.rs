@@ -20,7 +20,7 @@ use super::error::ApiError;
 use crate::engine::{
     Engine, EngineError, SamplingParams, StopReason, TokenLogprob, TokenReply, TokenRequest,
 };
-use crate::model::chat::Message;
+use crate::model::message::Message;
 use crate::model::tokenizer::Tokenizer;
 
 /// What to continue: a chat (rendered with the model's template) or raw text.

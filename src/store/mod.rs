@@ -31,9 +31,6 @@ pub mod data_files;
 pub mod gen_cache;
 pub mod manifest;
 pub mod model_pool;
-/// The former path of [`model_pool`], kept for code written against it.
-#[doc(hidden)]
-pub use model_pool as models;
 pub mod pending;
 pub mod progress;
 pub mod protocol_run;
