@@ -10,18 +10,22 @@
 //!
 //! The template comes from a downloaded file and is untrusted code, so every render runs under
 //! a budget: at most [`FUEL`] minijinja instructions, an output of at most [`MAX_OUTPUT_FIXED`]
-//! bytes plus [`MAX_OUTPUT_PER_INPUT_BYTE`] per byte of the messages, and a memory budget for
-//! intermediate values ([`super::alloc_budget`]). A value whose size is known before it is
+//! bytes plus [`MAX_OUTPUT_PER_INPUT_BYTE`] per byte of the messages, a memory budget for
+//! intermediate values ([`super::alloc_budget`]), and a CPU-time budget for the single
+//! instructions that walk a value of any size on one unit of fuel ([`super::cpu_budget`]);
+//! memory and CPU time end the process with a one-line message. A value whose size is known before it is
 //! built (a constant folded while compiling, a widening filter) is sized first and refused
 //! with a typed error ([`super::template_size`]). A template that exceeds a budget on a short
 //! probe conversation is refused when it is loaded; errors name the model file.
 
 use std::path::Path;
+use std::time::Duration;
 
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
 
 use super::alloc_budget;
+use super::cpu_budget;
 use super::error::{ModelError, Result};
 use super::message::Message;
 use super::template_size;
@@ -46,6 +50,13 @@ pub const MAX_OUTPUT_PER_INPUT_BYTE: usize = 4;
 /// Memory a render may hold beyond its output, fixed part and per byte of the messages.
 const MAX_MEMORY_FIXED: usize = 64 << 20;
 const MAX_MEMORY_PER_INPUT_BYTE: usize = 64;
+
+/// CPU time a render (or the compile) may take, fixed part and per MiB of the messages. A
+/// render that runs out of fuel takes under 0.2 s on instructions of ordinary cost; past this,
+/// one instruction is walking or comparing a value of unbounded size
+/// ([`super::cpu_budget`]).
+const MAX_CPU_FIXED: Duration = Duration::from_secs(1);
+const MAX_CPU_PER_INPUT_MIB: Duration = Duration::from_secs(1);
 
 /// End-of-turn tokens used by common chat templates.
 const END_OF_TURN: &[&str] = &[
@@ -132,10 +143,16 @@ impl ChatTemplate {
             "{origin}: chat template exceeded its memory budget of {} MiB while compiling",
             MAX_MEMORY_FIXED >> 20
         );
-        let compiled = alloc_budget::with_budget(MAX_MEMORY_FIXED, &oom, || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                env.add_template_owned(TEMPLATE_NAME, source.clone())
-            }))
+        let slow = format!(
+            "{origin}: chat template exceeded its CPU-time budget of {} s while compiling",
+            MAX_CPU_FIXED.as_secs_f64()
+        );
+        let compiled = cpu_budget::with_cpu_budget(MAX_CPU_FIXED, &slow, || {
+            alloc_budget::with_budget(MAX_MEMORY_FIXED, &oom, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    env.add_template_owned(TEMPLATE_NAME, source.clone())
+                }))
+            })
         })
         .map_err(|e| ModelError::Template(format!("{origin}: {e}")))?;
         match compiled {
@@ -267,8 +284,8 @@ impl ChatTemplate {
     /// assistant's reply begins.
     ///
     /// The render runs under the template's budget (module docs); going over it is a
-    /// [`ModelError::TemplateBudget`] naming the model file (or, for memory, a one-line
-    /// message and exit, see [`super::alloc_budget`]).
+    /// [`ModelError::TemplateBudget`] naming the model file (or, for memory and CPU time, a
+    /// one-line message and exit, see [`super::alloc_budget`] and [`super::cpu_budget`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         Ok(self.render_counted(messages, add_generation_prompt)?.0)
     }
@@ -313,11 +330,20 @@ impl ChatTemplate {
             self.origin,
             max_memory >> 20
         );
-        let rendered = alloc_budget::with_budget(max_memory, &oom, || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                tmpl.render_to_write(ctx, &mut out)
-                    .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
-            }))
+        let max_cpu =
+            MAX_CPU_FIXED + MAX_CPU_PER_INPUT_MIB.mul_f64(input as f64 / (1 << 20) as f64);
+        let slow = format!(
+            "{}: chat template exceeded its CPU-time budget of {:.1} s while rendering",
+            self.origin,
+            max_cpu.as_secs_f64()
+        );
+        let rendered = cpu_budget::with_cpu_budget(max_cpu, &slow, || {
+            alloc_budget::with_budget(max_memory, &oom, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    tmpl.render_to_write(ctx, &mut out)
+                        .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
+                }))
+            })
         })
         .map_err(|e| ModelError::Template(format!("{}: {e}", self.origin)))?;
         let rendered = match rendered {

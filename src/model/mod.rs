@@ -8,6 +8,7 @@ pub mod alloc_budget;
 pub mod arch;
 mod attention;
 pub mod chat_template;
+pub mod cpu_budget;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

@@ -113,7 +113,33 @@ const LARGE_VALUES: &[&str] = &[
     "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ a | unique | list }}",
     " | unique | list",
     " | reverse | list",
+    // Single instructions that walk a value of unbounded size (the CPU-time budget).
+    "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ 2 in a }}",
+    "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set b = a * 100 %}{% set a = a * 100 %}{{ a == b }}",
+    "{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = ns.a + ns.a %}{% endfor %}{{ 2 in ns.a }}",
+    "{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = ns.a | chain(ns.a) %}{% endfor %}{{ 2 in ns.a }}",
+    "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(50) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+    "{% set ns = namespace(s='x' * 60000) %}{% for i in range(1000) %}{% for j in range(1000) %}{% set t = ns.s ~ ns.s %}{% endfor %}{% endfor %}",
+    " * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ 2 in a }}",
+    " == messages * 100",
 ];
+
+/// Every whole template in [`LARGE_VALUES`], alone, through the `template_source` target's
+/// child process: each ends within its CPU time and memory, whatever mutations the smoke
+/// draws this time.
+#[test]
+fn fuzz_template_source_every_large_value_alone() {
+    for src in LARGE_VALUES.iter().filter(|s| s.starts_with("{")) {
+        let start = Instant::now();
+        target_template_source(src.as_bytes());
+        eprintln!("{:?}: {src}", start.elapsed());
+    }
+    eprintln!(
+        "largest child peak {} KiB, most CPU time {} ms",
+        TEMPLATE_PEAK.load(Ordering::Relaxed),
+        TEMPLATE_CPU_US.load(Ordering::Relaxed) / 1000
+    );
+}
 
 /// One random mutation of `data` (corpus files in `others` for splicing; `words`: the
 /// target's own tokens for its text-aware mutation).
@@ -364,7 +390,8 @@ static TEMPLATE_CPU_US: AtomicI64 = AtomicI64::new(0);
 /// A template source, compiled and rendered in a child process (a template over its memory
 /// budget ends its process, by design) whose peak resident memory and CPU time are measured:
 /// every input must end in under [`SLOW`] of CPU time and [`TEMPLATE_PEAK_KIB`], either
-/// rendering, refused with an error, or refused by the memory budget's one-line exit.
+/// rendering, refused with an error, or refused by the memory or CPU-time budget's one-line
+/// exit.
 /// CPU time rather than wall time, so that a machine that pauses the child does not fail it.
 fn target_template_source(data: &[u8]) {
     let input = scratch("jinja", data);
@@ -451,7 +478,10 @@ fn target_template_source(data: &[u8]) {
     );
     let code = libc::WEXITSTATUS(status);
     assert!(
-        code == 0 || (code == 1 && last.contains("chat template exceeded its memory budget")),
+        code == 0
+            || (code == 1
+                && (last.contains("chat template exceeded its memory budget")
+                    || last.contains("chat template exceeded its CPU-time budget"))),
         "child exited with {code}: {stderr}"
     );
     assert!(

@@ -178,6 +178,33 @@ fn generate(model: &Path, dir: &Path) -> Outcome {
 const LOOPS: &str =
     "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
 const DOUBLING: &str = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}";
+/// Single instructions that walk a value of unbounded size on one unit of fuel, with next to
+/// no memory: lazy repetitions chained through a variable (10¹⁰ items) walked by `in`, lazy
+/// `+` and `chain` of sequences doubled in a loop (2⁴⁰ items), and `==` on two nested lists
+/// built by doubling (2⁵⁰ comparisons). The CPU-time budget ends each (or the memory budget,
+/// where the walk allocates as it goes: the lazy `+` does).
+const WALKS: &[(&str, &str)] = &[
+    (
+        "chained_repetition_in",
+        "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ 2 in a }}",
+    ),
+    (
+        "chained_repetition_eq",
+        "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set b = a * 100 %}{% set a = a * 100 %}{{ a == b }}",
+    ),
+    (
+        "doubled_concatenation_in",
+        "{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = ns.a + ns.a %}{% endfor %}{{ 2 in ns.a }}",
+    ),
+    (
+        "doubled_chain_in",
+        "{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = ns.a | chain(ns.a) %}{% endfor %}{{ 2 in ns.a }}",
+    ),
+    (
+        "nested_lists_eq",
+        "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(50) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+    ),
+];
 
 #[test]
 fn hostile_templates_are_refused_quickly_with_bounded_memory() {
@@ -186,6 +213,9 @@ fn hostile_templates_are_refused_quickly_with_bounded_memory() {
     };
     let bytes = std::fs::read(&model).unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let walks = WALKS
+        .iter()
+        .map(|&(name, template)| (name, template, "chat template exceeded its "));
     for (name, template, want) in [
         ("loops", LOOPS, "chat template over budget: output over"),
         (
@@ -193,7 +223,10 @@ fn hostile_templates_are_refused_quickly_with_bounded_memory() {
             DOUBLING,
             "chat template exceeded its memory budget",
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(walks)
+    {
         let path = dir.path().join(format!("{name}.gguf"));
         std::fs::write(
             &path,
