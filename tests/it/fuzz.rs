@@ -113,6 +113,13 @@ const LARGE_VALUES: &[&str] = &[
     "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ a | unique | list }}",
     " | unique | list",
     " | reverse | list",
+    // Padding and format widths.
+    "{{ '%-1000000000s' | format('a') }}",
+    "{{ '%1000000000d' | format(1) }}",
+    "{{ '{:>1000000000}'.format('a') }}",
+    "{{ 'a' | center(1000000000) }}",
+    "{{ 'a'.center(1000000000) }}{{ 'a'.ljust(1000000000) }}{{ 'a'.rjust(1000000000) }}{{ 'a'.zfill(1000000000) }}",
+    "{{ 'a\tb'.expandtabs(1000000000) }}",
     // Single instructions that walk a value of unbounded size (the CPU-time budget).
     "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{{ 2 in a }}",
     "{% set a = [1] * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set a = a * 100 %}{% set b = a * 100 %}{% set a = a * 100 %}{{ a == b }}",
