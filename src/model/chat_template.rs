@@ -139,26 +139,14 @@ impl ChatTemplate {
             },
         );
         env.add_filter("tojson", tojson);
-        let oom = format!(
-            "{origin}: chat template exceeded its memory budget of {} MiB while compiling",
-            MAX_MEMORY_FIXED >> 20
-        );
-        let slow = format!(
-            "{origin}: chat template exceeded its CPU-time budget of {} s while compiling",
-            MAX_CPU_FIXED.as_secs_f64()
-        );
-        let compiled = cpu_budget::with_cpu_budget(MAX_CPU_FIXED, &slow, || {
-            alloc_budget::with_budget(MAX_MEMORY_FIXED, &oom, || {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    env.add_template_owned(TEMPLATE_NAME, source.clone())
-                }))
-            })
-        })
-        .map_err(|e| ModelError::Template(format!("{origin}: {e}")))?;
-        match compiled {
-            Ok(result) => result.map_err(|e| ModelError::Template(describe(&e)))?,
-            Err(panic) => return Err(panicked(&origin, panic)),
-        }
+        guarded(
+            &origin,
+            "compiling",
+            MAX_MEMORY_FIXED,
+            MAX_CPU_FIXED,
+            || env.add_template_owned(TEMPLATE_NAME, source.clone()),
+        )?
+        .map_err(|e| ModelError::Template(describe(&e)))?;
         Ok(ChatTemplate {
             source,
             origin,
@@ -325,31 +313,12 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        let oom = format!(
-            "{}: chat template exceeded its memory budget of {} MiB while rendering",
-            self.origin,
-            max_memory >> 20
-        );
         let max_cpu =
             MAX_CPU_FIXED + MAX_CPU_PER_INPUT_MIB.mul_f64(input as f64 / (1 << 20) as f64);
-        let slow = format!(
-            "{}: chat template exceeded its CPU-time budget of {:.1} s while rendering",
-            self.origin,
-            max_cpu.as_secs_f64()
-        );
-        let rendered = cpu_budget::with_cpu_budget(max_cpu, &slow, || {
-            alloc_budget::with_budget(max_memory, &oom, || {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    tmpl.render_to_write(ctx, &mut out)
-                        .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
-                }))
-            })
-        })
-        .map_err(|e| ModelError::Template(format!("{}: {e}", self.origin)))?;
-        let rendered = match rendered {
-            Ok(rendered) => rendered,
-            Err(panic) => return Err(panicked(&self.origin, panic)),
-        };
+        let rendered = guarded(&self.origin, "rendering", max_memory, max_cpu, || {
+            tmpl.render_to_write(ctx, &mut out)
+                .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
+        })?;
         let budget = |what: String| ModelError::TemplateBudget {
             origin: self.origin.clone(),
             what,
@@ -492,6 +461,33 @@ fn describe(err: &minijinja::Error) -> String {
 }
 
 /// A panic inside minijinja (a size computation that overflows, `'ab' * 2**62`) as an error.
+/// Runs `f` (compiling or rendering the template, named by `when` in messages) under the
+/// memory and CPU-time budgets, which end the process with a one-line message naming
+/// `origin`; a panic (minijinja refusing a value too large to build) is a budget error.
+fn guarded<T>(
+    origin: &str,
+    when: &str,
+    memory: usize,
+    cpu: Duration,
+    f: impl FnOnce() -> T,
+) -> Result<T> {
+    let oom = format!(
+        "{origin}: chat template exceeded its memory budget of {} MiB while {when}",
+        memory >> 20
+    );
+    let slow = format!(
+        "{origin}: chat template exceeded its CPU-time budget of {:.1} s while {when}",
+        cpu.as_secs_f64()
+    );
+    cpu_budget::with_cpu_budget(cpu, &slow, || {
+        alloc_budget::with_budget(memory, &oom, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        })
+    })
+    .map_err(|e| ModelError::Template(format!("{origin}: {e}")))?
+    .map_err(|panic| panicked(origin, panic))
+}
+
 fn panicked(origin: &str, panic: Box<dyn std::any::Any + Send>) -> ModelError {
     let msg = panic
         .downcast_ref::<String>()

@@ -618,7 +618,7 @@ fn quantize_row(
 ) {
     let block = kind.block();
     #[cfg(target_arch = "x86_64")]
-    let wide = super::x86::quantize_wide();
+    let wide = super::x86::wide();
     #[cfg(not(target_arch = "x86_64"))]
     let wide = false;
     for (b, (xs, q)) in x
@@ -744,7 +744,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn vector_quantizers_give_the_scalar_bits() {
-        if !super::super::x86::quantize_wide() {
+        if !super::super::x86::wide() {
             eprintln!("no AVX-512 here: only the scalar quantizers exist");
             return;
         }

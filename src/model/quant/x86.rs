@@ -977,11 +977,6 @@ unsafe fn reduce(acc: [__m256; 4]) -> f32 {
     _mm_cvtss_f32(h3)
 }
 
-/// Whether the activation quantizers below run (AVX-512F/BW, not capped below level 1).
-pub(crate) fn quantize_wide() -> bool {
-    wide()
-}
-
 /// One Q8_K block (256 values) as `layout::quantize_row` quantizes it, sixteen values at a
 /// time: writes `q` and `bsums` and returns `d` (0 for an all-zero block, which writes
 /// nothing), or `None` for a block holding a NaN (the caller's scalar loop then runs).
@@ -991,10 +986,10 @@ pub(crate) fn quantize_wide() -> bool {
 /// largest magnitude makes the scale infinite, so the saturation and NaN cases do occur).
 ///
 /// # Panics
-/// If `xs` and `q` do not hold 256 values or `bsums` 16 sums, or without [`quantize_wide`].
+/// If `xs` and `q` do not hold 256 values or `bsums` 16 sums, or without [`wide`].
 pub(crate) fn quantize_q8k_block(xs: &[f32], q: &mut [i8], bsums: &mut [i32]) -> Option<f32> {
     assert!(xs.len() == QK_K && q.len() == QK_K && bsums.len() == QK_K / 16);
-    assert!(quantize_wide(), "quantize_q8k_block without AVX-512");
+    assert!(wide(), "quantize_q8k_block without AVX-512");
     // SAFETY: AVX-512F/BW/VL present (asserted); the lengths bound every access.
     unsafe { q8k_block(xs, q, bsums) }
 }
@@ -1060,10 +1055,10 @@ unsafe fn q8k_block(xs: &[f32], q: &mut [i8], bsums: &mut [i32]) -> Option<f32> 
 /// Bit-identical to the scalar loop for the same reasons as [`quantize_q8k_block`].
 ///
 /// # Panics
-/// If `xs` and `q` do not hold 32 values, or without [`quantize_wide`].
+/// If `xs` and `q` do not hold 32 values, or without [`wide`].
 pub(crate) fn quantize_q8_block(xs: &[f32], q: &mut [i8]) -> Option<(f32, i32)> {
     assert!(xs.len() == QK && q.len() == QK);
-    assert!(quantize_wide(), "quantize_q8_block without AVX-512");
+    assert!(wide(), "quantize_q8_block without AVX-512");
     // SAFETY: AVX-512F/BW/VL present (asserted); the lengths bound every access.
     unsafe { q8_block(xs, q) }
 }
