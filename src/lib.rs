@@ -7,13 +7,20 @@
 //! # Layout
 //!
 //! Dependencies point down: `cli` → `serve` / `report` → `store` → `bench` → `judge` → `engine`
-//! → `model` (`serve` uses only `engine` and `model`). No module imports one that imports it back.
+//! → `model` → `weights` / `text` → `budget` (`serve` uses only `engine`, `model` and `text`).
+//! No module imports one that imports it back, and no two files import each other.
 //!
-//! - [`model`]: weights (GGUF files and Hugging Face checkpoints), one description per
-//!   architecture ([`model::arch::ModelConfig`]), the one forward pass for all of them
-//!   ([`model::transformer`], its attention in `model/attention.rs`, matmul kernels per device
-//!   in [`model::quant`] and `model/cuda/`), the loaded model ([`model::runner::Model`]), chat
-//!   messages ([`model::message`]), the tokenizer and the chat template.
+//! - [`budget`]: budgets for untrusted work (a model file's chat template): per-thread memory
+//!   ([`budget::alloc_budget`], the global allocator) and CPU time ([`budget::cpu_budget`]).
+//! - [`text`]: the tokenizer (byte-level BPE and its pre-tokenizers, SentencePiece), chat
+//!   messages ([`text::message`]) and the chat template with its size checks.
+//! - [`weights`]: model files and their sources: GGUF ([`weights::gguf`], header checks in
+//!   [`weights::gguf_check`]), safetensors checkpoints, local paths and Hub ids
+//!   ([`weights::source`]), digests.
+//! - [`model`]: compute. One description per architecture ([`model::arch::ModelConfig`]), the
+//!   one forward pass for all of them ([`model::transformer`], its attention in
+//!   `model/attention.rs`), the KV contract with the engine, matmul kernels per device
+//!   ([`model::quant`] and `model/cuda/`) and the loaded model ([`model::runner::Model`]).
 //! - [`engine`]: the scheduler (packed batched decoding), per-sequence KV state, the prefix
 //!   cache, sampling, chat requests ([`engine::chat`]) and the throughput benchmark
 //!   ([`engine::throughput`], `candor bench`). Knows no protocol.
@@ -34,6 +41,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+pub mod budget;
 pub mod cli;
 pub mod engine;
 pub mod judge;
@@ -41,9 +49,12 @@ pub mod model;
 pub mod report;
 pub mod serve;
 pub mod store;
+pub mod text;
+pub mod weights;
 
 /// The unit tests render chat templates, which need the memory budget's allocator (the
-/// library itself installs none; see [`model::alloc_budget`]).
+/// library itself installs none; see [`budget::alloc_budget`]).
 #[cfg(test)]
 #[global_allocator]
-static TEST_ALLOCATOR: model::alloc_budget::BudgetAllocator = model::alloc_budget::BudgetAllocator;
+static TEST_ALLOCATOR: budget::alloc_budget::BudgetAllocator =
+    budget::alloc_budget::BudgetAllocator;

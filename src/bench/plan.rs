@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::stats::SplitMix64;
 use crate::engine::{SamplingParams, StopReason};
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// Which loaded model answers a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

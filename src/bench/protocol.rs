@@ -18,7 +18,7 @@ use super::plan::{Plan, Transcript};
 use super::DataError;
 use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// Counts a conversation's prompt tokens as the engine will (template, then tokenizer).
 pub type TokenCounter = std::sync::Arc<dyn Fn(&[Message]) -> usize + Send + Sync>;
@@ -484,7 +484,7 @@ pub fn take<T>(mut items: Vec<T>, limit: Option<usize>) -> Vec<T> {
 /// A file-name-safe form of a model name (`default`, a path or a hub id).
 pub fn file_label(name: &str) -> String {
     let base = if name == "default" {
-        crate::model::source::DEFAULT_MODEL_FILE
+        crate::weights::source::DEFAULT_MODEL_FILE
     } else {
         name.rsplit('/').next().unwrap_or(name)
     };

@@ -12,8 +12,8 @@ use crate::engine::throughput::{self, ThroughputConfig, ThroughputResult};
 use crate::engine::SchedulerConfig;
 use crate::model::limits;
 use crate::model::runner::Model;
-use crate::model::source;
 use crate::model::transformer::{WeightDType, Work};
+use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {

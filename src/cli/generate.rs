@@ -21,9 +21,9 @@ use crate::engine::{
     ChatReply, ChatRequest, Engine, EngineOptions, SamplingParams, SchedulerConfig, TokenReply,
     TokenRequest,
 };
-use crate::model::message::Message;
-use crate::model::source;
 use crate::model::transformer::WeightDType;
+use crate::text::message::Message;
+use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {

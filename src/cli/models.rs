@@ -1,5 +1,5 @@
 //! The real models of `candor run`: resolving each `--model` / `--judge` value to files
-//! ([`crate::model::source`]), identifying them for the manifest (sha256 of the weights, of the
+//! ([`crate::weights::source`]), identifying them for the manifest (sha256 of the weights, of the
 //! tokenizer and of the chat template), and loading an [`Engine`] per actor for the runner.
 //!
 //! The runner keeps one generator at a time and drops it before loading the next, so only one
@@ -16,17 +16,17 @@ use anyhow::Context;
 
 use crate::bench::refutebench::plan::TokenCounter;
 use crate::engine::{ChatRequest, Engine, EngineError, EngineOptions, SchedulerConfig};
-use crate::model::chat_template::ChatTemplate;
 use crate::model::device::DeviceSpec;
-use crate::model::gguf::{file_sha256, GgufFile, ModelConfig};
-use crate::model::message::Message;
-use crate::model::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
-use crate::model::tokenizer::Tokenizer;
 use crate::model::transformer::WeightDType;
 use crate::model::ModelError;
 use crate::store::manifest::ModelIdentity;
 use crate::store::run_dir::sha256_bytes;
 use crate::store::{error_chain, BoxError, FnModels};
+use crate::text::chat_template::ChatTemplate;
+use crate::text::message::Message;
+use crate::text::tokenizer::Tokenizer;
+use crate::weights::gguf::{file_sha256, GgufFile, ModelConfig};
+use crate::weights::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 
 /// A resolved model: its files and what identifies it, without its weights in memory.
 #[derive(Clone)]

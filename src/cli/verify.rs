@@ -20,13 +20,13 @@ use crate::bench::plan::Actor;
 use crate::bench::stats::SplitMix64;
 use crate::engine::{ChatReply, ChatRequest, Generate};
 use crate::model::device::DeviceSpec;
-use crate::model::tokenizer::Tokenizer;
 use crate::model::transformer::WeightDType;
 use crate::store::manifest::Manifest;
 use crate::store::samples::{parse_log, Sample, SampleOutcome};
 #[cfg(feature = "testkit")]
 use crate::store::testkit::FakeModels;
 use crate::store::{error_chain, Models};
+use crate::text::tokenizer::Tokenizer;
 
 use super::models::{engine_models, engine_options, ModelInfo};
 

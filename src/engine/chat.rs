@@ -16,15 +16,15 @@ use super::constraint::ConstraintCompiler;
 use super::kv::SeqId;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats};
-use crate::model::chat_template::ChatTemplate;
 use crate::model::device::DeviceSpec;
-use crate::model::gguf::{GgufFile, ModelConfig};
 use crate::model::runner::Model;
-use crate::model::safetensors::Checkpoint;
-use crate::model::source::{weights_sha256, ModelFiles};
-use crate::model::tokenizer::Tokenizer;
 use crate::model::transformer::{Transformer, WeightDType};
 use crate::model::ModelError;
+use crate::text::chat_template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
+use crate::weights::gguf::{GgufFile, ModelConfig};
+use crate::weights::safetensors::Checkpoint;
+use crate::weights::source::{weights_sha256, ModelFiles};
 
 /// The `eos_token_id` (one id or a list) of a `generation_config.json`.
 pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {

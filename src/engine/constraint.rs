@@ -20,7 +20,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::tokenizer::{TokenKind, Tokenizer};
+use crate::text::tokenizer::{TokenKind, Tokenizer};
 
 /// The llguidance version compiled in (pinned exactly in Cargo.toml), for run manifests.
 pub const LLGUIDANCE_VERSION: &str = "1.9.1";
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn byte_level_bpe_vocabulary() {
-        use crate::model::tokenizer::testutil::{byte, content};
+        use crate::text::tokenizer::testutil::{byte, content};
         let tok = Tokenizer::from_gguf(&content(None, false)).unwrap();
         let words = vocab_words(&tok);
         // Control tokens are special: no grammar can produce them.

@@ -15,8 +15,8 @@ pub mod throughput;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::message::Message;
 use crate::model::ModelError;
+use crate::text::message::Message;
 
 pub use chat::{Engine, EngineOptions};
 pub use constraint::{Constraint, LLGUIDANCE_VERSION};

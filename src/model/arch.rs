@@ -19,8 +19,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use serde_json::Value as Json;
 
 use super::error::{ModelError, Result};
-use super::gguf::{md_f32, md_string, md_usize, GgufFile};
 use super::quant::MappedBytes;
+use crate::weights::gguf::{md_f32, md_string, md_usize, GgufFile};
 
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[

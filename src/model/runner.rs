@@ -4,9 +4,9 @@
 use super::arch::ModelConfig;
 use super::device::{DeviceSpec, KvPool};
 use super::error::Result;
-use super::safetensors::Checkpoint;
-use super::source::ModelFiles;
 use super::transformer::{KvSeq, Scratch, SeqStep, Transformer, WeightDType};
+use crate::weights::safetensors::Checkpoint;
+use crate::weights::source::ModelFiles;
 
 /// Positions per KV block, on every device (the engine's block size).
 pub const KV_BLOCK_TOKENS: usize = 16;

@@ -22,9 +22,9 @@ use super::arch::{Activation, Arch, ModelConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
-use super::gguf::GgufFile;
 use super::quant::QWeight;
-use super::safetensors::Checkpoint;
+use crate::weights::gguf::GgufFile;
+use crate::weights::safetensors::Checkpoint;
 
 /// How matrix weights are held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use crate::engine::{Constraint, SamplingParams};
-use crate::model::message::{Message, Role};
+use crate::text::message::{Message, Role};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_N: usize = 16;

@@ -20,8 +20,8 @@ use super::error::ApiError;
 use crate::engine::{
     Engine, EngineError, SamplingParams, StopReason, TokenLogprob, TokenReply, TokenRequest,
 };
-use crate::model::message::Message;
-use crate::model::tokenizer::Tokenizer;
+use crate::text::message::Message;
+use crate::text::tokenizer::Tokenizer;
 
 /// What to continue: a chat (rendered with the model's template) or raw text.
 #[derive(Debug, Clone)]

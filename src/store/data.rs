@@ -282,7 +282,7 @@ fn agent() -> ureq::Agent {
 }
 
 fn sha256_of(path: &Path) -> Result<String> {
-    crate::model::digest::sha256_file(path).map_err(io(path))
+    crate::weights::digest::sha256_file(path).map_err(io(path))
 }
 
 /// Makes `root/<file>` present: nothing to do when it is there with the right size; else

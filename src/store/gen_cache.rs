@@ -275,8 +275,8 @@ impl<M: Models> Models for CachedModels<M> {
 mod tests {
     use super::*;
     use crate::engine::StopReason;
-    use crate::model::message::{Message, Role};
     use crate::store::testkit::FakeModels;
+    use crate::text::message::{Message, Role};
 
     fn reply(text: &str) -> ChatReply {
         ChatReply {

@@ -147,7 +147,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// Lower-case hex sha256 of a file's bytes, read in blocks.
 pub fn sha256_file(path: &Path) -> Result<String, StoreError> {
-    crate::model::digest::sha256_file(path).map_err(|e| StoreError::io(path, e))
+    crate::weights::digest::sha256_file(path).map_err(|e| StoreError::io(path, e))
 }
 
 /// Lower-case hex sha256 of bytes.

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::StoreError;
 use crate::bench::plan::{Actor, Step, StepOutput};
 use crate::engine::SamplingParams;
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// One line of `samples.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

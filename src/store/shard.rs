@@ -27,7 +27,7 @@ use super::samples::{parse_log, Sample, SampleOutcome};
 use super::{BoxError, StoreError};
 use crate::bench::plan::Actor;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams};
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// One shard of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ use crate::bench::stats::Metric;
 use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// A request whose messages contain this is refused by the fake model (a request error).
 pub const FAIL_MARKER: &str = "<refuse>";
@@ -546,7 +546,7 @@ pub fn judge_step(key: &str, text: &str) -> Step {
     Step {
         key: key.into(),
         actor: Actor::Judge,
-        messages: vec![crate::model::message::Message::user(text)],
+        messages: vec![crate::text::message::Message::user(text)],
         params: crate::engine::SamplingParams::default(),
     }
 }

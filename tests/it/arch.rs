@@ -14,9 +14,9 @@ use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 
-use candor::model::gguf::GgufFile;
-use candor::model::safetensors::Checkpoint;
 use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
+use candor::weights::gguf::GgufFile;
+use candor::weights::safetensors::Checkpoint;
 
 const ARCHS: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
@@ -318,7 +318,7 @@ fn tokenizer_agreement_with_llama_cpp() {
         let Ok(text) = std::fs::read_to_string(&expected) else {
             continue;
         };
-        let tok = candor::model::tokenizer::Tokenizer::from_gguf_file(&gguf)
+        let tok = candor::text::tokenizer::Tokenizer::from_gguf_file(&gguf)
             .unwrap_or_else(|e| panic!("{}: {e}", gguf.display()));
         let (mut same, mut total) = (0, 0);
         for line in text.lines() {

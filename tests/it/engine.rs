@@ -457,7 +457,7 @@ fn tiny_model_stops_on_stop_ids_and_strings() {
 mod reference {
     use std::path::{Path, PathBuf};
 
-    use candor::model::message::Message;
+    use candor::text::message::Message;
     use serde::Deserialize;
 
     #[derive(Debug, Deserialize)]
@@ -721,7 +721,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
 fn checklist_request(i: usize, max_new_tokens: usize) -> candor::engine::ChatRequest {
     use candor::engine::{ChatRequest, Constraint};
     use candor::judge::checklist::{judgement_schema, judgement_skeleton};
-    use candor::model::message::Message;
+    use candor::text::message::Message;
     let criteria = checklist(i);
     let prompt = format!(
         "Question: what is {i} + 2? Answer: {}.\nJudge the answer against each checklist entry \

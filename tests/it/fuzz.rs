@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use candor::model::chat_template::ChatTemplate;
-use candor::model::message::{Message, Role};
+use candor::text::chat_template::ChatTemplate;
+use candor::text::message::{Message, Role};
 
 use crate::util;
 
@@ -273,9 +273,9 @@ fn text(data: &[u8]) -> String {
 fn target_gguf(data: &[u8]) {
     let path = Path::new("fuzz.gguf");
     let mut cur = std::io::Cursor::new(data);
-    if let Ok(content) = candor::model::gguf::read_checked(path, &mut cur) {
-        let _ = candor::model::gguf::ModelConfig::from_gguf(&content);
-        if let Ok(tok) = candor::model::tokenizer::Tokenizer::from_gguf(&content) {
+    if let Ok(content) = candor::weights::gguf::read_checked(path, &mut cur) {
+        let _ = candor::weights::gguf::ModelConfig::from_gguf(&content);
+        if let Ok(tok) = candor::text::tokenizer::Tokenizer::from_gguf(&content) {
             let _ = tok.encode("Hello, world! 123");
             if let Ok(t) = ChatTemplate::from_gguf(&content, &tok) {
                 // A mutated template may run out of budget; it must not run away.
@@ -288,7 +288,7 @@ fn target_gguf(data: &[u8]) {
 /// Each input is read both as a safetensors file and as a shard index (beside a valid shard), so
 /// mutants of either corpus file reach the header checks and the index/shard agreement checks.
 fn target_safetensors(data: &[u8]) {
-    use candor::model::safetensors::{read_header, shards_from_index};
+    use candor::weights::safetensors::{read_header, shards_from_index};
     let _ = read_header(&scratch("safetensors", data));
     thread_local! {
         static DIR: tempfile::TempDir = {
@@ -305,11 +305,11 @@ fn target_safetensors(data: &[u8]) {
     });
 }
 
-fn default_tokenizer() -> Option<&'static candor::model::tokenizer::Tokenizer> {
-    static TOK: OnceLock<Option<candor::model::tokenizer::Tokenizer>> = OnceLock::new();
+fn default_tokenizer() -> Option<&'static candor::text::tokenizer::Tokenizer> {
+    static TOK: OnceLock<Option<candor::text::tokenizer::Tokenizer>> = OnceLock::new();
     TOK.get_or_init(|| {
         let model = util::default_model()?;
-        Some(candor::model::tokenizer::Tokenizer::from_gguf_file(&model).unwrap())
+        Some(candor::text::tokenizer::Tokenizer::from_gguf_file(&model).unwrap())
     })
     .as_ref()
 }
@@ -763,13 +763,13 @@ fn run_one(target: &Target, data: &[u8], seed: u64, i: u64) {
 #[test]
 fn fuzz_gguf_seed_is_valid() {
     let bytes = std::fs::read(corpus_dir("gguf").join("tiny.gguf")).unwrap();
-    let content = candor::model::gguf::read_checked(
+    let content = candor::weights::gguf::read_checked(
         Path::new("tiny.gguf"),
         &mut std::io::Cursor::new(&bytes),
     )
     .unwrap();
-    candor::model::gguf::ModelConfig::from_gguf(&content).unwrap();
-    let tok = candor::model::tokenizer::Tokenizer::from_gguf(&content).unwrap();
+    candor::weights::gguf::ModelConfig::from_gguf(&content).unwrap();
+    let tok = candor::text::tokenizer::Tokenizer::from_gguf(&content).unwrap();
     let t = ChatTemplate::from_gguf(&content, &tok).unwrap();
     assert!(t
         .render(&[Message::user("hi")], true)

@@ -17,9 +17,9 @@ use candor::engine::{
     TokenRequest,
 };
 use candor::model::device::DeviceSpec;
-use candor::model::message::Message;
 use candor::model::runner::Model;
 use candor::model::transformer::{Transformer, WeightDType};
+use candor::text::message::Message;
 
 use crate::quant::{self, TinySequences, TinyTypeRecord};
 use crate::util;
@@ -194,8 +194,8 @@ fn gpu_teacher_forced_agreement_with_the_cpu() {
     };
     let path = util::default_model().expect("model");
     let tokenizer = {
-        let f = candor::model::gguf::GgufFile::open(&path).expect("open");
-        candor::model::tokenizer::Tokenizer::from_gguf(f.content()).expect("tokenizer")
+        let f = candor::weights::gguf::GgufFile::open(&path).expect("open");
+        candor::text::tokenizer::Tokenizer::from_gguf(f.content()).expect("tokenizer")
     };
     let mut on_gpu = Decoder::new(gpu, SchedulerConfig::default(), vec![2]);
     let mut on_cpu = Decoder::new(

@@ -290,13 +290,13 @@ fn default_model_template_renders_well_inside_the_budget() {
     let Some(model) = util::default_model() else {
         return;
     };
-    let file = candor::model::gguf::GgufFile::open(&model).unwrap();
-    let tok = candor::model::tokenizer::Tokenizer::from_gguf(file.content()).unwrap();
-    let t = candor::model::chat_template::ChatTemplate::from_gguf(file.content(), &tok)
+    let file = candor::weights::gguf::GgufFile::open(&model).unwrap();
+    let tok = candor::text::tokenizer::Tokenizer::from_gguf(file.content()).unwrap();
+    let t = candor::text::chat_template::ChatTemplate::from_gguf(file.content(), &tok)
         .unwrap()
         .with_origin(model.display())
         .unwrap();
-    use candor::model::message::Message;
+    use candor::text::message::Message;
     let turns: Vec<Message> = (0..40)
         .map(|i| {
             let text = format!("turn {i}: {}", "word ".repeat(400));
@@ -310,5 +310,5 @@ fn default_model_template_renders_well_inside_the_budget() {
     let (text, fuel) = t.render_counted(&turns, true).unwrap();
     assert!(text.ends_with("<|im_start|>assistant\n"));
     eprintln!("default model: {fuel} instructions for 40 turns");
-    assert!(fuel < candor::model::chat_template::FUEL / 20);
+    assert!(fuel < candor::text::chat_template::FUEL / 20);
 }

@@ -2,8 +2,8 @@
 
 /// Chat templates run under a memory budget, which counts through this allocator.
 #[global_allocator]
-static ALLOCATOR: candor::model::alloc_budget::BudgetAllocator =
-    candor::model::alloc_budget::BudgetAllocator;
+static ALLOCATOR: candor::budget::alloc_budget::BudgetAllocator =
+    candor::budget::alloc_budget::BudgetAllocator;
 
 mod util;
 

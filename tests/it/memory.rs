@@ -16,8 +16,8 @@ use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, SchedulerConfig};
 use candor::model::arch::TensorSource;
 use candor::model::runner::Model;
-use candor::model::safetensors::Checkpoint;
 use candor::model::transformer::{Transformer, WeightDType};
+use candor::weights::safetensors::Checkpoint;
 
 const VOCAB: usize = 8192;
 const DIM: usize = 1024;

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Content;
-use candor::model::chat_template::ChatTemplate;
-use candor::model::message::Message;
-use candor::model::tokenizer::Tokenizer;
+use candor::text::chat_template::ChatTemplate;
+use candor::text::message::Message;
+use candor::text::tokenizer::Tokenizer;
 use serde::Deserialize;
 
 use crate::util::default_model;

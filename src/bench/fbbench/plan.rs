@@ -239,7 +239,7 @@ mod tests {
     use crate::bench::fbbench::data::{parse_dataset, parse_jsonl};
     use crate::bench::fbbench::score::units_from_records;
     use crate::bench::plan::StepOutput;
-    use crate::model::message::Role;
+    use crate::text::message::Role;
     use std::path::Path;
 
     fn items() -> Vec<Item> {

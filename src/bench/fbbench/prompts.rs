@@ -9,7 +9,7 @@
 
 use super::data::{Item, Version};
 use crate::judge::checklist::{self, ChecklistError, JudgeInput, Template};
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// The authors' per-task sampling temperatures (`utils.py` `temperature_config`; paper
 /// appendix A.2.1); tasks not listed use the configured default, 0.
@@ -62,7 +62,7 @@ pub fn judge_messages(
 mod tests {
     use super::*;
     use crate::bench::fbbench::data::parse_dataset;
-    use crate::model::message::Role;
+    use crate::text::message::Role;
     use std::path::{Path, PathBuf};
 
     fn sample(name: &str) -> PathBuf {

@@ -37,7 +37,7 @@ use crate::judge::fennec::{
     PAIRWISE_SYSTEM, SINGLE_SYSTEM,
 };
 use crate::judge::Verdict;
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 use super::data::PairItem;
 use super::score::{self, PairOutcome, SingleOutcome};

@@ -20,7 +20,7 @@ use crate::engine::{Constraint, SamplingParams};
 use crate::judge::error_detection::{
     detection_grammar, detection_prompt, parse_detection, Detection, DetectionPrompt,
 };
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 use super::data::Item;
 use super::score::{self, Cell};

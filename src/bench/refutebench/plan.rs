@@ -46,7 +46,7 @@ use super::score::{self, ScoreOptions};
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::BenchResults;
 use crate::engine::SamplingParams;
-use crate::model::message::Message;
+use crate::text::message::Message;
 
 /// How queries after feedback are asked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -470,7 +470,7 @@ mod tests {
     use super::*;
     use crate::bench::plan::StepOutput;
     use crate::bench::refutebench::data::{parse_reader, Source};
-    use crate::model::message::Role;
+    use crate::text::message::Role;
 
     fn item(rel: &str, line: &str) -> Item {
         let source = Source::from_rel_path(rel).expect("layout");

@@ -11,8 +11,8 @@
 //! The template comes from a downloaded file and is untrusted code, so every render runs under
 //! a budget: at most [`FUEL`] minijinja instructions, an output of at most [`MAX_OUTPUT_FIXED`]
 //! bytes plus [`MAX_OUTPUT_PER_INPUT_BYTE`] per byte of the messages, a memory budget for
-//! intermediate values ([`super::alloc_budget`]), and a CPU-time budget for the single
-//! instructions that walk a value of any size on one unit of fuel ([`super::cpu_budget`]);
+//! intermediate values ([`crate::budget::alloc_budget`]), and a CPU-time budget for the single
+//! instructions that walk a value of any size on one unit of fuel ([`crate::budget::cpu_budget`]);
 //! memory and CPU time end the process with a one-line message. A value whose size is known before it is
 //! built (a constant folded while compiling, a widening filter) is sized first and refused
 //! with a typed error ([`super::template_size`]). A template that exceeds a budget on a short
@@ -24,12 +24,12 @@ use std::time::Duration;
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
 
-use super::alloc_budget;
-use super::cpu_budget;
-use super::error::{ModelError, Result};
 use super::message::Message;
 use super::template_size;
 use super::tokenizer::Tokenizer;
+use crate::budget::alloc_budget;
+use crate::budget::cpu_budget;
+use crate::model::error::{ModelError, Result};
 
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -54,7 +54,7 @@ const MAX_MEMORY_PER_INPUT_BYTE: usize = 64;
 /// CPU time a render (or the compile) may take, fixed part and per MiB of the messages. A
 /// render that runs out of fuel takes under 0.2 s on instructions of ordinary cost; past this,
 /// one instruction is walking or comparing a value of unbounded size
-/// ([`super::cpu_budget`]).
+/// ([`crate::budget::cpu_budget`]).
 const MAX_CPU_FIXED: Duration = Duration::from_secs(1);
 const MAX_CPU_PER_INPUT_MIB: Duration = Duration::from_secs(1);
 
@@ -273,7 +273,7 @@ impl ChatTemplate {
     ///
     /// The render runs under the template's budget (module docs); going over it is a
     /// [`ModelError::TemplateBudget`] naming the model file (or, for memory and CPU time, a
-    /// one-line message and exit, see [`super::alloc_budget`] and [`super::cpu_budget`]).
+    /// one-line message and exit, see [`crate::budget::alloc_budget`] and [`crate::budget::cpu_budget`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         Ok(self.render_counted(messages, add_generation_prompt)?.0)
     }
@@ -518,7 +518,7 @@ fn marked(err: &minijinja::Error, marker: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tokenizer::testutil::content;
+    use crate::text::tokenizer::testutil::content;
 
     const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe kind.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 

@@ -8,11 +8,11 @@
 //! hold exactly one `.gguf`, or be a safetensors checkpoint with no `.gguf`) or
 //! `org/repo:file.gguf`; files come through hf-hub, which keeps its cache (`HF_HOME`) and,
 //! with `HF_HUB_OFFLINE=1`, never touches the network. This module only finds files; it does
-//! not read them ([`super::tokenizer`], the weights loaders do).
+//! not read them ([`crate::text::tokenizer`], the weights loaders do).
 
 use std::path::{Path, PathBuf};
 
-use super::error::{ModelError, Result};
+use crate::model::error::{ModelError, Result};
 
 /// File name of the default model.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -1,7 +1,7 @@
 //! A per-thread memory budget for work that runs untrusted code: the model's chat template.
 //!
 //! minijinja's fuel bounds the number of instructions a template executes, and the rendered
-//! output is capped by [`super::chat_template`], but neither bounds the size of intermediate
+//! output is capped by [`crate::text::chat_template`], but neither bounds the size of intermediate
 //! values: a template that doubles a string 40 times executes a few hundred instructions and
 //! asks for a terabyte. This module provides a global allocator, [`BudgetAllocator`], that
 //! forwards to the system allocator and, only on a thread inside [`with_budget`], counts the
@@ -107,7 +107,7 @@ unsafe impl GlobalAlloc for BudgetAllocator {
 /// [`with_budget`] was called in a program whose global allocator is not [`BudgetAllocator`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "this program does not install candor::model::alloc_budget::BudgetAllocator as its global \
+    "this program does not install candor::budget::alloc_budget::BudgetAllocator as its global \
      allocator, so untrusted work (a chat template) cannot be bounded in memory"
 )]
 pub struct NotInstalled;

@@ -8,7 +8,7 @@
 //! would fold, without folding it. While rendering, the filters and string methods whose result
 //! size follows from their arguments (`indent`, `replace`, `join`, `batch`) are registered by
 //! [`register`] in checked versions that compare that size with what the thread's memory
-//! budget ([`super::alloc_budget`]) has left. The filters that walk a sequence (`unique`,
+//! budget ([`crate::budget::alloc_budget`]) has left. The filters that walk a sequence (`unique`,
 //! `list`, `sort`, `sum`, …) are registered in versions that first compare its length with the
 //! instructions the render has left: minijinja charges no fuel for the items a filter walks,
 //! and `[1] * n` is a lazy sequence of any length, so `([1] * n) | unique` would otherwise walk
@@ -499,7 +499,7 @@ fn over(what: &str, bytes: u128, left: isize) -> Error {
 
 /// Refuses `bytes` for `what` if it exceeds what this thread's memory budget has left.
 fn check(what: &str, bytes: u128) -> Result<(), Error> {
-    match super::alloc_budget::remaining() {
+    match crate::budget::alloc_budget::remaining() {
         Some(left) if bytes > left.max(0) as u128 => Err(over(what, bytes, left)),
         _ => Ok(()),
     }

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value, ValueType};
 
-use super::error::{ModelError, Result};
+use crate::model::error::{ModelError, Result};
 
 /// GGUF's default data alignment.
 const DEFAULT_ALIGNMENT: u64 = 32;

@@ -15,7 +15,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
 
-use super::error::{ModelError, Result};
+use crate::model::error::{ModelError, Result};
 
 /// GPT-2's byte-level regex as llama.cpp applies it (its hand-written splitter also takes a
 /// trailing whitespace run, hence the final `\s+`).

@@ -1,9 +1,9 @@
 //! GGUF files: open one, read the llama-family hyperparameters from its metadata and hand out
 //! its tensors by name.
 //!
-//! The architecture's GGUF keys are read by [`super::arch`] (re-exported here as
+//! The architecture's GGUF keys are read by [`crate::model::arch`] (re-exported here as
 //! [`ModelConfig`]); this module does not build layers or run anything (that is
-//! [`super::transformer`]). Absent tensors are reported as such, never guessed: "is there an
+//! [`crate::model::transformer`]). Absent tensors are reported as such, never guessed: "is there an
 //! `output.weight`?" is answered by looking the name up, not by catching a read error.
 
 use std::collections::BTreeSet;
@@ -17,10 +17,10 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use memmap2::Mmap;
 
-use super::error::{ModelError, Result};
-use super::quant::MappedBytes;
+use crate::model::error::{ModelError, Result};
+use crate::model::quant::MappedBytes;
 
-pub use super::arch::{ModelConfig, SUPPORTED_ARCHITECTURES};
+pub use crate::model::arch::{ModelConfig, SUPPORTED_ARCHITECTURES};
 
 fn md<'a>(content: &'a Content, key: &str) -> Result<&'a Value> {
     content

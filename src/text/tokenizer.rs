@@ -25,9 +25,9 @@ use tokenizers::models::bpe::BPE;
 use tokenizers::models::ModelWrapper;
 use tokenizers::AddedToken;
 
-use super::error::{ModelError, Result};
 use super::pre_tokenizer::{byte_level_bytes, PreTokenizer};
 use super::spm::{Spm, SpmToken};
+use crate::model::error::{ModelError, Result};
 
 /// The kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -713,7 +713,7 @@ pub(crate) mod testutil {
             .map(|s| s.to_string())
             .collect();
         let mut types = vec![3i32; 4];
-        let mut chars: Vec<(u8, char)> = crate::model::pre_tokenizer::char_to_byte()
+        let mut chars: Vec<(u8, char)> = crate::text::pre_tokenizer::char_to_byte()
             .iter()
             .map(|(c, b)| (*b, *c))
             .collect();
@@ -782,18 +782,18 @@ mod tests {
             .map(|i| format!(" q{}{}{}", letter(i), letter(i / 26), letter(i * 7)))
             .collect();
         let held = std::thread::spawn(move || {
-            crate::model::alloc_budget::with_budget(1 << 30, "unused", || {
+            crate::budget::alloc_budget::with_budget(1 << 30, "unused", || {
                 let once = || {
                     let t = tok(Some("smollm"));
                     assert!(!t.encode(&text).unwrap().is_empty());
                 };
                 // The first one pays for what is set up once per thread.
                 once();
-                let before = crate::model::alloc_budget::remaining().unwrap();
+                let before = crate::budget::alloc_budget::remaining().unwrap();
                 for _ in 0..40 {
                     once();
                 }
-                before - crate::model::alloc_budget::remaining().unwrap()
+                before - crate::budget::alloc_budget::remaining().unwrap()
             })
             .unwrap()
         })

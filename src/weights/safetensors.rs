@@ -22,9 +22,9 @@ use candle_core::{DType, Device};
 use memmap2::Mmap;
 use serde_json::Value as Json;
 
-use super::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, TensorSource};
-use super::error::{ModelError, Result};
-use super::quant::MappedBytes;
+use crate::model::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, TensorSource};
+use crate::model::error::{ModelError, Result};
+use crate::model::quant::MappedBytes;
 
 /// Largest header accepted (the format's own reader caps it at 100 MB too).
 const MAX_HEADER: u64 = 100_000_000;

@@ -1,0 +1,11 @@
+//! Text: the tokenizer (byte-level BPE with its pre-tokenizers, SentencePiece), chat messages
+//! and the model's chat template with its size checks.
+//!
+//! Turns messages into prompt tokens and tokens back into text; knows no weights and no kernel.
+
+pub mod chat_template;
+pub mod message;
+pub mod pre_tokenizer;
+pub mod spm;
+pub mod template_size;
+pub mod tokenizer;

@@ -1,0 +1,11 @@
+//! Weights: model files and where they come from. GGUF (its header checks and metadata),
+//! safetensors checkpoints, model sources (local files and folders, Hub ids) and file digests.
+//!
+//! Turns paths and names into checked, memory-mapped files; the architectures that read them
+//! are in [`crate::model`].
+
+pub mod digest;
+pub mod gguf;
+pub mod gguf_check;
+pub mod safetensors;
+pub mod source;
