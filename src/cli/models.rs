@@ -16,6 +16,7 @@ use anyhow::Context;
 
 use crate::bench::refutebench::plan::TokenCounter;
 use crate::engine::{ChatRequest, Engine, EngineError, EngineOptions, SchedulerConfig};
+use crate::model::arch::ModelConfig;
 use crate::model::device::DeviceSpec;
 use crate::model::transformer::WeightDType;
 use crate::model::ModelError;
@@ -23,9 +24,10 @@ use crate::store::manifest::ModelIdentity;
 use crate::store::run_dir::sha256_bytes;
 use crate::store::{error_chain, BoxError, FnModels};
 use crate::text::chat_template::ChatTemplate;
+use crate::text::error::TextError;
 use crate::text::message::Message;
 use crate::text::tokenizer::Tokenizer;
-use crate::weights::gguf::{file_sha256, GgufFile, ModelConfig};
+use crate::weights::gguf::{file_sha256, GgufFile};
 use crate::weights::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 
 /// A resolved model: its files and what identifies it, without its weights in memory.
@@ -213,9 +215,9 @@ fn is_request_error(err: &EngineError) -> bool {
         EngineError::EmptyPrompt { .. }
             | EngineError::TokenOutOfRange { .. }
             | EngineError::PrefixTooLong { .. }
-            | EngineError::Model(
-                ModelError::Template(_) | ModelError::TemplateRaised(_) | ModelError::Tokenizer(_)
-            )
+            | EngineError::Model(ModelError::Text(
+                TextError::Template(_) | TextError::TemplateRaised(_) | TextError::Tokenizer(_)
+            ))
     )
 }
 

@@ -25,7 +25,8 @@ use crate::report::{BarProgress, Progress};
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
 use crate::store::manifest::{Environment, ModelIdentity};
 use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
-use crate::store::shard::{strip_run_args, ReplayModels, ReplayPool, Shard};
+use crate::store::shard::{strip_run_args, ReplayModels, ReplayPool};
+use crate::store::shard_spec::Shard;
 use crate::store::Models;
 use crate::text::message::Message;
 

@@ -16,14 +16,17 @@ use super::constraint::ConstraintCompiler;
 use super::kv::SeqId;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
 use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats};
+use crate::model::arch::ModelConfig;
+use crate::model::checkpoint::Checkpoint;
 use crate::model::device::DeviceSpec;
 use crate::model::runner::Model;
 use crate::model::transformer::{Transformer, WeightDType};
 use crate::model::ModelError;
 use crate::text::chat_template::ChatTemplate;
+use crate::text::error::TextError;
 use crate::text::tokenizer::Tokenizer;
-use crate::weights::gguf::{GgufFile, ModelConfig};
-use crate::weights::safetensors::Checkpoint;
+use crate::weights::error::WeightsError;
+use crate::weights::gguf::GgufFile;
 use crate::weights::source::{weights_sha256, ModelFiles};
 
 /// The `eos_token_id` (one id or a list) of a `generation_config.json`.
@@ -108,7 +111,7 @@ impl Engine {
                 .and_then(|t| t.with_origin(files.weights.display())),
         };
         let template = match template {
-            Err(ModelError::NoChatTemplate) => ChatTemplate::missing(files.weights.display())?,
+            Err(TextError::NoChatTemplate) => ChatTemplate::missing(files.weights.display())?,
             other => other?,
         };
         let model = Transformer::from_gguf(&mut file, options.dtype)?;
@@ -117,7 +120,7 @@ impl Engine {
 
     fn from_checkpoint(files: &ModelFiles, options: EngineOptions) -> Result<Engine, EngineError> {
         let dir = &files.weights;
-        let missing = |what: &str| ModelError::Source {
+        let missing = |what: &str| WeightsError::Source {
             source_name: dir.display().to_string(),
             msg: format!("checkpoint folder has no {what}"),
         };
@@ -129,7 +132,7 @@ impl Engine {
         let template = match (&files.chat_template, &files.tokenizer_config) {
             (Some(path), _) => ChatTemplate::from_file(path, &tokenizer)?,
             (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
-            (None, None) => return Err(ModelError::NoChatTemplate.into()),
+            (None, None) => return Err(TextError::NoChatTemplate.into()),
         };
         let eos = match &files.generation_config {
             Some(p) => generation_eos_ids(p)?,

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::device::{DeviceBlock, KvPool};
-use crate::model::transformer::KvSeq;
+use crate::model::kv::KvSeq;
 
 /// Positions per block (the models' block size on every device).
 pub const BLOCK_TOKENS: usize = crate::model::runner::KV_BLOCK_TOKENS;

@@ -16,7 +16,9 @@ pub mod throughput;
 use serde::{Deserialize, Serialize};
 
 use crate::model::ModelError;
+use crate::text::error::TextError;
 use crate::text::message::Message;
+use crate::weights::error::WeightsError;
 
 pub use chat::{Engine, EngineOptions};
 pub use constraint::{Constraint, LLGUIDANCE_VERSION};
@@ -52,6 +54,18 @@ pub enum EngineError {
     KvFull { want: usize, free: usize },
     #[error("internal engine error: {0}")]
     Internal(String),
+}
+
+impl From<TextError> for EngineError {
+    fn from(e: TextError) -> Self {
+        EngineError::Model(e.into())
+    }
+}
+
+impl From<WeightsError> for EngineError {
+    fn from(e: WeightsError) -> Self {
+        EngineError::Model(e.into())
+    }
 }
 
 /// How to pick tokens and when to stop.

@@ -121,7 +121,7 @@ impl PrefixCache {
         if !self.enabled() {
             return;
         }
-        let n = ids.len().min(crate::model::transformer::KvSeq::len(kv)) / BLOCK_TOKENS;
+        let n = ids.len().min(crate::model::kv::KvSeq::len(kv)) / BLOCK_TOKENS;
         let mut parent = 0;
         let mut path = Vec::with_capacity(n);
         for k in 0..n {
@@ -195,7 +195,7 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::transformer::KvSeq;
+    use crate::model::kv::KvSeq;
 
     const L: KvLayout = KvLayout {
         n_layer: 1,

@@ -25,8 +25,9 @@ use super::logprobs::{token_logprob, TokenLogprob};
 use super::prefix::{PrefillStats, PrefixCache};
 use super::sampling::{argmax, Sampler};
 use super::{EngineError, SamplingParams, StopReason};
+use crate::model::kv::{KvSeq, Logits, SeqStep};
 use crate::model::runner::Model;
-use crate::model::transformer::{KvSeq, Logits, Scratch, SeqStep};
+use crate::model::transformer::Scratch;
 
 /// Turns generated ids into text (to find stop strings); the engine passes its tokenizer.
 pub trait TextDecoder {

@@ -17,8 +17,9 @@ use super::kv::{KvLayout, KvStorage, SeqKv};
 use super::sampling::{argmax, SplitMix64};
 use super::scheduler::SchedulerConfig;
 use super::EngineError;
+use crate::model::kv::{KvSeq, Logits, SeqStep};
 use crate::model::runner::Model;
-use crate::model::transformer::{KvSeq, Logits, Scratch, SeqStep};
+use crate::model::transformer::Scratch;
 
 /// One throughput configuration (named apart from the evaluation protocols, which are benchmarks too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,8 +19,9 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use serde_json::Value as Json;
 
 use super::error::{ModelError, Result};
-use super::quant::MappedBytes;
+use crate::weights::error::WeightsError;
 use crate::weights::gguf::{md_f32, md_string, md_usize, GgufFile};
+use crate::weights::mapped::MappedBytes;
 
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
@@ -517,13 +518,13 @@ impl Fields<'_> {
     fn get<T>(
         &self,
         f: Field,
-        gguf: fn(&Content, &str) -> Result<T>,
+        gguf: fn(&Content, &str) -> Result<T, WeightsError>,
         json: fn(&Json) -> Option<T>,
         what: &str,
     ) -> Result<Option<T>> {
         match self {
             Fields::Gguf { content, .. } if self.present(f) => {
-                gguf(content, &self.key(f)).map(Some)
+                Ok(Some(gguf(content, &self.key(f))?))
             }
             Fields::Gguf { .. } => Ok(None),
             Fields::Hf { .. } => match self.json(f.names().1) {
@@ -753,7 +754,7 @@ fn gguf_rope(f: &Fields, content: &Content, head_dim: usize) -> Result<(usize, f
     let key = |k: &str| format!("{prefix}.{k}");
     let opt_usize = |k: &str| -> Result<Option<usize>> {
         match content.metadata.contains_key(&key(k)) {
-            true => md_usize(content, &key(k)).map(Some),
+            true => Ok(Some(md_usize(content, &key(k))?)),
             false => Ok(None),
         }
     };
@@ -1170,11 +1171,11 @@ impl TensorSource for GgufFile {
     }
 
     fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
-        self.tensor(name, shape)
+        Ok(self.tensor(name, shape)?)
     }
 
     fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
-        self.mapped(name, shape)
+        Ok(self.mapped(name, shape)?)
     }
 
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {

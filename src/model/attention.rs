@@ -4,7 +4,7 @@
 //! depend on the instruction set, the split or the thread count.
 
 use super::expf::exp_shifted_in_place;
-use super::transformer::KvSeq;
+use super::kv::KvSeq;
 
 /// Rows per attention task when a sequence brings many (prefill).
 const ATTN_ROW_BLOCK: usize = 32;

@@ -1,12 +1,15 @@
-//! The model layer's error type: everything that can go wrong turning files into a model,
-//! a tokenizer or a rendered prompt.
+//! The model layer's error type: what can go wrong turning checked files into a model
+//! (configuration, architecture, tensors) and running it on a device; the errors of the
+//! rooms below ([`crate::text`], [`crate::weights`]) pass through unchanged.
 //!
-//! One enum for the whole `model` layer (weights, architecture, tokenizer, chat template,
-//! model sources). Messages are lower-case and name the file or item at fault; callers above
-//! (`engine`, `cli`) wrap or print them, never match on their text. New failure kinds get a new
-//! variant here rather than a stringly `Other`.
+//! Messages are lower-case and name the file or item at fault; callers above (`engine`,
+//! `cli`) wrap or print them, never match on their text. New failure kinds get a new variant
+//! rather than a stringly `Other`.
 
 use std::path::PathBuf;
+
+use crate::text::error::TextError;
+use crate::weights::error::WeightsError;
 
 /// Errors of the model layer.
 #[derive(Debug, thiserror::Error)]
@@ -19,10 +22,6 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
-
-    /// A GGUF file is malformed or lacks something the loader needs.
-    #[error("{}: gguf: {msg}", path.display())]
-    Gguf { path: PathBuf, msg: String },
 
     /// A metadata key the loader needs is absent or has the wrong type.
     #[error("gguf metadata key `{key}`: {msg}")]
@@ -60,36 +59,6 @@ pub enum ModelError {
     #[error("missing tensor `{0}`")]
     MissingTensor(String),
 
-    /// Building or running the tokenizer failed.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
-
-    /// The tokenizer's pre-tokenizer profile (GGUF `tokenizer.ggml.pre`) is not implemented.
-    #[error(
-        "unsupported pre-tokenizer `{0}` (supported: smollm, gpt2, llama-bpe, qwen2, default)"
-    )]
-    UnsupportedPreTokenizer(String),
-
-    /// The chat template could not be parsed or rendered, or it raised an exception.
-    #[error("chat template: {0}")]
-    Template(String),
-
-    /// The chat template went over its budget of work, output or memory.
-    #[error("{origin}: chat template over budget: {what}")]
-    TemplateBudget { origin: String, what: String },
-
-    /// The chat template called `raise_exception` (it refuses these messages).
-    #[error("chat template raised an exception: {0}")]
-    TemplateRaised(String),
-
-    /// The model has no chat template and none was supplied.
-    #[error("no chat template: the model has none (`tokenizer.chat_template`, tokenizer_config.json), as base models do; chat prompts need one: give a Jinja template with --chat-template FILE (`candor generate` also takes raw `prompt` lines)")]
-    NoChatTemplate,
-
-    /// `--model` could not be resolved to local files.
-    #[error("model source `{source_name}`: {msg}")]
-    Source { source_name: String, msg: String },
-
     /// The device cannot run the model: not built in, no driver, out of memory, a kernel or
     /// copy that failed.
     #[error("{0}")]
@@ -98,6 +67,14 @@ pub enum ModelError {
     /// A candle operation failed (loading tensors, running the forward pass).
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+
+    /// Building the tokenizer or the chat template failed ([`crate::text`]).
+    #[error(transparent)]
+    Text(#[from] TextError),
+
+    /// A model file or source could not be read ([`crate::weights`]).
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
 }
 
 impl ModelError {
@@ -106,14 +83,6 @@ impl ModelError {
         ModelError::Io {
             path: path.into(),
             source,
-        }
-    }
-
-    /// A GGUF error about `path`.
-    pub fn gguf(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
-        ModelError::Gguf {
-            path: path.into(),
-            msg: msg.into(),
         }
     }
 }

@@ -7,11 +7,13 @@
 
 pub mod arch;
 mod attention;
+pub mod checkpoint;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod expf;
+pub mod kv;
 pub mod limits;
 pub mod quant;
 pub mod runner;

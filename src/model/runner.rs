@@ -4,8 +4,9 @@
 use super::arch::ModelConfig;
 use super::device::{DeviceSpec, KvPool};
 use super::error::Result;
-use super::transformer::{KvSeq, Scratch, SeqStep, Transformer, WeightDType};
-use crate::weights::safetensors::Checkpoint;
+use super::kv::{KvSeq, SeqStep};
+use super::transformer::{Scratch, Transformer, WeightDType};
+use crate::model::checkpoint::Checkpoint;
 use crate::weights::source::ModelFiles;
 
 /// Positions per KV block, on every device (the engine's block size).

@@ -9,7 +9,7 @@
 //! padding: rows are packed back to back. Every row's arithmetic is independent of the batch it
 //! is in (row-independent matmuls, per-row norms, per-row attention with a fixed reduction
 //! order), so a token's logits do not depend on batch size, neighbours or thread count. The KV
-//! state itself belongs to the caller (the engine) behind the [`KvSeq`] trait; this module owns
+//! state itself belongs to the caller (the engine) behind the [`KvSeq`] trait (`model::kv`); this module owns
 //! only immutable weights and reusable scratch buffers.
 
 use std::path::Path;
@@ -22,9 +22,11 @@ use super::arch::{Activation, Arch, ModelConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
+use super::kv::{KvSeq, Logits, SeqStep};
 use super::quant::QWeight;
+use crate::model::checkpoint::Checkpoint;
+use crate::weights::error::WeightsError;
 use crate::weights::gguf::GgufFile;
-use crate::weights::safetensors::Checkpoint;
 
 /// How matrix weights are held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,47 +36,6 @@ pub enum WeightDType {
     Native,
     /// Everything dequantized to f32 (the accuracy reference mode).
     F32,
-}
-
-/// The KV state of one sequence as the forward pass sees it: `len` positions already stored,
-/// room made for more with [`KvSeq::grow`]. Keys and values are `kv_dim` wide per layer and
-/// position.
-pub trait KvSeq: Sync {
-    /// Positions stored so far.
-    fn len(&self) -> usize;
-    /// Whether nothing is stored yet.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Extends the sequence by `n` positions, to be filled by [`KvSeq::write`].
-    fn grow(&mut self, n: usize);
-    /// Stores one position's key and value for one layer.
-    fn write(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]);
-    /// The key stored at `pos` for `layer` (`kv_dim` values).
-    fn key(&self, layer: usize, pos: usize) -> &[f32];
-    /// The value stored at `pos` for `layer` (`kv_dim` values).
-    fn value(&self, layer: usize, pos: usize) -> &[f32];
-    /// For KV kept in a device's memory: appends the pool slots of the blocks holding this
-    /// sequence's positions, in order. Host KV has no slots and appends nothing (a device
-    /// forward pass refuses a sequence whose slots do not cover its positions).
-    fn device_blocks(&self, _out: &mut Vec<u32>) {}
-}
-
-/// Which logits a sequence wants back from a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Logits {
-    None,
-    /// Only for its last new token (sampling the next one).
-    Last,
-    /// For every new token (teacher forcing, scoring).
-    All,
-}
-
-/// One sequence's share of a forward step.
-pub struct SeqStep<'a, K: KvSeq> {
-    pub tokens: &'a [u32],
-    pub kv: &'a mut K,
-    pub logits: Logits,
 }
 
 /// Whether the quantized kernels handle a stored type natively.
@@ -241,7 +202,7 @@ impl Transformer {
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word).
         refuse_unused(&file.unread_tensors(), arch, |msg| {
-            ModelError::gguf(file.path(), msg)
+            WeightsError::gguf(file.path(), msg).into()
         })?;
         Ok(model)
     }

@@ -18,6 +18,7 @@
 pub mod auth;
 pub mod error;
 pub mod openai;
+pub mod reply;
 pub mod routes;
 pub mod stream;
 pub mod worker;

@@ -14,7 +14,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::routes::{
+use super::reply::{
     chat_logprobs, completion_logprobs, finish_reason, usage, Endpoint, Running, FINGERPRINT,
 };
 use super::worker::{Event, LogprobInfo};

@@ -97,42 +97,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
     }
 }
 
-/// Where a file is published: `https://raw.githubusercontent.com/<repo>/<commit>/<path>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Upstream {
-    pub repo: &'static str,
-    pub commit: &'static str,
-    pub path: &'static str,
-}
-
-/// What reads a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// A protocol run reads it (a run fetches it on first use).
-    Run,
-    /// Only the comparison with the authors' published results reads it (`candor score`, the
-    /// tests): fetched by `candor data fetch` where the authors publish it, never by a run.
-    Compare,
-}
-
-/// One file of the data folder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataFile {
-    /// Path under the data root, `/`-separated; the first component is the protocol.
-    pub rel: &'static str,
-    pub size: u64,
-    pub sha256: &'static str,
-    pub need: Need,
-    pub upstream: Option<Upstream>,
-}
-
-impl DataFile {
-    pub fn protocol(&self) -> &'static str {
-        self.rel.split('/').next().unwrap_or("")
-    }
-}
-
-pub use super::data_files::FILES;
+pub use super::data_files::{DataFile, Need, Upstream, FILES};
 
 /// The files of one protocol.
 pub fn files_for(protocol: &str) -> Result<Vec<&'static DataFile>> {

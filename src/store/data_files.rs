@@ -3,7 +3,40 @@
 //! authors publish it ([`Upstream`]: repository, commit, path). Data only; fetching is in
 //! [`super::data`].
 
-use super::data::{DataFile, Need, Upstream};
+/// Where a file is published: `https://raw.githubusercontent.com/<repo>/<commit>/<path>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upstream {
+    pub repo: &'static str,
+    pub commit: &'static str,
+    pub path: &'static str,
+}
+
+/// What reads a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// A protocol run reads it (a run fetches it on first use).
+    Run,
+    /// Only the comparison with the authors' published results reads it (`candor score`, the
+    /// tests): fetched by `candor data fetch` where the authors publish it, never by a run.
+    Compare,
+}
+
+/// One file of the data folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataFile {
+    /// Path under the data root, `/`-separated; the first component is the protocol.
+    pub rel: &'static str,
+    pub size: u64,
+    pub sha256: &'static str,
+    pub need: Need,
+    pub upstream: Option<Upstream>,
+}
+
+impl DataFile {
+    pub fn protocol(&self) -> &'static str {
+        self.rel.split('/').next().unwrap_or("")
+    }
+}
 
 // The pinned commits. Raw URLs resolve a full 40-character id only (a short id is not
 // guaranteed to); `data::tests` checks every URL's shape. The first five are the full ids of

@@ -52,7 +52,7 @@ pub struct RunIdentity {
     pub items: ItemSet,
     /// The share of the items this run takes (`candor run --shard I/N`); absent when whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard: Option<super::shard::Shard>,
+    pub shard: Option<super::shard_spec::Shard>,
 }
 
 /// One loaded model and the hashes that identify it; filled by the engine side.

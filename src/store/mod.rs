@@ -40,6 +40,7 @@ pub mod run_dir;
 pub mod run_results;
 pub mod samples;
 pub mod shard;
+pub mod shard_spec;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 

@@ -31,7 +31,7 @@ pub struct ProtocolRun<'a, Pr: Protocol> {
     pub batch_size: usize,
     /// The share of the items this run takes (`--shard I/N`), recorded in the manifest;
     /// `prepared.items` holds that share only.
-    pub shard: Option<super::shard::Shard>,
+    pub shard: Option<super::shard_spec::Shard>,
 }
 
 /// What a protocol run did.

@@ -3,7 +3,7 @@
 //!
 //! Shard `I/N` (0-based `I`) takes the items whose position in the run's item list (after
 //! `--subset` and `--limit`) is `I` modulo `N`: a deterministic, balanced share. The shard is
-//! recorded in the manifest's identity ([`Shard`], with the `candor run` arguments it was
+//! recorded in the manifest's identity ([`Shard`], `store::shard_spec`, with the `candor run` arguments it was
 //! given), so a shard directory resumes like any run and refuses another shard's settings.
 //!
 //! Merging checks that the shards' manifests agree in everything but the shard and the items,
@@ -19,32 +19,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use serde::{Deserialize, Serialize};
-
 use super::manifest::{ItemSet, Manifest};
 use super::model_pool::Models;
 use super::samples::{parse_log, Sample, SampleOutcome};
+use super::shard_spec::Shard;
 use super::{BoxError, StoreError};
 use crate::bench::plan::Actor;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams};
 use crate::text::message::Message;
 
-/// One shard of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    /// 0-based, below `count`.
-    pub index: usize,
-    pub count: usize,
-    /// The `candor run` arguments without `--out` and `--shard` (what `candor merge` runs).
-    #[serde(default)]
-    pub args: Vec<String>,
-}
-
 /// Errors of sharding and merging.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
-    #[error("--shard {0:?}: expected I/N with 0 <= I < N, e.g. 0/4")]
-    Spec(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{}: {message}", path.display())]
@@ -53,34 +39,6 @@ pub enum ShardError {
     Disagree(String),
     #[error("{0}")]
     Incomplete(String),
-}
-
-impl Shard {
-    /// Parses `I/N`.
-    pub fn parse(s: &str) -> Result<Shard, ShardError> {
-        let bad = || ShardError::Spec(s.to_string());
-        let (i, n) = s.split_once('/').ok_or_else(bad)?;
-        let index: usize = i.trim().parse().map_err(|_| bad())?;
-        let count: usize = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index >= count {
-            return Err(bad());
-        }
-        Ok(Shard {
-            index,
-            count,
-            args: Vec::new(),
-        })
-    }
-
-    /// Whether the item at `position` of the run's item list is this shard's.
-    pub fn owns(&self, position: usize) -> bool {
-        position % self.count == self.index
-    }
-
-    /// The positions of `len` items this shard takes.
-    pub fn positions(&self, len: usize) -> Vec<usize> {
-        (0..len).filter(|&p| self.owns(p)).collect()
-    }
 }
 
 /// `candor run` arguments (after `run`) without `--out`/`--shard` and their values.

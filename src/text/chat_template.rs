@@ -24,12 +24,12 @@ use std::time::Duration;
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
 
+use super::error::{Result, TextError};
 use super::message::Message;
 use super::template_size;
 use super::tokenizer::Tokenizer;
 use crate::budget::alloc_budget;
 use crate::budget::cpu_budget;
-use crate::model::error::{ModelError, Result};
 
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -80,7 +80,7 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     /// The model has no template and none was given ([`ChatTemplate::missing`]): every render
-    /// is [`ModelError::NoChatTemplate`].
+    /// is [`TextError::NoChatTemplate`].
     missing: bool,
 }
 
@@ -120,7 +120,7 @@ impl ChatTemplate {
         eos_token: String,
     ) -> Result<Self> {
         let origin = origin.to_string();
-        template_size::check_folding(&source).map_err(|what| ModelError::TemplateBudget {
+        template_size::check_folding(&source).map_err(|what| TextError::TemplateBudget {
             origin: origin.clone(),
             what,
         })?;
@@ -146,7 +146,7 @@ impl ChatTemplate {
             MAX_CPU_FIXED,
             || env.add_template_owned(TEMPLATE_NAME, source.clone()),
         )?
-        .map_err(|e| ModelError::Template(describe(&e)))?;
+        .map_err(|e| TextError::Template(describe(&e)))?;
         Ok(ChatTemplate {
             source,
             origin,
@@ -160,7 +160,7 @@ impl ChatTemplate {
     /// A Jinja template file (`--chat-template FILE`), with the tokenizer's BOS/EOS strings,
     /// checked like a model's own ([`ChatTemplate::with_origin`]).
     pub fn from_file(path: &Path, tokenizer: &Tokenizer) -> Result<Self> {
-        let source = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        let source = std::fs::read_to_string(path).map_err(|e| TextError::io(path, e))?;
         Self::compile(
             source,
             path.display(),
@@ -168,14 +168,14 @@ impl ChatTemplate {
             tokenizer.eos_token().into(),
         )
         .map_err(|e| match e {
-            ModelError::Template(msg) => ModelError::Template(format!("{}: {msg}", path.display())),
+            TextError::Template(msg) => TextError::Template(format!("{}: {msg}", path.display())),
             other => other,
         })?
         .with_origin(path.display())
     }
 
     /// The stand-in for a model without a template (a base model): loading succeeds, raw
-    /// prompts can be generated, and any chat render is [`ModelError::NoChatTemplate`].
+    /// prompts can be generated, and any chat render is [`TextError::NoChatTemplate`].
     pub fn missing(origin: impl std::fmt::Display) -> Result<Self> {
         let mut t = Self::new("", "", "")?;
         t.origin = origin.to_string();
@@ -202,7 +202,7 @@ impl ChatTemplate {
         ];
         for messages in [&probe[1..2], &probe[..]] {
             match self.render(messages, true) {
-                Err(e @ ModelError::TemplateBudget { .. }) => return Err(e),
+                Err(e @ TextError::TemplateBudget { .. }) => return Err(e),
                 _ => continue,
             }
         }
@@ -213,11 +213,11 @@ impl ChatTemplate {
     /// BOS/EOS strings.
     pub fn from_gguf(content: &Content, tokenizer: &Tokenizer) -> Result<Self> {
         let source = match content.metadata.get("tokenizer.chat_template") {
-            Some(v) => v.to_string().map_err(|e| ModelError::Metadata {
+            Some(v) => v.to_string().map_err(|e| TextError::Metadata {
                 key: "tokenizer.chat_template".to_string(),
                 msg: e.to_string(),
             })?,
-            None => return Err(ModelError::NoChatTemplate),
+            None => return Err(TextError::NoChatTemplate),
         };
         Self::compile(
             source.clone(),
@@ -230,9 +230,9 @@ impl ChatTemplate {
     /// The template in a `tokenizer_config.json` (`chat_template`: a string, or a list of
     /// `{name, template}` of which `default` is used).
     pub fn from_tokenizer_config(path: &Path, tokenizer: &Tokenizer) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
+        let bytes = std::fs::read(path).map_err(|e| TextError::io(path, e))?;
         let json: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ModelError::Template(format!("{}: {e}", path.display())))?;
+            .map_err(|e| TextError::Template(format!("{}: {e}", path.display())))?;
         let source = match json.get("chat_template") {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(serde_json::Value::Array(list)) => list
@@ -241,18 +241,18 @@ impl ChatTemplate {
                 .and_then(|t| t.get("template")?.as_str())
                 .map(str::to_string)
                 .ok_or_else(|| {
-                    ModelError::Template(format!(
+                    TextError::Template(format!(
                         "{}: chat_template list has no `default` entry",
                         path.display()
                     ))
                 })?,
             Some(_) => {
-                return Err(ModelError::Template(format!(
+                return Err(TextError::Template(format!(
                     "{}: chat_template is neither a string nor a list",
                     path.display()
                 )))
             }
-            None => return Err(ModelError::NoChatTemplate),
+            None => return Err(TextError::NoChatTemplate),
         };
         Self::compile(
             source,
@@ -272,7 +272,7 @@ impl ChatTemplate {
     /// assistant's reply begins.
     ///
     /// The render runs under the template's budget (module docs); going over it is a
-    /// [`ModelError::TemplateBudget`] naming the model file (or, for memory and CPU time, a
+    /// [`TextError::TemplateBudget`] naming the model file (or, for memory and CPU time, a
     /// one-line message and exit, see [`crate::budget::alloc_budget`] and [`crate::budget::cpu_budget`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         Ok(self.render_counted(messages, add_generation_prompt)?.0)
@@ -285,12 +285,12 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<(String, u64)> {
         if self.missing {
-            return Err(ModelError::NoChatTemplate);
+            return Err(TextError::NoChatTemplate);
         }
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
-            .map_err(|e| ModelError::Template(format!("{}: {}", self.origin, describe(&e))))?;
+            .map_err(|e| TextError::Template(format!("{}: {}", self.origin, describe(&e))))?;
         let input: usize = messages
             .iter()
             .map(|m| m.content.len() + m.role.as_str().len())
@@ -319,7 +319,7 @@ impl ChatTemplate {
             tmpl.render_to_write(ctx, &mut out)
                 .map(|state| state.fuel_levels().map_or(0, |(used, _)| used))
         })?;
-        let budget = |what: String| ModelError::TemplateBudget {
+        let budget = |what: String| TextError::TemplateBudget {
             origin: self.origin.clone(),
             what,
         };
@@ -340,13 +340,13 @@ impl ChatTemplate {
             }
             Err(e) => {
                 return Err(match marked(&e, RAISED) {
-                    Some(msg) => ModelError::TemplateRaised(msg),
-                    None => ModelError::Template(format!("{}: {}", self.origin, describe(&e))),
+                    Some(msg) => TextError::TemplateRaised(msg),
+                    None => TextError::Template(format!("{}: {}", self.origin, describe(&e))),
                 })
             }
         };
         let text = String::from_utf8(out.buf).map_err(|_| {
-            ModelError::Template(format!("{}: rendered text is not UTF-8", self.origin))
+            TextError::Template(format!("{}: rendered text is not UTF-8", self.origin))
         })?;
         Ok((text, fuel))
     }
@@ -484,17 +484,17 @@ fn guarded<T>(
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         })
     })
-    .map_err(|e| ModelError::Template(format!("{origin}: {e}")))?
+    .map_err(|e| TextError::Template(format!("{origin}: {e}")))?
     .map_err(|panic| panicked(origin, panic))
 }
 
-fn panicked(origin: &str, panic: Box<dyn std::any::Any + Send>) -> ModelError {
+fn panicked(origin: &str, panic: Box<dyn std::any::Any + Send>) -> TextError {
     let msg = panic
         .downcast_ref::<String>()
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default();
-    ModelError::TemplateBudget {
+    TextError::TemplateBudget {
         origin: origin.to_string(),
         what: format!("a value too large to build ({msg})"),
     }
@@ -569,7 +569,7 @@ mod tests {
         assert_eq!(t.render(&[Message::user("x")], true).unwrap(), "ok");
         let err = t.render(&[Message::system("x")], true).unwrap_err();
         match err {
-            ModelError::TemplateRaised(msg) => assert_eq!(msg, "System role not supported"),
+            TextError::TemplateRaised(msg) => assert_eq!(msg, "System role not supported"),
             other => panic!("expected TemplateRaised, got {other:?}"),
         }
     }
@@ -577,7 +577,7 @@ mod tests {
     #[test]
     fn broken_templates_are_errors() {
         let err = ChatTemplate::new("{% for m in messages %}", "", "").unwrap_err();
-        assert!(matches!(err, ModelError::Template(_)), "{err:?}");
+        assert!(matches!(err, TextError::Template(_)), "{err:?}");
         let t = ChatTemplate::new("{{ messages | no_such_filter }}", "", "");
         let err = match t {
             Ok(t) => t.render(&[Message::user("x")], true).unwrap_err(),
@@ -602,7 +602,7 @@ mod tests {
         let mut c = content(Some("smollm"), false);
         assert!(matches!(
             ChatTemplate::from_gguf(&c, &tok),
-            Err(ModelError::NoChatTemplate)
+            Err(TextError::NoChatTemplate)
         ));
         c.metadata.insert(
             "tokenizer.chat_template".into(),
@@ -698,7 +698,7 @@ mod tests {
             .and_then(|t| t.with_origin("models/hostile.gguf"))
             .unwrap_err();
         assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
-        assert!(matches!(err, ModelError::TemplateBudget { .. }), "{err:?}");
+        assert!(matches!(err, TextError::TemplateBudget { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(!msg.contains('\n'), "{msg}");
         assert!(msg.starts_with("models/hostile.gguf: "), "{msg}");
@@ -728,7 +728,7 @@ mod tests {
         let err = t
             .render(&[Message::user("y".repeat(5000))], true)
             .unwrap_err();
-        assert!(matches!(err, ModelError::TemplateBudget { .. }), "{err:?}");
+        assert!(matches!(err, TextError::TemplateBudget { .. }), "{err:?}");
     }
 
     /// Values whose size is known before they are built are refused before they are built:
@@ -787,7 +787,7 @@ mod tests {
                 start.elapsed()
             );
             assert!(
-                matches!(err, ModelError::TemplateBudget { .. }),
+                matches!(err, TextError::TemplateBudget { .. }),
                 "{src}: {err:?}"
             );
             let msg = err.to_string();
@@ -810,7 +810,7 @@ mod tests {
         ] {
             let err = ChatTemplate::new(src, "", "").unwrap_err();
             assert!(
-                matches!(err, ModelError::TemplateBudget { .. }),
+                matches!(err, TextError::TemplateBudget { .. }),
                 "{src}: {err:?}"
             );
             assert!(err.to_string().contains(want), "{src}: {err}");

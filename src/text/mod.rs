@@ -4,6 +4,7 @@
 //! Turns messages into prompt tokens and tokens back into text; knows no weights and no kernel.
 
 pub mod chat_template;
+pub mod error;
 pub mod message;
 pub mod pre_tokenizer;
 pub mod spm;

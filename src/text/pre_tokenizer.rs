@@ -15,7 +15,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
 
-use crate::model::error::{ModelError, Result};
+use super::error::{Result, TextError};
 
 /// GPT-2's byte-level regex as llama.cpp applies it (its hand-written splitter also takes a
 /// trailing whitespace run, hence the final `\s+`).
@@ -52,7 +52,7 @@ impl PreTokenizer {
             Some("gpt2") => Ok(PreTokenizer::Gpt2),
             Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
             Some("qwen2") | Some("deepseek-r1-qwen") => Ok(PreTokenizer::Qwen2),
-            Some(other) => Err(ModelError::UnsupportedPreTokenizer(other.to_string())),
+            Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
 
@@ -83,7 +83,7 @@ impl PreTokenizer {
                 SplitDelimiterBehavior::Isolated,
                 false,
             )
-            .map_err(|e| ModelError::Tokenizer(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
+            .map_err(|e| TextError::Tokenizer(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
             steps.push(split.into());
         }
         steps.push(ByteLevel::new(false, false, false).into());

@@ -25,9 +25,9 @@ use tokenizers::models::bpe::BPE;
 use tokenizers::models::ModelWrapper;
 use tokenizers::AddedToken;
 
+use super::error::{Result, TextError};
 use super::pre_tokenizer::{byte_level_bytes, PreTokenizer};
 use super::spm::{Spm, SpmToken};
-use crate::model::error::{ModelError, Result};
 
 /// The kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,7 +52,7 @@ impl TokenKind {
             5 => TokenKind::Unused,
             6 => TokenKind::Byte,
             other => {
-                return Err(ModelError::Tokenizer(format!(
+                return Err(TextError::Tokenizer(format!(
                     "unknown token type {other} in tokenizer.ggml.token_type"
                 )))
             }
@@ -89,7 +89,7 @@ impl Tokenizer {
             return Self::from_gguf_spm(content);
         }
         if model != "gpt2" {
-            return Err(ModelError::Tokenizer(format!(
+            return Err(TextError::Tokenizer(format!(
                 "unsupported tokenizer model `{model}` (supported: gpt2 byte-level BPE, llama SentencePiece)"
             )));
         }
@@ -112,7 +112,7 @@ impl Tokenizer {
             None => vec![TokenKind::Normal; tokens.len()],
         };
         if kinds.len() != tokens.len() {
-            return Err(ModelError::Tokenizer(format!(
+            return Err(TextError::Tokenizer(format!(
                 "{} token types for {} tokens",
                 kinds.len(),
                 tokens.len()
@@ -182,7 +182,7 @@ impl Tokenizer {
             None => vec![TokenKind::Normal; n],
         };
         if kinds.len() != n || scores.len() != n {
-            return Err(ModelError::Tokenizer(format!(
+            return Err(TextError::Tokenizer(format!(
                 "{} token types and {} scores for {n} tokens",
                 kinds.len(),
                 scores.len()
@@ -190,7 +190,7 @@ impl Tokenizer {
         }
         let in_vocab = |what: &str, id: Option<u32>| -> Result<Option<u32>> {
             match id {
-                Some(i) if i as usize >= n => Err(ModelError::Tokenizer(format!(
+                Some(i) if i as usize >= n => Err(TextError::Tokenizer(format!(
                     "{what} token id {i} is outside the vocabulary of {n}"
                 ))),
                 other => Ok(other),
@@ -270,7 +270,7 @@ impl Tokenizer {
             .vocab_and_merges(vocab, Vec::new())
             .cache_capacity(0)
             .build()
-            .map_err(|e| ModelError::Tokenizer(format!("building the vocabulary: {e}")))?;
+            .map_err(|e| TextError::Tokenizer(format!("building the vocabulary: {e}")))?;
         Ok(Tokenizer {
             inner: tokenizers::Tokenizer::new(bpe),
             tokens,
@@ -288,8 +288,8 @@ impl Tokenizer {
 
     /// Reads a GGUF file's metadata and builds its tokenizer.
     pub fn from_gguf_file(path: &Path) -> Result<Self> {
-        let mut f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
-        let content = Content::read(&mut f).map_err(|e| ModelError::gguf(path, e.to_string()))?;
+        let mut f = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
+        let content = Content::read(&mut f).map_err(|e| TextError::gguf(path, e.to_string()))?;
         Self::from_gguf(&content)
     }
 
@@ -299,7 +299,7 @@ impl Tokenizer {
             if (id as usize) < n {
                 Ok(id)
             } else {
-                Err(ModelError::Tokenizer(format!(
+                Err(TextError::Tokenizer(format!(
                     "{what} token id {id} is outside the vocabulary of {n}"
                 )))
             }
@@ -315,7 +315,7 @@ impl Tokenizer {
         for (i, m) in spec.merges.iter().enumerate() {
             let (a, b) = m
                 .split_once(' ')
-                .ok_or_else(|| ModelError::Tokenizer(format!("merge {i} `{m}` has no space")))?;
+                .ok_or_else(|| TextError::Tokenizer(format!("merge {i} `{m}` has no space")))?;
             merge_pairs.push((a.to_string(), b.to_string()));
         }
         let bpe = BPE::builder()
@@ -323,7 +323,7 @@ impl Tokenizer {
             .ignore_merges(spec.pre.ignore_merges())
             .cache_capacity(0)
             .build()
-            .map_err(|e| ModelError::Tokenizer(format!("building bpe: {e}")))?;
+            .map_err(|e| TextError::Tokenizer(format!("building bpe: {e}")))?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(spec.pre.build()?));
         inner.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
@@ -338,7 +338,7 @@ impl Tokenizer {
                 _ => {}
             }
         }
-        let add_err = |e| ModelError::Tokenizer(format!("adding special tokens: {e}"));
+        let add_err = |e| TextError::Tokenizer(format!("adding special tokens: {e}"));
         inner.add_special_tokens(control).map_err(add_err)?;
         inner.add_tokens(user).map_err(add_err)?;
         let pieces = spec
@@ -370,11 +370,11 @@ impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json`; BOS/EOS and whether to add them come from a
     /// `tokenizer_config.json` beside it when there is one.
     pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
+        let bytes = std::fs::read(path).map_err(|e| TextError::io(path, e))?;
         let json: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+            .map_err(|e| TextError::Tokenizer(format!("{}: {e}", path.display())))?;
         let mut inner = tokenizers::Tokenizer::from_bytes(&bytes)
-            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+            .map_err(|e| TextError::Tokenizer(format!("{}: {e}", path.display())))?;
         if let ModelWrapper::BPE(bpe) = inner.get_model() {
             let mut bpe = bpe.clone();
             bpe.resize_cache(0);
@@ -382,9 +382,9 @@ impl Tokenizer {
         }
         let config_path = path.with_file_name("tokenizer_config.json");
         let (config, config_bytes) = if config_path.is_file() {
-            let cb = std::fs::read(&config_path).map_err(|e| ModelError::io(&config_path, e))?;
+            let cb = std::fs::read(&config_path).map_err(|e| TextError::io(&config_path, e))?;
             let cv: serde_json::Value = serde_json::from_slice(&cb)
-                .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", config_path.display())))?;
+                .map_err(|e| TextError::Tokenizer(format!("{}: {e}", config_path.display())))?;
             (Some(cv), cb)
         } else {
             (None, Vec::new())
@@ -422,7 +422,7 @@ impl Tokenizer {
         let lookup = |name: &str| -> Result<Option<u32>> {
             match config.as_ref().and_then(|c| config_token(c, name)) {
                 Some(s) => inner.token_to_id(&s).map(Some).ok_or_else(|| {
-                    ModelError::Tokenizer(format!("{name} `{s}` is not in the vocabulary"))
+                    TextError::Tokenizer(format!("{name} `{s}` is not in the vocabulary"))
                 }),
                 None => Ok(None),
             }
@@ -434,7 +434,7 @@ impl Tokenizer {
                 .iter()
                 .find_map(|s| inner.token_to_id(s))
                 .ok_or_else(|| {
-                    ModelError::Tokenizer(format!(
+                    TextError::Tokenizer(format!(
                         "{}: cannot tell the end-of-sequence token (no tokenizer_config.json eos_token)",
                         path.display()
                     ))
@@ -444,7 +444,7 @@ impl Tokenizer {
         // Without an explicit flag, ask the post-processor whether it adds BOS/EOS.
         let probe = inner
             .encode_fast("a", true)
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            .map_err(|e| TextError::Tokenizer(e.to_string()))?;
         let probe_ids = probe.get_ids();
         let add_bos = flag("add_bos_token")
             .unwrap_or_else(|| bos.is_some() && probe_ids.first().copied() == bos);
@@ -489,7 +489,7 @@ impl Tokenizer {
         let enc = self
             .inner
             .encode_fast(text, false)
-            .map_err(|e| ModelError::Tokenizer(format!("encoding: {e}")))?;
+            .map_err(|e| TextError::Tokenizer(format!("encoding: {e}")))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -632,8 +632,8 @@ fn config_token(config: &serde_json::Value, name: &str) -> Option<String> {
     }
 }
 
-fn bad_key(key: &str, msg: impl std::fmt::Display) -> ModelError {
-    ModelError::Metadata {
+fn bad_key(key: &str, msg: impl std::fmt::Display) -> TextError {
+    TextError::Metadata {
         key: key.to_string(),
         msg: msg.to_string(),
     }
@@ -669,7 +669,7 @@ fn value_i64(v: &Value) -> Result<i64> {
         Value::U64(x) => i64::try_from(*x).unwrap_or(i64::MAX),
         Value::I64(x) => *x,
         other => {
-            return Err(ModelError::Tokenizer(format!(
+            return Err(TextError::Tokenizer(format!(
                 "expected an integer, found {:?}",
                 other.value_type()
             )))
@@ -856,7 +856,7 @@ mod tests {
     #[test]
     fn unknown_pre_tokenizer_is_named() {
         let err = Tokenizer::from_gguf(&content(Some("qwen9"), false)).unwrap_err();
-        assert!(matches!(err, ModelError::UnsupportedPreTokenizer(ref p) if p == "qwen9"));
+        assert!(matches!(err, TextError::UnsupportedPreTokenizer(ref p) if p == "qwen9"));
         assert!(err.to_string().contains("qwen9"));
     }
 

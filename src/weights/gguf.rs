@@ -1,9 +1,7 @@
-//! GGUF files: open one, read the llama-family hyperparameters from its metadata and hand out
-//! its tensors by name.
+//! GGUF files: open one, read typed metadata values and hand out its tensors by name.
 //!
-//! The architecture's GGUF keys are read by [`crate::model::arch`] (re-exported here as
-//! [`ModelConfig`]); this module does not build layers or run anything (that is
-//! [`crate::model::transformer`]). Absent tensors are reported as such, never guessed: "is there an
+//! The architectures' GGUF keys are read above, by `model::arch`; this module knows no
+//! architecture and builds no layer. Absent tensors are reported as such, never guessed: "is there an
 //! `output.weight`?" is answered by looking the name up, not by catching a read error.
 
 use std::collections::BTreeSet;
@@ -17,23 +15,21 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use memmap2::Mmap;
 
-use crate::model::error::{ModelError, Result};
-use crate::model::quant::MappedBytes;
-
-pub use crate::model::arch::{ModelConfig, SUPPORTED_ARCHITECTURES};
+use super::error::{Result, WeightsError};
+use crate::weights::mapped::MappedBytes;
 
 fn md<'a>(content: &'a Content, key: &str) -> Result<&'a Value> {
     content
         .metadata
         .get(key)
-        .ok_or_else(|| ModelError::Metadata {
+        .ok_or_else(|| WeightsError::Metadata {
             key: key.into(),
             msg: "missing".into(),
         })
 }
 
-fn md_err(key: &str, e: candle_core::Error) -> ModelError {
-    ModelError::Metadata {
+fn md_err(key: &str, e: candle_core::Error) -> WeightsError {
+    WeightsError::Metadata {
         key: key.into(),
         msg: e.to_string(),
     }
@@ -50,19 +46,19 @@ pub fn md_usize(content: &Content, key: &str) -> Result<usize> {
         Value::I8(_) | Value::I16(_) | Value::I32(_) | Value::I64(_) => {
             let x = v.to_i64().or_else(|_| v.to_i32().map(i64::from));
             let x = x.map_err(|e| md_err(key, e))?;
-            u64::try_from(x).map_err(|_| ModelError::Metadata {
+            u64::try_from(x).map_err(|_| WeightsError::Metadata {
                 key: key.into(),
                 msg: format!("negative value {x}"),
             })?
         }
         other => {
-            return Err(ModelError::Metadata {
+            return Err(WeightsError::Metadata {
                 key: key.into(),
                 msg: format!("expected an integer, found {:?}", other.value_type()),
             })
         }
     };
-    usize::try_from(n).map_err(|_| ModelError::Metadata {
+    usize::try_from(n).map_err(|_| WeightsError::Metadata {
         key: key.into(),
         msg: format!("value {n} too large"),
     })
@@ -73,7 +69,7 @@ pub fn md_f32(content: &Content, key: &str) -> Result<f32> {
     match md(content, key)? {
         Value::F32(x) => Ok(*x),
         Value::F64(x) => Ok(*x as f32),
-        other => Err(ModelError::Metadata {
+        other => Err(WeightsError::Metadata {
             key: key.into(),
             msg: format!("expected a float, found {:?}", other.value_type()),
         }),
@@ -93,7 +89,7 @@ pub fn md_string(content: &Content, key: &str) -> Result<String> {
 /// names the file in errors.
 pub fn read_checked<R: Read + std::io::Seek>(path: &Path, reader: &mut R) -> Result<Content> {
     super::gguf_check::scan(path, reader)?;
-    let content = Content::read(reader).map_err(|e| ModelError::gguf(path, e.to_string()))?;
+    let content = Content::read(reader).map_err(|e| WeightsError::gguf(path, e.to_string()))?;
     super::gguf_check::check_metadata(path, &content)?;
     Ok(content)
 }
@@ -112,11 +108,11 @@ pub struct GgufFile {
 impl GgufFile {
     /// Opens and parses the header of a GGUF file, and maps the file.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+        let file = File::open(path).map_err(|e| WeightsError::io(path, e))?;
         let content = read_checked(path, &mut BufReader::new(&file))?;
         // SAFETY: mapped read-only; like every mmap reader (llama.cpp's, candle's) we rely on
         // the file not being truncated or rewritten while the model is in use.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| WeightsError::io(path, e))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,
@@ -155,7 +151,7 @@ impl GgufFile {
     pub fn dtype(&self, name: &str) -> Result<GgmlDType> {
         match self.content.tensor_infos.get(name) {
             Some(info) => Ok(info.ggml_dtype),
-            None => Err(ModelError::MissingTensor(name.into())),
+            None => Err(WeightsError::MissingTensor(name.into())),
         }
     }
 
@@ -163,11 +159,11 @@ impl GgufFile {
     /// (outermost dimension first, as candle orders it).
     pub fn mapped(&self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
         let Some(info) = self.content.tensor_infos.get(name) else {
-            return Err(ModelError::MissingTensor(name.into()));
+            return Err(WeightsError::MissingTensor(name.into()));
         };
         (self.read.lock().unwrap_or_else(|e| e.into_inner())).insert(name.to_string());
         if info.shape.dims() != shape {
-            return Err(ModelError::TensorShape {
+            return Err(WeightsError::TensorShape {
                 name: name.into(),
                 expected: format!("{shape:?}"),
                 found: format!("{:?}", info.shape.dims()),
@@ -175,7 +171,7 @@ impl GgufFile {
         }
         let dtype = info.ggml_dtype;
         let elems = info.shape.elem_count();
-        let err = |msg: String| ModelError::gguf(&self.path, format!("tensor `{name}`: {msg}"));
+        let err = |msg: String| WeightsError::gguf(&self.path, format!("tensor `{name}`: {msg}"));
         if !elems.is_multiple_of(dtype.block_size()) {
             return Err(err(format!(
                 "{elems} elements is not a multiple of the {dtype:?} block size {}",
@@ -227,11 +223,11 @@ impl GgufFile {
             shape.to_vec(),
             &Device::Cpu,
         )
-        .map_err(|e| ModelError::gguf(&self.path, format!("tensor `{name}`: {e}")))
+        .map_err(|e| WeightsError::gguf(&self.path, format!("tensor `{name}`: {e}")))
     }
 }
 
 /// The lower-case hex sha256 of a file (recorded in run manifests).
 pub fn file_sha256(path: &Path) -> Result<String> {
-    super::digest::sha256_file(path).map_err(|e| ModelError::io(path, e))
+    super::digest::sha256_file(path).map_err(|e| WeightsError::io(path, e))
 }

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value, ValueType};
 
-use crate::model::error::{ModelError, Result};
+use super::error::{Result, WeightsError};
 
 /// GGUF's default data alignment.
 const DEFAULT_ALIGNMENT: u64 = 32;
@@ -99,8 +99,8 @@ struct Cursor<'a, R> {
 }
 
 impl<R: Read + Seek> Cursor<'_, R> {
-    fn err(&self, msg: impl std::fmt::Display) -> ModelError {
-        ModelError::gguf(self.path, format!("{msg} (header byte {})", self.pos))
+    fn err(&self, msg: impl std::fmt::Display) -> WeightsError {
+        WeightsError::gguf(self.path, format!("{msg} (header byte {})", self.pos))
     }
 
     fn bytes(&mut self, n: u64, what: &str) -> Result<Vec<u8>> {
@@ -113,7 +113,7 @@ impl<R: Read + Seek> Cursor<'_, R> {
         let mut buf = vec![0u8; n as usize];
         self.r
             .read_exact(&mut buf)
-            .map_err(|e| ModelError::io(self.path, e))?;
+            .map_err(|e| WeightsError::io(self.path, e))?;
         self.pos += n;
         Ok(buf)
     }
@@ -125,7 +125,7 @@ impl<R: Read + Seek> Cursor<'_, R> {
         self.pos += n;
         self.r
             .seek(SeekFrom::Start(self.pos))
-            .map_err(|e| ModelError::io(self.path, e))?;
+            .map_err(|e| WeightsError::io(self.path, e))?;
         Ok(())
     }
 
@@ -208,10 +208,10 @@ impl<R: Read + Seek> Cursor<'_, R> {
 pub fn scan<R: Read + Seek>(path: &Path, reader: &mut R) -> Result<Layout> {
     let size = reader
         .seek(SeekFrom::End(0))
-        .map_err(|e| ModelError::io(path, e))?;
+        .map_err(|e| WeightsError::io(path, e))?;
     reader
         .seek(SeekFrom::Start(0))
-        .map_err(|e| ModelError::io(path, e))?;
+        .map_err(|e| WeightsError::io(path, e))?;
     let mut c = Cursor {
         r: reader,
         pos: 0,
@@ -296,13 +296,13 @@ pub fn scan<R: Read + Seek>(path: &Path, reader: &mut R) -> Result<Layout> {
     check_layout(path, &layout)?;
     reader
         .seek(SeekFrom::Start(0))
-        .map_err(|e| ModelError::io(path, e))?;
+        .map_err(|e| WeightsError::io(path, e))?;
     Ok(layout)
 }
 
 /// The byte size of a tensor's data, checked: whole blocks, no overflow.
 pub fn tensor_bytes(path: &Path, t: &TensorEntry) -> Result<u64> {
-    let bad = |msg: String| ModelError::gguf(path, format!("tensor `{}`: {msg}", t.name));
+    let bad = |msg: String| WeightsError::gguf(path, format!("tensor `{}`: {msg}", t.name));
     let (block, bytes) =
         type_block(t.type_id).ok_or_else(|| bad(format!("unknown tensor type {}", t.type_id)))?;
     let mut elems: u64 = 1;
@@ -329,7 +329,7 @@ fn check_layout(path: &Path, layout: &Layout) -> Result<()> {
     let a = layout.alignment;
     let mut expected: u64 = 0;
     for t in &layout.tensors {
-        let bad = |msg: String| ModelError::gguf(path, format!("tensor `{}`: {msg}", t.name));
+        let bad = |msg: String| WeightsError::gguf(path, format!("tensor `{}`: {msg}", t.name));
         let size = tensor_bytes(path, t)?;
         if t.offset % a != 0 {
             return Err(bad(format!(
@@ -405,7 +405,7 @@ fn expected_type(key: &str, arch: &str) -> Option<&'static [ValueType]> {
 
 /// Checks a parsed header's metadata and vocabulary (module docs).
 pub fn check_metadata(path: &Path, content: &Content) -> Result<()> {
-    let bad = |key: &str, msg: String| ModelError::gguf(path, format!("key `{key}`: {msg}"));
+    let bad = |key: &str, msg: String| WeightsError::gguf(path, format!("key `{key}`: {msg}"));
     let arch = match content.metadata.get("general.architecture") {
         Some(Value::String(s)) => s.clone(),
         _ => String::new(),
@@ -489,7 +489,7 @@ pub fn check_metadata(path: &Path, content: &Content) -> Result<()> {
         if let Some(info) = content.tensor_infos.get(name) {
             let rows = info.shape.dims().first().copied().unwrap_or(0);
             if rows != n_vocab {
-                return Err(ModelError::gguf(
+                return Err(WeightsError::gguf(
                     path,
                     format!("tensor `{name}`: {rows} rows for a vocabulary of {n_vocab} tokens"),
                 ));

@@ -5,7 +5,9 @@
 //! are in [`crate::model`].
 
 pub mod digest;
+pub mod error;
 pub mod gguf;
 pub mod gguf_check;
+pub mod mapped;
 pub mod safetensors;
 pub mod source;

@@ -1,6 +1,6 @@
-//! Hugging Face checkpoints: a folder with `config.json` and `*.safetensors` (one file, or
-//! shards listed by `model.safetensors.index.json`), read as a [`TensorSource`] under GGUF
-//! tensor names.
+//! Safetensors files: their headers validated, and the shards of a checkpoint folder
+//! (`*.safetensors`, one file or shards listed by `model.safetensors.index.json`) checked
+//! against their index. `model::checkpoint` reads a checkpoint's tensors for an architecture.
 //!
 //! Every safetensors header is validated before any tensor is used, as strictly as llama.cpp
 //! validates GGUF: the header length fits the file, the header is a JSON object, each tensor's
@@ -14,17 +14,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{DType, Device};
-use memmap2::Mmap;
 use serde_json::Value as Json;
 
-use crate::model::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, TensorSource};
-use crate::model::error::{ModelError, Result};
-use crate::model::quant::MappedBytes;
+use super::error::{Result, WeightsError};
 
 /// Largest header accepted (the format's own reader caps it at 100 MB too).
 const MAX_HEADER: u64 = 100_000_000;
@@ -51,8 +44,8 @@ pub struct Header {
     pub data_len: usize,
 }
 
-fn st_err(path: &Path, msg: impl Into<String>) -> ModelError {
-    ModelError::Safetensors {
+fn st_err(path: &Path, msg: impl Into<String>) -> WeightsError {
+    WeightsError::Safetensors {
         path: path.to_path_buf(),
         msg: msg.into(),
     }
@@ -71,8 +64,11 @@ fn dtype_size(dtype: &str) -> Option<usize> {
 
 /// Reads and validates the header of a safetensors file.
 pub fn read_header(path: &Path) -> Result<Header> {
-    let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let file_len = file.metadata().map_err(|e| ModelError::io(path, e))?.len();
+    let mut file = File::open(path).map_err(|e| WeightsError::io(path, e))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| WeightsError::io(path, e))?
+        .len();
     let mut len8 = [0u8; 8];
     if file_len < 8 {
         return Err(st_err(
@@ -81,7 +77,7 @@ pub fn read_header(path: &Path) -> Result<Header> {
         ));
     }
     file.read_exact(&mut len8)
-        .map_err(|e| ModelError::io(path, e))?;
+        .map_err(|e| WeightsError::io(path, e))?;
     let n = u64::from_le_bytes(len8);
     if n > MAX_HEADER || n > file_len - 8 {
         return Err(st_err(
@@ -91,7 +87,7 @@ pub fn read_header(path: &Path) -> Result<Header> {
     }
     let mut header = vec![0u8; n as usize];
     file.read_exact(&mut header)
-        .map_err(|e| ModelError::io(path, e))?;
+        .map_err(|e| WeightsError::io(path, e))?;
     parse_header(path, &header, (file_len - 8 - n) as usize)
 }
 
@@ -194,7 +190,7 @@ pub fn checkpoint_shards(dir: &Path) -> Result<Vec<(PathBuf, Header)>> {
         vec![single]
     } else {
         let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| ModelError::io(dir, e))?
+            .map_err(|e| WeightsError::io(dir, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "safetensors"))
             .collect();
@@ -219,7 +215,7 @@ pub fn checkpoint_shards(dir: &Path) -> Result<Vec<(PathBuf, Header)>> {
 /// Reads an index, validates every shard it names and checks that they agree.
 pub fn shards_from_index(index_path: &Path) -> Result<Vec<(PathBuf, Header)>> {
     let dir = index_path.parent().unwrap_or(Path::new("."));
-    let text = std::fs::read_to_string(index_path).map_err(|e| ModelError::io(index_path, e))?;
+    let text = std::fs::read_to_string(index_path).map_err(|e| WeightsError::io(index_path, e))?;
     let json: Json = serde_json::from_str(&text)
         .map_err(|e| st_err(index_path, format!("not valid JSON: {e}")))?;
     let map = json
@@ -291,271 +287,6 @@ pub fn shards_from_index(index_path: &Path) -> Result<Vec<(PathBuf, Header)>> {
         out.push((path, header));
     }
     Ok(out)
-}
-
-/// `tie_word_embeddings` (or its architecture's default in transformers) must agree with the
-/// Whether the checkpoint's output projection is its embedding: `tie_word_embeddings`, else
-/// the architecture's default in transformers. As in transformers, a tied checkpoint's stored
-/// `lm_head.weight`, if any, is not used (nor counted as unread), and an untied one needs it.
-fn tied_embeddings(json: &Json, arch: Arch) -> bool {
-    let text = json.get("text_config").unwrap_or(json);
-    text.get("tie_word_embeddings")
-        .or_else(|| json.get("tie_word_embeddings"))
-        .and_then(Json::as_bool)
-        .unwrap_or(ArchSpec::of(arch).hf_tie_default)
-}
-
-/// A Hugging Face checkpoint opened for loading: its resolved configuration and validated,
-/// memory-mapped safetensors files.
-pub struct Checkpoint {
-    dir: PathBuf,
-    config: ModelConfig,
-    json: Json,
-    st: MmapedSafetensors,
-    /// Tensor name -> (dtype, shape) from the validated headers.
-    entries: HashMap<String, (String, Vec<usize>)>,
-    /// Tensor name -> its bytes in its shard's memory map (weight matrices are read in place).
-    places: HashMap<String, MappedBytes>,
-    /// Prefix of the language model's tensors (`model.`, `model.language_model.`, ...).
-    prefix: String,
-    /// Hugging Face names of the tensors the forward pass has read: every language-model
-    /// tensor must be among them ([`Checkpoint::unread_tensors`]).
-    read: std::collections::BTreeSet<String>,
-    /// The output projection is the embedding ([`tied_embeddings`]).
-    tied: bool,
-}
-
-/// The output projection's name under a language-model prefix.
-fn lm_head_name(prefix: &str) -> String {
-    if prefix == "model." {
-        "lm_head.weight".to_string()
-    } else {
-        // Multimodal Gemma 3: `language_model.lm_head.weight` when present.
-        format!("{}lm_head.weight", prefix.trim_end_matches("model."))
-    }
-}
-
-impl Checkpoint {
-    /// Opens a checkpoint folder: reads `config.json`, validates every safetensors header and
-    /// the shard index.
-    pub fn open(dir: &Path) -> Result<Checkpoint> {
-        let config_path = dir.join("config.json");
-        let text =
-            std::fs::read_to_string(&config_path).map_err(|e| ModelError::io(&config_path, e))?;
-        let json: Json = serde_json::from_str(&text).map_err(|e| ModelError::Config {
-            path: config_path.clone(),
-            key: "(file)".into(),
-            msg: format!("not valid JSON: {e}"),
-        })?;
-        let config = ModelConfig::from_hf_config(&config_path, &json)?;
-        let shards = checkpoint_shards(dir)?;
-        let mut entries = HashMap::new();
-        let mut places = HashMap::new();
-        for (path, h) in &shards {
-            let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-            // SAFETY: mapped read-only; like every mmap reader we rely on the file not being
-            // truncated or rewritten while the model is in use.
-            let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?);
-            // The data section is the file's last `data_len` bytes (checked by `read_header`).
-            let data_start = map
-                .len()
-                .checked_sub(h.data_len)
-                .ok_or_else(|| st_err(path, "the file changed size since its header was read"))?;
-            for t in &h.tensors {
-                entries.insert(t.name.clone(), (t.dtype.clone(), t.shape.clone()));
-                let bytes = MappedBytes::new(map.clone(), data_start + t.begin, t.end - t.begin)
-                    .ok_or_else(|| {
-                        st_err(path, format!("tensor `{}`: outside the file", t.name))
-                    })?;
-                places.insert(t.name.clone(), bytes);
-            }
-        }
-        let prefix = ["model.", "model.language_model.", "language_model.model."]
-            .into_iter()
-            .find(|p| entries.contains_key(&format!("{p}embed_tokens.weight")))
-            .ok_or_else(|| {
-                st_err(
-                    dir,
-                    "no `model.embed_tokens.weight` (nor a language_model variant)",
-                )
-            })?
-            .to_string();
-        let tied = tied_embeddings(&json, config.arch);
-        let lm_head = lm_head_name(&prefix);
-        if !tied && !entries.contains_key(&lm_head) {
-            return Err(ModelError::Config {
-                path: config_path,
-                key: "tie_word_embeddings".into(),
-                msg: format!(
-                    "false (or absent, false for {}), but the checkpoint has no `{lm_head}`",
-                    config.arch.gguf_name()
-                ),
-            });
-        }
-        let paths: Vec<&PathBuf> = shards.iter().map(|(p, _)| p).collect();
-        // SAFETY: the files are mapped read-only; like every mmap reader we rely on them not
-        // being truncated while the model is loading.
-        let st = unsafe { MmapedSafetensors::multi(&paths) }
-            .map_err(|e| st_err(dir, format!("mapping: {e}")))?;
-        Ok(Checkpoint {
-            dir: dir.to_path_buf(),
-            config,
-            json: json.get("text_config").cloned().unwrap_or(json),
-            st,
-            entries,
-            places,
-            prefix,
-            read: Default::default(),
-            tied,
-        })
-    }
-
-    /// The language-model tensors the forward pass has not read, sorted: a feature Candor does
-    /// not implement (biases where the architecture has none, extra norms, ...). A multimodal
-    /// checkpoint's vision tower and projector are outside the language model and not counted,
-    /// nor the `rotary_emb.inv_freq` buffers old checkpoints store (transformers recomputes
-    /// them).
-    pub fn unread_tensors(&self) -> Vec<String> {
-        let lm_head = (!self.tied).then(|| lm_head_name(&self.prefix));
-        let mut names: Vec<String> = self
-            .entries
-            .keys()
-            .filter(|n| n.starts_with(&self.prefix) || lm_head.as_ref() == Some(*n))
-            .filter(|n| !n.ends_with("rotary_emb.inv_freq"))
-            .filter(|n| !self.read.contains(n.as_str()))
-            .cloned()
-            .collect();
-        names.sort();
-        names
-    }
-
-    pub fn config(&self) -> &ModelConfig {
-        &self.config
-    }
-
-    /// The Hugging Face name of a GGUF tensor name, for this architecture.
-    pub fn hf_name(&self, gguf: &str) -> Option<String> {
-        let p = &self.prefix;
-        match gguf {
-            "token_embd.weight" => return Some(format!("{p}embed_tokens.weight")),
-            "output_norm.weight" => return Some(format!("{p}norm.weight")),
-            // Tied: the embedding, and a stored head goes unused, as in transformers.
-            "output.weight" if self.tied => return None,
-            "output.weight" => return Some(lm_head_name(p)),
-            _ => {}
-        }
-        let rest = gguf.strip_prefix("blk.")?;
-        let (layer, name) = rest.split_once('.')?;
-        let (base, kind) = name.rsplit_once('.')?;
-        let gemma = self.config.arch.is_gemma();
-        let hf = match base {
-            "attn_norm" => "input_layernorm",
-            "attn_q" => "self_attn.q_proj",
-            "attn_k" => "self_attn.k_proj",
-            "attn_v" => "self_attn.v_proj",
-            "attn_qkv" => "self_attn.qkv_proj",
-            "attn_output" => "self_attn.o_proj",
-            "attn_q_norm" => "self_attn.q_norm",
-            "attn_k_norm" => "self_attn.k_norm",
-            "post_attention_norm" => "post_attention_layernorm",
-            "ffn_norm" if gemma => "pre_feedforward_layernorm",
-            "ffn_norm" => "post_attention_layernorm",
-            "post_ffw_norm" => "post_feedforward_layernorm",
-            "ffn_gate" => "mlp.gate_proj",
-            "ffn_up" if self.config.arch.fused() => "mlp.gate_up_proj",
-            "ffn_up" => "mlp.up_proj",
-            "ffn_down" => "mlp.down_proj",
-            _ => return None,
-        };
-        Some(format!("{p}layers.{layer}.{hf}.{kind}"))
-    }
-}
-
-impl Checkpoint {
-    /// The Hugging Face name and stored type of a GGUF-named tensor, after checking its shape.
-    fn lookup(&self, name: &str, shape: &[usize]) -> Result<(String, GgmlDType)> {
-        let hf = self
-            .hf_name(name)
-            .filter(|n| self.entries.contains_key(n))
-            .ok_or_else(|| {
-                ModelError::MissingTensor(format!(
-                    "{name} ({} in {})",
-                    self.hf_name(name).unwrap_or_default(),
-                    self.dir.display()
-                ))
-            })?;
-        let (dtype, found) = &self.entries[&hf];
-        if found.as_slice() != shape {
-            return Err(ModelError::TensorShape {
-                name: hf,
-                expected: format!("{shape:?}"),
-                found: format!("{found:?}"),
-            });
-        }
-        let ggml = match dtype.as_str() {
-            "F32" => GgmlDType::F32,
-            "F16" => GgmlDType::F16,
-            "BF16" => GgmlDType::BF16,
-            other => {
-                return Err(ModelError::UnsupportedTensorType {
-                    name: hf,
-                    dtype: format!("{other} (supported: F32, F16, BF16)"),
-                })
-            }
-        };
-        Ok((hf, ggml))
-    }
-}
-
-impl TensorSource for Checkpoint {
-    fn source_path(&self) -> &Path {
-        &self.dir
-    }
-
-    fn has_tensor(&self, name: &str) -> bool {
-        self.hf_name(name)
-            .is_some_and(|n| self.entries.contains_key(&n))
-    }
-
-    fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
-        let (hf, mut ggml) = self.lookup(name, shape)?;
-        self.read.insert(hf.clone());
-        let mut t = self
-            .st
-            .load(&hf, &Device::Cpu)
-            .map_err(|e| st_err(&self.dir, format!("tensor `{hf}`: {e}")))?;
-        // Gemma's norms multiply by `1 + w` (llama.cpp's converter stores the sum).
-        if self.config.arch.norm_plus_one() && hf.ends_with("norm.weight") {
-            // Kept in f32: `1 + w` is not exact in the stored 16-bit type.
-            t = (t.to_dtype(DType::F32)? + 1.0)?;
-            ggml = GgmlDType::F32;
-        }
-        Ok(QTensor::quantize(&t, ggml)?)
-    }
-
-    fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
-        let (hf, ggml) = self.lookup(name, shape)?;
-        self.read.insert(hf.clone());
-        if self.config.arch.norm_plus_one() && hf.ends_with("norm.weight") {
-            // Stored as `w`, used as `1 + w`: only `read_tensor` makes that change.
-            return Err(st_err(
-                &self.dir,
-                format!("tensor `{hf}`: a Gemma norm is read with its `1 + w` change"),
-            ));
-        }
-        Ok((ggml, self.places[&hf].clone()))
-    }
-
-    fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {
-        if config.arch != Arch::Llama && config.arch != Arch::Mistral {
-            return Ok(None);
-        }
-        Ok(self
-            .json
-            .get("rope_scaling")
-            .filter(|v| !v.is_null())
-            .and_then(|rs| llama3_rope_factors(config, rs)))
-    }
 }
 
 #[cfg(test)]

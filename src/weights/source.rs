@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::error::{ModelError, Result};
+use super::error::{Result, WeightsError};
 
 /// File name of the default model.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -136,7 +136,7 @@ pub fn weights_sha256(path: &Path) -> Result<String> {
         return super::gguf::file_sha256(path);
     }
     let mut names: Vec<String> = std::fs::read_dir(path)
-        .map_err(|e| ModelError::io(path, e))?
+        .map_err(|e| WeightsError::io(path, e))?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| {
@@ -208,10 +208,10 @@ pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
     if !path.is_dir() {
         return Err(source_err(&name, "no such file or directory"));
     }
-    let entries = std::fs::read_dir(path).map_err(|e| ModelError::io(path, e))?;
+    let entries = std::fs::read_dir(path).map_err(|e| WeightsError::io(path, e))?;
     let mut ggufs = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| ModelError::io(path, e))?;
+        let entry = entry.map_err(|e| WeightsError::io(path, e))?;
         let p = entry.path();
         if p.is_file() && p.extension().and_then(|e| e.to_str()) == Some("gguf") {
             ggufs.push(p);
@@ -417,8 +417,8 @@ fn pick_one(mut ggufs: Vec<String>) -> std::result::Result<String, String> {
     }
 }
 
-fn source_err(name: &str, msg: impl Into<String>) -> ModelError {
-    ModelError::Source {
+fn source_err(name: &str, msg: impl Into<String>) -> WeightsError {
+    WeightsError::Source {
         source_name: name.to_string(),
         msg: msg.into(),
     }

@@ -14,9 +14,10 @@ use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 
-use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
+use candor::model::checkpoint::Checkpoint;
+use candor::model::kv::{KvSeq, Logits, SeqStep};
+use candor::model::transformer::{Scratch, Transformer, WeightDType};
 use candor::weights::gguf::GgufFile;
-use candor::weights::safetensors::Checkpoint;
 
 const ARCHS: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",

@@ -9,8 +9,9 @@ use candor::engine::{
     Decoder, Engine, EngineOptions, Generate, NoText, SamplingParams, SchedulerConfig, StopReason,
     TextDecoder, TokenRequest,
 };
+use candor::model::kv::{KvSeq, Logits, SeqStep};
 use candor::model::runner::Model;
-use candor::model::transformer::{KvSeq, Logits, Scratch, SeqStep, Transformer, WeightDType};
+use candor::model::transformer::{Scratch, Transformer, WeightDType};
 
 use crate::util;
 
@@ -323,7 +324,15 @@ fn tiny_model_errors_are_typed() {
     let not_gguf = dir.path().join("not.gguf");
     std::fs::write(&not_gguf, b"hello").expect("write");
     let err = Transformer::from_gguf_path(&not_gguf, WeightDType::Native).err();
-    assert!(matches!(&err, Some(ModelError::Gguf { .. })), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            Some(ModelError::Weights(
+                candor::weights::error::WeightsError::Gguf { .. }
+            ))
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]

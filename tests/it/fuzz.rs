@@ -274,7 +274,7 @@ fn target_gguf(data: &[u8]) {
     let path = Path::new("fuzz.gguf");
     let mut cur = std::io::Cursor::new(data);
     if let Ok(content) = candor::weights::gguf::read_checked(path, &mut cur) {
-        let _ = candor::weights::gguf::ModelConfig::from_gguf(&content);
+        let _ = candor::model::arch::ModelConfig::from_gguf(&content);
         if let Ok(tok) = candor::text::tokenizer::Tokenizer::from_gguf(&content) {
             let _ = tok.encode("Hello, world! 123");
             if let Ok(t) = ChatTemplate::from_gguf(&content, &tok) {
@@ -768,7 +768,7 @@ fn fuzz_gguf_seed_is_valid() {
         &mut std::io::Cursor::new(&bytes),
     )
     .unwrap();
-    candor::weights::gguf::ModelConfig::from_gguf(&content).unwrap();
+    candor::model::arch::ModelConfig::from_gguf(&content).unwrap();
     let tok = candor::text::tokenizer::Tokenizer::from_gguf(&content).unwrap();
     let t = ChatTemplate::from_gguf(&content, &tok).unwrap();
     assert!(t

@@ -23,8 +23,9 @@ use cudarc::driver::{
 use super::arch::Activation;
 use super::device::DeviceSpec;
 use super::error::ModelError;
+use super::kv::{KvSeq, Logits, SeqStep};
 use super::quant::{QWeight, Stored, WeightFormat};
-use super::transformer::{GateUp, KvSeq, Logits, Qkv, SeqStep, Transformer};
+use super::transformer::{GateUp, Qkv, Transformer};
 
 /// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
 pub const KERNELS: &str = include_str!("kernels.cu");

@@ -11,46 +11,27 @@
 //! order). Work is split across rayon's current pool by panels of eight output rows, never
 //! inside a reduction. This module knows nothing of layers, attention or the KV cache.
 
+mod act;
+mod error;
 mod layout;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
-use memmap2::Mmap;
 use rayon::prelude::*;
+
+use crate::weights::mapped::MappedBytes;
+
+pub use error::{QuantError, SUPPORTED};
 
 use layout::{ActKind, ActRow, Panels, QFormat, QuantizedRows, PANEL};
 
 /// Below this many multiply-adds (`m · n · k`) a matmul runs on the calling thread only.
 const PAR_MIN_WORK: usize = 1 << 18;
-
-/// Errors building a [`QWeight`].
-#[derive(Debug, thiserror::Error)]
-pub enum QuantError {
-    /// The tensor is not a matrix.
-    #[error("expected a 2-d weight matrix, got shape {shape:?}")]
-    NotMatrix { shape: Vec<usize> },
-    /// A block-quantized row length is not a whole number of blocks.
-    #[error("{cols} input features is not a multiple of the block size {block}")]
-    RaggedBlocks { cols: usize, block: usize },
-    /// The raw tensor data has the wrong length for its type and shape.
-    #[error("tensor data has {got} bytes, expected {want}")]
-    DataSize { got: usize, want: usize },
-    /// No kernel for this GGUF tensor type.
-    #[error("unsupported GGUF tensor type {0:?} (supported: {SUPPORTED})")]
-    UnsupportedType(GgmlDType),
-    /// Candle failed to read or dequantize the tensor.
-    #[error("reading the tensor: {0}")]
-    Candle(#[from] candle_core::Error),
-}
-
-/// The GGUF tensor types a [`QWeight`] loads, as named in error messages.
-pub const SUPPORTED: &str = "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16, F16, F32";
 
 /// How a [`QWeight`] stores its values (and therefore which kernel its matmul runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,70 +83,6 @@ enum Storage {
     BF16(Values<u16>),
 }
 
-/// A byte range of a read-only memory map of a model file, shared by every weight read from
-/// that file (the map lives as long as the last of them).
-#[derive(Clone)]
-pub struct MappedBytes {
-    map: Arc<Mmap>,
-    start: usize,
-    len: usize,
-}
-
-impl std::fmt::Debug for MappedBytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MappedBytes({}..{})", self.start, self.start + self.len)
-    }
-}
-
-impl MappedBytes {
-    /// `len` bytes at `start` of `map`; `None` when the range does not lie inside the map.
-    pub fn new(map: Arc<Mmap>, start: usize, len: usize) -> Option<MappedBytes> {
-        (start.checked_add(len)? <= map.len()).then_some(MappedBytes { map, start, len })
-    }
-
-    /// The bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.map[self.start..self.start + self.len]
-    }
-
-    /// Tells the kernel this process no longer needs the whole pages inside the range (after
-    /// they were copied into panels), so that they stop counting in its resident memory. The
-    /// pages stay in the page cache; a later read would fault them in again, unchanged.
-    pub fn release(&self) {
-        #[cfg(unix)]
-        {
-            let page = page_size();
-            let base = self.map.as_ptr() as usize;
-            let first = (base + self.start).next_multiple_of(page) - base;
-            let end = (base + self.start + self.len) / page * page - base;
-            if end > first {
-                // SAFETY: the map is read-only and private, so its pages are never written and
-                // MADV_DONTNEED only drops this process's copies of file pages: a later access
-                // (by a weight of another type sharing the map) reads the same bytes back from
-                // the file. Whole pages inside this tensor's own range only.
-                let _ = unsafe {
-                    self.map.unchecked_advise_range(
-                        memmap2::UncheckedAdvice::DontNeed,
-                        first,
-                        end - first,
-                    )
-                };
-            }
-        }
-    }
-}
-
-#[cfg(unix)]
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 {
-        n as usize
-    } else {
-        4096
-    }
-}
-
 /// An element type of float weights (f32 values, f16/bf16 bit patterns), stored
 /// little-endian in model files.
 trait Elem: Copy + std::fmt::Debug + 'static {
@@ -206,7 +123,7 @@ impl<T: Elem> Values<T> {
     /// copy otherwise (the kernels need `&[T]`).
     fn mapped(m: MappedBytes, want: usize) -> Result<Values<T>, QuantError> {
         let size = std::mem::size_of::<T>();
-        check_len(m.len, want * size)?;
+        check_len(m.bytes().len(), want * size)?;
         let aligned = (m.bytes().as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>());
         if cfg!(target_endian = "little") && aligned {
             Ok(Values::Mapped(m))

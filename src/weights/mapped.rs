@@ -1,0 +1,69 @@
+//! Byte ranges of memory-mapped model files: every weight read in place shares its file's map.
+
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+/// A byte range of a read-only memory map of a model file, shared by every weight read from
+/// that file (the map lives as long as the last of them).
+#[derive(Clone)]
+pub struct MappedBytes {
+    map: Arc<Mmap>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for MappedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MappedBytes({}..{})", self.start, self.start + self.len)
+    }
+}
+
+impl MappedBytes {
+    /// `len` bytes at `start` of `map`; `None` when the range does not lie inside the map.
+    pub fn new(map: Arc<Mmap>, start: usize, len: usize) -> Option<MappedBytes> {
+        (start.checked_add(len)? <= map.len()).then_some(MappedBytes { map, start, len })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[self.start..self.start + self.len]
+    }
+
+    /// Tells the kernel this process no longer needs the whole pages inside the range (after
+    /// they were copied into panels), so that they stop counting in its resident memory. The
+    /// pages stay in the page cache; a later read would fault them in again, unchanged.
+    pub fn release(&self) {
+        #[cfg(unix)]
+        {
+            let page = page_size();
+            let base = self.map.as_ptr() as usize;
+            let first = (base + self.start).next_multiple_of(page) - base;
+            let end = (base + self.start + self.len) / page * page - base;
+            if end > first {
+                // SAFETY: the map is read-only and private, so its pages are never written and
+                // MADV_DONTNEED only drops this process's copies of file pages: a later access
+                // (by a weight of another type sharing the map) reads the same bytes back from
+                // the file. Whole pages inside this tensor's own range only.
+                let _ = unsafe {
+                    self.map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        first,
+                        end - first,
+                    )
+                };
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
