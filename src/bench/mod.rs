@@ -10,6 +10,7 @@
 
 pub mod fbbench;
 pub mod fennec;
+pub mod figure;
 pub mod loader;
 pub mod own_data;
 pub mod plan;
@@ -44,4 +45,21 @@ pub fn data_root() -> PathBuf {
 pub struct BenchResults {
     pub metrics: Vec<Metric>,
     pub tables: Vec<Table>,
+}
+
+/// The report figures of every protocol that declares them, in report order.
+pub fn declared_figures() -> [figure::Figures; 4] {
+    [
+        fbbench::figures::FIGURES,
+        refutebench::figures::FIGURES,
+        realmistake::figures::FIGURES,
+        fennec::figures::FIGURES,
+    ]
+}
+
+/// The figures `protocol` declares, if it does.
+pub fn figures(protocol: &str) -> Option<figure::Figures> {
+    declared_figures()
+        .into_iter()
+        .find(|f| f.protocol == protocol)
 }

@@ -2,10 +2,9 @@
 //!
 //! Everything is inline: the styles, and the charts, which are SVG drawn here (no script, no
 //! font, no image, no network; a Content-Security-Policy forbids any outside resource). For
-//! each protocol there is a leaderboard of its headline metrics with their bootstrap 95%
-//! intervals as whiskers, then the protocol's breakdowns (FB-Bench per task, error type and
-//! feedback type; RefuteBench FA and RR per setting and context depth; ReaLMistake per task
-//! and prompt; Fennec per scenario and its position bias), each figure with its `n`,
+//! each protocol there are the charts it declares ([`crate::bench::figure`]: a leaderboard of
+//! its headline metrics with their bootstrap 95% intervals as whiskers, then its breakdowns),
+//! each figure with its `n`,
 //! unscored and failed counts beside it, and every table with the exact numbers. A last
 //! section summarises each run's manifest (models with hashes, settings, decoding, Candor
 //! version). The page is written from `results.json` and the manifest's identity alone, so
@@ -16,9 +15,11 @@ use std::fmt::Write;
 
 use super::format::{self, html as esc, metric_interval, metric_value};
 use super::RunResults;
+use crate::bench;
+use crate::bench::figure::{Chart, Labels, RowNote};
 use crate::bench::plan::Actor;
 use crate::bench::stats::Metric;
-use crate::bench::table::{table_id, Cell, Table};
+use crate::bench::table::{Cell, Table};
 use crate::store::manifest::RunIdentity;
 
 /// One run as the report shows it.
@@ -120,57 +121,128 @@ fn axis_max(groups: &[Group]) -> f64 {
     }
 }
 
+/// Characters of a row label's line; a longer label takes a second line, and a line still
+/// too long keeps its start and its end (`answerability_cl…prompt_1`), which is where labels
+/// of one chart differ.
+const LABEL_CHARS: usize = 34;
+
+/// A row label as at most two lines of at most [`LABEL_CHARS`] characters: split after a ` · `
+/// where there is one, else after the first line's characters.
+fn label_lines(label: &str) -> Vec<String> {
+    if label.chars().count() <= LABEL_CHARS {
+        return vec![label.to_string()];
+    }
+    let (first, rest) = match label.split_once(" · ") {
+        Some((a, b)) => (a.to_string(), b.to_string()),
+        None => {
+            let cut = label
+                .char_indices()
+                .nth(LABEL_CHARS)
+                .map_or(label.len(), |(i, _)| i);
+            (label[..cut].to_string(), label[cut..].to_string())
+        }
+    };
+    vec![
+        middle_cut(&first, LABEL_CHARS),
+        middle_cut(&rest, LABEL_CHARS),
+    ]
+}
+
+/// `s` cut to `n` characters by an ellipsis in its middle.
+fn middle_cut(s: &str, n: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= n {
+        return s.to_string();
+    }
+    let head = (n - 1) / 2;
+    let tail = n - 1 - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
 /// A horizontal bar chart as inline SVG: per group one bar per run (its colour), whiskers for
-/// intervals, the value and the note at the right. Each drawn bar is a `rect.bar`; a chart
-/// without any value says so in its text (and then has no bar).
+/// intervals, the value and the note at the right; a group's label takes two lines when it is
+/// long. Each drawn bar is a `rect.bar`; a chart without any value says so on a line of its
+/// own above the rows (and then has no bar).
 pub fn chart(title: &str, groups: &[Group]) -> String {
     const LABEL_W: f64 = 230.0;
     const PLOT_W: f64 = 360.0;
     const NOTE_W: f64 = 330.0;
     const BAR_H: f64 = 14.0;
+    const LINE_H: f64 = 14.0;
     const GAP: f64 = 10.0;
-    const TOP: f64 = 26.0;
     let max = axis_max(groups);
-    let rows: usize = groups.iter().map(|g| g.bars.len().max(1)).sum();
-    let height = TOP + rows as f64 * (BAR_H + 2.0) + groups.len() as f64 * GAP + 24.0;
-    let width = LABEL_W + PLOT_W + NOTE_W;
-    let x = |v: f64| LABEL_W + (v.clamp(0.0, max) / max) * PLOT_W;
-    let mut s = String::new();
     let marks = groups
         .iter()
         .flat_map(|g| g.bars.iter().flatten())
         .filter(|b| b.value.is_some())
         .count();
+    // The "no values" line has the space above the rows to itself.
+    let top = if marks == 0 { 44.0 } else { 26.0 };
+    let lines: Vec<Vec<String>> = groups.iter().map(|g| label_lines(&g.label)).collect();
+    let group_h = |g: &Group, l: &[String]| {
+        (g.bars.len().max(1) as f64 * (BAR_H + 2.0)).max(l.len() as f64 * LINE_H + 2.0)
+    };
+    let rows_h: f64 = groups
+        .iter()
+        .zip(&lines)
+        .map(|(g, l)| group_h(g, l) + GAP)
+        .sum();
+    let height = top + rows_h + 24.0;
+    let width = LABEL_W + PLOT_W + NOTE_W;
+    let x = |v: f64| LABEL_W + (v.clamp(0.0, max) / max) * PLOT_W;
+    let mut s = String::new();
     let _ = write!(
         s,
         r#"<figure><figcaption>{}</figcaption><svg class="chart" data-marks="{marks}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" role="img">"#,
         esc(title)
     );
+    if marks == 0 {
+        let _ = write!(
+            s,
+            r##"<text class="empty" x="{:.1}" y="16" font-size="12" fill="#b91c1c">no values to draw</text>"##,
+            LABEL_W + 8.0
+        );
+    }
     let bottom = height - 20.0;
     for k in 0..=4 {
         let v = max * f64::from(k) / 4.0;
         let gx = x(v);
         let _ = write!(
             s,
-            r##"<line x1="{gx:.1}" y1="{:.1}" x2="{gx:.1}" y2="{bottom:.1}" stroke="#e5e7eb"/><text x="{gx:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>"##,
-            TOP - 6.0,
+            r##"<line x1="{gx:.1}" y1="{:.1}" x2="{gx:.1}" y2="{bottom:.1}" stroke="#e5e7eb"/><text class="tick" x="{gx:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>"##,
+            top - 6.0,
             bottom + 13.0,
             format::number(v, if max == 1.0 { 2 } else { 0 })
         );
     }
-    let mut y = TOP;
-    for g in groups {
-        let n = g.bars.len().max(1) as f64;
-        let mid = y + n * (BAR_H + 2.0) / 2.0;
+    let mut y = top;
+    for (g, l) in groups.iter().zip(&lines) {
+        let h = group_h(g, l);
+        let mid = y + h / 2.0;
+        let first = mid + 4.0 - (l.len() as f64 - 1.0) * LINE_H / 2.0;
         let _ = write!(
             s,
-            r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="end" fill="#111827">{}</text>"##,
+            r##"<text class="label" x="{:.1}" y="{first:.1}" font-size="12" text-anchor="end" fill="#111827"><title>{}</title>"##,
             LABEL_W - 8.0,
-            mid + 4.0,
-            esc(&truncate(&g.label, 34))
+            esc(&g.label)
         );
+        for (i, line) in l.iter().enumerate() {
+            let _ = write!(
+                s,
+                r#"<tspan x="{:.1}" dy="{}">{}</tspan>"#,
+                LABEL_W - 8.0,
+                if i == 0 { 0.0 } else { LINE_H },
+                esc(line)
+            );
+        }
+        s.push_str("</text>");
+        let bars_h = g.bars.len().max(1) as f64 * (BAR_H + 2.0);
+        let y0 = y + (h - bars_h) / 2.0;
         for (r, bar) in g.bars.iter().enumerate() {
-            let by = y + r as f64 * (BAR_H + 2.0);
+            let by = y0 + r as f64 * (BAR_H + 2.0);
             let cy = by + BAR_H / 2.0;
             let note_x = LABEL_W + PLOT_W + 8.0;
             let Some(b) = bar else {
@@ -199,7 +271,7 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                     }
                     let _ = write!(
                         s,
-                        r##"<text x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{} · {}</text>"##,
+                        r##"<text class="note" x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{} · {}</text>"##,
                         cy + 4.0,
                         esc(&b.text),
                         esc(&b.note)
@@ -208,7 +280,7 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                 None => {
                     let _ = write!(
                         s,
-                        r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#6b7280">no value · {}</text>"##,
+                        r##"<text class="note" x="{:.1}" y="{:.1}" font-size="11" fill="#6b7280">no value · {}</text>"##,
                         LABEL_W + 4.0,
                         cy + 4.0,
                         esc(&b.note)
@@ -216,28 +288,10 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                 }
             }
         }
-        y += n * (BAR_H + 2.0) + GAP;
-    }
-    if marks == 0 {
-        let _ = write!(
-            s,
-            r##"<text x="{:.1}" y="{:.1}" font-size="12" fill="#b91c1c">no values to draw</text>"##,
-            LABEL_W + 8.0,
-            TOP + 10.0
-        );
+        y += h + GAP;
     }
     s.push_str("</svg></figure>\n");
     s
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }
 
 /// What one run has to say about one protocol's figures.
@@ -358,198 +412,95 @@ fn failed_note(failed: usize) -> String {
     format!("failed {failed}")
 }
 
-/// The charts of one protocol.
+/// The value of the first of `names` that `t` has, in `row`.
+fn first_col(t: &Table, row: &[Cell], names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|c| t.column(c))
+        .map(|i| row.get(i).map_or(String::new(), Cell::to_string))
+}
+
+/// The note beside a bar drawn from `row` of `t` ([`RowNote`]).
+fn row_note(note: &RowNote, t: &Table, row: &[Cell], failed: usize) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = first_col(t, row, note.n) {
+        parts.push(format!("n={n}"));
+    }
+    for (what, column) in [("unscored", note.unscored), ("incomplete", note.incomplete)] {
+        if let Some(v) = column.and_then(|c| first_col(t, row, &[c])) {
+            parts.push(format!("{what} {v}"));
+        }
+    }
+    parts.push(failed_note(failed));
+    parts.join(" · ")
+}
+
+/// The charts of one protocol: those it declares ([`crate::bench::figures`]), else its metrics
+/// and each table's last numeric column by its first column.
 fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
     let mut out = String::new();
-    let plain = |s: &str| s.to_string();
-    match protocol {
-        "fbbench" => {
-            let names = f.metric_names(|_| true);
-            out += &chart(
-                "Leaderboard: Error Correction, Response Maintenance, Overall (0–100)",
-                &f.metric_groups(&names, plain),
-            );
-            let note = |_: &Table, _: &[Cell], failed: usize| failed_note(failed);
-            for (id, col, what) in [
-                (
-                    table_id::FBBENCH_PER_TASK,
-                    "all_avg_score",
-                    "Per task type (all_avg_score)",
-                ),
-                (
-                    table_id::FBBENCH_PER_ERROR,
-                    "correct_avg_score",
-                    "Per error type (Error Correction)",
-                ),
-                (
-                    table_id::FBBENCH_PER_FEEDBACK_CORRECT,
-                    "error_correct_score",
-                    "Per feedback type, Error Correction",
-                ),
-                (
-                    table_id::FBBENCH_PER_FEEDBACK_ANTISYCO,
-                    "response_maintenance_score",
-                    "Per feedback type, Response Maintenance",
-                ),
-            ] {
-                let category = f
-                    .runs
-                    .iter()
-                    .flat_map(|r| &r.results.results.tables)
-                    .find(|t| t.id == id)
-                    .and_then(|t| t.columns.get(1).cloned())
-                    .unwrap_or_default();
-                let groups = f.table_groups(id, &[&category], col, &note);
-                if !groups.is_empty() {
-                    out += &chart(what, &groups);
-                }
-            }
-        }
-        "refutebench" => {
-            let note = |t: &Table, row: &[Cell], failed: usize, which: &str| {
-                let unscored = if which == "FA" {
-                    format!(" · unscored {}", col(t, row, "FA unscored"))
-                } else {
-                    String::new()
-                };
-                format!(
-                    "n={}{unscored} · incomplete {} · failed {failed}",
-                    col(t, row, &format!("{which} n")),
-                    col(t, row, "incomplete")
-                )
-            };
-            for which in ["FA", "RR"] {
-                let groups = f.table_groups(
-                    table_id::REFUTEBENCH_GROUPS,
-                    &["group", "setting"],
-                    which,
-                    &|t, row, failed| note(t, row, failed, which),
-                );
-                let what = if which == "FA" {
-                    "Feedback acceptance (FA, %) by context depth and setting"
-                } else {
-                    "Response rate (RR, %) by context depth and setting"
-                };
-                out += &chart(what, &groups);
-            }
-            for suffix in ["_fa", "_rr"] {
-                let names = f.metric_names(|n| n.ends_with(suffix));
-                let title = if suffix == "_fa" {
-                    "Leaderboard: FA per task and setting (%)"
-                } else {
-                    "Leaderboard: RR per task and setting (%)"
-                };
-                out += &chart(
-                    title,
-                    &f.metric_groups(&names, |n| {
-                        n.strip_suffix(suffix).unwrap_or(n).replace('_', " ")
-                    }),
-                );
-            }
-        }
-        "realmistake" => {
-            let names = f.metric_names(|_| true);
-            out += &chart(
-                "Leaderboard: F1, precision, recall, accuracy (mean over tasks and prompts)",
-                &f.metric_groups(&names, plain),
-            );
-            let note = |t: &Table, row: &[Cell], failed: usize| {
-                let n = ["n", "cells", "tasks"]
-                    .iter()
-                    .map(|c| col(t, row, c))
-                    .find(|v| v != "?")
-                    .unwrap_or_else(|| "?".to_string());
-                let unscored = col(t, row, "unscored");
-                if unscored == "?" {
-                    format!("{n} · failed {failed}")
-                } else {
-                    format!("n={n} · unscored {unscored} · failed {failed}")
-                }
-            };
-            for metric in ["f1", "precision", "recall"] {
-                let groups = f.table_groups(
-                    table_id::REALMISTAKE_PER_TASK_PROMPT,
-                    &["task", "prompt"],
-                    metric,
-                    &note,
-                );
-                if !groups.is_empty() {
-                    out += &chart(&format!("{metric} (%) per task and prompt"), &groups);
-                }
-            }
-            let groups = f.table_groups(
-                table_id::REALMISTAKE_PER_DETECTOR,
-                &["detector", "response_model"],
-                "f1",
-                &note,
-            );
-            if !groups.is_empty() {
-                out += &chart("F1 (%) per detector and response model", &groups);
-            }
-        }
-        "fennec" => {
-            let names = f.metric_names(|_| true);
-            out += &chart(
-                "Leaderboard: Agreement, Consistency, first-position preference (position bias)",
-                &f.metric_groups(&names, plain),
-            );
-            let note = |t: &Table, row: &[Cell], failed: usize| {
-                format!(
-                    "n={} · unscored {} · failed {failed}",
-                    col(t, row, "n"),
-                    col(t, row, "unscored")
-                )
-            };
-            for (id, c, what) in [
-                (
-                    table_id::FENNEC_PAIRWISE,
-                    "agreement",
-                    "Agreement (%) per scenario group",
-                ),
-                (
-                    table_id::FENNEC_PAIRWISE,
-                    "consistency",
-                    "Consistency (%) per scenario group",
-                ),
-                (
-                    table_id::FENNEC_SINGLE,
-                    "accuracy",
-                    "Accuracy (%) per scenario group",
-                ),
-            ] {
-                let groups = f.table_groups(id, &["group"], c, &note);
-                if !groups.is_empty() {
-                    out += &chart(what, &groups);
-                }
-            }
-        }
-        _ => {
-            let names = f.metric_names(|_| true);
-            out += &chart("Leaderboard", &f.metric_groups(&names, plain));
-            // Any other protocol: each table's last numeric column by its first column.
-            let note = |_: &Table, _: &[Cell], failed: usize| failed_note(failed);
-            let mut titles: Vec<(String, String, String)> = Vec::new();
-            for run in &f.runs {
-                for t in &run.results.results.tables {
-                    let numeric = (1..t.columns.len()).rev().find(|&c| {
-                        t.rows
-                            .iter()
-                            .any(|r| r.get(c).and_then(Cell::value).is_some())
-                    });
-                    if let (Some(c), Some(first)) = (numeric, t.columns.first()) {
-                        let key = (t.id.clone(), first.clone(), t.columns[c].clone());
-                        if !titles.contains(&key) {
-                            titles.push(key);
-                        }
+    let Some(declared) = bench::figures(protocol) else {
+        let names = f.metric_names(|_| true);
+        out += &chart("Leaderboard", &f.metric_groups(&names, str::to_string));
+        let note = |_: &Table, _: &[Cell], failed: usize| failed_note(failed);
+        let mut titles: Vec<(String, String, String)> = Vec::new();
+        for run in &f.runs {
+            for t in &run.results.results.tables {
+                let numeric = (1..t.columns.len()).rev().find(|&c| {
+                    t.rows
+                        .iter()
+                        .any(|r| r.get(c).and_then(Cell::value).is_some())
+                });
+                if let (Some(c), Some(first)) = (numeric, t.columns.first()) {
+                    let key = (t.id.clone(), first.clone(), t.columns[c].clone());
+                    if !titles.contains(&key) {
+                        titles.push(key);
                     }
                 }
             }
-            for (id, label, value) in titles {
-                let title = (f.runs.iter().flat_map(|r| &r.results.results.tables))
-                    .find(|t| t.id == id)
-                    .map_or(id.as_str(), |t| t.title.as_str());
-                let groups = f.table_groups(&id, &[&label], &value, &note);
-                out += &chart(&format!("{title}: {value}"), &groups);
+        }
+        for (id, label, value) in titles {
+            let title = (f.runs.iter().flat_map(|r| &r.results.results.tables))
+                .find(|t| t.id == id)
+                .map_or(id.as_str(), |t| t.title.as_str());
+            let groups = f.table_groups(&id, &[&label], &value, &note);
+            out += &chart(&format!("{title}: {value}"), &groups);
+        }
+        return out;
+    };
+    for c in declared.charts {
+        match *c {
+            Chart::Metrics { title, pick } => {
+                let names = f.metric_names(|n| pick.takes(n));
+                if !names.is_empty() {
+                    out += &chart(title, &f.metric_groups(&names, |n| pick.label(n)));
+                }
+            }
+            Chart::Rows {
+                title,
+                table,
+                labels,
+                value,
+                note,
+            } => {
+                let columns: Vec<String> = match labels {
+                    Labels::Columns(cs) => cs.iter().map(|c| c.to_string()).collect(),
+                    Labels::SecondColumn => f
+                        .runs
+                        .iter()
+                        .flat_map(|r| &r.results.results.tables)
+                        .find(|t| t.id == table)
+                        .and_then(|t| t.columns.get(1).cloned())
+                        .into_iter()
+                        .collect(),
+                };
+                let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+                let groups = f.table_groups(table, &columns, value, &|t, row, failed| {
+                    row_note(&note, t, row, failed)
+                });
+                if !groups.is_empty() {
+                    out += &chart(title, &groups);
+                }
             }
         }
     }
@@ -712,28 +663,25 @@ i{display:inline-block;width:10px;height:10px;margin-right:5px;border-radius:2px
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:12px}dd{margin:0}\
 details{margin:4px 0}summary{cursor:pointer;color:#374151}";
 
-/// Protocols in report order: the four published ones first, then others by name.
+/// Protocols in report order: those that declare figures in their declared order, then
+/// others by name.
 fn protocol_order(runs: &[ReportRun]) -> Vec<String> {
+    let declared = bench::declared_figures();
     let mut names: Vec<String> = runs.iter().map(|r| r.results.protocol.clone()).collect();
     names.sort_by_key(|p| {
-        let rank = ["fbbench", "refutebench", "realmistake", "fennec"]
+        let rank = declared
             .iter()
-            .position(|k| k == p)
-            .unwrap_or(4);
+            .position(|d| d.protocol == p)
+            .unwrap_or(declared.len());
         (rank, p.clone())
     });
     names.dedup();
     names
 }
 
+/// A protocol's section title: the one it declares, else its name.
 fn protocol_title(p: &str) -> &str {
-    match p {
-        "fbbench" => "FB-Bench",
-        "refutebench" => "RefuteBench",
-        "realmistake" => "ReaLMistake",
-        "fennec" => "Fennec",
-        other => other,
-    }
+    bench::figures(p).map_or(p, |d| d.title)
 }
 
 /// The whole page.
@@ -819,6 +767,7 @@ pub fn render(runs: &[ReportRun]) -> String {
 mod tests {
     use super::*;
     use crate::bench::stats::Interval;
+    use crate::bench::table::table_id;
     use crate::bench::BenchResults;
     use crate::store::run_results::RunModel;
 
@@ -937,6 +886,36 @@ mod tests {
         );
         assert!(svg.contains("data-marks=\"0\""));
         assert!(svg.contains("no values to draw"));
+        // The message has the space above the rows to itself: the first row's text starts
+        // below it (the message's baseline is 16, a 12 px font).
+        let first_row_y: f64 = svg
+            .split("class=\"label\" x=\"222.0\" y=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|y| y.parse().ok())
+            .expect("a row label");
+        assert!(first_row_y - 12.0 > 16.0 + 4.0, "row at {first_row_y}");
+    }
+
+    #[test]
+    fn long_labels_take_two_lines_and_stay_apart() {
+        let long =
+            |p: usize| format!("answerability_classification · baseline_errordetection_prompt_{p}");
+        let lines: Vec<Vec<String>> = (1..=4).map(|p| label_lines(&long(p))).collect();
+        for l in &lines {
+            assert_eq!(l.len(), 2, "{l:?}");
+            assert!(l.iter().all(|s| s.chars().count() <= LABEL_CHARS), "{l:?}");
+        }
+        let shown: std::collections::BTreeSet<&Vec<String>> = lines.iter().collect();
+        assert_eq!(shown.len(), 4, "{lines:?}");
+        assert_eq!(label_lines("short"), vec!["short".to_string()]);
+        // A line still too long keeps its start and its end.
+        let cut = middle_cut("abcdefghijklmnopqrstuvwxyz0123456789_prompt_3", LABEL_CHARS);
+        assert_eq!(cut.chars().count(), LABEL_CHARS);
+        assert!(
+            cut.starts_with("abcdefghijklmnop") && cut.ends_with("prompt_3"),
+            "{cut}"
+        );
     }
 
     #[test]

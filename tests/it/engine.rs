@@ -12,6 +12,7 @@ use candor::engine::{
 use candor::model::kv::{KvSeq, Logits, SeqStep};
 use candor::model::runner::Model;
 use candor::model::transformer::{Scratch, Transformer, WeightDType};
+use candor::weights::error::WeightsError;
 
 use crate::util;
 
@@ -305,7 +306,7 @@ fn tiny_model_errors_are_typed() {
     );
     let err = Transformer::from_gguf_path(&missing, WeightDType::Native).err();
     assert!(
-        matches!(&err, Some(ModelError::MissingTensor(n)) if n == "blk.1.ffn_up.weight"),
+        matches!(&err, Some(ModelError::Weights(WeightsError::MissingTensor(n))) if n == "blk.1.ffn_up.weight"),
         "{err:?}"
     );
     // Q5_0 has a native kernel now (an unsupported type, Q3_K, is tests/it/quant.rs's case):

@@ -112,6 +112,68 @@ fn chromium_run(bin: &Path, page: &Path, extra: &[String]) -> (String, Vec<Strin
     (String::from_utf8_lossy(&out.stdout).into_owned(), console)
 }
 
+/// What a reader trips over in the charts of `page`, measured by Chromium on a copy of the page
+/// with a script added (the page itself has none): text boxes of one chart that overlap, and
+/// row labels that one chart shows twice.
+fn layout_faults(bin: &Path, page: &Path) -> Vec<String> {
+    const CHECK: &str = r#"<script>
+(function () {
+  const faults = [];
+  document.querySelectorAll('svg.chart').forEach(function (svg) {
+    const cap = svg.parentNode.querySelector('figcaption').textContent;
+    const texts = Array.from(svg.querySelectorAll('text'));
+    const boxes = texts.map(function (t) { return t.getBoundingClientRect(); });
+    const shown = function (t) {
+      const spans = t.querySelectorAll('tspan');
+      return spans.length ? Array.from(spans).map(function (x) { return x.textContent; }).join(' / ') : t.textContent;
+    };
+    for (let i = 0; i < texts.length; i++) {
+      for (let j = i + 1; j < texts.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        const ox = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+        const oy = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (ox > 0.5 && oy > 0.5) {
+          faults.push(cap + ': "' + shown(texts[i]) + '" overlaps "' + shown(texts[j]) + '"');
+        }
+      }
+    }
+    const seen = new Set();
+    svg.querySelectorAll('text.label').forEach(function (t) {
+      const v = shown(t);
+      if (seen.has(v)) { faults.push(cap + ': the label "' + v + '" twice'); }
+      seen.add(v);
+    });
+  });
+  const pre = document.createElement('pre');
+  pre.id = 'layout-faults';
+  pre.textContent = JSON.stringify(faults);
+  document.body.appendChild(pre);
+})();
+</script>"#;
+    let html = std::fs::read_to_string(page).unwrap();
+    let policy = html
+        .find("<meta http-equiv=\"Content-Security-Policy\"")
+        .expect("the page's policy");
+    let end = policy + html[policy..].find('>').unwrap() + 1;
+    let checked = format!("{}{}", &html[..policy], &html[end..])
+        .replace("</body>", &format!("{CHECK}</body>"));
+    let copy = page.with_file_name("layout-check.html");
+    std::fs::write(&copy, checked).unwrap();
+    let (dom, console) = chromium_run(bin, &copy, &["--dump-dom".to_string()]);
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    let json = dom
+        .split("<pre id=\"layout-faults\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .expect("the check ran");
+    let json = json
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
 /// The charts of a rendered DOM: (caption, bars drawn).
 fn charts(dom: &str) -> Vec<(String, usize)> {
     dom.split("<figure>")
@@ -218,6 +280,21 @@ fn recorded_runs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// A run directory of FB-Bench scored on one published judgement (one item).
+fn one_item_fbbench(dir: &Path) {
+    use candor::bench::fbbench::data::load_judgements;
+    use candor::bench::fbbench::score::{results, units_from_records, ModelUnits, Rule};
+    let fb = crate::util::shared_file("fbbench/v3/judgments").expect("checked by the caller");
+    let mut records = load_judgements(&fb.join("gemma-2-9b-it.jsonl")).unwrap();
+    records.truncate(1);
+    let units = ModelUnits {
+        model: "gemma-2-9b-it".into(),
+        units: units_from_records(&records, Rule::Published, false).unwrap(),
+    };
+    let bench = serde_json::to_value(results(&units, Rule::Published, 0)).unwrap();
+    scored_run(dir, "fbbench", "gemma-2-9b-it (one item)", &bench);
+}
+
 #[test]
 fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() {
     let tmp = tempfile::tempdir().unwrap();
@@ -261,6 +338,29 @@ fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() 
     assert!(found.len() >= 2, "charts in the DOM: {found:?}");
     let empty: Vec<&(String, usize)> = found.iter().filter(|(_, n)| *n == 0).collect();
     assert!(empty.is_empty(), "empty charts: {empty:?}");
+    let faults = layout_faults(&bin, &page);
+    assert!(faults.is_empty(), "what a reader trips over: {faults:#?}");
+    if !recorded.is_empty() {
+        // A one-item FB-Bench run: charts whose rows have no value say so on a line of their
+        // own, not over the rows' text.
+        let one = tmp.path().join("fbbench-one");
+        one_item_fbbench(&one);
+        let site1 = tmp.path().join("site-one");
+        ok(&[
+            "report",
+            &one.display().to_string(),
+            "--out",
+            &site1.display().to_string(),
+        ]);
+        let page1 = site1.join("index.html");
+        let faults = layout_faults(&bin, &page1);
+        assert!(faults.is_empty(), "one-item run: {faults:#?}");
+        let html1 = std::fs::read_to_string(&page1).unwrap();
+        eprintln!(
+            "one-item FB-Bench page: {} charts say they have no values, no text overlaps",
+            html1.matches("no values to draw").count()
+        );
+    }
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .unwrap()

@@ -9,6 +9,7 @@
 //! authors' own tables back for comparison. This module only wires them.
 
 pub mod data;
+pub mod figures;
 pub mod plan;
 pub mod prompts;
 pub mod protocol;

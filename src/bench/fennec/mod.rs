@@ -8,6 +8,7 @@
 //! prompts and parsers are the judge's ([`crate::judge::fennec`]).
 
 pub mod data;
+pub mod figures;
 pub mod plan;
 pub mod protocol;
 pub mod score;

@@ -7,6 +7,7 @@
 //! verdict rule are the judge's ([`crate::judge::error_detection`]).
 
 pub mod data;
+pub mod figures;
 pub mod performance;
 pub mod plan;
 pub mod protocol;

@@ -17,6 +17,7 @@
 pub mod checkers;
 pub mod data;
 pub mod dialogue;
+pub mod figures;
 pub mod lang_id;
 pub mod plan;
 pub mod prompts;
