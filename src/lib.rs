@@ -37,6 +37,8 @@
 //! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
 //! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
 //!   and calls [`cli::run`].
+//! - `skip` (tests only): the rule for a test that finds what it needs absent (skip loudly and
+//!   count it, or fail under `CI=true`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -48,6 +50,8 @@ pub mod judge;
 pub mod model;
 pub mod report;
 pub mod serve;
+#[cfg(any(test, feature = "testkit"))]
+pub mod skip;
 pub mod store;
 pub mod text;
 pub mod weights;

@@ -170,6 +170,18 @@ mod tests {
 
     #[test]
     fn vector_and_scalar_give_the_same_bits() {
+        #[cfg(target_arch = "x86_64")]
+        let vector = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        let vector = false;
+        if !vector {
+            // The NaN check below still runs: the scalar path must keep NaN.
+            crate::skip::absent(
+                crate::skip::Need::CpuFeature,
+                "no AVX2 and FMA here: the vector exp was not compared with the scalar one",
+            );
+        }
         for shift in [0.0f32, 3.25, -7.5] {
             let x = inputs();
             let mut got = x.clone();

@@ -401,13 +401,6 @@ impl Figures<'_> {
     }
 }
 
-/// The value of column `name` in `row` of `t`, as text; `?` when there is none.
-fn col(t: &Table, row: &[Cell], name: &str) -> String {
-    t.column(name)
-        .and_then(|i| row.get(i))
-        .map_or("?".to_string(), Cell::to_string)
-}
-
 fn failed_note(failed: usize) -> String {
     format!("failed {failed}")
 }

@@ -31,17 +31,15 @@ fn device() -> DeviceSpec {
         .unwrap_or(DeviceSpec::Cuda(0))
 }
 
-/// Says loudly that a test was skipped for want of a GPU; a failure where the GPU is required
-/// (`CANDOR_REQUIRE_GPU=1`, as `benches/gpu/run.sh` sets it on the GPU machine).
+/// Says loudly that a test was skipped for want of a GPU, and counts it; a failure where the
+/// GPU is required (`CANDOR_REQUIRE_GPU=1`, as `benches/gpu/run.sh` sets it on the GPU machine).
+#[track_caller]
 fn skip(why: &dyn std::fmt::Display) {
-    assert!(
-        std::env::var("CANDOR_REQUIRE_GPU").as_deref() != Ok("1"),
-        "CANDOR_REQUIRE_GPU=1 but the GPU cannot be used: {why}"
-    );
-    eprintln!("\n*** SKIPPED (no GPU): {why} ***\n");
+    util::absent(util::Need::Gpu, format!("no GPU: {why}"));
 }
 
 /// The default model on the GPU, or `None` (skipped, said loudly) without one.
+#[track_caller]
 fn gpu_model() -> Option<(Arc<Model>, Transformer)> {
     let path = util::default_model()?;
     let load =

@@ -160,11 +160,13 @@ fn status() -> HashMap<String, u64> {
 /// The child: loads `CANDOR_MEMORY_CHILD` (a GGUF file or a checkpoint folder) natively and
 /// prints one `MEMORY {...}` line with its memory before and after the load.
 #[test]
-#[ignore = "run by memory_after_load_is_about_the_file_size in a child process"]
+#[ignore = "child process of memory_after_load_is_about_the_file_size; run by it with --ignored --exact"]
 fn load_in_child() {
-    let Some(path) = std::env::var_os("CANDOR_MEMORY_CHILD").map(PathBuf::from) else {
-        return;
-    };
+    let path = std::env::var_os("CANDOR_MEMORY_CHILD")
+        .map(PathBuf::from)
+        .expect(
+        "the child process of memory_after_load_is_about_the_file_size: needs CANDOR_MEMORY_CHILD",
+    );
     let before = status();
     let model = if path.is_dir() {
         let mut ck = Checkpoint::open(&path).expect("checkpoint");
@@ -258,7 +260,7 @@ fn size_kb(path: &Path) -> u64 {
 #[test]
 fn memory_after_load_is_about_the_file_size() {
     if !Path::new("/proc/self/status").exists() {
-        eprintln!("\n*** SKIPPED: no /proc/self/status on this system ***\n");
+        crate::util::absent(crate::util::Need::Os, "no /proc/self/status on this system");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

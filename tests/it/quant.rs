@@ -282,10 +282,9 @@ fn teacher_forced_agreement_with_llama_cpp_per_quant_type() {
         let path = dir.join(&t.file);
         if !path.exists() {
             // make_quant_reference.py --quantizer gguf-py writes only some of the types.
-            eprintln!(
-                "\n*** SKIPPED {}: {} not found ***\n",
-                t.ftype,
-                path.display()
+            crate::util::absent(
+                crate::util::Need::Reference,
+                format!("{}: {} not found", t.ftype, path.display()),
             );
             continue;
         }

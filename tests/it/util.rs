@@ -1,23 +1,22 @@
 //! Helpers shared by the integration tests: where the authors' data and the default model
 //! are, and the rule for when they are absent.
 //!
-//! Absent data or model: the test says loudly that it was skipped and passes, except under
-//! CI (`CI=true`), where absence is a failure.
+//! Absent data or model: the test says loudly that it was skipped, is counted in the summary
+//! printed when the test binary exits, and passes, except under CI (`CI=true`), where absence
+//! is a failure (the rule: [`candor::skip`]).
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
-fn under_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true").unwrap_or(false)
-}
+pub use candor::skip::{absent, Need};
 
-fn missing(what: &str, path: &Path, hint: &str) {
-    let msg = format!("{what} not found at {} ({hint})", path.display());
-    if under_ci() {
-        panic!("{msg}; under CI=true this is a failure");
-    }
-    eprintln!("\n*** SKIPPED: {msg} ***\n");
+#[track_caller]
+fn missing(need: Need, what: &str, path: &Path, hint: &str) {
+    absent(
+        need,
+        format!("{what} not found at {} ({hint})", path.display()),
+    );
 }
 
 /// The folder named by `var` for a reference test that is `#[ignore]`d unless asked for
@@ -41,28 +40,36 @@ pub fn reference_file(rel: &str, how: &str) -> PathBuf {
 }
 
 /// The authors' public data (`$CANDOR_DATA`, default `../shared/data`), or `None` (skip).
+#[track_caller]
 pub fn shared_data() -> Option<PathBuf> {
     let root = candor::bench::data_root();
     if root.is_dir() {
         Some(root)
     } else {
-        missing("the authors' public data", &root, "set CANDOR_DATA");
+        missing(
+            Need::Data,
+            "the authors' public data",
+            &root,
+            "set CANDOR_DATA",
+        );
         None
     }
 }
 
 /// A file under the public data folder, or `None` (skip).
+#[track_caller]
 pub fn shared_file(rel: &str) -> Option<PathBuf> {
     let p = shared_data()?.join(rel);
     if p.exists() {
         Some(p)
     } else {
-        missing("a public data file", &p, "set CANDOR_DATA");
+        missing(Need::Data, "a public data file", &p, "set CANDOR_DATA");
         None
     }
 }
 
 /// The default model's GGUF file, or `None` (skip).
+#[track_caller]
 pub fn default_model() -> Option<PathBuf> {
     // CANDOR_TEST_MODEL: the file elsewhere (a test binary run on another machine, e.g. a GPU).
     let p = std::env::var_os("CANDOR_TEST_MODEL").map_or_else(
@@ -72,7 +79,12 @@ pub fn default_model() -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        missing("the default model", &p, "run `cargo run -- setup`");
+        missing(
+            Need::Model,
+            "the default model",
+            &p,
+            "run `cargo run -- setup`",
+        );
         None
     }
 }
