@@ -1,0 +1,313 @@
+//! The kernel table (the compiled kernels, one per weight type for the matmuls), the device
+//! handle that holds it, and the host side of each launch.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+
+use crate::model::error::ModelError;
+
+use super::{nvrtc, versions};
+
+/// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
+pub const KERNELS: &str = include_str!("kernels.cu");
+
+/// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
+pub(super) const ATTN_CHUNK: usize = 256;
+/// Rows per matmul group (`MM_ROWS` in the kernels).
+pub(super) const MM_ROWS: usize = 8;
+/// Warps per matmul block.
+pub(super) const MM_WARPS: usize = 4;
+/// Outputs per warp of the wide matmul kernels (`MM_OUTS` in the kernels).
+pub(super) const MM_OUTS: usize = 4;
+/// Steps of at least this many rows use the wide matmul kernels: with four or more row groups
+/// they still launch as many warps as the one-output kernels do for a single group.
+pub(super) const MM_WIDE_ROWS: usize = 4 * MM_ROWS;
+/// Threads per block of the element-wise kernels.
+pub(super) const EW: u32 = 256;
+
+pub(super) type Result<T> = std::result::Result<T, ModelError>;
+
+pub(super) fn dev_err(what: &str, e: impl std::fmt::Display) -> ModelError {
+    ModelError::Device(format!("cuda: {what}: {e}"))
+}
+
+/// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
+/// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
+/// GPU or not.
+pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
+    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
+    // Fixed numerics: no flush-to-zero, IEEE division and square root.
+    let mut options: Vec<String> = [
+        "--std=c++17",
+        "--ftz=false",
+        "--prec-div=true",
+        "--prec-sqrt=true",
+        "--fmad=true",
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(cc) = cc {
+        options.push(format!("--gpu-architecture={}", versions::arch_name(cc)));
+    }
+    nvrtc
+        .compile(KERNELS, &options)
+        .map(cudarc::nvrtc::Ptx::from_src)
+        .map_err(|e| dev_err("compiling the kernels", e))
+}
+
+/// The weight types' names in the matmul kernels' names, in `WeightKind` order.
+pub(super) const MATMUL_TYPES: [&str; 11] = [
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k",
+];
+
+/// The compiled kernels.
+pub(super) struct Kernels {
+    pub(super) matmul: [CudaFunction; 11],
+    /// The same products, MM_OUTS outputs per warp (identical bits).
+    pub(super) matmul_wide: [CudaFunction; 11],
+    pub(super) rms_norm: CudaFunction,
+    pub(super) add_bias: CudaFunction,
+    pub(super) add_in_place: CudaFunction,
+    pub(super) gated_act: CudaFunction,
+    pub(super) softcap: CudaFunction,
+    pub(super) split_cols: CudaFunction,
+    pub(super) gather_rows: CudaFunction,
+    pub(super) rope: CudaFunction,
+    pub(super) kv_write: CudaFunction,
+    pub(super) attn_partial: CudaFunction,
+    pub(super) attn_combine: CudaFunction,
+    pub(super) copy_block: CudaFunction,
+}
+
+impl Kernels {
+    pub(super) fn load(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> Result<Kernels> {
+        let module = ctx
+            .load_module(compile_kernels(Some(cc))?)
+            .map_err(|e| dev_err("loading the kernels", e))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| dev_err(&format!("kernel {name}"), e))
+        };
+        // One kernel per weight type, in `WeightKind` order.
+        let matmuls = |prefix: &str| -> Result<[CudaFunction; 11]> {
+            let fs = MATMUL_TYPES
+                .iter()
+                .map(|t| f(&format!("{prefix}{t}")))
+                .collect::<Result<Vec<_>>>()?;
+            fs.try_into()
+                .map_err(|_| dev_err(prefix, "one kernel per weight type"))
+        };
+        Ok(Kernels {
+            matmul: matmuls("matmul_")?,
+            matmul_wide: matmuls("matmul_wide_")?,
+            rms_norm: f("rms_norm")?,
+            add_bias: f("add_bias")?,
+            add_in_place: f("add_in_place")?,
+            gated_act: f("gated_act")?,
+            softcap: f("softcap")?,
+            split_cols: f("split_cols")?,
+            gather_rows: f("gather_rows")?,
+            rope: f("rope")?,
+            kv_write: f("kv_write")?,
+            attn_partial: f("attn_partial")?,
+            attn_combine: f("attn_combine")?,
+            copy_block: f("copy_block")?,
+        })
+    }
+}
+
+/// How a matrix is held on the device (the kernels' `W_*` codes, in `Kernels::matmul` order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    F32 = 0,
+    F16 = 1,
+    BF16 = 2,
+    Q8_0 = 3,
+    Q4_0 = 4,
+    Q4_1 = 5,
+    Q4K = 6,
+    Q6K = 7,
+    Q5_0 = 8,
+    Q5_1 = 9,
+    Q5K = 10,
+}
+
+/// A matrix in device memory.
+pub(super) struct DevWeight {
+    pub(super) kind: Kind,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) buf: CudaSlice<u8>,
+}
+
+/// Grid size for `total` elements at [`EW`] threads per block.
+pub(super) fn ew(total: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((total as u32).div_ceil(EW).max(1), 1, 1),
+        block_dim: (EW, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+pub(super) fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    s.device_ptr(stream).0
+}
+
+/// The device, its stream and kernels: shared by the model and its KV pool.
+pub(super) struct Gpu {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) k: Kernels,
+}
+
+impl Gpu {
+    pub(super) fn upload<T: cudarc::driver::DeviceRepr>(
+        &self,
+        what: &str,
+        v: &[T],
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .clone_htod(v)
+            .map_err(|e| dev_err(&format!("uploading {what}"), e))
+    }
+
+    pub(super) fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        what: &str,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .alloc_zeros(n.max(1))
+            .map_err(|e| dev_err(&format!("allocating {what}"), e))
+    }
+}
+
+/// Launches of the step kernels.
+impl Gpu {
+    pub(super) fn matmul(&self, w: &DevWeight, x: u64, m: usize, y: u64) -> Result<()> {
+        let s = &*self.stream;
+        let pw = ptr(&w.buf, s);
+        let (m_i, n_i, k_i) = (m as i32, w.n as i32, w.k as i32);
+        // Either kernel gives the same bits (see kernels.cu); the wide one reads less.
+        let (kernels, outs) = if m >= MM_WIDE_ROWS {
+            (&self.k.matmul_wide, MM_OUTS)
+        } else {
+            (&self.k.matmul, 1)
+        };
+        let mut lb = s.launch_builder(&kernels[w.kind as usize]);
+        lb.arg(&x).arg(&m_i).arg(&pw).arg(&n_i).arg(&k_i).arg(&y);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                w.n.div_ceil(MM_WARPS * outs) as u32,
+                m.div_ceil(MM_ROWS) as u32,
+                1,
+            ),
+            block_dim: ((32 * MM_WARPS) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x holds m × k floats and y m × n (the step buffers are sized for the largest
+        // projection); w holds n rows of its format.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("matmul", e))?;
+        Ok(())
+    }
+
+    pub(super) fn rms_norm(
+        &self,
+        x: u64,
+        w: &CudaSlice<f32>,
+        y: u64,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let pw = ptr(w, s);
+        let dim_i = dim as i32;
+        let threads = (dim.next_power_of_two() as u32).clamp(32, 1024);
+        let mut lb = s.launch_builder(&self.k.rms_norm);
+        lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x and y hold rows × dim floats, w dim.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("rms_norm", e))?;
+        Ok(())
+    }
+
+    pub(super) fn add_bias(
+        &self,
+        x: u64,
+        b: &CudaSlice<f32>,
+        width: usize,
+        total: usize,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let pb = ptr(b, s);
+        let (w_i, t) = (width as i32, total as i64);
+        let mut lb = s.launch_builder(&self.k.add_bias);
+        lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
+        // SAFETY: x holds total floats, b width.
+        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_bias", e))?;
+        Ok(())
+    }
+
+    pub(super) fn add(&self, x: u64, y: u64, total: usize) -> Result<()> {
+        let s = &*self.stream;
+        let t = total as i64;
+        let mut lb = s.launch_builder(&self.k.add_in_place);
+        lb.arg(&x).arg(&y).arg(&t);
+        // SAFETY: both hold total floats.
+        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_in_place", e))?;
+        Ok(())
+    }
+
+    pub(super) fn split(
+        &self,
+        src: u64,
+        width: usize,
+        off: usize,
+        w: usize,
+        dst: u64,
+        rows: usize,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let (wd, o, wi, t) = (width as i32, off as i32, w as i32, (rows * w) as i64);
+        let mut lb = s.launch_builder(&self.k.split_cols);
+        lb.arg(&src).arg(&wd).arg(&o).arg(&wi).arg(&dst).arg(&t);
+        // SAFETY: src holds rows × width floats, dst rows × w.
+        unsafe { lb.launch(ew(rows * w)) }.map_err(|e| dev_err("split_cols", e))?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rope(
+        &self,
+        x: u64,
+        cs: u64,
+        rows: usize,
+        heads: usize,
+        hd: usize,
+        rd: usize,
+        neox: bool,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let (r, h, d, rdi, nx) = (rows as i32, heads as i32, hd as i32, rd as i32, neox as i32);
+        let mut lb = s.launch_builder(&self.k.rope);
+        lb.arg(&x)
+            .arg(&cs)
+            .arg(&r)
+            .arg(&h)
+            .arg(&d)
+            .arg(&rdi)
+            .arg(&nx);
+        // SAFETY: x holds rows × heads × hd floats, cs rows × rd.
+        unsafe { lb.launch(ew(rows * heads * rd / 2)) }.map_err(|e| dev_err("rope", e))?;
+        Ok(())
+    }
+}
