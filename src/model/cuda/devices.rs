@@ -7,13 +7,24 @@ use cudarc::driver::CudaContext;
 
 use crate::model::error::ModelError;
 
-use super::kernels::{Gpu, Kernels, Result};
+use super::kernels::{matmul_path, Gpu, Kernels, MatmulPath, Result};
 use super::weights::gib;
 use super::{nvrtc, versions};
 
 /// The version of the GPU kernels' numerics: bump it whenever a kernel's arithmetic changes
 /// (a reply computed before may differ after). Part of the generation cache's key on a GPU.
-pub const GPU_NUMERICS_VERSION: &str = "candor-cuda-1";
+/// `candor-cuda-2`: the integer matmuls with the CPU's arithmetic (`mmq.cu`); a process run
+/// with `CANDOR_CUDA_MATMUL=legacy` computes `candor-cuda-1`'s f32 matmuls instead and says
+/// so in its key ([`numerics_version`]).
+pub const GPU_NUMERICS_VERSION: &str = "candor-cuda-2";
+
+/// The numerics version this process computes (see [`GPU_NUMERICS_VERSION`]).
+pub fn numerics_version() -> &'static str {
+    match matmul_path() {
+        MatmulPath::Integer => GPU_NUMERICS_VERSION,
+        MatmulPath::Legacy => "candor-cuda-1",
+    }
+}
 
 /// What a reply computed on CUDA device `ordinal` depends on besides the model and request:
 /// the card (name and compute capability), the driver's and NVRTC's CUDA versions and
@@ -26,8 +37,11 @@ pub fn cache_identity(ordinal: usize) -> std::result::Result<String, String> {
         .find(|d| d.ordinal == ordinal)
         .ok_or_else(|| format!("no CUDA device cuda:{ordinal}"))?;
     Ok(format!(
-        "gpu={};cc={}.{};driver=cuda-{driver};nvrtc={nvrtc};gpu_numerics={GPU_NUMERICS_VERSION}",
-        dev.name, dev.cc.0, dev.cc.1
+        "gpu={};cc={}.{};driver=cuda-{driver};nvrtc={nvrtc};gpu_numerics={}",
+        dev.name,
+        dev.cc.0,
+        dev.cc.1,
+        numerics_version()
     ))
 }
 

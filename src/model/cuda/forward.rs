@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::devices::open_gpu;
 use super::kernels::DevWeight;
-use super::kernels::{dev_err, ew, ptr, Gpu, Result, ATTN_CHUNK};
+use super::kernels::{dev_err, ew, matmul_path, ptr, ActBufs, Gpu, MatmulPath, Result, ATTN_CHUNK};
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_weight, DevLayer};
 use crate::model::arch::{Activation, ModelConfig};
@@ -31,6 +31,8 @@ struct Buffers {
     up: Option<CudaSlice<f32>>,
     fused: Option<CudaSlice<f32>>,
     part: Option<CudaSlice<f32>>,
+    /// Quantized activations for the integer matmuls.
+    act: Option<ActBufs>,
 }
 
 /// A model's weights on a CUDA device, with its KV pool.
@@ -66,7 +68,8 @@ impl CudaModel {
         let gpu = open_gpu(ordinal)?;
         let name = gpu.ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         check_fits(&gpu, ordinal, &name, model)?;
-        let mat = |name: String, w: &QWeight| upload_weight(&gpu, &name, w);
+        let path = matmul_path();
+        let mat = |name: String, w: &QWeight| upload_weight(&gpu, &name, w, path);
         let mut layers = Vec::with_capacity(model.layers.len());
         for (i, l) in model.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{i}.{s}");
@@ -255,16 +258,18 @@ impl CudaModel {
         );
         let pool = self.pool.base();
         let block_len = self.pool.0.block_len as i64;
+        let act = b.act.as_ref().expect("fit");
 
         for (l, (layer, dl)) in model.layers.iter().zip(&self.layers).enumerate() {
             g.rms_norm(px, &dl.attn_norm, pxb, rows, dim, c.rms_eps)?;
             if dl.qkv.len() == 3 {
-                g.matmul(&dl.qkv[0], pxb, rows, pq)?;
-                g.matmul(&dl.qkv[1], pxb, rows, pk)?;
-                g.matmul(&dl.qkv[2], pxb, rows, pv)?;
+                // One quantization of xb for the three (when their kinds agree).
+                let qz = g.matmul_into(&dl.qkv[0], pxb, rows, pq, act, None, false)?;
+                let qz = g.matmul_into(&dl.qkv[1], pxb, rows, pk, act, qz, false)?;
+                g.matmul_into(&dl.qkv[2], pxb, rows, pv, act, qz, false)?;
             } else {
                 let width = q_dim + 2 * kv_dim;
-                g.matmul(&dl.qkv[0], pxb, rows, pfused)?;
+                g.matmul_into(&dl.qkv[0], pxb, rows, pfused, act, None, false)?;
                 g.split(pfused, width, 0, q_dim, pq, rows)?;
                 g.split(pfused, width, q_dim, kv_dim, pk, rows)?;
                 g.split(pfused, width, q_dim + kv_dim, kv_dim, pv, rows)?;
@@ -348,18 +353,15 @@ impl CudaModel {
                 // SAFETY: attn holds rows × q_dim floats.
                 unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_combine", e))?;
             }
-            g.matmul(&dl.wo, pattn, rows, pxb)?;
-            if let Some(w) = &dl.post_attn_norm {
-                g.rms_norm(pxb, w, pxb, rows, dim, c.rms_eps)?;
-            }
-            g.add(px, pxb, rows * dim)?;
+            let post = dl.post_attn_norm.as_ref();
+            project_residual(g, &dl.wo, pattn, rows, px, pxb, post, act, c)?;
             g.rms_norm(px, &dl.ffn_norm, pxb, rows, dim, c.rms_eps)?;
             let ffn = c.ffn_dim;
             if dl.gate_up.len() == 2 {
-                g.matmul(&dl.gate_up[0], pxb, rows, pgate)?;
-                g.matmul(&dl.gate_up[1], pxb, rows, pup)?;
+                let qz = g.matmul_into(&dl.gate_up[0], pxb, rows, pgate, act, None, false)?;
+                g.matmul_into(&dl.gate_up[1], pxb, rows, pup, act, qz, false)?;
             } else {
-                g.matmul(&dl.gate_up[0], pxb, rows, pfused)?;
+                g.matmul_into(&dl.gate_up[0], pxb, rows, pfused, act, None, false)?;
                 g.split(pfused, 2 * ffn, 0, ffn, pgate, rows)?;
                 g.split(pfused, 2 * ffn, ffn, ffn, pup, rows)?;
             }
@@ -375,11 +377,8 @@ impl CudaModel {
                 // SAFETY: gate and up hold rows × ffn floats.
                 unsafe { lb.launch(ew(rows * ffn)) }.map_err(|e| dev_err("gated_act", e))?;
             }
-            g.matmul(&dl.w_down, pgate, rows, pxb)?;
-            if let Some(w) = &dl.post_ffn_norm {
-                g.rms_norm(pxb, w, pxb, rows, dim, c.rms_eps)?;
-            }
-            g.add(px, pxb, rows * dim)?;
+            let post = dl.post_ffn_norm.as_ref();
+            project_residual(g, &dl.w_down, pgate, rows, px, pxb, post, act, c)?;
         }
 
         // Final norm and output projection for the wanted rows only.
@@ -402,7 +401,7 @@ impl CudaModel {
         let vocab = c.vocab_size;
         let out: CudaSlice<f32> = g.zeros("logits", m * vocab)?;
         let pout = ptr(&out, s);
-        g.matmul(&self.output, pattn, m, pout)?;
+        g.matmul_into(&self.output, pattn, m, pout, act, None, false)?;
         if let Some(cap) = c.final_softcap {
             let total = (m * vocab) as i64;
             let mut lb = s.launch_builder(&g.k.softcap);
@@ -441,8 +440,36 @@ impl CudaModel {
             "attention partials",
             rows * c.n_head * chunks * (c.head_dim + 2),
         )?);
+        let widest = c.dim.max(c.q_dim()).max(c.ffn_dim);
+        b.act = Some(g.act_bufs(rows * widest.next_multiple_of(256))?);
         b.rows = rows;
         b.chunks = chunks;
         Ok(())
     }
+}
+
+/// `x += post_norm(x_in · Wᵀ)`: with no post-norm on the integer path one launch (the residual
+/// added in the matmul's epilogue, the same `x + y` the CPU adds); else the product into
+/// `scratch`, the norm, and the add.
+#[allow(clippy::too_many_arguments)]
+fn project_residual(
+    g: &Gpu,
+    w: &DevWeight,
+    x_in: u64,
+    rows: usize,
+    x: u64,
+    scratch: u64,
+    post_norm: Option<&CudaSlice<f32>>,
+    act: &ActBufs,
+    c: &ModelConfig,
+) -> Result<()> {
+    if post_norm.is_none() && matmul_path() == MatmulPath::Integer {
+        g.matmul_into(w, x_in, rows, x, act, None, true)?;
+        return Ok(());
+    }
+    g.matmul_into(w, x_in, rows, scratch, act, None, false)?;
+    if let Some(nw) = post_norm {
+        g.rms_norm(scratch, nw, scratch, rows, c.dim, c.rms_eps)?;
+    }
+    g.add(x, scratch, rows * c.dim)
 }

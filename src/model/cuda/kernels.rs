@@ -12,7 +12,7 @@ use crate::model::error::ModelError;
 use super::{nvrtc, versions};
 
 /// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
-pub const KERNELS: &str = include_str!("kernels.cu");
+pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("mmq.cu"));
 
 /// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
 pub(super) const ATTN_CHUNK: usize = 256;
@@ -27,6 +27,10 @@ pub(super) const MM_OUTS: usize = 4;
 pub(super) const MM_WIDE_ROWS: usize = 4 * MM_ROWS;
 /// Threads per block of the element-wise kernels.
 pub(super) const EW: u32 = 256;
+/// Threads per block of the integer matmuls (`MQ_THREADS` in `mmq.cu`).
+pub(super) const MQ_THREADS: usize = 128;
+/// Outputs per block of the integer matmuls (`MQ_RO`).
+pub(super) const MQ_RO: usize = 4;
 
 pub(super) type Result<T> = std::result::Result<T, ModelError>;
 
@@ -58,6 +62,29 @@ pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
         .map_err(|e| dev_err("compiling the kernels", e))
 }
 
+/// Which matmul kernels a device runs: the integer kernels with the CPU's arithmetic
+/// (`mmq.cu`, the default) or, with `CANDOR_CUDA_MATMUL=legacy`, the f32 kernels of
+/// `candor-cuda-1` (kept so that one GPU run can time both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MatmulPath {
+    Integer,
+    Legacy,
+}
+
+/// The matmul path this process runs (`CANDOR_CUDA_MATMUL`: `integer`, the default, or
+/// `legacy`); read once.
+pub(super) fn matmul_path() -> MatmulPath {
+    static PATH: std::sync::OnceLock<MatmulPath> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| match std::env::var("CANDOR_CUDA_MATMUL").as_deref() {
+        Ok("legacy") => MatmulPath::Legacy,
+        Ok("integer") | Err(_) => MatmulPath::Integer,
+        Ok(other) => {
+            eprintln!("CANDOR_CUDA_MATMUL={other}: expected integer or legacy; using integer");
+            MatmulPath::Integer
+        }
+    })
+}
+
 /// The weight types' names in the matmul kernels' names, in `WeightKind` order.
 pub(super) const MATMUL_TYPES: [&str; 11] = [
     "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k",
@@ -68,6 +95,12 @@ pub(super) struct Kernels {
     pub(super) matmul: [CudaFunction; 11],
     /// The same products, MM_OUTS outputs per warp (identical bits).
     pub(super) matmul_wide: [CudaFunction; 11],
+    /// The integer (quantized types) and float kernels of `mmq.cu`, row tiles of 1 and of 8
+    /// (identical bits).
+    pub(super) mmq1: [CudaFunction; 11],
+    pub(super) mmq8: [CudaFunction; 11],
+    pub(super) quantize_q8: CudaFunction,
+    pub(super) quantize_q8k: CudaFunction,
     pub(super) rms_norm: CudaFunction,
     pub(super) add_bias: CudaFunction,
     pub(super) add_in_place: CudaFunction,
@@ -104,6 +137,10 @@ impl Kernels {
         Ok(Kernels {
             matmul: matmuls("matmul_")?,
             matmul_wide: matmuls("matmul_wide_")?,
+            mmq1: matmuls("mmq1_")?,
+            mmq8: matmuls("mmq8_")?,
+            quantize_q8: f("quantize_q8")?,
+            quantize_q8k: f("quantize_q8k")?,
             rms_norm: f("rms_norm")?,
             add_bias: f("add_bias")?,
             add_in_place: f("add_in_place")?,
@@ -136,12 +173,38 @@ pub(super) enum Kind {
     Q5K = 10,
 }
 
-/// A matrix in device memory.
+impl Kind {
+    /// The activation blocks the integer kernel of a quantized kind wants (the
+    /// `quantize_q8` kind 0 = Q8_0, 1 = Q8_1, or 2 = Q8_K); `None` for the float kinds.
+    pub(super) fn act(self) -> Option<i32> {
+        match self {
+            Kind::F32 | Kind::F16 | Kind::BF16 => None,
+            Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => Some(0),
+            Kind::Q4_1 | Kind::Q5_1 => Some(1),
+            Kind::Q4K | Kind::Q5K | Kind::Q6K => Some(2),
+        }
+    }
+}
+
+/// A matrix in device memory: as stored (the legacy kernels, and float types), or repacked
+/// for the integer kernels (`repack.rs`: regions B and C at `b_off`, `c_off`).
 pub(super) struct DevWeight {
     pub(super) kind: Kind,
     pub(super) n: usize,
     pub(super) k: usize,
     pub(super) buf: CudaSlice<u8>,
+    pub(super) b_off: usize,
+    pub(super) c_off: usize,
+}
+
+/// Device scratch for activations quantized to 8-bit blocks: quants, block scales, Q8_1 sums,
+/// integer sums (of every 16 for Q8_K, of every block for Q8_0), for up to `elems` activations.
+pub(super) struct ActBufs {
+    pub(super) qs: CudaSlice<u8>,
+    pub(super) d: CudaSlice<f32>,
+    pub(super) s: CudaSlice<f32>,
+    pub(super) sums: CudaSlice<i32>,
+    pub(super) elems: usize,
 }
 
 /// Grid size for `total` elements at [`EW`] threads per block.
@@ -184,10 +247,138 @@ impl Gpu {
             .alloc_zeros(n.max(1))
             .map_err(|e| dev_err(&format!("allocating {what}"), e))
     }
+
+    /// Scratch for `elems` quantized activations ([`ActBufs`]).
+    pub(super) fn act_bufs(&self, elems: usize) -> Result<ActBufs> {
+        Ok(ActBufs {
+            qs: self.zeros("quantized activations", elems)?,
+            d: self.zeros("activation scales", elems / 32)?,
+            s: self.zeros("activation sums", elems / 32)?,
+            sums: self.zeros("activation sums", elems / 16)?,
+            elems,
+        })
+    }
 }
 
 /// Launches of the step kernels.
 impl Gpu {
+    /// `y = x · Wᵀ` (`x` m × k, `y` m × n), or `y += x · Wᵀ` with `add` (the residual), on
+    /// the path the weight was uploaded for. Integer path: the activations are quantized into
+    /// `act` first unless `quantized` says they already are for this kind (q, k and v, or
+    /// gate and up, share one quantization); returns the kind now in `act`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul_into(
+        &self,
+        w: &DevWeight,
+        x: u64,
+        m: usize,
+        y: u64,
+        act: &ActBufs,
+        quantized: Option<i32>,
+        add: bool,
+    ) -> Result<Option<i32>> {
+        if m == 0 {
+            return Ok(quantized);
+        }
+        if matmul_path() == MatmulPath::Legacy {
+            if add {
+                return Err(dev_err("matmul", "the legacy kernels add no residual"));
+            }
+            self.matmul(w, x, m, y)?;
+            return Ok(quantized);
+        }
+        let s = &*self.stream;
+        let mr = if m == 1 { 1 } else { 8 };
+        let f = if mr == 1 { &self.k.mmq1 } else { &self.k.mmq8 };
+        let f = &f[w.kind as usize];
+        let (m_i, n_i, k_i, add_i) = (m as i32, w.n as i32, w.k as i32, add as i32);
+        let pw = ptr(&w.buf, s);
+        let cfg = LaunchConfig {
+            grid_dim: ((m.div_ceil(mr) * w.n.div_ceil(MQ_RO)) as u32, 1, 1),
+            block_dim: (MQ_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let Some(kind) = w.kind.act() else {
+            let mut lb = s.launch_builder(f);
+            lb.arg(&x)
+                .arg(&m_i)
+                .arg(&pw)
+                .arg(&n_i)
+                .arg(&k_i)
+                .arg(&y)
+                .arg(&add_i);
+            // SAFETY: x holds m × k floats, y m × n; w holds n × k values of its type.
+            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmf", e))?;
+            return Ok(quantized);
+        };
+        if m * w.k > act.elems {
+            return Err(dev_err(
+                "matmul",
+                format!("{m} × {} activations past the scratch's {}", w.k, act.elems),
+            ));
+        }
+        if quantized != Some(kind) {
+            self.quantize(x, m, w.k, kind, act)?;
+        }
+        let (pq, pd, ps, psum) = (
+            ptr(&act.qs, s),
+            ptr(&act.d, s),
+            ptr(&act.s, s),
+            ptr(&act.sums, s),
+        );
+        let (b_off, c_off) = (w.b_off as i64, w.c_off as i64);
+        let mut lb = s.launch_builder(f);
+        lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum).arg(&m_i);
+        lb.arg(&pw)
+            .arg(&b_off)
+            .arg(&c_off)
+            .arg(&n_i)
+            .arg(&k_i)
+            .arg(&y)
+            .arg(&add_i);
+        // SAFETY: act holds m × k quantized activations of this kind (just written or
+        // written for the same x); w is repacked (regions at b_off, c_off); y holds m × n.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmq", e))?;
+        Ok(Some(kind))
+    }
+
+    /// Quantizes the `m × k` activations at `x` into `act` (`kind` as [`Kind::act`]).
+    fn quantize(&self, x: u64, m: usize, k: usize, kind: i32, act: &ActBufs) -> Result<()> {
+        let s = &*self.stream;
+        let block = if kind == 2 { 256 } else { 32 };
+        let cfg = LaunchConfig {
+            grid_dim: ((k / block).div_ceil(8) as u32, m as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let k_i = k as i32;
+        let (pq, pd, ps, psum) = (
+            ptr(&act.qs, s),
+            ptr(&act.d, s),
+            ptr(&act.s, s),
+            ptr(&act.sums, s),
+        );
+        if kind == 2 {
+            let mut lb = s.launch_builder(&self.k.quantize_q8k);
+            lb.arg(&x).arg(&k_i).arg(&pq).arg(&pd).arg(&psum);
+            // SAFETY: x holds m × k floats (k a multiple of 256); act holds m × k (checked).
+            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8k", e))?;
+        } else {
+            let mut lb = s.launch_builder(&self.k.quantize_q8);
+            lb.arg(&x)
+                .arg(&k_i)
+                .arg(&kind)
+                .arg(&pq)
+                .arg(&pd)
+                .arg(&ps)
+                .arg(&psum);
+            // SAFETY: x holds m × k floats (k a multiple of 32); act holds m × k (checked).
+            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8", e))?;
+        }
+        Ok(())
+    }
+
+    /// The legacy f32 kernels (`matmul_*`, `matmul_wide_*`) on a weight uploaded as stored.
     pub(super) fn matmul(&self, w: &DevWeight, x: u64, m: usize, y: u64) -> Result<()> {
         let s = &*self.stream;
         let pw = ptr(&w.buf, s);

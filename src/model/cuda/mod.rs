@@ -4,29 +4,41 @@
 //! operations that do not depend on the batch (see `kernels.cu` for how each kernel keeps it).
 //! The host model stays loaded for the configuration, the embedding lookup (rows are
 //! dequantized on the host and uploaded) and the RoPE tables; every matrix is uploaded once,
-//! in its stored format (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: a
-//! kernel reads each), and its host copy is then released ([`release_host_matrices`]). A model
-//! whose weights do not fit the card is refused in one line with the sizes. The KV cache lives in one pool of
+//! in its stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: a kernel
+//! reads each; quantized blocks repacked, byte for byte, into 16-byte aligned quants with the
+//! scales apart, `repack.rs`), and its host copy is then released ([`release_host_matrices`]).
+//! A model whose weights do not fit the card is refused in one line with the sizes. The KV
+//! cache lives in one pool of
 //! device blocks in half precision; the engine's bookkeeping owns them through
 //! [`DeviceBlock`] handles (a clone copies the block on the device: copy-on-write).
 //!
 //! CUDA is reached through cudarc with dynamic loading: nothing is linked at build time, so
 //! `--features cuda` builds on any machine; the kernels are compiled at run time by NVRTC.
-//! GPU tokens are not expected to equal CPU tokens (other summation order, f16 KV).
+//! Every matmul gives the CPU's `QWeight::matmul` bits (`mmq.cu`: the activations quantized
+//! to the CPU's 8-bit blocks on the device, exact integer block products, the CPU's per-block
+//! float expression, blocks added in order; `emulate.rs` checks the kernels' structure on the
+//! host); the rest of a step (norms, RoPE, the attention's order, the f16 KV cache) does not,
+//! so GPU tokens are not expected to equal CPU tokens. `CANDOR_CUDA_MATMUL=legacy` runs the
+//! f32 matmuls of numerics version `candor-cuda-1` instead (for timing both in one call).
 
 mod devices;
+#[cfg(test)]
+mod emulate;
 mod forward;
 mod kernels;
 pub mod nvrtc;
 mod pool;
+mod repack;
+mod timing;
 pub mod versions;
 mod weights;
 
-pub use devices::{cache_identity, GPU_NUMERICS_VERSION};
+pub use devices::{cache_identity, numerics_version, GPU_NUMERICS_VERSION};
 pub use devices::{list_devices, DeviceInfo};
 pub use forward::CudaModel;
 pub use kernels::{compile_kernels, KERNELS};
 pub use pool::{DeviceBlock, KvPool};
+pub use timing::time_matmuls;
 pub(crate) use weights::release_host_matrices;
 
 #[cfg(test)]
@@ -34,13 +46,28 @@ mod tests {
     use cudarc::driver::CudaSlice;
 
     use super::devices::open_gpu;
-    use super::kernels::{ptr, Gpu, MM_OUTS, MM_WIDE_ROWS};
+    use super::kernels::{ptr, Gpu, MatmulPath, MM_OUTS, MM_WIDE_ROWS};
     use super::weights::{device_bytes, upload_weight};
     use super::*;
     use crate::model::quant::tests::noise;
     use crate::model::quant::QWeight;
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
+
+    /// Every weight type, in `Kind` order.
+    const TYPES: [GgmlDType; 11] = [
+        GgmlDType::F32,
+        GgmlDType::F16,
+        GgmlDType::BF16,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q5K,
+    ];
 
     /// The GPU, or `None` after saying loudly why not (a failure under `CANDOR_REQUIRE_GPU=1`).
     fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<Gpu>> {
@@ -55,6 +82,11 @@ mod tests {
                 None
             }
         }
+    }
+
+    fn weight(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QWeight {
+        let t = Tensor::from_vec(noise(seed, n * k), (n, k), &Device::Cpu).expect("tensor");
+        QWeight::from_qtensor(&QTensor::quantize(&t, dtype).expect("quantize")).expect("weight")
     }
 
     /// The kernels compile wherever NVRTC can be loaded (no GPU needed). Without libnvrtc the
@@ -85,6 +117,12 @@ mod tests {
             "attn_partial",
             "attn_combine",
             "kv_write",
+            "mmq1_q4_k",
+            "mmq8_q6_k",
+            "mmq8_q5_0",
+            "mmq1_bf16",
+            "quantize_q8",
+            "quantize_q8k",
         ] {
             assert!(src.contains(name), "PTX lacks {name}");
         }
@@ -119,9 +157,13 @@ mod tests {
             let t = Tensor::from_vec(noise(2, n * k), (n, k), &Device::Cpu).expect("tensor");
             let q = QTensor::quantize(&t, dtype).expect("quantize");
             let w = QWeight::from_qtensor(&q).expect("weight");
-            let dw = upload_weight(&gpu, "w", &w).expect("upload");
+            let dw = upload_weight(&gpu, "w", &w, MatmulPath::Legacy).expect("upload");
             // Every type is held as stored (none is widened).
-            assert_eq!(dw.buf.len(), device_bytes(&w), "{dtype:?}");
+            assert_eq!(
+                dw.buf.len(),
+                device_bytes(&w, MatmulPath::Legacy),
+                "{dtype:?}"
+            );
             let all: CudaSlice<f32> = gpu.zeros("y", m * n).expect("y");
             let one: CudaSlice<f32> = gpu.zeros("y1", n).expect("y1");
             let s = &gpu.stream;
@@ -148,6 +190,70 @@ mod tests {
                         (a as f64 - want).abs() < tol,
                         "{dtype:?} [{r}][{o}]: {a} vs {want}"
                     );
+                }
+            }
+        }
+    }
+
+    /// The integer and float kernels of `mmq.cu` on the GPU give the CPU's
+    /// `QWeight::matmul` bits for every weight type and batch size (1 row: the 1-row tile; 5,
+    /// 17 and 64: tiles of 8), with a partial output tile, k past one chunk, and the residual
+    /// epilogue (`y + x · Wᵀ`, the CPU's `x += out`).
+    #[test]
+    fn mmq_equals_the_cpu_matmul() {
+        let Some(gpu) = gpu_or_skip("mmq_equals_the_cpu_matmul") else {
+            return;
+        };
+        let s = &gpu.stream;
+        let n = 37;
+        let act = gpu.act_bufs(64 * 4608).expect("scratch");
+        for dtype in TYPES {
+            // Float types with a k % 32 tail.
+            let k = if dtype.block_size() == 1 {
+                4608 - 19
+            } else {
+                4608
+            };
+            let w = weight(dtype, n, k, 31);
+            let dw = upload_weight(&gpu, "w", &w, MatmulPath::Integer).expect("upload");
+            assert_eq!(
+                dw.buf.len(),
+                device_bytes(&w, MatmulPath::Integer),
+                "{dtype:?}"
+            );
+            for m in [1usize, 5, 17, 64] {
+                let mut x: Vec<f32> = noise(40 + m as u64, m * k)
+                    .iter()
+                    .map(|v| v * 3.0)
+                    .collect();
+                if m > 2 {
+                    x[2 * k..3 * k].fill(0.0);
+                    x[k + 3] = -9.0;
+                    x[k + 100] = 9.0;
+                }
+                let mut want = vec![0f32; m * n];
+                w.matmul(&x, m, &mut want);
+                let dx = gpu.upload("x", &x).expect("x");
+                let resid = noise(50 + m as u64, m * n);
+                for add in [false, true] {
+                    let y: CudaSlice<f32> = if add {
+                        gpu.upload("y", &resid).expect("y")
+                    } else {
+                        gpu.upload("y", &vec![f32::NAN; m * n]).expect("y")
+                    };
+                    gpu.matmul_into(&dw, ptr(&dx, s), m, ptr(&y, s), &act, None, add)
+                        .expect("matmul");
+                    let got = s.clone_dtoh(&y).expect("download");
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let w = if add { resid[i] + w } else { *w };
+                        assert_eq!(
+                            g.to_bits(),
+                            w.to_bits(),
+                            "{dtype:?} m={m} add={add} row {} output {}: {g} vs {w}",
+                            i / n,
+                            i % n
+                        );
+                    }
                 }
             }
         }

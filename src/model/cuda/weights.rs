@@ -7,7 +7,8 @@ use crate::model::error::ModelError;
 use crate::model::quant::{QWeight, Stored, WeightFormat};
 use crate::model::transformer::{GateUp, Qkv, Transformer};
 
-use super::kernels::{dev_err, DevWeight, Gpu, Kind, Result};
+use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
+use super::repack::layout;
 
 /// Per-layer device tensors.
 pub(super) struct DevLayer {
@@ -40,10 +41,18 @@ pub(super) fn kind_of(f: WeightFormat) -> Kind {
     }
 }
 
-/// Uploads one matrix as stored, for the kernel of its format.
-pub(super) fn upload_weight(gpu: &Gpu, name: &str, w: &QWeight) -> Result<DevWeight> {
+/// Uploads one matrix for the kernels of `path` (the forward pass: this process's
+/// [`matmul_path`]): quantized types repacked for the integer kernels (`repack.rs`), or as
+/// stored for the legacy ones; float types as stored.
+pub(super) fn upload_weight(
+    gpu: &Gpu,
+    name: &str,
+    w: &QWeight,
+    path: MatmulPath,
+) -> Result<DevWeight> {
     let (n, k) = (w.rows(), w.cols());
-    if !k.is_multiple_of(8) {
+    let legacy = path == MatmulPath::Legacy;
+    if legacy && !k.is_multiple_of(8) {
         return Err(ModelError::Device(format!(
             "cuda: tensor `{name}`: {k} columns (the GPU kernels need a multiple of 8)"
         )));
@@ -54,17 +63,34 @@ pub(super) fn upload_weight(gpu: &Gpu, name: &str, w: &QWeight) -> Result<DevWei
         Stored::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         Stored::F16(v) | Stored::BF16(v) => bytes(v),
     };
+    if let (false, Some(l)) = (legacy, layout(w.format())) {
+        let r = l.repack(&raw, n, k);
+        return Ok(DevWeight {
+            kind: kind_of(w.format()),
+            n,
+            k,
+            buf: gpu.upload(name, &r.bytes)?,
+            b_off: r.b_off,
+            c_off: r.c_off,
+        });
+    }
     Ok(DevWeight {
         kind: kind_of(w.format()),
         n,
         k,
         buf: gpu.upload(name, &raw)?,
+        b_off: 0,
+        c_off: 0,
     })
 }
 
-/// Bytes a matrix takes on the device: its stored blocks.
-pub(super) fn device_bytes(w: &QWeight) -> usize {
+/// Bytes a matrix takes on the device for the kernels of `path`: its stored blocks, or their
+/// repacked layout.
+pub(super) fn device_bytes(w: &QWeight, path: MatmulPath) -> usize {
     let (n, k) = (w.rows(), w.cols());
+    if let (MatmulPath::Integer, Some(l)) = (path, layout(w.format())) {
+        return l.offsets(n, k).2;
+    }
     let (elems, bytes) = match w.format() {
         WeightFormat::F32 => (1, 4),
         WeightFormat::F16 | WeightFormat::BF16 => (1, 2),
@@ -87,9 +113,10 @@ pub(super) fn gib(b: usize) -> f64 {
 /// Refuses, in one line with the sizes, a model whose weights (plus 1 GiB for the step
 /// buffers and a minimal KV pool) do not fit the memory free on the device.
 pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transformer) -> Result<()> {
+    let path = matmul_path();
     let mut need = match &model.output {
-        Some(w) => device_bytes(w),
-        None => device_bytes(&model.embedding),
+        Some(w) => device_bytes(w, path),
+        None => device_bytes(&model.embedding, path),
     };
     for l in &model.layers {
         let mats: Vec<&QWeight> = match (&l.qkv, &l.gate_up) {
@@ -98,8 +125,11 @@ pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transfor
             (Qkv::Fused(w), GateUp::Split { gate, up }) => vec![w, gate, up],
             (Qkv::Fused(w), GateUp::Fused(g)) => vec![w, g],
         };
-        need += mats.into_iter().map(device_bytes).sum::<usize>();
-        need += device_bytes(&l.wo) + device_bytes(&l.w_down);
+        need += mats
+            .into_iter()
+            .map(|w| device_bytes(w, path))
+            .sum::<usize>();
+        need += device_bytes(&l.wo, path) + device_bytes(&l.w_down, path);
     }
     let (free, total) = gpu
         .ctx
