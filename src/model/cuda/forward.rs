@@ -33,6 +33,48 @@ struct Buffers {
     part: Option<CudaSlice<f32>>,
     /// Quantized activations for the integer matmuls.
     act: Option<ActBufs>,
+    /// The step's small inputs and its logits, reused across steps (grown to a power of two
+    /// when a step needs more): no device allocation in a step that fits.
+    positions: Option<CudaSlice<i32>>,
+    table_offsets: Option<CudaSlice<i32>>,
+    tables: Option<CudaSlice<i32>>,
+    row_blocks: Option<CudaSlice<i32>>,
+    row_slots: Option<CudaSlice<i32>>,
+    wanted: Option<CudaSlice<i32>>,
+    rope: Option<CudaSlice<f32>>,
+    rope_swa: Option<CudaSlice<f32>>,
+    logits: Option<CudaSlice<f32>>,
+}
+
+/// Copies `v` into the reused device buffer `slot`, growing it first when it is too small;
+/// its device address.
+fn stage<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    slot: &mut Option<CudaSlice<T>>,
+    what: &str,
+    v: &[T],
+) -> Result<u64> {
+    grow(g, slot, what, v.len())?;
+    let b = slot.as_mut().expect("grown");
+    if !v.is_empty() {
+        g.stream
+            .memcpy_htod(v, b)
+            .map_err(|e| dev_err(&format!("uploading {what}"), e))?;
+    }
+    Ok(ptr(b, &g.stream))
+}
+
+/// Grows the reused device buffer `slot` to hold at least `len` values.
+fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    slot: &mut Option<CudaSlice<T>>,
+    what: &str,
+    len: usize,
+) -> Result<()> {
+    if slot.as_ref().is_none_or(|b| b.len() < len.max(1)) {
+        *slot = Some(g.zeros(what, len.max(1).next_power_of_two())?);
+    }
+    Ok(())
 }
 
 /// A model's weights on a CUDA device, with its KV pool.
@@ -224,19 +266,18 @@ impl CudaModel {
         let mut bufs = self.buffers.lock().expect("CUDA buffers lock");
         self.fit(&mut bufs, c, rows, chunks)?;
         let b = &mut *bufs;
-        let up = |what: &str, v: &[i32]| g.upload(what, v);
-        let (d_pos, d_toff, d_table, d_rblock, d_rslot) = (
-            up("positions", &pos)?,
-            up("table offsets", &table_off)?,
-            up("block tables", &table)?,
-            up("row blocks", &row_block)?,
-            up("row slots", &row_slot)?,
+        let (ppos, ptoff, ptab, prb, prs) = (
+            stage(g, &mut b.positions, "positions", &pos)?,
+            stage(g, &mut b.table_offsets, "table offsets", &table_off)?,
+            stage(g, &mut b.tables, "block tables", &table)?,
+            stage(g, &mut b.row_blocks, "row blocks", &row_block)?,
+            stage(g, &mut b.row_slots, "row slots", &row_slot)?,
         );
-        let d_cs = g.upload("rope", &cs)?;
-        let d_cs_swa = if cs_swa.is_empty() {
+        let pcs = stage(g, &mut b.rope, "rope", &cs)?;
+        let pcs_swa = if cs_swa.is_empty() {
             None
         } else {
-            Some(g.upload("rope", &cs_swa)?)
+            Some(stage(g, &mut b.rope_swa, "rope", &cs_swa)?)
         };
         let bx = b.x.as_mut().expect("fit");
         g.stream
@@ -283,15 +324,14 @@ impl CudaModel {
                 g.rms_norm(pq, nq, pq, rows * c.n_head, hd, c.rms_eps)?;
                 g.rms_norm(pk, nk, pk, rows * c.n_kv_head, hd, c.rms_eps)?;
             }
-            let cs = match (&d_cs_swa, layer.swa) {
-                (Some(t), true) => ptr(t, s),
-                _ => ptr(&d_cs, s),
+            let cs = match (pcs_swa, layer.swa) {
+                (Some(t), true) => t,
+                _ => pcs,
             };
             g.rope(pq, cs, rows, c.n_head, hd, rd, c.rope_neox)?;
             g.rope(pk, cs, rows, c.n_kv_head, hd, rd, c.rope_neox)?;
             {
                 let (rows_i, kv_i, l_i, bt_i) = (rows as i32, kv_dim as i32, l as i32, bt as i32);
-                let (prb, prs) = (ptr(&d_rblock, s), ptr(&d_rslot, s));
                 let mut lb = s.launch_builder(&g.k.kv_write);
                 lb.arg(&pk).arg(&pv).arg(&pool).arg(&prb).arg(&prs);
                 lb.arg(&rows_i)
@@ -315,7 +355,6 @@ impl CudaModel {
                 let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
                 let window = c.window(l).map_or(0, |w| w as i32);
                 let chunks_i = chunks as i32;
-                let (ptab, ptoff, ppos) = (ptr(&d_table, s), ptr(&d_toff, s), ptr(&d_pos, s));
                 let mut lb = s.launch_builder(&g.k.attn_partial);
                 lb.arg(&pq).arg(&pool).arg(&ptab).arg(&ptoff).arg(&ppos);
                 lb.arg(&heads)
@@ -388,10 +427,9 @@ impl CudaModel {
             s.synchronize().map_err(|e| dev_err("step", e))?;
             return Ok(());
         }
-        let d_wanted = up("wanted rows", &wanted)?;
+        let pw = stage(g, &mut b.wanted, "wanted rows", &wanted)?;
         {
             let (dim_i, total) = (dim as i32, (m * dim) as i64);
-            let pw = ptr(&d_wanted, s);
             let mut lb = s.launch_builder(&g.k.gather_rows);
             lb.arg(&px).arg(&pw).arg(&dim_i).arg(&pxb).arg(&total);
             // SAFETY: every wanted index is a row of this step; xb holds rows × dim floats.
@@ -399,8 +437,9 @@ impl CudaModel {
         }
         g.rms_norm(pxb, &self.output_norm, pattn, m, dim, c.rms_eps)?;
         let vocab = c.vocab_size;
-        let out: CudaSlice<f32> = g.zeros("logits", m * vocab)?;
-        let pout = ptr(&out, s);
+        grow(g, &mut b.logits, "logits", m * vocab)?;
+        let out = b.logits.as_ref().expect("grown");
+        let pout = ptr(out, s);
         g.matmul_into(&self.output, pattn, m, pout, act, None, false)?;
         if let Some(cap) = c.final_softcap {
             let total = (m * vocab) as i64;
@@ -411,7 +450,7 @@ impl CudaModel {
         }
         logits.resize(m * vocab, 0.0);
         g.stream
-            .memcpy_dtoh(&out, logits.as_mut_slice())
+            .memcpy_dtoh(&out.slice(..m * vocab), logits.as_mut_slice())
             .map_err(|e| dev_err("downloading logits", e))?;
         s.synchronize().map_err(|e| dev_err("step", e))?;
         Ok(())
