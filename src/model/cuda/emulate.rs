@@ -1,6 +1,7 @@
 //! A host emulation of the integer and float matmul kernels of `mmq.cu`, line for line: the
 //! same threads, lanes, warps and chunks, the same index arithmetic, shuffles emulated lane by
-//! lane, and the same float operations in the same order. Its tests check that it equals the
+//! lane, and the same float operations in the same order (shared memory by its logical index:
+//! the kernel pads each row of terms by one word against bank conflicts). Its tests check that it equals the
 //! CPU's `QWeight::matmul` bit for bit for every weight type, batch size and row tile, which
 //! checks the kernels' index arithmetic and reduction order on a machine without a GPU (the
 //! GPU test `mmq_equals_the_cpu_matmul` then checks the device against the same reference).

@@ -360,8 +360,9 @@ extern "C" __global__ void rope(float* x, const float* cs, int rows, int heads, 
     int a = neox ? p : 2 * p;
     int b = neox ? p + pairs : 2 * p + 1;
     float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
+    // The CPU's `apply_rope` expression, nothing contracted into an fma: the same bits.
+    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
 // Stores each row's key and value (kv_dim wide, f32) into its KV block slot as f16. A block

@@ -290,7 +290,9 @@ __device__ void mmq_body(const signed char* aq, const float* ad, const float* as
                          int m, const u8* w, long b_off, long c_off, int n, int k, float* y, int add) {
     typedef Fmt<T> F;
     const int CB = MQ_UNITS * MQ_THREADS / (MQ_RO * F::P);
-    __shared__ float terms[MR * MQ_RO * CB];
+    // Rows of CB + 1 terms: the chain threads' reads fall in distinct banks.
+    const int TS = CB + 1;
+    __shared__ float terms[MR * MQ_RO * TS];
     const u8* A = w;
     const u8* B = w + b_off;
     const u8* C = w + c_off;
@@ -332,7 +334,7 @@ __device__ void mmq_body(const signed char* aq, const float* ad, const float* as
                         long row = r0 + r;
                         float dx = ad[row * nb + b];
                         float sx = (T == W_Q4_1 || T == W_Q5_1) ? as[row * nb + b] : 0.0f;
-                        terms[(r * MQ_RO + o) * CB + cb] = block_term<T>(B, C, blk, si, sm, dx, sx);
+                        terms[(r * MQ_RO + o) * TS + cb] = block_term<T>(B, C, blk, si, sm, dx, sx);
                     }
                 }
             }
@@ -342,7 +344,7 @@ __device__ void mmq_body(const signed char* aq, const float* ad, const float* as
             int r = t / MQ_RO, o = t % MQ_RO;
             int nc = nb - b0 < CB ? nb - b0 : CB;
             if (r < nr && o0 + o < n) {
-                const float* tr = terms + (r * MQ_RO + o) * CB;
+                const float* tr = terms + (r * MQ_RO + o) * TS;
                 for (int j = 0; j < nc; j++) acc = __fadd_rn(acc, tr[j]);
             }
         }
