@@ -355,7 +355,15 @@ impl CudaModel {
                 let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
                 let window = c.window(l).map_or(0, |w| w as i32);
                 let chunks_i = chunks as i32;
-                let mut lb = s.launch_builder(&g.k.attn_partial);
+                // The group kernel stages each tile of K/V once for the query heads of a KV
+                // head (same bits as one warp per query head); the legacy path keeps the latter.
+                let gqa = matmul_path() == MatmulPath::Integer;
+                let kernel = if gqa {
+                    &g.k.attn_partial_gqa
+                } else {
+                    &g.k.attn_partial
+                };
+                let mut lb = s.launch_builder(kernel);
                 lb.arg(&pq).arg(&pool).arg(&ptab).arg(&ptoff).arg(&ppos);
                 lb.arg(&heads)
                     .arg(&group)
@@ -369,13 +377,24 @@ impl CudaModel {
                     .arg(&window)
                     .arg(&chunks_i);
                 lb.arg(&ppart);
-                let cfg = LaunchConfig {
-                    grid_dim: (chunks as u32, c.n_head as u32, rows as u32),
-                    block_dim: (32, 1, 1),
-                    shared_mem_bytes: 0,
+                let cfg = if gqa {
+                    LaunchConfig {
+                        grid_dim: (chunks as u32, c.n_kv_head as u32, rows as u32),
+                        block_dim: (32 * group as u32, 1, 1),
+                        // ATTN_TILE (32) positions of keys and of values, in halves.
+                        shared_mem_bytes: (2 * 32 * hd * 2) as u32,
+                    }
+                } else {
+                    LaunchConfig {
+                        grid_dim: (chunks as u32, c.n_head as u32, rows as u32),
+                        block_dim: (32, 1, 1),
+                        shared_mem_bytes: 0,
+                    }
                 };
                 // SAFETY: part holds rows × heads × chunks × (hd + 2) floats (fit); positions
-                // and tables come from the sequences' KV, whose blocks cover every position.
+                // and tables come from the sequences' KV, whose blocks cover every position;
+                // the group kernel's tile is 2 × 32 × hd halves (hd <= 256: 32 KiB), its block
+                // n_head / n_kv_head warps.
                 unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_partial", e))?;
                 let mut lb = s.launch_builder(&g.k.attn_combine);
                 lb.arg(&ppart)

@@ -111,6 +111,8 @@ pub(super) struct Kernels {
     pub(super) rope: CudaFunction,
     pub(super) kv_write: CudaFunction,
     pub(super) attn_partial: CudaFunction,
+    /// The same pass with one block per KV head's query-head group (identical bits).
+    pub(super) attn_partial_gqa: CudaFunction,
     pub(super) attn_combine: CudaFunction,
     pub(super) copy_block: CudaFunction,
 }
@@ -151,6 +153,7 @@ impl Kernels {
             rope: f("rope")?,
             kv_write: f("kv_write")?,
             attn_partial: f("attn_partial")?,
+            attn_partial_gqa: f("attn_partial_gqa")?,
             attn_combine: f("attn_combine")?,
             copy_block: f("copy_block")?,
         })

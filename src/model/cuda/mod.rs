@@ -115,6 +115,7 @@ mod tests {
             "matmul_wide_q4_k",
             "matmul_wide_q6_k",
             "attn_partial",
+            "attn_partial_gqa",
             "attn_combine",
             "kv_write",
             "mmq1_q4_k",
