@@ -7,6 +7,11 @@
 //!
 //! Run with `cargo bench --bench kernels` (env `KERNELS_THREADS` overrides the pool size;
 //! `KERNELS_NO_CANDLE=1` skips the candle timings).
+//!
+//! With the `cuda` feature and `KERNELS_GPU=1` it times the GPU's matmul kernels instead
+//! (`candor::model::cuda::time_matmuls`: the copy rate, then the Llama-3-8B shapes in Q4_K,
+//! Q6_K and Q8_0 on the legacy and the integer kernels, one JSON line each; `KERNELS_BATCHES`
+//! lists the row counts, default `1,16,64,512`); `benches/gpu/run.sh` runs it.
 
 /// Chat templates run under a memory budget, which counts through this allocator.
 #[global_allocator]
@@ -109,6 +114,22 @@ fn time_candle(budget: Duration, f: impl FnMut()) -> Duration {
 }
 
 fn main() {
+    #[cfg(feature = "cuda")]
+    if std::env::var("KERNELS_GPU").is_ok() {
+        let batches: Vec<usize> = std::env::var("KERNELS_BATCHES")
+            .unwrap_or_else(|_| "1,16,64,512".into())
+            .split(',')
+            .map(|b| b.trim().parse().expect("KERNELS_BATCHES: row counts"))
+            .collect();
+        match candor::model::cuda::time_matmuls(0, &batches) {
+            Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+            Err(e) => {
+                eprintln!("GPU kernel timings: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let threads: usize = std::env::var("KERNELS_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())

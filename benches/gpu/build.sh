@@ -1,55 +1,59 @@
 #!/usr/bin/env bash
 # Builds, on this machine (no GPU or CUDA installation needed), what the GPU check runs, into
-# target/gpu/ (each piece under the device tool's 64 MiB carry limit):
-#   target/gpu/bin.tar.xz   candor (release, --features cuda) and the test binaries (the lib's
-#                           unit tests and tests/it), stripped;
-#   target/gpu/llama.tar.xz llama.cpp's source as vendored in llama-cpp-python 0.3.36
-#                           (LLAMA_SRC, default /work/tools/llama_cpp_python-0.3.36), trimmed;
-#   target/gpu-model/part.* the default model in three pieces (one carry each).
-# Then on the GPU machine: benches/gpu/run.sh (see its header for the calls).
+# target/gpu/ (together under the device tool's 64 MiB carry limit; the script says if not):
+#   target/gpu/bin.tar.xz   candor (release, --features cuda), the lib's unit tests (`unit`),
+#                           tests/it (`it`) and the kernel timings (`kernels`, the bench
+#                           benches/kernels.rs), stripped;
+#   target/gpu/llama.tar.xz llama.cpp's source as vendored in llama-cpp-python 0.3.36, trimmed:
+#                           from LLAMA_SRC (an unpacked llama-cpp-python source tree) or
+#                           LLAMA_SDIST (its .tar.gz, e.g. from `pip download --no-deps
+#                           --no-binary :all: llama-cpp-python==0.3.36`, which needs cmake).
+# Then on the GPU machine, in one call: benches/gpu/run.sh (see its header).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=target/gpu
-rm -rf "$out" target/gpu-model target/gpu-stage
-mkdir -p "$out" target/gpu-model target/gpu-stage
+rm -rf "$out" target/gpu-stage
+mkdir -p "$out" target/gpu-stage
 cargo build --release --features cuda
 cp target/release/candor target/gpu-stage/candor
-# The test binaries (dev profile, dependencies optimised): their paths from cargo's messages.
-cargo test --features cuda --no-run --message-format=json 2>/dev/null \
-  | python3 -c '
+# The test binaries (dev profile, dependencies optimised) and the kernel bench (release): their
+# paths from cargo's messages.
+pick='
 import json, shutil, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
-        name = {"lib": "unit", "test": m["target"]["name"]}.get(m["target"]["kind"][0])
-        if name:
-            shutil.copy(m["executable"], "target/gpu-stage/" + name)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kind = m["target"]["kind"][0]
+    name = {"lib": "unit", "test": m["target"]["name"], "bench": m["target"]["name"]}.get(kind)
+    if name and (m.get("profile", {}).get("test") or kind == "bench"):
+        shutil.copy(m["executable"], "target/gpu-stage/" + name)
 '
+cargo test --features cuda --no-run --message-format=json 2>/dev/null | python3 -c "$pick"
+cargo bench --features cuda --bench kernels --no-run --message-format=json 2>/dev/null \
+  | python3 -c "$pick"
 strip target/gpu-stage/*
 # The test binaries read their fixtures under the path they were built in (run.sh links it).
 pwd > target/gpu-stage/build-root
 tar -C target/gpu-stage -cJf "$out/bin.tar.xz" .
 src=${LLAMA_SRC:-}
+if [[ -z $src && -n ${LLAMA_SDIST:-} ]]; then
+  mkdir -p target/llama-sdist && tar -C target/llama-sdist -xzf "$LLAMA_SDIST"
+  src=$(ls -d target/llama-sdist/llama_cpp_python-*/ | head -1)
+fi
 for d in /work/tools/llama_cpp_python-0.3.36 /work/tools/src/llama_cpp_python-0.3.36; do
   [[ -z $src && -d $d ]] && src=$d
 done
-src=$src/vendor/llama.cpp
+src=${src%/}/vendor/llama.cpp
 # Excludes anchored at the top: tools/mtmd/models holds sources.
 if [[ -d "$src" ]]; then
   tar -C "$src" -cJf "$out/llama.tar.xz" --exclude=./models --exclude=./docs --exclude=./tests \
     --exclude=./examples --exclude=./benches --exclude=./media --exclude=./tools/ui \
     --exclude='*.gguf' --exclude=.git .
 else
-  echo "no llama.cpp source at $src (LLAMA_SRC): llama.tar.xz not written" >&2
+  echo "no llama.cpp source at $src (LLAMA_SRC / LLAMA_SDIST): llama.tar.xz not written" >&2
 fi
-# The default model in three pieces sized for the three calls of run.sh's header (each call
-# carries at most 64 MiB with the working tree): the first beside bin.tar.xz and llama.tar.xz.
-model=models/SmolLM2-135M-Instruct.Q4_1.gguf
-first=$(( (56 << 20) - $(stat -c %s "$out/bin.tar.xz") - $(stat -c %s "$out/llama.tar.xz" 2>/dev/null || echo 0) ))
-piece() { dd if="$model" of="target/gpu-model/part.$1" iflag=skip_bytes,count_bytes bs=1M \
-  skip="$2" ${3:+count=$3} status=none; }
-piece aa 0 "$first"
-piece ab "$first" $((56 << 20))
-piece ac $((first + (56 << 20)))
-sha256sum < "$model" | cut -d' ' -f1 > "$out/model.sha256"
-ls -la "$out" target/gpu-model
+ls -la "$out" target/gpu-stage
+total=$(du -cb "$out"/* | tail -1 | cut -f1)
+echo "target/gpu: $((total >> 20)) MiB (the device tool carries at most 64 MiB with the tree)"
+(( total < 60 << 20 )) || { echo "target/gpu is too large to carry" >&2; exit 1; }

@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# The GPU check of issues #8 and #30, run on the lent GPU machine after benches/gpu/build.sh
-# here. The device tool carries at most 64 MiB a call and keeps a machine warm only 30 s
-# between calls, so the default model travels in three pieces over three calls made back to back:
-#   run(carry=["target/gpu", "target/gpu-model/part.aa"], command="benches/gpu/run.sh first")
-#   run(carry=["target/gpu-model/part.ab"], command="true")
-#   run(carry=["target/gpu-model/part.ac"], command="benches/gpu/run.sh rest", timeout_s=600)
-# `first` starts, in their own process sessions so that they go on after the call returns,
-# llama.cpp's CUDA build (llama-batched-bench) and the random-weight Llama-3-8B-shape models
-# (Q4_K_M for Candor and llama.cpp, bf16 for transformers and Candor), then checks that the
-# kernels compile and runs the kernel unit tests. `rest` runs the tests on the default model
-# and the tiny models of every architecture, the default model's speed, then the 8B-shape
-# comparison at batch 1/16/64 (Candor, transformers, llama.cpp CUDA), each stage under its own
-# timeout, going on after a failing stage and listing every stage's exit status last.
-# Single stages: check | tests | tiny | bench-default | models | bench-8b | bench-8b-quick | hf |
-# llama-build | llama. `quick`: one call with target/gpu alone (see the stage).
-# Output lines go to stdout and to $OUT/<stage>.log (the background stages' logs are copied
-# into the `rest` call's $OUT).
-set -euo pipefail
+# The GPU check of issues #8, #30 and #36 in ONE call of the device tool (at most 8 minutes),
+# after benches/gpu/build.sh here (nothing is built on the GPU machine but llama.cpp):
+#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=540)
+# target/gpu holds bin.tar.xz (candor, the lib's unit tests `unit`, tests/it `it`, the kernel
+# timings `kernels`, stripped) and llama.tar.xz (llama.cpp's source, trimmed).
+#
+# In the background from the start: llama.cpp's CUDA build (llama-batched-bench) and the
+# random-weight models (Llama-3-8B shape in Q4_K_M and Q8_0, the default model's shape in its
+# Q4_1 mix, then the 8B bf16 checkpoint for transformers). In the foreground, each stage under
+# its own timeout, going on after a failing stage, within BUDGET seconds in all (default 470;
+# the last stage gets what is left):
+#   check     the kernels compile; the lib's GPU tests (integer matmuls == CPU bits, legacy
+#             kernels row-invariant)
+#   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
+#             integer kernels, against the copy rate measured in the same call
+#   bench     candor bench --device cuda: 8B Q4_K_M (512-token prompts, batch 1/16/64), the
+#             legacy kernels at batch 1 for comparison, 8B Q8_0 (batch 1/16), the default
+#             model's shape (random weights: the real file is not carried)
+#   llama     llama.cpp CUDA (llama-batched-bench) on the same files
+#   tiny      tests/it gpu:: — the tiny model of every architecture: batch invariance and
+#             teacher-forced GPU/CPU agreement (the default model's tests skip: not carried)
+#   hf        transformers bf16 on the same shape
+#   table     the issue's target table from the logs above
+# Progress lines carry the seconds since the start; every stage's exit status is listed
+# before the table. Logs: $OUT/<stage>.log (the device tool brings $OUT back).
+# Single stages: benches/gpu/run.sh <stage> (`models`, `models-bf16` and `llama-build` are the
+# background ones).
+set -uo pipefail
 root=$(pwd)
 g=$root/target/gpu
 m=/tmp/candor-models
-stage=${1:?stage: all | check | tests | bench-default | models | bench-8b | hf | llama-build | llama}
 bg=/tmp/candor-bg
+out=${OUT:-/tmp/candor-out}
+mkdir -p "$out" "$bg"
+stage=${1:-all}
+export BATCHES=${BATCHES:-1 16 64}
+export T0=${T0:-$(date +%s)}
+say() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 # Runs the stages given as name:seconds, each in its own process and under its own timeout,
 # within $budget seconds in all; lists every stage's exit status last.
 stages() {
@@ -29,120 +44,99 @@ stages() {
   for s in "$@"; do
     name=${s%%:*} limit=${s##*:} left=$((budget - (SECONDS - start)))
     (( limit > left )) && limit=$left
-    if (( limit < 20 )); then status+=("$name: not run (out of time)"); continue; fi
+    if (( limit < 15 )); then status+=("$name: not run (out of time)"); continue; fi
+    say "stage $name (at most ${limit}s)"
     rc=0
     timeout "$limit" "$0" "$name" || rc=$?
-    status+=("$name: exit $rc$( ((rc == 124)) && echo ' (timed out)' || true) in $((SECONDS - start))s")
+    status+=("$name: exit $rc$( ((rc == 124)) && echo ' (timed out)' || true) after $((SECONDS - start))s")
   done
-  printf '%s\n' "${status[@]}" | tee -a "${OUT:-/tmp}/all.log"
+  printf '%s\n' "${status[@]}" | tee "$out/status.log"
 }
 # Waits (at most $2 seconds) for a background stage to finish; its exit status.
 wait_bg() {
   local t=0
   while [[ ! -f $bg/$1.rc ]] && (( t < $2 )); do sleep 2; t=$((t + 2)); done
-  [[ -f $bg/$1.rc ]] || { echo "$1: still running after ${2}s"; return 1; }
+  [[ -f $bg/$1.rc ]] || { say "$1: still running after ${2}s"; return 1; }
   return "$(cat "$bg/$1.rc")"
 }
-export BATCHES=${BATCHES:-1 16 64}
+unpack() { [[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"; }
 case $stage in
   all)
-    budget=570 WHAT=q4_k_m stages check:45 tests:240 bench-default:45 models:90 bench-8b:60 hf:90
-    exit 0 ;;
-  first)
-    mkdir -p "$bg"
-    # Unpacked once here, before the background stages could race each other to it.
-    [[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"
+    unpack
     for s in llama-build models; do
-      OUT=$bg WHAT=q4_k_m,bf16 setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" \
-        > /dev/null 2>&1 < /dev/null &
+      OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
-    budget=240 stages check:120
-    exit 0 ;;
-  quick)
-    # One call, no default model (bin.tar.xz alone): the kernels, the tiny models of every
-    # architecture (GPU against CPU and llama.cpp, batch invariance) and the 8B-shape speed.
-    mkdir -p "$bg"
-    [[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"
-    OUT=$bg WHAT=q4_k_m setsid nohup bash -c "'$0' models; echo \$? > $bg/models.rc" \
+    # The bf16 checkpoint after the GGUFs (its random numbers on the CPU: the GPU is timed).
+    OUT=$bg setsid nohup bash -c "while [ ! -f $bg/models.rc ]; do sleep 2; done; \
+      CUDA_VISIBLE_DEVICES= '$0' models-bf16; echo \$? > $bg/models-bf16.rc" \
       > /dev/null 2>&1 < /dev/null &
-    budget=${BUDGET:-190} stages check:30 tiny:80 bench-8b-quick:120
-    cp "$bg"/models.log "${OUT:-/tmp}/" 2>/dev/null || true
-    exit 0 ;;
-  rest)
-    budget=570 stages tests:220 bench-default:40 bench-8b:120 hf:100 llama:90
-    cp "$bg"/*.log "${OUT:-/tmp}/" 2>/dev/null || true
+    budget=${BUDGET:-470}
+    stages check:40 kernels:90 bench:160 llama:70 tiny:70 hf:60
+    "$0" table
+    cp "$bg"/*.log "$out/" 2>/dev/null || true
     exit 0 ;;
 esac
-log=${OUT:-/tmp}/$stage.log
+log=$out/$stage.log
 exec > >(tee -a "$log") 2>&1
 # NVRTC and the CUDA runtime pieces from PyTorch's pip packages; the driver from the system.
 nv=$(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$(ls -d "$nv"/nvidia/*/lib 2>/dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}"
-[[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"
+unpack
 # The test binaries read their fixtures under the path they were built in (build.sh records it).
 built=$(cat "$g/build-root" 2>/dev/null || echo /work/main)
 [[ -e $built ]] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
-model=$g/model.gguf
-parts=("$root"/target/gpu-model/part.a{a,b,c})
-if [[ ! -f $model && -f ${parts[2]} ]]; then
-  cat "${parts[@]}" > "$model.$$"
-  if [[ $(sha256sum < "$model.$$" | cut -d' ' -f1) == "$(cat "$g/model.sha256")" ]]; then
-    mv "$model.$$" "$model"
-  else
-    rm -f "$model.$$"
-    echo "the default model's pieces do not add up to its sha256" >&2
-  fi
-fi
-export CANDOR_TEST_MODEL=$model
 # The GPU tests fail instead of skipping when the GPU cannot be used.
 export CANDOR_REQUIRE_GPU=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 bench() { "$g/candor" bench --device cuda "$@" | grep "^{"; }
+q4=$m/llama3-8b.Q4_K_M.gguf q8=$m/llama3-8b.Q8_0.gguf small=$m/smollm2.Q4_1.gguf
 case $stage in
   check)
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
     "$g/candor" devices --check-kernels
-    "$g/unit" cuda:: --nocapture ;;
-  tests)
-    "$g/it" gpu:: --nocapture --test-threads 1 ;;
+    "$g/unit" cuda:: --nocapture --test-threads 1 ;;
+  kernels)
+    KERNELS_GPU=1 KERNELS_BATCHES=1,16,64,512 "$g/kernels" | tee "$out/kernels.jsonl"
+    python3 "$root/benches/gpu/table.py" kernels "$out/kernels.jsonl" ;;
+  bench)
+    wait_bg models 120 || say "models: exit $?"
+    say "8B Q4_K_M, integer kernels"
+    bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"8b-q4_k_m","path":"integer",/'
+    say "8B Q4_K_M, legacy kernels, batch 1"
+    CANDOR_CUDA_MATMUL=legacy bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"legacy",/'
+    say "8B Q8_0"
+    bench --model "$q8" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"8b-q8_0","path":"integer",/'
+    say "default model's shape (Q4_1)"
+    bench --model "$small" --prompt-tokens 512 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"smollm2-q4_1","path":"integer",/'
+    say "bench done" ;;
   tiny)
-    "$g/it" gpu::gpu_tiny_models --nocapture --test-threads 1 ;;
-  bench-8b-quick)
-    [[ -d $bg ]] && { wait_bg models 90 || echo "models: exit $?"; }
-    f=$m/llama3-8b.Q4_K_M.gguf
-    bench --model "$f" --prompt-tokens 512 --new-tokens 16 --batch-size 1,16
-    bench --model "$f" --prompt-tokens 128 --new-tokens 16 --batch-size 64 ;;
-  bench-default)
-    bench --model "$model" --prompt-tokens 128 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)"
-    bench --model "$model" --prompt-tokens 1024 --new-tokens 64 --batch-size 1 ;;
-  models)
-    python3 benches/gpu/write_models.py $m --what "${WHAT:-q4_k_m,q8_0,bf16}" ;;
-  bench-8b)
-    [[ -d $bg ]] && { wait_bg models 150 || echo "models: exit $?"; }
-    for f in $m/llama3-8b.Q4_K_M.gguf $m/llama3-8b.Q8_0.gguf $m/llama3-8b-bf16; do
-      [[ -e $f ]] || continue
-      bench --model "$f" --prompt-tokens 512 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)"
-    done ;;
-  hf)
-    # transformers needs the bf16 checkpoint (written by `models` unless WHAT leaves it out).
-    [[ -d $bg ]] && { wait_bg models 150 || echo "models: exit $?"; }
-    [[ -d $m/llama3-8b-bf16 ]] || python3 benches/gpu/write_models.py $m --what bf16
-    python3 benches/gpu/hf_bench.py $m/llama3-8b-bf16 --prompt-tokens 512 --new-tokens 64 --batch-size $BATCHES ;;
-  llama-build)
-    mkdir -p /tmp/llama && tar -C /tmp/llama -xJf "$g/llama.tar.xz"
-    # FlashAttention kernels left out (GGML_CUDA_FA=OFF): they are most of the build's time,
-    # which has to fit beside the other stages; llama.cpp then attends with its matmul path.
-    cmake -S /tmp/llama -B /tmp/llama/build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
-      -DGGML_CUDA_FA=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF
-    nice -n 10 cmake --build /tmp/llama/build --target llama-batched-bench -j "${JOBS:-12}" ;;
+    "$g/it" gpu:: --nocapture --test-threads 1 ;;
   llama)
-    [[ -d $bg ]] && { wait_bg llama-build 240 || { echo "llama-build: exit $?"; tail -20 "$bg/llama-build.log"; exit 1; }; }
+    wait_bg llama-build 60 || { say "llama-build: exit $?"; tail -20 "$bg/llama-build.log"; exit 1; }
     npl=$(echo $BATCHES | tr ' ' ,)
-    for f in $model $m/llama3-8b.Q4_K_M.gguf $m/llama3-8b.Q8_0.gguf; do
+    for f in "$q4" "$q8" "$small"; do
       [[ -e $f ]] || continue
       /tmp/llama/build/bin/llama-batched-bench -m "$f" -ngl 999 -c 40960 -b 2048 -ub 512 \
-        -npp 512 -ntg 64 -npl "$npl" --output-format jsonl 2>/dev/null | grep speed_tg
+        -npp 512 -ntg 64 -npl "$npl" --output-format jsonl 2>/dev/null | grep speed_tg \
+        | sed "s|^{|{\"file\":\"$(basename "$f")\",|"
     done ;;
+  hf)
+    wait_bg models-bf16 30 || say "models-bf16: exit $?"
+    [[ -d $m/llama3-8b-bf16 ]] || { say "no bf16 checkpoint (models stage)"; exit 1; }
+    python3 benches/gpu/hf_bench.py $m/llama3-8b-bf16 --prompt-tokens 512 --new-tokens 64 --batch-size $BATCHES ;;
+  table)
+    python3 "$root/benches/gpu/table.py" targets "$out" ;;
+  models)
+    python3 benches/gpu/write_models.py $m --what q4_k_m,q8_0
+    python3 benches/gpu/write_models.py $m --shape smollm2 --what q4_1 ;;
+  models-bf16)
+    python3 benches/gpu/write_models.py $m --what bf16 ;;
+  llama-build)
+    mkdir -p /tmp/llama && tar -C /tmp/llama -xJf "$g/llama.tar.xz"
+    # FlashAttention kernels left out (GGML_CUDA_FA=OFF): they are most of the build's time.
+    cmake -S /tmp/llama -B /tmp/llama/build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+      -DGGML_CUDA_FA=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+    nice -n 10 cmake --build /tmp/llama/build --target llama-batched-bench -j "${JOBS:-12}" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

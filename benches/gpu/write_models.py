@@ -2,12 +2,13 @@
 """Random-weight models of a real shape for GPU speed measurements (the weights cannot be
 fetched on the GPU machine, and speed does not depend on their values).
 
-  write_models.py OUT_DIR [--shape llama3-8b|tiny] [--what q4_k_m,q8_0,bf16]
+  write_models.py OUT_DIR [--shape llama3-8b|smollm2|tiny] [--what q4_k_m,q8_0,q4_1,bf16]
 
 writes OUT_DIR/<shape>.Q4_K_M.gguf (Q4_K matrices, Q6_K output and ffn_down/attn_v of every
 other layer, as llama.cpp's Q4_K_M mix), OUT_DIR/<shape>.Q8_0.gguf, and OUT_DIR/<shape>-bf16/
 (config.json and sharded bf16 safetensors, for transformers and for Candor's checkpoint
-loader). The GGUFs carry a placeholder byte-level vocabulary so that llama.cpp loads them too.
+loader), OUT_DIR/<shape>.Q4_1.gguf (Q4_1 matrices, Q8_0 embedding: the default model's mix;
+`--shape smollm2` is the default model's shape, with tied embeddings). The GGUFs carry a placeholder byte-level vocabulary so that llama.cpp loads them too.
 Only numpy is needed for the GGUFs; torch and safetensors for the checkpoint.
 """
 import argparse
@@ -26,12 +27,17 @@ SHAPES = {
     # Llama-3-8B: dim 4096, 32 layers, 32 heads / 8 KV heads, FFN 14336, vocab 128256.
     "llama3-8b": dict(dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256,
                       ctx=8192, theta=500000.0),
+    # SmolLM2-135M (the default model): dim 576, 30 layers, 9 heads / 3 KV heads, FFN 1536,
+    # vocab 49152, tied embeddings.
+    "smollm2": dict(dim=576, layers=30, heads=9, kv_heads=3, ffn=1536, vocab=49152,
+                    ctx=8192, theta=100000.0, tied=True),
     "tiny": dict(dim=256, layers=2, heads=4, kv_heads=2, ffn=512, vocab=1024, ctx=2048,
                  theta=10000.0),
 }
 
 # ggml types: (id, elements per block, bytes per block)
-TYPES = {"F32": (0, 1, 4), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210)}
+TYPES = {"F32": (0, 1, 4), "Q4_1": (3, 32, 20), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
+         "Q6_K": (14, 256, 210)}
 RNG = np.random.default_rng(8)
 
 
@@ -46,6 +52,9 @@ def blocks(kind, n_elems, scale):
     b = RNG.integers(0, 256, size=(nb, size), dtype=np.uint8)
     if kind == "Q8_0":
         b[:, 0:2] = f16(scale / 64)
+    elif kind == "Q4_1":
+        b[:, 0:2] = f16(scale / 4)  # d
+        b[:, 2:4] = f16(-2 * scale)  # m
     elif kind == "Q4_K":
         b[:, 0:2] = f16(scale / 256)  # d
         b[:, 2:4] = f16(scale / 512)  # dmin
@@ -72,7 +81,9 @@ def write_gguf(path, s, mix):
             (p + "ffn_up.weight", (s["ffn"], d), mix("up", i)),
             (p + "ffn_down.weight", (d, s["ffn"]), mix("down", i)),
         ]
-    tensors += [("output_norm.weight", (d,), "F32"), ("output.weight", (s["vocab"], d), mix("out", 0))]
+    tensors += [("output_norm.weight", (d,), "F32")]
+    if not s.get("tied"):
+        tensors += [("output.weight", (s["vocab"], d), mix("out", 0))]
     a = "llama"
     vocab = [f"<t{i}>" for i in range(s["vocab"])]
     meta = [
@@ -205,6 +216,9 @@ def main():
         write_gguf(os.path.join(a.out, f"{a.shape}.Q4_K_M.gguf"), s, q4_k_m)
     if "q8_0" in what:
         write_gguf(os.path.join(a.out, f"{a.shape}.Q8_0.gguf"), s, lambda r, i: "Q8_0")
+    if "q4_1" in what:
+        write_gguf(os.path.join(a.out, f"{a.shape}.Q4_1.gguf"), s,
+                   lambda r, i: "Q8_0" if r == "embd" else "Q4_1")
     if "bf16" in what:
         write_bf16(os.path.join(a.out, f"{a.shape}-bf16"), s)
 

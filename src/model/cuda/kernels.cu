@@ -360,8 +360,9 @@ extern "C" __global__ void rope(float* x, const float* cs, int rows, int heads, 
     int a = neox ? p : 2 * p;
     int b = neox ? p + pairs : 2 * p + 1;
     float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
+    // The CPU's `apply_rope` expression, nothing contracted into an fma: the same bits.
+    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
 // Stores each row's key and value (kv_dim wide, f32) into its KV block slot as f16. A block
@@ -424,6 +425,75 @@ extern "C" __global__ void attn_partial(const float* q, const u16* pool, const i
             l += e;
             for (int i = 0; i < per; i++) acc[i] = fmaf(e, half_to_float(vr[lane + WARP * i]), acc[i]);
         }
+    }
+    if (lane == 0) {
+        out[0] = m;
+        out[1] = l;
+    }
+    for (int i = 0; i < per; i++) out[2 + lane + WARP * i] = acc[i];
+}
+
+// Attention, first pass, one block per (chunk, KV head, row) serving the KV head's whole group
+// of query heads: warp w takes query head kvh * group + w and runs exactly `attn_partial`'s
+// sequence of operations (the same bits), but the keys and values come from a tile of ATTN_TILE
+// positions staged once in shared memory for the group (`2 * ATTN_TILE * hd` halves of dynamic
+// shared memory) instead of each query head reading them from the pool. Grid (max chunks,
+// KV heads, rows); block 32 * group threads.
+#define ATTN_TILE 32
+extern "C" __global__ void attn_partial_gqa(const float* q, const u16* pool, const int* table,
+                                           const int* table_off, const int* pos, int heads, int group,
+                                           int hd, int kv_dim, int layer, int bt, long block_len,
+                                           float scale, float cap, int window, int chunks, float* part) {
+    extern __shared__ u16 kv_tile[];
+    int c = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    int h = kvh * group + warp;
+    int p = pos[r];
+    int lo = window > 0 ? (p + 1 > window ? p + 1 - window : 0) : 0;
+    int from = c * ATTN_CHUNK > lo ? c * ATTN_CHUNK : lo;
+    int to = c * ATTN_CHUNK + ATTN_CHUNK - 1 < p ? c * ATTN_CHUNK + ATTN_CHUNK - 1 : p;
+    float* out = part + ((long)(r * heads + h) * chunks + c) * (hd + 2);
+    int per = hd / WARP;
+    float qv[MAX_HD_PER_LANE], acc[MAX_HD_PER_LANE];
+    const float* qr = q + ((long)r * heads + h) * hd;
+    for (int i = 0; i < per; i++) {
+        qv[i] = qr[lane + WARP * i];
+        acc[i] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    int kvo = kvh * hd;
+    const int* tab = table + table_off[r];
+    u16* ks = kv_tile;
+    u16* vs = kv_tile + ATTN_TILE * hd;
+    for (int t0 = from; t0 <= to; t0 += ATTN_TILE) {
+        int nt = to - t0 + 1 < ATTN_TILE ? to - t0 + 1 : ATTN_TILE;
+        for (int i = threadIdx.x; i < nt * hd; i += blockDim.x) {
+            int tt = i / hd, d = i % hd;
+            int t = t0 + tt;
+            long base = (long)tab[t / bt] * block_len;
+            ks[i] = pool[base + ((long)(layer * 2) * bt + t % bt) * kv_dim + kvo + d];
+            vs[i] = pool[base + ((long)(layer * 2 + 1) * bt + t % bt) * kv_dim + kvo + d];
+        }
+        __syncthreads();
+        for (int tt = 0; tt < nt; tt++) {
+            const u16* kr = ks + tt * hd;
+            const u16* vr = vs + tt * hd;
+            float d = 0.0f;
+            for (int i = 0; i < per; i++) d = fmaf(qv[i], half_to_float(kr[lane + WARP * i]), d);
+            float s = warp_sum(d) * scale;
+            if (cap > 0.0f) s = tanhf(s / cap) * cap;
+            if (s > m) {
+                float corr = expf(m - s);
+                l = l * corr + 1.0f;
+                for (int i = 0; i < per; i++) acc[i] = acc[i] * corr + half_to_float(vr[lane + WARP * i]);
+                m = s;
+            } else {
+                float e = expf(s - m);
+                l += e;
+                for (int i = 0; i < per; i++) acc[i] = fmaf(e, half_to_float(vr[lane + WARP * i]), acc[i]);
+            }
+        }
+        __syncthreads();
     }
     if (lane == 0) {
         out[0] = m;

@@ -319,6 +319,12 @@ pub fn library() -> Result<&'static Nvrtc, String> {
     .map_err(Clone::clone)
 }
 
+/// The version of the libnvrtc that the kernels are compiled with ([`library`]: the newest
+/// found that the driver can load), or why there is none.
+pub fn version() -> Result<CudaVersion, String> {
+    library().map(|l| l.version)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,12 +47,6 @@ pub fn driver_version() -> Result<CudaVersion, String> {
     Ok(CudaVersion::from_driver(v))
 }
 
-/// The version of the libnvrtc that the kernels are compiled with ([`super::nvrtc::library`]:
-/// the newest found that the driver can load), or why there is none.
-pub fn nvrtc_version() -> Result<CudaVersion, String> {
-    super::nvrtc::library().map(|l| l.version)
-}
-
 /// `Err` (one line saying what to install) when kernels compiled by `nvrtc` cannot be loaded
 /// by `driver`: PTX is accepted only from an NVRTC of the driver's CUDA version or older.
 pub fn check_pair(driver: CudaVersion, nvrtc: CudaVersion) -> Result<(), String> {

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Tables for benches/gpu/run.sh, from the logs of one call.
+
+  table.py kernels KERNELS_JSONL   per matmul: legacy vs integer kernels, against the copy rate
+  table.py targets OUT_DIR         issue #36's target table (bench.log, llama.log, hf.log,
+                                   kernels.jsonl) with each target's verdict
+
+Only the standard library; missing logs give "–" cells, never an error.
+"""
+import json
+import os
+import sys
+
+
+def lines(path):
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def kernels(path):
+    rows = lines(path)
+    copy = next((r["copy_gbps"] for r in rows if "copy_gbps" in r), None)
+    print(f"copy rate (device to device, read + write): {copy} GB/s")
+    key = lambda r: (r["type"], r["shape"], r["m"])
+    by = {}
+    for r in rows:
+        if "path" in r:
+            by.setdefault(key(r), {})[r["path"]] = r
+    print(f"{'type':5} {'shape':12} {'m':>4} | {'legacy us':>10} {'integer us':>10} {'speed-up':>8} "
+          f"| {'int GB/s':>8} {'bw frac':>7} {'int TOPS':>8}")
+    for k in sorted(by):
+        leg, new = by[k].get("legacy"), by[k].get("integer")
+        lu = f"{leg['us']:.1f}" if leg else "–"
+        nu = f"{new['us']:.1f}" if new else "–"
+        sp = f"{leg['us'] / new['us']:.2f}x" if leg and new else "–"
+        gb = f"{new['gbps']:.0f}" if new else "–"
+        bf = f"{new['bw_frac']:.2f}" if new else "–"
+        tp = f"{new['tops']:.2f}" if new else "–"
+        print(f"{k[0]:5} {k[1]:12} {k[2]:>4} | {lu:>10} {nu:>10} {sp:>8} | {gb:>8} {bf:>7} {tp:>8}")
+
+
+def targets(out):
+    candor = lines(os.path.join(out, "bench.log"))
+    llama = lines(os.path.join(out, "llama.log"))
+    hf = lines(os.path.join(out, "hf.log"))
+    krows = lines(os.path.join(out, "kernels.jsonl"))
+    copy = next((r["copy_gbps"] for r in krows if "copy_gbps" in r), None)
+
+    def cand(file, path, b):
+        return next((r for r in candor if r.get("file") == file and r.get("path") == path
+                     and r.get("batch_size") == b), None)
+
+    def ll(file, b):
+        return next((r for r in llama if r.get("file") == file and r.get("pl") == b), None)
+
+    def fmt(v):
+        return "–" if v is None else f"{v:,.1f}"
+
+    files = [("8b-q4_k_m", "llama3-8b.Q4_K_M.gguf"), ("8b-q8_0", "llama3-8b.Q8_0.gguf"),
+             ("smollm2-q4_1", "smollm2.Q4_1.gguf")]
+    print("| file | engine | batch 1 prefill / decode tok/s | batch 16 | batch 64 |")
+    print("| --- | --- | --- | --- | --- |")
+    for cf, lf in files:
+        cells = []
+        for b in (1, 16, 64):
+            r = cand(cf, "integer", b)
+            cells.append(f"{fmt(r and r['prefill_tok_s'])} / {fmt(r and r['decode_tok_s'])}")
+        print(f"| {cf} | Candor (integer kernels) | " + " | ".join(cells) + " |")
+        if cf == "8b-q4_k_m":
+            r = cand(cf, "legacy", 1)
+            print(f"| {cf} | Candor (legacy kernels) | {fmt(r and r['prefill_tok_s'])} / "
+                  f"{fmt(r and r['decode_tok_s'])} | | |")
+        cells = []
+        for b in (1, 16, 64):
+            r = ll(lf, b)
+            cells.append(f"{fmt(r and r['speed_pp'])} / {fmt(r and r['speed_tg'])}")
+        print(f"| {cf} | llama.cpp CUDA | " + " | ".join(cells) + " |")
+    cells = []
+    for b in (1, 16, 64):
+        r = next((x for x in hf if x.get("batch_size") == b), None)
+        cells.append(f"{fmt(r and r['prefill_tok_s'])} / {fmt(r and r['decode_tok_s'])}")
+    print("| 8b bf16 | transformers | " + " | ".join(cells) + " |")
+
+    print()
+    gib = 4.58 * 2**30  # the 8B Q4_K_M file's weights, read once per decode step
+    def verdict(name, ok, detail):
+        state = "–" if ok is None else ("MET" if ok else "not met")
+        print(f"- {name}: {state} ({detail})")
+    c1, l1 = cand("8b-q4_k_m", "integer", 1), ll("llama3-8b.Q4_K_M.gguf", 1)
+    if c1 and l1 and copy:
+        frac = c1["decode_tok_s"] * gib / (copy * 1e9)
+        verdict("batch-1 decode >= 1.5x llama.cpp and >= 60% of copy bandwidth",
+                c1["decode_tok_s"] >= 1.5 * l1["speed_tg"] and frac >= 0.6,
+                f"{c1['decode_tok_s'] / l1['speed_tg']:.2f}x, {100 * frac:.0f}% of {copy:.0f} GB/s")
+    else:
+        verdict("batch-1 decode >= 1.5x llama.cpp and >= 60% of copy bandwidth", None, "missing")
+    for b in (16, 64):
+        c, l = cand("8b-q4_k_m", "integer", b), ll("llama3-8b.Q4_K_M.gguf", b)
+        verdict(f"batch-{b} decode >= 1.2x llama.cpp", c and l and c["decode_tok_s"] >= 1.2 * l["speed_tg"],
+                f"{c['decode_tok_s'] / l['speed_tg']:.2f}x" if c and l else "missing")
+    for b in (1, 16):
+        c, l = cand("8b-q4_k_m", "integer", b), ll("llama3-8b.Q4_K_M.gguf", b)
+        verdict(f"batch-{b} prefill >= 1.0x llama.cpp", c and l and c["prefill_tok_s"] >= l["speed_pp"],
+                f"{c['prefill_tok_s'] / l['speed_pp']:.2f}x" if c and l else "missing")
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("kernels", "targets"):
+        sys.exit(__doc__)
+    {"kernels": kernels, "targets": targets}[sys.argv[1]](sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()

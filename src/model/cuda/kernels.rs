@@ -1,0 +1,507 @@
+//! The kernel table (the compiled kernels, one per weight type for the matmuls), the device
+//! handle that holds it, and the host side of each launch.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+
+use crate::model::error::ModelError;
+
+use super::{nvrtc, versions};
+
+/// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
+pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("mmq.cu"));
+
+/// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
+pub(super) const ATTN_CHUNK: usize = 256;
+/// Rows per matmul group (`MM_ROWS` in the kernels).
+pub(super) const MM_ROWS: usize = 8;
+/// Warps per matmul block.
+pub(super) const MM_WARPS: usize = 4;
+/// Outputs per warp of the wide matmul kernels (`MM_OUTS` in the kernels).
+pub(super) const MM_OUTS: usize = 4;
+/// Steps of at least this many rows use the wide matmul kernels: with four or more row groups
+/// they still launch as many warps as the one-output kernels do for a single group.
+pub(super) const MM_WIDE_ROWS: usize = 4 * MM_ROWS;
+/// Threads per block of the element-wise kernels.
+pub(super) const EW: u32 = 256;
+/// Threads per block of the integer matmuls (`MQ_THREADS` in `mmq.cu`).
+pub(super) const MQ_THREADS: usize = 128;
+/// Outputs per block of the integer matmuls (`MQ_RO`).
+pub(super) const MQ_RO: usize = 4;
+
+pub(super) type Result<T> = std::result::Result<T, ModelError>;
+
+pub(super) fn dev_err(what: &str, e: impl std::fmt::Display) -> ModelError {
+    ModelError::Device(format!("cuda: {what}: {e}"))
+}
+
+/// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
+/// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
+/// GPU or not.
+pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
+    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
+    // Fixed numerics: no flush-to-zero, IEEE division and square root.
+    let mut options: Vec<String> = [
+        "--std=c++17",
+        "--ftz=false",
+        "--prec-div=true",
+        "--prec-sqrt=true",
+        "--fmad=true",
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(cc) = cc {
+        options.push(format!("--gpu-architecture={}", versions::arch_name(cc)));
+    }
+    nvrtc
+        .compile(KERNELS, &options)
+        .map(cudarc::nvrtc::Ptx::from_src)
+        .map_err(|e| dev_err("compiling the kernels", e))
+}
+
+/// Which matmul kernels a device runs: the integer kernels with the CPU's arithmetic
+/// (`mmq.cu`, the default) or, with `CANDOR_CUDA_MATMUL=legacy`, the f32 kernels of
+/// `candor-cuda-1` (kept so that one GPU run can time both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MatmulPath {
+    Integer,
+    Legacy,
+}
+
+/// The matmul path this process runs (`CANDOR_CUDA_MATMUL`: `integer`, the default, or
+/// `legacy`); read once.
+pub(super) fn matmul_path() -> MatmulPath {
+    static PATH: std::sync::OnceLock<MatmulPath> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| match std::env::var("CANDOR_CUDA_MATMUL").as_deref() {
+        Ok("legacy") => MatmulPath::Legacy,
+        Ok("integer") | Err(_) => MatmulPath::Integer,
+        Ok(other) => {
+            eprintln!("CANDOR_CUDA_MATMUL={other}: expected integer or legacy; using integer");
+            MatmulPath::Integer
+        }
+    })
+}
+
+/// The weight types' names in the matmul kernels' names, in `WeightKind` order.
+pub(super) const MATMUL_TYPES: [&str; 11] = [
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k",
+];
+
+/// The compiled kernels.
+pub(super) struct Kernels {
+    pub(super) matmul: [CudaFunction; 11],
+    /// The same products, MM_OUTS outputs per warp (identical bits).
+    pub(super) matmul_wide: [CudaFunction; 11],
+    /// The integer (quantized types) and float kernels of `mmq.cu`, row tiles of 1 and of 8
+    /// (identical bits).
+    pub(super) mmq1: [CudaFunction; 11],
+    pub(super) mmq8: [CudaFunction; 11],
+    pub(super) quantize_q8: CudaFunction,
+    pub(super) quantize_q8k: CudaFunction,
+    pub(super) rms_norm: CudaFunction,
+    pub(super) add_bias: CudaFunction,
+    pub(super) add_in_place: CudaFunction,
+    pub(super) gated_act: CudaFunction,
+    pub(super) softcap: CudaFunction,
+    pub(super) split_cols: CudaFunction,
+    pub(super) gather_rows: CudaFunction,
+    pub(super) rope: CudaFunction,
+    pub(super) kv_write: CudaFunction,
+    pub(super) attn_partial: CudaFunction,
+    /// The same pass with one block per KV head's query-head group (identical bits).
+    pub(super) attn_partial_gqa: CudaFunction,
+    pub(super) attn_combine: CudaFunction,
+    pub(super) copy_block: CudaFunction,
+}
+
+impl Kernels {
+    pub(super) fn load(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> Result<Kernels> {
+        let module = ctx
+            .load_module(compile_kernels(Some(cc))?)
+            .map_err(|e| dev_err("loading the kernels", e))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| dev_err(&format!("kernel {name}"), e))
+        };
+        // One kernel per weight type, in `WeightKind` order.
+        let matmuls = |prefix: &str| -> Result<[CudaFunction; 11]> {
+            let fs = MATMUL_TYPES
+                .iter()
+                .map(|t| f(&format!("{prefix}{t}")))
+                .collect::<Result<Vec<_>>>()?;
+            fs.try_into()
+                .map_err(|_| dev_err(prefix, "one kernel per weight type"))
+        };
+        Ok(Kernels {
+            matmul: matmuls("matmul_")?,
+            matmul_wide: matmuls("matmul_wide_")?,
+            mmq1: matmuls("mmq1_")?,
+            mmq8: matmuls("mmq8_")?,
+            quantize_q8: f("quantize_q8")?,
+            quantize_q8k: f("quantize_q8k")?,
+            rms_norm: f("rms_norm")?,
+            add_bias: f("add_bias")?,
+            add_in_place: f("add_in_place")?,
+            gated_act: f("gated_act")?,
+            softcap: f("softcap")?,
+            split_cols: f("split_cols")?,
+            gather_rows: f("gather_rows")?,
+            rope: f("rope")?,
+            kv_write: f("kv_write")?,
+            attn_partial: f("attn_partial")?,
+            attn_partial_gqa: f("attn_partial_gqa")?,
+            attn_combine: f("attn_combine")?,
+            copy_block: f("copy_block")?,
+        })
+    }
+}
+
+/// How a matrix is held on the device (the kernels' `W_*` codes, in `Kernels::matmul` order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    F32 = 0,
+    F16 = 1,
+    BF16 = 2,
+    Q8_0 = 3,
+    Q4_0 = 4,
+    Q4_1 = 5,
+    Q4K = 6,
+    Q6K = 7,
+    Q5_0 = 8,
+    Q5_1 = 9,
+    Q5K = 10,
+}
+
+impl Kind {
+    /// The activation blocks the integer kernel of a quantized kind wants (the
+    /// `quantize_q8` kind 0 = Q8_0, 1 = Q8_1, or 2 = Q8_K); `None` for the float kinds.
+    pub(super) fn act(self) -> Option<i32> {
+        match self {
+            Kind::F32 | Kind::F16 | Kind::BF16 => None,
+            Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => Some(0),
+            Kind::Q4_1 | Kind::Q5_1 => Some(1),
+            Kind::Q4K | Kind::Q5K | Kind::Q6K => Some(2),
+        }
+    }
+}
+
+/// A matrix in device memory: as stored (the legacy kernels, and float types), or repacked
+/// for the integer kernels (`repack.rs`: regions B and C at `b_off`, `c_off`).
+pub(super) struct DevWeight {
+    pub(super) kind: Kind,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) buf: CudaSlice<u8>,
+    pub(super) b_off: usize,
+    pub(super) c_off: usize,
+}
+
+/// Device scratch for activations quantized to 8-bit blocks: quants, block scales, Q8_1 sums,
+/// integer sums (of every 16 for Q8_K, of every block for Q8_0), for up to `elems` activations.
+pub(super) struct ActBufs {
+    pub(super) qs: CudaSlice<u8>,
+    pub(super) d: CudaSlice<f32>,
+    pub(super) s: CudaSlice<f32>,
+    pub(super) sums: CudaSlice<i32>,
+    pub(super) elems: usize,
+}
+
+/// Grid size for `total` elements at [`EW`] threads per block.
+pub(super) fn ew(total: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((total as u32).div_ceil(EW).max(1), 1, 1),
+        block_dim: (EW, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+pub(super) fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    s.device_ptr(stream).0
+}
+
+/// The device, its stream and kernels: shared by the model and its KV pool.
+pub(super) struct Gpu {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) k: Kernels,
+}
+
+impl Gpu {
+    pub(super) fn upload<T: cudarc::driver::DeviceRepr>(
+        &self,
+        what: &str,
+        v: &[T],
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .clone_htod(v)
+            .map_err(|e| dev_err(&format!("uploading {what}"), e))
+    }
+
+    pub(super) fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        what: &str,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .alloc_zeros(n.max(1))
+            .map_err(|e| dev_err(&format!("allocating {what}"), e))
+    }
+
+    /// Scratch for `elems` quantized activations ([`ActBufs`]).
+    pub(super) fn act_bufs(&self, elems: usize) -> Result<ActBufs> {
+        Ok(ActBufs {
+            qs: self.zeros("quantized activations", elems)?,
+            d: self.zeros("activation scales", elems / 32)?,
+            s: self.zeros("activation sums", elems / 32)?,
+            sums: self.zeros("activation sums", elems / 16)?,
+            elems,
+        })
+    }
+}
+
+/// Launches of the step kernels.
+impl Gpu {
+    /// `y = x · Wᵀ` (`x` m × k, `y` m × n), or `y += x · Wᵀ` with `add` (the residual), on
+    /// the path the weight was uploaded for. Integer path: the activations are quantized into
+    /// `act` first unless `quantized` says they already are for this kind (q, k and v, or
+    /// gate and up, share one quantization); returns the kind now in `act`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul_into(
+        &self,
+        w: &DevWeight,
+        x: u64,
+        m: usize,
+        y: u64,
+        act: &ActBufs,
+        quantized: Option<i32>,
+        add: bool,
+    ) -> Result<Option<i32>> {
+        if m == 0 {
+            return Ok(quantized);
+        }
+        if matmul_path() == MatmulPath::Legacy {
+            if add {
+                return Err(dev_err("matmul", "the legacy kernels add no residual"));
+            }
+            self.matmul(w, x, m, y)?;
+            return Ok(quantized);
+        }
+        let s = &*self.stream;
+        let mr = if m == 1 { 1 } else { 8 };
+        let f = if mr == 1 { &self.k.mmq1 } else { &self.k.mmq8 };
+        let f = &f[w.kind as usize];
+        let (m_i, n_i, k_i, add_i) = (m as i32, w.n as i32, w.k as i32, add as i32);
+        let pw = ptr(&w.buf, s);
+        let cfg = LaunchConfig {
+            grid_dim: ((m.div_ceil(mr) * w.n.div_ceil(MQ_RO)) as u32, 1, 1),
+            block_dim: (MQ_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let Some(kind) = w.kind.act() else {
+            let mut lb = s.launch_builder(f);
+            lb.arg(&x)
+                .arg(&m_i)
+                .arg(&pw)
+                .arg(&n_i)
+                .arg(&k_i)
+                .arg(&y)
+                .arg(&add_i);
+            // SAFETY: x holds m × k floats, y m × n; w holds n × k values of its type.
+            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmf", e))?;
+            return Ok(quantized);
+        };
+        if m * w.k > act.elems {
+            return Err(dev_err(
+                "matmul",
+                format!("{m} × {} activations past the scratch's {}", w.k, act.elems),
+            ));
+        }
+        if quantized != Some(kind) {
+            self.quantize(x, m, w.k, kind, act)?;
+        }
+        let (pq, pd, ps, psum) = (
+            ptr(&act.qs, s),
+            ptr(&act.d, s),
+            ptr(&act.s, s),
+            ptr(&act.sums, s),
+        );
+        let (b_off, c_off) = (w.b_off as i64, w.c_off as i64);
+        let mut lb = s.launch_builder(f);
+        lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum).arg(&m_i);
+        lb.arg(&pw)
+            .arg(&b_off)
+            .arg(&c_off)
+            .arg(&n_i)
+            .arg(&k_i)
+            .arg(&y)
+            .arg(&add_i);
+        // SAFETY: act holds m × k quantized activations of this kind (just written or
+        // written for the same x); w is repacked (regions at b_off, c_off); y holds m × n.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmq", e))?;
+        Ok(Some(kind))
+    }
+
+    /// Quantizes the `m × k` activations at `x` into `act` (`kind` as [`Kind::act`]).
+    fn quantize(&self, x: u64, m: usize, k: usize, kind: i32, act: &ActBufs) -> Result<()> {
+        let s = &*self.stream;
+        let block = if kind == 2 { 256 } else { 32 };
+        let cfg = LaunchConfig {
+            grid_dim: ((k / block).div_ceil(8) as u32, m as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let k_i = k as i32;
+        let (pq, pd, ps, psum) = (
+            ptr(&act.qs, s),
+            ptr(&act.d, s),
+            ptr(&act.s, s),
+            ptr(&act.sums, s),
+        );
+        if kind == 2 {
+            let mut lb = s.launch_builder(&self.k.quantize_q8k);
+            lb.arg(&x).arg(&k_i).arg(&pq).arg(&pd).arg(&psum);
+            // SAFETY: x holds m × k floats (k a multiple of 256); act holds m × k (checked).
+            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8k", e))?;
+        } else {
+            let mut lb = s.launch_builder(&self.k.quantize_q8);
+            lb.arg(&x)
+                .arg(&k_i)
+                .arg(&kind)
+                .arg(&pq)
+                .arg(&pd)
+                .arg(&ps)
+                .arg(&psum);
+            // SAFETY: x holds m × k floats (k a multiple of 32); act holds m × k (checked).
+            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8", e))?;
+        }
+        Ok(())
+    }
+
+    /// The legacy f32 kernels (`matmul_*`, `matmul_wide_*`) on a weight uploaded as stored.
+    pub(super) fn matmul(&self, w: &DevWeight, x: u64, m: usize, y: u64) -> Result<()> {
+        let s = &*self.stream;
+        let pw = ptr(&w.buf, s);
+        let (m_i, n_i, k_i) = (m as i32, w.n as i32, w.k as i32);
+        // Either kernel gives the same bits (see kernels.cu); the wide one reads less.
+        let (kernels, outs) = if m >= MM_WIDE_ROWS {
+            (&self.k.matmul_wide, MM_OUTS)
+        } else {
+            (&self.k.matmul, 1)
+        };
+        let mut lb = s.launch_builder(&kernels[w.kind as usize]);
+        lb.arg(&x).arg(&m_i).arg(&pw).arg(&n_i).arg(&k_i).arg(&y);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                w.n.div_ceil(MM_WARPS * outs) as u32,
+                m.div_ceil(MM_ROWS) as u32,
+                1,
+            ),
+            block_dim: ((32 * MM_WARPS) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x holds m × k floats and y m × n (the step buffers are sized for the largest
+        // projection); w holds n rows of its format.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("matmul", e))?;
+        Ok(())
+    }
+
+    pub(super) fn rms_norm(
+        &self,
+        x: u64,
+        w: &CudaSlice<f32>,
+        y: u64,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let pw = ptr(w, s);
+        let dim_i = dim as i32;
+        let threads = (dim.next_power_of_two() as u32).clamp(32, 1024);
+        let mut lb = s.launch_builder(&self.k.rms_norm);
+        lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x and y hold rows × dim floats, w dim.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("rms_norm", e))?;
+        Ok(())
+    }
+
+    pub(super) fn add_bias(
+        &self,
+        x: u64,
+        b: &CudaSlice<f32>,
+        width: usize,
+        total: usize,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let pb = ptr(b, s);
+        let (w_i, t) = (width as i32, total as i64);
+        let mut lb = s.launch_builder(&self.k.add_bias);
+        lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
+        // SAFETY: x holds total floats, b width.
+        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_bias", e))?;
+        Ok(())
+    }
+
+    pub(super) fn add(&self, x: u64, y: u64, total: usize) -> Result<()> {
+        let s = &*self.stream;
+        let t = total as i64;
+        let mut lb = s.launch_builder(&self.k.add_in_place);
+        lb.arg(&x).arg(&y).arg(&t);
+        // SAFETY: both hold total floats.
+        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_in_place", e))?;
+        Ok(())
+    }
+
+    pub(super) fn split(
+        &self,
+        src: u64,
+        width: usize,
+        off: usize,
+        w: usize,
+        dst: u64,
+        rows: usize,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let (wd, o, wi, t) = (width as i32, off as i32, w as i32, (rows * w) as i64);
+        let mut lb = s.launch_builder(&self.k.split_cols);
+        lb.arg(&src).arg(&wd).arg(&o).arg(&wi).arg(&dst).arg(&t);
+        // SAFETY: src holds rows × width floats, dst rows × w.
+        unsafe { lb.launch(ew(rows * w)) }.map_err(|e| dev_err("split_cols", e))?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rope(
+        &self,
+        x: u64,
+        cs: u64,
+        rows: usize,
+        heads: usize,
+        hd: usize,
+        rd: usize,
+        neox: bool,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let (r, h, d, rdi, nx) = (rows as i32, heads as i32, hd as i32, rd as i32, neox as i32);
+        let mut lb = s.launch_builder(&self.k.rope);
+        lb.arg(&x)
+            .arg(&cs)
+            .arg(&r)
+            .arg(&h)
+            .arg(&d)
+            .arg(&rdi)
+            .arg(&nx);
+        // SAFETY: x holds rows × heads × hd floats, cs rows × rd.
+        unsafe { lb.launch(ew(rows * heads * rd / 2)) }.map_err(|e| dev_err("rope", e))?;
+        Ok(())
+    }
+}

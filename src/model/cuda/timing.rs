@@ -1,0 +1,147 @@
+//! Kernel timings for the GPU check (`benches/kernels.rs` with `KERNELS_GPU=1`, run by
+//! `benches/gpu/run.sh`): the device-to-device copy rate, then every matmul of the Llama-3-8B
+//! shape in Q4_K, Q6_K and Q8_0 at several batch sizes, on the legacy f32 kernels and on the
+//! integer kernels (activation quantization included), each against its two numbers: the bytes
+//! it must move (weights, activations and outputs once) and its multiply-adds.
+
+use std::time::Instant;
+
+use cudarc::driver::CudaSlice;
+
+use crate::model::quant::{QWeight, WeightFormat};
+
+use super::devices::open_gpu;
+use super::kernels::{dev_err, ptr, Gpu, MatmulPath, Result};
+use super::weights::{device_bytes, upload_weight};
+
+/// Llama-3-8B's matrices: (name, n, k).
+const SHAPES: [(&str, usize, usize); 5] = [
+    ("attn_q/o", 4096, 4096),
+    ("attn_k/v", 1024, 4096),
+    ("ffn_gate/up", 14336, 4096),
+    ("ffn_down", 4096, 14336),
+    ("output", 128256, 4096),
+];
+
+/// Deterministic bytes (xorshift64*).
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        out.extend_from_slice(&s.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A random `n × k` weight of `dtype` whose f16 scales are finite (exponent bits cleared of
+/// the all-ones pattern), so that no NaN runs through the timed arithmetic.
+fn random_weight(dtype: candle_core::quantized::GgmlDType, n: usize, k: usize) -> QWeight {
+    let block = dtype.block_size();
+    let bytes = n * k / block * dtype.type_size();
+    let mut raw = random_bytes((n * 31 + k) as u64, bytes);
+    // Every second byte's top bits cleared: any f16 read from the block is finite and small.
+    for b in raw.iter_mut().skip(1).step_by(2) {
+        *b &= 0x3B;
+    }
+    QWeight::from_bytes(dtype, n, k, &raw).expect("random weight")
+}
+
+/// Seconds per call of `f`: a warm-up, then as many calls as fit in about 30 ms (2 to 50),
+/// between two events on the stream.
+fn time(g: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let s = &g.stream;
+    let ev = |what| {
+        g.ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| dev_err(what, e))
+    };
+    let (a, b) = (ev("event")?, ev("event")?);
+    f()?;
+    s.synchronize().map_err(|e| dev_err("warm-up", e))?;
+    let t0 = Instant::now();
+    f()?;
+    s.synchronize().map_err(|e| dev_err("probe", e))?;
+    let once = t0.elapsed().as_secs_f64();
+    let reps = ((0.03 / once.max(1e-6)) as usize).clamp(2, 50);
+    a.record(s).map_err(|e| dev_err("event", e))?;
+    for _ in 0..reps {
+        f()?;
+    }
+    b.record(s).map_err(|e| dev_err("event", e))?;
+    let ms = a.elapsed_ms(&b).map_err(|e| dev_err("event", e))?;
+    Ok(ms as f64 / 1e3 / reps as f64)
+}
+
+/// Runs the timings on CUDA device `ordinal` and returns one JSON line per measurement: first
+/// the copy rate (`{"copy_gbps": ...}`), then per matmul `{"path", "type", "shape", "n",
+/// "k", "m", "us", "gbps", "bw_frac", "tops"}`; `batches` are the row counts timed.
+pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
+    use candle_core::quantized::GgmlDType;
+    let g = open_gpu(ordinal)?;
+    let s = &g.stream;
+    let mut lines = Vec::new();
+    // The copy ceiling: 1 GiB device to device, bytes read plus written.
+    let len = 1usize << 28;
+    let src: CudaSlice<f32> = g.upload("copy source", &vec![1.5f32; len])?;
+    let mut dst: CudaSlice<f32> = g.zeros("copy destination", len)?;
+    let secs = time(&g, || {
+        s.memcpy_dtod(&src, &mut dst)
+            .map_err(|e| dev_err("copy", e))
+    })?;
+    let copy = 2.0 * (len * 4) as f64 / secs / 1e9;
+    lines.push(format!("{{\"copy_gbps\":{copy:.1}}}"));
+    drop((src, dst));
+    let max_m = batches.iter().copied().max().unwrap_or(1);
+    let act = g.act_bufs(max_m * 14336)?;
+    for (dtype, name) in [
+        (GgmlDType::Q4K, "Q4_K"),
+        (GgmlDType::Q6K, "Q6_K"),
+        (GgmlDType::Q8_0, "Q8_0"),
+    ] {
+        for (shape, n, k) in SHAPES {
+            let w = random_weight(dtype, n, k);
+            debug_assert!(matches!(
+                w.format(),
+                WeightFormat::Q4K | WeightFormat::Q6K | WeightFormat::Q8_0
+            ));
+            let x: Vec<f32> = random_bytes(7, max_m * k * 4)
+                .chunks_exact(4)
+                .map(|b| (b[0] as f32 - 127.5) / 64.0)
+                .collect();
+            let dx = g.upload("x", &x)?;
+            let y: CudaSlice<f32> = g.zeros("y", max_m * n)?;
+            for path in [MatmulPath::Legacy, MatmulPath::Integer] {
+                let dw = upload_weight(&g, shape, &w, path)?;
+                let wbytes = device_bytes(&w, path);
+                for &m in batches {
+                    let (px, py) = (ptr(&dx, s), ptr(&y, s));
+                    let secs = time(&g, || match path {
+                        MatmulPath::Legacy => g.matmul(&dw, px, m, py),
+                        MatmulPath::Integer => {
+                            g.matmul_into(&dw, px, m, py, &act, None, false).map(|_| ())
+                        }
+                    })?;
+                    let bytes = (wbytes + m * k * 4 + m * n * 4) as f64;
+                    let gbps = bytes / secs / 1e9;
+                    let tops = 2.0 * (m * n * k) as f64 / secs / 1e12;
+                    let p = match path {
+                        MatmulPath::Legacy => "legacy",
+                        MatmulPath::Integer => "integer",
+                    };
+                    lines.push(format!(
+                        "{{\"path\":\"{p}\",\"type\":\"{name}\",\"shape\":\"{shape}\",\"n\":{n},\
+                         \"k\":{k},\"m\":{m},\"us\":{:.1},\"gbps\":{gbps:.1},\
+                         \"bw_frac\":{:.3},\"tops\":{tops:.2}}}",
+                        secs * 1e6,
+                        gbps / copy
+                    ));
+                }
+            }
+        }
+    }
+    Ok(lines)
+}

@@ -1,0 +1,164 @@
+//! Weight upload: each matrix in its stored format, the per-layer device tensors, the check
+//! that a model fits the card, and the release of the host copies afterwards.
+
+use cudarc::driver::CudaSlice;
+
+use crate::model::error::ModelError;
+use crate::model::quant::{QWeight, Stored, WeightFormat};
+use crate::model::transformer::{GateUp, Qkv, Transformer};
+
+use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
+use super::repack::layout;
+
+/// Per-layer device tensors.
+pub(super) struct DevLayer {
+    pub(super) attn_norm: CudaSlice<f32>,
+    pub(super) qkv: Vec<DevWeight>,
+    pub(super) bias: Option<[CudaSlice<f32>; 3]>,
+    pub(super) qk_norm: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    pub(super) wo: DevWeight,
+    pub(super) post_attn_norm: Option<CudaSlice<f32>>,
+    pub(super) ffn_norm: CudaSlice<f32>,
+    pub(super) gate_up: Vec<DevWeight>,
+    pub(super) w_down: DevWeight,
+    pub(super) post_ffn_norm: Option<CudaSlice<f32>>,
+}
+
+/// The kernel that reads a stored format (every format has one: nothing is widened).
+pub(super) fn kind_of(f: WeightFormat) -> Kind {
+    match f {
+        WeightFormat::F32 => Kind::F32,
+        WeightFormat::F16 => Kind::F16,
+        WeightFormat::BF16 => Kind::BF16,
+        WeightFormat::Q8_0 => Kind::Q8_0,
+        WeightFormat::Q4_0 => Kind::Q4_0,
+        WeightFormat::Q4_1 => Kind::Q4_1,
+        WeightFormat::Q4K => Kind::Q4K,
+        WeightFormat::Q6K => Kind::Q6K,
+        WeightFormat::Q5_0 => Kind::Q5_0,
+        WeightFormat::Q5_1 => Kind::Q5_1,
+        WeightFormat::Q5K => Kind::Q5K,
+    }
+}
+
+/// Uploads one matrix for the kernels of `path` (the forward pass: this process's
+/// [`matmul_path`]): quantized types repacked for the integer kernels (`repack.rs`), or as
+/// stored for the legacy ones; float types as stored.
+pub(super) fn upload_weight(
+    gpu: &Gpu,
+    name: &str,
+    w: &QWeight,
+    path: MatmulPath,
+) -> Result<DevWeight> {
+    let (n, k) = (w.rows(), w.cols());
+    let legacy = path == MatmulPath::Legacy;
+    if legacy && !k.is_multiple_of(8) {
+        return Err(ModelError::Device(format!(
+            "cuda: tensor `{name}`: {k} columns (the GPU kernels need a multiple of 8)"
+        )));
+    }
+    let bytes = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let raw = match w.stored() {
+        Stored::Blocks(b) => b,
+        Stored::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Stored::F16(v) | Stored::BF16(v) => bytes(v),
+    };
+    if let (false, Some(l)) = (legacy, layout(w.format())) {
+        let r = l.repack(&raw, n, k);
+        return Ok(DevWeight {
+            kind: kind_of(w.format()),
+            n,
+            k,
+            buf: gpu.upload(name, &r.bytes)?,
+            b_off: r.b_off,
+            c_off: r.c_off,
+        });
+    }
+    Ok(DevWeight {
+        kind: kind_of(w.format()),
+        n,
+        k,
+        buf: gpu.upload(name, &raw)?,
+        b_off: 0,
+        c_off: 0,
+    })
+}
+
+/// Bytes a matrix takes on the device for the kernels of `path`: its stored blocks, or their
+/// repacked layout.
+pub(super) fn device_bytes(w: &QWeight, path: MatmulPath) -> usize {
+    let (n, k) = (w.rows(), w.cols());
+    if let (MatmulPath::Integer, Some(l)) = (path, layout(w.format())) {
+        return l.offsets(n, k).2;
+    }
+    let (elems, bytes) = match w.format() {
+        WeightFormat::F32 => (1, 4),
+        WeightFormat::F16 | WeightFormat::BF16 => (1, 2),
+        WeightFormat::Q8_0 => (32, 34),
+        WeightFormat::Q4_0 => (32, 18),
+        WeightFormat::Q4_1 => (32, 20),
+        WeightFormat::Q5_0 => (32, 22),
+        WeightFormat::Q5_1 => (32, 24),
+        WeightFormat::Q4K => (256, 144),
+        WeightFormat::Q5K => (256, 176),
+        WeightFormat::Q6K => (256, 210),
+    };
+    n * k.div_ceil(elems) * bytes
+}
+
+pub(super) fn gib(b: usize) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+/// Refuses, in one line with the sizes, a model whose weights (plus 1 GiB for the step
+/// buffers and a minimal KV pool) do not fit the memory free on the device.
+pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transformer) -> Result<()> {
+    let path = matmul_path();
+    let mut need = match &model.output {
+        Some(w) => device_bytes(w, path),
+        None => device_bytes(&model.embedding, path),
+    };
+    for l in &model.layers {
+        let mats: Vec<&QWeight> = match (&l.qkv, &l.gate_up) {
+            (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => vec![q, k, v, gate, up],
+            (Qkv::Split { q, k, v }, GateUp::Fused(g)) => vec![q, k, v, g],
+            (Qkv::Fused(w), GateUp::Split { gate, up }) => vec![w, gate, up],
+            (Qkv::Fused(w), GateUp::Fused(g)) => vec![w, g],
+        };
+        need += mats
+            .into_iter()
+            .map(|w| device_bytes(w, path))
+            .sum::<usize>();
+        need += device_bytes(&l.wo, path) + device_bytes(&l.w_down, path);
+    }
+    let (free, total) = gpu
+        .ctx
+        .mem_get_info()
+        .map_err(|e| dev_err("reading free memory", e))?;
+    if need + (1 << 30) > free {
+        return Err(ModelError::Device(format!(
+            "cuda:{ordinal} ({name}): out of memory: the weights need {:.2} GiB plus 1 GiB for \
+             the step buffers and KV cache, and {:.2} GiB of the card's {:.2} GiB is free",
+            gib(need),
+            gib(free),
+            gib(total)
+        )));
+    }
+    Ok(())
+}
+
+/// Drops the host copy of the matrices that [`CudaModel::load`] uploaded (the GPU forward pass
+/// reads only the configuration, the embedding rows, the RoPE tables and the layers' window
+/// flags on the host): each becomes an empty weight, so the host keeps the embedding alone.
+pub(crate) fn release_host_matrices(model: &mut Transformer) {
+    let empty = || QWeight::from_f32(0, 0, Vec::new());
+    for l in &mut model.layers {
+        l.qkv = Qkv::Fused(empty());
+        l.gate_up = GateUp::Fused(empty());
+        l.wo = empty();
+        l.w_down = empty();
+    }
+    if model.output.is_some() {
+        model.output = Some(empty());
+    }
+}
