@@ -16,6 +16,7 @@ pub mod plan;
 pub mod protocol;
 pub mod realmistake;
 pub mod refutebench;
+pub mod reliability;
 pub mod stats;
 pub mod table;
 

@@ -22,6 +22,7 @@ mod quant;
 mod realmistake;
 mod refutebench;
 mod refutebench_lang;
+mod reliability;
 mod report;
 mod run;
 mod serve;
