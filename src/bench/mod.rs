@@ -12,6 +12,7 @@ pub mod fbbench;
 pub mod fennec;
 pub mod loader;
 pub mod own_data;
+pub mod panel;
 pub mod plan;
 pub mod protocol;
 pub mod realmistake;

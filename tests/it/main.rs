@@ -18,6 +18,7 @@ mod gpu;
 mod hostile;
 mod memory;
 mod own_data;
+mod panel;
 mod quant;
 mod realmistake;
 mod refutebench;
