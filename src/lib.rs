@@ -35,6 +35,8 @@
 //!   one place table cells and metrics become text ([`report::format`], for Markdown, HTML
 //!   and CSV alike).
 //! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
+//! - [`stats`]: statistics on plain numbers (agreement between raters: Cohen's and Fleiss'
+//!   κ with intervals), at the bottom: it imports nothing from the crate.
 //! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
 //!   and calls [`cli::run`].
 //! - `skip` (tests only): the rule for a test that finds what it needs absent (skip loudly and
@@ -52,6 +54,7 @@ pub mod report;
 pub mod serve;
 #[cfg(any(test, feature = "testkit"))]
 pub mod skip;
+pub mod stats;
 pub mod store;
 pub mod text;
 pub mod weights;

@@ -13,10 +13,12 @@ pub mod fennec;
 pub mod figure;
 pub mod loader;
 pub mod own_data;
+pub mod panel;
 pub mod plan;
 pub mod protocol;
 pub mod realmistake;
 pub mod refutebench;
+pub mod reliability;
 pub mod stats;
 pub mod table;
 

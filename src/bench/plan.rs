@@ -23,8 +23,11 @@ pub enum Actor {
     /// A model under evaluation: index into the run's `--model` list (usually only 0; several
     /// for ReaLMistake's majority vote over detectors).
     Candidate(usize),
-    /// The model that grades (FB-Bench checklist, RefuteBench FA, Fennec).
+    /// The model that grades (FB-Bench checklist, RefuteBench FA, Fennec); with a panel of
+    /// judges, judge 0.
     Judge,
+    /// Judge `j ≥ 1` of a panel (`--judge` given several times; see [`crate::bench::panel`]).
+    Panel(usize),
 }
 
 /// One generation a protocol asks for.

@@ -67,6 +67,9 @@ pub struct ProtocolOptions {
     pub pairs: Option<PathBuf>,
     /// fbbench, realmistake: a user's items file (`--items`) instead of the published set.
     pub items: Option<PathBuf>,
+    /// fbbench, refutebench: `majority` / `mean`, how a panel of judges decides
+    /// ([`crate::bench::panel::PanelRule`]).
+    pub panel: Option<String>,
     /// Set by `candor run all`: each protocol reads its own options and ignores the others'.
     pub all: bool,
 }
@@ -92,6 +95,7 @@ impl Default for ProtocolOptions {
             constrain: None,
             pairs: None,
             items: None,
+            panel: None,
             all: false,
         }
     }
@@ -131,7 +135,7 @@ impl ProtocolOptions {
             return Ok(());
         }
         let d = ProtocolOptions::default();
-        let given: [(&'static str, bool); 15] = [
+        let given: [(&'static str, bool); 16] = [
             ("--dataset", self.dataset.is_some()),
             ("--rule", self.rule != d.rule),
             ("--recall", self.recall),
@@ -147,6 +151,7 @@ impl ProtocolOptions {
             ("--constrain", self.constrain.is_some()),
             ("--pairs", self.pairs.is_some()),
             ("--items", self.items.is_some()),
+            ("--panel", self.panel.is_some()),
         ];
         for (option, set) in given {
             if set && !used.contains(&option) {
@@ -237,13 +242,24 @@ pub struct RunContext {
     pub seed: u64,
     /// The candidates' names, as given.
     pub candidates: Vec<String>,
-    /// The judge's name.
+    /// The judge's name (judge 0 of a panel).
     pub judge: String,
+    /// The other judges of a panel (`--judge` given several times), judges 1.. in order.
+    pub panel: Vec<String>,
     /// Whether the judge was named explicitly (`--judge`); FB-Bench and RefuteBench require it.
     pub judge_given: bool,
     pub candidate_context: Option<CandidateContext>,
     /// Parameter counts of the models that are known, by name as given.
     pub parameters: BTreeMap<String, u64>,
+}
+
+impl RunContext {
+    /// Every judge's name: judge 0, then the panel's others.
+    pub fn judges(&self) -> Vec<&str> {
+        std::iter::once(self.judge.as_str())
+            .chain(self.panel.iter().map(String::as_str))
+            .collect()
+    }
 }
 
 /// A prepared protocol: its plan and items, and what the manifest records about them.
@@ -313,6 +329,12 @@ pub trait Protocol {
         true
     }
 
+    /// Whether several judges can grade as a panel (`--judge` given more than once; see
+    /// [`crate::bench::panel`]).
+    fn panels(&self) -> bool {
+        false
+    }
+
     /// Loads the selected items and builds the plan.
     fn prepare(
         &self,
@@ -342,8 +364,8 @@ pub trait Protocol {
 }
 
 /// The judge of a protocol whose paper used a strong remote judge (`paper_judge`): refuses a
-/// run without an explicit `--judge`, and says whether the judge is also a candidate
-/// (self-judging), which the results and the report record.
+/// run without an explicit `--judge`, and says whether a judge (any of a panel's) is also a
+/// candidate (self-judging), which the results and the report record.
 pub fn require_judge(
     ctx: &RunContext,
     protocol: &'static str,
@@ -355,7 +377,10 @@ pub fn require_judge(
             paper_judge,
         });
     }
-    Ok(ctx.candidates.contains(&ctx.judge))
+    Ok(ctx
+        .judges()
+        .iter()
+        .any(|j| ctx.candidates.iter().any(|c| c == j)))
 }
 
 /// The report's notes on what a run is comparable with and who judged: a table of
@@ -372,8 +397,19 @@ pub fn notes_table(rows: &[(&str, String)]) -> Table {
     }
 }
 
-/// The `judge` note: the judge's name, and whether it judges its own replies.
+/// The `judge` note: the judge's name, and whether it judges its own replies; with a panel
+/// (`judges`), every judge's name, the self-judging ones marked (self-preference: their
+/// metrics beside the others' show it).
 pub fn judge_note(ctx: &RunContext, self_judging: bool) -> (&'static str, String) {
+    if !ctx.panel.is_empty() {
+        let names: Vec<String> = ctx
+            .judges()
+            .iter()
+            .enumerate()
+            .map(|(j, name)| crate::bench::panel::judge_label(j, name, &ctx.candidates))
+            .collect();
+        return ("judges (panel)", names.join("; "));
+    }
     let v = if self_judging {
         format!(
             "{} (self-judging: the judge is also the candidate)",
@@ -643,6 +679,7 @@ mod tests {
             seed: 0,
             candidates: candidates.iter().map(|c| c.to_string()).collect(),
             judge: judge.to_string(),
+            panel: Vec::new(),
             judge_given,
             candidate_context: None,
             parameters: BTreeMap::new(),

@@ -269,6 +269,16 @@ pub mod table_id {
     pub const FENNEC_PAIRWISE: &str = "fennec_pairwise";
     pub const FENNEC_SINGLE: &str = "fennec_single";
     pub const FENNEC_REPLIES: &str = "fennec_replies";
+    /// Judge reliability (any protocol): Cohen's / Fleiss' κ of a judge against human labels,
+    /// between judges, or between a judge's two orders; confusion matrices have their own
+    /// ids, starting `confusion_`.
+    pub const JUDGE_KAPPA: &str = "judge_kappa";
+    /// The annotators' agreement with each other (PandaLM): the human ceiling.
+    pub const HUMAN_KAPPA: &str = "human_kappa";
+    /// Fennec: first- and second-position preference and consistency across the two orders.
+    pub const POSITION_BIAS: &str = "position_bias";
+    /// A panel of judges: the panel's headline metrics and each judge's beside them.
+    pub const PANEL_JUDGES: &str = "panel_judges";
 }
 
 /// The kind of a step, for counts: its key without what follows a `+` (RefuteBench's

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::bench::panel::judge_actor;
 use crate::bench::plan::Actor;
 use crate::store::gen_cache::{self, CacheStats, GenCache, KeyParts, Keyer, PromptKey};
 use crate::store::run_dir::sha256_bytes;
@@ -49,7 +50,7 @@ impl CacheArgs {
 }
 
 /// Keys of real models: the prompt rendered with the model's template and tokenized.
-pub fn engine_keyer(candidates: &[ModelInfo], judge: &ModelInfo, dtype: &str) -> Keyer {
+pub fn engine_keyer(candidates: &[ModelInfo], judges: &[ModelInfo], dtype: &str) -> Keyer {
     let mut by_actor: BTreeMap<Actor, (ModelInfo, String)> = BTreeMap::new();
     let options = |m: &ModelInfo| {
         format!(
@@ -61,7 +62,9 @@ pub fn engine_keyer(candidates: &[ModelInfo], judge: &ModelInfo, dtype: &str) ->
     for (i, m) in candidates.iter().enumerate() {
         by_actor.insert(Actor::Candidate(i), (m.clone(), options(m)));
     }
-    by_actor.insert(Actor::Judge, (judge.clone(), options(judge)));
+    for (j, m) in judges.iter().enumerate() {
+        by_actor.insert(judge_actor(j), (m.clone(), options(m)));
+    }
     Arc::new(move |actor, req| {
         let (m, opts) = by_actor.get(&actor)?;
         let text = m.template.render(&req.messages, true).ok()?;
@@ -80,14 +83,16 @@ pub fn engine_keyer(candidates: &[ModelInfo], judge: &ModelInfo, dtype: &str) ->
 
 /// Keys of the `fake:` models: label, messages and parameters.
 #[cfg(feature = "testkit")]
-pub fn fake_keyer(candidates: &[&str], judge: &str) -> Keyer {
+pub fn fake_keyer(candidates: &[&str], judges: &[&str]) -> Keyer {
     let label = |l: &str| sha256_bytes(format!("fake:{l}").as_bytes());
     let mut by_actor: BTreeMap<Actor, String> = candidates
         .iter()
         .enumerate()
         .map(|(i, l)| (Actor::Candidate(i), label(l)))
         .collect();
-    by_actor.insert(Actor::Judge, label(judge));
+    for (j, l) in judges.iter().enumerate() {
+        by_actor.insert(judge_actor(j), label(l));
+    }
     Arc::new(move |actor, req| {
         let model = by_actor.get(&actor)?;
         Some(

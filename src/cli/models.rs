@@ -256,15 +256,16 @@ fn engine_preflight(engine: &Engine, request: &ChatRequest) -> Result<(), String
 }
 
 /// The runner's [`crate::store::Models`] over real engines: candidates by index, then the
-/// judge, each loaded from its resolved files when the runner first needs it.
+/// judges (judge 0, then a panel's others), each loaded from its resolved files when the
+/// runner first needs it. `judges` must not be empty.
 pub fn engine_models(
     candidates: &[ModelInfo],
-    judge: &ModelInfo,
+    judges: &[ModelInfo],
     options: EngineOptions,
 ) -> FnModels<Engine, impl FnMut(&str) -> Result<Engine, BoxError>> {
     let files: BTreeMap<String, ModelFiles> = candidates
         .iter()
-        .chain(std::iter::once(judge))
+        .chain(judges)
         .map(|m| (m.name.clone(), m.files.clone()))
         .collect();
     let loader = move |name: &str| -> Result<Engine, BoxError> {
@@ -276,9 +277,10 @@ pub fn engine_models(
     };
     FnModels::new(
         candidates.iter().map(|m| m.name.clone()).collect(),
-        judge.name.clone(),
+        judges[0].name.clone(),
         loader,
     )
+    .with_panel(judges[1..].iter().map(|m| m.name.clone()).collect())
     .with_request_errors(is_request_error)
     .with_preflight(engine_preflight)
 }

@@ -107,6 +107,14 @@ pub struct ProtocolArgs {
     /// "Your own data".
     #[arg(long, value_name = "FILE")]
     pub items: Option<std::path::PathBuf>,
+
+    /// fbbench, refutebench with several --judge: how the judges' verdicts on a unit become
+    /// the panel's. `majority` (default): fbbench votes per checklist entry, refutebench per
+    /// feedback turn, a tie counting as not met / not accepted; `mean`: the mean of the
+    /// judges' item scores (fbbench) or acceptances (refutebench). Every judge's verdicts and
+    /// metrics are kept beside the panel's.
+    #[arg(long, value_name = "majority|mean")]
+    pub panel: Option<String>,
 }
 
 impl ProtocolArgs {
@@ -130,6 +138,7 @@ impl ProtocolArgs {
             constrain: self.constrain.clone(),
             pairs: self.pairs.clone(),
             items: self.items.clone(),
+            panel: self.panel.clone(),
             all: false,
         }
     }

@@ -90,9 +90,11 @@ pub struct RunArgs {
     /// The judge model (FB-Bench checklist, RefuteBench acceptance, Fennec), in the same forms
     /// as --model. Required by fbbench and refutebench (the papers' judges are GPT-4o and
     /// GPT-4; naming the candidate's model is allowed and recorded as self-judging); for
-    /// fennec the default is the first --model.
+    /// fennec the default is the first --model. Given several times (fbbench, refutebench), a
+    /// panel of judges: every judge grades every unit, the panel decides (--panel), and each
+    /// judge's verdicts and metrics are kept beside the panel's.
     #[arg(long, value_name = "J")]
-    pub judge: Option<String>,
+    pub judge: Vec<String>,
 
     /// Run only part of the benchmark; names are per protocol (e.g. a task or setting).
     /// Repeatable. fbbench: `error_correction`, `response_maintenance`, a task type or an item
@@ -194,6 +196,8 @@ pub struct RunConfig {
     pub protocol: Protocol,
     pub candidates: Vec<ModelSpec>,
     pub judge: ModelSpec,
+    /// Judges 1.. of a panel (the second and later `--judge`).
+    pub panel: Vec<ModelSpec>,
     pub subsets: Vec<String>,
     pub limit: Option<usize>,
     pub out: PathBuf,
@@ -239,14 +243,20 @@ impl RunConfig {
             .iter()
             .map(|m| ModelSpec::parse(m).with_context(|| format!("--model {m:?}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let judge = match &args.judge {
-            Some(j) => ModelSpec::parse(j).with_context(|| format!("--judge {j:?}"))?,
-            None => candidates[0].clone(),
+        let mut judges = args
+            .judge
+            .iter()
+            .map(|j| ModelSpec::parse(j).with_context(|| format!("--judge {j:?}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let judge = match judges.is_empty() {
+            true => candidates[0].clone(),
+            false => judges.remove(0),
         };
         Ok(RunConfig {
             protocol: args.protocol,
             candidates,
             judge,
+            panel: judges,
             subsets: args.subsets,
             limit: args.limit,
             out: args.out,
@@ -259,7 +269,7 @@ impl RunConfig {
             chat_template: args.chat_template,
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options.to_options(),
-            judge_given: args.judge.is_some(),
+            judge_given: !args.judge.is_empty(),
             shard: args.shard,
             replay: None,
             cache: args.cache,
@@ -327,6 +337,9 @@ pub fn run_all(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<(
     if cfg.options.pairs.is_some() || cfg.options.items.is_some() {
         bail!("--pairs and --items name one protocol's file; run that protocol on its own");
     }
+    if !cfg.panel.is_empty() {
+        bail!("a panel of judges (several --judge) applies to fbbench and refutebench; run each on its own");
+    }
     if cfg.candidates.len() > 1 {
         bail!(
             "candor run all takes one --model (got {}): fbbench and refutebench evaluate one",
@@ -369,6 +382,12 @@ fn check_roles<Pr: BenchProtocol>(cfg: &RunConfig, protocol: &Pr) -> anyhow::Res
     if !protocol.uses_judge() && cfg.judge_given && !cfg.options.all {
         bail!("--judge does not apply to {name}: no judge takes part (every --model is evaluated)");
     }
+    if !cfg.panel.is_empty() && !protocol.panels() {
+        bail!(
+            "{name} takes one --judge, but {} were given (panels: fbbench and refutebench)",
+            cfg.panel.len() + 1
+        );
+    }
     Ok(())
 }
 
@@ -393,6 +412,12 @@ pub fn execute<Pr: BenchProtocol>(
         .map(|(i, m)| (format!("candidate/{i}"), m))
         .collect();
     roles.push(("judge".to_string(), &cfg.judge));
+    roles.extend(
+        cfg.panel
+            .iter()
+            .enumerate()
+            .map(|(j, m)| (format!("judge/{}", j + 1), m)),
+    );
     // Real models are resolved and hashed once per name.
     let mut infos: BTreeMap<String, ModelInfo> = BTreeMap::new();
     for (_, m) in &roles {
@@ -431,6 +456,7 @@ pub fn execute<Pr: BenchProtocol>(
         seed: cfg.seed,
         candidates: cfg.candidates.iter().map(ModelSpec::name).collect(),
         judge: cfg.judge.name(),
+        panel: cfg.panel.iter().map(ModelSpec::name).collect(),
         judge_given: cfg.judge_given,
         candidate_context,
         parameters: infos
@@ -485,11 +511,17 @@ pub fn execute<Pr: BenchProtocol>(
     match fakes {
         #[cfg(feature = "testkit")]
         Some(mut labels) => {
+            // Roles: the candidates, the judge, then the panel's other judges.
+            let panel = labels.split_off(cfg.candidates.len() + 1);
             let judge = labels.pop().unwrap_or_default();
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let mut models = crate::store::testkit::FakeModels::new(&refs, &judge);
             models.delay = cfg.fake_delay;
-            let cache = (cfg.cache.for_fakes()).map(|c| (c, cache::fake_keyer(&refs, &judge)));
+            models.panel = panel.clone();
+            let judges: Vec<&str> = std::iter::once(judge.as_str())
+                .chain(panel.iter().map(String::as_str))
+                .collect();
+            let cache = (cfg.cache.for_fakes()).map(|c| (c, cache::fake_keyer(&refs, &judges)));
             finish(run, models, cache, progress)
         }
         #[cfg(not(feature = "testkit"))]
@@ -509,10 +541,13 @@ pub fn execute<Pr: BenchProtocol>(
                 .iter()
                 .map(info)
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let judge = info(&cfg.judge)?;
+            let judges = std::iter::once(&cfg.judge)
+                .chain(&cfg.panel)
+                .map(info)
+                .collect::<anyhow::Result<Vec<_>>>()?;
             let mut options = engine_options(cfg.batch_size, WeightDType::default(), cfg.device);
             options.scheduler.prefix_cache_bytes = cfg.kv_cache_mb << 20;
-            let models = engine_models(&candidates, &judge, options);
+            let models = engine_models(&candidates, &judges, options);
             let dtype = match cfg.device {
                 DeviceSpec::Cpu => dtype_name(WeightDType::default()).to_string(),
                 d => format!(
@@ -522,7 +557,7 @@ pub fn execute<Pr: BenchProtocol>(
                 ),
             };
             let cache = (cfg.cache.for_engine())
-                .map(|c| (c, cache::engine_keyer(&candidates, &judge, &dtype)));
+                .map(|c| (c, cache::engine_keyer(&candidates, &judges, &dtype)));
             finish(run, models, cache, progress)
         }
     }

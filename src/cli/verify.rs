@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
+use crate::bench::panel::judge_actor;
 use crate::bench::plan::Actor;
 use crate::bench::stats::SplitMix64;
 use crate::engine::{ChatReply, ChatRequest, Generate};
@@ -83,12 +84,16 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
 
     let mut candidates: BTreeMap<usize, String> = BTreeMap::new();
     let mut judge = None;
+    // Judges 1.. of a panel, by number (roles `judge/<j>`).
+    let mut panel: BTreeMap<usize, String> = BTreeMap::new();
     let mut hashes = BTreeMap::new();
     let mut dtype = WeightDType::Native;
     let mut device = DeviceSpec::Cpu;
     for m in &manifest.identity.models {
         if m.role == "judge" {
             judge = Some(m.name.clone());
+        } else if let Some(j) = m.role.strip_prefix("judge/").and_then(|j| j.parse().ok()) {
+            panel.insert(j, m.name.clone());
         } else if let Some(i) = m
             .role
             .strip_prefix("candidate/")
@@ -109,9 +114,17 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     }
     let candidates: Vec<String> = candidates.into_values().collect();
     let judge = judge.context("the manifest names no judge")?;
+    if panel.keys().copied().ne(1..=panel.len()) {
+        bail!(
+            "the manifest's panel judges are not numbered 1..{}",
+            panel.len()
+        );
+    }
+    let panel: Vec<String> = panel.into_values().collect();
+    let judges: Vec<String> = std::iter::once(judge.clone()).chain(panel).collect();
     let all_fake = candidates
         .iter()
-        .chain([&judge])
+        .chain(&judges)
         .all(|n| n.starts_with("fake:"));
     let checks = if all_fake {
         #[cfg(feature = "testkit")]
@@ -121,13 +134,17 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 .map(|n| n.trim_start_matches("fake:"))
                 .collect();
             let mut models = FakeModels::new(&labels, judge.trim_start_matches("fake:"));
+            models.panel = judges[1..]
+                .iter()
+                .map(|n| n.trim_start_matches("fake:").to_string())
+                .collect();
             verify_steps(&mut models, &picked, args.batch_size, &|_| None)?
         }
         #[cfg(not(feature = "testkit"))]
         bail!("`fake:` models exist only in test builds (feature `testkit`)")
     } else {
         let mut infos: BTreeMap<String, ModelInfo> = BTreeMap::new();
-        for name in candidates.iter().chain([&judge]) {
+        for name in candidates.iter().chain(&judges) {
             if infos.contains_key(name) {
                 continue;
             }
@@ -144,14 +161,18 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             infos.insert(name.clone(), info);
         }
         let cands: Vec<ModelInfo> = candidates.iter().map(|n| infos[n].clone()).collect();
-        let j = infos[&judge].clone();
+        let js: Vec<ModelInfo> = judges.iter().map(|n| infos[n].clone()).collect();
         let tokenizers: BTreeMap<Actor, Arc<Tokenizer>> = cands
             .iter()
             .enumerate()
             .map(|(i, m)| (Actor::Candidate(i), Arc::clone(&m.tokenizer)))
-            .chain([(Actor::Judge, Arc::clone(&j.tokenizer))])
+            .chain(
+                js.iter()
+                    .enumerate()
+                    .map(|(j, m)| (judge_actor(j), Arc::clone(&m.tokenizer))),
+            )
             .collect();
-        let mut models = engine_models(&cands, &j, engine_options(args.batch_size, dtype, device));
+        let mut models = engine_models(&cands, &js, engine_options(args.batch_size, dtype, device));
         verify_steps(&mut models, &picked, args.batch_size, &|a| {
             tokenizers.get(&a).cloned()
         })?

@@ -634,6 +634,7 @@ fn manifest_summary(i: usize, run: &ReportRun) -> String {
                 let actor = match f.actor {
                     Actor::Candidate(i) => format!("candidate {i}"),
                     Actor::Judge => "judge".to_string(),
+                    Actor::Panel(j) => format!("judge {j}"),
                 };
                 [&f.item, &f.key, &actor, &f.error]
                     .map(|t| Cell::from(t.as_str()))

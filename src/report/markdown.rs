@@ -73,6 +73,7 @@ pub fn render(r: &RunResults) -> String {
                 let actor = match f.actor {
                     Actor::Candidate(i) => format!("candidate {i}"),
                     Actor::Judge => "judge".to_string(),
+                    Actor::Panel(j) => format!("judge {j}"),
                 };
                 let skipped = f.skipped.map_or(Cell::from("?"), Cell::from);
                 vec![

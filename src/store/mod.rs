@@ -143,6 +143,7 @@ impl std::fmt::Display for ActorName {
         match self.0 {
             Actor::Candidate(i) => write!(f, "candidate {i}"),
             Actor::Judge => f.write_str("judge"),
+            Actor::Panel(j) => write!(f, "judge {j}"),
         }
     }
 }

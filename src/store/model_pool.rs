@@ -46,6 +46,8 @@ pub trait Models {
 pub struct FnModels<G: Generate, L> {
     candidates: Vec<String>,
     judge: String,
+    /// Judges 1.. of a panel ([`Actor::Panel`]); judge 0 is `judge`.
+    panel: Vec<String>,
     loader: L,
     request_error: fn(&G::Error) -> bool,
     preflight: fn(&G, &ChatRequest) -> Result<(), String>,
@@ -60,10 +62,17 @@ where
         FnModels {
             candidates,
             judge,
+            panel: Vec::new(),
             loader,
             request_error: |_| false,
             preflight: |_, _| Ok(()),
         }
+    }
+
+    /// Sets the judges after the first of a panel: `names[j - 1]` answers `Actor::Panel(j)`.
+    pub fn with_panel(mut self, names: Vec<String>) -> Self {
+        self.panel = names;
+        self
     }
 
     /// Sets the check run on every request before it is generated.
@@ -83,6 +92,10 @@ where
         match actor {
             Actor::Candidate(i) => self.candidates.get(i).map(String::as_str),
             Actor::Judge => Some(&self.judge),
+            Actor::Panel(j) => j
+                .checked_sub(1)
+                .and_then(|i| self.panel.get(i))
+                .map(String::as_str),
         }
     }
 }

@@ -244,6 +244,8 @@ impl Generate for HashGenerate {
 pub struct FakeModels {
     pub candidates: Vec<String>,
     pub judge: String,
+    /// Judges 1.. of a panel: `panel[j - 1]` answers `Actor::Panel(j)`.
+    pub panel: Vec<String>,
     /// Sleep per `generate_chat` call (lets a test kill a run mid-way).
     pub delay: Duration,
     pub stats: Arc<FakeStats>,
@@ -255,6 +257,7 @@ impl FakeModels {
         FakeModels {
             candidates: candidates.iter().map(|s| s.to_string()).collect(),
             judge: judge.to_string(),
+            panel: Vec::new(),
             delay: Duration::ZERO,
             stats: Arc::default(),
             break_after: None,
@@ -277,6 +280,10 @@ impl FakeModels {
         match actor {
             Actor::Candidate(i) => self.candidates.get(i).map(String::as_str),
             Actor::Judge => Some(&self.judge),
+            Actor::Panel(j) => j
+                .checked_sub(1)
+                .and_then(|i| self.panel.get(i))
+                .map(String::as_str),
         }
     }
 }

@@ -4,12 +4,13 @@
 //! checklist. Reference implementation: PKU-Baichuan-MLSystemLab/FB-Bench.
 //!
 //! `data` loads the authors' files, `prompts` builds the follow-up and judge conversations,
-//! `plan` turns an item into its generation steps, `score` turns verdicts into the published
+//! `plan` turns an item into its generation steps (`panel`: several judges' verdicts into one), `score` turns verdicts into the published
 //! tables (with `pynum`, the Python arithmetic those numbers depend on), `published` reads the
 //! authors' own tables back for comparison. This module only wires them.
 
 pub mod data;
 pub mod figures;
+pub mod panel;
 pub mod plan;
 pub mod prompts;
 pub mod protocol;

@@ -3,7 +3,9 @@
 //! Step `followup` (the candidate, `Actor::Candidate(0)`) continues the conversation user
 //! query → preset first response → feedback, at the authors' per-task temperature, seeded
 //! per item. Step `judge` (`Actor::Judge`) renders the checklist judge prompt with the
-//! candidate's reply, at temperature 0 (the authors' judge settings). Finished transcripts
+//! candidate's reply, at temperature 0 (the authors' judge settings); with a panel, judge
+//! `j ≥ 1` grades the same prompt in step `judge/judge/<j>` ([`crate::bench::panel`]).
+//! Finished transcripts
 //! are scored with [`super::score`] and can be written as the authors' judgement JSONL, so
 //! their notebook and `candor score fbbench` read Candor's runs. Scheduling, batching and
 //! storing steps are the runner's business, not this file's.
@@ -16,6 +18,7 @@ use super::data::{FbBenchError, Item, JudgementRecord, Version};
 use super::prompts::{followup_messages, judge_messages, task_temperature};
 use super::pynum::PyNum;
 use super::score::{item_score, results, ModelUnits, Rule, Unit};
+use crate::bench::panel::{judge_actor, Panel};
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
@@ -41,6 +44,8 @@ pub struct FbBenchPlan {
     /// Constrain the judge's output to the prompt's JSON object
     /// ([`checklist::judgement_schema`]); the authors' judge ran in JSON mode.
     pub constrain: bool,
+    /// The judges (one, or a panel) and how a panel decides.
+    pub panel: Panel,
 }
 
 impl FbBenchPlan {
@@ -59,6 +64,7 @@ impl FbBenchPlan {
             followup_max_new_tokens: 4096,
             judge_max_new_tokens: 4096,
             constrain: true,
+            panel: Panel::default(),
         })
     }
 
@@ -108,27 +114,37 @@ impl Plan for FbBenchPlan {
                 },
             }];
         };
-        if done.contains_key(JUDGE) {
+        let waiting: Vec<usize> = (0..self.panel.judges)
+            .filter(|&j| !done.contains_key(&Panel::key(JUDGE, j)))
+            .collect();
+        if waiting.is_empty() {
             return Vec::new();
         }
         // `new` checked that every item renders; an item from elsewhere that does not gets
         // no judge step and is reported unscored ("not judged") by the scorer.
-        match judge_messages(self.version, item, &followup.text) {
-            Ok(messages) => vec![Step {
-                key: JUDGE.into(),
-                actor: Actor::Judge,
-                messages,
-                params: SamplingParams {
-                    temperature: 0.0,
-                    top_p: 1.0,
-                    seed: self.step_seed(item, JUDGE),
-                    max_new_tokens: self.judge_max_new_tokens,
-                    stop_strings: Vec::new(),
-                    constraint: self.judge_constraint(item),
-                },
-            }],
-            Err(_) => Vec::new(),
-        }
+        let Ok(messages) = judge_messages(self.version, item, &followup.text) else {
+            return Vec::new();
+        };
+        waiting
+            .into_iter()
+            .map(|j| {
+                // Judge 0 keeps a one-judge run's key and seed; the others get their own.
+                let key = Panel::key(JUDGE, j);
+                Step {
+                    actor: judge_actor(j),
+                    messages: messages.clone(),
+                    params: SamplingParams {
+                        temperature: 0.0,
+                        top_p: 1.0,
+                        seed: self.step_seed(item, &key),
+                        max_new_tokens: self.judge_max_new_tokens,
+                        stop_strings: Vec::new(),
+                        constraint: self.judge_constraint(item),
+                    },
+                    key,
+                }
+            })
+            .collect()
     }
 }
 
@@ -136,7 +152,17 @@ impl Plan for FbBenchPlan {
 /// Under [`Rule::Published`] a partial set of entries is scored as the authors' code scored
 /// it ([`checklist::parse_output_partial`]); under [`Rule::Paper`] it is unscored.
 pub fn verdicts(item: &Item, done: &Transcript, rule: Rule) -> Verdict<Vec<CheckVerdict>> {
-    match (done.get(FOLLOWUP), done.get(JUDGE)) {
+    judge_verdicts(item, done, rule, 0)
+}
+
+/// Judge `j`'s verdicts for one finished item, as [`verdicts`] reads judge 0's.
+pub fn judge_verdicts(
+    item: &Item,
+    done: &Transcript,
+    rule: Rule,
+    j: usize,
+) -> Verdict<Vec<CheckVerdict>> {
+    match (done.get(FOLLOWUP), done.get(&Panel::key(JUDGE, j))) {
         (Some(_), Some(judge)) if rule == Rule::Published => {
             checklist::parse_output_partial(&judge.text, &item.criteria())
         }
@@ -146,24 +172,33 @@ pub fn verdicts(item: &Item, done: &Transcript, rule: Rule) -> Verdict<Vec<Check
     }
 }
 
-/// Units for scoring: unparseable or missing judgements are left out and flagged.
+/// Units for scoring (judge 0's verdicts): unparseable or missing judgements are left out
+/// and flagged.
 pub fn units_from_transcripts(runs: &[(&Item, &Transcript)], rule: Rule) -> Vec<Unit> {
     runs.iter()
-        .map(|(item, done)| {
-            let (score, unscored) = match verdicts(item, done, rule) {
-                Verdict::Scored(v) => (Some(item_score(rule, item.bench_type, &v)), None),
-                Verdict::Unscored { reason } => (None, Some(reason)),
-            };
-            Unit {
-                bench_type: item.bench_type,
-                task_type: item.task_type.clone(),
-                error_types: item.error_type.clone().unwrap_or_default(),
-                feedback_types: item.feedback_type.clone(),
-                score,
-                unscored,
-            }
-        })
+        .map(|(item, done)| unit(item, verdicts(item, done, rule), rule))
         .collect()
+}
+
+/// An item's unit from its (judge's or panel's) verdicts.
+pub fn unit(item: &Item, verdicts: Verdict<Vec<CheckVerdict>>, rule: Rule) -> Unit {
+    let (score, unscored) = match verdicts {
+        Verdict::Scored(v) => (Some(item_score(rule, item.bench_type, &v)), None),
+        Verdict::Unscored { reason } => (None, Some(reason)),
+    };
+    unit_with_score(item, score, unscored)
+}
+
+/// An item's unit with a given score (`None`: left out, with the reason).
+pub fn unit_with_score(item: &Item, score: Option<PyNum>, unscored: Option<String>) -> Unit {
+    Unit {
+        bench_type: item.bench_type,
+        task_type: item.task_type.clone(),
+        error_types: item.error_type.clone().unwrap_or_default(),
+        feedback_types: item.feedback_type.clone(),
+        score,
+        unscored,
+    }
 }
 
 /// One model's finished run to headline metrics (with bootstrap intervals and unscored
@@ -191,10 +226,21 @@ pub fn judgement_records(
     infer_model: &str,
     judge_model: &str,
 ) -> (Vec<JudgementRecord>, Vec<(String, String)>) {
+    judge_records(plan, runs, infer_model, judge_model, 0)
+}
+
+/// [`judgement_records`] of judge `j` of a panel.
+pub fn judge_records(
+    plan: &FbBenchPlan,
+    runs: &[(&Item, &Transcript)],
+    infer_model: &str,
+    judge_model: &str,
+    j: usize,
+) -> (Vec<JudgementRecord>, Vec<(String, String)>) {
     let mut records = Vec::new();
     let mut left_out = Vec::new();
     for (item, done) in runs {
-        match verdicts(item, done, Rule::Published) {
+        match judge_verdicts(item, done, Rule::Published, j) {
             Verdict::Scored(v) => {
                 let score = item_score(Rule::Published, item.bench_type, &v);
                 records.push(JudgementRecord {
@@ -207,7 +253,7 @@ pub fn judgement_records(
                     judge_model: judge_model.to_string(),
                     judgement: checklist::to_recorded(&v),
                     score: py_json_number(score),
-                    judge_output: done.get(JUDGE).map(|s| s.text.clone()),
+                    judge_output: done.get(&Panel::key(JUDGE, j)).map(|s| s.text.clone()),
                 });
             }
             Verdict::Unscored { reason } => left_out.push((plan.item_id(item), reason)),
@@ -281,7 +327,9 @@ mod tests {
                 let reply = match s.actor {
                     Actor::Candidate(0) => format!("修正后的回答：{}", item.task_type),
                     Actor::Judge => judge.to_string(),
-                    Actor::Candidate(_) => unreachable!("one candidate"),
+                    Actor::Candidate(_) | Actor::Panel(_) => {
+                        unreachable!("one candidate, one judge")
+                    }
                 };
                 done.insert(s.key, out(&reply));
             }

@@ -3,6 +3,8 @@
 //! rule; the judgements are also written in the authors' format (`judgments/<model>.jsonl`),
 //! which their notebook and `candor score fbbench` read. The judge must be named (`--judge`;
 //! the paper's is GPT-4o): the candidate's own model is allowed and recorded as self-judging.
+//! Several `--judge` make a panel ([`super::panel`]): the panel's metrics, each judge's beside
+//! them, their agreement, and one judgement file per judge.
 //!
 //! `--subset` names an interaction scenario (`error_correction`, `response_maintenance`), a
 //! task type as the data spells it, or an item id (as in the samples); `--limit N` keeps the
@@ -15,11 +17,13 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::data::{load_dataset, load_own_items, Dataset};
-use super::plan::{judgement_records, score_transcripts, write_judgements};
+use super::panel::panel_results;
+use super::plan::{judge_records, score_transcripts, write_judgements};
 use super::prompts::judge_template;
 use super::score::tables_for_version;
 use super::{FbBenchPlan, Item, Rule, Version};
 use crate::bench::own_data::field_error;
+use crate::bench::panel::{Panel, PanelRule};
 use crate::bench::plan::{Plan, Transcript};
 use crate::bench::protocol::{
     file_label, judge_note, notes_table, require_judge, select, smoke_test_note, take,
@@ -118,6 +122,7 @@ fn own_dataset(path: &Path) -> Result<Dataset, ProtocolError> {
         followup_max_new_tokens: 0,
         judge_max_new_tokens: 0,
         constrain: false,
+        panel: Panel::default(),
     };
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (line, item) in &lines {
@@ -162,7 +167,11 @@ impl Protocol for FbBench {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--items", "--dataset", "--rule", "--constrain"]
+        &["--items", "--dataset", "--rule", "--constrain", "--panel"]
+    }
+
+    fn panels(&self) -> bool {
+        true
     }
 
     fn prepare(
@@ -195,6 +204,7 @@ impl Protocol for FbBench {
             followup_max_new_tokens: 0,
             judge_max_new_tokens: 0,
             constrain: false,
+            panel: Panel::default(),
         };
         let items = take(
             select(dataset.items, &ctx.subsets, |i| labels(&ids, i))?,
@@ -204,6 +214,7 @@ impl Protocol for FbBench {
         plan.followup_max_new_tokens = opts.cap(plan.followup_max_new_tokens);
         plan.judge_max_new_tokens = opts.judge_cap(plan.judge_max_new_tokens);
         plan.constrain = opts.constrain(true)?;
+        plan.panel = Panel::from_run(ctx, opts)?;
         let constraint = constraint_record(&plan, &items);
         let template = judge_template(version);
         Ok(Prepared {
@@ -214,17 +225,21 @@ impl Protocol for FbBench {
             )]
             .into_iter()
             .collect(),
-            settings: json!({
-                "dataset": format!("{version:?}").to_lowercase(),
-                "own_items": opts.items.is_some(),
-                "rule": opts.rule,
-                "subsets": ctx.subsets,
-                "limit": ctx.limit,
-                "max_new_tokens": opts.max_new_tokens,
-                "judge_max_new_tokens": opts.judge_max_new_tokens,
-                "comparable_with": comparable(opts, version),
-                "self_judging": self_judging,
-            }),
+            settings: crate::bench::panel::settings(
+                ctx,
+                plan.panel,
+                json!({
+                    "dataset": format!("{version:?}").to_lowercase(),
+                    "own_items": opts.items.is_some(),
+                    "rule": opts.rule,
+                    "subsets": ctx.subsets,
+                    "limit": ctx.limit,
+                    "max_new_tokens": opts.max_new_tokens,
+                    "judge_max_new_tokens": opts.judge_max_new_tokens,
+                    "comparable_with": comparable(opts, version),
+                    "self_judging": self_judging,
+                }),
+            ),
             decoding: json!({
                 "followup": {
                     "temperature": "the authors' per-task temperature",
@@ -243,9 +258,9 @@ impl Protocol for FbBench {
         })
     }
 
-    /// The follow-up, then the judge.
-    fn planned_steps(&self, _prepared: &Prepared<FbBenchPlan>, _item: &Item) -> Option<usize> {
-        Some(2)
+    /// The follow-up, then the judge (or each judge of the panel).
+    fn planned_steps(&self, prepared: &Prepared<FbBenchPlan>, _item: &Item) -> Option<usize> {
+        Some(1 + prepared.plan.panel.judges)
     }
 
     fn score(
@@ -256,31 +271,66 @@ impl Protocol for FbBench {
         runs: &[(&Item, &Transcript)],
     ) -> Scored {
         let candidate = ctx.candidates.first().map_or("", String::as_str);
-        let (records, left_out) = judgement_records(&prepared.plan, runs, candidate, &ctx.judge);
         // `prepare` checked the rule.
         let rule = rule(opts).unwrap_or(Rule::Published);
-        let mut results = score_transcripts(candidate, runs, rule, ctx.seed);
+        let panel = prepared.plan.panel;
+        let judges = ctx.judges();
+        let mut results = if panel.is_panel() {
+            let who = (judges.as_slice(), ctx.candidates.as_slice());
+            panel_results(candidate, runs, rule, ctx.seed, panel, who)
+        } else {
+            score_transcripts(candidate, runs, rule, ctx.seed)
+        };
         results.tables = tables_for_version(results.tables, prepared.plan.version);
         // `prepare` checked that the judge was named.
-        let self_judging = ctx.candidates.contains(&ctx.judge);
+        let self_judging = judges.iter().any(|j| ctx.candidates.iter().any(|c| c == j));
         let mut notes = vec![
             ("comparable with", comparable(opts, prepared.plan.version)),
             judge_note(ctx, self_judging),
         ];
-        notes.extend(smoke_test_note(ctx, &[&ctx.judge]));
-        results.tables.push(notes_table(&notes));
-        let mut bytes = Vec::new();
-        // Writing into memory cannot fail.
-        let _ = write_judgements(&mut bytes, &records);
-        let path = Path::new("judgments").join(format!("{}.jsonl", file_label(candidate)));
-        let note = format!(
-            "judgements (the authors' format): {} records; {} unscored items left out",
-            records.len(),
-            left_out.len()
-        );
-        Scored {
-            results,
-            outputs: vec![OutputFile { path, bytes, note }],
+        if panel.is_panel() {
+            notes.push((
+                "panel",
+                format!(
+                    "{} judges, {}: {}",
+                    panel.judges,
+                    panel.rule.as_str(),
+                    match panel.rule {
+                        PanelRule::Majority =>
+                            "per checklist entry, the verdict most judges gave (a tie is 否)",
+                        PanelRule::Mean => "the mean of the judges' item scores",
+                    }
+                ),
+            ));
         }
+        notes.extend(smoke_test_note(ctx, &judges));
+        results.tables.push(notes_table(&notes));
+        // One judgement file per judge: judge 0's as for one judge, the others' beside it.
+        let outputs = (0..panel.judges)
+            .map(|j| {
+                let judge = judges.get(j).copied().unwrap_or_default();
+                let (records, left_out) = judge_records(&prepared.plan, runs, candidate, judge, j);
+                let mut bytes = Vec::new();
+                // Writing into memory cannot fail.
+                let _ = write_judgements(&mut bytes, &records);
+                let name = match j {
+                    0 => format!("{}.jsonl", file_label(candidate)),
+                    j => format!("{}.judge{j}.jsonl", file_label(candidate)),
+                };
+                let note =
+                    format!(
+                    "judgements (the authors' format){}: {} records; {} unscored items left out",
+                    if panel.is_panel() { format!(", judge {j} ({judge})") } else { String::new() },
+                    records.len(),
+                    left_out.len()
+                );
+                OutputFile {
+                    path: Path::new("judgments").join(name),
+                    bytes,
+                    note,
+                }
+            })
+            .collect();
+        Scored { results, outputs }
     }
 }

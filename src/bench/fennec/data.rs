@@ -90,6 +90,10 @@ pub struct PairItem {
     pub label: Option<Preference>,
     /// Auto-J's scenario, or PandaLM's `motivation_app`.
     pub category: String,
+    /// Every annotator's label where the set has several (PandaLM's three, in order; they
+    /// give the human-to-human agreement a judge is held to); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub annotators: Vec<Preference>,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +144,7 @@ pub fn parse_autoj(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
             response_b: raw.response_2,
             label: Some(label),
             category: raw.scenario,
+            annotators: Vec::new(),
         });
     }
     Ok(out)
@@ -235,6 +240,7 @@ pub fn parse_pandalm(text: &str, path: &Path, label: PandaLabel) -> Result<Vec<P
             response_b: text("response2", &raw.response2)?,
             label: Some(label),
             category: raw.motivation_app,
+            annotators: votes,
         });
     }
     Ok(out)
@@ -272,6 +278,7 @@ pub fn parse_pairs(text: &str, path: &Path) -> Result<Vec<PairItem>, Error> {
             response_b: r.text("answer_b")?,
             label,
             category: OWN_CATEGORY.to_string(),
+            annotators: Vec::new(),
         });
     }
     own_data::unique_ids(

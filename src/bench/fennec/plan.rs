@@ -182,6 +182,7 @@ impl FennecPlan {
             response_b: "{response_b}".into(),
             label: None,
             category: String::new(),
+            annotators: Vec::new(),
         };
         let join = |(system, user): Prompt| format!("{system}\n{user}");
         let mut out = vec![
@@ -347,6 +348,8 @@ impl FennecPlan {
             }
         };
         results.tables.push(self.reply_table(runs));
+        let items: Vec<&PairItem> = runs.iter().map(|(item, _)| item).collect();
+        results.tables.extend(score::annotator_table(&items, seed));
         results
     }
 
@@ -460,6 +463,7 @@ mod tests {
             response_b: "8".into(),
             label: Some(label),
             category: "open_question".into(),
+            annotators: Vec::new(),
         }
     }
 

@@ -13,9 +13,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::bench::reliability::{self, KappaRow};
 use crate::bench::stats::bootstrap_mean;
 use crate::bench::stats::Metric;
-use crate::bench::table::{Cell, Table};
+use crate::bench::table::{table_id, Cell, Table};
 use crate::bench::BenchResults;
 use crate::judge::fennec::PairScores;
 use crate::judge::Verdict;
@@ -321,16 +322,174 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
                 seed,
             ),
         ],
-        tables: vec![Table {
-            id: crate::bench::table::table_id::FENNEC_PAIRWISE.to_string(),
+        tables: [Table {
+            id: table_id::FENNEC_PAIRWISE.to_string(),
             title: "Pairwise agreement with human labels (both orders) and consistency (%)"
                 .to_string(),
             columns: ["group", "agreement", "consistency", "n", "unscored"]
                 .map(String::from)
                 .to_vec(),
             rows: group_rows(outcomes, |o| o.category.as_str(), cells),
-        }],
+        }]
+        .into_iter()
+        .chain(reliability_tables(outcomes, seed))
+        .collect(),
     }
+}
+
+/// The categories of a preference in κ tables and confusion matrices, in index order.
+pub const PREFERENCE_NAMES: [&str; 3] = ["A", "B", "tie"];
+
+/// A preference's index in [`PREFERENCE_NAMES`].
+pub fn preference_index(p: Preference) -> usize {
+    match p {
+        Preference::A => 0,
+        Preference::B => 1,
+        Preference::Tie => 2,
+    }
+}
+
+/// The judge's reliability: Cohen's κ of each order's verdicts against the human labels
+/// (when there are labels) and of the two orders against each other, the confusion matrices
+/// against the labels, and the position table ([`position_table`]).
+pub fn reliability_tables(outcomes: &[PairOutcome], seed: u64) -> Vec<Table> {
+    let index = |v: &Verdict<Preference>| v.scored().map(|p| preference_index(*p));
+    let label: Vec<Option<usize>> = outcomes
+        .iter()
+        .map(|o| o.label.map(preference_index))
+        .collect();
+    let normal: Vec<Option<usize>> = outcomes.iter().map(|o| index(&o.normal)).collect();
+    let exchanged: Vec<Option<usize>> = outcomes.iter().map(|o| index(&o.exchanged)).collect();
+    let mut rows = Vec::new();
+    let mut confusions = Vec::new();
+    if label.iter().any(Option::is_some) {
+        for (name, verdicts, id) in [
+            ("order shown", &normal, "confusion_normal"),
+            ("swapped order, put back", &exchanged, "confusion_exchanged"),
+        ] {
+            let (row, c) = reliability::cohen(
+                &format!("judge ({name}) vs human label"),
+                verdicts,
+                &label,
+                3,
+            );
+            rows.push(row);
+            confusions.push(reliability::confusion_table(
+                id,
+                &format!("Confusion matrix: judge ({name}) × human label"),
+                ("judge", "label"),
+                &PREFERENCE_NAMES,
+                &c,
+            ));
+        }
+    }
+    let (row, _) = reliability::cohen(
+        "judge: order shown vs swapped order",
+        &normal,
+        &exchanged,
+        3,
+    );
+    rows.push(row);
+    let mut tables = vec![reliability::kappa_table(
+        table_id::JUDGE_KAPPA,
+        "Judge reliability: Cohen's κ against the human labels and between the two orders",
+        &rows,
+    )];
+    tables.extend(confusions);
+    tables.push(position_table(outcomes, seed));
+    tables
+}
+
+/// Position bias and consistency over the pairs with both verdicts, each share with a
+/// seeded bootstrap 95% interval: the same verdict in both orders; the response shown first
+/// preferred in both (A, then B put back: first-position bias); the one shown second
+/// preferred in both; and the other inconsistent pairs (a tie in one order only).
+pub fn position_table(outcomes: &[PairOutcome], seed: u64) -> Table {
+    use Preference::{A, B};
+    let both: Vec<(Preference, Preference)> = outcomes
+        .iter()
+        .filter_map(|o| Some((*o.normal.scored()?, *o.exchanged.scored()?)))
+        .collect();
+    let unscored = outcomes.len() - both.len();
+    type Kind = (&'static str, fn(Preference, Preference) -> bool);
+    let kinds: [Kind; 4] = [
+        ("same verdict in both orders (consistency)", |n, e| n == e),
+        ("first shown preferred in both orders", |n, e| {
+            n == A && e == B
+        }),
+        ("second shown preferred in both orders", |n, e| {
+            n == B && e == A
+        }),
+        ("other inconsistent (a tie in one order)", |n, e| {
+            n != e && !(n == A && e == B) && !(n == B && e == A)
+        }),
+    ];
+    let rows = kinds
+        .iter()
+        .map(|(name, test)| {
+            let v: Vec<f64> = both
+                .iter()
+                .map(|&(n, e)| f64::from(u8::from(test(n, e))))
+                .collect();
+            let i = bootstrap_mean(&v, seed);
+            vec![
+                Cell::from(*name),
+                Cell::Interval {
+                    value: 100.0 * i.value,
+                    low: 100.0 * i.low,
+                    high: 100.0 * i.high,
+                    decimals: PERCENT_DECIMALS,
+                },
+                Cell::from(both.len()),
+                Cell::from(unscored),
+            ]
+        })
+        .collect();
+    Table {
+        id: table_id::POSITION_BIAS.to_string(),
+        title: "Position bias and consistency across the two orders (% of pairs)".to_string(),
+        columns: ["outcome", "share (%)", "n", "unscored"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    }
+}
+
+/// The human ceiling where the items carry several annotators' labels (PandaLM's three):
+/// Cohen's κ of every pair of annotators and Fleiss' κ of all of them. `None` when the
+/// items have no such labels.
+pub fn annotator_table(items: &[&PairItem], seed: u64) -> Option<Table> {
+    let m = items.first()?.annotators.len();
+    if m < 2 || items.iter().any(|i| i.annotators.len() != m) {
+        return None;
+    }
+    let ratings: Vec<Vec<Option<usize>>> = (0..m)
+        .map(|a| {
+            items
+                .iter()
+                .map(|i| Some(preference_index(i.annotators[a])))
+                .collect()
+        })
+        .collect();
+    let mut rows: Vec<KappaRow> = Vec::new();
+    for a in 0..m {
+        for b in a + 1..m {
+            let name = format!("annotator{} vs annotator{}", a + 1, b + 1);
+            rows.push(reliability::cohen(&name, &ratings[a], &ratings[b], 3).0);
+        }
+    }
+    let all: Vec<&[Option<usize>]> = ratings.iter().map(Vec::as_slice).collect();
+    rows.push(reliability::fleiss(
+        &format!("annotators 1–{m} (Fleiss)"),
+        &all,
+        3,
+        seed,
+    ));
+    Some(reliability::kappa_table(
+        table_id::HUMAN_KAPPA,
+        "Human-to-human agreement (the annotators): the ceiling a judge can be held to",
+        &rows,
+    ))
 }
 
 /// Accuracy of single verdicts (ties included), with a bootstrap interval and a group table.
@@ -458,6 +617,7 @@ mod tests {
             response_b: "b".into(),
             label: Some(A),
             category: "others".into(),
+            annotators: Vec::new(),
         }];
         let p = std::path::Path::new("f");
         // The judge saw (b, a) and preferred the second shown, i.e. a.

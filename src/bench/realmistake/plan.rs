@@ -177,6 +177,9 @@ impl DetectionPlan {
         }
         results.tables = score::headline(&cells, seed).tables;
         results
+            .tables
+            .extend(super::reliability::reliability_tables(&cells, seed));
+        results
     }
 }
 

@@ -7,7 +7,8 @@
 //! finished steps (which feedback is given, and what each reply must satisfy), [`checkers`] are the
 //! rule-based response-rate checks (with the authors' tools' counterparts: [`punkt`] sentence
 //! counting, [`lang_id`] language identification, [`segment`] Chinese and Hebrew word lists), [`plan`] asks for the next generations
-//! and [`score`](mod@score) turns finished transcripts into feedback acceptance (FA) and response rate (RR).
+//! and [`score`](mod@score) turns finished transcripts into feedback acceptance (FA) and response rate (RR);
+//! [`panel`](mod@panel) adds each judge's FA and their agreement when several judges form a panel.
 //!
 //! A run: [`data::load_all`] on `$CANDOR_DATA/refutebench`, keep the items whose
 //! [`Source::matches`] a requested subset, drive [`RefutePlan`] (its [`plan::PlanRecord`] goes in
@@ -19,6 +20,7 @@ pub mod data;
 pub mod dialogue;
 pub mod figures;
 pub mod lang_id;
+pub mod panel;
 pub mod plan;
 pub mod prompts;
 pub mod protocol;

@@ -1,7 +1,8 @@
 //! RefuteBench as a [`Plan`]: each item's turns in order, every turn a step `turn/<i>` (its
 //! position in the item's `queries`) answered by `Actor::Candidate(0)` with the whole
 //! conversation so far, the model's own earlier replies included, and one feedback-acceptance
-//! judgement `fa/<i>` by `Actor::Judge` per feedback turn.
+//! judgement `fa/<i>` by `Actor::Judge` per feedback turn (with a panel of judges, judge
+//! `j ≥ 1`'s is `fa/<i>/judge/<j>`, see [`crate::bench::panel`]).
 //!
 //! What the turns say (which feedback, seeded) comes from [`super::dialogue`]; this module only
 //! turns a replay into messages. Two options change the messages:
@@ -43,6 +44,7 @@ use super::data::{Content, Item};
 use super::dialogue::{self, source_sentence, End, Replay, ReplayOptions, Turn, TurnKind};
 use super::prompts::{self, recall_query};
 use super::score::{self, ScoreOptions};
+use crate::bench::panel::{judge_actor, Panel};
 use crate::bench::plan::{Actor, Plan, Step, Transcript};
 use crate::bench::BenchResults;
 use crate::engine::SamplingParams;
@@ -111,6 +113,8 @@ pub struct RefutePlan {
     pub judge: SamplingParams,
     /// Whether to ask the FA judge at all.
     pub judge_feedback: bool,
+    /// The FA judges (one, or a panel) and how a panel decides.
+    pub panel: Panel,
     pub context: Option<ContextLimit>,
     pub truncation: Truncation,
     /// Whether the item's system prompt is sent (off for templates that reject one).
@@ -157,6 +161,7 @@ impl RefutePlan {
                 constraint: None,
             },
             judge_feedback: true,
+            panel: Panel::default(),
             context: None,
             truncation: Truncation::Authors,
             system_prompt: true,
@@ -185,6 +190,7 @@ impl RefutePlan {
         let opts = ScoreOptions {
             replay: self.replay,
             bootstrap_seed,
+            panel: self.panel,
         };
         score::score(pairs, &opts).results
     }
@@ -317,7 +323,7 @@ impl RefutePlan {
         }
     }
 
-    fn fa_step(&self, item: &Item, replay: &Replay, turn: &Turn) -> Option<Step> {
+    fn fa_step(&self, item: &Item, replay: &Replay, turn: &Turn, judge: usize) -> Option<Step> {
         let TurnKind::Feedback { refutes, .. } = turn.kind else {
             return None;
         };
@@ -328,8 +334,8 @@ impl RefutePlan {
             .map_or("", |t| t.user.as_str());
         let prompt = prompts::fa_judge_prompt(item.source.task, query, &turn.user, &reply.text);
         Some(Step {
-            key: dialogue::fa_key(turn.index),
-            actor: Actor::Judge,
+            key: Panel::key(&dialogue::fa_key(turn.index), judge),
+            actor: judge_actor(judge),
             messages: vec![Message::user(prompt)],
             params: self.judge.clone(),
         })
@@ -360,8 +366,11 @@ impl Plan for RefutePlan {
                 .iter()
                 .filter(|t| t.is_feedback() && t.reply.is_some())
             {
-                if dialogue::find_step(done, &dialogue::fa_key(turn.index)).is_none() {
-                    steps.extend(self.fa_step(item, &replay, turn));
+                for j in 0..self.panel.judges {
+                    let key = Panel::key(&dialogue::fa_key(turn.index), j);
+                    if dialogue::find_step(done, &key).is_none() {
+                        steps.extend(self.fa_step(item, &replay, turn, j));
+                    }
                 }
             }
         }

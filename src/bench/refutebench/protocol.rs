@@ -22,8 +22,10 @@ use serde_json::json;
 use super::data::{list_files, load_file, Query};
 use super::plan::{ContextLimit, Truncation, AUTHORS_TOKENS_PER_TURN};
 use super::prompts::{RECALL_HEADER, RECALL_ITEM, REPEAT_SUFFIX};
+use super::score::ScoreOptions;
 use super::source::{Setting, Source, Verification};
 use super::{Item, RefutePlan, Strategy};
+use crate::bench::panel::{Panel, PanelRule};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
     judge_note, notes_table, require_dir, require_judge, select, smoke_test_note, template_version,
@@ -140,7 +142,17 @@ impl Protocol for RefuteBench {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["--recall", "--recall-repeat", "--truncation", "--constrain"]
+        &[
+            "--recall",
+            "--recall-repeat",
+            "--truncation",
+            "--constrain",
+            "--panel",
+        ]
+    }
+
+    fn panels(&self) -> bool {
+        true
     }
 
     fn prepare(
@@ -169,6 +181,7 @@ impl Protocol for RefuteBench {
             ));
         }
         plan.truncation = truncation;
+        plan.panel = Panel::from_run(ctx, opts)?;
         if let Some(c) = &ctx.candidate_context {
             let name = ctx.candidates.first().map_or("", String::as_str);
             let max_prompt_tokens = match truncation {
@@ -200,20 +213,24 @@ impl Protocol for RefuteBench {
                 .iter()
                 .map(|(name, text)| (name.to_string(), template_version(text)))
                 .collect(),
-            settings: json!({
-                "subsets": ctx.subsets,
-                "limit": ctx.limit,
-                "files": files,
-                "plan": record,
-                "judge_constraint": plan.judge.constraint.as_ref().map(|c| json!({
-                    "sha256": c.sha256(),
-                    "llguidance": LLGUIDANCE_VERSION,
-                })),
-                "max_new_tokens": opts.max_new_tokens,
-                "judge_max_new_tokens": opts.judge_max_new_tokens,
-                "comparable_with": comparable_with(opts),
-                "self_judging": self_judging,
-            }),
+            settings: crate::bench::panel::settings(
+                ctx,
+                plan.panel,
+                json!({
+                    "subsets": ctx.subsets,
+                    "limit": ctx.limit,
+                    "files": files,
+                    "plan": record,
+                    "judge_constraint": plan.judge.constraint.as_ref().map(|c| json!({
+                        "sha256": c.sha256(),
+                        "llguidance": LLGUIDANCE_VERSION,
+                    })),
+                    "max_new_tokens": opts.max_new_tokens,
+                    "judge_max_new_tokens": opts.judge_max_new_tokens,
+                    "comparable_with": comparable_with(opts),
+                    "self_judging": self_judging,
+                }),
+            ),
             decoding: json!({ "candidate": record.candidate, "judge": record.judge }),
             plan,
             items,
@@ -236,7 +253,7 @@ impl Protocol for RefuteBench {
         Some(
             turns
                 + if prepared.plan.judge_feedback {
-                    feedback
+                    feedback * prepared.plan.panel.judges
                 } else {
                     0
                 },
@@ -252,9 +269,19 @@ impl Protocol for RefuteBench {
     ) -> Scored {
         let plan = &prepared.plan;
         let mut results = plan.score(runs, ctx.seed);
+        let judges = ctx.judges();
+        if plan.panel.is_panel() {
+            let opts = ScoreOptions {
+                replay: plan.replay,
+                bootstrap_seed: ctx.seed,
+                panel: plan.panel,
+            };
+            let who = (judges.as_slice(), ctx.candidates.as_slice());
+            super::panel::add_judges(&mut results, runs, &opts, who);
+        }
         // `prepare` checked that the judge was named.
-        let self_judging = ctx.candidates.contains(&ctx.judge);
-        results.tables.push(notes_table(&[
+        let self_judging = judges.iter().any(|j| ctx.candidates.iter().any(|c| c == j));
+        let mut notes = vec![
             ("comparable with", comparable_with(opts).to_string()),
             judge_note(ctx, self_judging),
             (
@@ -270,11 +297,24 @@ impl Protocol for RefuteBench {
                 }
                 .to_string(),
             ),
-        ]));
-        let table = results.tables.last_mut().expect("just pushed");
-        if let Some((k, v)) = smoke_test_note(ctx, &[&ctx.judge]) {
-            table.rows.push(vec![k.into(), v.into()]);
+        ];
+        if plan.panel.is_panel() {
+            notes.push((
+                "panel",
+                format!(
+                    "{} FA judges, {}: {}",
+                    plan.panel.judges,
+                    plan.panel.rule.as_str(),
+                    match plan.panel.rule {
+                        PanelRule::Majority =>
+                            "a feedback turn is accepted when more judges said Yes than No (a tie is No)",
+                        PanelRule::Mean => "a feedback turn counts the share of judges who said Yes",
+                    }
+                ),
+            ));
         }
+        notes.extend(smoke_test_note(ctx, &judges));
+        results.tables.push(notes_table(&notes));
         results.into()
     }
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::data::Item;
 use super::dialogue::{self, End, ReplayOptions, TurnKind};
 use super::Error;
+use crate::bench::panel::{self, Panel, PanelRule};
 use crate::bench::plan::{StepOutput, Transcript};
 use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, mean, RESAMPLES};
@@ -114,6 +115,31 @@ pub struct ScoreOptions {
     pub replay: ReplayOptions,
     /// Seed of the bootstrap.
     pub bootstrap_seed: u64,
+    /// The FA judges: one, or a panel and its rule.
+    pub panel: Panel,
+}
+
+/// Whose FA verdicts a score reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judges {
+    /// Judge `j` alone (0 for a one-judge run).
+    One(usize),
+    /// The panel's verdict per feedback turn: under `majority` Yes when more judges said
+    /// Yes than No (a tie is No: the panel was not convinced that the feedback was taken);
+    /// under `mean` the share of judges that said Yes. A judge whose answer cannot be read
+    /// is left out of the turn's vote; a turn no judge could read is unscored.
+    Panel(Panel),
+}
+
+impl ScoreOptions {
+    /// The judges a score reads by default: the panel when there is one, else judge 0.
+    pub fn judges(&self) -> Judges {
+        if self.panel.is_panel() {
+            Judges::Panel(self.panel)
+        } else {
+            Judges::One(0)
+        }
+    }
 }
 
 /// Why a dialogue has no RR.
@@ -136,8 +162,62 @@ pub enum Status {
 pub struct FaRecord {
     /// Position of the feedback turn.
     pub turn: usize,
-    /// `None` when the judge step has not run.
+    /// `None` when the judge step has not run. A panel's verdict under a panel.
     pub verdict: Option<Verdict<Acceptance>>,
+    /// Under a panel, every judge's verdict (judge 0 first), as `verdict` is for one judge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judges: Vec<Option<Verdict<Acceptance>>>,
+    /// Under a panel's `mean` rule, the share of the judges who read it as accepted (what
+    /// enters FA instead of the verdict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+}
+
+impl FaRecord {
+    /// The record of feedback turn `turn` read by `judges` from `done`.
+    fn read(turn: usize, done: &Transcript, judges: Judges) -> FaRecord {
+        let read = |j: usize| {
+            dialogue::find_step(done, &Panel::key(&dialogue::fa_key(turn), j))
+                .map(|(_, s)| feedback_acceptance::parse(&s.text))
+        };
+        let p = match judges {
+            Judges::One(j) => {
+                return FaRecord {
+                    turn,
+                    verdict: read(j),
+                    judges: Vec::new(),
+                    mean: None,
+                }
+            }
+            Judges::Panel(p) => p,
+        };
+        let all: Vec<Option<Verdict<Acceptance>>> = (0..p.judges).map(read).collect();
+        let votes: Vec<bool> = all
+            .iter()
+            .flatten()
+            .filter_map(Verdict::scored)
+            .map(|a| *a == Acceptance::Accepted)
+            .collect();
+        let verdict = if all.iter().all(Option::is_none) {
+            None
+        } else {
+            Some(match panel::majority(&votes) {
+                Some(true) => Verdict::Scored(Acceptance::Accepted),
+                Some(false) => Verdict::Scored(Acceptance::Rejected),
+                None => Verdict::unscored("no judge of the panel gave a readable answer"),
+            })
+        };
+        let mean = match p.rule {
+            PanelRule::Mean => panel::mean(&votes),
+            PanelRule::Majority => None,
+        };
+        FaRecord {
+            turn,
+            verdict,
+            judges: all,
+            mean,
+        }
+    }
 }
 
 /// One feedback as given, for the record.
@@ -170,15 +250,19 @@ impl ItemScore {
         (self.status == Status::Scored && self.checks > 0)
             .then(|| 100.0 * self.passed as f64 / self.checks as f64)
     }
-    fn fa_counts(&self) -> (usize, usize, usize) {
-        let mut accepted = 0;
+    /// (accepted, judged, unscored) over the feedback turns; accepted is fractional under a
+    /// panel's `mean` rule.
+    fn fa_counts(&self) -> (f64, usize, usize) {
+        let mut accepted = 0.0;
         let mut judged = 0;
         let mut unscored = 0;
         for r in &self.fa {
             match &r.verdict {
                 Some(Verdict::Scored(a)) => {
                     judged += 1;
-                    accepted += usize::from(*a == Acceptance::Accepted);
+                    accepted += r
+                        .mean
+                        .unwrap_or(f64::from(u8::from(*a == Acceptance::Accepted)));
                 }
                 Some(Verdict::Unscored { .. }) => unscored += 1,
                 None => {}
@@ -188,8 +272,13 @@ impl ItemScore {
     }
 }
 
-/// Scores one dialogue from its finished steps.
-pub fn score_item(item: &Item, done: &Transcript, opts: &ReplayOptions) -> ItemScore {
+/// Scores one dialogue from its finished steps, its FA as `judges` read it.
+pub fn score_item(
+    item: &Item,
+    done: &Transcript,
+    opts: &ReplayOptions,
+    judges: Judges,
+) -> ItemScore {
     let replay = dialogue::replay(item, done, opts);
     let mut checks = 0;
     let mut passed = 0;
@@ -212,12 +301,7 @@ pub fn score_item(item: &Item, done: &Transcript, opts: &ReplayOptions) -> ItemS
                     pick: g.pick,
                 }));
                 if turn.reply.is_some() {
-                    let verdict = dialogue::find_step(done, &dialogue::fa_key(turn.index))
-                        .map(|(_, s)| feedback_acceptance::parse(&s.text));
-                    fa.push(FaRecord {
-                        turn: turn.index,
-                        verdict,
-                    });
+                    fa.push(FaRecord::read(turn.index, done, judges));
                 }
             }
         }
@@ -250,9 +334,14 @@ pub struct Scored {
 /// Scores a set of dialogues: headline metrics `<task>_<setting>_rr` and `<task>_<setting>_fa`
 /// (MT language pairs pooled), and a table with one row per group (task or MT pair) and setting.
 pub fn score(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions) -> Scored {
+    score_with(pairs, opts, opts.judges())
+}
+
+/// [`score`] with the FA of `judges` (one judge of a panel, or the panel).
+pub fn score_with(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions, judges: Judges) -> Scored {
     let items: Vec<ItemScore> = pairs
         .iter()
-        .map(|(i, t)| score_item(i, t, &opts.replay))
+        .map(|(i, t)| score_item(i, t, &opts.replay, judges))
         .collect();
     let task_of = |s: &ItemScore| s.item.split('/').next().unwrap_or("").to_string();
     let mut metrics = Vec::new();
@@ -342,7 +431,7 @@ impl Summary {
 fn summarize(group: &[&ItemScore], seed: u64) -> (Summary, Summary) {
     let rr_values: Vec<f64> = group.iter().filter_map(|s| s.rr()).collect();
     let rr = bootstrap(&rr_values, mean, seed, RESAMPLES);
-    let fa_units: Vec<(usize, usize)> = group
+    let fa_units: Vec<(f64, usize)> = group
         .iter()
         .filter(|s| s.status != Status::Incomplete)
         .map(|s| s.fa_counts())
@@ -354,12 +443,12 @@ fn summarize(group: &[&ItemScore], seed: u64) -> (Summary, Summary) {
         .filter(|s| s.status != Status::Incomplete)
         .map(|s| s.fa_counts().2)
         .sum();
-    let ratio = |u: &[(usize, usize)]| {
-        let (a, j) = u.iter().fold((0, 0), |(a, j), (x, y)| (a + x, j + y));
+    let ratio = |u: &[(f64, usize)]| {
+        let (a, j) = u.iter().fold((0.0, 0), |(a, j), (x, y)| (a + x, j + y));
         if j == 0 {
             f64::NAN
         } else {
-            100.0 * a as f64 / j as f64
+            100.0 * a / j as f64
         }
     };
     let fa = bootstrap(&fa_units, ratio, seed, RESAMPLES);
@@ -446,6 +535,8 @@ mod tests {
                 .map(|(turn, v)| FaRecord {
                     turn,
                     verdict: v.clone(),
+                    judges: Vec::new(),
+                    mean: None,
                 })
                 .collect(),
         }

@@ -28,9 +28,10 @@ pub struct Args {
     #[arg(long)]
     data: PathBuf,
     /// Verdicts in the data's order: one `{"output": 0|1|2}` per line (0 = first shown
-    /// better, 1 = second, 2 = tie; null = none).
+    /// better, 1 = second, 2 = tie; null = none). Without it (PandaLM only) only the
+    /// annotators' agreement with each other is computed: the human ceiling.
     #[arg(long)]
-    normal: PathBuf,
+    normal: Option<PathBuf>,
     /// Verdicts with the two responses swapped, in the same coding (relative to the order
     /// shown). Without it only single-verdict Accuracy is computed.
     #[arg(long)]
@@ -48,18 +49,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Format::AutoJ => data::load_autoj(&args.data)?,
         Format::Pandalm => data::load_pandalm(&args.data, data::PandaLabel::Annotator1)?,
     };
-    let normal = data::load_verdicts(&args.normal)?;
-    let results: BenchResults = match &args.exchanged {
-        Some(ex) => {
-            let exchanged = data::load_verdicts(ex)?;
-            let outcomes = score::pair_outcomes(&items, (&args.normal, normal), (ex, exchanged))?;
+    let mut results: BenchResults = match (&args.normal, &args.exchanged) {
+        (None, None) => BenchResults::default(),
+        (None, Some(_)) => anyhow::bail!("--exchanged needs --normal"),
+        (Some(normal), Some(ex)) => {
+            let outcomes = score::pair_outcomes(
+                &items,
+                (normal, data::load_verdicts(normal)?),
+                (ex, data::load_verdicts(ex)?),
+            )?;
             score::pairwise_results(&outcomes, args.seed)
         }
-        None => {
-            let outcomes = score::single_outcomes(&items, (&args.normal, normal))?;
+        (Some(normal), None) => {
+            let outcomes = score::single_outcomes(&items, (normal, data::load_verdicts(normal)?))?;
             score::single_results(&outcomes, args.seed)
         }
     };
+    let refs: Vec<&data::PairItem> = items.iter().collect();
+    results
+        .tables
+        .extend(score::annotator_table(&refs, args.seed));
+    if args.normal.is_none() && results.tables.is_empty() {
+        anyhow::bail!(
+            "--normal is needed: {} has one label per item, so there is no annotator \
+             agreement to compute without verdicts",
+            args.data.display()
+        );
+    }
     println!("{} items from {}", items.len(), args.data.display());
     for m in &results.metrics {
         println!(

@@ -110,7 +110,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{det}\t{}\t({unscored})", cols.join("\t"));
         results.insert(det.to_string(), r);
     }
-    let all = score::headline(&cells, args.seed);
+    let mut all = score::headline(&cells, args.seed);
+    all.tables
+        .extend(crate::bench::realmistake::reliability::reliability_tables(
+            &cells, args.seed,
+        ));
     for table in &all.tables {
         println!("\n{}\n{}", table.title, table.columns.join("\t"));
         for row in &table.rows {

@@ -76,6 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             },
         },
         bootstrap_seed: args.bootstrap_seed,
+        panel: Default::default(),
     };
     let scored = score::score(&pairs, &opts);
     for table in &scored.results.tables {

@@ -155,6 +155,7 @@ fn round_loop_log(items: &[ToyItem], plan: &ToyPlan, models: &FakeModels) -> Vec
             let label = match actor {
                 Actor::Candidate(c) => models.candidates[c].clone(),
                 Actor::Judge => models.judge.clone(),
+                Actor::Panel(j) => models.panel[j - 1].clone(),
             };
             let request = ChatRequest {
                 messages: step.messages.clone(),
