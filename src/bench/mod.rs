@@ -8,6 +8,7 @@
 //! headline metrics with the statistics behind them, [`stats`], and typed report tables,
 //! [`table`]).
 
+pub mod catalog;
 pub mod fbbench;
 pub mod fennec;
 pub mod figure;
@@ -19,49 +20,11 @@ pub mod protocol;
 pub mod realmistake;
 pub mod refutebench;
 pub mod reliability;
+pub mod results;
 pub mod stats;
 pub mod table;
 
+pub use catalog::{declared_figures, figures};
 pub use loader::DataError;
 pub use protocol::{Protocol, ProtocolError, ProtocolOptions};
-
-use std::path::PathBuf;
-
-use serde::{Deserialize, Serialize};
-
-use stats::Metric;
-use table::Table;
-
-/// The environment variable that points at the authors' public data.
-pub const DATA_ENV: &str = "CANDOR_DATA";
-
-/// The folder holding the authors' public data: `$CANDOR_DATA`, else `../shared/data`.
-pub fn data_root() -> PathBuf {
-    std::env::var_os(DATA_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("../shared/data"))
-}
-
-/// Everything a benchmark's scoring reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BenchResults {
-    pub metrics: Vec<Metric>,
-    pub tables: Vec<Table>,
-}
-
-/// The report figures of every protocol that declares them, in report order.
-pub fn declared_figures() -> [figure::Figures; 4] {
-    [
-        fbbench::figures::FIGURES,
-        refutebench::figures::FIGURES,
-        realmistake::figures::FIGURES,
-        fennec::figures::FIGURES,
-    ]
-}
-
-/// The figures `protocol` declares, if it does.
-pub fn figures(protocol: &str) -> Option<figure::Figures> {
-    declared_figures()
-        .into_iter()
-        .find(|f| f.protocol == protocol)
-}
+pub use results::{data_root, BenchResults, DATA_ENV};

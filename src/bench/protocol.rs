@@ -397,6 +397,16 @@ pub fn notes_table(rows: &[(&str, String)]) -> Table {
     }
 }
 
+/// The name of judge `j` in tables: `judge <j> (<model>)`, with `self-judging` when the
+/// model is also a candidate.
+pub fn judge_label(j: usize, model: &str, candidates: &[String]) -> String {
+    if candidates.iter().any(|c| c == model) {
+        format!("judge {j} ({model}; self-judging: also the candidate)")
+    } else {
+        format!("judge {j} ({model})")
+    }
+}
+
 /// The `judge` note: the judge's name, and whether it judges its own replies; with a panel
 /// (`judges`), every judge's name, the self-judging ones marked (self-preference: their
 /// metrics beside the others' show it).
@@ -406,7 +416,7 @@ pub fn judge_note(ctx: &RunContext, self_judging: bool) -> (&'static str, String
             .judges()
             .iter()
             .enumerate()
-            .map(|(j, name)| crate::bench::panel::judge_label(j, name, &ctx.candidates))
+            .map(|(j, name)| judge_label(j, name, &ctx.candidates))
             .collect();
         return ("judges (panel)", names.join("; "));
     }

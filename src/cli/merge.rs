@@ -15,7 +15,21 @@ use clap::Parser;
 
 use crate::store::shard::{check_shards, ReplayPool, ShardDir};
 
-use super::run::{run_config, RunConfig};
+use super::run::{run_config, RunArgs, RunConfig};
+
+/// `candor run ARGS` alone: how the shards' recorded run arguments are parsed again (the same
+/// [`RunArgs`] as the whole command line's `run`, which has no arguments of its own besides).
+#[derive(Debug, Parser)]
+#[command(name = "candor")]
+struct RunCommandLine {
+    #[command(subcommand)]
+    command: RunOnly,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum RunOnly {
+    Run(RunArgs),
+}
 
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
@@ -39,11 +53,9 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
     argv.extend(run_args.iter().cloned());
     argv.push("--out".into());
     argv.push(args.out.display().to_string());
-    let parsed = super::Args::try_parse_from(&argv)
+    let parsed = RunCommandLine::try_parse_from(&argv)
         .with_context(|| format!("the shards' run arguments: {}", run_args.join(" ")))?;
-    let super::Command::Run(run) = parsed.command else {
-        bail!("the shards' run arguments are not a `candor run`");
-    };
+    let RunOnly::Run(run) = parsed.command;
     let mut cfg = RunConfig::from_args(run)?;
     cfg.shard = None;
     cfg.replay = Some(Arc::clone(&pool));

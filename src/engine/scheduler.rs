@@ -24,7 +24,7 @@ use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::logprobs::{token_logprob, TokenLogprob};
 use super::prefix::{PrefillStats, PrefixCache};
 use super::sampling::{argmax, Sampler};
-use super::{EngineError, SamplingParams, StopReason};
+use super::{ChatReply, EngineError, SamplingParams, StopReason};
 use crate::model::kv::{KvSeq, Logits, SeqStep};
 use crate::model::runner::Model;
 use crate::model::transformer::Scratch;
@@ -777,6 +777,18 @@ pub fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
         .filter(|s| !s.is_empty())
         .filter_map(|s| text.find(s.as_str()))
         .min()
+}
+
+impl ChatReply {
+    /// The chat reply to `prompt_ids` that the token-level reply `t` gives.
+    pub fn from_tokens(prompt_ids: Vec<u32>, t: &TokenReply) -> ChatReply {
+        ChatReply {
+            prompt_ids,
+            output_ids: t.output_ids.clone(),
+            text: t.text.clone(),
+            stop_reason: t.stop_reason,
+        }
+    }
 }
 
 #[cfg(test)]

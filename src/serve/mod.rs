@@ -20,11 +20,13 @@ pub mod error;
 pub mod openai;
 pub mod reply;
 pub mod routes;
+pub mod state;
 pub mod stream;
 pub mod worker;
 
+pub use state::{AppState, ServeOptions, ServedModel};
+
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::DefaultBodyLimit;
@@ -33,76 +35,6 @@ use axum::Router;
 use tokio::sync::Semaphore;
 
 use crate::engine::{Engine, EngineError};
-
-/// How the server runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServeOptions {
-    /// Required as `Authorization: Bearer KEY` on `/v1/*` when set.
-    pub api_key: Option<String>,
-    /// Most sequences (choices) per model waiting or decoding; more are refused with 429.
-    pub queue: usize,
-    /// Largest request body accepted (413 above).
-    pub max_body_bytes: usize,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        ServeOptions {
-            api_key: None,
-            queue: 256,
-            max_body_bytes: 4 << 20,
-        }
-    }
-}
-
-/// A served model: its name in requests and its engine's thread.
-pub struct ServedModel {
-    pub id: String,
-    pub created: u64,
-    jobs: Mutex<std::sync::mpsc::Sender<worker::Job>>,
-    pub context_len: usize,
-    /// Sequences admitted (one permit each) and not yet answered.
-    permits: Arc<Semaphore>,
-    capacity: usize,
-    live: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl ServedModel {
-    /// Most sequences waiting or decoding at once (`--queue`).
-    pub fn queue_capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Sequences started and not finished, as the engine's thread last counted.
-    pub fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
-    }
-
-    fn send(&self, job: worker::Job) -> Result<(), error::ApiError> {
-        let jobs = self
-            .jobs
-            .lock()
-            .map_err(|_| error::ApiError::internal("the job queue's lock is poisoned"))?;
-        jobs.send(job).map_err(|_| {
-            error::ApiError::unavailable(format!("the engine of model `{}` has stopped", self.id))
-        })
-    }
-}
-
-/// What every handler shares.
-pub struct AppState {
-    pub models: Vec<ServedModel>,
-    pub options: ServeOptions,
-}
-
-impl AppState {
-    pub fn model(&self, id: &str) -> Result<&ServedModel, error::ApiError> {
-        self.models.iter().find(|m| m.id == id).ok_or_else(|| {
-            let ids: Vec<String> = self.models.iter().map(|m| m.id.clone()).collect();
-            error::ApiError::model_not_found(id, &ids)
-        })
-    }
-}
 
 /// Errors of starting the server.
 #[derive(Debug, thiserror::Error)]
