@@ -120,16 +120,6 @@ pub fn mean(votes: &[bool]) -> Option<f64> {
     (!votes.is_empty()).then(|| votes.iter().filter(|v| **v).count() as f64 / votes.len() as f64)
 }
 
-/// The name of judge `j` in tables: `judge <j> (<model>)`, with `self-judging` when the
-/// model is also a candidate.
-pub fn judge_label(j: usize, model: &str, candidates: &[String]) -> String {
-    if candidates.iter().any(|c| c == model) {
-        format!("judge {j} ({model}; self-judging: also the candidate)")
-    } else {
-        format!("judge {j} ({model})")
-    }
-}
-
 /// The settings with the panel's judges and rule added, when there is a panel (a one-judge
 /// run's settings stay as they were, so earlier runs resume).
 pub fn settings(
@@ -169,8 +159,5 @@ mod tests {
         assert_eq!(majority(&[]), None);
         assert_eq!(mean(&[true, false, true, true]), Some(0.75));
         assert_eq!(mean(&[]), None);
-        let c = ["m".to_string()];
-        assert_eq!(judge_label(1, "j", &c), "judge 1 (j)");
-        assert!(judge_label(0, "m", &c).contains("self-judging"));
     }
 }

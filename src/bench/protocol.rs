@@ -406,7 +406,7 @@ pub fn judge_note(ctx: &RunContext, self_judging: bool) -> (&'static str, String
             .judges()
             .iter()
             .enumerate()
-            .map(|(j, name)| crate::bench::panel::judge_label(j, name, &ctx.candidates))
+            .map(|(j, name)| judge_label(j, name, &ctx.candidates))
             .collect();
         return ("judges (panel)", names.join("; "));
     }
@@ -419,6 +419,16 @@ pub fn judge_note(ctx: &RunContext, self_judging: bool) -> (&'static str, String
         ctx.judge.clone()
     };
     ("judge", v)
+}
+
+/// The name of judge `j` in tables: `judge <j> (<model>)`, with `self-judging` when the
+/// model is also a candidate.
+pub fn judge_label(j: usize, model: &str, candidates: &[String]) -> String {
+    if candidates.iter().any(|c| c == model) {
+        format!("judge {j} ({model}; self-judging: also the candidate)")
+    } else {
+        format!("judge {j} ({model})")
+    }
 }
 
 /// Below this many parameters a model's verdicts are a smoke test of the pipeline, not a
@@ -719,6 +729,9 @@ mod tests {
         let c = ctx(&["default"], "j.gguf", true);
         assert!(!require_judge(&c, "fbbench", "GPT-4o").unwrap());
         assert_eq!(judge_note(&c, false).1, "j.gguf");
+        let cands = ["m".to_string()];
+        assert_eq!(judge_label(1, "j", &cands), "judge 1 (j)");
+        assert!(judge_label(0, "m", &cands).contains("self-judging"));
         let t = notes_table(&[("comparable with", "x".into())]);
         assert_eq!(t.rows, [[Cell::from("comparable with"), Cell::from("x")]]);
     }

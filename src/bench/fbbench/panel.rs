@@ -136,7 +136,9 @@ pub fn panel_results(
             seed,
         );
         let name = judges.get(j).copied().unwrap_or("?");
-        let mut row = vec![Cell::from(panel::judge_label(j, name, candidates))];
+        let mut row = vec![Cell::from(crate::bench::protocol::judge_label(
+            j, name, candidates,
+        ))];
         for m in &r.metrics {
             let i = m.interval;
             row.push(Cell::Interval {

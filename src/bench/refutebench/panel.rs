@@ -7,7 +7,7 @@
 
 use super::data::Item;
 use super::score::{score_with, FaRecord, Judges, ScoreOptions};
-use crate::bench::panel::{self, Panel};
+use crate::bench::panel::Panel;
 use crate::bench::plan::Transcript;
 use crate::bench::reliability::{self, KappaRow};
 use crate::bench::table::{table_id, Cell, Table};
@@ -34,7 +34,11 @@ pub fn add_judges(
         .collect();
     for j in 0..panel.judges {
         let own = score_with(pairs, opts, Judges::One(j)).results;
-        let label = panel::judge_label(j, judges.get(j).copied().unwrap_or("?"), candidates);
+        let label = crate::bench::protocol::judge_label(
+            j,
+            judges.get(j).copied().unwrap_or("?"),
+            candidates,
+        );
         for m in own.metrics.into_iter().filter(|m| fa(&m.name)) {
             rows.push(row(&label, &m));
             results.metrics.push(crate::bench::stats::Metric {
