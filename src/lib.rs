@@ -7,7 +7,8 @@
 //! # Layout
 //!
 //! Dependencies point down: `cli` → `serve` / `report` → `store` → `bench` → `judge` → `engine`
-//! → `model` → `weights` / `text` → `budget` (`serve` uses only `engine`, `model` and `text`).
+//! → `model` → `weights` / `text` → `budget` (`serve` uses only `engine`, `model` and `text`),
+//! and `stats` (pure statistics) below them all.
 //! No module imports one that imports it back, and no two files import each other.
 //!
 //! - [`budget`]: budgets for untrusted work (a model file's chat template): per-thread memory

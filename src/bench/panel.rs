@@ -12,7 +12,6 @@
 //! is unscored.
 
 use crate::bench::plan::Actor;
-
 use crate::bench::protocol::{ProtocolError, ProtocolOptions, RunContext};
 
 /// How the judges' verdicts on a unit become the panel's.
@@ -160,9 +159,5 @@ mod tests {
         assert_eq!(majority(&[]), None);
         assert_eq!(mean(&[true, false, true, true]), Some(0.75));
         assert_eq!(mean(&[]), None);
-        let c = ["m".to_string()];
-        use crate::bench::protocol::judge_label;
-        assert_eq!(judge_label(1, "j", &c), "judge 1 (j)");
-        assert!(judge_label(0, "m", &c).contains("self-judging"));
     }
 }

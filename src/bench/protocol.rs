@@ -729,6 +729,9 @@ mod tests {
         let c = ctx(&["default"], "j.gguf", true);
         assert!(!require_judge(&c, "fbbench", "GPT-4o").unwrap());
         assert_eq!(judge_note(&c, false).1, "j.gguf");
+        let cands = ["m".to_string()];
+        assert_eq!(judge_label(1, "j", &cands), "judge 1 (j)");
+        assert!(judge_label(0, "m", &cands).contains("self-judging"));
         let t = notes_table(&[("comparable with", "x".into())]);
         assert_eq!(t.rows, [[Cell::from("comparable with"), Cell::from("x")]]);
     }

@@ -279,6 +279,8 @@ pub mod table_id {
     pub const POSITION_BIAS: &str = "position_bias";
     /// A panel of judges: the panel's headline metrics and each judge's beside them.
     pub const PANEL_JUDGES: &str = "panel_judges";
+    /// ReaLMistake: the detectors' agreement with each other.
+    pub const DETECTOR_KAPPA: &str = "detector_kappa";
 }
 
 /// The kind of a step, for counts: its key without what follows a `+` (RefuteBench's

@@ -1,8 +1,12 @@
 //! FB-Bench's report figures: the leaderboard, then the authors' per-category tables drawn as
-//! charts (the category column is named after the category, so rows are labelled by it).
+//! charts (the category column is named after the category, so rows are labelled by it), and
+//! with a panel of judges each judge's Overall beside the panel's and their κ.
 
 use crate::bench::figure::{Chart, Figures, Labels, Pick, RowNote};
 use crate::bench::table::table_id;
+
+/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
+const RATERS: Labels = Labels::Columns(&["raters"]);
 
 pub const FIGURES: Figures = Figures {
     protocol: "fbbench",
@@ -39,6 +43,20 @@ pub const FIGURES: Figures = Figures {
             labels: Labels::SecondColumn,
             value: "response_maintenance_score",
             note: RowNote::FAILED,
+        },
+        Chart::Rows {
+            title: "Judge panel: Overall of the panel and of each judge",
+            table: table_id::PANEL_JUDGES,
+            labels: Labels::Columns(&["judge"]),
+            value: "overall",
+            note: RowNote::N_UNSCORED,
+        },
+        Chart::Rows {
+            title: "Judge panel: agreement between the judges on checklist entries (κ)",
+            table: table_id::JUDGE_KAPPA,
+            labels: RATERS,
+            value: "kappa",
+            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -1,10 +1,15 @@
 //! Fennec's report figures: the leaderboard (agreement, consistency, position bias), then
-//! agreement and consistency per scenario group (pairwise) and accuracy (single).
+//! agreement and consistency per scenario group (pairwise) and accuracy (single), then the
+//! judge's reliability: κ against the labels and across orders, position bias, and on
+//! PandaLM the annotators' own κ (the ceiling).
 
 use crate::bench::figure::{Chart, Figures, Labels, Pick, RowNote};
 use crate::bench::table::table_id;
 
 const GROUP: Labels = Labels::Columns(&["group"]);
+
+/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
+const RATERS: Labels = Labels::Columns(&["raters"]);
 
 pub const FIGURES: Figures = Figures {
     protocol: "fennec",
@@ -33,6 +38,28 @@ pub const FIGURES: Figures = Figures {
             table: table_id::FENNEC_SINGLE,
             labels: GROUP,
             value: "accuracy",
+            note: RowNote::N_UNSCORED,
+        },
+        Chart::Rows {
+            title:
+                "Judge reliability: Cohen's κ against the human labels and between the two orders",
+            table: table_id::JUDGE_KAPPA,
+            labels: RATERS,
+            value: "kappa",
+            note: RowNote::N_UNSCORED,
+        },
+        Chart::Rows {
+            title: "Position bias and consistency across the two orders (% of pairs)",
+            table: table_id::POSITION_BIAS,
+            labels: Labels::Columns(&["outcome"]),
+            value: "share (%)",
+            note: RowNote::N_UNSCORED,
+        },
+        Chart::Rows {
+            title: "Human ceiling: the annotators' κ with each other",
+            table: table_id::HUMAN_KAPPA,
+            labels: RATERS,
+            value: "kappa",
             note: RowNote::N_UNSCORED,
         },
     ],

@@ -1,5 +1,6 @@
 //! ReaLMistake's report figures: the leaderboard, F1 / precision / recall per task and prompt
-//! (the paper's four prompts), and F1 per detector and response model for published outputs.
+//! (the paper's four prompts), F1 per detector and response model for published outputs, and
+//! the detectors' κ against the expert labels and with each other.
 
 use crate::bench::figure::{Chart, Figures, Labels, Pick, RowNote};
 use crate::bench::table::table_id;
@@ -11,6 +12,9 @@ const NOTE: RowNote = RowNote {
 };
 
 const TASK_PROMPT: Labels = Labels::Columns(&["task", "prompt"]);
+
+/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
+const RATERS: Labels = Labels::Columns(&["raters"]);
 
 pub const FIGURES: Figures = Figures {
     protocol: "realmistake",
@@ -47,6 +51,20 @@ pub const FIGURES: Figures = Figures {
             labels: Labels::Columns(&["detector", "response_model"]),
             value: "f1",
             note: NOTE,
+        },
+        Chart::Rows {
+            title: "Detector reliability: Cohen's κ against the expert labels",
+            table: table_id::JUDGE_KAPPA,
+            labels: RATERS,
+            value: "kappa",
+            note: RowNote::N_UNSCORED,
+        },
+        Chart::Rows {
+            title: "Agreement between detectors (κ)",
+            table: table_id::DETECTOR_KAPPA,
+            labels: RATERS,
+            value: "kappa",
+            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -137,7 +137,7 @@ fn between_detectors(cells: &[Cell], seed: u64) -> Option<Table> {
         rows.push(reliability::fleiss(&name, &all, 2, seed));
     }
     Some(reliability::kappa_table(
-        "detector_kappa",
+        table_id::DETECTOR_KAPPA,
         "Agreement between detectors on the same items and prompts (κ)",
         &rows,
     ))

@@ -1,10 +1,13 @@
 //! RefuteBench's report figures: FA and RR by context depth and setting (the paper's figures),
-//! then per task and setting.
+//! then per task and setting, and with a panel of FA judges each judge's FA and their κ.
 
 use crate::bench::figure::{Chart, Figures, Labels, Pick, RowNote};
 use crate::bench::table::table_id;
 
 const GROUP: Labels = Labels::Columns(&["group", "setting"]);
+
+/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
+const RATERS: Labels = Labels::Columns(&["raters"]);
 
 pub const FIGURES: Figures = Figures {
     protocol: "refutebench",
@@ -39,6 +42,20 @@ pub const FIGURES: Figures = Figures {
         Chart::Metrics {
             title: "Leaderboard: RR per task and setting (%)",
             pick: Pick::Suffix("_rr"),
+        },
+        Chart::Rows {
+            title: "Judge panel: FA (%) of the panel and of each judge",
+            table: table_id::PANEL_JUDGES,
+            labels: Labels::Columns(&["judge", "metric"]),
+            value: "FA",
+            note: RowNote::N_UNSCORED,
+        },
+        Chart::Rows {
+            title: "Judge panel: agreement between the FA judges (κ)",
+            table: table_id::JUDGE_KAPPA,
+            labels: RATERS,
+            value: "kappa",
+            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -30,7 +30,8 @@ pub struct Args {
     /// A published `performance.json` to compare every cell with (prints the matching count).
     #[arg(long)]
     compare: Option<PathBuf>,
-    /// Where to write the headline metrics with bootstrap intervals (JSON, per detector).
+    /// Where to write the headline metrics with bootstrap intervals and each detector's κ
+    /// against the expert labels (JSON, per detector).
     #[arg(long)]
     results: Option<PathBuf>,
     /// Seed of the bootstrap.
@@ -96,7 +97,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut results = BTreeMap::new();
     println!("detector\tf1\tprecision\trecall\taccuracy\t(95% bootstrap, no verdict)");
     for (det, cells) in &by_detector {
-        let r = score::headline(cells, args.seed);
+        let mut r = score::headline(cells, args.seed);
+        // Each detector's own κ against the expert labels (pooled and per prompt).
+        r.tables
+            .extend(crate::bench::realmistake::reliability::reliability_tables(
+                cells, args.seed,
+            ));
         let cols: Vec<String> = r
             .metrics
             .iter()
