@@ -19,7 +19,8 @@
 //! float expression, blocks added in order; `emulate.rs` checks the kernels' structure on the
 //! host); the rest of a step (norms, RoPE, the attention's order, the f16 KV cache) does not,
 //! so GPU tokens are not expected to equal CPU tokens. `CANDOR_CUDA_MATMUL=legacy` runs the
-//! f32 matmuls of numerics version `candor-cuda-1` instead (for timing both in one call).
+//! f32 matmuls and per-query-head attention of numerics version `candor-cuda-1` instead (for
+//! timing both in one call).
 
 mod devices;
 #[cfg(test)]
