@@ -13,16 +13,17 @@ use super::{nvrtc, versions};
 
 /// The version of the GPU kernels' numerics: bump it whenever a kernel's arithmetic changes
 /// (a reply computed before may differ after). Part of the generation cache's key on a GPU.
-/// `candor-cuda-2`: the integer matmuls with the CPU's arithmetic (`mmq.cu`); a process run
-/// with `CANDOR_CUDA_MATMUL=legacy` computes `candor-cuda-1`'s f32 matmuls instead and says
-/// so in its key ([`numerics_version`]).
+/// `candor-cuda-2`: the integer matmuls with the CPU's arithmetic (`mmq.cu`) and RoPE with the
+/// CPU's expression; a process run with `CANDOR_CUDA_MATMUL=legacy` computes the f32 matmuls
+/// of `candor-cuda-1` instead (with the new RoPE) and says so in its key
+/// ([`numerics_version`]: `candor-cuda-2-legacy-matmul`).
 pub const GPU_NUMERICS_VERSION: &str = "candor-cuda-2";
 
 /// The numerics version this process computes (see [`GPU_NUMERICS_VERSION`]).
 pub fn numerics_version() -> &'static str {
     match matmul_path() {
         MatmulPath::Integer => GPU_NUMERICS_VERSION,
-        MatmulPath::Legacy => "candor-cuda-1",
+        MatmulPath::Legacy => "candor-cuda-2-legacy-matmul",
     }
 }
 

@@ -64,7 +64,8 @@ pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
 
 /// Which matmul kernels a device runs: the integer kernels with the CPU's arithmetic
 /// (`mmq.cu`, the default) or, with `CANDOR_CUDA_MATMUL=legacy`, the f32 kernels of
-/// `candor-cuda-1` (kept so that one GPU run can time both).
+/// `candor-cuda-1` and its attention with one warp per query head (kept so that one GPU run
+/// can time both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum MatmulPath {
     Integer,

@@ -19,7 +19,8 @@
 //! float expression, blocks added in order; `emulate.rs` checks the kernels' structure on the
 //! host); the rest of a step (norms, RoPE, the attention's order, the f16 KV cache) does not,
 //! so GPU tokens are not expected to equal CPU tokens. `CANDOR_CUDA_MATMUL=legacy` runs the
-//! f32 matmuls of numerics version `candor-cuda-1` instead (for timing both in one call).
+//! f32 matmuls and per-query-head attention of numerics version `candor-cuda-1` instead (for
+//! timing both in one call).
 
 mod devices;
 #[cfg(test)]
@@ -69,16 +70,14 @@ mod tests {
         GgmlDType::Q5K,
     ];
 
-    /// The GPU, or `None` after saying loudly why not (a failure under `CANDOR_REQUIRE_GPU=1`).
+    /// The GPU, or `None` after recording the skip (the one rule, `crate::skip`: a failure
+    /// under `CANDOR_REQUIRE_GPU=1`).
+    #[track_caller]
     fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<Gpu>> {
         match open_gpu(0) {
             Ok(g) => Some(g),
             Err(e) => {
-                assert!(
-                    std::env::var("CANDOR_REQUIRE_GPU").as_deref() != Ok("1"),
-                    "CANDOR_REQUIRE_GPU=1 but the GPU cannot be used: {e}"
-                );
-                eprintln!("\n*** SKIPPED {test} (no GPU): {e} ***\n");
+                crate::skip::absent(crate::skip::Need::Gpu, format!("{test}: no GPU: {e}"));
                 None
             }
         }
@@ -90,15 +89,14 @@ mod tests {
     }
 
     /// The kernels compile wherever NVRTC can be loaded (no GPU needed). Without libnvrtc the
-    /// test says loudly that it did not run; under CI it must run.
+    /// skip is recorded; under CI it must run.
     #[test]
     fn kernels_compile_with_nvrtc() {
         if let Err(e) = nvrtc::library() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but libnvrtc is not loadable (see .ci/run): {e}"
+            crate::skip::absent(
+                crate::skip::Need::Nvrtc,
+                format!("libnvrtc is not loadable (see .ci/run): {e}"),
             );
-            eprintln!("\n*** SKIPPED kernels_compile_with_nvrtc: {e} ***\n");
             return;
         }
         let ptx = compile_kernels(None).expect("kernels compile");
