@@ -13,6 +13,7 @@
 
 use super::data::{BenchType, FbBenchError, JudgementRecord, Version};
 use super::pynum::{py_round, py_sum, PyNum};
+use crate::bench::item_scores::{ItemValue, LeftOut, MetricItems};
 use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
 use crate::bench::table::{Cell, Table};
@@ -414,6 +415,56 @@ pub fn results(model: &ModelUnits, rule: Rule, seed: u64) -> BenchResults {
         metrics,
         tables: published_tables(std::slice::from_ref(model), rule),
     }
+}
+
+/// The per-item values of the three headline metrics (each ×100, as the metrics are), for
+/// paired comparisons: `ids[i]` is the item id of `units[i]`. Error Correction and Response
+/// Maintenance group items by task type, Overall by scenario and task type, as
+/// [`scenario_means`] does; Response Maintenance is binary (an item scores 0 or 1 under
+/// either rule, unless a panel averages its judges). A unit without a score is left out with its reason.
+pub fn metric_items(units: &[Unit], ids: &[String]) -> Vec<MetricItems> {
+    let names = ["error_correction", "response_maintenance", "overall"];
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let mut m = MetricItems {
+                metric: name.to_string(),
+                binary: k == 1,
+                values: Vec::new(),
+                left_out: Vec::new(),
+            };
+            for (u, id) in units.iter().zip(ids) {
+                let ec = u.bench_type == BenchType::ErrorCorrection;
+                if (k == 0 && !ec) || (k == 1 && ec) {
+                    continue;
+                }
+                let group = match k {
+                    2 => format!("{}/{}", u.bench_type.as_str(), u.task_type),
+                    _ => u.task_type.clone(),
+                };
+                match u.score {
+                    Some(s) => m.values.push(ItemValue {
+                        id: id.clone(),
+                        group,
+                        value: s.value * 100.0,
+                    }),
+                    None => m.left_out.push(LeftOut {
+                        id: id.clone(),
+                        reason: u.unscored.clone().unwrap_or_default(),
+                    }),
+                }
+            }
+            // Binary when every value is 0 or 100 (a panel's mean of verdicts is not).
+            m.binary = m.binary && m.values.iter().all(|v| v.value == 0.0 || v.value == 100.0);
+            m
+        })
+        .collect()
+}
+
+/// What `item_scores.json` says of how FB-Bench values were made: the rule and the judge.
+pub fn scoring_label(rule: Rule, judge: &str) -> String {
+    format!("rule={}; judge={judge}", format!("{rule:?}").to_lowercase())
 }
 
 #[cfg(test)]
