@@ -109,9 +109,9 @@ fn score_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     subs.sort();
     if subs.is_empty() {
         let why = if path.join("results.json").is_file() {
-            "the run has no per-item scores (written by FB-Bench runs and `candor score \
-             fbbench` / `candor score realmistake --item-scores`; runs made before them, and \
-             the other protocols' runs, have none)"
+            "the run has no per-item scores (FB-Bench and ReaLMistake runs write them, as do \
+             `candor score fbbench` and `candor score realmistake --item-scores`; runs made \
+             before them, and RefuteBench and Fennec runs, have none)"
         } else {
             "no item_scores.json here or in its subdirectories"
         };

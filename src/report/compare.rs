@@ -248,7 +248,7 @@ pub fn build(sources: &[Source], opts: &Options) -> Report {
     let adjusted = paired::holm(&comparisons.iter().map(|c| c.p).collect::<Vec<_>>());
     for (c, p) in comparisons.iter_mut().zip(adjusted) {
         c.p_holm = p;
-        if !(p < ALPHA) {
+        if p.is_nan() || p >= ALPHA {
             c.items_needed = paired::items_needed(c.n, c.se, c.diff);
         }
     }

@@ -128,6 +128,7 @@ fn published_fbbench_models_compare_as_the_reference_computes() {
     let Some(judgments) = shared_file("fbbench/v3/judgments") else {
         return;
     };
+    let judgments = judgments.canonicalize().unwrap();
     let dir = temp("fbbench");
     let input = dir.join("judgments");
     std::fs::create_dir_all(&input).unwrap();
