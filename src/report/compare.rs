@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::format::{html as esc, markdown as md, number};
 use crate::bench::item_scores::{CandidateScores, ItemScores, MetricItems};
-use crate::stats::paired::{self, Paired};
+use crate::stats::paired::{self, Method, Paired};
 
 /// Salt between a comparison's bootstrap stream and its permutation stream.
 const PERMUTATION_SALT: u64 = 0x5851_F42D_4C95_7F2D;
@@ -65,7 +65,7 @@ pub struct Comparison {
     pub diff: f64,
     pub low: f64,
     pub high: f64,
-    /// `mcnemar_exact`, `sign_flip_exact` or `sign_flip_monte_carlo`.
+    /// `mcnemar_exact`, `sign_flip_exact`, `sign_flip_normal` or `sign_flip_monte_carlo`.
     pub test: &'static str,
     /// McNemar's discordant counts (only `a` succeeds, only `b` does).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -304,10 +304,10 @@ fn compare_pair(
         ("mcnemar_exact", Some((plus, minus)), t)
     } else {
         let t = pairs.sign_flip(seed ^ PERMUTATION_SALT, opts.permutations);
-        let name = if t.exact {
-            "sign_flip_exact"
-        } else {
-            "sign_flip_monte_carlo"
+        let name = match t.method {
+            Method::Exact => "sign_flip_exact",
+            Method::Normal => "sign_flip_normal",
+            Method::MonteCarlo(_) => "sign_flip_monte_carlo",
         };
         (name, None, t)
     };
@@ -342,6 +342,7 @@ fn test_text(c: &Comparison, permutations: usize) -> String {
     match (c.test, c.discordant) {
         ("mcnemar_exact", Some((x, y))) => format!("McNemar exact ({x} vs {y} discordant)"),
         ("sign_flip_exact", _) => "sign flip, every pattern".to_string(),
+        ("sign_flip_normal", _) => "sign flip, normal approximation".to_string(),
         _ => format!("sign flip, {permutations} permutations"),
     }
 }
@@ -380,7 +381,8 @@ fn preamble(r: &Report) -> String {
         "Each line compares two candidates over the items both scored (items unscored or \
          failed in either are left out and counted). Interval: paired bootstrap, {} \
          resamples; test: exact McNemar where each item's outcome is binary, else the \
-         sign-flip permutation test; p adjusted with Holm across all {} comparisons; seed {}. \
+         sign-flip permutation test (every sign pattern up to 20 differing items, else its \
+         normal approximation, or random patterns when asked); p adjusted with Holm across all {} comparisons; seed {}. \
          Significant: p < {ALPHA} after Holm.",
         r.resamples,
         r.comparisons.len(),

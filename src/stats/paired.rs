@@ -17,9 +17,12 @@
 //! - Sign flip: over the non-zero terms `a_i = w_i d_i` only (zeros flip to themselves), the
 //!   two-sided p is the share of sign patterns whose `|Σ ±a_i|` reaches `|Σ a_i|` (within
 //!   1e-9 of `Σ |a_i|`, so that equal sums tie whatever the summation order). Every pattern
-//!   when there are at most [`EXACT_MAX`] terms; else `permutations` random patterns, each
-//!   `ceil(k / 64)` words from one stream seeded with `seed` (term `j` is `+` when bit `j % 64`
-//!   of word `j / 64` is set), and `p = (1 + hits) / (1 + permutations)`.
+//!   when there are at most [`EXACT_MAX`] terms. Beyond, by default the pattern distribution's
+//!   normal approximation (its mean 0 and variance `Σ a_i²` are exact):
+//!   `p = erfc(|Σ a_i| / sqrt(2 Σ a_i²))` — precise in the tails, where a sampled p stops at
+//!   `1 / (1 + permutations)` and Holm multiplies that floor; or, when asked, `permutations`
+//!   random patterns, each `ceil(k / 64)` words from one stream seeded with `seed` (term `j`
+//!   is `+` when bit `j % 64` of word `j / 64` is set), `p = (1 + hits) / (1 + permutations)`.
 //! - McNemar: the exact two-sided binomial test of the discordant counts `b` and `c`
 //!   (`min(1, 2 P[X ≤ min(b, c)])`, `X ~ Binomial(b + c, 1/2)`).
 //! - Standard error: `sqrt(Σ_g s_g² / (G² n_g))`, `s_g²` the sample variance (n − 1) of the
@@ -33,8 +36,9 @@ pub const Z_ALPHA: f64 = 1.959_963_984_540_054;
 pub const Z_POWER: f64 = 0.841_621_233_572_914_3;
 /// Default bootstrap resamples.
 pub const RESAMPLES: usize = 1000;
-/// Default random sign patterns of the sign-flip test (when it is not exact).
-pub const PERMUTATIONS: usize = 10_000;
+/// Default random sign patterns of the sign-flip test beyond [`EXACT_MAX`] terms: none, the
+/// normal approximation of the pattern distribution.
+pub const PERMUTATIONS: usize = 0;
 /// Up to this many non-zero differences, the sign-flip test enumerates every pattern.
 pub const EXACT_MAX: usize = 20;
 
@@ -98,10 +102,18 @@ pub struct Paired {
 pub struct Test {
     /// Two-sided p-value.
     pub p: f64,
-    /// Every sign pattern enumerated, or McNemar's exact test.
-    pub exact: bool,
-    /// Random sign patterns drawn (0 when exact).
-    pub permutations: usize,
+    pub method: Method,
+}
+
+/// How a p-value was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Every sign pattern enumerated, or McNemar's exact binomial test.
+    Exact,
+    /// The sign-flip distribution's normal approximation.
+    Normal,
+    /// This many random sign patterns.
+    MonteCarlo(usize),
 }
 
 impl Paired {
@@ -248,8 +260,7 @@ impl Paired {
         let k = terms.len();
         let exact = |p| Test {
             p,
-            exact: true,
-            permutations: 0,
+            method: Method::Exact,
         };
         if k == 0 {
             return exact(1.0);
@@ -270,6 +281,13 @@ impl Paired {
                 .count();
             return exact(hits as f64 / total as f64);
         }
+        if permutations == 0 {
+            let var: f64 = terms.iter().map(|a| a * a).sum();
+            return Test {
+                p: erfc(observed / (2.0 * var).sqrt()).min(1.0),
+                method: Method::Normal,
+            };
+        }
         let mut rng = SplitMix64::new(seed);
         let mut words = vec![0u64; k.div_ceil(64)];
         let mut hits = 0usize;
@@ -283,8 +301,7 @@ impl Paired {
         }
         Test {
             p: (1 + hits) as f64 / (1 + permutations) as f64,
-            exact: false,
-            permutations,
+            method: Method::MonteCarlo(permutations),
         }
     }
 }
@@ -310,9 +327,50 @@ pub fn mcnemar_exact(b: u64, c: u64) -> Test {
     };
     Test {
         p,
-        exact: true,
-        permutations: 0,
+        method: Method::Exact,
     }
+}
+
+/// The complementary error function, to about 1e-15 relative: its Maclaurin series below 1.5,
+/// else its continued fraction (modified Lentz).
+pub fn erfc(x: f64) -> f64 {
+    if x.is_nan() {
+        return f64::NAN;
+    }
+    if x < 0.0 {
+        return 2.0 - erfc(-x);
+    }
+    if x < 1.5 {
+        // erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1))
+        let (mut term, mut sum, x2) = (x, x, x * x);
+        for n in 1..200 {
+            term *= -x2 / n as f64;
+            let add = term / (2 * n + 1) as f64;
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        return 1.0 - sum * std::f64::consts::FRAC_2_SQRT_PI;
+    }
+    // erfc(x) = e^{-x²}/√π · 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + …))))
+    let tiny = 1e-300;
+    let mut f = x;
+    let (mut c, mut d) = (x, 0.0);
+    for k in 1..500 {
+        let a = k as f64 / 2.0;
+        d = x + a * d;
+        d = if d.abs() < tiny { tiny } else { d };
+        c = x + a / c;
+        c = if c.abs() < tiny { tiny } else { c };
+        d = 1.0 / d;
+        let delta = c * d;
+        f *= delta;
+        if (delta - 1.0).abs() < 1e-16 {
+            break;
+        }
+    }
+    (-x * x).exp() / (f * std::f64::consts::PI.sqrt())
 }
 
 /// Holm's step-down adjustment of `p` (a NaN p stays NaN and is not counted).
@@ -377,8 +435,7 @@ mod tests {
             t,
             Test {
                 p: 0.5,
-                exact: true,
-                permutations: 0
+                method: Method::Exact
             }
         );
         // Zeros do not count: 1, 1, 0 → patterns ±1±1: |2| in 2 of 4.
@@ -398,7 +455,7 @@ mod tests {
             .map(|i| if i % 4 == 0 { -1.0 } else { 1.0 })
             .collect();
         let a = Paired::ungrouped(d.clone()).sign_flip(3, 2000);
-        assert!(!a.exact && a.permutations == 2000);
+        assert_eq!(a.method, Method::MonteCarlo(2000));
         assert_eq!(a, Paired::ungrouped(d.clone()).sign_flip(3, 2000), "seeded");
         // 30 of 40 positive: binomial two-sided p = 0.00222; the draw lands near it.
         assert!(a.p > 0.0005 && a.p < 0.006, "{a:?}");
@@ -407,6 +464,28 @@ mod tests {
             .map(|i| if i % 2 == 0 { -1.0 } else { 1.0 })
             .collect();
         assert!(Paired::ungrouped(b).sign_flip(3, 2000).p > 0.9);
+        // Without draws: the normal approximation, z = 20 / √40 (scipy: 2 norm.sf(z)).
+        let n = Paired::ungrouped(d).sign_flip(3, 0);
+        assert_eq!(n.method, Method::Normal);
+        assert!((n.p - 0.001_565_402_258_002_548).abs() < 1e-15, "{n:?}");
+    }
+
+    #[test]
+    fn erfc_matches_scipy() {
+        for (x, want) in [
+            (0.0, 1.0),
+            (0.5, 0.479_500_122_186_953_5),
+            (1.5, 0.033_894_853_524_689_27),
+            (2.0, 0.004_677_734_981_047_266),
+            (5.0, 1.537_459_794_428_034_7e-12),
+        ] {
+            let got = erfc(x);
+            assert!(
+                (got - want).abs() <= 1e-14 * want,
+                "erfc({x}) = {got}, not {want}"
+            );
+        }
+        assert!((erfc(-0.5) - (2.0 - 0.479_500_122_186_953_5)).abs() < 1e-15);
     }
 
     #[test]

@@ -13,24 +13,24 @@ use crate::util::shared_file;
 /// `python3 tests/reference/compare_reference.py ../shared/data` (FB-Bench part; models
 /// Qwen2.5-72B-Instruct, claude-3-5-sonnet-20241022, gpt-4o-2024-05-13, phi-4).
 const FBBENCH: &[&str] = &[
-    "error_correction: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = -2.0 [-6.1, 1.9], p = 1.000 (Holm), n = 281  (detectable ±6.0; ~2567 items would detect 2.0; p unadjusted 0.3798; left out 0)",
-    "error_correction: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = -0.9 [-6.2, 3.7], p = 1.000 (Holm), n = 281  (detectable ±6.9; ~17459 items would detect 0.9; p unadjusted 0.7324; left out 0)",
+    "error_correction: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = -2.0 [-6.1, 1.9], p = 1.000 (Holm), n = 281  (detectable ±6.0; ~2567 items would detect 2.0; p unadjusted 0.3675; left out 0)",
+    "error_correction: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = -0.9 [-6.2, 3.7], p = 1.000 (Holm), n = 281  (detectable ±6.9; ~17459 items would detect 0.9; p unadjusted 0.7168; left out 0)",
     "error_correction: Qwen2.5-72B-Instruct − phi-4 = +9.8 [5.2, 14.7], p = 0.002 (Holm), n = 281  (detectable ±6.8; p unadjusted 0.0001; left out 0)",
-    "error_correction: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.1 [-3.5, 5.7], p = 1.000 (Holm), n = 281  (detectable ±6.2; ~8983 items would detect 1.1; p unadjusted 0.6248; left out 0)",
-    "error_correction: claude-3-5-sonnet-20241022 − phi-4 = +11.8 [6.7, 16.8], p = 0.002 (Holm), n = 281  (detectable ±7.0; p unadjusted 0.0001; left out 0)",
-    "error_correction: gpt-4o-2024-05-13 − phi-4 = +10.7 [5.4, 16.0], p = 0.003 (Holm), n = 281  (detectable ±7.2; p unadjusted 0.0002; left out 0)",
+    "error_correction: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.1 [-3.5, 5.7], p = 1.000 (Holm), n = 281  (detectable ±6.2; ~8983 items would detect 1.1; p unadjusted 0.6142; left out 0)",
+    "error_correction: claude-3-5-sonnet-20241022 − phi-4 = +11.8 [6.7, 16.8], p < 0.001 (Holm), n = 281  (detectable ±7.0; p unadjusted 0.0000; left out 0)",
+    "error_correction: gpt-4o-2024-05-13 − phi-4 = +10.7 [5.4, 16.0], p = 0.001 (Holm), n = 281  (detectable ±7.2; p unadjusted 0.0001; left out 0)",
     "response_maintenance: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +4.0 [-2.1, 9.9], p = 1.000 (Holm), n = 310  (detectable ±8.5; ~1399 items would detect 4.0; p unadjusted 0.4096; left out 0)",
     "response_maintenance: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +6.6 [1.8, 11.5], p = 0.229 (Holm), n = 310  (detectable ±7.1; ~367 items would detect 6.6; p unadjusted 0.0163; left out 0)",
     "response_maintenance: Qwen2.5-72B-Instruct − phi-4 = -3.4 [-8.0, 0.9], p = 1.000 (Holm), n = 310  (detectable ±6.4; ~1125 items would detect 3.4; p unadjusted 0.1770; left out 0)",
     "response_maintenance: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +2.6 [-3.5, 8.7], p = 1.000 (Holm), n = 310  (detectable ±8.4; ~3280 items would detect 2.6; p unadjusted 0.2480; left out 0)",
     "response_maintenance: claude-3-5-sonnet-20241022 − phi-4 = -7.4 [-13.4, -1.0], p = 0.618 (Holm), n = 310  (detectable ±8.9; ~453 items would detect 7.4; p unadjusted 0.0475; left out 0)",
     "response_maintenance: gpt-4o-2024-05-13 − phi-4 = -9.9 [-15.4, -4.6], p = 0.010 (Holm), n = 310  (detectable ±7.9; p unadjusted 0.0006; left out 0)",
-    "overall: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +1.0 [-2.5, 4.6], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~15598 items would detect 1.0; p unadjusted 0.5857; left out 0)",
-    "overall: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +2.9 [-0.7, 6.0], p = 1.000 (Holm), n = 591  (detectable ±5.0; ~1785 items would detect 2.9; p unadjusted 0.1019; left out 0)",
-    "overall: Qwen2.5-72B-Instruct − phi-4 = +3.2 [0.0, 6.4], p = 0.721 (Holm), n = 591  (detectable ±4.7; ~1266 items would detect 3.2; p unadjusted 0.0601; left out 0)",
-    "overall: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.8 [-1.7, 5.4], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~4760 items would detect 1.8; p unadjusted 0.3240; left out 0)",
-    "overall: claude-3-5-sonnet-20241022 − phi-4 = +2.2 [-1.9, 6.2], p = 1.000 (Holm), n = 591  (detectable ±5.7; ~3918 items would detect 2.2; p unadjusted 0.2908; left out 0)",
-    "overall: gpt-4o-2024-05-13 − phi-4 = +0.4 [-3.3, 4.1], p = 1.000 (Holm), n = 591  (detectable ±5.3; ~136206 items would detect 0.4; p unadjusted 0.8602; left out 0)",
+    "overall: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +1.0 [-2.5, 4.6], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~15598 items would detect 1.0; p unadjusted 0.5888; left out 0)",
+    "overall: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +2.9 [-0.7, 6.0], p = 1.000 (Holm), n = 591  (detectable ±5.0; ~1785 items would detect 2.9; p unadjusted 0.1041; left out 0)",
+    "overall: Qwen2.5-72B-Instruct − phi-4 = +3.2 [0.0, 6.4], p = 0.750 (Holm), n = 591  (detectable ±4.7; ~1266 items would detect 3.2; p unadjusted 0.0625; left out 0)",
+    "overall: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.8 [-1.7, 5.4], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~4760 items would detect 1.8; p unadjusted 0.3204; left out 0)",
+    "overall: claude-3-5-sonnet-20241022 − phi-4 = +2.2 [-1.9, 6.2], p = 1.000 (Holm), n = 591  (detectable ±5.7; ~3918 items would detect 2.2; p unadjusted 0.2888; left out 0)",
+    "overall: gpt-4o-2024-05-13 − phi-4 = +0.4 [-3.3, 4.1], p = 1.000 (Holm), n = 591  (detectable ±5.3; ~136206 items would detect 0.4; p unadjusted 0.8575; left out 0)",
 ];
 
 /// The same script's ReaLMistake part: accuracy per (item, prompt), exact McNemar, Holm over 21.
@@ -239,7 +239,7 @@ fn compare_is_byte_identical_refuses_other_scoring_and_reaches_the_report() {
     }
     let md = std::fs::read_to_string(o1.join("compare.md")).unwrap();
     assert!(md.starts_with("## Paired comparisons\n"), "{md}");
-    assert!(md.contains("sign flip, 10000 permutations"), "{md}");
+    assert!(md.contains("sign flip, normal approximation"), "{md}");
     // The report page of the two runs has the same section.
     let page = root.join("page");
     ok(

@@ -634,6 +634,44 @@ mod tests {
     }
 
     #[test]
+    fn item_values_follow_the_metrics_groups() {
+        use BenchType::*;
+        let mut units = vec![
+            unit(ErrorCorrection, "Coding", f(0.75)),
+            unit(ResponseMaintenance, "Coding", f(1.0)),
+            unit(ResponseMaintenance, "Reasoning", None),
+        ];
+        units[2].unscored = Some("no json".into());
+        let ids: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let m = metric_items(&units, &ids);
+        let names: Vec<&str> = m.iter().map(|m| m.metric.as_str()).collect();
+        assert_eq!(
+            names,
+            ["error_correction", "response_maintenance", "overall"]
+        );
+        assert_eq!(
+            (m[0].binary, m[1].binary, m[2].binary),
+            (false, true, false)
+        );
+        assert_eq!(m[0].values.len(), 1);
+        assert_eq!(
+            (m[0].values[0].group.as_str(), m[0].values[0].value),
+            ("Coding", 75.0)
+        );
+        assert_eq!(m[1].left_out[0].id, "c");
+        assert_eq!(m[1].left_out[0].reason, "no json");
+        let groups: Vec<&str> = m[2].values.iter().map(|v| v.group.as_str()).collect();
+        assert_eq!(
+            groups,
+            ["Error Correction/Coding", "Response Maintenance/Coding"]
+        );
+        assert_eq!(
+            scoring_label(Rule::Published, "gpt-4o"),
+            "rule=published; judge=gpt-4o"
+        );
+    }
+
+    #[test]
     fn metrics_carry_intervals_and_left_out_counts() {
         use BenchType::*;
         let mut units: Vec<Unit> = (0..40)
