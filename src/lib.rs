@@ -36,8 +36,10 @@
 //!   one place table cells and metrics become text ([`report::format`], for Markdown, HTML
 //!   and CSV alike).
 //! - [`serve`]: `candor serve`, the engine behind OpenAI-compatible HTTP endpoints.
-//! - [`stats`]: statistics on plain numbers (agreement between raters: Cohen's and Fleiss'
-//!   κ with intervals), at the bottom: it imports nothing from the crate.
+//! - [`stats`]: statistics on plain numbers, at the bottom (imports nothing of Candor's):
+//!   agreement between raters ([`stats::agreement`]: Cohen's and Fleiss' κ with intervals) and
+//!   paired comparisons ([`stats::paired`]: bootstrap, sign-flip and McNemar tests, Holm,
+//!   detectable differences).
 //! - [`cli`]: argument parsing, one file per command; `main.rs` only installs the allocator
 //!   and calls [`cli::run`].
 //! - `skip` (tests only): the rule for a test that finds what it needs absent (skip loudly and

@@ -6,12 +6,13 @@
 //! Shared here: where the authors' public data lives ([`data_root`]), the loaders' error type
 //! and JSONL reader ([`loader`]), what every benchmark's scoring produces ([`BenchResults`]:
 //! headline metrics with the statistics behind them, [`stats`], and typed report tables,
-//! [`table`]).
+//! [`table`]), and the per-item values behind the metrics ([`item_scores`]).
 
 pub mod catalog;
 pub mod fbbench;
 pub mod fennec;
 pub mod figure;
+pub mod item_scores;
 pub mod loader;
 pub mod own_data;
 pub mod panel;

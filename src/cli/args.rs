@@ -26,6 +26,9 @@ pub enum Command {
     Data(super::data::DataArgs),
     /// Write one self-contained HTML page (index.html) for one run or a comparison of several.
     Report(super::report::ReportArgs),
+    /// Paired comparisons of candidates scored on the same items (differences, intervals,
+    /// tests, Holm, detectable differences).
+    Compare(super::compare::CompareArgs),
     /// Join the shard directories of a `candor run … --shard I/N` into one run directory.
     Merge(super::merge::MergeArgs),
     /// Recompute a run's recorded steps on this machine and report any that differ.

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod cache;
+mod compare;
 mod data;
 mod devices;
 mod generate;
@@ -33,6 +34,7 @@ pub fn run() -> i32 {
         Command::Run(a) => run::run(a),
         Command::Data(a) => data::run(a),
         Command::Report(a) => report::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Merge(a) => merge::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Launch(a) => launch::run(a),

@@ -79,7 +79,12 @@ pub fn load_runs(dirs: &[PathBuf]) -> anyhow::Result<Vec<ReportRun>> {
         } else {
             None
         };
-        runs.push(ReportRun::new(results, identity));
+        let mut run = ReportRun::new(results, identity);
+        let scores = dir.join(crate::bench::item_scores::FILE);
+        if scores.is_file() {
+            run.item_scores = Some(crate::bench::item_scores::ItemScores::load(&scores)?);
+        }
+        runs.push(run);
     }
     // Runs of one protocol named alike: add the directory.
     let labels: Vec<(String, String)> = runs

@@ -17,6 +17,7 @@ use super::format::{self, html as esc, metric_interval, metric_value};
 use super::RunResults;
 use crate::bench;
 use crate::bench::figure::{Chart, Labels, RowNote};
+use crate::bench::item_scores::ItemScores;
 use crate::bench::plan::Actor;
 use crate::bench::stats::Metric;
 use crate::bench::table::{Cell, Table};
@@ -30,6 +31,8 @@ pub struct ReportRun {
     pub results: RunResults,
     /// The manifest's identity, when the run directory had one.
     pub identity: Option<RunIdentity>,
+    /// The run's per-item values (`item_scores.json`), for the paired comparisons.
+    pub item_scores: Option<ItemScores>,
 }
 
 impl ReportRun {
@@ -57,6 +60,7 @@ impl ReportRun {
             label,
             results,
             identity,
+            item_scores: None,
         }
     }
 }
@@ -745,6 +749,10 @@ pub fn render(runs: &[ReportRun]) -> String {
         }
         s.push_str("</section>\n");
     }
+    s += &super::compare::report_section(
+        runs.iter()
+            .filter_map(|r| Some((r.label.as_str(), r.item_scores.as_ref()?))),
+    );
     s.push_str("<section><h2>Runs</h2>\n");
     for p in &protocols {
         for (k, run) in runs.iter().filter(|r| &r.results.protocol == p).enumerate() {

@@ -4,8 +4,11 @@
 //! Numbers become text in one place, [`format`], so both reports and the CSV files of
 //! `candor score` write them alike.
 //!
+//! Paired comparisons between candidates scored on the same items are [`compare`]'s.
+//!
 //! Reports are written from results only; this module does not run or score anything.
 
+pub mod compare;
 pub mod format;
 pub mod html;
 pub mod markdown;

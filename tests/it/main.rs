@@ -8,6 +8,7 @@ static ALLOCATOR: candor::budget::alloc_budget::BudgetAllocator =
 mod util;
 
 mod arch;
+mod compare;
 mod data;
 mod engine;
 mod fbbench;

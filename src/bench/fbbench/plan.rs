@@ -12,9 +12,7 @@
 
 use std::io::Write;
 
-use sha2::{Digest, Sha256};
-
-use super::data::{FbBenchError, Item, JudgementRecord, Version};
+use super::data::{item_id, FbBenchError, Item, JudgementRecord, Version};
 use super::prompts::{followup_messages, judge_messages, task_temperature};
 use super::pynum::PyNum;
 use super::score::{item_score, results, ModelUnits, Rule, Unit};
@@ -83,19 +81,9 @@ impl FbBenchPlan {
 impl Plan for FbBenchPlan {
     type Item = Item;
 
-    /// A content id: the first 16 hex digits of the SHA-256 of query, preset response and
-    /// feedback (unique over both published datasets; survives reordering and subsetting).
+    /// [`item_id`]: a content id.
     fn item_id(&self, item: &Item) -> String {
-        let mut h = Sha256::new();
-        for part in [
-            &item.user_query,
-            &item.origin_first_response,
-            &item.feedback,
-        ] {
-            h.update(part.as_bytes());
-            h.update([0u8]);
-        }
-        hex::encode(&h.finalize()[..8])
+        item_id(item)
     }
 
     fn next_steps(&self, item: &Item, done: &Transcript) -> Vec<Step> {

@@ -16,12 +16,15 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::data::{load_dataset, load_own_items, Dataset};
-use super::panel::panel_results;
-use super::plan::{judge_records, score_transcripts, write_judgements};
+use super::data::{load_dataset, load_own_items, pairing_id, Dataset};
+use super::panel::{panel_results, panel_unit};
+use super::plan::{
+    judge_records, judge_verdicts, score_transcripts, units_from_transcripts, write_judgements,
+};
 use super::prompts::judge_template;
-use super::score::tables_for_version;
+use super::score::{metric_items, scoring_label, tables_for_version};
 use super::{FbBenchPlan, Item, Rule, Version};
+use crate::bench::item_scores::{self, CandidateScores, ItemScores};
 use crate::bench::own_data::field_error;
 use crate::bench::panel::{Panel, PanelRule};
 use crate::bench::plan::{Plan, Transcript};
@@ -330,7 +333,59 @@ impl Protocol for FbBench {
                     note,
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let mut outputs = outputs;
+        outputs.push(item_scores_file(ctx, opts, prepared, runs, rule));
         Scored { results, outputs }
+    }
+}
+
+/// `item_scores.json`: the per-item values of the headline metrics (the panel's, for a panel
+/// run), for `candor compare`.
+fn item_scores_file(
+    ctx: &RunContext,
+    opts: &ProtocolOptions,
+    prepared: &Prepared<FbBenchPlan>,
+    runs: &[(&Item, &Transcript)],
+    rule: Rule,
+) -> OutputFile {
+    let panel = prepared.plan.panel;
+    let units = if panel.is_panel() {
+        runs.iter()
+            .map(|(item, done)| {
+                let v: Vec<_> = (0..panel.judges)
+                    .map(|j| judge_verdicts(item, done, rule, j))
+                    .collect();
+                panel_unit(item, &v, rule, panel.rule)
+            })
+            .collect()
+    } else {
+        units_from_transcripts(runs, rule)
+    };
+    let ids: Vec<String> = runs.iter().map(|(item, _)| pairing_id(item)).collect();
+    let mut scoring = scoring_label(rule, &ctx.judges().join(","));
+    if panel.is_panel() {
+        scoring = format!("{scoring}; panel={}", panel.rule.as_str());
+    }
+    let scores = ItemScores {
+        protocol: "fbbench".to_string(),
+        data: match &opts.items {
+            Some(own) => format!("own items {}", own.display()),
+            None => format!(
+                "fbbench {}",
+                format!("{:?}", prepared.plan.version).to_lowercase()
+            ),
+        },
+        scoring,
+        items: prepared.items.iter().map(pairing_id).collect(),
+        candidates: vec![CandidateScores {
+            name: ctx.candidates.first().cloned().unwrap_or_default(),
+            metrics: metric_items(&units, &ids),
+        }],
+    };
+    OutputFile {
+        path: item_scores::FILE.into(),
+        bytes: scores.to_json(),
+        note: "per-item values of the headline metrics (for `candor compare`)".into(),
     }
 }

@@ -13,6 +13,7 @@
 
 use super::data::{BenchType, FbBenchError, JudgementRecord, Version};
 use super::pynum::{py_round, py_sum, PyNum};
+use crate::bench::item_scores::{ItemValue, LeftOut, MetricItems};
 use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
 use crate::bench::table::{Cell, Table};
@@ -416,6 +417,56 @@ pub fn results(model: &ModelUnits, rule: Rule, seed: u64) -> BenchResults {
     }
 }
 
+/// The per-item values of the three headline metrics (each ×100, as the metrics are), for
+/// paired comparisons: `ids[i]` is the item id of `units[i]`. Error Correction and Response
+/// Maintenance group items by task type, Overall by scenario and task type, as
+/// [`scenario_means`] does; Response Maintenance is binary (an item scores 0 or 1 under
+/// either rule, unless a panel averages its judges). A unit without a score is left out with its reason.
+pub fn metric_items(units: &[Unit], ids: &[String]) -> Vec<MetricItems> {
+    let names = ["error_correction", "response_maintenance", "overall"];
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let mut m = MetricItems {
+                metric: name.to_string(),
+                binary: k == 1,
+                values: Vec::new(),
+                left_out: Vec::new(),
+            };
+            for (u, id) in units.iter().zip(ids) {
+                let ec = u.bench_type == BenchType::ErrorCorrection;
+                if (k == 0 && !ec) || (k == 1 && ec) {
+                    continue;
+                }
+                let group = match k {
+                    2 => format!("{}/{}", u.bench_type.as_str(), u.task_type),
+                    _ => u.task_type.clone(),
+                };
+                match u.score {
+                    Some(s) => m.values.push(ItemValue {
+                        id: id.clone(),
+                        group,
+                        value: s.value * 100.0,
+                    }),
+                    None => m.left_out.push(LeftOut {
+                        id: id.clone(),
+                        reason: u.unscored.clone().unwrap_or_default(),
+                    }),
+                }
+            }
+            // Binary when every value is 0 or 100 (a panel's mean of verdicts is not).
+            m.binary = m.binary && m.values.iter().all(|v| v.value == 0.0 || v.value == 100.0);
+            m
+        })
+        .collect()
+}
+
+/// What `item_scores.json` says of how FB-Bench values were made: the rule and the judge.
+pub fn scoring_label(rule: Rule, judge: &str) -> String {
+    format!("rule={}; judge={judge}", format!("{rule:?}").to_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +631,44 @@ mod tests {
         assert_eq!(texts(&v1[0].rows[0]), ["m", "50", "100", "75"]);
         assert_eq!(v1[1..], v3[1..]);
         assert_eq!(tables_for_version(v3.clone(), Version::V3), v3);
+    }
+
+    #[test]
+    fn item_values_follow_the_metrics_groups() {
+        use BenchType::*;
+        let mut units = vec![
+            unit(ErrorCorrection, "Coding", f(0.75)),
+            unit(ResponseMaintenance, "Coding", f(1.0)),
+            unit(ResponseMaintenance, "Reasoning", None),
+        ];
+        units[2].unscored = Some("no json".into());
+        let ids: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let m = metric_items(&units, &ids);
+        let names: Vec<&str> = m.iter().map(|m| m.metric.as_str()).collect();
+        assert_eq!(
+            names,
+            ["error_correction", "response_maintenance", "overall"]
+        );
+        assert_eq!(
+            (m[0].binary, m[1].binary, m[2].binary),
+            (false, true, false)
+        );
+        assert_eq!(m[0].values.len(), 1);
+        assert_eq!(
+            (m[0].values[0].group.as_str(), m[0].values[0].value),
+            ("Coding", 75.0)
+        );
+        assert_eq!(m[1].left_out[0].id, "c");
+        assert_eq!(m[1].left_out[0].reason, "no json");
+        let groups: Vec<&str> = m[2].values.iter().map(|v| v.group.as_str()).collect();
+        assert_eq!(
+            groups,
+            ["Error Correction/Coding", "Response Maintenance/Coding"]
+        );
+        assert_eq!(
+            scoring_label(Rule::Published, "gpt-4o"),
+            "rule=published; judge=gpt-4o"
+        );
     }
 
     #[test]

@@ -11,17 +11,23 @@
 //! `--limit N` keeps the first N items in (task, response model, file) order. The judge plays
 //! no part.
 
+use std::collections::BTreeMap;
+
 use serde_json::json;
 
 use super::data::{load_benchmark, load_own_items, Item};
 use super::plan::DetectionPlan;
+use super::score;
+use crate::bench::item_scores::{self, CandidateScores, ItemScores};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
     notes_table, require_file, select, smoke_test_note, take, template_version, Candidates,
     OutputFile, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::engine::{Constraint, LLGUIDANCE_VERSION};
-use crate::judge::error_detection::{detection_grammar, detection_prompt, DetectionPrompt};
+use crate::judge::error_detection::{
+    detection_grammar, detection_prompt, Detection, DetectionPrompt,
+};
 
 /// ReaLMistake.
 #[derive(Debug, Clone, Copy, Default)]
@@ -215,7 +221,85 @@ impl Protocol for ReaLMistake {
         if opts.items.is_some() {
             scored.outputs.push(predictions(ctx, &prepared.plan, runs));
         }
+        scored.outputs.push(item_scores(ctx, prepared, runs));
         scored
+    }
+}
+
+/// `item_scores.json`: each detector's accuracy per labelled item and prompt
+/// ([`score::accuracy_items`]), for McNemar's test between the detectors of a run or of runs
+/// on the same items. Verdicts are read by Candor's parser, as `candor score realmistake
+/// --reparse` reads the published ones; with `--samples` above 1 they are votes.
+fn item_scores(
+    ctx: &RunContext,
+    prepared: &Prepared<DetectionPlan>,
+    runs: &[(&Item, &Transcript)],
+) -> OutputFile {
+    let plan = &prepared.plan;
+    let (mut cells, mut ids) = (Vec::new(), Vec::new());
+    for (d, model) in ctx.candidates.iter().enumerate().take(plan.detectors) {
+        for &p in &plan.prompts {
+            type Pairs = (Vec<(Detection, Option<Detection>)>, Vec<String>);
+            let mut by: BTreeMap<(String, String), Pairs> = BTreeMap::new();
+            for (item, done) in runs {
+                if let Some(label) = item.label {
+                    let e = by
+                        .entry((item.task.clone(), item.response_model.clone()))
+                        .or_default();
+                    e.0.push((label, plan.prediction(done, d, p)));
+                    e.1.push(item.id.clone());
+                }
+            }
+            for ((task, response_model), (pairs, item_ids)) in by {
+                // The same model twice is two detectors.
+                let twice = ctx.candidates.iter().filter(|c| *c == model).count() > 1;
+                cells.push(score::Cell {
+                    task,
+                    response_model,
+                    detector: match twice {
+                        true => format!("{model} (candidate/{d})"),
+                        false => model.clone(),
+                    },
+                    prompt: p.file_stem(),
+                    pairs,
+                });
+                ids.push(item_ids);
+            }
+        }
+    }
+    let mut items = Vec::new();
+    for item in &prepared.items {
+        for &p in &plan.prompts {
+            let stem = p.file_stem();
+            let prompt = stem.trim_start_matches("baseline_errordetection_");
+            items.push(format!("{}/{prompt}", item.id));
+        }
+    }
+    let data = prepared
+        .data_files
+        .first()
+        .and_then(|f| f.file_name())
+        .map_or(String::new(), |f| f.to_string_lossy().into_owned());
+    let doc = ItemScores {
+        protocol: "realmistake".to_string(),
+        data: format!("realmistake {data}"),
+        scoring: match plan.samples {
+            0 | 1 => "verdicts=reparsed".to_string(),
+            n => format!("verdicts=reparsed; self-consistency vote of {n} samples"),
+        },
+        items,
+        candidates: score::accuracy_items(&cells, &ids)
+            .into_iter()
+            .map(|(name, m)| CandidateScores {
+                name,
+                metrics: vec![m],
+            })
+            .collect(),
+    };
+    OutputFile {
+        path: item_scores::FILE.into(),
+        bytes: doc.to_json(),
+        note: "per-item accuracy of each detector (for `candor compare`)".to_string(),
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::bench::item_scores::{ItemValue, MetricItems};
 use crate::bench::stats::Metric;
 use crate::bench::stats::{bootstrap, RESAMPLES};
 use crate::bench::table::{self, table_id, Table};
@@ -334,6 +335,41 @@ fn resampled_mean(
         })
         .collect();
     crate::bench::stats::mean(&values)
+}
+
+/// The per-item values of `accuracy` for each detector of `cells`, for paired comparisons
+/// between detectors (`ids[k][i]` is the item id of `cells[k].pairs[i]`): one value per item
+/// and prompt (`<item id>/<prompt>`), 1 when the verdict is the gold label and 0 otherwise (no
+/// verdict counts as wrong, as accuracy counts it), grouped by task, response model and
+/// prompt, as the headline's mean over cells is. Detectors in order of first appearance.
+pub fn accuracy_items(cells: &[Cell], ids: &[Vec<String>]) -> Vec<(String, MetricItems)> {
+    let mut out: Vec<(String, MetricItems)> = Vec::new();
+    for (c, ids) in cells.iter().zip(ids) {
+        if !out.iter().any(|(d, _)| *d == c.detector) {
+            out.push((
+                c.detector.clone(),
+                MetricItems {
+                    metric: "accuracy".to_string(),
+                    binary: true,
+                    values: Vec::new(),
+                    left_out: Vec::new(),
+                },
+            ));
+        }
+        let Some((_, m)) = out.iter_mut().find(|(d, _)| *d == c.detector) else {
+            continue;
+        };
+        let prompt = c.prompt.trim_start_matches("baseline_errordetection_");
+        let group = format!("{}/{}/{prompt}", c.task, c.response_model);
+        for ((gold, pred), id) in c.pairs.iter().zip(ids) {
+            m.values.push(ItemValue {
+                id: format!("{id}/{prompt}"),
+                group: group.clone(),
+                value: f64::from(u8::from(*pred == Some(*gold))),
+            });
+        }
+    }
+    out
 }
 
 /// Headline metrics (F1, precision, recall, accuracy as the mean over all cells, i.e. over

@@ -1,18 +1,20 @@
 //! `candor score fbbench`: judgement JSONL files (one per model, the authors' format) to the
 //! five published score tables as CSV, plus a readable summary with bootstrap intervals and,
-//! where the authors' own tables are at hand, a cell-by-cell comparison with them.
+//! where the authors' own tables are at hand, a cell-by-cell comparison with them; and
+//! `item_scores.json`, every model's per-item values, which `candor compare` reads.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 
-use crate::bench::fbbench::data::{load_judgements, Version};
+use crate::bench::fbbench::data::{load_judgements, pairing_id, Version};
 use crate::bench::fbbench::published;
 use crate::bench::fbbench::score::{
-    check_categories, published_tables, results, tables_for_version, units_from_records,
-    ModelUnits, Rule,
+    check_categories, metric_items, published_tables, results, scoring_label, tables_for_version,
+    units_from_records, ModelUnits, Rule,
 };
+use crate::bench::item_scores::{self, CandidateScores, ItemScores};
 use crate::bench::table::Table;
 use crate::report::format;
 
@@ -33,7 +35,8 @@ pub struct Args {
     #[arg(long)]
     pub judgments: PathBuf,
     /// Folder to write overall_score.csv, per_task_score.csv, per_error_score.csv,
-    /// per_feedback_score_correct.csv and per_feedback_score_antisyco.csv into.
+    /// per_feedback_score_correct.csv and per_feedback_score_antisyco.csv into, and
+    /// item_scores.json (every model's per-item values, for `candor compare`).
     #[arg(long)]
     pub out: PathBuf,
     /// How checklist verdicts become item scores.
@@ -59,7 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         RuleArg::Published => Rule::Published,
         RuleArg::Paper => Rule::Paper,
     };
-    let (models, version) = load_models(&args.judgments, rule, args.reparse)?;
+    let (models, version, scores) = load_models(&args.judgments, rule, args.reparse)?;
     let tables = tables_for_version(published_tables(&models, rule), version);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -67,6 +70,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let path = args.out.join(format!("{}.csv", table.title));
         write_csv(&path, table).with_context(|| format!("writing {}", path.display()))?;
     }
+    let path = args.out.join(item_scores::FILE);
+    crate::store::run_dir::write_atomic(&path, &scores.to_json())?;
     let mut out = std::io::stdout().lock();
     let published_dir = args
         .published
@@ -86,8 +91,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .and_then(|()| {
             writeln!(
                 out,
-                "wrote {} tables to {}",
+                "wrote {} tables and {} to {}",
                 tables.len(),
+                item_scores::FILE,
                 args.out.display()
             )
         });
@@ -99,12 +105,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Every `*.jsonl` in `dir`, by file name; the model is the file stem. Also the dataset
-/// version the records come from (v1 records all carry a reference follow-up response).
+/// version the records come from (v1 records all carry a reference follow-up response), and
+/// the per-item values of every model (`item_scores.json`, for `candor compare`).
 fn load_models(
     dir: &Path,
     rule: Rule,
     reparse: bool,
-) -> anyhow::Result<(Vec<ModelUnits>, Version)> {
+) -> anyhow::Result<(Vec<ModelUnits>, Version, ItemScores)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
@@ -118,6 +125,7 @@ fn load_models(
         dir.display()
     );
     let mut versions = Vec::new();
+    let (mut items, mut judges, mut candidates) = (Vec::new(), Vec::new(), Vec::new());
     let models = files
         .iter()
         .map(|path| {
@@ -130,6 +138,19 @@ fn load_models(
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            let ids: Vec<String> = records.iter().map(|r| pairing_id(&r.item)).collect();
+            for (id, r) in ids.iter().zip(&records) {
+                if !judges.contains(&r.judge_model) {
+                    judges.push(r.judge_model.clone());
+                }
+                if !items.contains(id) {
+                    items.push(id.clone());
+                }
+            }
+            candidates.push(CandidateScores {
+                name: model.clone(),
+                metrics: metric_items(&units, &ids),
+            });
             Ok(ModelUnits { model, units })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -141,7 +162,17 @@ fn load_models(
             versions[0].0.display()
         );
     }
-    Ok((models, version))
+    let scores = ItemScores {
+        protocol: "fbbench".to_string(),
+        data: format!("fbbench {}", format!("{version:?}").to_lowercase()),
+        scoring: scoring_label(rule, &judges.join(",")),
+        items,
+        candidates,
+    };
+    if let Err(e) = scores.check() {
+        bail!("{}: {e}", dir.display());
+    }
+    Ok((models, version, scores))
 }
 
 fn write_csv(path: &Path, table: &Table) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+use crate::bench::item_scores::{CandidateScores, ItemScores};
 use crate::bench::realmistake::{data, performance, score};
 use crate::bench::table::texts;
 use crate::report::format::number;
@@ -37,6 +38,10 @@ pub struct Args {
     /// Seed of the bootstrap.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Where to write every detector's per-item accuracy (`item_scores.json`, which `candor
+    /// compare` reads: McNemar's test between detectors).
+    #[arg(long)]
+    item_scores: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -58,6 +63,58 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|f| score::cell(f, benchmark.as_ref(), source))
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(path) = &args.item_scores {
+        let ids: Vec<Vec<String>> = files
+            .iter()
+            .map(|f| f.records.iter().map(|r| r.id.clone()).collect())
+            .collect();
+        let per_detector = score::accuracy_items(&cells, &ids);
+        let mut items: Vec<String> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (_, m) in &per_detector {
+            for v in &m.values {
+                if seen.insert(v.id.clone()) {
+                    items.push(v.id.clone());
+                }
+            }
+        }
+        let doc = ItemScores {
+            protocol: "realmistake".to_string(),
+            data: match &data_path {
+                Some(p) => format!(
+                    "realmistake {}",
+                    p.file_name().unwrap_or_default().to_string_lossy()
+                ),
+                None => "realmistake (labels of the outputs)".to_string(),
+            },
+            scoring: format!(
+                "verdicts={}",
+                if args.reparse {
+                    "reparsed"
+                } else {
+                    "published"
+                }
+            ),
+            items,
+            candidates: per_detector
+                .into_iter()
+                .map(|(name, m)| CandidateScores {
+                    name,
+                    metrics: vec![m],
+                })
+                .collect(),
+        };
+        if let Err(e) = doc.check() {
+            anyhow::bail!("{}: {e}", args.outputs.display());
+        }
+        std::fs::write(path, doc.to_json())
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "wrote per-item accuracy of {} detectors to {}",
+            doc.candidates.len(),
+            path.display()
+        );
+    }
     let perf = performance::performance_json(&cells);
     let text = serde_json::to_string_pretty(&perf)?;
     std::fs::write(&args.out, text + "\n")

@@ -1,0 +1,284 @@
+//! `candor compare` on data nobody here wrote: the authors' published FB-Bench v3 judgements
+//! (GPT-4o judging 13 models; four of them compared here) and ReaLMistake's published open
+//! detectors (McNemar between every pair of the seven). The expected lines are what
+//! `tests/reference/compare_reference.py` prints (numpy, scipy, statsmodels, from the raw
+//! files), matched at the printed precision. Also: runs that cannot be compared are refused,
+//! the same inputs give byte-identical files, and `candor report` carries the section.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::util::shared_file;
+
+/// `python3 tests/reference/compare_reference.py ../shared/data` (FB-Bench part; models
+/// Qwen2.5-72B-Instruct, claude-3-5-sonnet-20241022, gpt-4o-2024-05-13, phi-4).
+const FBBENCH: &[&str] = &[
+    "error_correction: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = -2.0 [-6.1, 1.9], p = 1.000 (Holm), n = 281  (detectable ±6.0; ~2567 items would detect 2.0; p unadjusted 0.3675; left out 0)",
+    "error_correction: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = -0.9 [-6.2, 3.7], p = 1.000 (Holm), n = 281  (detectable ±6.9; ~17459 items would detect 0.9; p unadjusted 0.7168; left out 0)",
+    "error_correction: Qwen2.5-72B-Instruct − phi-4 = +9.8 [5.2, 14.7], p = 0.002 (Holm), n = 281  (detectable ±6.8; p unadjusted 0.0001; left out 0)",
+    "error_correction: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.1 [-3.5, 5.7], p = 1.000 (Holm), n = 281  (detectable ±6.2; ~8983 items would detect 1.1; p unadjusted 0.6142; left out 0)",
+    "error_correction: claude-3-5-sonnet-20241022 − phi-4 = +11.8 [6.7, 16.8], p < 0.001 (Holm), n = 281  (detectable ±7.0; p unadjusted 0.0000; left out 0)",
+    "error_correction: gpt-4o-2024-05-13 − phi-4 = +10.7 [5.4, 16.0], p = 0.001 (Holm), n = 281  (detectable ±7.2; p unadjusted 0.0001; left out 0)",
+    "response_maintenance: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +4.0 [-2.1, 9.9], p = 1.000 (Holm), n = 310  (detectable ±8.5; ~1399 items would detect 4.0; p unadjusted 0.4096; left out 0)",
+    "response_maintenance: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +6.6 [1.8, 11.5], p = 0.229 (Holm), n = 310  (detectable ±7.1; ~367 items would detect 6.6; p unadjusted 0.0163; left out 0)",
+    "response_maintenance: Qwen2.5-72B-Instruct − phi-4 = -3.4 [-8.0, 0.9], p = 1.000 (Holm), n = 310  (detectable ±6.4; ~1125 items would detect 3.4; p unadjusted 0.1770; left out 0)",
+    "response_maintenance: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +2.6 [-3.5, 8.7], p = 1.000 (Holm), n = 310  (detectable ±8.4; ~3280 items would detect 2.6; p unadjusted 0.2480; left out 0)",
+    "response_maintenance: claude-3-5-sonnet-20241022 − phi-4 = -7.4 [-13.4, -1.0], p = 0.618 (Holm), n = 310  (detectable ±8.9; ~453 items would detect 7.4; p unadjusted 0.0475; left out 0)",
+    "response_maintenance: gpt-4o-2024-05-13 − phi-4 = -9.9 [-15.4, -4.6], p = 0.010 (Holm), n = 310  (detectable ±7.9; p unadjusted 0.0006; left out 0)",
+    "overall: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +1.0 [-2.5, 4.6], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~15598 items would detect 1.0; p unadjusted 0.5888; left out 0)",
+    "overall: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +2.9 [-0.7, 6.0], p = 1.000 (Holm), n = 591  (detectable ±5.0; ~1785 items would detect 2.9; p unadjusted 0.1041; left out 0)",
+    "overall: Qwen2.5-72B-Instruct − phi-4 = +3.2 [0.0, 6.4], p = 0.750 (Holm), n = 591  (detectable ±4.7; ~1266 items would detect 3.2; p unadjusted 0.0625; left out 0)",
+    "overall: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.8 [-1.7, 5.4], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~4760 items would detect 1.8; p unadjusted 0.3204; left out 0)",
+    "overall: claude-3-5-sonnet-20241022 − phi-4 = +2.2 [-1.9, 6.2], p = 1.000 (Holm), n = 591  (detectable ±5.7; ~3918 items would detect 2.2; p unadjusted 0.2888; left out 0)",
+    "overall: gpt-4o-2024-05-13 − phi-4 = +0.4 [-3.3, 4.1], p = 1.000 (Holm), n = 591  (detectable ±5.3; ~136206 items would detect 0.4; p unadjusted 0.8575; left out 0)",
+];
+
+/// The same script's ReaLMistake part: accuracy per (item, prompt), exact McNemar, Holm over 21.
+const REALMISTAKE: &[&str] = &[
+    "accuracy: Llama-2-13b-chat-hf − Llama-2-70b-chat-hf = -0.038 [-0.054, -0.021], p < 0.001 (Holm), n = 3600  (detectable ±0.023; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-13b-chat-hf − Mistral-7B-Instruct-v0.1 = +0.150 [0.130, 0.168], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-13b-chat-hf − Mixtral-8x7B-Instruct-v0.1 = +0.142 [0.121, 0.166], p < 0.001 (Holm), n = 3600  (detectable ±0.032; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-13b-chat-hf − Qwen1.5-14B-Chat = +0.035 [0.014, 0.055], p = 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0006; left out 0)",
+    "accuracy: Llama-2-13b-chat-hf − Qwen1.5-72B-Chat = +0.191 [0.166, 0.217], p < 0.001 (Holm), n = 3600  (detectable ±0.035; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-13b-chat-hf − gemma-7b-it = +0.089 [0.071, 0.108], p < 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-70b-chat-hf − Mistral-7B-Instruct-v0.1 = +0.187 [0.167, 0.208], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-70b-chat-hf − Mixtral-8x7B-Instruct-v0.1 = +0.180 [0.160, 0.201], p < 0.001 (Holm), n = 3600  (detectable ±0.031; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-70b-chat-hf − Qwen1.5-14B-Chat = +0.072 [0.055, 0.090], p < 0.001 (Holm), n = 3600  (detectable ±0.026; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-70b-chat-hf − Qwen1.5-72B-Chat = +0.229 [0.206, 0.250], p < 0.001 (Holm), n = 3600  (detectable ±0.034; p unadjusted 0.0000; left out 0)",
+    "accuracy: Llama-2-70b-chat-hf − gemma-7b-it = +0.126 [0.110, 0.143], p < 0.001 (Holm), n = 3600  (detectable ±0.024; p unadjusted 0.0000; left out 0)",
+    "accuracy: Mistral-7B-Instruct-v0.1 − Mixtral-8x7B-Instruct-v0.1 = -0.008 [-0.028, 0.013], p = 0.704 (Holm), n = 3600  (detectable ±0.029; ~53204 items would detect 0.008; p unadjusted 0.7038; left out 0)",
+    "accuracy: Mistral-7B-Instruct-v0.1 − Qwen1.5-14B-Chat = -0.115 [-0.133, -0.096], p < 0.001 (Holm), n = 3600  (detectable ±0.027; p unadjusted 0.0000; left out 0)",
+    "accuracy: Mistral-7B-Instruct-v0.1 − Qwen1.5-72B-Chat = +0.041 [0.022, 0.062], p < 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0000; left out 0)",
+    "accuracy: Mistral-7B-Instruct-v0.1 − gemma-7b-it = -0.061 [-0.080, -0.039], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
+    "accuracy: Mixtral-8x7B-Instruct-v0.1 − Qwen1.5-14B-Chat = -0.108 [-0.126, -0.090], p < 0.001 (Holm), n = 3600  (detectable ±0.027; p unadjusted 0.0000; left out 0)",
+    "accuracy: Mixtral-8x7B-Instruct-v0.1 − Qwen1.5-72B-Chat = +0.049 [0.033, 0.065], p < 0.001 (Holm), n = 3600  (detectable ±0.024; p unadjusted 0.0000; left out 0)",
+    "accuracy: Mixtral-8x7B-Instruct-v0.1 − gemma-7b-it = -0.054 [-0.074, -0.032], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
+    "accuracy: Qwen1.5-14B-Chat − Qwen1.5-72B-Chat = +0.156 [0.138, 0.176], p < 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0000; left out 0)",
+    "accuracy: Qwen1.5-14B-Chat − gemma-7b-it = +0.054 [0.036, 0.073], p < 0.001 (Holm), n = 3600  (detectable ±0.026; p unadjusted 0.0000; left out 0)",
+    "accuracy: Qwen1.5-72B-Chat − gemma-7b-it = -0.103 [-0.124, -0.082], p < 0.001 (Holm), n = 3600  (detectable ±0.031; p unadjusted 0.0000; left out 0)",
+];
+
+const MODELS: [&str; 4] = [
+    "Qwen2.5-72B-Instruct",
+    "claude-3-5-sonnet-20241022",
+    "gpt-4o-2024-05-13",
+    "phi-4",
+];
+
+fn candor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_candor"))
+        .args(args)
+        .output()
+        .expect("run candor")
+}
+
+fn ok(out: Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("candor-compare-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Checks `candor compare DIR --out OUT`'s output against the reference lines
+/// (`metric: claim  (power; p unadjusted P; left out N)`): the claims and power notes in the
+/// printed text, the unadjusted p and the left-out count in compare.json.
+fn check_against(dir: &Path, expected: &[&str]) {
+    let out = dir.join("out");
+    let text = ok(
+        candor(&[
+            "compare",
+            dir.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        "candor compare",
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let rows = json["comparisons"].as_array().unwrap();
+    assert_eq!(rows.len(), expected.len(), "{text}");
+    for (line, row) in expected.iter().zip(rows) {
+        let (metric, rest) = line.split_once(": ").unwrap();
+        let (claim, rest) = rest.split_once("  (").unwrap();
+        let (power, rest) = rest.split_once("; p unadjusted ").unwrap();
+        let (p, left) = rest.split_once("; left out ").unwrap();
+        let left = left.trim_end_matches(')');
+        assert_eq!(row["metric"], metric);
+        assert!(
+            text.contains(&format!("  {claim}  ({power}; ")),
+            "expected {claim:?} with {power:?} in\n{text}"
+        );
+        assert_eq!(format!("{:.4}", row["p"].as_f64().unwrap()), p, "{line}");
+        assert_eq!(row["left_out"].to_string(), left, "{line}");
+    }
+}
+
+#[test]
+fn published_fbbench_models_compare_as_the_reference_computes() {
+    let Some(judgments) = shared_file("fbbench/v3/judgments") else {
+        return;
+    };
+    let judgments = judgments.canonicalize().unwrap();
+    let dir = temp("fbbench");
+    let input = dir.join("judgments");
+    std::fs::create_dir_all(&input).unwrap();
+    for m in MODELS {
+        let name = format!("{m}.jsonl");
+        std::os::unix::fs::symlink(judgments.join(&name), input.join(&name)).unwrap();
+    }
+    let scored = dir.join("scored");
+    ok(
+        candor(&[
+            "score",
+            "fbbench",
+            "--judgments",
+            input.to_str().unwrap(),
+            "--out",
+            scored.to_str().unwrap(),
+        ]),
+        "candor score fbbench",
+    );
+    assert!(scored.join("item_scores.json").is_file());
+    check_against(&scored, FBBENCH);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn published_realmistake_detectors_compare_with_mcnemar() {
+    let Some(outputs) = shared_file("realmistake/detector_outputs_open.zip") else {
+        return;
+    };
+    let dir = temp("realmistake");
+    let scored = dir.join("scored");
+    std::fs::create_dir_all(&scored).unwrap();
+    ok(
+        candor(&[
+            "score",
+            "realmistake",
+            "--outputs",
+            outputs.to_str().unwrap(),
+            "--out",
+            dir.join("performance.json").to_str().unwrap(),
+            "--item-scores",
+            scored.join("item_scores.json").to_str().unwrap(),
+        ]),
+        "candor score realmistake",
+    );
+    check_against(&scored, REALMISTAKE);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A small `item_scores.json` of one candidate: `values` per item (`i0`, `i1`, …).
+fn doc(name: &str, scoring: &str, values: &[f64]) -> String {
+    let items: Vec<String> = (0..values.len()).map(|i| format!("i{i}")).collect();
+    let vals: Vec<serde_json::Value> = items
+        .iter()
+        .zip(values)
+        .map(|(id, v)| serde_json::json!({"id": id, "group": "g", "value": v}))
+        .collect();
+    serde_json::json!({
+        "protocol": "toy", "data": "toy v1", "scoring": scoring, "items": items,
+        "candidates": [{"name": name, "metrics": [
+            {"metric": "score", "binary": false, "values": vals}
+        ]}]
+    })
+    .to_string()
+}
+
+fn run_dir(root: &Path, name: &str, doc: &str) -> PathBuf {
+    let d = root.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("item_scores.json"), doc).unwrap();
+    let results = r#"{"protocol": "toy", "models": [], "items": 48, "completed": 48,
+        "samples": 48, "failed": [], "metrics": [], "tables": []}"#;
+    std::fs::write(d.join("results.json"), results).unwrap();
+    d
+}
+
+#[test]
+fn compare_is_byte_identical_refuses_other_scoring_and_reaches_the_report() {
+    let root = temp("toy");
+    let a: Vec<f64> = (0..48).map(|i| 50.0 + (i % 5) as f64 * 10.0).collect();
+    let b: Vec<f64> = a
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v - (i % 3) as f64 * 5.0)
+        .collect();
+    let da = run_dir(&root, "a", &doc("model-a", "rule=x", &a));
+    let db = run_dir(&root, "b", &doc("model-b", "rule=x", &b));
+    let (o1, o2) = (root.join("o1"), root.join("o2"));
+    for o in [&o1, &o2] {
+        let text = ok(
+            candor(&[
+                "compare",
+                da.to_str().unwrap(),
+                db.to_str().unwrap(),
+                "--out",
+                o.to_str().unwrap(),
+            ]),
+            "candor compare",
+        );
+        assert!(text.contains("model-a − model-b = +5.0 ["), "{text}");
+    }
+    for f in ["compare.md", "compare.html", "compare.json"] {
+        assert_eq!(
+            std::fs::read(o1.join(f)).unwrap(),
+            std::fs::read(o2.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let md = std::fs::read_to_string(o1.join("compare.md")).unwrap();
+    assert!(md.starts_with("## Paired comparisons\n"), "{md}");
+    assert!(md.contains("sign flip, normal approximation"), "{md}");
+    // The report page of the two runs has the same section.
+    let page = root.join("page");
+    ok(
+        candor(&[
+            "report",
+            da.to_str().unwrap(),
+            db.to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ]),
+        "candor report",
+    );
+    let html = std::fs::read_to_string(page.join("index.html")).unwrap();
+    assert!(html.contains("<h2>Paired comparisons</h2>"), "{html}");
+    assert!(html.contains("model-a − model-b = +5.0 ["), "{html}");
+    // Scored by another rule: refused, with the reason, and nothing written.
+    let dc = run_dir(&root, "c", &doc("model-c", "rule=y", &b));
+    let o3 = root.join("o3");
+    let out = candor(&[
+        "compare",
+        da.to_str().unwrap(),
+        dc.to_str().unwrap(),
+        "--out",
+        o3.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot be compared: scored otherwise (\"rule=x\" vs \"rule=y\")"),
+        "{err}"
+    );
+    assert!(!o3.exists());
+    // One candidate: nothing to compare.
+    let out = candor(&["compare", da.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to compare"));
+    // A run without per-item scores says so.
+    std::fs::remove_file(dc.join("item_scores.json")).unwrap();
+    let out = candor(&["compare", dc.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the run has no per-item scores"));
+    std::fs::remove_dir_all(&root).unwrap();
+}
