@@ -69,16 +69,14 @@ mod tests {
         GgmlDType::Q5K,
     ];
 
-    /// The GPU, or `None` after saying loudly why not (a failure under `CANDOR_REQUIRE_GPU=1`).
+    /// The GPU, or `None` after saying loudly why not and counting the skip (a failure under
+    /// `CANDOR_REQUIRE_GPU=1`; see [`crate::skip`]).
+    #[track_caller]
     fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<Gpu>> {
         match open_gpu(0) {
             Ok(g) => Some(g),
             Err(e) => {
-                assert!(
-                    std::env::var("CANDOR_REQUIRE_GPU").as_deref() != Ok("1"),
-                    "CANDOR_REQUIRE_GPU=1 but the GPU cannot be used: {e}"
-                );
-                eprintln!("\n*** SKIPPED {test} (no GPU): {e} ***\n");
+                crate::skip::absent(crate::skip::Need::Gpu, format!("{test}: no GPU: {e}"));
                 None
             }
         }
@@ -94,11 +92,10 @@ mod tests {
     #[test]
     fn kernels_compile_with_nvrtc() {
         if let Err(e) = nvrtc::library() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but libnvrtc is not loadable (see .ci/run): {e}"
+            crate::skip::absent(
+                crate::skip::Need::Nvrtc,
+                format!("libnvrtc is not loadable (.ci/run fetches one): {e}"),
             );
-            eprintln!("\n*** SKIPPED kernels_compile_with_nvrtc: {e} ***\n");
             return;
         }
         let ptx = compile_kernels(None).expect("kernels compile");
