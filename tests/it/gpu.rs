@@ -4,8 +4,9 @@
 //! model and on the tiny seeded models of every architecture (llama, qwen2, qwen3, phi3,
 //! gemma2, gemma3) in a Q4_K_M mix, Q8_0 and BF16 (and on llama in every other type). CI
 //! compiles these tests (`cargo test --features cuda --no-run` in `.ci/run`) but has no GPU:
-//! every test then says loudly `*** SKIPPED (no GPU) ***` and passes, unless a GPU is expected
-//! (`CANDOR_REQUIRE_GPU=1`, as `benches/gpu/run.sh` sets it), when it fails.
+//! every test then says loudly `*** SKIPPED (gpu): no GPU: … ***`, is counted in the skip
+//! summary ([`candor::skip`]) and passes, unless a GPU is expected (`CANDOR_REQUIRE_GPU=1`, as
+//! `benches/gpu/run.sh` sets it), when it fails.
 //! `CANDOR_TEST_DEVICE` picks the device (default `cuda:0`).
 
 use std::sync::Arc;
