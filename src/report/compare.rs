@@ -111,6 +111,8 @@ impl Comparison {
                 "; ~{k} items would detect {}",
                 number(self.diff.abs(), self.decimals)
             );
+        } else if self.p < ALPHA && !(self.p_holm < ALPHA) {
+            s.push_str("; p < 0.05 alone, not after Holm");
         }
         s
     }
@@ -248,7 +250,9 @@ pub fn build(sources: &[Source], opts: &Options) -> Report {
     let adjusted = paired::holm(&comparisons.iter().map(|c| c.p).collect::<Vec<_>>());
     for (c, p) in comparisons.iter_mut().zip(adjusted) {
         c.p_holm = p;
-        if p.is_nan() || p >= ALPHA {
+        // More items would make a difference significant only where it is not even alone; one
+        // that is significant alone but not after Holm is said to be so (power_note).
+        if (p.is_nan() || p >= ALPHA) && (c.p.is_nan() || c.p >= ALPHA) {
             c.items_needed = paired::items_needed(c.n, c.se, c.diff);
         }
     }

@@ -134,9 +134,11 @@ def claim(c):
 
 def power(c):
     s = f"detectable ±{fmt(c['mdd'], c['dec'])}"
-    if c["holm"] >= 0.05 and c["diff"] != 0:
+    if c["holm"] >= 0.05 and c["p"] >= 0.05 and c["diff"] != 0:
         need = math.ceil(c["n"] * (c["mdd"] / c["diff"]) ** 2)
         s += f"; ~{max(need, 1)} items would detect {fmt(abs(c['diff']), c['dec'])}"
+    elif c["p"] < 0.05 <= c["holm"]:
+        s += "; p < 0.05 alone, not after Holm"
     return s
 
 
