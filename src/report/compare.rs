@@ -111,7 +111,7 @@ impl Comparison {
                 "; ~{k} items would detect {}",
                 number(self.diff.abs(), self.decimals)
             );
-        } else if self.p < ALPHA && !(self.p_holm < ALPHA) {
+        } else if self.p < ALPHA && (self.p_holm >= ALPHA || self.p_holm.is_nan()) {
             s.push_str("; p < 0.05 alone, not after Holm");
         }
         s
