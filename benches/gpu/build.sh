@@ -4,6 +4,8 @@
 #   target/gpu/bin.tar.xz   candor (release, --features cuda), the lib's unit tests (`unit`),
 #                           tests/it (`it`) and the kernel timings (`kernels`, the bench
 #                           benches/kernels.rs), stripped;
+#   target/gpu/vocab.gguf.xz the default model's tokenizer keys (needs `candor setup` first);
+#   target/gpu/data.tar.xz  RefuteBench's QA data, for the end-to-end stage;
 #   target/gpu/llama.tar.xz llama.cpp's source as vendored in llama-cpp-python 0.3.36, trimmed:
 #                           from LLAMA_SRC (an unpacked llama-cpp-python source tree) or
 #                           LLAMA_SDIST (its .tar.gz, e.g. from `pip download --no-deps
@@ -36,6 +38,13 @@ strip target/gpu-stage/*
 # The test binaries read their fixtures under the path they were built in (run.sh links it).
 pwd > target/gpu-stage/build-root
 tar -C target/gpu-stage -cJf "$out/bin.tar.xz" .
+# For the end-to-end stage: the default model's tokenizer and chat template (retokenize.py gives
+# them to the random 8B file) and RefuteBench's QA data (the GPU machine has no network).
+python3 benches/gpu/retokenize.py extract models/SmolLM2-135M-Instruct.Q4_1.gguf target/gpu-stage/vocab.gguf
+xz -c target/gpu-stage/vocab.gguf > "$out/vocab.gguf.xz"
+data=${CANDOR_DATA:-../shared/data}
+[[ -d $data/refutebench/qa ]] || { echo "no RefuteBench data at $data (CANDOR_DATA)" >&2; exit 1; }
+tar -C "$data" -cJf "$out/data.tar.xz" refutebench/qa
 src=${LLAMA_SRC:-}
 if [[ -z $src && -n ${LLAMA_SDIST:-} ]]; then
   mkdir -p target/llama-sdist && tar -C target/llama-sdist -xzf "$LLAMA_SDIST"

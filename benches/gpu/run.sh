@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check of issues #8, #30 and #36 in ONE call of the device tool (at most 8 minutes),
 # after benches/gpu/build.sh here (nothing is built on the GPU machine but llama.cpp):
-#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=540)
+#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=560)
 # target/gpu holds bin.tar.xz (candor, the lib's unit tests `unit`, tests/it `it`, the kernel
 # timings `kernels`, stripped) and llama.tar.xz (llama.cpp's source, trimmed).
 #
 # In the background from the start: llama.cpp's CUDA build (llama-batched-bench) and the
 # random-weight models (Llama-3-8B shape in Q4_K_M and Q8_0, the default model's shape in its
-# Q4_1 mix, then the 8B bf16 checkpoint for transformers). In the foreground, each stage under
-# its own timeout, going on after a failing stage, within BUDGET seconds in all (default 470;
+# Q4_1 mix). In the foreground, each stage under
+# its own timeout, going on after a failing stage, within BUDGET seconds in all (default 500;
 # the last stage gets what is left):
 #   check     the kernels compile; the lib's GPU tests (integer matmuls == CPU bits, legacy
 #             kernels row-invariant)
@@ -20,8 +20,13 @@
 #   llama     llama.cpp CUDA (llama-batched-bench) on the same files
 #   tiny      tests/it gpu:: — the tiny model of every architecture: batch invariance and
 #             teacher-forced GPU/CPU agreement (the default model's tests skip: not carried)
-#   hf        transformers bf16 on the same shape
+#   e2e       one protocol end to end at the 8B shape: RefuteBench QA (the random 8B Q4_K_M
+#             file given the default model's tokenizer and chat template, as candidate and
+#             judge), 4 and 64 items on the GPU, the same 4 on the CPU (every core, at most
+#             45 s); wall time, prompt tokens computed and tokens generated per run
 #   table     the issue's target table from the logs above
+# Not in `all` (measured on 2026-11-26, see NOTES.md; run alone when wanted):
+#   hf        transformers bf16 on the same shape (after the `models-bf16` background stage)
 # Progress lines carry the seconds since the start; every stage's exit status is listed
 # before the table. Logs: $OUT/<stage>.log (the device tool brings $OUT back).
 # Single stages: benches/gpu/run.sh <stage> (`models`, `models-bf16` and `llama-build` are the
@@ -66,12 +71,8 @@ case $stage in
     for s in llama-build models; do
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
-    # The bf16 checkpoint after the GGUFs (its random numbers on the CPU: the GPU is timed).
-    OUT=$bg setsid nohup bash -c "while [ ! -f $bg/models.rc ]; do sleep 2; done; \
-      CUDA_VISIBLE_DEVICES= '$0' models-bf16; echo \$? > $bg/models-bf16.rc" \
-      > /dev/null 2>&1 < /dev/null &
-    budget=${BUDGET:-470}
-    stages check:40 kernels:90 bench:160 llama:70 tiny:70 hf:60
+    budget=${BUDGET:-500}
+    stages check:40 kernels:90 bench:160 llama:70 tiny:60 e2e:80
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
     exit 0 ;;
@@ -123,6 +124,43 @@ case $stage in
     wait_bg models-bf16 30 || say "models-bf16: exit $?"
     [[ -d $m/llama3-8b-bf16 ]] || { say "no bf16 checkpoint (models stage)"; exit 1; }
     python3 benches/gpu/hf_bench.py $m/llama3-8b-bf16 --prompt-tokens 512 --new-tokens 64 --batch-size $BATCHES ;;
+  e2e)
+    wait_bg models 60 || say "models: exit $?"
+    chat=$m/llama3-8b-chat.Q4_K_M.gguf data=/tmp/candor-data
+    [[ -e $chat ]] || { xz -dc "$g/vocab.gguf.xz" > /tmp/vocab.gguf &&
+      python3 "$root/benches/gpu/retokenize.py" apply "$q4" /tmp/vocab.gguf "$chat"; } || exit 1
+    [[ -d $data ]] || { mkdir -p $data && tar -C $data -xJf "$g/data.tar.xz"; } || exit 1
+    # One run: its wall time, and the totals of its last progress lines, as one JSON line.
+    e2e() {
+      local dev=$1 limit=$2 secs=$3 dir=$out/e2e-$1-$2 t0 t1
+      rm -rf "$dir"
+      t0=$(date +%s.%N)
+      timeout "$secs" "$g/candor" run refutebench --subset qa/single --model "$chat" --judge "$chat" \
+        --device "$dev" --limit "$limit" --max-new-tokens 64 --judge-max-new-tokens 64 \
+        --batch-size 16 --no-cache --data $data --out "$dir" > "$dir.out" 2> "$dir.err"
+      local rc=$?
+      t1=$(date +%s.%N)
+      python3 - "$dev" "$limit" "$rc" "$t0" "$t1" "$dir.err" <<'PY'
+import json, re, sys
+dev, limit, rc, t0, t1, err = sys.argv[1:]
+text = open(err, errors="replace").read()
+gen = [float(n) * {"": 1, "k": 1e3, "M": 1e6}[u]
+       for n, u in re.findall(r"steps \(\d+%\), ([\d.]+)([kM]?) tokens", text)]
+pre = re.search(r"prefill: (\d+) prompt tokens computed, (\d+) reused", text)
+done = re.search(r"finished: (\d+) of (\d+) items completed", text)
+secs = float(t1) - float(t0)
+print(json.dumps({"e2e": dev, "items": int(limit), "rc": int(rc), "seconds": round(secs, 2),
+                  "completed": done and int(done.group(1)),
+                  "prompt_tokens": pre and int(pre.group(1)), "reused": pre and int(pre.group(2)),
+                  "generated": gen[-1] if gen else None,
+                  "gen_tok_s": round(gen[-1] / secs, 1) if gen else None}))
+PY
+      tail -3 "$dir.err"
+    }
+    # The CPU run last and under its own limit: a timed-out run still reports its tokens so far.
+    e2e cuda 4 30
+    e2e cuda 64 30
+    e2e cpu 4 45 ;;
   table)
     python3 "$root/benches/gpu/table.py" targets "$out" ;;
   models)

@@ -3,7 +3,8 @@
 
   table.py kernels KERNELS_JSONL   per matmul: legacy vs integer kernels, against the copy rate
   table.py targets OUT_DIR         issue #36's target table (bench.log, llama.log, hf.log,
-                                   kernels.jsonl) with each target's verdict
+                                   kernels.jsonl) with each target's verdict, and the
+                                   end-to-end runs (e2e.log)
 
 Only the standard library; missing logs give "–" cells, never an error.
 """
@@ -90,6 +91,26 @@ def targets(out):
         r = next((x for x in hf if x.get("batch_size") == b), None)
         cells.append(f"{fmt(r and r['prefill_tok_s'])} / {fmt(r and r['decode_tok_s'])}")
     print("| 8b bf16 | transformers | " + " | ".join(cells) + " |")
+
+    e2e = lines(os.path.join(out, "e2e.log"))
+    if e2e:
+        print()
+        print("End to end: `candor run refutebench --subset qa/single`, the random 8B Q4_K_M file "
+              "with the default model's tokenizer as candidate and judge, 64 new tokens per reply:")
+        print()
+        print("| device | items | exit | wall s | prompt tokens computed (reused) | tokens generated "
+              "| generated tok/s |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in e2e:
+            print(f"| {r['e2e']} | {r['items']} | {r['rc']} | {r['seconds']:.1f} | "
+                  f"{r['prompt_tokens'] if r['prompt_tokens'] is not None else '–'} "
+                  f"({r['reused'] if r['reused'] is not None else '–'}) | "
+                  f"{fmt(r['generated'])} | {fmt(r['gen_tok_s'])} |")
+        g = next((r for r in e2e if r["e2e"] == "cuda" and r["items"] == 4 and r["rc"] == 0), None)
+        c = next((r for r in e2e if r["e2e"] == "cpu" and r["items"] == 4 and r["rc"] == 0), None)
+        if g and c:
+            print(f"\nThe same 4 items: the GPU {c['seconds'] / g['seconds']:.1f}x the CPU's speed "
+                  "(wall time, model loading included).")
 
     print()
     gib = 4.58 * 2**30  # the 8B Q4_K_M file's weights, read once per decode step
