@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
 use candor::model::runner::Model;
 use candor::model::transformer::{Transformer, WeightDType};
+use candor::stats::rng::SplitMix64;
 
 const PROMPT: usize = 128;
 const DECODE: usize = 64;

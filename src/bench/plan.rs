@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::stats::SplitMix64;
 use crate::engine::{SamplingParams, StopReason};
+use crate::stats::rng::SplitMix64;
 use crate::text::message::Message;
 
 /// Which loaded model answers a step.

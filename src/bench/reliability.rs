@@ -9,9 +9,10 @@
 //! with a seeded percentile bootstrap over units ([`crate::bench::stats::RESAMPLES`]
 //! resamples).
 
-use crate::bench::stats::{SplitMix64, RESAMPLES};
+use crate::bench::stats::RESAMPLES;
 use crate::bench::table::{Cell, Table};
 use crate::stats::agreement::{self, Confusion, IntervalMethod, Kappa};
+use crate::stats::rng::SplitMix64;
 
 /// Decimals of a κ in tables.
 pub const KAPPA_DECIMALS: u8 = 3;

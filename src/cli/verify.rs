@@ -18,10 +18,10 @@ use anyhow::{bail, Context};
 
 use crate::bench::panel::judge_actor;
 use crate::bench::plan::Actor;
-use crate::bench::stats::SplitMix64;
 use crate::engine::{ChatReply, ChatRequest, Generate};
 use crate::model::device::DeviceSpec;
 use crate::model::transformer::WeightDType;
+use crate::stats::rng::SplitMix64;
 use crate::store::manifest::Manifest;
 use crate::store::samples::{parse_log, Sample, SampleOutcome};
 #[cfg(feature = "testkit")]

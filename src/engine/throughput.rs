@@ -14,12 +14,13 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::kv::{KvLayout, KvStorage, SeqKv};
-use super::sampling::{argmax, SplitMix64};
+use super::sampling::argmax;
 use super::scheduler::SchedulerConfig;
 use super::EngineError;
 use crate::model::kv::{KvSeq, Logits, SeqStep};
 use crate::model::runner::Model;
 use crate::model::transformer::Scratch;
+use crate::stats::rng::SplitMix64;
 
 /// One throughput configuration (named apart from the evaluation protocols, which are benchmarks too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

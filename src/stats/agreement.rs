@@ -12,6 +12,8 @@
 //! detection) is the caller's. A κ that does not exist (chance agreement of 1: every rating
 //! in one category, or no units) is NaN. This module knows no benchmark and reads no files.
 
+use super::summary::percentile;
+
 /// The two-sided 95% normal quantile, `Φ⁻¹(0.975)`.
 pub const Z95: f64 = 1.959_963_984_540_054;
 
@@ -206,14 +208,6 @@ pub fn fleiss_with_interval(
         se: f64::NAN,
         method: IntervalMethod::Bootstrap { resamples },
     }
-}
-
-/// Linear-interpolated percentile (`p` in 0..=100) of sorted values (numpy's default).
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = p / 100.0 * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
 }
 
 /// Landis and Koch's (1977) words for a κ: `poor` below 0, `slight` to 0.20, `fair` to 0.40,

@@ -30,6 +30,9 @@
 //!   `(z_0.975 + z_0.8) · se`, and the items an observed difference `D` needs are
 //!   `ceil(n · (mdd / |D|)²)` (the same mix of groups, the same variance).
 
+use super::rng::SplitMix64;
+use super::summary::percentile;
+
 /// `z` with `P[Z > z] = 0.025`: two-sided α = 0.05.
 pub const Z_ALPHA: f64 = 1.959_963_984_540_054;
 /// `z` with `P[Z > z] = 0.2`: 80% power.
@@ -41,41 +44,6 @@ pub const RESAMPLES: usize = 1000;
 pub const PERMUTATIONS: usize = 0;
 /// Up to this many non-zero differences, the sign-flip test enumerates every pattern.
 pub const EXACT_MAX: usize = 20;
-
-/// SplitMix64 (Steele, Lea and Flood, 2014), as the engine's sampler uses it.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64 { state: seed }
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(GOLDEN);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0), without modulo bias (draws at or above the largest
-    /// multiple of `n` are drawn again).
-    pub fn below(&mut self, n: usize) -> usize {
-        let n = n as u64;
-        let zone = u64::MAX - (u64::MAX % n);
-        loop {
-            let x = self.next_u64();
-            if x < zone {
-                return (x % n) as usize;
-            }
-        }
-    }
-}
 
 /// A seed for one named comparison: FNV-1a of `name`, xor `seed`. The same comparison keeps
 /// its seed whatever else a report compares.
@@ -400,14 +368,6 @@ pub fn items_needed(n: usize, se: f64, diff: f64) -> Option<u64> {
     (diff != 0.0 && need.is_finite()).then(|| need.ceil().max(1.0) as u64)
 }
 
-/// Linear-interpolated percentile (`p` in 0..=100) of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = p / 100.0 * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,10 +504,7 @@ mod tests {
     }
 
     #[test]
-    fn splitmix_and_seeds() {
-        let mut r = SplitMix64::new(1234567);
-        assert_eq!(r.next_u64(), 6457827717110365317);
-        assert_eq!(r.next_u64(), 3203168211198807973);
+    fn seeds_per_comparison() {
         // FNV-1a of "a" is 0xaf63dc4c8601ec8c.
         assert_eq!(seed_for(0, "a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(seed_for(1, "a"), 0xaf63_dc4c_8601_ec8d);

@@ -59,7 +59,7 @@ mod tiny {
     use candle_core::quantized::gguf_file::Value;
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
-    use candor::engine::sampling::SplitMix64;
+    use candor::stats::rng::SplitMix64;
 
     pub const VOCAB: usize = 96;
     pub const DIM: usize = 64;

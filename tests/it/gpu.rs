@@ -12,7 +12,6 @@
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
-use candor::engine::sampling::SplitMix64;
 use candor::engine::{
     ChatRequest, Decoder, Engine, EngineOptions, Generate, NoText, SamplingParams, SchedulerConfig,
     TokenRequest,
@@ -20,6 +19,7 @@ use candor::engine::{
 use candor::model::device::DeviceSpec;
 use candor::model::runner::Model;
 use candor::model::transformer::{Transformer, WeightDType};
+use candor::stats::rng::SplitMix64;
 use candor::text::message::Message;
 
 use crate::quant::{self, TinySequences, TinyTypeRecord};

@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, SchedulerConfig};
 use candor::model::arch::TensorSource;
 use candor::model::checkpoint::Checkpoint;
 use candor::model::runner::Model;
 use candor::model::transformer::{Transformer, WeightDType};
+use candor::stats::rng::SplitMix64;
 
 const VOCAB: usize = 8192;
 const DIM: usize = 1024;

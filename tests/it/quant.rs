@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use candor::engine::sampling::SplitMix64;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
 use candor::model::runner::Model;
 use candor::model::transformer::{Transformer, WeightDType};
+use candor::stats::rng::SplitMix64;
 use serde::Deserialize;
 
 pub(crate) mod kquants;

@@ -302,7 +302,9 @@ pub fn pairwise_results(outcomes: &[PairOutcome], seed: u64) -> BenchResults {
     let cells = |members: &[&PairOutcome]| {
         let s: Vec<(f64, f64)> = members.iter().filter_map(|o| pair_indicators(o)).collect();
         let mean = |f: fn(&(f64, f64)) -> f64| {
-            crate::bench::stats::mean(&s.iter().map(f).filter(|x| !x.is_nan()).collect::<Vec<_>>())
+            crate::stats::summary::mean(
+                &s.iter().map(f).filter(|x| !x.is_nan()).collect::<Vec<_>>(),
+            )
         };
         vec![
             percent(mean(|x| x.0)),
@@ -500,7 +502,7 @@ pub fn single_results(outcomes: &[SingleOutcome], seed: u64) -> BenchResults {
     let cells = |members: &[&SingleOutcome]| {
         let s: Vec<f64> = members.iter().filter_map(|o| single_indicator(o)).collect();
         vec![
-            percent(crate::bench::stats::mean(&s)),
+            percent(crate::stats::summary::mean(&s)),
             Cell::from(s.len()),
             Cell::from(members.iter().filter(|o| o.label.is_some()).count() - s.len()),
         ]

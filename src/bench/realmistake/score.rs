@@ -334,7 +334,7 @@ fn resampled_mean(
             }
         })
         .collect();
-    crate::bench::stats::mean(&values)
+    crate::stats::summary::mean(&values)
 }
 
 /// The per-item values of `accuracy` for each detector of `cells`, for paired comparisons

@@ -9,8 +9,8 @@
 //! [`super::dialogue`].
 
 use super::source::Task;
-use crate::bench::stats::SplitMix64;
 use crate::judge::feedback_acceptance;
+use crate::stats::rng::SplitMix64;
 
 /// Where a refuting instruction may go in `queries`.
 pub const FEEDBACK_MARKER: &str = "[MAYBE FEEDBACK]";

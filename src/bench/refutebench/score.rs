@@ -24,11 +24,12 @@ use super::Error;
 use crate::bench::panel::{self, Panel, PanelRule};
 use crate::bench::plan::{StepOutput, Transcript};
 use crate::bench::stats::Metric;
-use crate::bench::stats::{bootstrap, mean, RESAMPLES};
+use crate::bench::stats::{bootstrap, RESAMPLES};
 use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
 use crate::judge::feedback_acceptance::{self, Acceptance};
 use crate::judge::Verdict;
+use crate::stats::summary::mean;
 
 /// One item's finished steps, as read from a transcript file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
