@@ -110,9 +110,10 @@ fn score_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     subs.sort();
     if subs.is_empty() {
         let why = if path.join("results.json").is_file() {
-            "the run has no per-item scores (FB-Bench and ReaLMistake runs write them, as do \
+            "the run has no per-item scores (every protocol's runs write them, as do \
              `candor score fbbench` and `candor score realmistake --item-scores`; runs made \
-             before them, and RefuteBench and Fennec runs, have none)"
+             before them have none: `candor run` with the same settings rescores the finished \
+             steps and writes them)"
         } else {
             "no item_scores.json here or in its subdirectories"
         };

@@ -282,3 +282,166 @@ fn compare_is_byte_identical_refuses_other_scoring_and_reaches_the_report() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("the run has no per-item scores"));
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `item_scores.json` of a run directory, and the metric `name`'s values and left-out items.
+fn item_values(dir: &Path, name: &str) -> (Vec<f64>, usize) {
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("item_scores.json")).unwrap()).unwrap();
+    let m = doc["candidates"][0]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {doc}"));
+    let values = m["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["value"].as_f64().unwrap())
+        .collect();
+    (values, m["left_out"].as_array().unwrap().len())
+}
+
+/// A metric's value and n in a run's results.json.
+fn result_metric(dir: &Path, name: &str) -> (f64, u64) {
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let m = r["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {r}"));
+    (
+        m["interval"]["value"].as_f64().unwrap_or(f64::NAN),
+        m["n"].as_u64().unwrap(),
+    )
+}
+
+/// Each item's values are the metric's: as many as its n, their mean its value.
+fn values_make_the_metric(dir: &Path, name: &str) {
+    let (values, _) = item_values(dir, name);
+    let (value, n) = result_metric(dir, name);
+    assert_eq!(values.len() as u64, n, "{name} in {}", dir.display());
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    assert!(
+        (mean - value).abs() < 1e-9 || (n == 0 && value.is_nan()),
+        "{name}: mean of the item values {mean} vs the metric {value}"
+    );
+}
+
+#[test]
+fn fennec_and_refutebench_runs_write_item_scores_that_compare() {
+    let root = temp("protocols");
+    // Fennec on a user's pairs (no data needed): two judges, the candidates compared.
+    let pairs = root.join("pairs.jsonl");
+    std::fs::write(
+        &pairs,
+        "{\"question\": \"Capital of France?\", \"answer_a\": \"Paris.\", \"answer_b\": \"Lyon.\", \"label\": \"a\"}\n\
+         {\"question\": \"A prime?\", \"answer_a\": \"9\", \"answer_b\": \"7\", \"label\": \"b\"}\n\
+         {\"question\": \"Say hello.\", \"answer_a\": \"Hello!\", \"answer_b\": \"Hi!\", \"label\": \"tie\"}\n\
+         {\"question\": \"Two plus two?\", \"answer_a\": \"4\", \"answer_b\": \"5\"}\n",
+    )
+    .unwrap();
+    let fennec = root.join("fennec");
+    for judge in ["fake:j", "fake:k"] {
+        let dir = fennec.join(judge.trim_start_matches("fake:"));
+        ok(
+            candor(&[
+                "run",
+                "fennec",
+                "--model",
+                judge,
+                "--pairs",
+                pairs.to_str().unwrap(),
+                "--branches",
+                "1",
+                "--threads",
+                "1",
+                "--no-cache",
+                "--out",
+                dir.to_str().unwrap(),
+            ]),
+            "candor run fennec",
+        );
+        for m in ["agreement", "consistency", "first_position_preference"] {
+            values_make_the_metric(&dir, m);
+        }
+        // The unlabelled pair is no item of Agreement; every pair is one of Consistency.
+        let (a, a_out) = item_values(&dir, "agreement");
+        let (c, c_out) = item_values(&dir, "consistency");
+        assert_eq!(a.len() + a_out, 3);
+        assert_eq!(c.len() + c_out, 4);
+    }
+    let text = ok(
+        candor(&["compare", fennec.to_str().unwrap()]),
+        "candor compare (fennec)",
+    );
+    // The fakes' replies are no verdicts: every pair is left out, counted (the values
+    // themselves are checked against the metrics in the lib's tests).
+    for m in ["agreement", "consistency", "first_position_preference"] {
+        assert!(text.contains(&format!("fennec {m}:")), "{text}");
+    }
+    assert!(text.contains("fake:j − fake:k"), "{text}");
+    assert!(text.contains("left out 4)"), "{text}");
+
+    // RefuteBench on the published QA dialogues: two candidates, one FA judge.
+    let Some(data) = shared_file("refutebench") else {
+        return;
+    };
+    let refute = root.join("refutebench");
+    for cand in ["fake:c1", "fake:c2"] {
+        let dir = refute.join(cand.trim_start_matches("fake:"));
+        ok(
+            candor(&[
+                "run",
+                "refutebench",
+                "--subset",
+                "qa/memory_nc1",
+                "--limit",
+                "4",
+                "--model",
+                cand,
+                "--judge",
+                "fake:yes-j",
+                "--threads",
+                "1",
+                "--no-cache",
+                "--data",
+                data.parent().unwrap().to_str().unwrap(),
+                "--out",
+                dir.to_str().unwrap(),
+            ]),
+            "candor run refutebench",
+        );
+        for m in ["qa_memory_nc1_rr", "qa_memory_nc1_fa"] {
+            values_make_the_metric(&dir, m);
+        }
+    }
+    let out = root.join("refute-out");
+    let text = ok(
+        candor(&[
+            "compare",
+            refute.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        "candor compare (refutebench)",
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let rows = json["comparisons"].as_array().unwrap();
+    let fa = rows
+        .iter()
+        .find(|r| r["metric"] == "qa_memory_nc1_fa")
+        .unwrap_or_else(|| panic!("no FA comparison: {text}"));
+    // FA is binary per judged feedback turn (McNemar); RR graded per dialogue (sign flip).
+    assert_eq!(fa["test"], "mcnemar_exact", "{fa}");
+    let (fa_values, _) = item_values(&refute.join("c1"), "qa_memory_nc1_fa");
+    assert_eq!(fa["n"].as_u64().unwrap(), fa_values.len() as u64, "{fa}");
+    let rr = rows
+        .iter()
+        .find(|r| r["metric"] == "qa_memory_nc1_rr")
+        .unwrap_or_else(|| panic!("no RR comparison: {text}"));
+    assert_ne!(rr["test"], "mcnemar_exact", "{rr}");
+}

@@ -25,6 +25,7 @@
 
 use serde::Serialize;
 
+use crate::bench::item_scores::MetricItems;
 use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
 use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
@@ -320,37 +321,47 @@ impl FennecPlan {
     /// or Accuracy (single), plus a table of the judge's replies.
     pub fn score(&self, runs: &[(PairItem, Transcript)], seed: u64) -> BenchResults {
         let mut results = match self.mode {
-            Mode::Pairwise => {
-                let outcomes: Vec<PairOutcome> = runs
-                    .iter()
-                    .map(|(item, done)| {
-                        let (normal, exchanged) = self.verdicts(done);
-                        PairOutcome {
-                            label: item.label,
-                            category: item.category.clone(),
-                            normal,
-                            exchanged,
-                        }
-                    })
-                    .collect();
-                score::pairwise_results(&outcomes, seed)
-            }
-            Mode::Single => {
-                let outcomes: Vec<SingleOutcome> = runs
-                    .iter()
-                    .map(|(item, done)| SingleOutcome {
-                        label: item.label,
-                        category: item.category.clone(),
-                        verdict: self.verdicts(done).0,
-                    })
-                    .collect();
-                score::single_results(&outcomes, seed)
-            }
+            Mode::Pairwise => score::pairwise_results(&self.pair_outcomes(runs), seed),
+            Mode::Single => score::single_results(&self.single_outcomes(runs), seed),
         };
         results.tables.push(self.reply_table(runs));
         let items: Vec<&PairItem> = runs.iter().map(|(item, _)| item).collect();
         results.tables.extend(score::annotator_table(&items, seed));
         results
+    }
+
+    /// The per-item values of the headline metrics (item ids as the run's), for `candor
+    /// compare`.
+    pub fn item_values(&self, runs: &[(PairItem, Transcript)]) -> Vec<MetricItems> {
+        let ids: Vec<String> = runs.iter().map(|(item, _)| item.id.clone()).collect();
+        match self.mode {
+            Mode::Pairwise => score::pairwise_item_values(&ids, &self.pair_outcomes(runs)),
+            Mode::Single => score::single_item_values(&ids, &self.single_outcomes(runs)),
+        }
+    }
+
+    fn pair_outcomes(&self, runs: &[(PairItem, Transcript)]) -> Vec<PairOutcome> {
+        runs.iter()
+            .map(|(item, done)| {
+                let (normal, exchanged) = self.verdicts(done);
+                PairOutcome {
+                    label: item.label,
+                    category: item.category.clone(),
+                    normal,
+                    exchanged,
+                }
+            })
+            .collect()
+    }
+
+    fn single_outcomes(&self, runs: &[(PairItem, Transcript)]) -> Vec<SingleOutcome> {
+        runs.iter()
+            .map(|(item, done)| SingleOutcome {
+                label: item.label,
+                category: item.category.clone(),
+                verdict: self.verdicts(done).0,
+            })
+            .collect()
     }
 
     /// Counts of the judge's replies: criteria parsed, branch replies parsed or not,

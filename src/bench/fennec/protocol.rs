@@ -16,10 +16,11 @@ use crate::engine::LLGUIDANCE_VERSION;
 
 use super::data::{load_autoj, load_pairs, load_pandalm, PairItem, PandaLabel};
 use super::plan::{FennecLimits, FennecPlan, Mode};
+use crate::bench::item_scores::{self, CandidateScores, ItemScores};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
-    notes_table, select, smoke_test_note, take, template_version, Candidates, Prepared, Protocol,
-    ProtocolError, ProtocolOptions, RunContext, Scored,
+    notes_table, select, smoke_test_note, take, template_version, Candidates, OutputFile, Prepared,
+    Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 
 /// Fennec.
@@ -262,6 +263,28 @@ impl Protocol for Fennec {
         if let Some((k, v)) = smoke_test_note(ctx, &[&ctx.judge]) {
             table.rows.push(vec![k.into(), v.into()]);
         }
-        results.into()
+        // The candidate compared is the judge: two runs on the same pairs compare two judges
+        // (or one judge's settings, e.g. branches).
+        let doc = ItemScores {
+            protocol: "fennec".to_string(),
+            data: match &opts.pairs {
+                Some(own) => format!("own pairs {}; label={}", own.display(), label.as_str()),
+                None => format!("fennec {dataset}; label={}", label.as_str()),
+            },
+            scoring: format!("{:?}", p.mode).to_lowercase(),
+            items: prepared.items.iter().map(|i| i.id.clone()).collect(),
+            candidates: vec![CandidateScores {
+                name: ctx.judge.clone(),
+                metrics: p.item_values(&owned),
+            }],
+        };
+        Scored {
+            results,
+            outputs: vec![OutputFile {
+                path: item_scores::FILE.into(),
+                bytes: doc.to_json(),
+                note: "per-item values of the headline metrics (for `candor compare`)".into(),
+            }],
+        }
     }
 }

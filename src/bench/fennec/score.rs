@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::bench::item_scores::{ItemValue, LeftOut, MetricItems};
 use crate::bench::reliability::{self, KappaRow};
 use crate::bench::stats::bootstrap_mean;
 use crate::bench::stats::Metric;
@@ -227,15 +228,16 @@ fn pair_indicators(o: &PairOutcome) -> Option<(f64, f64)> {
 /// An unbiased judge is near 0; a judge that always picks the first response is at 1 on every
 /// pair whose responses differ.
 fn first_position(outcomes: &[PairOutcome]) -> Vec<f64> {
-    outcomes
-        .iter()
-        .filter_map(|o| {
-            let (n, e) = (o.normal.scored()?, o.exchanged.scored()?);
-            Some(f64::from(u8::from(
-                *n == Preference::A && *e == Preference::B,
-            )))
-        })
-        .collect()
+    outcomes.iter().filter_map(first_shown).collect()
+}
+
+/// One pair's first-position indicator (see [`first_position`]); `None` unless both verdicts
+/// were read.
+fn first_shown(o: &PairOutcome) -> Option<f64> {
+    let (n, e) = (o.normal.scored()?, o.exchanged.scored()?);
+    Some(f64::from(u8::from(
+        *n == Preference::A && *e == Preference::B,
+    )))
 }
 
 fn single_indicator(o: &SingleOutcome) -> Option<f64> {
@@ -520,6 +522,95 @@ pub fn single_results(outcomes: &[SingleOutcome], seed: u64) -> BenchResults {
     }
 }
 
+/// Why an outcome's verdict has no value: the reason of the first unscored verdict.
+fn unscored_reason<'a>(verdicts: impl IntoIterator<Item = &'a Verdict<Preference>>) -> String {
+    verdicts
+        .into_iter()
+        .find_map(|v| match v {
+            Verdict::Unscored { reason } => Some(format!("unscored: {reason}")),
+            Verdict::Scored(_) => None,
+        })
+        .unwrap_or_else(|| "unscored".to_string())
+}
+
+/// A binary metric's per-item values (`ids` in the outcomes' order), for `candor compare`:
+/// `value` gives an item's 0/1 indicator, `None` when it has none (unscored, with the reason
+/// of `why`); items `counts` rejects are not items of the metric at all (unlabelled ones).
+fn binary_items<T>(
+    metric: &str,
+    ids: &[String],
+    outcomes: &[T],
+    counts: impl Fn(&T) -> bool,
+    value: impl Fn(&T) -> Option<f64>,
+    why: impl Fn(&T) -> String,
+) -> MetricItems {
+    let mut m = MetricItems {
+        metric: metric.to_string(),
+        binary: true,
+        values: Vec::new(),
+        left_out: Vec::new(),
+    };
+    for (id, o) in ids.iter().zip(outcomes).filter(|(_, o)| counts(o)) {
+        match value(o) {
+            Some(v) => m.values.push(ItemValue {
+                id: id.clone(),
+                group: String::new(),
+                value: v,
+            }),
+            None => m.left_out.push(LeftOut {
+                id: id.clone(),
+                reason: why(o),
+            }),
+        }
+    }
+    m
+}
+
+/// The per-item values of [`pairwise_results`]' metrics (agreement over labelled items,
+/// consistency and first-position preference over all), each a 0/1 indicator whose plain mean
+/// is the metric.
+pub fn pairwise_item_values(ids: &[String], outcomes: &[PairOutcome]) -> Vec<MetricItems> {
+    let why = |o: &PairOutcome| unscored_reason([&o.normal, &o.exchanged]);
+    vec![
+        binary_items(
+            "agreement",
+            ids,
+            outcomes,
+            |o| o.label.is_some(),
+            |o| pair_indicators(o).map(|p| p.0),
+            why,
+        ),
+        binary_items(
+            "consistency",
+            ids,
+            outcomes,
+            |_| true,
+            |o| pair_indicators(o).map(|p| p.1),
+            why,
+        ),
+        binary_items(
+            "first_position_preference",
+            ids,
+            outcomes,
+            |_| true,
+            first_shown,
+            why,
+        ),
+    ]
+}
+
+/// The per-item values of [`single_results`]' accuracy (labelled items, 0/1).
+pub fn single_item_values(ids: &[String], outcomes: &[SingleOutcome]) -> Vec<MetricItems> {
+    vec![binary_items(
+        "accuracy",
+        ids,
+        outcomes,
+        |o| o.label.is_some(),
+        single_indicator,
+        |o| unscored_reason([&o.verdict]),
+    )]
+}
+
 /// Fennec's merge of branch scores (`fennec_pairwise_merge`): the sums of A's and B's scores
 /// over the parsed branches (the authors add 0 for an unparsed one, which changes neither
 /// sum). Unscored when no branch parsed.
@@ -665,5 +756,49 @@ mod tests {
         assert_eq!(scenario_group("others"), Some("NLP Tasks"));
         assert_eq!(scenario_group("Grammarly"), None);
         assert_eq!(percent(0.549568965).to_string(), "54.96");
+    }
+
+    #[test]
+    fn item_values_are_the_metrics_items() {
+        use Preference::{Tie, A, B};
+        let mut unlabelled = pair(A, Some(A), Some(A));
+        unlabelled.label = None;
+        let outcomes = [
+            pair(A, Some(A), Some(A)),
+            pair(A, Some(A), Some(B)),
+            pair(B, Some(A), None),
+            pair(Tie, Some(Tie), Some(Tie)),
+            unlabelled,
+        ];
+        let ids: Vec<String> = (0..outcomes.len()).map(|k| format!("p{k}")).collect();
+        let results = pairwise_results(&outcomes, 0);
+        let items = pairwise_item_values(&ids, &outcomes);
+        for (m, metric) in items.iter().zip(&results.metrics) {
+            assert_eq!(m.metric, metric.name);
+            assert!(m.binary);
+            assert_eq!(m.values.len(), metric.n, "{}", m.metric);
+            let mean = m.values.iter().map(|v| v.value).sum::<f64>() / m.values.len() as f64;
+            assert_eq!(mean, metric.interval.value, "{}", m.metric);
+            // The pair without its exchanged verdict is left out, with the reason.
+            let out: Vec<&str> = m.left_out.iter().map(|l| l.id.as_str()).collect();
+            assert_eq!(out, ["p2"], "{}", m.metric);
+            assert_eq!(m.left_out[0].reason, "unscored: no verdict in the file");
+        }
+        // The unlabelled pair is no item of agreement, one of consistency.
+        assert!(!items[0].values.iter().any(|v| v.id == "p4"));
+        assert!(items[1].values.iter().any(|v| v.id == "p4"));
+        let single: Vec<SingleOutcome> = outcomes
+            .iter()
+            .map(|o| SingleOutcome {
+                label: o.label,
+                category: o.category.clone(),
+                verdict: o.exchanged.clone(),
+            })
+            .collect();
+        let acc = &single_item_values(&ids, &single)[0];
+        let metric = &single_results(&single, 0).metrics[0];
+        assert_eq!(acc.values.len(), metric.n);
+        let mean = acc.values.iter().map(|v| v.value).sum::<f64>() / acc.values.len() as f64;
+        assert_eq!(mean, metric.interval.value);
     }
 }

@@ -22,14 +22,15 @@ use serde_json::json;
 use super::data::{list_files, load_file, Query};
 use super::plan::{ContextLimit, Truncation, AUTHORS_TOKENS_PER_TURN};
 use super::prompts::{RECALL_HEADER, RECALL_ITEM, REPEAT_SUFFIX};
-use super::score::ScoreOptions;
+use super::score::{self, ScoreOptions};
 use super::source::{Setting, Source, Verification};
 use super::{Item, RefutePlan, Strategy};
+use crate::bench::item_scores::{self, CandidateScores, ItemScores};
 use crate::bench::panel::{Panel, PanelRule};
 use crate::bench::plan::Transcript;
 use crate::bench::protocol::{
     judge_note, notes_table, require_dir, require_judge, select, smoke_test_note, template_version,
-    Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
+    OutputFile, Prepared, Protocol, ProtocolError, ProtocolOptions, RunContext, Scored,
 };
 use crate::bench::DataError;
 use crate::engine::{Constraint, LLGUIDANCE_VERSION};
@@ -268,16 +269,17 @@ impl Protocol for RefuteBench {
         runs: &[(&Item, &Transcript)],
     ) -> Scored {
         let plan = &prepared.plan;
-        let mut results = plan.score(runs, ctx.seed);
+        let score_opts = ScoreOptions {
+            replay: plan.replay,
+            bootstrap_seed: ctx.seed,
+            panel: plan.panel,
+        };
+        let scored = score::score(runs, &score_opts);
+        let mut results = scored.results;
         let judges = ctx.judges();
         if plan.panel.is_panel() {
-            let opts = ScoreOptions {
-                replay: plan.replay,
-                bootstrap_seed: ctx.seed,
-                panel: plan.panel,
-            };
             let who = (judges.as_slice(), ctx.candidates.as_slice());
-            super::panel::add_judges(&mut results, runs, &opts, who);
+            super::panel::add_judges(&mut results, runs, &score_opts, who);
         }
         // `prepare` checked that the judge was named.
         let self_judging = judges.iter().any(|j| ctx.candidates.iter().any(|c| c == j));
@@ -315,7 +317,43 @@ impl Protocol for RefuteBench {
         }
         notes.extend(smoke_test_note(ctx, &judges));
         results.tables.push(notes_table(&notes));
-        results.into()
+        let doc = ItemScores {
+            protocol: "refutebench".to_string(),
+            data: "refutebench".to_string(),
+            scoring: match plan.panel.is_panel() {
+                true => format!(
+                    "RR rule-checked; FA judged by {}; panel={}",
+                    judges.join(","),
+                    plan.panel.rule.as_str()
+                ),
+                false => format!("RR rule-checked; FA judged by {}", judges.join(",")),
+            },
+            // Dialogues (RR's items) and their feedback turns (FA's), from the data alone.
+            items: prepared
+                .items
+                .iter()
+                .flat_map(|i| {
+                    let turns = i.queries.iter().enumerate();
+                    std::iter::once(i.id.clone()).chain(
+                        turns
+                            .filter(|(_, q)| **q == Query::Feedback)
+                            .map(|(t, _)| format!("{}#{t}", i.id)),
+                    )
+                })
+                .collect(),
+            candidates: vec![CandidateScores {
+                name: ctx.candidates.first().cloned().unwrap_or_default(),
+                metrics: score::item_values(&scored.items),
+            }],
+        };
+        Scored {
+            results,
+            outputs: vec![OutputFile {
+                path: item_scores::FILE.into(),
+                bytes: doc.to_json(),
+                note: "per-item values of the headline metrics (for `candor compare`)".into(),
+            }],
+        }
     }
 }
 

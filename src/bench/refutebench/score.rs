@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::data::Item;
 use super::dialogue::{self, End, ReplayOptions, TurnKind};
 use super::Error;
+use crate::bench::item_scores::{ItemValue, LeftOut, MetricItems};
 use crate::bench::panel::{self, Panel, PanelRule};
 use crate::bench::plan::{StepOutput, Transcript};
 use crate::bench::stats::Metric;
@@ -407,6 +408,82 @@ pub fn score_with(pairs: &[(&Item, &Transcript)], opts: &ScoreOptions, judges: J
     }
 }
 
+/// The per-item values of the headline metrics, for `candor compare`
+/// ([`crate::bench::item_scores`]): `<task>_<setting>_rr`, each scored dialogue's RR (the
+/// metric is their plain mean), and `<task>_<setting>_fa`, each judged feedback turn as
+/// `<item>#<turn>`, the turn its index among the queries (the metric pools the turns, so it is their plain mean): 100 when accepted,
+/// 0 when not, or a panel's share of Yes in percent under the `mean` rule (then not binary).
+/// Dialogues without an RR and turns whose verdict could not be read are left out with the
+/// reason; unfinished dialogues are left out of FA as they are of the metric.
+pub fn item_values(items: &[ItemScore]) -> Vec<MetricItems> {
+    let task_of = |s: &ItemScore| s.item.split('/').next().unwrap_or("").to_string();
+    let mut by: BTreeMap<(String, String), Vec<&ItemScore>> = BTreeMap::new();
+    for s in items {
+        by.entry((task_of(s), s.setting.clone()))
+            .or_default()
+            .push(s);
+    }
+    let mut out = Vec::new();
+    for ((task, setting), group) in by {
+        let mut rr = MetricItems {
+            metric: format!("{task}_{setting}_rr"),
+            binary: false,
+            values: Vec::new(),
+            left_out: Vec::new(),
+        };
+        let mut fa = MetricItems {
+            metric: format!("{task}_{setting}_fa"),
+            binary: true,
+            values: Vec::new(),
+            left_out: Vec::new(),
+        };
+        for s in group {
+            match s.rr() {
+                Some(v) => rr.values.push(ItemValue {
+                    id: s.item.clone(),
+                    group: String::new(),
+                    value: v,
+                }),
+                None => rr.left_out.push(LeftOut {
+                    id: s.item.clone(),
+                    reason: match s.status {
+                        Status::NotViable => "no viable (feedback, reply) pair",
+                        Status::Conflict => "a conflict before any pair",
+                        Status::Incomplete => "unfinished",
+                        Status::Scored => "no checks",
+                    }
+                    .to_string(),
+                }),
+            }
+            if s.status == Status::Incomplete {
+                continue;
+            }
+            for r in &s.fa {
+                let id = format!("{}#{}", s.item, r.turn);
+                match &r.verdict {
+                    Some(Verdict::Scored(a)) => {
+                        fa.binary &= r.mean.is_none();
+                        let accepted = f64::from(u8::from(*a == Acceptance::Accepted));
+                        fa.values.push(ItemValue {
+                            id,
+                            group: String::new(),
+                            value: 100.0 * r.mean.unwrap_or(accepted),
+                        });
+                    }
+                    Some(Verdict::Unscored { reason }) => fa.left_out.push(LeftOut {
+                        id,
+                        reason: format!("unscored: {reason}"),
+                    }),
+                    None => {}
+                }
+            }
+        }
+        out.push(rr);
+        out.push(fa);
+    }
+    out
+}
+
 struct Summary {
     metric: Metric,
 }
@@ -579,5 +656,51 @@ mod tests {
             .to_string(),
             "n/a"
         );
+    }
+
+    #[test]
+    fn item_values_are_the_metrics_items() {
+        let yes = Some(Verdict::Scored(Acceptance::Accepted));
+        let no = Some(Verdict::Scored(Acceptance::Rejected));
+        let bad = Some(Verdict::unscored("neither"));
+        let mut scores = [
+            fake(Status::Scored, 2, 1, &[yes.clone(), no.clone()]),
+            fake(Status::Scored, 1, 1, std::slice::from_ref(&yes)),
+            fake(Status::NotViable, 0, 0, std::slice::from_ref(&bad)),
+            fake(Status::Incomplete, 1, 0, std::slice::from_ref(&no)),
+            fake(Status::Scored, 4, 0, &[None]),
+        ];
+        for (k, s) in scores.iter_mut().enumerate() {
+            s.item = format!("qa/single/x/{k}");
+        }
+        let refs: Vec<&ItemScore> = scores.iter().collect();
+        let (rr, fa) = summarize(&refs, 0);
+        let items = item_values(&scores);
+        let names: Vec<&str> = items.iter().map(|m| m.metric.as_str()).collect();
+        assert_eq!(names, ["qa_memory_nc0_rr", "qa_memory_nc0_fa"]);
+        let mean =
+            |m: &MetricItems| m.values.iter().map(|v| v.value).sum::<f64>() / m.values.len() as f64;
+        // RR: the three scored dialogues; the other two left out with their reason.
+        assert!(!items[0].binary);
+        assert_eq!(items[0].values.len(), rr.metric.n);
+        assert_eq!(mean(&items[0]), rr.metric.interval.value);
+        let why: Vec<&str> = items[0]
+            .left_out
+            .iter()
+            .map(|l| l.reason.as_str())
+            .collect();
+        assert_eq!(why, ["no viable (feedback, reply) pair", "unfinished"]);
+        // FA: one value per judged turn of a finished dialogue (0 or 100), pooled as the
+        // metric pools them; the unreadable judgement left out, the missing one absent.
+        assert!(items[1].binary);
+        let ids: Vec<&str> = items[1].values.iter().map(|v| v.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["qa/single/x/0#0", "qa/single/x/0#1", "qa/single/x/1#0"]
+        );
+        assert_eq!(items[1].values.len(), fa.metric.n);
+        assert!((mean(&items[1]) - fa.metric.interval.value).abs() < 1e-9);
+        assert_eq!(items[1].left_out.len(), fa.metric.unscored);
+        assert_eq!(items[1].left_out[0].reason, "unscored: neither");
     }
 }
