@@ -176,7 +176,7 @@ pub(crate) fn quantize(f: WeightFormat, x: &[f32], m: usize, k: usize) -> Acts {
     }
 }
 
-fn i32_at(b: &[u8], at: usize) -> i32 {
+pub(super) fn i32_at(b: &[u8], at: usize) -> i32 {
     i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -221,19 +221,19 @@ fn scale_min_i(j: usize, q: &[u8]) -> (i32, i32) {
 
 /// `WPart`.
 #[derive(Default, Clone, Copy)]
-struct WPart {
-    lo: [i32; 4],
-    hi: [i32; 4],
-    s0: i32,
-    s1: i32,
-    m0: i32,
-    m1: i32,
+pub(super) struct WPart {
+    pub(super) lo: [i32; 4],
+    pub(super) hi: [i32; 4],
+    pub(super) s0: i32,
+    pub(super) s1: i32,
+    pub(super) m0: i32,
+    pub(super) m1: i32,
     i0: usize,
     i1: usize,
 }
 
 /// `unpack`.
-fn unpack(f: WeightFormat, w: &Repacked, blk: usize, p: usize) -> WPart {
+pub(super) fn unpack(f: WeightFormat, w: &Repacked, blk: usize, p: usize) -> WPart {
     let l = layout(f).expect("quantized");
     let (a, bm, c) = (&w.bytes[..], &w.bytes[w.b_off..], &w.bytes[w.c_off..]);
     let qa = blk * l.qb;
@@ -336,8 +336,8 @@ fn row_ints(
     }
 }
 
-/// `block_term`.
-fn block_term(
+/// `block_term` (= `block_expr` of `load_wscale`).
+pub(super) fn block_term(
     f: WeightFormat,
     w: &Repacked,
     blk: usize,

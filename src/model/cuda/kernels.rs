@@ -12,7 +12,11 @@ use crate::model::error::ModelError;
 use super::{nvrtc, versions};
 
 /// The kernels' source, compiled by NVRTC when a model is loaded on a GPU.
-pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("mmq.cu"));
+pub const KERNELS: &str = concat!(
+    include_str!("kernels.cu"),
+    include_str!("mmq.cu"),
+    include_str!("mmt.cu")
+);
 
 /// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
 pub(super) const ATTN_CHUNK: usize = 256;
@@ -31,6 +35,14 @@ pub(super) const EW: u32 = 256;
 pub(super) const MQ_THREADS: usize = 128;
 /// Outputs per block of the integer matmuls (`MQ_RO`).
 pub(super) const MQ_RO: usize = 4;
+/// Threads, rows and outputs per block of the tensor-core matmuls (`MT_*` in `mmt.cu`).
+pub(super) const MT_THREADS: usize = 128;
+pub(super) const MT_BM: usize = 64;
+pub(super) const MT_BN: usize = 64;
+/// Steps of at least this many rows take a quantized product on the tensor cores (`mmt.cu`),
+/// fewer on `dp4a` (`mmq.cu`): chosen by the shape alone, and both give the CPU's bits, so
+/// the choice changes no result. At 64 rows one tile of the tensor-core kernel is full.
+pub(super) const MMA_MIN_ROWS: usize = MT_BM;
 
 pub(super) type Result<T> = std::result::Result<T, ModelError>;
 
@@ -72,18 +84,35 @@ pub(super) enum MatmulPath {
     Legacy,
 }
 
-/// The matmul path this process runs (`CANDOR_CUDA_MATMUL`: `integer`, the default, or
+/// The matmul path this process runs (`CANDOR_CUDA_MATMUL`: `integer`, the default, `dp4a`
+/// (the integer path without the tensor-core kernels: the same bits, for timing both) or
 /// `legacy`); read once.
 pub(super) fn matmul_path() -> MatmulPath {
     static PATH: std::sync::OnceLock<MatmulPath> = std::sync::OnceLock::new();
     *PATH.get_or_init(|| match std::env::var("CANDOR_CUDA_MATMUL").as_deref() {
         Ok("legacy") => MatmulPath::Legacy,
-        Ok("integer") | Err(_) => MatmulPath::Integer,
+        Ok("integer" | "dp4a") | Err(_) => MatmulPath::Integer,
         Ok(other) => {
-            eprintln!("CANDOR_CUDA_MATMUL={other}: expected integer or legacy; using integer");
+            eprintln!(
+                "CANDOR_CUDA_MATMUL={other}: expected integer, dp4a or legacy; using integer"
+            );
             MatmulPath::Integer
         }
     })
+}
+
+/// Which kernel takes a quantized product on the integer path: `dp4a` (`mmq.cu`) or the int8
+/// tensor cores (`mmt.cu`). Both give the CPU's `QWeight::matmul` bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum IntKernel {
+    Dp4a,
+    Mma,
+}
+
+/// Whether `CANDOR_CUDA_MATMUL=dp4a` keeps every quantized product on `dp4a`; read once.
+fn dp4a_only() -> bool {
+    static DP4A: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DP4A.get_or_init(|| std::env::var("CANDOR_CUDA_MATMUL").as_deref() == Ok("dp4a"))
 }
 
 /// The weight types' names in the matmul kernels' names, in `WeightKind` order.
@@ -100,6 +129,10 @@ pub(super) struct Kernels {
     /// (identical bits).
     pub(super) mmq1: [CudaFunction; 11],
     pub(super) mmq8: [CudaFunction; 11],
+    /// The tensor-core kernels of `mmt.cu` (quantized types; `None` for the float ones).
+    pub(super) mmt: [Option<CudaFunction>; 11],
+    /// Whether the device has the int8 MMA (compute capability 8.0 or newer).
+    pub(super) mma: bool,
     pub(super) quantize_q8: CudaFunction,
     pub(super) quantize_q8k: CudaFunction,
     pub(super) rms_norm: CudaFunction,
@@ -142,6 +175,17 @@ impl Kernels {
             matmul_wide: matmuls("matmul_wide_")?,
             mmq1: matmuls("mmq1_")?,
             mmq8: matmuls("mmq8_")?,
+            mmt: {
+                let fs = (MATMUL_TYPES.iter().enumerate())
+                    .map(|(i, t)| match i {
+                        0..=2 => Ok(None),
+                        _ => f(&format!("mmt_{t}")).map(Some),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                fs.try_into()
+                    .map_err(|_| dev_err("mmt_", "one kernel per weight type"))?
+            },
+            mma: cc >= (8, 0),
             quantize_q8: f("quantize_q8")?,
             quantize_q8k: f("quantize_q8k")?,
             rms_norm: f("rms_norm")?,
@@ -269,7 +313,8 @@ impl Gpu {
     /// `y = x · Wᵀ` (`x` m × k, `y` m × n), or `y += x · Wᵀ` with `add` (the residual), on
     /// the path the weight was uploaded for. Integer path: the activations are quantized into
     /// `act` first unless `quantized` says they already are for this kind (q, k and v, or
-    /// gate and up, share one quantization); returns the kind now in `act`.
+    /// gate and up, share one quantization); returns the kind now in `act`. A quantized
+    /// product of at least [`MMA_MIN_ROWS`] rows runs on the tensor cores ([`Gpu::int_kernel`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn matmul_into(
         &self,
@@ -280,6 +325,34 @@ impl Gpu {
         act: &ActBufs,
         quantized: Option<i32>,
         add: bool,
+    ) -> Result<Option<i32>> {
+        let kernel = self.int_kernel(w, m);
+        self.matmul_with(w, x, m, y, act, quantized, add, kernel)
+    }
+
+    /// The integer kernel for a quantized product of `m` rows: by the shape alone (and
+    /// `CANDOR_CUDA_MATMUL=dp4a`, and whether the device has the int8 MMA).
+    pub(super) fn int_kernel(&self, w: &DevWeight, m: usize) -> IntKernel {
+        if self.k.mma && m >= MMA_MIN_ROWS && w.kind.act().is_some() && !dp4a_only() {
+            IntKernel::Mma
+        } else {
+            IntKernel::Dp4a
+        }
+    }
+
+    /// [`Gpu::matmul_into`] with the integer kernel chosen by the caller (`kernel` is
+    /// ignored for float weights and on the legacy path; the timings run both kernels).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul_with(
+        &self,
+        w: &DevWeight,
+        x: u64,
+        m: usize,
+        y: u64,
+        act: &ActBufs,
+        quantized: Option<i32>,
+        add: bool,
+        kernel: IntKernel,
     ) -> Result<Option<i32>> {
         if m == 0 {
             return Ok(quantized);
@@ -331,6 +404,17 @@ impl Gpu {
             ptr(&act.sums, s),
         );
         let (b_off, c_off) = (w.b_off as i64, w.c_off as i64);
+        let (f, cfg) = match (kernel, &self.k.mmt[w.kind as usize]) {
+            (IntKernel::Mma, Some(mmt)) if self.k.mma => (
+                mmt,
+                LaunchConfig {
+                    grid_dim: ((m.div_ceil(MT_BM) * w.n.div_ceil(MT_BN)) as u32, 1, 1),
+                    block_dim: (MT_THREADS as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+            ),
+            _ => (f, cfg),
+        };
         let mut lb = s.launch_builder(f);
         lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum).arg(&m_i);
         lb.arg(&pw)

@@ -254,25 +254,52 @@ __device__ __forceinline__ void row_ints(const WPart& w, int p, const signed cha
     }
 }
 
+// A weight block's float scales: `d` (and `m`: Q4_1 / Q5_1's min, the k-quants' dmin).
+struct WScale {
+    float d, m;
+};
+
+template <int T>
+__device__ __forceinline__ WScale load_wscale(const u8* B, const u8* C, long blk) {
+    WScale s;
+    if (T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
+        s.d = half_to_float(*(const u16*)(C + blk * Fmt<T>::SB));
+        s.m = 0.0f;
+    } else if (T == W_Q4_1 || T == W_Q5_1) {
+        u32 dm = *(const u32*)(C + blk * Fmt<T>::SB);
+        s.d = half_to_float((u16)(dm & 0xFFFF));
+        s.m = half_to_float((u16)(dm >> 16));
+    } else if (T == W_Q4_K || T == W_Q5_K) {
+        u32 dm = *(const u32*)(B + blk * 16);
+        s.d = half_to_float((u16)(dm & 0xFFFF));
+        s.m = half_to_float((u16)(dm >> 16));
+    } else {
+        s.d = half_to_float(*(const u16*)(C + blk * 2));
+        s.m = 0.0f;
+    }
+    return s;
+}
+
+// The CPU's `block_update` expression for one block and one activation row (the integer
+// kernels here and the tensor-core kernels of `mmt.cu` both use it).
+template <int T>
+__device__ __forceinline__ float block_expr(WScale w, int sumi, int summ, float dx, float sx) {
+    if (T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
+        return __fmul_rn(__fmul_rn((float)sumi, w.d), dx);
+    } else if (T == W_Q4_1 || T == W_Q5_1) {
+        return __fadd_rn(__fmul_rn(__fmul_rn((float)sumi, w.d), dx), __fmul_rn(w.m, sx));
+    } else if (T == W_Q4_K || T == W_Q5_K) {
+        return __fsub_rn(__fmul_rn(__fmul_rn(dx, w.d), (float)sumi), __fmul_rn(__fmul_rn(dx, w.m), (float)summ));
+    } else {
+        return __fmul_rn(__fmul_rn(dx, w.d), (float)sumi);
+    }
+}
+
 // The float term of block `blk` for one activation row: the CPU's `block_update` expression.
 template <int T>
 __device__ __forceinline__ float block_term(const u8* B, const u8* C, long blk, int sumi, int summ,
                                             float dx, float sx) {
-    if (T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
-        float dw = half_to_float(*(const u16*)(C + blk * Fmt<T>::SB));
-        return __fmul_rn(__fmul_rn((float)sumi, dw), dx);
-    } else if (T == W_Q4_1 || T == W_Q5_1) {
-        u32 dm = *(const u32*)(C + blk * Fmt<T>::SB);
-        float dw = half_to_float((u16)(dm & 0xFFFF)), mw = half_to_float((u16)(dm >> 16));
-        return __fadd_rn(__fmul_rn(__fmul_rn((float)sumi, dw), dx), __fmul_rn(mw, sx));
-    } else if (T == W_Q4_K || T == W_Q5_K) {
-        u32 dm = *(const u32*)(B + blk * 16);
-        float dw = half_to_float((u16)(dm & 0xFFFF)), dmin = half_to_float((u16)(dm >> 16));
-        return __fsub_rn(__fmul_rn(__fmul_rn(dx, dw), (float)sumi), __fmul_rn(__fmul_rn(dx, dmin), (float)summ));
-    } else {
-        float dw = half_to_float(*(const u16*)(C + blk * 2));
-        return __fmul_rn(__fmul_rn(dx, dw), (float)sumi);
-    }
+    return block_expr<T>(load_wscale<T>(B, C, blk), sumi, summ, dx, sx);
 }
 
 // y[r][o] (= or +=, `add`) for rows r < m, outputs o < n: the quantized product. Grid

@@ -25,6 +25,8 @@
 mod devices;
 #[cfg(test)]
 mod emulate;
+#[cfg(test)]
+mod emulate_mmt;
 mod forward;
 mod kernels;
 pub mod nvrtc;
@@ -47,7 +49,7 @@ mod tests {
     use cudarc::driver::CudaSlice;
 
     use super::devices::open_gpu;
-    use super::kernels::{ptr, Gpu, MatmulPath, MM_OUTS, MM_WIDE_ROWS};
+    use super::kernels::{ptr, Gpu, IntKernel, MatmulPath, MMA_MIN_ROWS, MM_OUTS, MM_WIDE_ROWS};
     use super::weights::{device_bytes, upload_weight};
     use super::*;
     use crate::model::quant::tests::noise;
@@ -101,7 +103,15 @@ mod tests {
         }
         let ptx = compile_kernels(None).expect("kernels compile");
         for cc in [(8, 0), (9, 0)] {
-            compile_kernels(Some(cc)).unwrap_or_else(|e| panic!("compute {cc:?}: {e}"));
+            let ptx = compile_kernels(Some(cc)).unwrap_or_else(|e| panic!("compute {cc:?}: {e}"));
+            // For `ptxas -arch=sm_90 -v` (registers, spills, shared memory) by hand.
+            if let (Some(dir), (9, 0)) = (std::env::var_os("CANDOR_PTX_OUT"), cc) {
+                std::fs::write(
+                    std::path::Path::new(&dir).join("kernels_sm90.ptx"),
+                    ptx.to_src(),
+                )
+                .expect("writing the PTX");
+            }
         }
         let src = ptx.to_src();
         for name in [
@@ -120,6 +130,14 @@ mod tests {
             "mmq8_q6_k",
             "mmq8_q5_0",
             "mmq1_bf16",
+            "mmt_q8_0",
+            "mmt_q4_0",
+            "mmt_q4_1",
+            "mmt_q5_0",
+            "mmt_q5_1",
+            "mmt_q4_k",
+            "mmt_q5_k",
+            "mmt_q6_k",
             "quantize_q8",
             "quantize_q8k",
         ] {
@@ -194,10 +212,11 @@ mod tests {
         }
     }
 
-    /// The integer and float kernels of `mmq.cu` on the GPU give the CPU's
-    /// `QWeight::matmul` bits for every weight type and batch size (1 row: the 1-row tile; 5,
-    /// 17 and 64: tiles of 8), with a partial output tile, k past one chunk, and the residual
-    /// epilogue (`y + x · Wᵀ`, the CPU's `x += out`).
+    /// The integer and float kernels of `mmq.cu` and `mmt.cu` on the GPU give the CPU's
+    /// `QWeight::matmul` bits for every weight type and batch size (1 row: the 1-row tile; 5
+    /// and 17: tiles of 8; 64 and 130: the tensor-core kernel on a device that has it), with a
+    /// partial output tile, k past one chunk, and the residual epilogue (`y + x · Wᵀ`, the
+    /// CPU's `x += out`).
     #[test]
     fn mmq_equals_the_cpu_matmul() {
         let Some(gpu) = gpu_or_skip("mmq_equals_the_cpu_matmul") else {
@@ -205,7 +224,7 @@ mod tests {
         };
         let s = &gpu.stream;
         let n = 37;
-        let act = gpu.act_bufs(64 * 4608).expect("scratch");
+        let act = gpu.act_bufs(130 * 4608).expect("scratch");
         for dtype in TYPES {
             // Float types with a k % 32 tail.
             let k = if dtype.block_size() == 1 {
@@ -220,7 +239,7 @@ mod tests {
                 device_bytes(&w, MatmulPath::Integer),
                 "{dtype:?}"
             );
-            for m in [1usize, 5, 17, 64] {
+            for m in [1usize, 5, 17, 64, 130] {
                 let mut x: Vec<f32> = noise(40 + m as u64, m * k)
                     .iter()
                     .map(|v| v * 3.0)
@@ -252,6 +271,77 @@ mod tests {
                             i / n,
                             i % n
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The tensor-core kernels (`mmt.cu`) and the `dp4a` kernels (`mmq.cu`) on the same
+    /// shapes, each against the CPU's bits: every quantized type, rows that fill a tile, leave
+    /// a partial one (70, 130) or fall below the dispatch threshold (17: the tensor-core
+    /// kernel called directly), 67 outputs (a partial output tile), k with a partial last stage
+    /// for the blocks of 32, with and without the residual. Checks that `matmul_into`
+    /// dispatches the tensor cores from `MMA_MIN_ROWS` rows on a device that has them.
+    #[test]
+    fn mmt_equals_the_cpu_matmul() {
+        let Some(gpu) = gpu_or_skip("mmt_equals_the_cpu_matmul") else {
+            return;
+        };
+        if !gpu.k.mma {
+            crate::skip::absent(
+                crate::skip::Need::Gpu,
+                "mmt_equals_the_cpu_matmul: the device has no int8 MMA (compute < 8.0)",
+            );
+            return;
+        }
+        let s = &gpu.stream;
+        let n = 67;
+        let act = gpu.act_bufs(130 * 4704).expect("scratch");
+        for dtype in &TYPES[3..] {
+            let dtype = *dtype;
+            let k = if dtype.block_size() == 256 {
+                4608
+            } else {
+                4704
+            };
+            let w = weight(dtype, n, k, 33);
+            let dw = upload_weight(&gpu, "w", &w, MatmulPath::Integer).expect("upload");
+            for m in [17usize, 64, 70, 130] {
+                if m >= MMA_MIN_ROWS && std::env::var("CANDOR_CUDA_MATMUL").is_err() {
+                    assert_eq!(gpu.int_kernel(&dw, m), IntKernel::Mma, "{dtype:?} m={m}");
+                }
+                let mut x: Vec<f32> = noise(60 + m as u64, m * k)
+                    .iter()
+                    .map(|v| v * 3.0)
+                    .collect();
+                x[2 * k..3 * k].fill(0.0);
+                x[k + 3] = -9.0;
+                x[k + 100] = 9.0;
+                let mut want = vec![0f32; m * n];
+                w.matmul(&x, m, &mut want);
+                let dx = gpu.upload("x", &x).expect("x");
+                let resid = noise(70 + m as u64, m * n);
+                for kernel in [IntKernel::Mma, IntKernel::Dp4a] {
+                    for add in [false, true] {
+                        let y: CudaSlice<f32> = if add {
+                            gpu.upload("y", &resid).expect("y")
+                        } else {
+                            gpu.upload("y", &vec![f32::NAN; m * n]).expect("y")
+                        };
+                        gpu.matmul_with(&dw, ptr(&dx, s), m, ptr(&y, s), &act, None, add, kernel)
+                            .expect("matmul");
+                        let got = s.clone_dtoh(&y).expect("download");
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            let w = if add { resid[i] + w } else { *w };
+                            assert_eq!(
+                                g.to_bits(),
+                                w.to_bits(),
+                                "{dtype:?} {kernel:?} m={m} add={add} row {} output {}: {g} vs {w}",
+                                i / n,
+                                i % n
+                            );
+                        }
                     }
                 }
             }

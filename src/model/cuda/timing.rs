@@ -2,7 +2,10 @@
 //! `benches/gpu/run.sh`): the device-to-device copy rate, then every matmul of the Llama-3-8B
 //! shape in Q4_K, Q6_K and Q8_0 at several batch sizes, on the legacy f32 kernels and on the
 //! integer kernels (activation quantization included), each against its two numbers: the bytes
-//! it must move (weights, activations and outputs once) and its multiply-adds.
+//! it must move (weights, activations and outputs once) and its multiply-adds. On the integer
+//! path the line `"path":"integer"` is the kernel `matmul_into` dispatches (`"kernel"`: `dp4a`
+//! or `mma`); from 16 rows the other kernel is timed on the same shape too (`"path":
+//! "integer-dp4a"` or `"integer-mma"`), so one call compares `dp4a` and the tensor cores.
 
 use std::time::Instant;
 
@@ -11,7 +14,7 @@ use cudarc::driver::CudaSlice;
 use crate::model::quant::{QWeight, WeightFormat};
 
 use super::devices::open_gpu;
-use super::kernels::{dev_err, ptr, Gpu, MatmulPath, Result};
+use super::kernels::{dev_err, ptr, Gpu, IntKernel, MatmulPath, Result};
 use super::weights::{device_bytes, upload_weight};
 
 /// Llama-3-8B's matrices: (name, n, k).
@@ -77,8 +80,8 @@ fn time(g: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// Runs the timings on CUDA device `ordinal` and returns one JSON line per measurement: first
-/// the copy rate (`{"copy_gbps": ...}`), then per matmul `{"path", "type", "shape", "n",
-/// "k", "m", "us", "gbps", "bw_frac", "tops"}`; `batches` are the row counts timed.
+/// the copy rate (`{"copy_gbps": ...}`), then per matmul `{"path", "kernel", "type", "shape",
+/// "n", "k", "m", "us", "gbps", "bw_frac", "tops"}`; `batches` are the row counts timed.
 pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
     use candle_core::quantized::GgmlDType;
     let g = open_gpu(ordinal)?;
@@ -119,26 +122,44 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
                 let wbytes = device_bytes(&w, path);
                 for &m in batches {
                     let (px, py) = (ptr(&dx, s), ptr(&y, s));
-                    let secs = time(&g, || match path {
-                        MatmulPath::Legacy => g.matmul(&dw, px, m, py),
-                        MatmulPath::Integer => {
-                            g.matmul_into(&dw, px, m, py, &act, None, false).map(|_| ())
-                        }
-                    })?;
-                    let bytes = (wbytes + m * k * 4 + m * n * 4) as f64;
-                    let gbps = bytes / secs / 1e9;
-                    let tops = 2.0 * (m * n * k) as f64 / secs / 1e12;
-                    let p = match path {
-                        MatmulPath::Legacy => "legacy",
-                        MatmulPath::Integer => "integer",
-                    };
-                    lines.push(format!(
-                        "{{\"path\":\"{p}\",\"type\":\"{name}\",\"shape\":\"{shape}\",\"n\":{n},\
-                         \"k\":{k},\"m\":{m},\"us\":{:.1},\"gbps\":{gbps:.1},\
-                         \"bw_frac\":{:.3},\"tops\":{tops:.2}}}",
-                        secs * 1e6,
-                        gbps / copy
-                    ));
+                    let chosen = g.int_kernel(&dw, m);
+                    // (path name, kernel): the dispatched one, and from 16 rows the other.
+                    let mut runs = vec![(
+                        match path {
+                            MatmulPath::Legacy => "legacy",
+                            MatmulPath::Integer => "integer",
+                        },
+                        chosen,
+                    )];
+                    if path == MatmulPath::Integer && m >= 16 && g.k.mma {
+                        runs.push(match chosen {
+                            IntKernel::Mma => ("integer-dp4a", IntKernel::Dp4a),
+                            IntKernel::Dp4a => ("integer-mma", IntKernel::Mma),
+                        });
+                    }
+                    for (p, kernel) in runs {
+                        let secs = time(&g, || match path {
+                            MatmulPath::Legacy => g.matmul(&dw, px, m, py),
+                            MatmulPath::Integer => g
+                                .matmul_with(&dw, px, m, py, &act, None, false, kernel)
+                                .map(|_| ()),
+                        })?;
+                        let bytes = (wbytes + m * k * 4 + m * n * 4) as f64;
+                        let gbps = bytes / secs / 1e9;
+                        let tops = 2.0 * (m * n * k) as f64 / secs / 1e12;
+                        let kn = match (path, kernel) {
+                            (MatmulPath::Legacy, _) => "f32",
+                            (_, IntKernel::Dp4a) => "dp4a",
+                            (_, IntKernel::Mma) => "mma",
+                        };
+                        lines.push(format!(
+                            "{{\"path\":\"{p}\",\"kernel\":\"{kn}\",\"type\":\"{name}\",\
+                             \"shape\":\"{shape}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{:.1},\
+                             \"gbps\":{gbps:.1},\"bw_frac\":{:.3},\"tops\":{tops:.2}}}",
+                            secs * 1e6,
+                            gbps / copy
+                        ));
+                    }
                 }
             }
         }
