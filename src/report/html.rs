@@ -166,6 +166,19 @@ fn middle_cut(s: &str, n: usize) -> String {
     out
 }
 
+/// The text at the right of a bar: its value and note.
+fn note_text(b: &Bar) -> String {
+    format!("{} · {}", b.text, b.note)
+}
+
+/// A generous estimate of `text`'s width in pixels at the notes' 11 px: about 7 px for a
+/// Latin character, 12 for a wide (CJK) one.
+fn note_width(text: &str) -> f64 {
+    text.chars()
+        .map(|c| if (c as u32) < 0x2e80 { 7.0 } else { 12.0 })
+        .sum()
+}
+
 /// A horizontal bar chart as inline SVG: per group one bar per run (its colour), whiskers for
 /// intervals, the value and the note at the right; a group's label takes two lines when it is
 /// long. Each drawn bar is a `rect.bar`; a chart without any value says so on a line of its
@@ -195,7 +208,14 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
         .map(|(g, l)| group_h(g, l) + GAP)
         .sum();
     let height = top + rows_h + 24.0;
-    let width = LABEL_W + PLOT_W + NOTE_W;
+    // The notes' column is as wide as its longest note (at least NOTE_W), so no note runs
+    // past the chart's edge; CSS scales a wide chart down to the page.
+    let note_w = groups
+        .iter()
+        .flat_map(|g| g.bars.iter().flatten())
+        .map(|b| note_width(&note_text(b)) + 16.0)
+        .fold(NOTE_W, f64::max);
+    let width = (LABEL_W + PLOT_W + note_w).ceil();
     let x = |v: f64| LABEL_W + (v.clamp(0.0, max) / max) * PLOT_W;
     let mut s = String::new();
     let _ = write!(
@@ -275,10 +295,9 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                     }
                     let _ = write!(
                         s,
-                        r##"<text class="note" x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{} · {}</text>"##,
+                        r##"<text class="note" x="{note_x:.1}" y="{:.1}" font-size="11" fill="#111827">{}</text>"##,
                         cy + 4.0,
-                        esc(&b.text),
-                        esc(&b.note)
+                        esc(&note_text(b))
                     );
                 }
                 None => {
@@ -654,7 +673,7 @@ fn manifest_summary(i: usize, run: &ReportRun) -> String {
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#111827}\
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #d1d5db;margin-top:32px}h3{font-size:15px}\
-figure{margin:16px 0}figcaption{font-weight:600;margin-bottom:4px}\
+figure{margin:16px 0}figcaption{font-weight:600;margin-bottom:4px}svg.chart{max-width:100%;height:auto}\
 table{border-collapse:collapse;font-size:12px;margin:6px 0}td,th{border:1px solid #e5e7eb;padding:2px 6px;text-align:left}\
 code{font-size:11px;word-break:break-all}.legend span{display:inline-block;margin-right:16px}\
 i{display:inline-block;width:10px;height:10px;margin-right:5px;border-radius:2px}\

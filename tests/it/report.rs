@@ -108,8 +108,8 @@ fn chromium_run(bin: &Path, page: &Path, extra: &[String]) -> (String, Vec<Strin
 }
 
 /// What a reader trips over in the charts of `page`, measured by Chromium on a copy of the page
-/// with a script added (the page itself has none): text boxes of one chart that overlap, and
-/// row labels that one chart shows twice.
+/// with a script added (the page itself has none): text boxes of one chart that overlap or run
+/// past its edge, and row labels that one chart shows twice.
 fn layout_faults(bin: &Path, page: &Path) -> Vec<String> {
     const CHECK: &str = r#"<script>
 (function () {
@@ -122,6 +122,13 @@ fn layout_faults(bin: &Path, page: &Path) -> Vec<String> {
       const spans = t.querySelectorAll('tspan');
       return spans.length ? Array.from(spans).map(function (x) { return x.textContent; }).join(' / ') : t.textContent;
     };
+    const frame = svg.getBoundingClientRect();
+    for (let i = 0; i < texts.length; i++) {
+      const b = boxes[i];
+      if (b.left < frame.left - 0.5 || b.right > frame.right + 0.5 || b.top < frame.top - 0.5 || b.bottom > frame.bottom + 0.5) {
+        faults.push(cap + ': "' + shown(texts[i]) + '" runs past the chart\'s edge');
+      }
+    }
     for (let i = 0; i < texts.length; i++) {
       for (let j = i + 1; j < texts.length; j++) {
         const a = boxes[i], b = boxes[j];
