@@ -583,7 +583,8 @@ fn real_refutebench_repeats_and_resumes_after_sigkill_to_identical_files() {
 }
 
 /// `--device`: an unknown device is an argument error; `cuda` in a build without the `cuda`
-/// feature is refused before anything is loaded or written, saying how to rebuild.
+/// feature is refused before anything is loaded or written, saying how to rebuild; in a build
+/// with it, a device the machine lacks is refused the same way.
 #[test]
 fn device_option_is_checked_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -598,7 +599,32 @@ fn device_option_is_checked_before_anything_runs() {
     args[n - 1] = "cuda:1".into();
     let res = candor().args(&args).output().unwrap();
     if cfg!(feature = "cuda") {
-        return; // built with CUDA: whether it runs depends on the machine's GPU
+        // Built with CUDA: the toy's fake models never touch a device, so a real model's run
+        // is refused instead when the machine lacks the device (no driver, no GPU, one GPU):
+        // one line naming it, before anything is loaded or written.
+        let devices = candor().arg("devices").output().unwrap();
+        let Some(model) = crate::util::default_model() else {
+            return;
+        };
+        if String::from_utf8_lossy(&devices.stdout).contains("cuda:1") {
+            return; // a second GPU would run it
+        }
+        let m = model.display().to_string();
+        let out = dir.path().join("real");
+        let res = candor()
+            .args([
+                "run", "fbbench", "--model", &m, "--judge", &m, "--limit", "1",
+            ])
+            .args(["--device", "cuda:1", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(!res.status.success());
+        let err = String::from_utf8_lossy(&res.stderr);
+        assert!(err.contains("--device cuda:1"), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(!out.exists(), "a refused run wrote {}", out.display());
+        return;
     }
     assert!(!res.status.success());
     let err = String::from_utf8_lossy(&res.stderr);
