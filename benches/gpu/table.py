@@ -37,17 +37,26 @@ def kernels(path):
     for r in rows:
         if "path" in r:
             by.setdefault(key(r), {})[r["path"]] = r
-    print(f"{'type':5} {'shape':12} {'m':>4} | {'legacy us':>10} {'integer us':>10} {'speed-up':>8} "
-          f"| {'int GB/s':>8} {'bw frac':>7} {'int TOPS':>8}")
+    # `integer` is the kernel the shape dispatches to (its `kernel` field); `integer-dp4a` /
+    # `integer-mma` the other integer kernel on the same shape (from 16 rows).
+    print(f"{'type':5} {'shape':12} {'m':>4} | {'legacy us':>10} {'integer us':>10} {'kernel':>6} "
+          f"{'speed-up':>8} | {'int GB/s':>8} {'bw frac':>7} {'int TOPS':>8} | {'other':>6} "
+          f"{'other us':>9} {'TOPS':>6}")
     for k in sorted(by):
         leg, new = by[k].get("legacy"), by[k].get("integer")
+        alt = by[k].get("integer-dp4a") or by[k].get("integer-mma")
         lu = f"{leg['us']:.1f}" if leg else "–"
         nu = f"{new['us']:.1f}" if new else "–"
+        kn = (new.get("kernel") or "–") if new else "–"
         sp = f"{leg['us'] / new['us']:.2f}x" if leg and new else "–"
         gb = f"{new['gbps']:.0f}" if new else "–"
         bf = f"{new['bw_frac']:.2f}" if new else "–"
         tp = f"{new['tops']:.2f}" if new else "–"
-        print(f"{k[0]:5} {k[1]:12} {k[2]:>4} | {lu:>10} {nu:>10} {sp:>8} | {gb:>8} {bf:>7} {tp:>8}")
+        an = (alt.get("kernel") or "–") if alt else "–"
+        au = f"{alt['us']:.1f}" if alt else "–"
+        at = f"{alt['tops']:.2f}" if alt else "–"
+        print(f"{k[0]:5} {k[1]:12} {k[2]:>4} | {lu:>10} {nu:>10} {kn:>6} {sp:>8} | {gb:>8} {bf:>7} "
+              f"{tp:>8} | {an:>6} {au:>9} {at:>6}")
 
 
 def targets(out):
