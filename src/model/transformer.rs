@@ -770,7 +770,7 @@ fn gelu_f16_table() -> &'static [f32] {
 }
 
 /// Adds `b` to every `b.len()`-wide row of `x`.
-fn add_rows(x: &mut [f32], b: &[f32]) {
+pub(super) fn add_rows(x: &mut [f32], b: &[f32]) {
     for row in x.chunks_exact_mut(b.len()) {
         add_in_place(row, b);
     }
@@ -855,7 +855,7 @@ fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 
 /// Rotates the first `rd` dimensions of one head: adjacent pairs `(v[2i], v[2i+1])`
 /// (llama.cpp's NORM mode) or halves `(v[i], v[i + rd/2])` (NEOX mode).
-fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
+pub(super) fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
     if neox {
         let half = rd / 2;
         for (i, c) in cs.chunks_exact(2).enumerate() {
