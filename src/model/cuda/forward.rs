@@ -798,6 +798,7 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::devices::open_gpu;
+    use super::super::emulate::{quantize_q8, quantize_q8k, Acts};
     use super::super::kernels::{compile_kernels, Kind};
     use super::super::nvrtc;
     use super::super::weights::{kind_of, upload_weight};
@@ -985,6 +986,171 @@ mod tests {
                 }
             }
             assert_eq!(pool, want, "pool, neox {neox} rd {rd}");
+        }
+    }
+
+    /// `rms_norm`'s scale of one row as its block of `threads` threads computes it: strided
+    /// `fmaf` partial sums, the shared-memory tree, `1 / sqrtf(sum / dim + eps)`.
+    fn emulate_rms_scale(x: &[f32], threads: usize, eps: f32) -> f32 {
+        let mut part: Vec<f32> = (0..threads)
+            .map(|t| {
+                x.iter()
+                    .skip(t)
+                    .step_by(threads)
+                    .fold(0f32, |acc, &v| v.mul_add(v, acc))
+            })
+            .collect();
+        let mut half = threads / 2;
+        while half > 0 {
+            for t in 0..half {
+                part[t] += part[t + half];
+            }
+            half /= 2;
+        }
+        1.0 / (part[0] / x.len() as f32 + eps).sqrt()
+    }
+
+    /// `rms_norm_q8` (`fused.cu`) over the whole grid, as its threads run it: y, and the
+    /// activation blocks each warp writes in its loop over the row's blocks.
+    fn emulate_rms_norm_q8(
+        x: &[f32],
+        w: &[f32],
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        kind: ActBlocks,
+    ) -> (Vec<f32>, Acts) {
+        let threads = dim.next_power_of_two().clamp(32, 1024);
+        let warps = threads / 32;
+        let mut y = vec![0f32; rows * dim];
+        let nb32 = dim / 32;
+        let mut acts = Acts {
+            qs: vec![0; rows * dim],
+            d: vec![f32::NAN; rows * nb32],
+            s: if kind == ActBlocks::Q8_1 {
+                vec![f32::NAN; rows * nb32]
+            } else {
+                Vec::new()
+            },
+            sums: vec![
+                i32::MIN;
+                if kind == ActBlocks::Q8K {
+                    rows * dim / 16
+                } else {
+                    rows * nb32
+                }
+            ],
+        };
+        if kind == ActBlocks::Q8K {
+            acts.d.truncate(rows * dim / 256);
+        }
+        for r in 0..rows {
+            let base = r * dim;
+            let scale = emulate_rms_scale(&x[base..base + dim], threads, eps);
+            for i in 0..dim {
+                y[base + i] = x[base + i] * scale * w[i];
+            }
+            let normed = |c: usize| x[base + c] * scale * w[c];
+            for warp in 0..warps {
+                if kind != ActBlocks::Q8K {
+                    let nb = dim / 32;
+                    let mut b = warp;
+                    while b < nb {
+                        let v: [f32; 32] = std::array::from_fn(|lane| normed(b * 32 + lane));
+                        let a = v.iter().fold(0f32, |a, v| a.max(v.abs()));
+                        let id = if a != 0.0 { 127.0 / a } else { 0.0 };
+                        let mut sum = 0;
+                        for (lane, &v) in v.iter().enumerate() {
+                            let q = ((v * id).round_ties_even() as i32).clamp(-128, 127);
+                            acts.qs[base + b * 32 + lane] = q as i8;
+                            sum += q;
+                        }
+                        let dd = a / 127.0;
+                        acts.d[r * nb + b] = half::f16::from_f32(dd).to_f32();
+                        if kind == ActBlocks::Q8_1 {
+                            acts.s[r * nb + b] = half::f16::from_f32(sum as f32 * dd).to_f32();
+                        } else {
+                            acts.sums[r * nb + b] = sum;
+                        }
+                        b += warps;
+                    }
+                    continue;
+                }
+                let nb = dim / 256;
+                let mut b = warp;
+                while b < nb {
+                    let c0 = |lane: usize| b * 256 + lane * 8;
+                    // The element of largest magnitude, the first of equal ones.
+                    let (mut amax, mut mx) = (0f32, 0f32);
+                    for i in 0..256 {
+                        let v = normed(b * 256 + i);
+                        if v.abs() > amax {
+                            (amax, mx) = (v.abs(), v);
+                        }
+                    }
+                    let iscale = if amax == 0.0 { 0.0 } else { -127.0 / mx };
+                    let mut s8 = [0i32; 32];
+                    for (lane, s8) in s8.iter_mut().enumerate() {
+                        for j in 0..8 {
+                            let v = normed(c0(lane) + j);
+                            let q = if amax == 0.0 {
+                                0
+                            } else {
+                                ((iscale * v).round_ties_even() as i32).clamp(-128, 127)
+                            };
+                            acts.qs[base + c0(lane) + j] = q as i8;
+                            *s8 += q;
+                        }
+                    }
+                    for lane in (0..32).step_by(2) {
+                        acts.sums[r * (dim / 16) + b * 16 + lane / 2] = s8[lane] + s8[lane + 1];
+                    }
+                    acts.d[r * nb + b] = if amax == 0.0 { 0.0 } else { 1.0 / iscale };
+                    b += warps;
+                }
+            }
+        }
+        (y, acts)
+    }
+
+    /// `rms_norm_q8` emulated equals `rms_norm` followed by the separate quantize kernels
+    /// (`emulate.rs`'s `quantize_q8` / `quantize_q8k`, which the matmul tests check against
+    /// the CPU): the same normed rows and every activation block, scale and sum at the same
+    /// offsets, for the three kinds, with a zero row, rows wider than a block of threads
+    /// (4608: several blocks per warp) and narrower (256: idle warps for Q8_K).
+    #[test]
+    fn rms_norm_q8_emulated_equals_rms_norm_then_quantize() {
+        for dim in [4608usize, 256, 1536] {
+            let rows = 3;
+            let mut x: Vec<f32> = noise(21, rows * dim).iter().map(|v| v * 4.0).collect();
+            x[dim..2 * dim].fill(0.0);
+            x[7] = -x.iter().fold(0f32, |a, v| a.max(v.abs())) * 2.0;
+            let w = noise(22, dim);
+            let eps = 1e-6;
+            let threads = dim.next_power_of_two().clamp(32, 1024);
+            let mut y = vec![0f32; rows * dim];
+            for r in 0..rows {
+                let scale = emulate_rms_scale(&x[r * dim..(r + 1) * dim], threads, eps);
+                for i in 0..dim {
+                    y[r * dim + i] = x[r * dim + i] * scale * w[i];
+                }
+            }
+            for kind in [ActBlocks::Q8_0, ActBlocks::Q8_1, ActBlocks::Q8K] {
+                let want = match kind {
+                    ActBlocks::Q8K => quantize_q8k(&y, rows, dim),
+                    _ => quantize_q8(&y, rows, dim, kind.code() as u8),
+                };
+                let (gy, got) = emulate_rms_norm_q8(&x, &w, rows, dim, eps, kind);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&gy), bits(&y), "{kind:?} dim {dim}: y");
+                assert_eq!(got.qs, want.qs, "{kind:?} dim {dim}: quants");
+                assert_eq!(bits(&got.d), bits(&want.d), "{kind:?} dim {dim}: scales");
+                if kind == ActBlocks::Q8_1 {
+                    assert_eq!(bits(&got.s), bits(&want.s), "{kind:?} dim {dim}: sums · d");
+                } else {
+                    assert_eq!(got.sums, want.sums, "{kind:?} dim {dim}: integer sums");
+                }
+            }
         }
     }
 
