@@ -2,7 +2,8 @@
 //! qwen2, qwen3, gemma2, gemma3, phi3; llama.cpp's `src/models/<arch>.cpp` are the reference
 //! implementations). What differs between them is data in [`ModelConfig`] and optional
 //! weights (biases, q/k norms, post-norms, fused projections), never a second copy of the
-//! pass. Weights come from a GGUF file or a Hugging Face checkpoint through [`TensorSource`].
+//! pass: the layer sequence is the model's [`Plan`] (`model::plan`), which `forward` executes
+//! step by step and the GPU lowers to its launches. Weights come from a GGUF file or a Hugging Face checkpoint through [`TensorSource`].
 //!
 //! One forward step takes several sequences, each contributing some new tokens (a prefill chunk
 //! or one decode token) at its own positions, attending over its own KV state only. There is no

@@ -1,4 +1,6 @@
-//! The model on a device and its packed forward pass (one step).
+//! The model on a device and its packed forward pass (one step): the launches of the model's
+//! plan as [`Lowering`] lists them, each matched to the plan step it covers; the layer
+//! sequence itself is written only in `model::plan`.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +17,7 @@ use crate::model::arch::{Activation, ModelConfig};
 use crate::model::device::DeviceSpec;
 use crate::model::error::ModelError;
 use crate::model::kv::{KvSeq, Logits, SeqStep};
-use crate::model::lowering::{target_of, ActBlocks, Kernel, Launch, Lowering, Target};
+use crate::model::lowering::{covered, target_of, ActBlocks, Kernel, Launch, Lowering, Target};
 #[cfg(any(test, feature = "testkit"))]
 use crate::model::plan::trace;
 use crate::model::plan::{Block, Matrix, Place, RopeTable, Step};
@@ -178,6 +180,12 @@ impl CudaModel {
         let pool = new_pool(&gpu, c.n_layer * 2 * block_tokens * c.kv_dim(), kv_limit)?;
         let target = target_of(model, path == MatmulPath::Integer, fused_launches());
         let lowering = Lowering::new(model.plan(), &target);
+        // Every plan step launched, in order (checked once per model; the tests check it for
+        // every architecture).
+        for (place, steps) in model.plan().places() {
+            covered(steps, lowering.launches(place))
+                .map_err(|e| ModelError::Device(format!("cuda: lowering {place:?}: {e}")))?;
+        }
         Ok(CudaModel {
             gpu,
             spec: DeviceSpec::Cuda(ordinal),
