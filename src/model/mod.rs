@@ -15,6 +15,8 @@ pub mod error;
 pub mod expf;
 pub mod kv;
 pub mod limits;
+pub mod lowering;
+pub mod plan;
 pub mod quant;
 pub mod runner;
 pub mod transformer;

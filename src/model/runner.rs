@@ -104,6 +104,21 @@ impl Model {
         "cpu".into()
     }
 
+    /// The launches of the GPU's forward pass (its plan lowered), on a GPU.
+    #[cfg(feature = "cuda")]
+    pub fn gpu_lowering(&self) -> Option<&super::lowering::Lowering> {
+        self.cuda.as_ref().map(|c| c.lowering())
+    }
+
+    /// Test support: whether the GPU's adjacent plan steps share launches (the default) or each
+    /// step is launched alone (the reference the fused launches must equal bit for bit).
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn set_gpu_fusion(&mut self, fuse: bool) {
+        if let Some(c) = &mut self.cuda {
+            c.set_fusion(self.llama.plan(), fuse);
+        }
+    }
+
     /// The pool KV blocks must come from, when the KV lives in a device's memory.
     pub fn kv_pool(&self) -> Option<KvPool> {
         #[cfg(feature = "cuda")]

@@ -2,7 +2,8 @@
 //! qwen2, qwen3, gemma2, gemma3, phi3; llama.cpp's `src/models/<arch>.cpp` are the reference
 //! implementations). What differs between them is data in [`ModelConfig`] and optional
 //! weights (biases, q/k norms, post-norms, fused projections), never a second copy of the
-//! pass. Weights come from a GGUF file or a Hugging Face checkpoint through [`TensorSource`].
+//! pass: the layer sequence is the model's [`Plan`] (`model::plan`), which `forward` executes
+//! step by step and the GPU lowers to its launches. Weights come from a GGUF file or a Hugging Face checkpoint through [`TensorSource`].
 //!
 //! One forward step takes several sequences, each contributing some new tokens (a prefill chunk
 //! or one decode token) at its own positions, attending over its own KV state only. There is no
@@ -23,6 +24,9 @@ use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::kv::{KvSeq, Logits, SeqStep};
+#[cfg(any(test, feature = "testkit"))]
+use super::plan::{trace, Place};
+use super::plan::{Block, LayerParts, Matrix, Plan, RopeTable, Step};
 use super::quant::QWeight;
 use crate::model::checkpoint::Checkpoint;
 use crate::weights::error::WeightsError;
@@ -123,6 +127,20 @@ pub(super) struct Layer {
     pub(super) swa: bool,
 }
 
+impl Layer {
+    /// What the layer holds that its steps depend on; `swa_table`: whether the model's
+    /// sliding-window layers have RoPE angles of their own.
+    fn parts(&self, swa_table: bool) -> LayerParts {
+        LayerParts {
+            fused: matches!(self.qkv, Qkv::Fused(_)),
+            bias: self.bias.is_some(),
+            qk_norm: self.qk_norm.is_some(),
+            post_norms: self.post_attn_norm.is_some(),
+            swa_rope: self.swa && swa_table,
+        }
+    }
+}
+
 /// What one token costs the forward pass: the bytes of the weights it reads and its
 /// multiply-adds, for the layers' matrices and for the output projection apart (prefill runs
 /// the output projection for the last row of a sequence only). Attention's own work (which
@@ -160,6 +178,8 @@ pub struct Transformer {
     pub(super) rope_freqs: RopeFreqs,
     /// The same for sliding-window layers, when they differ.
     pub(super) rope_swa_freqs: Option<RopeFreqs>,
+    /// The steps of each layer and of the head, which every device executes.
+    pub(super) plan: Plan,
 }
 
 /// One line naming the tensors a file holds that the forward pass did not read (the first
@@ -323,6 +343,8 @@ impl Transformer {
         let rope_freqs = c.rope_freqs(false, factors.as_deref());
         let rope_swa_freqs =
             Some(c.rope_freqs(true, factors.as_deref())).filter(|f| *f != rope_freqs);
+        let swa_table = rope_swa_freqs.is_some();
+        let plan = Plan::new(c, layers.iter().map(|l| l.parts(swa_table)));
         Ok(Transformer {
             config,
             dtype,
@@ -332,7 +354,13 @@ impl Transformer {
             output,
             rope_freqs,
             rope_swa_freqs,
+            plan,
         })
+    }
+
+    /// The steps every device executes for this model (see [`Plan`]).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -391,7 +419,7 @@ impl Transformer {
         scratch: &'s mut Scratch,
     ) -> &'s [f32] {
         let c = &self.config;
-        let (dim, q_dim, kv_dim, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let dim = c.dim;
         let rd = c.rope_dim;
         let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         scratch.prepare(c, rows);
@@ -422,129 +450,212 @@ impl Transformer {
         }
 
         for (l, layer) in self.layers.iter().enumerate() {
-            rms_norm_rows(&s.x, &layer.attn_norm, c.rms_eps, &mut s.xb[..rows * dim]);
-            let xb = &s.xb[..rows * dim];
-            let (q, k, v) = (
-                &mut s.q[..rows * q_dim],
-                &mut s.k[..rows * kv_dim],
-                &mut s.v[..rows * kv_dim],
-            );
-            match &layer.qkv {
-                Qkv::Split {
-                    q: wq,
-                    k: wk,
-                    v: wv,
-                } => {
-                    QWeight::matmul_shared(&[wq, wk, wv], xb, rows, &mut [q, k, v]);
-                }
-                Qkv::Fused(w) => {
-                    let width = q_dim + 2 * kv_dim;
-                    let fused = &mut s.fused[..rows * width];
-                    w.matmul(xb, rows, fused);
-                    for (r, f) in fused.chunks_exact(width).enumerate() {
-                        q[r * q_dim..(r + 1) * q_dim].copy_from_slice(&f[..q_dim]);
-                        k[r * kv_dim..(r + 1) * kv_dim].copy_from_slice(&f[q_dim..q_dim + kv_dim]);
-                        v[r * kv_dim..(r + 1) * kv_dim].copy_from_slice(&f[q_dim + kv_dim..]);
-                    }
-                }
+            for &step in self.plan.layer(l) {
+                #[cfg(any(test, feature = "testkit"))]
+                trace::record(trace::Event::Step(Place::Layer(l), step));
+                self.layer_step(step, l, layer, seqs, rows, s);
             }
-            if let Some([bq, bk, bv]) = &layer.bias {
-                add_rows(q, bq);
-                add_rows(k, bk);
-                add_rows(v, bv);
-            }
-            if let Some((nq, nk)) = &layer.qk_norm {
-                rms_norm_in_place(q, nq, c.rms_eps);
-                rms_norm_in_place(k, nk, c.rms_eps);
-            }
-            let rope = match (&self.rope_swa_freqs, layer.swa) {
-                (Some(_), true) => &s.rope_swa,
-                _ => &s.rope,
-            };
-            for r in 0..rows {
-                let cs = &rope[r * rd..(r + 1) * rd];
-                for h in 0..c.n_head {
-                    apply_rope(&mut q[r * q_dim + h * hd..][..hd], cs, rd, c.rope_neox);
-                }
-                for h in 0..c.n_kv_head {
-                    apply_rope(&mut k[r * kv_dim + h * hd..][..hd], cs, rd, c.rope_neox);
-                }
-            }
-            for (seq, &(r0, n, p0)) in seqs.iter_mut().zip(&s.seq_spans) {
-                for i in 0..n {
-                    let r = r0 + i;
-                    seq.kv.write(
-                        l,
-                        p0 + i,
-                        &k[r * kv_dim..(r + 1) * kv_dim],
-                        &v[r * kv_dim..(r + 1) * kv_dim],
-                    );
-                }
-            }
-            let attn = &mut s.attn[..rows * q_dim];
-            self.attention(l, seqs, &s.seq_spans, q, attn);
-            let out = &mut s.xb[..rows * dim];
-            layer.wo.matmul(attn, rows, out);
-            if let Some(w) = &layer.post_attn_norm {
-                rms_norm_in_place(out, w, c.rms_eps);
-            }
-            add_in_place(&mut s.x, out);
-            rms_norm_rows(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.xb[..rows * dim]);
-            let xb = &s.xb[..rows * dim];
-            let (gate, up) = (&mut s.gate[..], &mut s.up[..]);
-            match &layer.gate_up {
-                GateUp::Split { gate: wg, up: wu } => {
-                    QWeight::matmul_shared(&[wg, wu], xb, rows, &mut [gate, up]);
-                }
-                GateUp::Fused(w) => {
-                    let ffn = c.ffn_dim;
-                    let fused = &mut s.fused[..rows * 2 * ffn];
-                    w.matmul(xb, rows, fused);
-                    for (r, f) in fused.chunks_exact(2 * ffn).enumerate() {
-                        gate[r * ffn..(r + 1) * ffn].copy_from_slice(&f[..ffn]);
-                        up[r * ffn..(r + 1) * ffn].copy_from_slice(&f[ffn..]);
-                    }
-                }
-            }
-            gated(
-                c.activation,
-                &mut s.gate[..rows * c.ffn_dim],
-                &s.up[..rows * c.ffn_dim],
-            );
-            let out = &mut s.xb[..rows * dim];
-            layer.w_down.matmul(&s.gate, rows, out);
-            if let Some(w) = &layer.post_ffn_norm {
-                rms_norm_in_place(out, w, c.rms_eps);
-            }
-            add_in_place(&mut s.x, out);
         }
 
-        // Final norm and output projection, only for the rows whose logits are wanted.
+        // The head: final norm and output projection, only for the rows whose logits are
+        // wanted.
         let mut m = 0;
-        for (seq, &(r0, n, _)) in seqs.iter().zip(&s.seq_spans) {
-            let wanted = match seq.logits {
-                Logits::None => r0..r0,
-                Logits::Last => r0 + n.saturating_sub(1)..r0 + n,
-                Logits::All => r0..r0 + n,
-            };
-            for r in wanted {
-                s.xb[m * dim..(m + 1) * dim].copy_from_slice(&s.x[r * dim..(r + 1) * dim]);
-                m += 1;
-            }
-        }
-        let normed = &mut s.attn[..m * dim];
-        rms_norm_rows(&s.xb[..m * dim], &self.output_norm, c.rms_eps, normed);
-        s.logits.resize(m * c.vocab_size, 0.0);
-        self.output
-            .as_ref()
-            .unwrap_or(&self.embedding)
-            .matmul(normed, m, &mut s.logits);
-        if let Some(cap) = c.final_softcap {
-            for v in s.logits.iter_mut() {
-                *v = (*v / cap).tanh() * cap;
+        for &step in self.plan.head() {
+            #[cfg(any(test, feature = "testkit"))]
+            trace::record(trace::Event::Step(Place::Head, step));
+            match step {
+                Step::Gather => {
+                    for (seq, &(r0, n, _)) in seqs.iter().zip(&s.seq_spans) {
+                        let wanted = match seq.logits {
+                            Logits::None => r0..r0,
+                            Logits::Last => r0 + n.saturating_sub(1)..r0 + n,
+                            Logits::All => r0..r0 + n,
+                        };
+                        for r in wanted {
+                            s.xb[m * dim..(m + 1) * dim]
+                                .copy_from_slice(&s.x[r * dim..(r + 1) * dim]);
+                            m += 1;
+                        }
+                    }
+                }
+                Step::FinalNorm => {
+                    let normed = &mut s.attn[..m * dim];
+                    rms_norm_rows(&s.xb[..m * dim], &self.output_norm, c.rms_eps, normed);
+                }
+                Step::Project(Matrix::Logits) => {
+                    s.logits.resize(m * c.vocab_size, 0.0);
+                    self.output.as_ref().unwrap_or(&self.embedding).matmul(
+                        &s.attn[..m * dim],
+                        m,
+                        &mut s.logits,
+                    );
+                }
+                Step::Softcap => {
+                    let cap = c.final_softcap.expect("plan: a softcap step has a cap");
+                    for v in s.logits.iter_mut() {
+                        *v = (*v / cap).tanh() * cap;
+                    }
+                }
+                other => unreachable!("plan: {other:?} in the head"),
             }
         }
         &s.logits
+    }
+
+    /// Runs one step of layer `l` on the step's `rows` rows (see [`Step`] for the buffers).
+    fn layer_step<K: KvSeq>(
+        &self,
+        step: Step,
+        l: usize,
+        layer: &Layer,
+        seqs: &mut [SeqStep<'_, K>],
+        rows: usize,
+        s: &mut Scratch,
+    ) {
+        let c = &self.config;
+        let (dim, q_dim, kv_dim, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let rd = c.rope_dim;
+        let missing =
+            |what: &str| -> ! { unreachable!("plan: {step:?} on a layer without {what}") };
+        match step {
+            Step::Norm(block) => {
+                let w = match block {
+                    Block::Attn => &layer.attn_norm,
+                    Block::Ffn => &layer.ffn_norm,
+                };
+                rms_norm_rows(&s.x, w, c.rms_eps, &mut s.xb[..rows * dim]);
+            }
+            Step::Project(Matrix::Qkv) => {
+                let xb = &s.xb[..rows * dim];
+                match &layer.qkv {
+                    Qkv::Split {
+                        q: wq,
+                        k: wk,
+                        v: wv,
+                    } => {
+                        let (q, k, v) = (
+                            &mut s.q[..rows * q_dim],
+                            &mut s.k[..rows * kv_dim],
+                            &mut s.v[..rows * kv_dim],
+                        );
+                        QWeight::matmul_shared(&[wq, wk, wv], xb, rows, &mut [q, k, v]);
+                    }
+                    Qkv::Fused(w) => {
+                        let width = q_dim + 2 * kv_dim;
+                        w.matmul(xb, rows, &mut s.fused[..rows * width]);
+                    }
+                }
+            }
+            Step::Split(Matrix::Qkv) => {
+                let width = q_dim + 2 * kv_dim;
+                let (q, k, v) = (
+                    &mut s.q[..rows * q_dim],
+                    &mut s.k[..rows * kv_dim],
+                    &mut s.v[..rows * kv_dim],
+                );
+                for (r, f) in s.fused[..rows * width].chunks_exact(width).enumerate() {
+                    q[r * q_dim..(r + 1) * q_dim].copy_from_slice(&f[..q_dim]);
+                    k[r * kv_dim..(r + 1) * kv_dim].copy_from_slice(&f[q_dim..q_dim + kv_dim]);
+                    v[r * kv_dim..(r + 1) * kv_dim].copy_from_slice(&f[q_dim + kv_dim..]);
+                }
+            }
+            Step::Bias => {
+                let Some([bq, bk, bv]) = &layer.bias else {
+                    missing("biases")
+                };
+                add_rows(&mut s.q[..rows * q_dim], bq);
+                add_rows(&mut s.k[..rows * kv_dim], bk);
+                add_rows(&mut s.v[..rows * kv_dim], bv);
+            }
+            Step::QkNorm => {
+                let Some((nq, nk)) = &layer.qk_norm else {
+                    missing("q/k norms")
+                };
+                rms_norm_in_place(&mut s.q[..rows * q_dim], nq, c.rms_eps);
+                rms_norm_in_place(&mut s.k[..rows * kv_dim], nk, c.rms_eps);
+            }
+            Step::Rope(table) => {
+                let rope = match table {
+                    RopeTable::Swa => &s.rope_swa,
+                    RopeTable::Full => &s.rope,
+                };
+                let (q, k) = (&mut s.q[..rows * q_dim], &mut s.k[..rows * kv_dim]);
+                for r in 0..rows {
+                    let cs = &rope[r * rd..(r + 1) * rd];
+                    for h in 0..c.n_head {
+                        apply_rope(&mut q[r * q_dim + h * hd..][..hd], cs, rd, c.rope_neox);
+                    }
+                    for h in 0..c.n_kv_head {
+                        apply_rope(&mut k[r * kv_dim + h * hd..][..hd], cs, rd, c.rope_neox);
+                    }
+                }
+            }
+            Step::KvWrite => {
+                let (k, v) = (&s.k[..rows * kv_dim], &s.v[..rows * kv_dim]);
+                for (seq, &(r0, n, p0)) in seqs.iter_mut().zip(&s.seq_spans) {
+                    for i in 0..n {
+                        let r = r0 + i;
+                        seq.kv.write(
+                            l,
+                            p0 + i,
+                            &k[r * kv_dim..(r + 1) * kv_dim],
+                            &v[r * kv_dim..(r + 1) * kv_dim],
+                        );
+                    }
+                }
+            }
+            Step::Attention { window } => {
+                let attn = &mut s.attn[..rows * q_dim];
+                self.attention(l, window, seqs, &s.seq_spans, &s.q[..rows * q_dim], attn);
+            }
+            Step::Project(Matrix::Out) => {
+                layer
+                    .wo
+                    .matmul(&s.attn[..rows * q_dim], rows, &mut s.xb[..rows * dim]);
+            }
+            Step::PostNorm(block) => {
+                let w = match block {
+                    Block::Attn => &layer.post_attn_norm,
+                    Block::Ffn => &layer.post_ffn_norm,
+                };
+                let Some(w) = w else { missing("post-norms") };
+                rms_norm_in_place(&mut s.xb[..rows * dim], w, c.rms_eps);
+            }
+            Step::Residual => add_in_place(&mut s.x, &s.xb[..rows * dim]),
+            Step::Project(Matrix::GateUp) => {
+                let xb = &s.xb[..rows * dim];
+                match &layer.gate_up {
+                    GateUp::Split { gate: wg, up: wu } => {
+                        let (gate, up) = (&mut s.gate[..], &mut s.up[..]);
+                        QWeight::matmul_shared(&[wg, wu], xb, rows, &mut [gate, up]);
+                    }
+                    GateUp::Fused(w) => {
+                        w.matmul(xb, rows, &mut s.fused[..rows * 2 * c.ffn_dim]);
+                    }
+                }
+            }
+            Step::Split(Matrix::GateUp) => {
+                let ffn = c.ffn_dim;
+                let (gate, up) = (&mut s.gate[..], &mut s.up[..]);
+                for (r, f) in s.fused[..rows * 2 * ffn].chunks_exact(2 * ffn).enumerate() {
+                    gate[r * ffn..(r + 1) * ffn].copy_from_slice(&f[..ffn]);
+                    up[r * ffn..(r + 1) * ffn].copy_from_slice(&f[ffn..]);
+                }
+            }
+            Step::Gated(act) => gated(
+                act,
+                &mut s.gate[..rows * c.ffn_dim],
+                &s.up[..rows * c.ffn_dim],
+            ),
+            Step::Project(Matrix::Down) => {
+                layer.w_down.matmul(&s.gate, rows, &mut s.xb[..rows * dim]);
+            }
+            Step::Project(Matrix::Logits)
+            | Step::Split(_)
+            | Step::Gather
+            | Step::FinalNorm
+            | Step::Softcap => unreachable!("plan: {step:?} in a layer"),
+        }
     }
 
     /// Causal attention of each sequence's new rows over its own KV, written into `out`
@@ -556,6 +667,7 @@ impl Transformer {
     fn attention<K: KvSeq>(
         &self,
         layer: usize,
+        window: Option<usize>,
         seqs: &[SeqStep<'_, K>],
         spans: &[(usize, usize, usize)],
         q: &[f32],
@@ -568,7 +680,7 @@ impl Transformer {
             group: c.n_head / c.n_kv_head,
             scale: c.attn_scale,
             softcap: c.attn_softcap,
-            window: c.window(layer),
+            window,
         };
         let tasks = attention_tasks(spans, c.n_kv_head, geo.group, rayon::current_num_threads());
         let results: Vec<Vec<f32>> = tasks
@@ -659,7 +771,7 @@ fn gelu_f16_table() -> &'static [f32] {
 }
 
 /// Adds `b` to every `b.len()`-wide row of `x`.
-fn add_rows(x: &mut [f32], b: &[f32]) {
+pub(super) fn add_rows(x: &mut [f32], b: &[f32]) {
     for row in x.chunks_exact_mut(b.len()) {
         add_in_place(row, b);
     }
@@ -744,7 +856,7 @@ fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 
 /// Rotates the first `rd` dimensions of one head: adjacent pairs `(v[2i], v[2i+1])`
 /// (llama.cpp's NORM mode) or halves `(v[i], v[i + rd/2])` (NEOX mode).
-fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
+pub(super) fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
     if neox {
         let half = rd / 2;
         for (i, c) in cs.chunks_exact(2).enumerate() {
@@ -764,5 +876,157 @@ fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
 fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::lowering::{covered, target_of, ActBlocks, Lowering, Target};
+    use crate::model::plan::trace::{self, Event};
+
+    /// One sequence's keys and values, every layer.
+    struct VecKv {
+        kv_dim: usize,
+        keys: Vec<Vec<f32>>,
+        values: Vec<Vec<f32>>,
+        len: usize,
+    }
+
+    impl KvSeq for VecKv {
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn grow(&mut self, n: usize) {
+            self.len += n;
+            for l in 0..self.keys.len() {
+                self.keys[l].resize(self.len * self.kv_dim, 0.0);
+                self.values[l].resize(self.len * self.kv_dim, 0.0);
+            }
+        }
+        fn write(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
+            let d = self.kv_dim;
+            self.keys[layer][pos * d..(pos + 1) * d].copy_from_slice(key);
+            self.values[layer][pos * d..(pos + 1) * d].copy_from_slice(value);
+        }
+        fn key(&self, layer: usize, pos: usize) -> &[f32] {
+            &self.keys[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+        }
+        fn value(&self, layer: usize, pos: usize) -> &[f32] {
+            &self.values[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+        }
+    }
+
+    const ARCHS: [&str; 7] = [
+        "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+    ];
+
+    fn tiny(arch: &str) -> Transformer {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tiny")
+            .join(arch);
+        let mut ck = Checkpoint::open(&dir).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        Transformer::from_checkpoint(&mut ck, WeightDType::F32)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"))
+    }
+
+    /// The features each architecture's tiny model shows in its plan (what the test below
+    /// would not notice if the plan forgot one on both devices).
+    fn expected_features(arch: &str) -> (bool, bool, bool, bool, bool) {
+        // (split, bias, qk norm, post-norms, softcap)
+        match arch {
+            "llama" | "mistral" => (false, false, false, false, false),
+            "qwen2" => (false, true, false, false, false),
+            "qwen3" => (false, false, true, false, false),
+            "gemma2" => (false, false, false, true, true),
+            "gemma3" => (false, false, true, true, false),
+            "phi3" => (true, false, false, false, false),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Every architecture's tiny model: the CPU executes exactly its plan's steps, layer by
+    /// layer then the head, in a prefill and a decode step; its plan shows the architecture's
+    /// features; and the GPU's lowering of the same plan (integer and legacy matmuls, fused
+    /// or not, float matrices as the model holds them or every matrix quantized) covers
+    /// exactly the plan's steps in order.
+    #[test]
+    fn every_tiny_model_runs_its_plan_on_the_cpu_and_the_gpu_lowering_covers_it() {
+        for arch in ARCHS {
+            let model = tiny(arch);
+            let c = model.config().clone();
+            let plan = model.plan();
+            let has = |s: Step| (0..plan.n_layers()).any(|l| plan.layer(l).contains(&s));
+            let features = (
+                has(Step::Split(Matrix::Qkv)),
+                has(Step::Bias),
+                has(Step::QkNorm),
+                has(Step::PostNorm(Block::Ffn)),
+                plan.head().contains(&Step::Softcap),
+            );
+            assert_eq!(features, expected_features(arch), "{arch}");
+            if c.sliding_window.is_some() && model.rope_swa_freqs.is_some() {
+                assert!(
+                    has(Step::Rope(RopeTable::Swa)),
+                    "{arch}: a sliding-window RoPE table"
+                );
+            }
+            let want: Vec<Event> = plan
+                .places()
+                .flat_map(|(p, steps)| steps.iter().map(move |&s| Event::Step(p, s)))
+                .collect();
+            let mut kv = VecKv {
+                kv_dim: c.kv_dim(),
+                keys: vec![Vec::new(); c.n_layer],
+                values: vec![Vec::new(); c.n_layer],
+                len: 0,
+            };
+            let mut scratch = Scratch::default();
+            for (tokens, logits) in [
+                (vec![1u32, 5, 9, 2, 7], Logits::Last),
+                (vec![3], Logits::All),
+            ] {
+                trace::start();
+                let out = model.forward(
+                    &mut [SeqStep {
+                        tokens: &tokens,
+                        kv: &mut kv,
+                        logits,
+                    }],
+                    &mut scratch,
+                );
+                assert_eq!(out.len(), c.vocab_size, "{arch}");
+                assert_eq!(trace::take(), want, "{arch}: the CPU's steps");
+            }
+
+            let quantized = |t: Target| Target {
+                layers: t
+                    .layers
+                    .into_iter()
+                    .map(|mut m| {
+                        let k = Some(ActBlocks::Q8K);
+                        m.qkv.iter_mut().for_each(|a| *a = k);
+                        m.gate_up.iter_mut().for_each(|a| *a = k);
+                        (m.out, m.down) = (Some(ActBlocks::Q8_0), Some(ActBlocks::Q8_1));
+                        m
+                    })
+                    .collect(),
+                logits: Some(ActBlocks::Q8K),
+                ..t
+            };
+            for integer in [true, false] {
+                for fuse in [true, false] {
+                    let t = target_of(&model, integer, fuse);
+                    for t in [t.clone(), quantized(t)] {
+                        let low = Lowering::new(plan, &t);
+                        for (place, steps) in plan.places() {
+                            let got = covered(steps, low.launches(place))
+                                .unwrap_or_else(|e| panic!("{arch} {place:?}: {e}"));
+                            assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -467,3 +467,102 @@ fn gpu_kv_pool_exhaustion_waits_or_fails_with_an_error() {
     assert_eq!(pool.free_blocks() + dec.cached_blocks(), pool.capacity());
     dec.generate(&reqs[..2], &NoText).expect("after the error");
 }
+
+/// Every architecture's tiny seeded model in the Q4_K_M mix on the GPU: the launches a
+/// forward pass makes are its lowering's, in order, layer by layer then the head (the
+/// lowering covers the CPU's plan step for step: `model::transformer`'s test); and the fused
+/// launches give the tokens of every plan step launched alone (a prefill and greedy decode
+/// steps, and the teacher-forced argmaxes of the fixture's sequences).
+#[test]
+fn gpu_launches_follow_the_plan_and_fusing_changes_no_token() {
+    use candor::model::lowering::{covered, Lowering};
+    use candor::model::plan::trace::{self, Event};
+    use candor::model::plan::Place;
+
+    let path = quant::fixture("quant/tiny_teacher_forced.jsonl");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let head: TinySequences =
+        serde_json::from_str(text.lines().next().expect("sequences line")).expect("sequences");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for arch in ARCHS {
+        let file = write_tiny_model(dir.path(), arch, "Q4_K_M");
+        let load = || Transformer::from_gguf_path(&file, WeightDType::Native).expect("tiny model");
+        let (fused, mut unfused) =
+            match (Model::new(load(), device()), Model::new(load(), device())) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) => {
+                    skip(&e);
+                    return;
+                }
+            };
+        unfused.set_gpu_fusion(false);
+        let (fused, unfused) = (Arc::new(fused), Arc::new(unfused));
+        let plan = fused.transformer().plan().clone();
+        let lowering: &Lowering = fused.gpu_lowering().expect("a GPU model");
+        let mut want = Vec::new();
+        for (place, steps) in plan.places() {
+            let launches = lowering.launches(place);
+            covered(steps, launches).unwrap_or_else(|e| panic!("{arch} {place:?}: {e}"));
+            want.extend(
+                launches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| Event::Launch(place, i, l.kernel.name())),
+            );
+        }
+        let greedy = SamplingParams {
+            max_new_tokens: 3,
+            ..SamplingParams::default()
+        };
+        let req = TokenRequest::new((1..20).collect(), greedy);
+        trace::start();
+        let a = Decoder::new(Arc::clone(&fused), SchedulerConfig::default(), Vec::new())
+            .generate(std::slice::from_ref(&req), &NoText)
+            .expect("fused");
+        let events = trace::take();
+        assert!(!events.is_empty(), "{arch}: nothing recorded");
+        // Each forward pass: every layer's launches, then the head's unless no row wanted
+        // logits (a prefill chunk that is not a prompt's last).
+        let head_launches = lowering.launches(Place::Head).len();
+        let (layers_want, head_want) = want.split_at(want.len() - head_launches);
+        let (mut rest, mut passes) = (&events[..], 0);
+        while !rest.is_empty() {
+            assert!(
+                rest.starts_with(layers_want),
+                "{arch}: forward pass {passes}: {:?}",
+                &rest[..rest.len().min(layers_want.len())]
+            );
+            rest = &rest[layers_want.len()..];
+            if rest.starts_with(head_want) {
+                rest = &rest[head_want.len()..];
+            }
+            passes += 1;
+        }
+        assert!(
+            passes >= 3,
+            "{arch}: a prefill and two decode steps, got {passes}"
+        );
+        println!(
+            "tiny {arch} Q4_K_M: {passes} forward passes of {} launches ({head_launches} in the \
+             head) as lowered",
+            want.len(),
+        );
+        let b = Decoder::new(Arc::clone(&unfused), SchedulerConfig::default(), Vec::new())
+            .generate(std::slice::from_ref(&req), &NoText)
+            .expect("unfused");
+        assert_eq!(a[0].output_ids, b[0].output_ids, "{arch}: fused vs unfused");
+        let mut on_fused = Decoder::new(fused, SchedulerConfig::default(), Vec::new());
+        let mut on_unfused = Decoder::new(unfused, SchedulerConfig::default(), Vec::new());
+        for ids in &head.sequences {
+            assert_eq!(
+                on_fused
+                    .next_token_argmax(ids, head.start - 1)
+                    .expect("fused"),
+                on_unfused
+                    .next_token_argmax(ids, head.start - 1)
+                    .expect("unfused"),
+                "{arch}: teacher-forced argmaxes, fused vs unfused"
+            );
+        }
+    }
+}

@@ -1,4 +1,6 @@
-//! The model on a device and its packed forward pass (one step).
+//! The model on a device and its packed forward pass (one step): the launches of the model's
+//! plan as [`Lowering`] lists them, each matched to the plan step it covers; the layer
+//! sequence itself is written only in `model::plan`.
 
 use std::sync::{Arc, Mutex};
 
@@ -6,13 +8,19 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::devices::open_gpu;
 use super::kernels::DevWeight;
-use super::kernels::{dev_err, ew, matmul_path, ptr, ActBufs, Gpu, MatmulPath, Result, ATTN_CHUNK};
+use super::kernels::{
+    dev_err, ew, matmul_path, ptr, ActBufs, Gpu, MatmulPath, Result, RopeKvArgs, ATTN_CHUNK,
+};
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_weight, DevLayer};
 use crate::model::arch::{Activation, ModelConfig};
 use crate::model::device::DeviceSpec;
 use crate::model::error::ModelError;
 use crate::model::kv::{KvSeq, Logits, SeqStep};
+use crate::model::lowering::{covered, target_of, ActBlocks, Kernel, Launch, Lowering, Target};
+#[cfg(any(test, feature = "testkit"))]
+use crate::model::plan::trace;
+use crate::model::plan::{Block, Matrix, Place, RopeTable, Step};
 use crate::model::quant::QWeight;
 use crate::model::transformer::{GateUp, Qkv, Transformer};
 
@@ -77,6 +85,12 @@ fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     Ok(())
 }
 
+/// Whether adjacent plan steps share a launch where a fused kernel exists (the default), or
+/// each step is launched alone (`CANDOR_CUDA_FUSE=0`: the same bits, for timing both).
+fn fused_launches() -> bool {
+    std::env::var("CANDOR_CUDA_FUSE").as_deref() != Ok("0")
+}
+
 /// A model's weights on a CUDA device, with its KV pool.
 pub struct CudaModel {
     gpu: Arc<Gpu>,
@@ -88,6 +102,10 @@ pub struct CudaModel {
     output: DevWeight,
     pool: KvPool,
     block_tokens: usize,
+    /// What the lowering knows of this device's matrices.
+    target: Target,
+    /// The model's plan lowered to this device's launches.
+    lowering: Lowering,
     buffers: Mutex<Buffers>,
 }
 
@@ -160,6 +178,14 @@ impl CudaModel {
         };
         let output_norm = gpu.upload("output_norm", &model.output_norm)?;
         let pool = new_pool(&gpu, c.n_layer * 2 * block_tokens * c.kv_dim(), kv_limit)?;
+        let target = target_of(model, path == MatmulPath::Integer, fused_launches());
+        let lowering = Lowering::new(model.plan(), &target);
+        // Every plan step launched, in order (checked once per model; the tests check it for
+        // every architecture).
+        for (place, steps) in model.plan().places() {
+            covered(steps, lowering.launches(place))
+                .map_err(|e| ModelError::Device(format!("cuda: lowering {place:?}: {e}")))?;
+        }
         Ok(CudaModel {
             gpu,
             spec: DeviceSpec::Cuda(ordinal),
@@ -169,6 +195,8 @@ impl CudaModel {
             output,
             pool,
             block_tokens,
+            target,
+            lowering,
             buffers: Mutex::new(Buffers::default()),
         })
     }
@@ -180,6 +208,19 @@ impl CudaModel {
 
     pub fn spec(&self) -> DeviceSpec {
         self.spec
+    }
+
+    /// The launches each layer and the head run (see [`Lowering`]).
+    pub fn lowering(&self) -> &Lowering {
+        &self.lowering
+    }
+
+    /// Lowers `plan` again with or without the fused launches (tests: the two must give the
+    /// same bits).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn set_fusion(&mut self, plan: &crate::model::plan::Plan, fuse: bool) {
+        self.target.fuse = fuse;
+        self.lowering = Lowering::new(plan, &self.target);
     }
 
     /// The model's KV pool (the engine allocates its blocks there).
@@ -196,7 +237,7 @@ impl CudaModel {
         logits: &mut Vec<f32>,
     ) -> Result<()> {
         let c = &model.config;
-        let (dim, q_dim, kv_dim, hd, rd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim, c.rope_dim);
+        let (dim, rd) = (c.dim, c.rope_dim);
         let bt = self.block_tokens;
         let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if rows == 0 {
@@ -301,145 +342,47 @@ impl CudaModel {
         let block_len = self.pool.0.block_len as i64;
         let act = b.act.as_ref().expect("fit");
 
-        for (l, (layer, dl)) in model.layers.iter().zip(&self.layers).enumerate() {
-            g.rms_norm(px, &dl.attn_norm, pxb, rows, dim, c.rms_eps)?;
-            if dl.qkv.len() == 3 {
-                // One quantization of xb for the three (when their kinds agree).
-                let qz = g.matmul_into(&dl.qkv[0], pxb, rows, pq, act, None, false)?;
-                let qz = g.matmul_into(&dl.qkv[1], pxb, rows, pk, act, qz, false)?;
-                g.matmul_into(&dl.qkv[2], pxb, rows, pv, act, qz, false)?;
-            } else {
-                let width = q_dim + 2 * kv_dim;
-                g.matmul_into(&dl.qkv[0], pxb, rows, pfused, act, None, false)?;
-                g.split(pfused, width, 0, q_dim, pq, rows)?;
-                g.split(pfused, width, q_dim, kv_dim, pk, rows)?;
-                g.split(pfused, width, q_dim + kv_dim, kv_dim, pv, rows)?;
+        let ptrs = Ptrs {
+            x: px,
+            xb: pxb,
+            q: pq,
+            k: pk,
+            v: pv,
+            attn: pattn,
+            gate: pgate,
+            up: pup,
+            fused: pfused,
+            part: ppart,
+            pool,
+            block_len,
+            positions: ppos,
+            table_offsets: ptoff,
+            tables: ptab,
+            row_blocks: prb,
+            row_slots: prs,
+            rope: pcs,
+            rope_swa: pcs_swa,
+            logits: 0,
+        };
+        let run = Run {
+            g,
+            c,
+            act,
+            p: ptrs,
+            chunks,
+            bt,
+        };
+        for (l, dl) in self.layers.iter().enumerate() {
+            let place = Place::Layer(l);
+            let steps = model.plan.layer(l);
+            for (_i, launch) in self.lowering.launches(place).iter().enumerate() {
+                #[cfg(any(test, feature = "testkit"))]
+                trace::record(trace::Event::Launch(place, _i, launch.kernel.name()));
+                run.layer(launch, steps, l, dl, rows)?;
             }
-            if let Some([bq, bk, bv]) = &dl.bias {
-                g.add_bias(pq, bq, q_dim, rows * q_dim)?;
-                g.add_bias(pk, bk, kv_dim, rows * kv_dim)?;
-                g.add_bias(pv, bv, kv_dim, rows * kv_dim)?;
-            }
-            if let Some((nq, nk)) = &dl.qk_norm {
-                g.rms_norm(pq, nq, pq, rows * c.n_head, hd, c.rms_eps)?;
-                g.rms_norm(pk, nk, pk, rows * c.n_kv_head, hd, c.rms_eps)?;
-            }
-            let cs = match (pcs_swa, layer.swa) {
-                (Some(t), true) => t,
-                _ => pcs,
-            };
-            g.rope(pq, cs, rows, c.n_head, hd, rd, c.rope_neox)?;
-            g.rope(pk, cs, rows, c.n_kv_head, hd, rd, c.rope_neox)?;
-            {
-                let (rows_i, kv_i, l_i, bt_i) = (rows as i32, kv_dim as i32, l as i32, bt as i32);
-                let mut lb = s.launch_builder(&g.k.kv_write);
-                lb.arg(&pk).arg(&pv).arg(&pool).arg(&prb).arg(&prs);
-                lb.arg(&rows_i)
-                    .arg(&kv_i)
-                    .arg(&l_i)
-                    .arg(&bt_i)
-                    .arg(&block_len);
-                // SAFETY: k and v hold rows × kv_dim values; every row's block and slot were
-                // given by its sequence's KV (grown above, so inside the pool).
-                unsafe { lb.launch(ew(rows * kv_dim)) }.map_err(|e| dev_err("kv_write", e))?;
-            }
-            {
-                let (heads, group, hd_i, kv_i, l_i, bt_i) = (
-                    c.n_head as i32,
-                    (c.n_head / c.n_kv_head) as i32,
-                    hd as i32,
-                    kv_dim as i32,
-                    l as i32,
-                    bt as i32,
-                );
-                let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
-                let window = c.window(l).map_or(0, |w| w as i32);
-                let chunks_i = chunks as i32;
-                // The group kernel stages each tile of K/V once for the query heads of a KV
-                // head (same bits as one warp per query head); the legacy path keeps the latter.
-                let gqa = matmul_path() == MatmulPath::Integer;
-                let kernel = if gqa {
-                    &g.k.attn_partial_gqa
-                } else {
-                    &g.k.attn_partial
-                };
-                let mut lb = s.launch_builder(kernel);
-                lb.arg(&pq).arg(&pool).arg(&ptab).arg(&ptoff).arg(&ppos);
-                lb.arg(&heads)
-                    .arg(&group)
-                    .arg(&hd_i)
-                    .arg(&kv_i)
-                    .arg(&l_i)
-                    .arg(&bt_i);
-                lb.arg(&block_len)
-                    .arg(&scale)
-                    .arg(&cap)
-                    .arg(&window)
-                    .arg(&chunks_i);
-                lb.arg(&ppart);
-                let cfg = if gqa {
-                    LaunchConfig {
-                        grid_dim: (chunks as u32, c.n_kv_head as u32, rows as u32),
-                        block_dim: (32 * group as u32, 1, 1),
-                        // ATTN_TILE (32) positions of keys and of values, in halves.
-                        shared_mem_bytes: (2 * 32 * hd * 2) as u32,
-                    }
-                } else {
-                    LaunchConfig {
-                        grid_dim: (chunks as u32, c.n_head as u32, rows as u32),
-                        block_dim: (32, 1, 1),
-                        shared_mem_bytes: 0,
-                    }
-                };
-                // SAFETY: part holds rows × heads × chunks × (hd + 2) floats (fit); positions
-                // and tables come from the sequences' KV, whose blocks cover every position;
-                // the group kernel's tile is 2 × 32 × hd halves (hd <= 256: 32 KiB), its block
-                // n_head / n_kv_head warps.
-                unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_partial", e))?;
-                let mut lb = s.launch_builder(&g.k.attn_combine);
-                lb.arg(&ppart)
-                    .arg(&ppos)
-                    .arg(&heads)
-                    .arg(&hd_i)
-                    .arg(&chunks_i)
-                    .arg(&pattn);
-                let cfg = LaunchConfig {
-                    grid_dim: (c.n_head as u32, rows as u32, 1),
-                    block_dim: (32, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: attn holds rows × q_dim floats.
-                unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_combine", e))?;
-            }
-            let post = dl.post_attn_norm.as_ref();
-            project_residual(g, &dl.wo, pattn, rows, px, pxb, post, act, c)?;
-            g.rms_norm(px, &dl.ffn_norm, pxb, rows, dim, c.rms_eps)?;
-            let ffn = c.ffn_dim;
-            if dl.gate_up.len() == 2 {
-                let qz = g.matmul_into(&dl.gate_up[0], pxb, rows, pgate, act, None, false)?;
-                g.matmul_into(&dl.gate_up[1], pxb, rows, pup, act, qz, false)?;
-            } else {
-                g.matmul_into(&dl.gate_up[0], pxb, rows, pfused, act, None, false)?;
-                g.split(pfused, 2 * ffn, 0, ffn, pgate, rows)?;
-                g.split(pfused, 2 * ffn, ffn, ffn, pup, rows)?;
-            }
-            {
-                let total = (rows * ffn) as i64;
-                let act = match c.activation {
-                    Activation::Silu => 0i32,
-                    // llama.cpp's CUDA backend computes GELU in f32, without the CPU's table.
-                    Activation::GeluTanh | Activation::GeluTanhF16 => 1i32,
-                };
-                let mut lb = s.launch_builder(&g.k.gated_act);
-                lb.arg(&pgate).arg(&pup).arg(&total).arg(&act);
-                // SAFETY: gate and up hold rows × ffn floats.
-                unsafe { lb.launch(ew(rows * ffn)) }.map_err(|e| dev_err("gated_act", e))?;
-            }
-            let post = dl.post_ffn_norm.as_ref();
-            project_residual(g, &dl.w_down, pgate, rows, px, pxb, post, act, c)?;
         }
 
-        // Final norm and output projection for the wanted rows only.
+        // The head: final norm and output projection for the wanted rows only.
         let m = wanted.len();
         logits.clear();
         if m == 0 {
@@ -447,25 +390,21 @@ impl CudaModel {
             return Ok(());
         }
         let pw = stage(g, &mut b.wanted, "wanted rows", &wanted)?;
-        {
-            let (dim_i, total) = (dim as i32, (m * dim) as i64);
-            let mut lb = s.launch_builder(&g.k.gather_rows);
-            lb.arg(&px).arg(&pw).arg(&dim_i).arg(&pxb).arg(&total);
-            // SAFETY: every wanted index is a row of this step; xb holds rows × dim floats.
-            unsafe { lb.launch(ew(m * dim)) }.map_err(|e| dev_err("gather_rows", e))?;
-        }
-        g.rms_norm(pxb, &self.output_norm, pattn, m, dim, c.rms_eps)?;
         let vocab = c.vocab_size;
         grow(g, &mut b.logits, "logits", m * vocab)?;
         let out = b.logits.as_ref().expect("grown");
-        let pout = ptr(out, s);
-        g.matmul_into(&self.output, pattn, m, pout, act, None, false)?;
-        if let Some(cap) = c.final_softcap {
-            let total = (m * vocab) as i64;
-            let mut lb = s.launch_builder(&g.k.softcap);
-            lb.arg(&pout).arg(&cap).arg(&total);
-            // SAFETY: out holds m × vocab floats.
-            unsafe { lb.launch(ew(m * vocab)) }.map_err(|e| dev_err("softcap", e))?;
+        let run = Run {
+            p: Ptrs {
+                logits: ptr(out, s),
+                ..run.p
+            },
+            ..run
+        };
+        let steps = model.plan.head();
+        for (_i, launch) in self.lowering.launches(Place::Head).iter().enumerate() {
+            #[cfg(any(test, feature = "testkit"))]
+            trace::record(trace::Event::Launch(Place::Head, _i, launch.kernel.name()));
+            run.head(launch, steps, self, pw, m)?;
         }
         logits.resize(m * vocab, 0.0);
         g.stream
@@ -506,28 +445,862 @@ impl CudaModel {
     }
 }
 
-/// `x += post_norm(x_in · Wᵀ)`: with no post-norm on the integer path one launch (the residual
-/// added in the matmul's epilogue, the same `x + y` the CPU adds); else the product into
-/// `scratch`, the norm, and the add.
-#[allow(clippy::too_many_arguments)]
-fn project_residual(
-    g: &Gpu,
-    w: &DevWeight,
-    x_in: u64,
-    rows: usize,
+/// The device addresses of one step's buffers.
+#[derive(Clone, Copy)]
+struct Ptrs {
     x: u64,
-    scratch: u64,
-    post_norm: Option<&CudaSlice<f32>>,
-    act: &ActBufs,
-    c: &ModelConfig,
-) -> Result<()> {
-    if post_norm.is_none() && matmul_path() == MatmulPath::Integer {
-        g.matmul_into(w, x_in, rows, x, act, None, true)?;
-        return Ok(());
+    xb: u64,
+    q: u64,
+    k: u64,
+    v: u64,
+    attn: u64,
+    gate: u64,
+    up: u64,
+    fused: u64,
+    part: u64,
+    pool: u64,
+    block_len: i64,
+    positions: u64,
+    table_offsets: u64,
+    tables: u64,
+    row_blocks: u64,
+    row_slots: u64,
+    rope: u64,
+    /// The sliding-window layers' RoPE table, for models that have one.
+    rope_swa: Option<u64>,
+    logits: u64,
+}
+
+/// What every launch of one step needs: the device, the model's configuration, the
+/// activation scratch, the buffers, the attention chunks and the KV block size.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    g: &'a Gpu,
+    c: &'a ModelConfig,
+    act: &'a ActBufs,
+    p: Ptrs,
+    chunks: usize,
+    bt: usize,
+}
+
+impl Run<'_> {
+    /// The RoPE table a step's launch reads (the covered `Rope` step's).
+    fn rope_table(&self, covered: &[Step]) -> u64 {
+        let swa = covered.contains(&Step::Rope(RopeTable::Swa));
+        match (swa, self.p.rope_swa) {
+            (true, Some(t)) => t,
+            _ => self.p.rope,
+        }
     }
-    g.matmul_into(w, x_in, rows, scratch, act, None, false)?;
-    if let Some(nw) = post_norm {
-        g.rms_norm(scratch, nw, scratch, rows, c.dim, c.rms_eps)?;
+
+    /// The activations already quantized for a matmul (see [`Kernel::Matmul`]).
+    fn quantized(act: Option<ActBlocks>, quantized: bool) -> Option<i32> {
+        act.filter(|_| quantized).map(ActBlocks::code)
     }
-    g.add(x, scratch, rows * c.dim)
+
+    /// One launch of layer `l` (its plan steps `steps`), on `rows` rows.
+    fn layer(
+        &self,
+        launch: &Launch,
+        steps: &[Step],
+        l: usize,
+        dl: &DevLayer,
+        rows: usize,
+    ) -> Result<()> {
+        let (g, c, p) = (self.g, self.c, &self.p);
+        let (dim, q_dim, kv_dim, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let covered = &steps[launch.steps.clone()];
+        let step = covered[0];
+        let missing = |what: &str| {
+            ModelError::Device(format!(
+                "cuda: plan step {step:?} on a layer without {what}"
+            ))
+        };
+        match (launch.kernel, step) {
+            (Kernel::RmsNorm { .. } | Kernel::NormQuant(_), Step::Norm(block)) => {
+                let w = match block {
+                    Block::Attn => &dl.attn_norm,
+                    Block::Ffn => &dl.ffn_norm,
+                };
+                match launch.kernel {
+                    Kernel::NormQuant(a) => {
+                        g.rms_norm_q8(p.x, w, p.xb, rows, dim, c.rms_eps, a, self.act)
+                    }
+                    _ => g.rms_norm(p.x, w, p.xb, rows, dim, c.rms_eps),
+                }
+            }
+            (Kernel::RmsNorm { part }, Step::QkNorm) => {
+                let (nq, nk) = dl.qk_norm.as_ref().ok_or_else(|| missing("q/k norms"))?;
+                if part == 0 {
+                    g.rms_norm(p.q, nq, p.q, rows * c.n_head, hd, c.rms_eps)
+                } else {
+                    g.rms_norm(p.k, nk, p.k, rows * c.n_kv_head, hd, c.rms_eps)
+                }
+            }
+            (Kernel::RmsNorm { .. }, Step::PostNorm(block)) => {
+                let w = match block {
+                    Block::Attn => dl.post_attn_norm.as_ref(),
+                    Block::Ffn => dl.post_ffn_norm.as_ref(),
+                };
+                let w = w.ok_or_else(|| missing("post-norms"))?;
+                g.rms_norm(p.xb, w, p.xb, rows, dim, c.rms_eps)
+            }
+            (
+                Kernel::Matmul {
+                    part,
+                    act,
+                    quantized,
+                    residual,
+                },
+                Step::Project(m),
+            ) => {
+                let (w, x, y) = match m {
+                    Matrix::Qkv if dl.qkv.len() == 1 => (&dl.qkv[0], p.xb, p.fused),
+                    Matrix::Qkv => (&dl.qkv[part], p.xb, [p.q, p.k, p.v][part]),
+                    Matrix::GateUp if dl.gate_up.len() == 1 => (&dl.gate_up[0], p.xb, p.fused),
+                    Matrix::GateUp => (&dl.gate_up[part], p.xb, [p.gate, p.up][part]),
+                    Matrix::Out => (&dl.wo, p.attn, if residual { p.x } else { p.xb }),
+                    Matrix::Down => (&dl.w_down, p.gate, if residual { p.x } else { p.xb }),
+                    Matrix::Logits => return Err(missing("an output projection")),
+                };
+                g.matmul_into(
+                    w,
+                    x,
+                    rows,
+                    y,
+                    self.act,
+                    Self::quantized(act, quantized),
+                    residual,
+                )?;
+                Ok(())
+            }
+            (Kernel::SplitCols { part }, Step::Split(m)) => {
+                let (width, off, w, dst) = match (m, part) {
+                    (Matrix::Qkv, 0) => (q_dim + 2 * kv_dim, 0, q_dim, p.q),
+                    (Matrix::Qkv, 1) => (q_dim + 2 * kv_dim, q_dim, kv_dim, p.k),
+                    (Matrix::Qkv, _) => (q_dim + 2 * kv_dim, q_dim + kv_dim, kv_dim, p.v),
+                    (_, 0) => (2 * c.ffn_dim, 0, c.ffn_dim, p.gate),
+                    _ => (2 * c.ffn_dim, c.ffn_dim, c.ffn_dim, p.up),
+                };
+                g.split(p.fused, width, off, w, dst, rows)
+            }
+            (Kernel::AddBias { part }, Step::Bias) => {
+                let b = dl.bias.as_ref().ok_or_else(|| missing("biases"))?;
+                let (x, width) = [(p.q, q_dim), (p.k, kv_dim), (p.v, kv_dim)][part];
+                g.add_bias(x, &b[part], width, rows * width)
+            }
+            (Kernel::Rope { part }, Step::Rope(_)) => {
+                let (x, heads) = [(p.q, c.n_head), (p.k, c.n_kv_head)][part];
+                g.rope(
+                    x,
+                    self.rope_table(covered),
+                    rows,
+                    heads,
+                    hd,
+                    c.rope_dim,
+                    c.rope_neox,
+                )
+            }
+            (Kernel::RopeKv { bias }, _) => {
+                let b = if bias {
+                    Some(dl.bias.as_ref().ok_or_else(|| missing("biases"))?)
+                } else {
+                    None
+                };
+                g.rope_kv_write(&RopeKvArgs {
+                    q: p.q,
+                    k: p.k,
+                    v: p.v,
+                    bias: b,
+                    cs: self.rope_table(covered),
+                    rows,
+                    c,
+                    pool: p.pool,
+                    row_blocks: p.row_blocks,
+                    row_slots: p.row_slots,
+                    layer: l,
+                    bt: self.bt,
+                    block_len: p.block_len,
+                })
+            }
+            (Kernel::KvWrite, Step::KvWrite) => {
+                let (rows_i, kv_i, l_i, bt_i) =
+                    (rows as i32, kv_dim as i32, l as i32, self.bt as i32);
+                let mut lb = g.stream.launch_builder(&g.k.kv_write);
+                lb.arg(&p.k)
+                    .arg(&p.v)
+                    .arg(&p.pool)
+                    .arg(&p.row_blocks)
+                    .arg(&p.row_slots);
+                lb.arg(&rows_i)
+                    .arg(&kv_i)
+                    .arg(&l_i)
+                    .arg(&bt_i)
+                    .arg(&p.block_len);
+                // SAFETY: k and v hold rows × kv_dim values; every row's block and slot were
+                // given by its sequence's KV (grown above, so inside the pool).
+                unsafe { lb.launch(ew(rows * kv_dim)) }.map_err(|e| dev_err("kv_write", e))?;
+                Ok(())
+            }
+            (Kernel::AttnPartial { gqa }, Step::Attention { window }) => {
+                self.attn_partial(gqa, window, l, rows)
+            }
+            (Kernel::AttnCombine, Step::Attention { .. }) => {
+                let (heads, hd_i, chunks_i) = (c.n_head as i32, hd as i32, self.chunks as i32);
+                let mut lb = g.stream.launch_builder(&g.k.attn_combine);
+                lb.arg(&p.part)
+                    .arg(&p.positions)
+                    .arg(&heads)
+                    .arg(&hd_i)
+                    .arg(&chunks_i)
+                    .arg(&p.attn);
+                let cfg = LaunchConfig {
+                    grid_dim: (c.n_head as u32, rows as u32, 1),
+                    block_dim: (32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: attn holds rows × q_dim floats.
+                unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_combine", e))?;
+                Ok(())
+            }
+            (Kernel::AddInPlace, Step::Residual) => g.add(p.x, p.xb, rows * dim),
+            (Kernel::GatedAct, Step::Gated(activation)) => {
+                let ffn = c.ffn_dim;
+                let total = (rows * ffn) as i64;
+                let act = match activation {
+                    Activation::Silu => 0i32,
+                    // llama.cpp's CUDA backend computes GELU in f32, without the CPU's table.
+                    Activation::GeluTanh | Activation::GeluTanhF16 => 1i32,
+                };
+                let mut lb = g.stream.launch_builder(&g.k.gated_act);
+                lb.arg(&p.gate).arg(&p.up).arg(&total).arg(&act);
+                // SAFETY: gate and up hold rows × ffn floats.
+                unsafe { lb.launch(ew(rows * ffn)) }.map_err(|e| dev_err("gated_act", e))?;
+                Ok(())
+            }
+            (kernel, step) => Err(ModelError::Device(format!(
+                "cuda: no launch of {kernel:?} for plan step {step:?} in a layer"
+            ))),
+        }
+    }
+
+    /// Attention's first pass of layer `l`: the group kernel (`gqa`: each tile of K/V
+    /// staged once for the query heads of a KV head, the same bits as one warp per query
+    /// head) or one warp per query head (the legacy path).
+    fn attn_partial(&self, gqa: bool, window: Option<usize>, l: usize, rows: usize) -> Result<()> {
+        let (g, c, p) = (self.g, self.c, &self.p);
+        let hd = c.head_dim;
+        let (heads, group, hd_i, kv_i, l_i, bt_i) = (
+            c.n_head as i32,
+            (c.n_head / c.n_kv_head) as i32,
+            hd as i32,
+            c.kv_dim() as i32,
+            l as i32,
+            self.bt as i32,
+        );
+        let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
+        let window = window.map_or(0, |w| w as i32);
+        let chunks_i = self.chunks as i32;
+        let kernel = if gqa {
+            &g.k.attn_partial_gqa
+        } else {
+            &g.k.attn_partial
+        };
+        let mut lb = g.stream.launch_builder(kernel);
+        lb.arg(&p.q)
+            .arg(&p.pool)
+            .arg(&p.tables)
+            .arg(&p.table_offsets)
+            .arg(&p.positions);
+        lb.arg(&heads)
+            .arg(&group)
+            .arg(&hd_i)
+            .arg(&kv_i)
+            .arg(&l_i)
+            .arg(&bt_i);
+        lb.arg(&p.block_len)
+            .arg(&scale)
+            .arg(&cap)
+            .arg(&window)
+            .arg(&chunks_i);
+        lb.arg(&p.part);
+        let cfg = if gqa {
+            LaunchConfig {
+                grid_dim: (self.chunks as u32, c.n_kv_head as u32, rows as u32),
+                block_dim: (32 * group as u32, 1, 1),
+                // ATTN_TILE (32) positions of keys and of values, in halves.
+                shared_mem_bytes: (2 * 32 * hd * 2) as u32,
+            }
+        } else {
+            LaunchConfig {
+                grid_dim: (self.chunks as u32, c.n_head as u32, rows as u32),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        };
+        // SAFETY: part holds rows × heads × chunks × (hd + 2) floats (fit); positions and
+        // tables come from the sequences' KV, whose blocks cover every position; the group
+        // kernel's tile is 2 × 32 × hd halves (hd <= 256: 32 KiB), its block n_head /
+        // n_kv_head warps.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_partial", e))?;
+        Ok(())
+    }
+
+    /// One launch of the head (its plan steps `steps`) on the `m` wanted rows (indices at
+    /// `wanted`).
+    fn head(
+        &self,
+        launch: &Launch,
+        steps: &[Step],
+        model: &CudaModel,
+        wanted: u64,
+        m: usize,
+    ) -> Result<()> {
+        let (g, c, p) = (self.g, self.c, &self.p);
+        let dim = c.dim;
+        match (launch.kernel, steps[launch.steps.start]) {
+            (Kernel::GatherRows, Step::Gather) => {
+                let (dim_i, total) = (dim as i32, (m * dim) as i64);
+                let mut lb = g.stream.launch_builder(&g.k.gather_rows);
+                lb.arg(&p.x).arg(&wanted).arg(&dim_i).arg(&p.xb).arg(&total);
+                // SAFETY: every wanted index is a row of this step; xb holds rows × dim floats.
+                unsafe { lb.launch(ew(m * dim)) }.map_err(|e| dev_err("gather_rows", e))?;
+                Ok(())
+            }
+            (Kernel::RmsNorm { .. }, Step::FinalNorm) => {
+                g.rms_norm(p.xb, &model.output_norm, p.attn, m, dim, c.rms_eps)
+            }
+            (Kernel::NormQuant(a), Step::FinalNorm) => g.rms_norm_q8(
+                p.xb,
+                &model.output_norm,
+                p.attn,
+                m,
+                dim,
+                c.rms_eps,
+                a,
+                self.act,
+            ),
+            (Kernel::Matmul { act, quantized, .. }, Step::Project(Matrix::Logits)) => {
+                let q = Self::quantized(act, quantized);
+                g.matmul_into(&model.output, p.attn, m, p.logits, self.act, q, false)?;
+                Ok(())
+            }
+            (Kernel::Softcap, Step::Softcap) => {
+                let cap = c.final_softcap.ok_or_else(|| {
+                    ModelError::Device("cuda: a softcap step without a cap".into())
+                })?;
+                let total = (m * c.vocab_size) as i64;
+                let mut lb = g.stream.launch_builder(&g.k.softcap);
+                lb.arg(&p.logits).arg(&cap).arg(&total);
+                // SAFETY: logits holds m × vocab floats.
+                unsafe { lb.launch(ew(m * c.vocab_size)) }.map_err(|e| dev_err("softcap", e))?;
+                Ok(())
+            }
+            (kernel, step) => Err(ModelError::Device(format!(
+                "cuda: no launch of {kernel:?} for plan step {step:?} in the head"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::devices::open_gpu;
+    use super::super::emulate::{quantize_q8, quantize_q8k, Acts};
+    use super::super::kernels::{compile_kernels, Kind};
+    use super::super::nvrtc;
+    use super::super::weights::{kind_of, upload_weight};
+    use super::*;
+    use crate::model::arch::Arch;
+    use crate::model::lowering::act_blocks;
+    use crate::model::quant::tests::noise;
+    use crate::model::quant::WeightFormat;
+    use crate::model::transformer::{add_rows, apply_rope};
+
+    fn config(n_head: usize, n_kv_head: usize, hd: usize, rd: usize, neox: bool) -> ModelConfig {
+        ModelConfig {
+            architecture: "qwen2".into(),
+            arch: Arch::Qwen2,
+            n_layer: 3,
+            dim: 512,
+            ffn_dim: 1024,
+            n_head,
+            n_kv_head,
+            head_dim: hd,
+            rope_dim: rd,
+            rope_neox: neox,
+            rope_base: 1e4,
+            rope_base_swa: 1e4,
+            rope_scale: 1.0,
+            rope_scale_swa: 1.0,
+            rms_eps: 1e-6,
+            context_len: 64,
+            vocab_size: 32,
+            embed_scale: None,
+            activation: Activation::Silu,
+            attn_scale: 0.125,
+            attn_softcap: None,
+            final_softcap: None,
+            sliding_window: None,
+            swa_layers: vec![false; 3],
+        }
+    }
+
+    /// The fused kernels are in the PTX NVRTC compiles (no GPU needed).
+    #[test]
+    fn fused_kernels_compile_with_nvrtc() {
+        if let Err(e) = nvrtc::library() {
+            crate::skip::absent(
+                crate::skip::Need::Nvrtc,
+                format!("libnvrtc is not loadable (see .ci/run): {e}"),
+            );
+            return;
+        }
+        let src = compile_kernels(Some((9, 0))).expect("compile").to_src();
+        for name in ["rms_norm_q8", "rope_kv_write"] {
+            assert!(src.contains(name), "PTX lacks {name}");
+        }
+    }
+
+    /// The lowering's activation blocks are the kernels' codes for every format.
+    #[test]
+    fn the_lowering_and_the_kernels_agree_on_activation_blocks() {
+        use WeightFormat::*;
+        for f in [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4K, Q5K, Q6K] {
+            let kind: Kind = kind_of(f);
+            assert_eq!(kind.act(), act_blocks(f).map(ActBlocks::code), "{f:?}");
+        }
+    }
+
+    /// The pool as `rope_kv_write` leaves it and q, thread by thread as the kernel runs
+    /// (`fused.cu`), on the host: Rust's f32 `+`, `*`, `-` round as `__fadd_rn` and friends.
+    #[allow(clippy::too_many_arguments)]
+    fn emulate_rope_kv_write(
+        c: &ModelConfig,
+        q: &mut [f32],
+        k: &[f32],
+        v: &[f32],
+        bias: Option<&[Vec<f32>; 3]>,
+        cs: &[f32],
+        rows: usize,
+        pool: &mut [u16],
+        row_block: &[usize],
+        row_slot: &[usize],
+        layer: usize,
+        bt: usize,
+        block_len: usize,
+    ) {
+        let (heads, kv_heads, hd, rd) = (c.n_head, c.n_kv_head, c.head_dim, c.rope_dim);
+        let (pairs, rpairs, all) = (hd / 2, rd / 2, heads + 2 * kv_heads);
+        let kv_dim = kv_heads * hd;
+        for i in 0..rows * all * pairs {
+            let p = i % pairs;
+            let rh = i / pairs;
+            let (h, r) = (rh % all, rh / all);
+            let (a, b) = if p < rpairs {
+                if c.rope_neox {
+                    (p, p + rpairs)
+                } else {
+                    (2 * p, 2 * p + 1)
+                }
+            } else {
+                let a = rd + 2 * (p - rpairs);
+                (a, a + 1)
+            };
+            let (src, part, col): (&[f32], usize, usize) = if h < heads {
+                (&q[r * heads * hd..], 0, h * hd)
+            } else if h < heads + kv_heads {
+                (&k[r * kv_dim..], 1, (h - heads) * hd)
+            } else {
+                (&v[r * kv_dim..], 2, (h - heads - kv_heads) * hd)
+            };
+            let (mut x0, mut x1) = (src[col + a], src[col + b]);
+            if let Some(bs) = bias {
+                x0 += bs[part][col + a];
+                x1 += bs[part][col + b];
+            }
+            if h < heads + kv_heads && p < rpairs {
+                let (cc, sn) = (cs[r * rd + 2 * p], cs[r * rd + 2 * p + 1]);
+                (x0, x1) = (x0 * cc - x1 * sn, x0 * sn + x1 * cc);
+            }
+            if h < heads {
+                q[r * heads * hd + col + a] = x0;
+                q[r * heads * hd + col + b] = x1;
+                continue;
+            }
+            let is_value = usize::from(h >= heads + kv_heads);
+            let at = row_block[r] * block_len
+                + ((layer * 2 + is_value) * bt + row_slot[r]) * kv_dim
+                + col;
+            pool[at + a] = half::f16::from_f32(x0).to_bits();
+            pool[at + b] = half::f16::from_f32(x1).to_bits();
+        }
+    }
+
+    /// `rope_kv_write`'s threads, emulated, give the CPU's bias + RoPE bits for q, and write
+    /// the CPU's keys and values (rounded to f16) at `kv_write`'s offsets, touching nothing
+    /// else: adjacent and NEOX pairs, partial rotary dimensions, with and without biases.
+    #[test]
+    fn rope_kv_write_emulated_gives_the_cpu_bias_rope_and_kv_write() {
+        let (rows, bt, layer, blocks) = (3usize, 4usize, 1usize, 5usize);
+        for (neox, rd, with_bias) in [
+            (false, 64, true),
+            (true, 64, false),
+            (true, 32, true),
+            (false, 48, false),
+        ] {
+            let c = config(4, 2, 64, rd, neox);
+            let (q_dim, kv_dim, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
+            let q0 = noise(1, rows * q_dim);
+            let (k0, v0) = (noise(2, rows * kv_dim), noise(3, rows * kv_dim));
+            let bias = [noise(4, q_dim), noise(5, kv_dim), noise(6, kv_dim)];
+            let cs = noise(7, rows * rd);
+            let block_len = c.n_layer * 2 * bt * kv_dim;
+            let (row_block, row_slot) = ([3usize, 0, 3], [1usize, 2, 3]);
+            // The CPU: biases, then RoPE per head.
+            let (mut q, mut k, mut v) = (q0.clone(), k0.clone(), v0.clone());
+            if with_bias {
+                add_rows(&mut q, &bias[0]);
+                add_rows(&mut k, &bias[1]);
+                add_rows(&mut v, &bias[2]);
+            }
+            for r in 0..rows {
+                let t = &cs[r * rd..(r + 1) * rd];
+                for h in 0..c.n_head {
+                    apply_rope(&mut q[r * q_dim + h * hd..][..hd], t, rd, neox);
+                }
+                for h in 0..c.n_kv_head {
+                    apply_rope(&mut k[r * kv_dim + h * hd..][..hd], t, rd, neox);
+                }
+            }
+            let sentinel = 0x7e00u16;
+            let mut pool = vec![sentinel; blocks * block_len];
+            let mut gq = q0.clone();
+            let b = with_bias.then_some(&bias);
+            emulate_rope_kv_write(
+                &c, &mut gq, &k0, &v0, b, &cs, rows, &mut pool, &row_block, &row_slot, layer, bt,
+                block_len,
+            );
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&gq), bits(&q), "q, neox {neox} rd {rd}");
+            let mut want = vec![sentinel; blocks * block_len];
+            for r in 0..rows {
+                for (is_value, src) in [(0, &k), (1, &v)] {
+                    let at = row_block[r] * block_len
+                        + ((layer * 2 + is_value) * bt + row_slot[r]) * kv_dim;
+                    for (d, &x) in want[at..at + kv_dim].iter_mut().zip(&src[r * kv_dim..]) {
+                        *d = half::f16::from_f32(x).to_bits();
+                    }
+                }
+            }
+            assert_eq!(pool, want, "pool, neox {neox} rd {rd}");
+        }
+    }
+
+    /// `rms_norm`'s scale of one row as its block of `threads` threads computes it: strided
+    /// `fmaf` partial sums, the shared-memory tree, `1 / sqrtf(sum / dim + eps)`.
+    fn emulate_rms_scale(x: &[f32], threads: usize, eps: f32) -> f32 {
+        let mut part: Vec<f32> = (0..threads)
+            .map(|t| {
+                x.iter()
+                    .skip(t)
+                    .step_by(threads)
+                    .fold(0f32, |acc, &v| v.mul_add(v, acc))
+            })
+            .collect();
+        let mut half = threads / 2;
+        while half > 0 {
+            for t in 0..half {
+                part[t] += part[t + half];
+            }
+            half /= 2;
+        }
+        1.0 / (part[0] / x.len() as f32 + eps).sqrt()
+    }
+
+    /// `rms_norm_q8` (`fused.cu`) over the whole grid, as its threads run it: y, and the
+    /// activation blocks each warp writes in its loop over the row's blocks.
+    fn emulate_rms_norm_q8(
+        x: &[f32],
+        w: &[f32],
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        kind: ActBlocks,
+    ) -> (Vec<f32>, Acts) {
+        let threads = dim.next_power_of_two().clamp(32, 1024);
+        let warps = threads / 32;
+        let mut y = vec![0f32; rows * dim];
+        let nb32 = dim / 32;
+        let mut acts = Acts {
+            qs: vec![0; rows * dim],
+            d: vec![f32::NAN; rows * nb32],
+            s: if kind == ActBlocks::Q8_1 {
+                vec![f32::NAN; rows * nb32]
+            } else {
+                Vec::new()
+            },
+            sums: vec![
+                i32::MIN;
+                if kind == ActBlocks::Q8K {
+                    rows * dim / 16
+                } else {
+                    rows * nb32
+                }
+            ],
+        };
+        if kind == ActBlocks::Q8K {
+            acts.d.truncate(rows * dim / 256);
+        }
+        for r in 0..rows {
+            let base = r * dim;
+            let scale = emulate_rms_scale(&x[base..base + dim], threads, eps);
+            for i in 0..dim {
+                y[base + i] = x[base + i] * scale * w[i];
+            }
+            let normed = |c: usize| x[base + c] * scale * w[c];
+            for warp in 0..warps {
+                if kind != ActBlocks::Q8K {
+                    let nb = dim / 32;
+                    let mut b = warp;
+                    while b < nb {
+                        let v: [f32; 32] = std::array::from_fn(|lane| normed(b * 32 + lane));
+                        let a = v.iter().fold(0f32, |a, v| a.max(v.abs()));
+                        let id = if a != 0.0 { 127.0 / a } else { 0.0 };
+                        let mut sum = 0;
+                        for (lane, &v) in v.iter().enumerate() {
+                            let q = ((v * id).round_ties_even() as i32).clamp(-128, 127);
+                            acts.qs[base + b * 32 + lane] = q as i8;
+                            sum += q;
+                        }
+                        let dd = a / 127.0;
+                        acts.d[r * nb + b] = half::f16::from_f32(dd).to_f32();
+                        if kind == ActBlocks::Q8_1 {
+                            acts.s[r * nb + b] = half::f16::from_f32(sum as f32 * dd).to_f32();
+                        } else {
+                            acts.sums[r * nb + b] = sum;
+                        }
+                        b += warps;
+                    }
+                    continue;
+                }
+                let nb = dim / 256;
+                let mut b = warp;
+                while b < nb {
+                    let c0 = |lane: usize| b * 256 + lane * 8;
+                    // The element of largest magnitude, the first of equal ones.
+                    let (mut amax, mut mx) = (0f32, 0f32);
+                    for i in 0..256 {
+                        let v = normed(b * 256 + i);
+                        if v.abs() > amax {
+                            (amax, mx) = (v.abs(), v);
+                        }
+                    }
+                    let iscale = if amax == 0.0 { 0.0 } else { -127.0 / mx };
+                    let mut s8 = [0i32; 32];
+                    for (lane, s8) in s8.iter_mut().enumerate() {
+                        for j in 0..8 {
+                            let v = normed(c0(lane) + j);
+                            let q = if amax == 0.0 {
+                                0
+                            } else {
+                                ((iscale * v).round_ties_even() as i32).clamp(-128, 127)
+                            };
+                            acts.qs[base + c0(lane) + j] = q as i8;
+                            *s8 += q;
+                        }
+                    }
+                    for lane in (0..32).step_by(2) {
+                        acts.sums[r * (dim / 16) + b * 16 + lane / 2] = s8[lane] + s8[lane + 1];
+                    }
+                    acts.d[r * nb + b] = if amax == 0.0 { 0.0 } else { 1.0 / iscale };
+                    b += warps;
+                }
+            }
+        }
+        (y, acts)
+    }
+
+    /// `rms_norm_q8` emulated equals `rms_norm` followed by the separate quantize kernels
+    /// (`emulate.rs`'s `quantize_q8` / `quantize_q8k`, which the matmul tests check against
+    /// the CPU): the same normed rows and every activation block, scale and sum at the same
+    /// offsets, for the three kinds, with a zero row, rows wider than a block of threads
+    /// (4608: several blocks per warp) and narrower (256: idle warps for Q8_K).
+    #[test]
+    fn rms_norm_q8_emulated_equals_rms_norm_then_quantize() {
+        for dim in [4608usize, 256, 1536] {
+            let rows = 3;
+            let mut x: Vec<f32> = noise(21, rows * dim).iter().map(|v| v * 4.0).collect();
+            x[dim..2 * dim].fill(0.0);
+            x[7] = -x.iter().fold(0f32, |a, v| a.max(v.abs())) * 2.0;
+            let w = noise(22, dim);
+            let eps = 1e-6;
+            let threads = dim.next_power_of_two().clamp(32, 1024);
+            let mut y = vec![0f32; rows * dim];
+            for r in 0..rows {
+                let scale = emulate_rms_scale(&x[r * dim..(r + 1) * dim], threads, eps);
+                for i in 0..dim {
+                    y[r * dim + i] = x[r * dim + i] * scale * w[i];
+                }
+            }
+            for kind in [ActBlocks::Q8_0, ActBlocks::Q8_1, ActBlocks::Q8K] {
+                let want = match kind {
+                    ActBlocks::Q8K => quantize_q8k(&y, rows, dim),
+                    _ => quantize_q8(&y, rows, dim, kind.code() as u8),
+                };
+                let (gy, got) = emulate_rms_norm_q8(&x, &w, rows, dim, eps, kind);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&gy), bits(&y), "{kind:?} dim {dim}: y");
+                assert_eq!(got.qs, want.qs, "{kind:?} dim {dim}: quants");
+                assert_eq!(bits(&got.d), bits(&want.d), "{kind:?} dim {dim}: scales");
+                if kind == ActBlocks::Q8_1 {
+                    assert_eq!(bits(&got.s), bits(&want.s), "{kind:?} dim {dim}: sums · d");
+                } else {
+                    assert_eq!(got.sums, want.sums, "{kind:?} dim {dim}: integer sums");
+                }
+            }
+        }
+    }
+
+    /// On a GPU: `rms_norm_q8` writes the normed rows `rms_norm` writes and the activation
+    /// blocks the matmul's own quantization writes (the three kinds), and `rope_kv_write`
+    /// the q and pool bits of `add_bias` + `rope` + `kv_write`.
+    #[test]
+    fn fused_kernels_write_the_bits_of_the_separate_ones() {
+        let gpu = match open_gpu(0) {
+            Ok(g) => g,
+            Err(e) => {
+                crate::skip::absent(crate::skip::Need::Gpu, format!("no GPU: {e}"));
+                return;
+            }
+        };
+        let s = &gpu.stream;
+        let (rows, dim) = (5usize, 4608usize);
+        let mut x: Vec<f32> = noise(11, rows * dim).iter().map(|v| v * 3.0).collect();
+        x[dim..2 * dim].fill(0.0);
+        let w = gpu.upload("w", &noise(12, dim)).expect("w");
+        let dx = gpu.upload("x", &x).expect("x");
+        for (dtype, a) in [
+            (candle_core::quantized::GgmlDType::Q8_0, ActBlocks::Q8_0),
+            (candle_core::quantized::GgmlDType::Q4_1, ActBlocks::Q8_1),
+            (candle_core::quantized::GgmlDType::Q4K, ActBlocks::Q8K),
+        ] {
+            let t = candle_core::Tensor::from_vec(
+                noise(13, 8 * dim),
+                (8, dim),
+                &candle_core::Device::Cpu,
+            )
+            .expect("t");
+            let qt = candle_core::quantized::QTensor::quantize(&t, dtype).expect("quantize");
+            let qw = QWeight::from_qtensor(&qt).expect("weight");
+            let dw = upload_weight(&gpu, "w", &qw, MatmulPath::Integer).expect("upload");
+            let run = |fused: bool| {
+                let act = gpu.act_bufs(rows * dim).expect("act");
+                let y: CudaSlice<f32> = gpu.zeros("y", rows * dim).expect("y");
+                let out: CudaSlice<f32> = gpu.zeros("out", rows * 8).expect("out");
+                let (py, pout) = (ptr(&y, s), ptr(&out, s));
+                if fused {
+                    gpu.rms_norm_q8(ptr(&dx, s), &w, py, rows, dim, 1e-6, a, &act)
+                        .expect("fused");
+                    gpu.matmul_into(&dw, py, rows, pout, &act, Some(a.code()), false)
+                        .expect("mm");
+                } else {
+                    gpu.rms_norm(ptr(&dx, s), &w, py, rows, dim, 1e-6)
+                        .expect("norm");
+                    gpu.matmul_into(&dw, py, rows, pout, &act, None, false)
+                        .expect("mm");
+                }
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                (
+                    bits(s.clone_dtoh(&y).expect("y")),
+                    bits(s.clone_dtoh(&out).expect("out")),
+                    s.clone_dtoh(&act.qs).expect("qs"),
+                    bits(s.clone_dtoh(&act.d).expect("d")),
+                    bits(s.clone_dtoh(&act.s).expect("s")),
+                    s.clone_dtoh(&act.sums).expect("sums"),
+                )
+            };
+            assert_eq!(run(true), run(false), "{a:?}");
+        }
+
+        let (bt, layer, blocks) = (4usize, 1usize, 5usize);
+        for (neox, rd, with_bias) in [(false, 64, true), (true, 32, false)] {
+            let c = config(4, 2, 64, rd, neox);
+            let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
+            let rows = 3;
+            let up = |seed, n| gpu.upload("v", &noise(seed, n)).expect("upload");
+            let bias = [up(4, q_dim), up(5, kv_dim), up(6, kv_dim)];
+            let cs = up(7, rows * rd);
+            let block_len = c.n_layer * 2 * bt * kv_dim;
+            let rb = gpu.upload("rb", &[3i32, 0, 3]).expect("rb");
+            let rs = gpu.upload("rs", &[1i32, 2, 3]).expect("rs");
+            let run = |fused: bool| {
+                let (q, k, v) = (
+                    up(1, rows * q_dim),
+                    up(2, rows * kv_dim),
+                    up(3, rows * kv_dim),
+                );
+                let pool: CudaSlice<u16> = gpu
+                    .upload("pool", &vec![0x7e00u16; blocks * block_len])
+                    .expect("pool");
+                let (pq, pk, pv, pp) = (ptr(&q, s), ptr(&k, s), ptr(&v, s), ptr(&pool, s));
+                let (prb, prs) = (ptr(&rb, s), ptr(&rs, s));
+                if fused {
+                    gpu.rope_kv_write(&RopeKvArgs {
+                        q: pq,
+                        k: pk,
+                        v: pv,
+                        bias: with_bias.then_some(&bias),
+                        cs: ptr(&cs, s),
+                        rows,
+                        c: &c,
+                        pool: pp,
+                        row_blocks: prb,
+                        row_slots: prs,
+                        layer,
+                        bt,
+                        block_len: block_len as i64,
+                    })
+                    .expect("fused");
+                } else {
+                    if with_bias {
+                        gpu.add_bias(pq, &bias[0], q_dim, rows * q_dim)
+                            .expect("bias");
+                        gpu.add_bias(pk, &bias[1], kv_dim, rows * kv_dim)
+                            .expect("bias");
+                        gpu.add_bias(pv, &bias[2], kv_dim, rows * kv_dim)
+                            .expect("bias");
+                    }
+                    gpu.rope(pq, ptr(&cs, s), rows, c.n_head, c.head_dim, rd, neox)
+                        .expect("rope");
+                    gpu.rope(pk, ptr(&cs, s), rows, c.n_kv_head, c.head_dim, rd, neox)
+                        .expect("rope");
+                    let (rows_i, kv_i, l_i, bt_i, bl) = (
+                        rows as i32,
+                        kv_dim as i32,
+                        layer as i32,
+                        bt as i32,
+                        block_len as i64,
+                    );
+                    let mut lb = s.launch_builder(&gpu.k.kv_write);
+                    lb.arg(&pk).arg(&pv).arg(&pp).arg(&prb).arg(&prs);
+                    lb.arg(&rows_i).arg(&kv_i).arg(&l_i).arg(&bt_i).arg(&bl);
+                    // SAFETY: as in the forward pass: k, v rows × kv_dim; slots inside the pool.
+                    unsafe { lb.launch(ew(rows * kv_dim)) }.expect("kv_write");
+                }
+                let q: Vec<u32> = s
+                    .clone_dtoh(&q)
+                    .expect("q")
+                    .into_iter()
+                    .map(f32::to_bits)
+                    .collect();
+                (q, s.clone_dtoh(&pool).expect("pool"))
+            };
+            assert_eq!(
+                run(true),
+                run(false),
+                "neox {neox} rd {rd} bias {with_bias}"
+            );
+        }
+    }
 }

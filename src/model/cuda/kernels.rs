@@ -7,7 +7,9 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 
+use crate::model::arch::ModelConfig;
 use crate::model::error::ModelError;
+use crate::model::lowering::ActBlocks;
 
 use super::{nvrtc, versions};
 
@@ -15,7 +17,8 @@ use super::{nvrtc, versions};
 pub const KERNELS: &str = concat!(
     include_str!("kernels.cu"),
     include_str!("mmq.cu"),
-    include_str!("mmt.cu")
+    include_str!("mmt.cu"),
+    include_str!("fused.cu")
 );
 
 /// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
@@ -149,6 +152,9 @@ pub(super) struct Kernels {
     pub(super) attn_partial_gqa: CudaFunction,
     pub(super) attn_combine: CudaFunction,
     pub(super) copy_block: CudaFunction,
+    /// `fused.cu`: launches that cover several plan steps (`model::lowering`).
+    pub(super) rms_norm_q8: CudaFunction,
+    pub(super) rope_kv_write: CudaFunction,
 }
 
 impl Kernels {
@@ -201,6 +207,8 @@ impl Kernels {
             attn_partial_gqa: f("attn_partial_gqa")?,
             attn_combine: f("attn_combine")?,
             copy_block: f("copy_block")?,
+            rms_norm_q8: f("rms_norm_q8")?,
+            rope_kv_write: f("rope_kv_write")?,
         })
     }
 }
@@ -253,6 +261,24 @@ pub(super) struct ActBufs {
     pub(super) s: CudaSlice<f32>,
     pub(super) sums: CudaSlice<i32>,
     pub(super) elems: usize,
+}
+
+/// The arguments of [`Gpu::rope_kv_write`].
+pub(super) struct RopeKvArgs<'a> {
+    pub(super) q: u64,
+    pub(super) k: u64,
+    pub(super) v: u64,
+    pub(super) bias: Option<&'a [CudaSlice<f32>; 3]>,
+    /// The RoPE table (`rows × rope_dim`).
+    pub(super) cs: u64,
+    pub(super) rows: usize,
+    pub(super) c: &'a ModelConfig,
+    pub(super) pool: u64,
+    pub(super) row_blocks: u64,
+    pub(super) row_slots: u64,
+    pub(super) layer: usize,
+    pub(super) bt: usize,
+    pub(super) block_len: i64,
 }
 
 /// Grid size for `total` elements at [`EW`] threads per block.
@@ -516,6 +542,101 @@ impl Gpu {
         };
         // SAFETY: x and y hold rows × dim floats, w dim.
         unsafe { lb.launch(cfg) }.map_err(|e| dev_err("rms_norm", e))?;
+        Ok(())
+    }
+
+    /// `rms_norm` of `rows` rows of `dim` values from `x` into `y`, and the normed rows
+    /// quantized into `act` as [`Gpu::quantize`] writes blocks `a` (one launch,
+    /// `fused.cu`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rms_norm_q8(
+        &self,
+        x: u64,
+        w: &CudaSlice<f32>,
+        y: u64,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        a: ActBlocks,
+        act: &ActBufs,
+    ) -> Result<()> {
+        let block = if a == ActBlocks::Q8K { 256 } else { 32 };
+        if rows * dim > act.elems || !dim.is_multiple_of(block) {
+            return Err(dev_err(
+                "rms_norm_q8",
+                format!(
+                    "{rows} × {dim} activations in blocks of {block}, scratch {}",
+                    act.elems
+                ),
+            ));
+        }
+        let s = &*self.stream;
+        let pw = ptr(w, s);
+        let (dim_i, kind) = (dim as i32, a.code());
+        let (pq, pd, ps, psum) = (
+            ptr(&act.qs, s),
+            ptr(&act.d, s),
+            ptr(&act.s, s),
+            ptr(&act.sums, s),
+        );
+        // The block size of `rms_norm`'s launch: the same partial sums, the same scale.
+        let threads = (dim.next_power_of_two() as u32).clamp(32, 1024);
+        let mut lb = s.launch_builder(&self.k.rms_norm_q8);
+        lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
+        lb.arg(&kind).arg(&pq).arg(&pd).arg(&ps).arg(&psum);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x and y hold rows × dim floats, w dim; act holds rows × dim activations
+        // (checked), dim a multiple of the block.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("rms_norm_q8", e))?;
+        Ok(())
+    }
+
+    /// Bias (when given), RoPE of q and k, and the KV write, in one launch (`fused.cu`).
+    pub(super) fn rope_kv_write(&self, a: &RopeKvArgs) -> Result<()> {
+        let s = &*self.stream;
+        let c = a.c;
+        let null = 0u64;
+        let (bq, bk, bv) = match a.bias {
+            Some([q, k, v]) => (ptr(q, s), ptr(k, s), ptr(v, s)),
+            None => (null, null, null),
+        };
+        let (rows, heads, kv_heads, hd, rd, neox) = (
+            a.rows as i32,
+            c.n_head as i32,
+            c.n_kv_head as i32,
+            c.head_dim as i32,
+            c.rope_dim as i32,
+            c.rope_neox as i32,
+        );
+        let (layer, bt) = (a.layer as i32, a.bt as i32);
+        let mut lb = s.launch_builder(&self.k.rope_kv_write);
+        lb.arg(&a.q)
+            .arg(&a.k)
+            .arg(&a.v)
+            .arg(&bq)
+            .arg(&bk)
+            .arg(&bv)
+            .arg(&a.cs);
+        lb.arg(&rows)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&hd)
+            .arg(&rd)
+            .arg(&neox);
+        lb.arg(&a.pool)
+            .arg(&a.row_blocks)
+            .arg(&a.row_slots)
+            .arg(&layer)
+            .arg(&bt);
+        lb.arg(&a.block_len);
+        let total = a.rows * (c.n_head + 2 * c.n_kv_head) * c.head_dim / 2;
+        // SAFETY: q holds rows × q_dim floats, k and v rows × kv_dim, the biases their widths,
+        // cs rows × rope_dim; every row's block and slot were given by its sequence's KV.
+        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("rope_kv_write", e))?;
         Ok(())
     }
 

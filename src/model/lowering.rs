@@ -1,0 +1,576 @@
+//! The GPU's lowering of a [`Plan`]: the list of kernel launches of each layer and of the
+//! head, each naming the plan steps it covers. Adjacent steps may share a launch (the norm and
+//! the quantization of its output for the next projection; bias, RoPE and the KV write; a
+//! projection and the residual add in its epilogue); one step may take several launches (three
+//! split q/k/v matrices, attention's two passes).
+//!
+//! A pure function of the plan and of what it needs to know of the device's matrices
+//! ([`Target`]): no cudarc, built with and without the `cuda` feature, so that every
+//! architecture's lowering is checked on any machine. `cuda::forward` executes the launches
+//! in this order and nothing else; it owns the kernels' arguments, this module only their
+//! sequence.
+
+use std::ops::Range;
+
+use super::plan::{Matrix, Place, Plan, Step};
+use super::quant::{QWeight, WeightFormat};
+use super::transformer::{GateUp, Qkv, Transformer};
+
+/// The 8-bit activation blocks a quantized matrix's integer kernel reads (`quantize_q8` kinds
+/// 0 and 1, `quantize_q8k`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActBlocks {
+    Q8_0,
+    Q8_1,
+    Q8K,
+}
+
+impl ActBlocks {
+    /// The kernels' code for these blocks (`Kind::act`'s value).
+    pub fn code(self) -> i32 {
+        match self {
+            ActBlocks::Q8_0 => 0,
+            ActBlocks::Q8_1 => 1,
+            ActBlocks::Q8K => 2,
+        }
+    }
+
+    /// From the kernels' code.
+    pub fn from_code(code: i32) -> Option<ActBlocks> {
+        match code {
+            0 => Some(ActBlocks::Q8_0),
+            1 => Some(ActBlocks::Q8_1),
+            2 => Some(ActBlocks::Q8K),
+            _ => None,
+        }
+    }
+}
+
+/// The activation blocks the CPU's (and the integer kernels') product with a matrix of
+/// format `f` reads; `None` for float formats.
+pub fn act_blocks(f: WeightFormat) -> Option<ActBlocks> {
+    match f {
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => None,
+        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 => Some(ActBlocks::Q8_0),
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => Some(ActBlocks::Q8_1),
+        WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => Some(ActBlocks::Q8K),
+    }
+}
+
+/// The target of `model`'s matrices on a device running the integer matmuls (`integer`) or
+/// the legacy ones, with or without the fused kernels.
+pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
+    let a = |w: &QWeight| act_blocks(w.format());
+    let layers = model
+        .layers
+        .iter()
+        .map(|l| Mats {
+            qkv: match &l.qkv {
+                Qkv::Split { q, k, v } => vec![a(q), a(k), a(v)],
+                Qkv::Fused(w) => vec![a(w)],
+            },
+            out: a(&l.wo),
+            gate_up: match &l.gate_up {
+                GateUp::Split { gate, up } => vec![a(gate), a(up)],
+                GateUp::Fused(w) => vec![a(w)],
+            },
+            down: a(&l.w_down),
+        })
+        .collect();
+    Target {
+        integer,
+        fuse,
+        layers,
+        logits: a(model.output.as_ref().unwrap_or(&model.embedding)),
+    }
+}
+
+/// The activation blocks of each matrix of a layer's projections, in the order each
+/// projection multiplies them (`None`: a float matrix, or the legacy path's f32 kernels).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Mats {
+    pub qkv: Vec<Option<ActBlocks>>,
+    pub out: Option<ActBlocks>,
+    pub gate_up: Vec<Option<ActBlocks>>,
+    pub down: Option<ActBlocks>,
+}
+
+/// What the lowering needs to know of the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The integer matmuls (`mmq.cu`): activations quantized, the residual added in the
+    /// epilogue, group attention. Otherwise the legacy f32 matmuls.
+    pub integer: bool,
+    /// Adjacent steps share a launch where a fused kernel exists; off, every step is launched
+    /// on its own (the reference the fused kernels must equal bit for bit).
+    pub fuse: bool,
+    /// Each layer's matrices.
+    pub layers: Vec<Mats>,
+    /// The output projection's.
+    pub logits: Option<ActBlocks>,
+}
+
+/// One launch's kernel, with what tells apart several launches of one step (`part`: q, k, v
+/// or gate, up, in that order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// `rms_norm` (a pre-norm, a post-norm, the final norm; `part` 0 or 1 for q/k norms).
+    RmsNorm { part: usize },
+    /// `rms_norm_q8`: the pre-norm (its float rows written as `rms_norm` writes them) and
+    /// the quantization of its rows into the activation blocks the projection's first
+    /// matrix reads.
+    NormQuant(ActBlocks),
+    /// The matmul of matrix `part` of a projection: its activations quantized first (one
+    /// more launch) unless `quantized` (already in the blocks `act` by the launch before);
+    /// with `residual`, `x +=` the product in the epilogue.
+    Matmul {
+        part: usize,
+        act: Option<ActBlocks>,
+        quantized: bool,
+        residual: bool,
+    },
+    /// `split_cols`: part `part` of a fused projection's rows.
+    SplitCols { part: usize },
+    /// `add_bias` of q, k or v.
+    AddBias { part: usize },
+    /// `rope` of q (`part` 0) or k (1).
+    Rope { part: usize },
+    /// `kv_write`.
+    KvWrite,
+    /// `rope_kv_write`: q, k, v plus their biases (with `bias`), RoPE of q and k, and the
+    /// keys and values stored into the KV pool, in one launch.
+    RopeKv { bias: bool },
+    /// `attn_partial_gqa` (group) or `attn_partial` (one warp per query head).
+    AttnPartial { gqa: bool },
+    /// `attn_combine`.
+    AttnCombine,
+    /// `add_in_place`: `x += xb`.
+    AddInPlace,
+    /// `gated_act`.
+    GatedAct,
+    /// `gather_rows`.
+    GatherRows,
+    /// `softcap`.
+    Softcap,
+}
+
+impl Kernel {
+    /// A short name (for traces and counts).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::RmsNorm { .. } => "rms_norm",
+            Kernel::NormQuant(_) => "rms_norm_q8",
+            Kernel::Matmul { .. } => "matmul",
+            Kernel::SplitCols { .. } => "split_cols",
+            Kernel::AddBias { .. } => "add_bias",
+            Kernel::Rope { .. } => "rope",
+            Kernel::KvWrite => "kv_write",
+            Kernel::RopeKv { .. } => "rope_kv_write",
+            Kernel::AttnPartial { .. } => "attn_partial",
+            Kernel::AttnCombine => "attn_combine",
+            Kernel::AddInPlace => "add_in_place",
+            Kernel::GatedAct => "gated_act",
+            Kernel::GatherRows => "gather_rows",
+            Kernel::Softcap => "softcap",
+        }
+    }
+
+    /// Kernel launches on the device (a matmul that quantizes its input first takes two).
+    pub fn device_launches(self) -> usize {
+        match self {
+            Kernel::Matmul {
+                act: Some(_),
+                quantized: false,
+                ..
+            } => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// One launch and the plan steps it covers (indices into its place's steps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub kernel: Kernel,
+    pub steps: Range<usize>,
+}
+
+/// The launches of every layer and of the head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lowering {
+    layers: Vec<Vec<Launch>>,
+    head: Vec<Launch>,
+}
+
+impl Lowering {
+    /// Lowers `plan` for `target` (one [`Mats`] per layer of the plan).
+    pub fn new(plan: &Plan, target: &Target) -> Lowering {
+        assert_eq!(plan.n_layers(), target.layers.len(), "one Mats per layer");
+        Lowering {
+            layers: (0..plan.n_layers())
+                .map(|l| lower(plan.layer(l), Some(&target.layers[l]), target))
+                .collect(),
+            head: lower(plan.head(), None, target),
+        }
+    }
+
+    /// The launches at `place`.
+    pub fn launches(&self, place: Place) -> &[Launch] {
+        match place {
+            Place::Layer(l) => &self.layers[l],
+            Place::Head => &self.head,
+        }
+    }
+
+    /// Device launches of layer `l` (a matmul that quantizes counts two).
+    pub fn device_launches(&self, place: Place) -> usize {
+        self.launches(place)
+            .iter()
+            .map(|l| l.kernel.device_launches())
+            .sum()
+    }
+}
+
+/// The steps `launches` cover, in order: consecutive launches cover either the same steps
+/// (several launches of one step or group) or the steps right after; an error names the first
+/// launch that breaks this, or the steps left uncovered.
+pub fn covered<'a>(steps: &'a [Step], launches: &[Launch]) -> Result<Vec<&'a Step>, String> {
+    let mut out = Vec::new();
+    let mut end = 0;
+    let mut last: Option<&Range<usize>> = None;
+    for (i, l) in launches.iter().enumerate() {
+        if last == Some(&l.steps) {
+            continue;
+        }
+        if l.steps.start != end || l.steps.is_empty() || l.steps.end > steps.len() {
+            return Err(format!(
+                "launch {i} ({:?}) covers steps {:?}; expected a range starting at {end}",
+                l.kernel, l.steps
+            ));
+        }
+        out.extend(&steps[l.steps.clone()]);
+        end = l.steps.end;
+        last = Some(&l.steps);
+    }
+    if end != steps.len() {
+        return Err(format!("steps {end}..{} not launched", steps.len()));
+    }
+    Ok(out)
+}
+
+/// The matrices' activation blocks of projection `m` (the head's output projection when
+/// `mats` is `None`).
+fn acts(m: Matrix, mats: Option<&Mats>, t: &Target) -> Vec<Option<ActBlocks>> {
+    let pick = |a: Option<ActBlocks>| a.filter(|_| t.integer);
+    match (m, mats) {
+        (Matrix::Logits, _) | (_, None) => vec![pick(t.logits)],
+        (Matrix::Qkv, Some(x)) => x.qkv.iter().map(|&a| pick(a)).collect(),
+        (Matrix::Out, Some(x)) => vec![pick(x.out)],
+        (Matrix::GateUp, Some(x)) => x.gate_up.iter().map(|&a| pick(a)).collect(),
+        (Matrix::Down, Some(x)) => vec![pick(x.down)],
+    }
+}
+
+/// The launches of one place's steps.
+fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
+    let mut out = Vec::new();
+    let mut push = |kernel: Kernel, steps: Range<usize>| out.push(Launch { kernel, steps });
+    // The activation blocks now quantized from the input of the next projection.
+    let mut quantized: Option<ActBlocks> = None;
+    let mut i = 0;
+    while i < steps.len() {
+        let next = |k: usize| steps.get(i + k).copied();
+        let mut span = 1;
+        match steps[i] {
+            Step::Norm(_) | Step::FinalNorm => {
+                quantized = None;
+                let first = match next(1) {
+                    Some(Step::Project(m)) => acts(m, mats, t).first().copied().flatten(),
+                    _ => None,
+                };
+                match first {
+                    Some(a) if t.fuse => {
+                        push(Kernel::NormQuant(a), i..i + 1);
+                        quantized = Some(a);
+                    }
+                    _ => push(Kernel::RmsNorm { part: 0 }, i..i + 1),
+                }
+            }
+            Step::Project(m) => {
+                let residual = t.integer
+                    && matches!(m, Matrix::Out | Matrix::Down)
+                    && next(1) == Some(Step::Residual);
+                if residual {
+                    span = 2;
+                }
+                for (part, act) in acts(m, mats, t).into_iter().enumerate() {
+                    let reuse = act.is_some() && act == quantized;
+                    if act.is_some() {
+                        quantized = act;
+                    }
+                    push(
+                        Kernel::Matmul {
+                            part,
+                            act,
+                            quantized: reuse,
+                            residual,
+                        },
+                        i..i + span,
+                    );
+                }
+                quantized = None;
+            }
+            Step::Split(m) => {
+                let parts = if m == Matrix::Qkv { 3 } else { 2 };
+                for part in 0..parts {
+                    push(Kernel::SplitCols { part }, i..i + 1);
+                }
+            }
+            Step::Bias => {
+                if t.fuse
+                    && matches!(
+                        (next(1), next(2)),
+                        (Some(Step::Rope(_)), Some(Step::KvWrite))
+                    )
+                {
+                    span = 3;
+                    push(Kernel::RopeKv { bias: true }, i..i + 3);
+                } else {
+                    for part in 0..3 {
+                        push(Kernel::AddBias { part }, i..i + 1);
+                    }
+                }
+            }
+            Step::QkNorm => {
+                for part in 0..2 {
+                    push(Kernel::RmsNorm { part }, i..i + 1);
+                }
+            }
+            Step::Rope(_) => {
+                if t.fuse && next(1) == Some(Step::KvWrite) {
+                    span = 2;
+                    push(Kernel::RopeKv { bias: false }, i..i + 2);
+                } else {
+                    for part in 0..2 {
+                        push(Kernel::Rope { part }, i..i + 1);
+                    }
+                }
+            }
+            Step::KvWrite => push(Kernel::KvWrite, i..i + 1),
+            Step::Attention { .. } => {
+                push(Kernel::AttnPartial { gqa: t.integer }, i..i + 1);
+                push(Kernel::AttnCombine, i..i + 1);
+            }
+            Step::PostNorm(_) => push(Kernel::RmsNorm { part: 0 }, i..i + 1),
+            Step::Residual => push(Kernel::AddInPlace, i..i + 1),
+            Step::Gated(_) => push(Kernel::GatedAct, i..i + 1),
+            Step::Gather => push(Kernel::GatherRows, i..i + 1),
+            Step::Softcap => push(Kernel::Softcap, i..i + 1),
+        }
+        i += span;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::arch::{Activation, Arch, ModelConfig};
+    use crate::model::plan::{Block, LayerParts, RopeTable};
+
+    fn plan(parts: LayerParts, cap: Option<f32>) -> Plan {
+        let c = ModelConfig {
+            architecture: "llama".into(),
+            arch: Arch::Llama,
+            n_layer: 1,
+            dim: 256,
+            ffn_dim: 512,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 64,
+            rope_dim: 64,
+            rope_neox: false,
+            rope_base: 1e4,
+            rope_base_swa: 1e4,
+            rope_scale: 1.0,
+            rope_scale_swa: 1.0,
+            rms_eps: 1e-5,
+            context_len: 64,
+            vocab_size: 32,
+            embed_scale: None,
+            activation: Activation::Silu,
+            attn_scale: 0.125,
+            attn_softcap: None,
+            final_softcap: cap,
+            sliding_window: None,
+            swa_layers: vec![false],
+        };
+        Plan::new(&c, [parts])
+    }
+
+    /// Q8_K blocks for every matrix (the 8B Q4_K_M file: Q4_K and Q6_K), but Q8_0 for attn_k
+    /// with `mixed` (the tiny models' Q5_0 attn_k).
+    fn target(integer: bool, fuse: bool, split: bool, mixed: bool) -> Target {
+        let k = Some(ActBlocks::Q8K);
+        let attn_k = if mixed { Some(ActBlocks::Q8_0) } else { k };
+        let layer = Mats {
+            qkv: if split { vec![k, attn_k, k] } else { vec![k] },
+            out: k,
+            gate_up: if split { vec![k, k] } else { vec![k] },
+            down: Some(ActBlocks::Q8K),
+        };
+        Target {
+            integer,
+            fuse,
+            layers: vec![layer],
+            logits: None,
+        }
+    }
+
+    /// The Llama-3-8B layer in Q4_K_M (split q/k/v, every matrix reading Q8_K blocks): 19
+    /// device launches unfused, 15 fused, and which steps each fused launch covers.
+    #[test]
+    fn the_8b_layer_fuses_norm_quant_rope_kv_and_residuals() {
+        let p = plan(LayerParts::default(), None);
+        let unfused = Lowering::new(&p, &target(true, false, true, false));
+        let fused = Lowering::new(&p, &target(true, true, true, false));
+        let l0 = Place::Layer(0);
+        assert_eq!(unfused.device_launches(l0), 19);
+        assert_eq!(fused.device_launches(l0), 15);
+        let steps = p.layer(0);
+        for low in [&unfused, &fused] {
+            let got: Vec<Step> = covered(steps, low.launches(l0))
+                .unwrap()
+                .into_iter()
+                .copied()
+                .collect();
+            assert_eq!(got, steps);
+        }
+        let f = fused.launches(l0);
+        assert_eq!(f[0].kernel, Kernel::NormQuant(ActBlocks::Q8K));
+        let reuse = |f: &[Launch]| -> Vec<bool> {
+            f[1..4]
+                .iter()
+                .map(|l| {
+                    matches!(
+                        l.kernel,
+                        Kernel::Matmul {
+                            quantized: true,
+                            ..
+                        }
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(reuse(f), [true, true, true]);
+        // With attn_k reading Q8_0 blocks: q reuses the norm's quantization, k quantizes
+        // its own, v (Q8_K) quantizes again.
+        let mixed = Lowering::new(&p, &target(true, true, true, true));
+        assert_eq!(reuse(mixed.launches(l0)), [true, false, false]);
+        assert_eq!(f[4].kernel, Kernel::RopeKv { bias: false });
+        assert_eq!(
+            steps[f[4].steps.clone()],
+            [Step::Rope(RopeTable::Full), Step::KvWrite]
+        );
+        let out = f
+            .iter()
+            .find(|l| steps[l.steps.start] == Step::Project(Matrix::Out))
+            .unwrap();
+        assert_eq!(out.steps.len(), 2, "the residual in the epilogue");
+        // The legacy path: no quantization, no epilogue; the plain norms and adds.
+        let legacy = Lowering::new(&p, &target(false, true, true, false));
+        let kinds: Vec<&str> = legacy
+            .launches(l0)
+            .iter()
+            .map(|l| l.kernel.name())
+            .collect();
+        assert!(kinds.contains(&"add_in_place") && !kinds.contains(&"rms_norm_q8"));
+        assert_eq!(legacy.device_launches(l0), legacy.launches(l0).len());
+    }
+
+    /// Biases fuse with RoPE and the KV write; q/k norms between them keep the bias apart;
+    /// post-norms keep the residual out of the epilogue; a fused q/k/v is split in three.
+    #[test]
+    fn every_feature_is_covered_in_order() {
+        let all = [
+            LayerParts::default(),
+            LayerParts {
+                bias: true,
+                ..Default::default()
+            },
+            LayerParts {
+                qk_norm: true,
+                post_norms: true,
+                swa_rope: true,
+                ..Default::default()
+            },
+            LayerParts {
+                fused: true,
+                ..Default::default()
+            },
+            LayerParts {
+                bias: true,
+                qk_norm: true,
+                fused: true,
+                post_norms: true,
+                swa_rope: false,
+            },
+        ];
+        for parts in all {
+            for cap in [None, Some(30.0)] {
+                let p = plan(parts, cap);
+                for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)]
+                {
+                    let t = target(integer, fuse, !parts.fused, true);
+                    let low = Lowering::new(&p, &t);
+                    for (place, steps) in p.places() {
+                        let got = covered(steps, low.launches(place))
+                            .unwrap_or_else(|e| panic!("{parts:?} {place:?}: {e}"));
+                        assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                    }
+                }
+            }
+        }
+        let qwen2 = plan(
+            LayerParts {
+                bias: true,
+                ..Default::default()
+            },
+            None,
+        );
+        let low = Lowering::new(&qwen2, &target(true, true, true, false));
+        assert!(low
+            .launches(Place::Layer(0))
+            .iter()
+            .any(|l| l.kernel == Kernel::RopeKv { bias: true } && l.steps.len() == 3));
+        let gemma = plan(
+            LayerParts {
+                post_norms: true,
+                ..Default::default()
+            },
+            None,
+        );
+        let low = Lowering::new(&gemma, &target(true, true, true, false));
+        let l = low.launches(Place::Layer(0));
+        assert!(l
+            .iter()
+            .all(|l| !matches!(l.kernel, Kernel::Matmul { residual: true, .. })));
+        assert!(l
+            .iter()
+            .any(|x| gemma.layer(0)[x.steps.start] == Step::PostNorm(Block::Ffn)));
+    }
+
+    #[test]
+    fn covered_refuses_a_gap_an_overlap_and_a_missing_tail() {
+        let p = plan(LayerParts::default(), None);
+        let steps = p.head();
+        let l = |a: usize, b: usize| Launch {
+            kernel: Kernel::GatherRows,
+            steps: a..b,
+        };
+        assert!(covered(steps, &[l(0, 1), l(1, 2), l(2, 3)]).is_ok());
+        assert!(covered(steps, &[l(0, 1), l(2, 3)]).is_err());
+        assert!(covered(steps, &[l(0, 2), l(1, 3)]).is_err());
+        assert!(covered(steps, &[l(0, 1), l(1, 2)]).is_err());
+    }
+}

@@ -1,0 +1,381 @@
+//! The layer sequence of a model, written once: the ordered [`Step`]s of each layer and of
+//! the head (final norm, output projection, final softcap), built from the [`ModelConfig`] and
+//! from what each layer holds ([`LayerParts`]: fused or split projections, biases, q/k norms,
+//! post-norms, a sliding-window RoPE table). Every architecture's features are decided here
+//! and nowhere else.
+//!
+//! Both devices execute a plan: the CPU's `Transformer::forward` runs its steps one by one (each
+//! step is one call on the same buffers as before the plan existed), the GPU lowers it
+//! ([`super::lowering`]) into launches that may cover several adjacent steps. This module
+//! says *what* happens in which order; it computes nothing and knows no buffer or kernel.
+//! The plan is built once per model, never per step.
+
+use super::arch::{Activation, ModelConfig};
+
+/// The two blocks of a layer, each with its pre-norm and optional post-norm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    Attn,
+    Ffn,
+}
+
+/// The matrices one projection multiplies by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matrix {
+    /// Queries, keys and values (three matrices or one fused).
+    Qkv,
+    /// The attention output projection.
+    Out,
+    /// Gate and up (two matrices or one fused).
+    GateUp,
+    /// The feed-forward down projection.
+    Down,
+    /// The output projection to the vocabulary (the embedding when tied).
+    Logits,
+}
+
+/// Which RoPE angles a layer rotates its queries and keys by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeTable {
+    /// The full-attention layers' angles.
+    Full,
+    /// The sliding-window layers' own angles (Gemma 3).
+    Swa,
+}
+
+/// One step of the forward pass. Buffers named: `x` the residual stream, `xb` the normed
+/// input of a block (then its output), `q`/`k`/`v`, `attn` the attention output, `gate`/`up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// `xb = rms_norm(x) · w`, the block's pre-norm.
+    Norm(Block),
+    /// The block's input times the matrices (`xb` → q/k/v or gate/up, `attn` → `xb`,
+    /// `gate` → `xb`, the head's normed rows → logits); a fused matrix writes its whole width.
+    Project(Matrix),
+    /// A fused projection's output split into its parts (q | k | v, gate | up).
+    Split(Matrix),
+    /// q, k and v plus their biases (Qwen2).
+    Bias,
+    /// Per-head RMS norms of the queries and keys (Qwen3, Gemma 3).
+    QkNorm,
+    /// RoPE of the queries and keys.
+    Rope(RopeTable),
+    /// The keys and values stored at their positions in each sequence's KV.
+    KvWrite,
+    /// Causal attention over each sequence's KV into `attn`, over the last `window`
+    /// positions when the layer has a sliding window.
+    Attention { window: Option<usize> },
+    /// `xb = rms_norm(xb) · w`, the block's post-norm (Gemma).
+    PostNorm(Block),
+    /// `x += xb`.
+    Residual,
+    /// `gate = act(gate) · up`.
+    Gated(Activation),
+    /// Head: the rows whose logits are wanted, gathered into `xb`.
+    Gather,
+    /// Head: the final norm of the gathered rows.
+    FinalNorm,
+    /// Head: `logits = tanh(logits / cap) · cap` (Gemma 2).
+    Softcap,
+}
+
+/// What one layer holds beyond the matrices every layer has (the features its steps depend
+/// on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LayerParts {
+    /// q/k/v in one matrix and gate/up in one (Phi-3).
+    pub fused: bool,
+    /// q/k/v biases.
+    pub bias: bool,
+    /// Per-head q/k norms.
+    pub qk_norm: bool,
+    /// Post-attention and post-feed-forward norms.
+    pub post_norms: bool,
+    /// A sliding-window layer of a model whose sliding-window RoPE angles differ.
+    pub swa_rope: bool,
+}
+
+/// Where a step runs: in layer `l` or in the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Layer(usize),
+    Head,
+}
+
+/// The steps of every layer and of the head, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    layers: Vec<Vec<Step>>,
+    head: Vec<Step>,
+}
+
+impl Plan {
+    /// The plan of a model with configuration `c` whose layers hold `parts` (one per layer).
+    pub fn new(c: &ModelConfig, parts: impl IntoIterator<Item = LayerParts>) -> Plan {
+        let layers = parts
+            .into_iter()
+            .enumerate()
+            .map(|(l, p)| layer_steps(c, l, p))
+            .collect();
+        let mut head = vec![Step::Gather, Step::FinalNorm, Step::Project(Matrix::Logits)];
+        if c.final_softcap.is_some() {
+            head.push(Step::Softcap);
+        }
+        Plan { layers, head }
+    }
+
+    /// The steps of layer `l`.
+    pub fn layer(&self, l: usize) -> &[Step] {
+        &self.layers[l]
+    }
+
+    /// The number of layers.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The head's steps.
+    pub fn head(&self) -> &[Step] {
+        &self.head
+    }
+
+    /// The steps at `place`.
+    pub fn steps(&self, place: Place) -> &[Step] {
+        match place {
+            Place::Layer(l) => self.layer(l),
+            Place::Head => self.head(),
+        }
+    }
+
+    /// Every place with its steps, layers first, in the order a forward pass runs them.
+    pub fn places(&self) -> impl Iterator<Item = (Place, &[Step])> {
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(l, s)| (Place::Layer(l), s.as_slice()));
+        layers.chain(std::iter::once((Place::Head, self.head.as_slice())))
+    }
+}
+
+/// Layer `l`'s steps: the attention block, then the feed-forward block.
+fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
+    let mut s = vec![Step::Norm(Block::Attn), Step::Project(Matrix::Qkv)];
+    if p.fused {
+        s.push(Step::Split(Matrix::Qkv));
+    }
+    if p.bias {
+        s.push(Step::Bias);
+    }
+    if p.qk_norm {
+        s.push(Step::QkNorm);
+    }
+    let table = if p.swa_rope {
+        RopeTable::Swa
+    } else {
+        RopeTable::Full
+    };
+    s.extend([
+        Step::Rope(table),
+        Step::KvWrite,
+        Step::Attention {
+            window: c.window(l),
+        },
+        Step::Project(Matrix::Out),
+    ]);
+    if p.post_norms {
+        s.push(Step::PostNorm(Block::Attn));
+    }
+    s.extend([
+        Step::Residual,
+        Step::Norm(Block::Ffn),
+        Step::Project(Matrix::GateUp),
+    ]);
+    if p.fused {
+        s.push(Step::Split(Matrix::GateUp));
+    }
+    s.extend([Step::Gated(c.activation), Step::Project(Matrix::Down)]);
+    if p.post_norms {
+        s.push(Step::PostNorm(Block::Ffn));
+    }
+    s.push(Step::Residual);
+    s
+}
+
+/// The steps a forward pass executed, recorded for tests (compiled for the unit tests and
+/// with the `testkit` feature only: nothing is recorded, or compiled, in a release build).
+/// Recording is per thread and off until [`trace::start`].
+#[cfg(any(test, feature = "testkit"))]
+pub mod trace {
+    use std::cell::RefCell;
+
+    use super::{Place, Step};
+
+    /// One recorded event: a CPU step, or a GPU launch (its index in the place's lowering
+    /// and its kernel's name).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Event {
+        Step(Place, Step),
+        Launch(Place, usize, &'static str),
+    }
+
+    thread_local! {
+        static EVENTS: RefCell<Option<Vec<Event>>> = const { RefCell::new(None) };
+    }
+
+    /// Starts recording on this thread (dropping anything recorded before).
+    pub fn start() {
+        EVENTS.with(|e| *e.borrow_mut() = Some(Vec::new()));
+    }
+
+    /// Stops recording on this thread; what was recorded since [`start`].
+    pub fn take() -> Vec<Event> {
+        EVENTS.with(|e| e.borrow_mut().take().unwrap_or_default())
+    }
+
+    /// Records `event` when this thread is recording.
+    pub fn record(event: Event) {
+        EVENTS.with(|e| {
+            if let Some(v) = e.borrow_mut().as_mut() {
+                v.push(event);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::arch::Arch;
+    use Block::*;
+    use Matrix::*;
+    use Step::*;
+
+    fn config(arch: Arch, act: Activation, window: Option<usize>, cap: Option<f32>) -> ModelConfig {
+        ModelConfig {
+            architecture: arch.gguf_name().into(),
+            arch,
+            n_layer: 2,
+            dim: 64,
+            ffn_dim: 128,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 16,
+            rope_dim: 16,
+            rope_neox: false,
+            rope_base: 10000.0,
+            rope_base_swa: 10000.0,
+            rope_scale: 1.0,
+            rope_scale_swa: 1.0,
+            rms_eps: 1e-5,
+            context_len: 64,
+            vocab_size: 32,
+            embed_scale: None,
+            activation: act,
+            attn_scale: 0.25,
+            attn_softcap: None,
+            final_softcap: cap,
+            sliding_window: window,
+            swa_layers: vec![true, false],
+        }
+    }
+
+    /// Table: each feature adds its steps at its place, and only there.
+    #[test]
+    fn each_feature_adds_its_steps_in_place() {
+        let llama = config(Arch::Llama, Activation::Silu, None, None);
+        let plain = Plan::new(&llama, [LayerParts::default(); 2]);
+        let base = [
+            Norm(Attn),
+            Project(Qkv),
+            Rope(RopeTable::Full),
+            KvWrite,
+            Attention { window: None },
+            Project(Out),
+            Residual,
+            Norm(Ffn),
+            Project(GateUp),
+            Gated(Activation::Silu),
+            Project(Down),
+            Residual,
+        ];
+        assert_eq!(plain.layer(0), base);
+        assert_eq!(plain.head(), [Gather, FinalNorm, Project(Logits)]);
+
+        let phi3 = Plan::new(
+            &llama,
+            [LayerParts {
+                fused: true,
+                ..LayerParts::default()
+            }],
+        );
+        let l = phi3.layer(0);
+        assert_eq!(l[2], Split(Qkv));
+        assert_eq!(l[10], Split(GateUp));
+        assert_eq!(l.len(), base.len() + 2);
+
+        let qwen2 = LayerParts {
+            bias: true,
+            ..LayerParts::default()
+        };
+        assert_eq!(
+            Plan::new(&llama, [qwen2]).layer(0)[2..4],
+            [Bias, Rope(RopeTable::Full)]
+        );
+
+        let gemma3 = config(Arch::Gemma3, Activation::GeluTanh, Some(8), Some(30.0));
+        let parts = LayerParts {
+            qk_norm: true,
+            post_norms: true,
+            swa_rope: true,
+            ..LayerParts::default()
+        };
+        let p = Plan::new(
+            &gemma3,
+            [
+                parts,
+                LayerParts {
+                    swa_rope: false,
+                    ..parts
+                },
+            ],
+        );
+        assert_eq!(
+            p.layer(0),
+            [
+                Norm(Attn),
+                Project(Qkv),
+                QkNorm,
+                Rope(RopeTable::Swa),
+                KvWrite,
+                Attention { window: Some(8) },
+                Project(Out),
+                PostNorm(Attn),
+                Residual,
+                Norm(Ffn),
+                Project(GateUp),
+                Gated(Activation::GeluTanh),
+                Project(Down),
+                PostNorm(Ffn),
+                Residual,
+            ]
+        );
+        assert_eq!(
+            p.layer(1)[3..6],
+            [Rope(RopeTable::Full), KvWrite, Attention { window: None }]
+        );
+        assert_eq!(p.head().last(), Some(&Softcap));
+        let places: Vec<Place> = p.places().map(|(pl, _)| pl).collect();
+        assert_eq!(places, [Place::Layer(0), Place::Layer(1), Place::Head]);
+    }
+
+    #[test]
+    fn the_trace_records_only_while_started() {
+        trace::record(trace::Event::Step(Place::Head, Gather));
+        trace::start();
+        trace::record(trace::Event::Step(Place::Head, Softcap));
+        assert_eq!(trace::take(), [trace::Event::Step(Place::Head, Softcap)]);
+        trace::record(trace::Event::Step(Place::Head, Gather));
+        assert!(trace::take().is_empty());
+    }
+}
