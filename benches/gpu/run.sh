@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # The GPU check of issues #8, #30 and #36 in ONE call of the device tool (at most 8 minutes),
 # after benches/gpu/build.sh here (nothing is built on the GPU machine but llama.cpp):
-#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=560)
+#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=570)
 # target/gpu holds bin.tar.xz (candor, the lib's unit tests `unit`, tests/it `it`, the kernel
 # timings `kernels`, stripped) and llama.tar.xz (llama.cpp's source, trimmed).
 #
 # In the background from the start: llama.cpp's CUDA build (llama-batched-bench) and the
 # random-weight models (Llama-3-8B shape in Q4_K_M and Q8_0, the default model's shape in its
 # Q4_1 mix). In the foreground, each stage under
-# its own timeout, going on after a failing stage, within BUDGET seconds in all (default 500;
+# its own timeout, going on after a failing stage, within BUDGET seconds in all (default 510;
 # the last stage gets what is left):
 #   check     the kernels compile; the lib's GPU tests (integer matmuls == CPU bits, legacy
 #             kernels row-invariant)
 #   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
 #             integer kernels, against the copy rate measured in the same call
 #   bench     candor bench --device cuda: 8B Q4_K_M (512-token prompts, batch 1/16/64), the
-#             legacy kernels at batch 1 for comparison, 8B Q8_0 (batch 1/16), the default
-#             model's shape (random weights: the real file is not carried)
+#             legacy kernels at batch 1, dp4a without the tensor cores at batch 16 and every
+#             plan step its own launch (CANDOR_CUDA_FUSE=0) at batch 1 for comparison, 8B Q8_0
+#             (batch 1/16), the default model's shape (random weights: the file is not carried)
 #   llama     llama.cpp CUDA (llama-batched-bench) on the same files
 #   tiny      tests/it gpu:: — the tiny model of every architecture: batch invariance and
 #             teacher-forced GPU/CPU agreement (the default model's tests skip: not carried)
@@ -71,8 +72,8 @@ case $stage in
     for s in llama-build models; do
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
-    budget=${BUDGET:-500}
-    stages check:40 kernels:90 bench:160 llama:70 tiny:60 e2e:80
+    budget=${BUDGET:-510}
+    stages check:40 kernels:90 bench:180 llama:70 tiny:60 e2e:70
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
     exit 0 ;;
@@ -104,6 +105,10 @@ case $stage in
     bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"8b-q4_k_m","path":"integer",/'
     say "8B Q4_K_M, legacy kernels, batch 1"
     CANDOR_CUDA_MATMUL=legacy bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"legacy",/'
+    say "8B Q4_K_M, dp4a only (no tensor cores), batch 16"
+    CANDOR_CUDA_MATMUL=dp4a bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 16 | sed 's/^{/{"file":"8b-q4_k_m","path":"dp4a",/'
+    say "8B Q4_K_M, every plan step its own launch, batch 1"
+    CANDOR_CUDA_FUSE=0 bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"unfused",/'
     say "8B Q8_0"
     bench --model "$q8" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"8b-q8_0","path":"integer",/'
     say "default model's shape (Q4_1)"

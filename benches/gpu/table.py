@@ -90,6 +90,12 @@ def targets(out):
             r = cand(cf, "legacy", 1)
             print(f"| {cf} | Candor (legacy kernels) | {fmt(r and r['prefill_tok_s'])} / "
                   f"{fmt(r and r['decode_tok_s'])} | | |")
+            r = cand(cf, "unfused", 1)
+            print(f"| {cf} | Candor (each plan step its own launch) | "
+                  f"{fmt(r and r['prefill_tok_s'])} / {fmt(r and r['decode_tok_s'])} | | |")
+            r = cand(cf, "dp4a", 16)
+            print(f"| {cf} | Candor (dp4a, no tensor cores) | | {fmt(r and r['prefill_tok_s'])} / "
+                  f"{fmt(r and r['decode_tok_s'])} | |")
         cells = []
         for b in (1, 16, 64):
             r = ll(lf, b)
