@@ -102,7 +102,8 @@ pub struct CudaModel {
     output: DevWeight,
     pool: KvPool,
     block_tokens: usize,
-    /// What the lowering knows of this device's matrices.
+    /// What the lowering knows of this device's matrices (kept to lower again: tests).
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     target: Target,
     /// The model's plan lowered to this device's launches.
     lowering: Lowering,

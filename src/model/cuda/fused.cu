@@ -36,23 +36,8 @@ extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* y,
         for (int b = warp; b < nb; b += warps) {
             int c = b * 32 + lane;
             long e = base + c;
-            float v = x[e] * scale * w[c];
-            float a = fmaxf(0.0f, fabsf(v));
-            for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, off));
-            float id = a != 0.0f ? 127.0f / a : 0.0f;
-            int q = round_even_i8(__fmul_rn(v, id));
-            qs[e] = (signed char)q;
-            int sum = q;
-            for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, off);
-            if (lane == 0) {
-                float dd = a / 127.0f;
-                d[(long)r * nb + b] = f16_round(dd);
-                if (kind == 1) {
-                    s[(long)r * nb + b] = f16_round(__fmul_rn((float)sum, dd));
-                } else {
-                    sums[(long)r * nb + b] = sum;
-                }
-            }
+            q8_block(x[e] * scale * w[c], lane, kind, qs + e, d + (long)r * nb + b,
+                     s + (long)r * nb + b, sums + (long)r * nb + b);
         }
         return;
     }
@@ -61,42 +46,9 @@ extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* y,
         int c0 = b * 256 + lane * 8;
         long e0 = base + c0;
         float v[8];
-        float amax = 0.0f, mx = 0.0f;
-        int idx = 0x7fffffff;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            v[j] = x[e0 + j] * scale * w[c0 + j];
-            float av = fabsf(v[j]);
-            if (av > amax) {
-                amax = av;
-                mx = v[j];
-                idx = lane * 8 + j;
-            }
-        }
-        for (int off = 16; off > 0; off >>= 1) {
-            float oa = __shfl_xor_sync(FULL_MASK, amax, off);
-            float om = __shfl_xor_sync(FULL_MASK, mx, off);
-            int oi = __shfl_xor_sync(FULL_MASK, idx, off);
-            if (oa > amax || (oa == amax && oi < idx)) {
-                amax = oa;
-                mx = om;
-                idx = oi;
-            }
-        }
-        int q[8];
-        float iscale = amax == 0.0f ? 0.0f : -127.0f / mx;
-        int s8 = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            q[j] = amax == 0.0f ? 0 : round_even_i8(__fmul_rn(iscale, v[j]));
-            s8 += q[j];
-        }
-        u32 lo = (u32)(q[0] & 0xFF) | ((u32)(q[1] & 0xFF) << 8) | ((u32)(q[2] & 0xFF) << 16) | ((u32)(q[3] & 0xFF) << 24);
-        u32 hi = (u32)(q[4] & 0xFF) | ((u32)(q[5] & 0xFF) << 8) | ((u32)(q[6] & 0xFF) << 16) | ((u32)(q[7] & 0xFF) << 24);
-        *(uint2*)(qs + e0) = make_uint2(lo, hi);
-        int s16 = s8 + __shfl_xor_sync(FULL_MASK, s8, 1);
-        if (lane % 2 == 0) sums[(long)r * (dim / 16) + b * 16 + lane / 2] = s16;
-        if (lane == 0) d[(long)r * nb + b] = amax == 0.0f ? 0.0f : 1.0f / iscale;
+        for (int j = 0; j < 8; j++) v[j] = x[e0 + j] * scale * w[c0 + j];
+        q8k_block(v, lane, qs + e0, sums + (long)r * (dim / 16) + b * 16, d + (long)r * nb + b);
     }
 }
 

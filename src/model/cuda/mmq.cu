@@ -37,53 +37,39 @@ __device__ __forceinline__ int round_even_i8(float v) {
 
 __device__ __forceinline__ float f16_round(float v) { return half_to_float(float_to_half(v)); }
 
-// Q8_0 (kind 0: sums = the block's integer sum) or Q8_1 (kind 1: s = f16(sum * d)) blocks of
-// 32 activations, as `quantize_q8_block`: one warp per block. Grid (ceil(k / 32 / 8), m),
-// 256 threads.
-extern "C" __global__ void quantize_q8(const float* x, int k, int kind, signed char* qs, float* d,
-                                      float* s, int* sums) {
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    int nb = k / 32;
-    int b = blockIdx.x * (blockDim.x / WARP) + warp;
-    int r = blockIdx.y;
-    if (b >= nb) return;
-    long e = (long)r * k + b * 32 + lane;
-    float v = x[e];
+// One Q8_0 (kind 0) or Q8_1 (kind 1) block of 32 activations, as `quantize_q8_block`: lane l
+// of a warp holds element l in `v` and writes its quant at `*q`; lane 0 writes the block's d at
+// `*d` and its s (Q8_1: f16(sum * d)) at `*s` or its integer sum (Q8_0) at `*sum_out`.
+__device__ __forceinline__ void q8_block(float v, int lane, int kind, signed char* q, float* d,
+                                         float* s, int* sum_out) {
     float a = fmaxf(0.0f, fabsf(v));
     for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, off));
     float id = a != 0.0f ? 127.0f / a : 0.0f;
-    int q = round_even_i8(__fmul_rn(v, id));
-    qs[e] = (signed char)q;
-    int sum = q;
+    int qi = round_even_i8(__fmul_rn(v, id));
+    *q = (signed char)qi;
+    int sum = qi;
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, off);
     if (lane == 0) {
         float dd = a / 127.0f;
-        d[(long)r * nb + b] = f16_round(dd);
+        *d = f16_round(dd);
         if (kind == 1) {
-            s[(long)r * nb + b] = f16_round(__fmul_rn((float)sum, dd));
+            *s = f16_round(__fmul_rn((float)sum, dd));
         } else {
-            sums[(long)r * nb + b] = sum;
+            *sum_out = sum;
         }
     }
 }
 
-// Q8_K blocks of 256 activations, as `quantize_q8k_block`: one warp per block, lane l holding
-// elements 8l .. 8l + 8. The scale comes from the element of largest magnitude, the first of
-// equal ones. Writes the quants, d, and the sums of every 16 quants. Grid (ceil(k / 256 / 8),
-// m), 256 threads.
-extern "C" __global__ void quantize_q8k(const float* x, int k, signed char* qs, float* d, int* sums) {
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    int nb = k / 256;
-    int b = blockIdx.x * (blockDim.x / WARP) + warp;
-    int r = blockIdx.y;
-    if (b >= nb) return;
-    long e0 = (long)r * k + b * 256 + lane * 8;
-    float v[8];
+// One Q8_K block of 256 activations, as `quantize_q8k_block`: lane l of a warp holds elements
+// 8l .. 8l + 8 in `v`. The scale comes from the element of largest magnitude, the first of
+// equal ones. Writes the lane's quants at `qs` (the block's element 8l), the sums of every 16
+// quants at `sums` (the block's first), and d at `*d`.
+__device__ __forceinline__ void q8k_block(const float* v, int lane, signed char* qs, int* sums,
+                                          float* d) {
     float amax = 0.0f, mx = 0.0f;
     int idx = 0x7fffffff;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        v[j] = x[e0 + j];
         float av = fabsf(v[j]);
         if (av > amax) {
             amax = av;
@@ -111,10 +97,42 @@ extern "C" __global__ void quantize_q8k(const float* x, int k, signed char* qs, 
     }
     u32 lo = (u32)(q[0] & 0xFF) | ((u32)(q[1] & 0xFF) << 8) | ((u32)(q[2] & 0xFF) << 16) | ((u32)(q[3] & 0xFF) << 24);
     u32 hi = (u32)(q[4] & 0xFF) | ((u32)(q[5] & 0xFF) << 8) | ((u32)(q[6] & 0xFF) << 16) | ((u32)(q[7] & 0xFF) << 24);
-    *(uint2*)(qs + e0) = make_uint2(lo, hi);
+    *(uint2*)qs = make_uint2(lo, hi);
     int s16 = s8 + __shfl_xor_sync(FULL_MASK, s8, 1);
-    if (lane % 2 == 0) sums[(long)r * (k / 16) + b * 16 + lane / 2] = s16;
-    if (lane == 0) d[(long)r * nb + b] = amax == 0.0f ? 0.0f : 1.0f / iscale;
+    if (lane % 2 == 0) sums[lane / 2] = s16;
+    if (lane == 0) *d = amax == 0.0f ? 0.0f : 1.0f / iscale;
+}
+
+// Q8_0 (kind 0: sums = the block's integer sum) or Q8_1 (kind 1: s = f16(sum * d)) blocks of
+// 32 activations, as `quantize_q8_block`: one warp per block. Grid (ceil(k / 32 / 8), m),
+// 256 threads.
+extern "C" __global__ void quantize_q8(const float* x, int k, int kind, signed char* qs, float* d,
+                                      float* s, int* sums) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    int nb = k / 32;
+    int b = blockIdx.x * (blockDim.x / WARP) + warp;
+    int r = blockIdx.y;
+    if (b >= nb) return;
+    long e = (long)r * k + b * 32 + lane;
+    q8_block(x[e], lane, kind, qs + e, d + (long)r * nb + b, s + (long)r * nb + b,
+             sums + (long)r * nb + b);
+}
+
+// Q8_K blocks of 256 activations, as `quantize_q8k_block`: one warp per block, lane l holding
+// elements 8l .. 8l + 8. The scale comes from the element of largest magnitude, the first of
+// equal ones. Writes the quants, d, and the sums of every 16 quants. Grid (ceil(k / 256 / 8),
+// m), 256 threads.
+extern "C" __global__ void quantize_q8k(const float* x, int k, signed char* qs, float* d, int* sums) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    int nb = k / 256;
+    int b = blockIdx.x * (blockDim.x / WARP) + warp;
+    int r = blockIdx.y;
+    if (b >= nb) return;
+    long e0 = (long)r * k + b * 256 + lane * 8;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = x[e0 + j];
+    q8k_block(v, lane, qs + e0, sums + (long)r * (k / 16) + b * 16, d + (long)r * nb + b);
 }
 
 // Four bits (bit i of `v`) to bit 4 of byte i.
