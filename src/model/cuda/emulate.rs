@@ -513,14 +513,20 @@ pub(crate) fn mmf(w: &[f32], x: &[f32], m: usize, n: usize, k: usize, mr: usize)
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::model::quant::tests::noise;
     use crate::model::quant::{QWeight, Stored};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    fn weight(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QWeight {
+    /// A `n × k` weight of `dtype` quantized from seeded noise (`seed`).
+    pub(in crate::model::cuda) fn weight(
+        dtype: GgmlDType,
+        n: usize,
+        k: usize,
+        seed: u64,
+    ) -> QWeight {
         let t = Tensor::from_vec(noise(seed, n * k), (n, k), &Device::Cpu).expect("tensor");
         QWeight::from_qtensor(&QTensor::quantize(&t, dtype).expect("quantize")).expect("weight")
     }
@@ -546,7 +552,8 @@ mod tests {
         x
     }
 
-    fn bits(v: &[f32]) -> Vec<u32> {
+    /// Floats as their bits, so that comparisons are bit for bit (NaN included).
+    pub(in crate::model::cuda) fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|f| f.to_bits()).collect()
     }
 

@@ -399,11 +399,11 @@ pub(crate) fn mmt(
 #[cfg(test)]
 mod tests {
     use super::super::emulate::quantize;
+    use super::super::emulate::tests::{bits, weight};
     use super::*;
     use crate::model::quant::tests::noise;
-    use crate::model::quant::{QWeight, Stored};
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
+    use crate::model::quant::Stored;
+    use candle_core::quantized::GgmlDType;
 
     /// The fragment layouts are bijections: every element of A (16 × k), B (k × 8) and D
     /// (16 × 8) is held by exactly one (lane, register byte).
@@ -459,15 +459,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    fn weight(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QWeight {
-        let t = Tensor::from_vec(noise(seed, n * k), (n, k), &Device::Cpu).expect("tensor");
-        QWeight::from_qtensor(&QTensor::quantize(&t, dtype).expect("quantize")).expect("weight")
-    }
-
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|f| f.to_bits()).collect()
     }
 
     /// Every quantized type: the emulated tensor-core kernel gives `QWeight::matmul`'s bits,

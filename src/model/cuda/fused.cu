@@ -11,24 +11,9 @@
 // nothing to contract), so it is y's value.
 extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* y, int dim, float eps,
                                       int kind, signed char* qs, float* d, float* s, int* sums) {
-    __shared__ float part[1024];
     int r = blockIdx.x;
     long base = (long)r * dim;
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = x[base + i];
-        acc = fmaf(v, v, acc);
-    }
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
-        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
-        __syncthreads();
-    }
-    float scale = 1.0f / sqrtf(part[0] / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        y[base + i] = x[base + i] * scale * w[i];
-    }
+    float scale = rms_norm_row(x + base, w, y + base, dim, eps);
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     int warps = blockDim.x / WARP;
     if (kind != 2) {

@@ -272,14 +272,15 @@ MATMUL(q5_0, W_Q5_0)
 MATMUL(q5_1, W_Q5_1)
 MATMUL(q5_k, W_Q5_K)
 
-// y = x * (1 / sqrt(mean(x^2) + eps)) * w per row of `dim` values; one block per row (block
-// size a power of two, at most 1024). In place when x == y.
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int dim, float eps) {
+// The row at `x` RMS-normed into `y` (`x * scale * w`) by the whole block (blockDim a power of
+// two, at most 1024): each thread's fma sum of squares over a stride of blockDim, the partial
+// sums added in a tree, `1 / sqrtf(mean + eps)`; returns the scale. `rms_norm` and the fused
+// `rms_norm_q8` both call it, so with the same block size they give the same bits.
+__device__ float rms_norm_row(const float* x, const float* w, float* y, int dim, float eps) {
     __shared__ float part[1024];
-    long base = (long)blockIdx.x * dim;
     float s = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = x[base + i];
+        float v = x[i];
         s = fmaf(v, v, s);
     }
     part[threadIdx.x] = s;
@@ -290,8 +291,16 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
     }
     float scale = 1.0f / sqrtf(part[0] / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        y[base + i] = x[base + i] * scale * w[i];
+        y[i] = x[i] * scale * w[i];
     }
+    return scale;
+}
+
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w per row of `dim` values; one block per row (block
+// size a power of two, at most 1024). In place when x == y.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int dim, float eps) {
+    long base = (long)blockIdx.x * dim;
+    rms_norm_row(x + base, w, y + base, dim, eps);
 }
 
 // x[i] += b[i % width] for i < total.

@@ -263,6 +263,30 @@ pub(super) struct ActBufs {
     pub(super) elems: usize,
 }
 
+impl ActBufs {
+    /// The device addresses of the quants, scales, Q8_1 sums and integer sums, in the
+    /// kernels' argument order.
+    pub(super) fn ptrs(&self, s: &CudaStream) -> (u64, u64, u64, u64) {
+        (
+            ptr(&self.qs, s),
+            ptr(&self.d, s),
+            ptr(&self.s, s),
+            ptr(&self.sums, s),
+        )
+    }
+}
+
+/// The launch of `rms_norm` and of the fused `rms_norm_q8` over `rows` rows of `dim`: one
+/// block per row, a power of two of threads (at most 1024). Both must use it: the block size
+/// sets the partial sums, so the same size gives the same bits.
+fn norm_launch(rows: usize, dim: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: ((dim.next_power_of_two() as u32).clamp(32, 1024), 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The arguments of [`Gpu::rope_kv_write`].
 pub(super) struct RopeKvArgs<'a> {
     pub(super) q: u64,
@@ -423,12 +447,7 @@ impl Gpu {
         if quantized != Some(kind) {
             self.quantize(x, m, w.k, kind, act)?;
         }
-        let (pq, pd, ps, psum) = (
-            ptr(&act.qs, s),
-            ptr(&act.d, s),
-            ptr(&act.s, s),
-            ptr(&act.sums, s),
-        );
+        let (pq, pd, ps, psum) = act.ptrs(s);
         let (b_off, c_off) = (w.b_off as i64, w.c_off as i64);
         let (f, cfg) = match (kernel, &self.k.mmt[w.kind as usize]) {
             (IntKernel::Mma, Some(mmt)) if self.k.mma => (
@@ -466,12 +485,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let k_i = k as i32;
-        let (pq, pd, ps, psum) = (
-            ptr(&act.qs, s),
-            ptr(&act.d, s),
-            ptr(&act.s, s),
-            ptr(&act.sums, s),
-        );
+        let (pq, pd, ps, psum) = act.ptrs(s);
         if kind == 2 {
             let mut lb = s.launch_builder(&self.k.quantize_q8k);
             lb.arg(&x).arg(&k_i).arg(&pq).arg(&pd).arg(&psum);
@@ -532,16 +546,10 @@ impl Gpu {
         let s = &*self.stream;
         let pw = ptr(w, s);
         let dim_i = dim as i32;
-        let threads = (dim.next_power_of_two() as u32).clamp(32, 1024);
         let mut lb = s.launch_builder(&self.k.rms_norm);
         lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: x and y hold rows × dim floats, w dim.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("rms_norm", e))?;
+        unsafe { lb.launch(norm_launch(rows, dim)) }.map_err(|e| dev_err("rms_norm", e))?;
         Ok(())
     }
 
@@ -573,25 +581,13 @@ impl Gpu {
         let s = &*self.stream;
         let pw = ptr(w, s);
         let (dim_i, kind) = (dim as i32, a.code());
-        let (pq, pd, ps, psum) = (
-            ptr(&act.qs, s),
-            ptr(&act.d, s),
-            ptr(&act.s, s),
-            ptr(&act.sums, s),
-        );
-        // The block size of `rms_norm`'s launch: the same partial sums, the same scale.
-        let threads = (dim.next_power_of_two() as u32).clamp(32, 1024);
+        let (pq, pd, ps, psum) = act.ptrs(s);
         let mut lb = s.launch_builder(&self.k.rms_norm_q8);
         lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
         lb.arg(&kind).arg(&pq).arg(&pd).arg(&ps).arg(&psum);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: x and y hold rows × dim floats, w dim; act holds rows × dim activations
         // (checked), dim a multiple of the block.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("rms_norm_q8", e))?;
+        unsafe { lb.launch(norm_launch(rows, dim)) }.map_err(|e| dev_err("rms_norm_q8", e))?;
         Ok(())
     }
 
