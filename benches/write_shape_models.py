@@ -29,6 +29,17 @@ SHAPES = {
     # Llama-3-8B-Instruct.
     "llama3-8b": dict(arch="llama", dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
                       vocab=128256, ctx=8192, theta=500000.0, eps=1e-5, tied=False, bias=False),
+    # Qwen3-30B-A3B's per-layer shape (issue #42) with 8 of its 48 layers (the per-layer
+    # ratio against llama.cpp is the same): head 128 (q 4096 wide), q/k norms, 128 experts of
+    # FFN 768, 8 used per token.
+    "qwen3-30b-a3b-8l": dict(arch="qwen3moe", dim=2048, layers=8, heads=32, kv_heads=4,
+                             head_dim=128, ffn=6144, experts=128, used=8, expert_ffn=768,
+                             qk_norm=True, vocab=151936, ctx=40960, theta=1000000.0, eps=1e-6,
+                             tied=False, bias=False),
+    # A tiny qwen3moe of the same layout, for checking the script itself in seconds.
+    "tiny-qwen3moe": dict(arch="qwen3moe", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64,
+                          ffn=512, experts=8, used=2, expert_ffn=256, qk_norm=True, vocab=1024,
+                          ctx=2048, theta=1000000.0, eps=1e-6, tied=True, bias=False),
     # A tiny qwen2 of the same layout, for checking the script itself in seconds.
     "tiny-qwen2": dict(arch="qwen2", dim=256, layers=2, heads=4, kv_heads=2, ffn=512, vocab=1024,
                        ctx=2048, theta=1000000.0, eps=1e-6, tied=True, bias=True),
@@ -64,24 +75,40 @@ def kv(key, vtype, value):
 
 
 def tensors(s):
-    """(name, shape as rows x cols, kind) in file order; kind: matrix, norm or bias."""
-    d, hd = s["dim"], s["dim"] // s["heads"]
-    kvd = s["kv_heads"] * hd
+    """(name, shape outermost first, kind) in file order; kind: matrix (its last dimension the
+    input features; 3-d for experts, outermost), norm or bias."""
+    d = s["dim"]
+    hd = s.get("head_dim", d // s["heads"])
+    qd, kvd = s["heads"] * hd, s["kv_heads"] * hd
     out = [("token_embd.weight", (s["vocab"], d), "matrix")]
     for i in range(s["layers"]):
         p = f"blk.{i}."
         out.append((p + "attn_norm.weight", (d,), "norm"))
-        for name, rows in (("attn_q", d), ("attn_k", kvd), ("attn_v", kvd)):
+        for name, rows in (("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)):
             out.append((p + name + ".weight", (rows, d), "matrix"))
             if s["bias"]:
                 out.append((p + name + ".bias", (rows,), "bias"))
+        if s.get("qk_norm"):
+            out += [(p + "attn_q_norm.weight", (hd,), "norm"),
+                    (p + "attn_k_norm.weight", (hd,), "norm")]
         out += [
-            (p + "attn_output.weight", (d, d), "matrix"),
+            (p + "attn_output.weight", (d, qd), "matrix"),
             (p + "ffn_norm.weight", (d,), "norm"),
-            (p + "ffn_gate.weight", (s["ffn"], d), "matrix"),
-            (p + "ffn_up.weight", (s["ffn"], d), "matrix"),
-            (p + "ffn_down.weight", (d, s["ffn"]), "matrix"),
         ]
+        if "experts" in s:
+            e, f = s["experts"], s["expert_ffn"]
+            out += [
+                (p + "ffn_gate_inp.weight", (e, d), "matrix"),
+                (p + "ffn_gate_exps.weight", (e, f, d), "matrix"),
+                (p + "ffn_up_exps.weight", (e, f, d), "matrix"),
+                (p + "ffn_down_exps.weight", (e, d, f), "matrix"),
+            ]
+        else:
+            out += [
+                (p + "ffn_gate.weight", (s["ffn"], d), "matrix"),
+                (p + "ffn_up.weight", (s["ffn"], d), "matrix"),
+                (p + "ffn_down.weight", (d, s["ffn"]), "matrix"),
+            ]
     out.append(("output_norm.weight", (d,), "norm"))
     if not s["tied"]:
         out.append(("output.weight", (s["vocab"], d), "matrix"))
@@ -91,7 +118,15 @@ def tensors(s):
 def metadata(s, name):
     a = s["arch"]
     vocab = [f"<t{i}>" for i in range(s["vocab"])]
-    return [
+    extra = []
+    if "head_dim" in s:
+        extra += [kv(f"{a}.attention.key_length", 4, s["head_dim"]),
+                  kv(f"{a}.attention.value_length", 4, s["head_dim"])]
+    if "experts" in s:
+        extra += [kv(f"{a}.expert_count", 4, s["experts"]),
+                  kv(f"{a}.expert_used_count", 4, s["used"]),
+                  kv(f"{a}.expert_feed_forward_length", 4, s["expert_ffn"])]
+    return extra + [
         kv("general.architecture", 8, a),
         kv("general.name", 8, name),
         kv("general.file_type", 4, 1),  # mostly F16
@@ -119,7 +154,9 @@ def write_f16(path, s, seed):
     meta = metadata(s, "random " + os.path.basename(path))
     infos, offset, sizes = b"", 0, []
     for name, shape, kind in ts:
-        gtype, width = (GGML_F16, 2) if kind == "matrix" else (GGML_F32, 4)
+        # The router stays F32 (llama-quantize never quantizes it).
+        f32 = kind != "matrix" or name.endswith("ffn_gate_inp.weight")
+        gtype, width = (GGML_F32, 4) if f32 else (GGML_F16, 2)
         nbytes = int(np.prod(shape)) * width
         dims = tuple(reversed(shape))  # ggml: fastest-varying dimension first
         infos += gguf_string(name) + struct.pack("<I", len(dims))
@@ -140,14 +177,16 @@ def write_f16(path, s, seed):
             elif kind == "bias":
                 f.write((0.1 * rng.standard_normal(shape[0], dtype=np.float32)).tobytes())
             else:
-                rows, cols = shape
+                cols = shape[-1]
+                rows = int(np.prod(shape[:-1]))
                 scale = np.float32(1.0 / np.sqrt(cols))
                 step = max(1, (1 << 24) // cols)  # ~16M values at a time
+                dtype = "<f4" if width == 4 else "<f2"
                 for r0 in range(0, rows, step):
                     n = min(step, rows - r0)
                     x = rng.standard_normal((n, cols), dtype=np.float32)
                     x *= scale
-                    f.write(x.astype("<f2").tobytes())
+                    f.write(x.astype(dtype).tobytes())
             f.write(b"\0" * (-nbytes % ALIGN))
     os.replace(tmp, path)
     print(f"wrote {path} ({os.path.getsize(path) / 2**30:.2f} GiB)", flush=True)

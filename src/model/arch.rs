@@ -25,7 +25,7 @@ use crate::weights::mapped::MappedBytes;
 
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
-    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3",
 ];
 
 /// A supported architecture.
@@ -35,6 +35,8 @@ pub enum Arch {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Qwen3's attention with a Mixture-of-Experts feed-forward block in every layer.
+    Qwen3Moe,
     Gemma2,
     Gemma3,
     Phi3,
@@ -94,6 +96,28 @@ pub enum Activation {
     GeluTanhF16,
 }
 
+/// How a Mixture-of-Experts router turns its logits into the chosen experts and their
+/// weights (llama.cpp's `build_moe_ffn` gating functions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, the `used` largest probabilities, then (with `normalize`)
+    /// those divided by their sum (Mixtral, Qwen3-MoE).
+    SoftmaxTopK { normalize: bool },
+}
+
+/// The Mixture-of-Experts feed-forward block of a model whose layers route each token to a
+/// few of their experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Experts per layer.
+    pub experts: usize,
+    /// Experts each token is routed to.
+    pub used: usize,
+    /// Each expert's feed-forward width.
+    pub ffn_dim: usize,
+    pub gating: Gating,
+}
+
 /// The hyperparameters of a supported model, resolved from GGUF metadata or `config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -132,6 +156,9 @@ pub struct ModelConfig {
     pub sliding_window: Option<usize>,
     /// Per layer, whether it uses the sliding window.
     pub swa_layers: Vec<bool>,
+    /// The Mixture-of-Experts feed-forward block of every layer, when the model has one
+    /// (else every layer has the dense gate/up/down block of `ffn_dim`).
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -297,6 +324,22 @@ pub struct ArchSpec {
     pub llama3_rope: bool,
     /// `tie_word_embeddings` when omitted (transformers).
     pub hf_tie_default: bool,
+    /// Mixture-of-Experts feed-forward blocks: never, when the file declares experts
+    /// (Mixtral is a `llama` file with `expert_count`), or always.
+    pub moe: MoeSpec,
+}
+
+/// Whether an architecture's layers route tokens to experts, and how.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MoeSpec {
+    /// Dense only: an expert count other than 0 is refused.
+    Never,
+    /// Experts when `expert_count` > 1 (llama.cpp's rule), with this gating; the experts'
+    /// width is `feed_forward_length`.
+    IfDeclared(Gating),
+    /// Always experts, with this gating; their width is `expert_feed_forward_length`, else
+    /// `feed_forward_length / expert_used_count` (llama.cpp's Qwen3-MoE loader).
+    Always(Gating),
 }
 
 const BASE: ArchSpec = ArchSpec {
@@ -319,6 +362,7 @@ const BASE: ArchSpec = ArchSpec {
     hf_query_pre_attn_scalar: None,
     llama3_rope: true,
     hf_tie_default: false,
+    moe: MoeSpec::IfDeclared(Gating::SoftmaxTopK { normalize: true }),
 };
 
 /// One description per supported architecture.
@@ -331,6 +375,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         hf_context_len: 4096 * 32,
         swa: Swa::All,
         default_window: (None, Some(4096)),
+        moe: MoeSpec::Never,
         ..BASE
     },
     ArchSpec {
@@ -341,6 +386,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         swa: Swa::Qwen,
         gguf_rope_adjacent: false,
         llama3_rope: false,
+        moe: MoeSpec::Never,
         ..BASE
     },
     ArchSpec {
@@ -351,6 +397,19 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         swa: Swa::Qwen,
         gguf_rope_adjacent: false,
         llama3_rope: false,
+        moe: MoeSpec::Never,
+        ..BASE
+    },
+    // GGUF only: a checkpoint's per-expert tensors are not read (convert to GGUF).
+    ArchSpec {
+        arch: Arch::Qwen3Moe,
+        gguf_name: "qwen3moe",
+        hf_model_types: &[],
+        hf_context_len: 32768,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
         ..BASE
     },
     ArchSpec {
@@ -369,6 +428,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         hf_query_pre_attn_scalar: Some(256.0),
         llama3_rope: false,
         hf_tie_default: true,
+        moe: MoeSpec::Never,
         ..BASE
     },
     ArchSpec {
@@ -390,6 +450,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         hf_query_pre_attn_scalar: Some(256.0),
         llama3_rope: false,
         hf_tie_default: true,
+        moe: MoeSpec::Never,
         ..BASE
     },
     ArchSpec {
@@ -401,6 +462,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         swa: Swa::Disabled,
         gguf_rope_adjacent: false,
         llama3_rope: false,
+        moe: MoeSpec::Never,
         ..BASE
     },
 ];
@@ -431,6 +493,9 @@ enum Field {
     SwaPattern,
     AttnCap,
     FinalCap,
+    Experts,
+    ExpertsUsed,
+    ExpertFfn,
 }
 
 impl Field {
@@ -451,6 +516,9 @@ impl Field {
             Field::SwaPattern => ("attention.sliding_window_pattern", "sliding_window_pattern"),
             Field::AttnCap => ("attn_logit_softcapping", "attn_logit_softcapping"),
             Field::FinalCap => ("final_logit_softcapping", "final_logit_softcapping"),
+            Field::Experts => ("expert_count", "num_experts"),
+            Field::ExpertsUsed => ("expert_used_count", "num_experts_per_tok"),
+            Field::ExpertFfn => ("expert_feed_forward_length", "moe_intermediate_size"),
         }
     }
 }
@@ -691,6 +759,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         }
     };
     let (sliding_window, swa_layers) = sliding(spec, f, n_layer)?;
+    let moe = moe_config(spec, f, ffn_dim)?;
     let config = ModelConfig {
         architecture: arch.gguf_name().to_string(),
         arch,
@@ -737,12 +806,67 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         )?,
         sliding_window,
         swa_layers,
+        moe,
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),
         Fields::Hf { .. } => f.err_key(k, msg),
     })?;
     Ok(config)
+}
+
+/// Most experts a layer may declare (llama.cpp's `LLAMA_MAX_EXPERTS`).
+pub const MAX_EXPERTS: usize = 512;
+
+/// The Mixture-of-Experts block as `spec.moe` reads it: none for a dense architecture (or a
+/// `llama` file declaring at most one expert, as llama.cpp), else the expert count, how many
+/// each token uses and their width.
+fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeConfig>> {
+    let (gating, always) = match spec.moe {
+        MoeSpec::Never => return Ok(None),
+        MoeSpec::IfDeclared(g) => (g, false),
+        MoeSpec::Always(g) => (g, true),
+    };
+    let experts = f.usize(Field::Experts)?.unwrap_or(0);
+    if experts <= 1 {
+        if always {
+            return Err(f.err(
+                Field::Experts,
+                format!(
+                    "{experts}: a {} model routes tokens to more than one expert",
+                    spec.gguf_name
+                ),
+            ));
+        }
+        return Ok(None);
+    }
+    if experts > MAX_EXPERTS {
+        return Err(f.err(
+            Field::Experts,
+            format!("{experts} experts, more than the {MAX_EXPERTS} any model has"),
+        ));
+    }
+    let used = f.need(Field::ExpertsUsed)?;
+    if used == 0 || used > experts {
+        return Err(f.err(
+            Field::ExpertsUsed,
+            format!("{used} experts used per token of {experts}"),
+        ));
+    }
+    let width = if always {
+        f.usize(Field::ExpertFfn)?.unwrap_or(ffn_dim / used)
+    } else {
+        ffn_dim
+    };
+    if width == 0 {
+        return Err(f.err(Field::ExpertFfn, "a zero expert width".into()));
+    }
+    Ok(Some(MoeConfig {
+        experts,
+        used,
+        ffn_dim: width,
+        gating,
+    }))
 }
 
 /// GGUF `rope.dimension_count` and the linear RoPE scale: `rope.scaling.type` defaults to
@@ -970,6 +1094,15 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
     }
     if spec.final_softcap.0 != Cap::NotRead {
         keys.push("final_logit_softcapping");
+    }
+    match spec.moe {
+        MoeSpec::Never => {}
+        MoeSpec::IfDeclared(_) => keys.extend(["expert_count", "expert_used_count"]),
+        MoeSpec::Always(_) => keys.extend([
+            "expert_count",
+            "expert_used_count",
+            "expert_feed_forward_length",
+        ]),
     }
     keys
 }

@@ -70,11 +70,13 @@ pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
                 Qkv::Fused(w) => vec![a(w)],
             },
             out: a(&l.wo),
-            gate_up: match &l.gate_up {
-                GateUp::Split { gate, up } => vec![a(gate), a(up)],
-                GateUp::Fused(w) => vec![a(w)],
+            // A Mixture-of-Experts layer has neither (its steps are not lowered).
+            gate_up: match l.dense_ffn() {
+                Some((GateUp::Split { gate, up }, _)) => vec![a(gate), a(up)],
+                Some((GateUp::Fused(w), _)) => vec![a(w)],
+                None => Vec::new(),
             },
-            down: a(&l.w_down),
+            down: l.dense_ffn().and_then(|(_, down)| a(down)),
         })
         .collect();
     Target {
@@ -231,6 +233,21 @@ impl Lowering {
     }
 }
 
+/// The plan steps the GPU has no kernels for, named in one line (`None`: every step lowers).
+pub fn not_lowered(plan: &Plan) -> Option<String> {
+    let moe = plan.places().any(|(_, steps)| {
+        steps
+            .iter()
+            .any(|s| matches!(s, Step::Route(_) | Step::Experts(_) | Step::Combine))
+    });
+    moe.then(|| MOE_NOT_LOWERED.to_string())
+}
+
+/// Why a Mixture-of-Experts model does not run on the GPU.
+pub const MOE_NOT_LOWERED: &str = "the GPU path has no kernels yet for Mixture-of-Experts \
+                                   layers (route, experts, combine); run this model with \
+                                   --device cpu";
+
 /// The steps `launches` cover, in order: consecutive launches cover either the same steps
 /// (several launches of one step or group) or the steps right after; an error names the first
 /// launch that breaks this, or the steps left uncovered.
@@ -366,6 +383,9 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::Gated(_) => push(Kernel::GatedAct, i..i + 1),
             Step::Gather => push(Kernel::GatherRows, i..i + 1),
             Step::Softcap => push(Kernel::Softcap, i..i + 1),
+            // No kernels yet: a plan with these steps is refused on the GPU
+            // ([`not_lowered`]), and `covered` would find them uncovered.
+            Step::Route(_) | Step::Experts(_) | Step::Combine => {}
         }
         i += span;
     }
@@ -404,6 +424,7 @@ mod tests {
             final_softcap: cap,
             sliding_window: None,
             swa_layers: vec![false],
+            moe: None,
         };
         Plan::new(&c, [parts])
     }
@@ -514,6 +535,7 @@ mod tests {
                 fused: true,
                 post_norms: true,
                 swa_rope: false,
+                moe: false,
             },
         ];
         for parts in all {

@@ -16,6 +16,7 @@ pub mod expf;
 pub mod kv;
 pub mod limits;
 pub mod lowering;
+mod moe;
 pub mod plan;
 pub mod quant;
 pub mod runner;

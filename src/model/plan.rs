@@ -10,7 +10,7 @@
 //! says *what* happens in which order; it computes nothing and knows no buffer or kernel.
 //! The plan is built once per model, never per step.
 
-use super::arch::{Activation, ModelConfig};
+use super::arch::{Activation, Gating, ModelConfig};
 
 /// The two blocks of a layer, each with its pre-norm and optional post-norm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,14 @@ pub enum Step {
     Residual,
     /// `gate = act(gate) · up`.
     Gated(Activation),
+    /// Mixture of experts: the router's logits of `xb`, and from them each row's experts
+    /// (ties to the lower index) and their weights, ranked by weight.
+    Route(Gating),
+    /// Each chosen expert's gate/up projection, activation and down projection on the rows
+    /// routed to it (rows grouped by expert; every row's bits as if it were alone).
+    Experts(Activation),
+    /// `xb` = each row's expert outputs times their weights, added in rank order.
+    Combine,
     /// Head: the rows whose logits are wanted, gathered into `xb`.
     Gather,
     /// Head: the final norm of the gathered rows.
@@ -93,6 +101,8 @@ pub struct LayerParts {
     pub post_norms: bool,
     /// A sliding-window layer of a model whose sliding-window RoPE angles differ.
     pub swa_rope: bool,
+    /// A Mixture-of-Experts feed-forward block (the model's `moe` configuration).
+    pub moe: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -186,15 +196,21 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     if p.post_norms {
         s.push(Step::PostNorm(Block::Attn));
     }
-    s.extend([
-        Step::Residual,
-        Step::Norm(Block::Ffn),
-        Step::Project(Matrix::GateUp),
-    ]);
-    if p.fused {
-        s.push(Step::Split(Matrix::GateUp));
+    s.extend([Step::Residual, Step::Norm(Block::Ffn)]);
+    match c.moe.filter(|_| p.moe) {
+        Some(moe) => s.extend([
+            Step::Route(moe.gating),
+            Step::Experts(c.activation),
+            Step::Combine,
+        ]),
+        None => {
+            s.push(Step::Project(Matrix::GateUp));
+            if p.fused {
+                s.push(Step::Split(Matrix::GateUp));
+            }
+            s.extend([Step::Gated(c.activation), Step::Project(Matrix::Down)]);
+        }
     }
-    s.extend([Step::Gated(c.activation), Step::Project(Matrix::Down)]);
     if p.post_norms {
         s.push(Step::PostNorm(Block::Ffn));
     }
@@ -277,6 +293,7 @@ mod tests {
             final_softcap: cap,
             sliding_window: window,
             swa_layers: vec![true, false],
+            moe: None,
         }
     }
 
@@ -367,6 +384,48 @@ mod tests {
         assert_eq!(p.head().last(), Some(&Softcap));
         let places: Vec<Place> = p.places().map(|(pl, _)| pl).collect();
         assert_eq!(places, [Place::Layer(0), Place::Layer(1), Place::Head]);
+    }
+
+    /// A Mixture-of-Experts layer routes, runs its experts and combines them where a dense
+    /// layer projects gate/up, gates and projects down; the attention block is unchanged.
+    #[test]
+    fn an_moe_layer_routes_instead_of_the_dense_block() {
+        use crate::model::arch::MoeConfig;
+        let gating = Gating::SoftmaxTopK { normalize: true };
+        let mut c = config(Arch::Qwen3Moe, Activation::Silu, None, None);
+        c.moe = Some(MoeConfig {
+            experts: 8,
+            used: 2,
+            ffn_dim: 32,
+            gating,
+        });
+        let moe = LayerParts {
+            qk_norm: true,
+            moe: true,
+            ..LayerParts::default()
+        };
+        let p = Plan::new(&c, [moe, LayerParts { moe: false, ..moe }]);
+        assert_eq!(
+            p.layer(0)[8..],
+            [
+                Norm(Ffn),
+                Route(gating),
+                Experts(Activation::Silu),
+                Combine,
+                Residual
+            ]
+        );
+        assert_eq!(
+            p.layer(1)[8..],
+            [
+                Norm(Ffn),
+                Project(GateUp),
+                Gated(Activation::Silu),
+                Project(Down),
+                Residual
+            ]
+        );
+        assert_eq!(p.layer(0)[..8], p.layer(1)[..8]);
     }
 
     #[test]

@@ -19,11 +19,12 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use super::arch::{Activation, Arch, ModelConfig, RopeFreqs, TensorSource};
+use super::arch::{Activation, Arch, ModelConfig, MoeConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::kv::{KvSeq, Logits, SeqStep};
+use super::moe::{Expert, Moe, MoeScratch};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
 use super::plan::{Block, LayerParts, Matrix, Plan, RopeTable, Step};
@@ -84,6 +85,82 @@ fn build_matrix(
     }
 }
 
+/// Layer `l`'s Mixture-of-Experts block: the router (`ffn_gate_inp`) and each expert's
+/// matrices, sliced out of the 3-d `ffn_{gate,up,down}_exps` tensors (experts outermost).
+fn load_moe(
+    src: &mut dyn TensorSource,
+    l: usize,
+    c: &ModelConfig,
+    moe: MoeConfig,
+    dtype: WeightDType,
+) -> Result<Moe> {
+    let name = |suffix: &str| format!("blk.{l}.{suffix}");
+    let (dim, ffn, n) = (c.dim, moe.ffn_dim, moe.experts);
+    let router = build_matrix(src, &name("ffn_gate_inp.weight"), &[n, dim], dtype)?;
+    let mut gate = expert_matrices(src, &name("ffn_gate_exps.weight"), n, ffn, dim, dtype)?;
+    let mut up = expert_matrices(src, &name("ffn_up_exps.weight"), n, ffn, dim, dtype)?;
+    let mut down = expert_matrices(src, &name("ffn_down_exps.weight"), n, dim, ffn, dtype)?;
+    let experts = (0..n)
+        .map(|_| Expert {
+            gate: gate.next().expect("n experts"),
+            up: up.next().expect("n experts"),
+            down: down.next().expect("n experts"),
+        })
+        .collect();
+    Ok(Moe {
+        router,
+        experts,
+        config: moe,
+    })
+}
+
+/// The `experts` matrices (`rows × cols` each) of one 3-d expert tensor, in expert order.
+fn expert_matrices(
+    src: &mut dyn TensorSource,
+    name: &str,
+    experts: usize,
+    rows: usize,
+    cols: usize,
+    dtype: WeightDType,
+) -> Result<std::vec::IntoIter<QWeight>> {
+    let shape = [experts, rows, cols];
+    let err = |stored: GgmlDType, e: String| ModelError::UnsupportedTensorType {
+        name: name.into(),
+        dtype: format!("{stored:?} ({e})"),
+    };
+    let (stored, bytes) = src.read_mapped(name, &shape)?;
+    if dtype == WeightDType::Native && !has_native_kernel(stored) {
+        return Err(err(
+            stored,
+            "no quantized kernel; load with --dtype f32".into(),
+        ));
+    }
+    let per = bytes.bytes().len() / experts;
+    let mut out = Vec::with_capacity(experts);
+    for e in 0..experts {
+        let raw = &bytes.bytes()[e * per..(e + 1) * per];
+        let w = match dtype {
+            WeightDType::Native => QWeight::from_bytes(stored, rows, cols, raw),
+            WeightDType::F32 => dequantize_any(stored, rows, cols, raw),
+        }
+        .map_err(|e| err(stored, e.to_string()))?;
+        out.push(w);
+    }
+    bytes.release();
+    Ok(out.into_iter())
+}
+
+/// A weight of any stored type candle reads, dequantized to f32 (the `--dtype f32` mode).
+fn dequantize_any(
+    stored: GgmlDType,
+    rows: usize,
+    cols: usize,
+    raw: &[u8],
+) -> std::result::Result<QWeight, super::quant::QuantError> {
+    let data = candle_core::quantized::QStorage::from_data(raw.into(), &Device::Cpu, stored)?;
+    QWeight::dequantized(&QTensor::new(data, (rows, cols))?)
+}
+
 /// A small tensor (a norm weight, RoPE factors) as f32 values.
 fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
     let t = q.dequantize(&Device::Cpu)?;
@@ -108,6 +185,12 @@ pub(super) enum GateUp {
     Fused(QWeight),
 }
 
+/// A layer's feed-forward block: dense, or a Mixture of Experts.
+pub(super) enum Ffn {
+    Dense { gate_up: GateUp, down: QWeight },
+    Moe(Moe),
+}
+
 pub(super) struct Layer {
     pub(super) attn_norm: Vec<f32>,
     pub(super) qkv: Qkv,
@@ -119,8 +202,7 @@ pub(super) struct Layer {
     /// Norm of the attention output before the residual add (Gemma).
     pub(super) post_attn_norm: Option<Vec<f32>>,
     pub(super) ffn_norm: Vec<f32>,
-    pub(super) gate_up: GateUp,
-    pub(super) w_down: QWeight,
+    pub(super) ffn: Ffn,
     /// Norm of the feed-forward output before the residual add (Gemma).
     pub(super) post_ffn_norm: Option<Vec<f32>>,
     /// Sliding-window layer (its own RoPE frequencies and attention window).
@@ -128,6 +210,14 @@ pub(super) struct Layer {
 }
 
 impl Layer {
+    /// The dense feed-forward block's gate/up and down matrices (`None` for experts).
+    pub(super) fn dense_ffn(&self) -> Option<(&GateUp, &QWeight)> {
+        match &self.ffn {
+            Ffn::Dense { gate_up, down } => Some((gate_up, down)),
+            Ffn::Moe(_) => None,
+        }
+    }
+
     /// What the layer holds that its steps depend on; `swa_table`: whether the model's
     /// sliding-window layers have RoPE angles of their own.
     fn parts(&self, swa_table: bool) -> LayerParts {
@@ -137,6 +227,7 @@ impl Layer {
             qk_norm: self.qk_norm.is_some(),
             post_norms: self.post_attn_norm.is_some(),
             swa_rope: self.swa && swa_table,
+            moe: matches!(self.ffn, Ffn::Moe(_)),
         }
     }
 }
@@ -265,15 +356,20 @@ impl Transformer {
                 }
             };
             let wo = mat("attn_output.weight", &[dim, q_dim])?;
-            let gate_up = if c.arch.fused() {
-                GateUp::Fused(mat("ffn_up.weight", &[2 * ffn, dim])?)
-            } else {
-                GateUp::Split {
-                    gate: mat("ffn_gate.weight", &[ffn, dim])?,
-                    up: mat("ffn_up.weight", &[ffn, dim])?,
-                }
+            let ffn = match c.moe {
+                Some(moe) => Ffn::Moe(load_moe(src, i, c, moe, dtype)?),
+                None => Ffn::Dense {
+                    gate_up: if c.arch.fused() {
+                        GateUp::Fused(mat("ffn_up.weight", &[2 * ffn, dim])?)
+                    } else {
+                        GateUp::Split {
+                            gate: mat("ffn_gate.weight", &[ffn, dim])?,
+                            up: mat("ffn_up.weight", &[ffn, dim])?,
+                        }
+                    },
+                    down: mat("ffn_down.weight", &[dim, ffn])?,
+                },
             };
-            let w_down = mat("ffn_down.weight", &[dim, ffn])?;
             let has_bias = src.has_tensor(&name("attn_q.bias"));
             let has_qk_norm = src.has_tensor(&name("attn_q_norm.weight"));
             let mut vector = |suffix: &str, len: usize| -> Result<Vec<f32>> {
@@ -318,8 +414,7 @@ impl Transformer {
                 wo,
                 post_attn_norm,
                 ffn_norm,
-                gate_up,
-                w_down,
+                ffn,
                 post_ffn_norm,
                 swa: c.window(i).is_some(),
             });
@@ -394,11 +489,29 @@ impl Transformer {
                 Qkv::Fused(m) => add(m, false),
             }
             add(&l.wo, false);
-            match &l.gate_up {
-                GateUp::Split { gate, up } => [gate, up].into_iter().for_each(|m| add(m, false)),
-                GateUp::Fused(m) => add(m, false),
+            match &l.ffn {
+                Ffn::Dense { gate_up, down } => {
+                    match gate_up {
+                        GateUp::Split { gate, up } => {
+                            [gate, up].into_iter().for_each(|m| add(m, false))
+                        }
+                        GateUp::Fused(m) => add(m, false),
+                    }
+                    add(down, false);
+                }
+                // The router, and the experts a token is routed to (each token reads
+                // `used` of them; all experts are the same size).
+                Ffn::Moe(moe) => {
+                    add(&moe.router, false);
+                    if let Some(e) = moe.experts.first() {
+                        for _ in 0..moe.config.used {
+                            [&e.gate, &e.up, &e.down]
+                                .into_iter()
+                                .for_each(|m| add(m, false));
+                        }
+                    }
+                }
             }
-            add(&l.w_down, false);
         }
         add(self.output.as_ref().unwrap_or(&self.embedding), true);
         w.kv_bytes_per_position = self.config.n_layer * 2 * self.config.kv_dim() * 4;
@@ -624,7 +737,10 @@ impl Transformer {
             Step::Residual => add_in_place(&mut s.x, &s.xb[..rows * dim]),
             Step::Project(Matrix::GateUp) => {
                 let xb = &s.xb[..rows * dim];
-                match &layer.gate_up {
+                let Ffn::Dense { gate_up, .. } = &layer.ffn else {
+                    missing("a dense feed-forward block")
+                };
+                match gate_up {
                     GateUp::Split { gate: wg, up: wu } => {
                         let (gate, up) = (&mut s.gate[..], &mut s.up[..]);
                         QWeight::matmul_shared(&[wg, wu], xb, rows, &mut [gate, up]);
@@ -648,7 +764,20 @@ impl Transformer {
                 &s.up[..rows * c.ffn_dim],
             ),
             Step::Project(Matrix::Down) => {
-                layer.w_down.matmul(&s.gate, rows, &mut s.xb[..rows * dim]);
+                let Ffn::Dense { down, .. } = &layer.ffn else {
+                    missing("a dense feed-forward block")
+                };
+                down.matmul(&s.gate, rows, &mut s.xb[..rows * dim]);
+            }
+            Step::Route(_) | Step::Experts(_) | Step::Combine => {
+                let Ffn::Moe(moe) = &layer.ffn else {
+                    missing("experts")
+                };
+                match step {
+                    Step::Route(_) => moe.route(&s.xb[..rows * dim], rows, &mut s.moe),
+                    Step::Experts(act) => moe.experts(act, &s.xb[..rows * dim], rows, &mut s.moe),
+                    _ => moe.combine(&mut s.xb[..rows * dim], rows, &s.moe),
+                }
             }
             Step::Project(Matrix::Logits)
             | Step::Split(_)
@@ -700,7 +829,7 @@ impl Transformer {
 
 /// `gate[i] = act(gate[i]) · up[i]`, on rayon's threads in chunks when there are many (a
 /// prefill's rows); element by element, so the same values whatever the split.
-fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
+pub(super) fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
     let f = |g: &mut [f32], u: &[f32]| match act {
         Activation::Silu => {
             // `g / (1 + e^-g) · u`, the exponentials a vector at a time ([`exp_f32`](super::expf::exp_f32)'s bits:
@@ -806,6 +935,8 @@ pub struct Scratch {
     rope_swa: Vec<f32>,
     logits: Vec<f32>,
     seq_spans: Vec<(usize, usize, usize)>,
+    /// The Mixture-of-Experts steps' buffers.
+    moe: MoeScratch,
 }
 
 impl Scratch {

@@ -104,7 +104,7 @@ fn pool(threads: usize) -> rayon::ThreadPool {
 
 /// The same requests give the same tokens on `model` at batch sizes 1, 3 and 16, with other
 /// neighbours (reversed order) and on 1 or 2 threads (every fourth request samples, seeded).
-fn assert_batch_invariant(model: &Path, vocab: usize, label: &str) {
+pub(crate) fn assert_batch_invariant(model: &Path, vocab: usize, label: &str) {
     let model = Arc::new(Model::from(
         Transformer::from_gguf_path(model, WeightDType::Native)
             .unwrap_or_else(|e| panic!("{}: {e}", model.display())),
@@ -203,16 +203,16 @@ fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Vec<T> {
 
 /// Candor's teacher-forced argmax on `path` against llama.cpp's (`want`, with its top-2 gaps):
 /// positions compared, agreeing, misses at a gap below 0.5, and Candor's argmaxes.
-struct Agreement {
-    total: usize,
-    agree: usize,
-    near: usize,
+pub(crate) struct Agreement {
+    pub(crate) total: usize,
+    pub(crate) agree: usize,
+    pub(crate) near: usize,
     /// llama.cpp's largest top-2 gap at a position where the two disagree.
-    widest_miss: f32,
-    dump: Vec<Vec<u32>>,
+    pub(crate) widest_miss: f32,
+    pub(crate) dump: Vec<Vec<u32>>,
 }
 
-fn agreement(
+pub(crate) fn agreement(
     path: &Path,
     seqs: &[(&[u32], usize)],
     want: &[Vec<u32>],
@@ -362,14 +362,14 @@ fn tq_layers(arch: &str) -> usize {
 }
 
 /// Draws a tiny model's tensors in order from one `SplitMix64` stream, as the script does.
-struct Draw {
-    rng: SplitMix64,
-    out: Vec<TinyTensor>,
+pub(crate) struct Draw {
+    pub(crate) rng: SplitMix64,
+    pub(crate) out: Vec<TinyTensor>,
 }
 
 impl Draw {
     /// `(next_f64() as f32 * 2 - 1) * scale`, plus `offset` when given, in f32.
-    fn add(&mut self, name: String, shape: Vec<usize>, scale: f32, offset: Option<f32>) {
+    pub(crate) fn add(&mut self, name: String, shape: Vec<usize>, scale: f32, offset: Option<f32>) {
         let n = shape.iter().product();
         let v = (0..n)
             .map(|_| {
@@ -381,12 +381,12 @@ impl Draw {
     }
 
     /// An `n × k` matrix, uniform in ±1.5/√k.
-    fn mat(&mut self, name: String, n: usize, k: usize) {
+    pub(crate) fn mat(&mut self, name: String, n: usize, k: usize) {
         self.add(name, vec![n, k], 1.5f32 / (k as f32).sqrt(), None);
     }
 
     /// A norm weight, 1 + 0.1 · uniform.
-    fn norm(&mut self, name: String, n: usize) {
+    pub(crate) fn norm(&mut self, name: String, n: usize) {
         self.add(name, vec![n], 0.1, Some(1.0));
     }
 }

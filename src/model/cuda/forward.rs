@@ -120,6 +120,9 @@ impl CudaModel {
         kv_limit: Option<usize>,
     ) -> Result<CudaModel> {
         let c = &model.config;
+        if let Some(why) = crate::model::lowering::not_lowered(model.plan()) {
+            return Err(ModelError::Device(format!("cuda: {why}")));
+        }
         if !c.head_dim.is_multiple_of(32) || c.head_dim > 256 {
             return Err(ModelError::Device(format!(
                 "cuda: head dimension {} is not supported on the GPU (a multiple of 32, at most 256)",
@@ -142,7 +145,8 @@ impl CudaModel {
                 ],
                 Qkv::Fused(w) => vec![mat(n("attn_qkv.weight"), w)?],
             };
-            let gate_up = match &l.gate_up {
+            let (gate_up, down) = l.dense_ffn().ok_or_else(super::weights::experts_refused)?;
+            let gate_up = match gate_up {
                 GateUp::Split { gate, up } => vec![
                     mat(n("ffn_gate.weight"), gate)?,
                     mat(n("ffn_up.weight"), up)?,
@@ -150,7 +154,7 @@ impl CudaModel {
                 GateUp::Fused(w) => vec![mat(n("ffn_up.weight"), w)?],
             };
             let wo = mat(n("attn_output.weight"), &l.wo)?;
-            let w_down = mat(n("ffn_down.weight"), &l.w_down)?;
+            let w_down = mat(n("ffn_down.weight"), down)?;
             let vec = |what: &str, v: &[f32]| gpu.upload(what, v);
             let opt =
                 |what: &str, v: &Option<Vec<f32>>| v.as_deref().map(|v| vec(what, v)).transpose();
@@ -844,6 +848,7 @@ mod tests {
             final_softcap: None,
             sliding_window: None,
             swa_layers: vec![false; 3],
+            moe: None,
         }
     }
 

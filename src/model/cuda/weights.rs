@@ -106,6 +106,11 @@ pub(super) fn device_bytes(w: &QWeight, path: MatmulPath) -> usize {
     n * k.div_ceil(elems) * bytes
 }
 
+/// The refusal of a Mixture-of-Experts layer (checked first by `CudaModel::load`).
+pub(super) fn experts_refused() -> ModelError {
+    ModelError::Device(format!("cuda: {}", crate::model::lowering::MOE_NOT_LOWERED))
+}
+
 pub(super) fn gib(b: usize) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
@@ -119,7 +124,8 @@ pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transfor
         None => device_bytes(&model.embedding, path),
     };
     for l in &model.layers {
-        let mats: Vec<&QWeight> = match (&l.qkv, &l.gate_up) {
+        let (gate_up, down) = l.dense_ffn().ok_or_else(experts_refused)?;
+        let mats: Vec<&QWeight> = match (&l.qkv, gate_up) {
             (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => vec![q, k, v, gate, up],
             (Qkv::Split { q, k, v }, GateUp::Fused(g)) => vec![q, k, v, g],
             (Qkv::Fused(w), GateUp::Split { gate, up }) => vec![w, gate, up],
@@ -129,7 +135,7 @@ pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transfor
             .into_iter()
             .map(|w| device_bytes(w, path))
             .sum::<usize>();
-        need += device_bytes(&l.wo, path) + device_bytes(&l.w_down, path);
+        need += device_bytes(&l.wo, path) + device_bytes(down, path);
     }
     let (free, total) = gpu
         .ctx

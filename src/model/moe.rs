@@ -1,0 +1,261 @@
+//! Mixture-of-Experts feed-forward blocks, the three plan steps that replace a dense layer's
+//! gate/up, activation and down projection: [`Moe::route`] (the router's logits, each row's
+//! experts and weights), [`Moe::experts`] (each chosen expert's feed-forward on the rows routed
+//! to it) and [`Moe::combine`] (the weighted sum). llama.cpp's `build_moe_ffn`
+//! (`src/llama-graph.cpp`) is the reference for the order of operations.
+//!
+//! Invariance: a row's experts, weights and outputs depend on that row alone. Ties in the
+//! router's ranking go to the lower expert index; rows are grouped by expert for the matmuls,
+//! whose every output row is computed as if it were alone (`QWeight::matmul`); each row's
+//! expert outputs are added in rank order. So no bit depends on the batch, its order or the
+//! thread count.
+
+use super::arch::{Activation, Gating, MoeConfig};
+use super::expf::exp_shifted_in_place;
+use super::quant::QWeight;
+
+/// One expert's feed-forward matrices (`ffn_{gate,up,down}_exps`, sliced by expert).
+pub(super) struct Expert {
+    pub(super) gate: QWeight,
+    pub(super) up: QWeight,
+    pub(super) down: QWeight,
+}
+
+/// A layer's Mixture-of-Experts block.
+pub(super) struct Moe {
+    /// `experts × dim` (`ffn_gate_inp`).
+    pub(super) router: QWeight,
+    pub(super) experts: Vec<Expert>,
+    pub(super) config: MoeConfig,
+}
+
+/// Reusable buffers of the three steps, grown to the largest step seen.
+#[derive(Debug, Default)]
+pub struct MoeScratch {
+    /// Router logits, then probabilities: `rows × experts`.
+    logits: Vec<f32>,
+    /// Each row's `used` experts with their weights, in rank order.
+    chosen: Vec<(u32, f32)>,
+    /// For each expert, the (row, rank) pairs routed to it, rows in order.
+    routed: Vec<Vec<(usize, usize)>>,
+    /// One expert's rows gathered, then its gate/up and down outputs.
+    input: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    /// Every row's expert outputs: `rows × used × dim`, by rank.
+    out: Vec<f32>,
+    /// Expert indices being ranked.
+    order: Vec<u32>,
+}
+
+impl Moe {
+    /// The router's logits of the `rows` rows of `xb`, and each row's experts and weights.
+    pub(super) fn route(&self, xb: &[f32], rows: usize, s: &mut MoeScratch) {
+        let MoeConfig { experts, used, .. } = self.config;
+        s.logits.resize(rows * experts, 0.0);
+        self.router
+            .matmul(xb, rows, &mut s.logits[..rows * experts]);
+        s.chosen.clear();
+        for r in 0..rows {
+            let probs = &mut s.logits[r * experts..(r + 1) * experts];
+            match self.config.gating {
+                Gating::SoftmaxTopK { normalize } => {
+                    softmax_in_place(probs);
+                    rank(probs, used, &mut s.order);
+                    let first = s.chosen.len();
+                    s.chosen
+                        .extend(s.order[..used].iter().map(|&e| (e, probs[e as usize])));
+                    if normalize {
+                        normalize_weights(&mut s.chosen[first..]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every chosen expert's feed-forward (`act(x·gateᵀ) · (x·upᵀ)`, then `·downᵀ`) on the
+    /// rows of `xb` routed to it, into each row's output of that rank.
+    pub(super) fn experts(&self, act: Activation, xb: &[f32], rows: usize, s: &mut MoeScratch) {
+        let MoeConfig {
+            experts,
+            used,
+            ffn_dim,
+            ..
+        } = self.config;
+        let dim = self.router.cols();
+        s.routed.resize_with(experts, Vec::new);
+        s.routed.iter_mut().for_each(Vec::clear);
+        for (i, &(e, _)) in s.chosen[..rows * used].iter().enumerate() {
+            s.routed[e as usize].push((i / used, i % used));
+        }
+        s.out.resize(rows * used * dim, 0.0);
+        for (e, expert) in self.experts.iter().enumerate() {
+            let n = s.routed[e].len();
+            if n == 0 {
+                continue;
+            }
+            s.input.resize(n * dim, 0.0);
+            for (dst, &(r, _)) in s.input.chunks_exact_mut(dim).zip(&s.routed[e]) {
+                dst.copy_from_slice(&xb[r * dim..(r + 1) * dim]);
+            }
+            s.gate.resize(n * ffn_dim, 0.0);
+            s.up.resize(n * ffn_dim, 0.0);
+            QWeight::matmul_shared(
+                &[&expert.gate, &expert.up],
+                &s.input,
+                n,
+                &mut [&mut s.gate[..], &mut s.up[..]],
+            );
+            super::transformer::gated(act, &mut s.gate, &s.up);
+            s.down.resize(n * dim, 0.0);
+            expert.down.matmul(&s.gate, n, &mut s.down);
+            for (src, &(r, k)) in s.down.chunks_exact(dim).zip(&s.routed[e]) {
+                s.out[(r * used + k) * dim..][..dim].copy_from_slice(src);
+            }
+        }
+    }
+
+    /// `xb[r] = Σₖ wₖ · outₖ[r]` over each row's experts in rank order (each product rounded
+    /// to f32, then added to the running sum, as ggml's `mul` then chained `add`s).
+    pub(super) fn combine(&self, xb: &mut [f32], rows: usize, s: &MoeScratch) {
+        let used = self.config.used;
+        let dim = self.router.cols();
+        for r in 0..rows {
+            let acc = &mut xb[r * dim..(r + 1) * dim];
+            for k in 0..used {
+                let w = s.chosen[r * used + k].1;
+                let o = &s.out[(r * used + k) * dim..][..dim];
+                if k == 0 {
+                    for (a, &v) in acc.iter_mut().zip(o) {
+                        *a = v * w;
+                    }
+                } else {
+                    for (a, &v) in acc.iter_mut().zip(o) {
+                        *a += v * w;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `x = softmax(x)` as ggml's `soft_max`: the exponentials of `x - max`, their sum in f64,
+/// then each exponential times `1 / sum` rounded to f32.
+fn softmax_in_place(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    exp_shifted_in_place(x, max);
+    let sum: f64 = x.iter().map(|&v| f64::from(v)).sum();
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// The first `k` of `order` become the indices of `v`'s `k` largest values, largest first;
+/// equal values rank the lower index first (a total order, so the result is unique).
+fn rank(v: &[f32], k: usize, order: &mut Vec<u32>) {
+    order.clear();
+    order.extend(0..v.len() as u32);
+    let cmp = |a: &u32, b: &u32| {
+        v[*b as usize]
+            .total_cmp(&v[*a as usize])
+            .then_with(|| a.cmp(b))
+    };
+    if k < order.len() {
+        order.select_nth_unstable_by(k, cmp);
+    }
+    order[..k].sort_unstable_by(cmp);
+}
+
+/// Each weight divided by their sum (in f64, in rank order, rounded to f32 and kept at least
+/// f16's smallest normal, as ggml's `sum_rows`, `clamp` and `div`).
+fn normalize_weights(chosen: &mut [(u32, f32)]) {
+    let sum: f64 = chosen.iter().map(|&(_, w)| f64::from(w)).sum();
+    let sum = (sum as f32).max(6.103_515_625e-5);
+    for (_, w) in chosen.iter_mut() {
+        *w /= sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_rank_the_lower_index_first_and_the_largest_first() {
+        let mut order = Vec::new();
+        rank(&[0.1, 0.5, 0.2, 0.5, 0.7], 3, &mut order);
+        assert_eq!(order[..3], [4, 1, 3]);
+        rank(&[1.0; 6], 6, &mut order);
+        assert_eq!(order, [0, 1, 2, 3, 4, 5]);
+        rank(&[0.3, -0.0, 0.0, 0.3], 2, &mut order);
+        assert_eq!(order[..2], [0, 3]);
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_normalized_weights_too() {
+        let mut x = [1.0f32, 2.0, 3.0, -1.0];
+        softmax_in_place(&mut x);
+        let s: f32 = x.iter().sum();
+        assert!((s - 1.0).abs() < 1e-6, "{s}");
+        assert!(x[2] > x[1] && x[1] > x[0] && x[0] > x[3]);
+        let mut w = [(2, x[2]), (1, x[1])];
+        normalize_weights(&mut w);
+        assert!((w[0].1 + w[1].1 - 1.0).abs() < 1e-6);
+        assert!((w[0].1 / w[1].1 - x[2] / x[1]).abs() < 1e-5);
+        // All-zero weights are divided by the clamp, not by zero.
+        let mut z = [(0, 0.0f32), (1, 0.0)];
+        normalize_weights(&mut z);
+        assert_eq!(z, [(0, 0.0), (1, 0.0)]);
+    }
+
+    /// Routing, experts and combine on a batch give every row the bits it gets alone, in any
+    /// order of the batch.
+    #[test]
+    fn every_row_is_computed_as_if_alone() {
+        let (dim, ffn, experts, used) = (16, 24, 6, 2);
+        let mat = |seed: u64, n: usize, k: usize| {
+            QWeight::from_f32(n, k, crate::model::quant::tests::noise(seed, n * k))
+        };
+        let moe = Moe {
+            router: mat(1, experts, dim),
+            experts: (0..experts as u64)
+                .map(|e| Expert {
+                    gate: mat(10 + e, ffn, dim),
+                    up: mat(20 + e, ffn, dim),
+                    down: mat(30 + e, dim, ffn),
+                })
+                .collect(),
+            config: MoeConfig {
+                experts,
+                used,
+                ffn_dim: ffn,
+                gating: Gating::SoftmaxTopK { normalize: true },
+            },
+        };
+        let rows = 7;
+        let x = crate::model::quant::tests::noise(99, rows * dim);
+        let run = |x: &[f32], n: usize| {
+            let mut s = MoeScratch::default();
+            let mut xb = x.to_vec();
+            moe.route(&xb, n, &mut s);
+            moe.experts(Activation::Silu, &xb, n, &mut s);
+            moe.combine(&mut xb, n, &s);
+            xb
+        };
+        let batch = run(&x, rows);
+        for r in 0..rows {
+            let alone = run(&x[r * dim..(r + 1) * dim], 1);
+            assert_eq!(alone, batch[r * dim..(r + 1) * dim], "row {r}");
+        }
+        let reversed: Vec<f32> = x.chunks_exact(dim).rev().flatten().copied().collect();
+        let rev = run(&reversed, rows);
+        for r in 0..rows {
+            assert_eq!(
+                rev[(rows - 1 - r) * dim..(rows - r) * dim],
+                batch[r * dim..(r + 1) * dim]
+            );
+        }
+    }
+}
