@@ -29,10 +29,10 @@ SHAPES = {
     # Llama-3-8B-Instruct.
     "llama3-8b": dict(arch="llama", dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
                       vocab=128256, ctx=8192, theta=500000.0, eps=1e-5, tied=False, bias=False),
-    # Qwen3-30B-A3B's per-layer shape (issue #42) with 8 of its 48 layers (the per-layer
+    # Qwen3-30B-A3B's per-layer shape (issue #42) with 4 of its 48 layers (the per-layer
     # ratio against llama.cpp is the same): head 128 (q 4096 wide), q/k norms, 128 experts of
     # FFN 768, 8 used per token.
-    "qwen3-30b-a3b-8l": dict(arch="qwen3moe", dim=2048, layers=8, heads=32, kv_heads=4,
+    "qwen3-30b-a3b-4l": dict(arch="qwen3moe", dim=2048, layers=4, heads=32, kv_heads=4,
                              head_dim=128, ffn=6144, experts=128, used=8, expert_ffn=768,
                              qk_norm=True, vocab=151936, ctx=40960, theta=1000000.0, eps=1e-6,
                              tied=False, bias=False),

@@ -18,6 +18,7 @@ mod fuzz;
 mod gpu;
 mod hostile;
 mod memory;
+mod moe;
 mod own_data;
 mod panel;
 mod quant;

@@ -5,7 +5,7 @@ use cudarc::driver::CudaSlice;
 
 use crate::model::error::ModelError;
 use crate::model::quant::{QWeight, Stored, WeightFormat};
-use crate::model::transformer::{GateUp, Qkv, Transformer};
+use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
 use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
 use super::repack::layout;
@@ -160,9 +160,11 @@ pub(crate) fn release_host_matrices(model: &mut Transformer) {
     let empty = || QWeight::from_f32(0, 0, Vec::new());
     for l in &mut model.layers {
         l.qkv = Qkv::Fused(empty());
-        l.gate_up = GateUp::Fused(empty());
         l.wo = empty();
-        l.w_down = empty();
+        l.ffn = Ffn::Dense {
+            gate_up: GateUp::Fused(empty()),
+            down: empty(),
+        };
     }
     if model.output.is_some() {
         model.output = Some(empty());
