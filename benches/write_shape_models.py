@@ -181,7 +181,7 @@ def write_f16(path, s, seed):
                 rows = int(np.prod(shape[:-1]))
                 scale = np.float32(1.0 / np.sqrt(cols))
                 step = max(1, (1 << 24) // cols)  # ~16M values at a time
-                dtype = "<f4" if width == 4 else "<f2"
+                dtype = "<f4" if nbytes == int(np.prod(shape)) * 4 else "<f2"
                 for r0 in range(0, rows, step):
                     n = min(step, rows - r0)
                     x = rng.standard_normal((n, cols), dtype=np.float32)

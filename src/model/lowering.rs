@@ -410,7 +410,11 @@ mod tests {
     use crate::model::plan::{Block, LayerParts, RopeTable};
 
     fn plan(parts: LayerParts, cap: Option<f32>) -> Plan {
-        let c = ModelConfig {
+        Plan::new(&config(cap), [parts])
+    }
+
+    fn config(cap: Option<f32>) -> ModelConfig {
+        ModelConfig {
             architecture: "llama".into(),
             arch: Arch::Llama,
             n_layer: 1,
@@ -437,8 +441,42 @@ mod tests {
             swa_layers: vec![false],
             moe: None,
             yarn: None,
+        }
+    }
+
+    /// A plan with steps the GPU has no kernels for is refused with all of them named, before
+    /// anything is uploaded (`CudaModel::load` checks it first).
+    #[test]
+    fn the_gpu_refusal_names_every_step_without_kernels() {
+        use crate::model::arch::{Gating, MoeConfig};
+        assert_eq!(not_lowered(&plan(LayerParts::default(), Some(30.0))), None);
+        let oss = LayerParts {
+            sinks: true,
+            out_bias: true,
+            bias: true,
+            ..LayerParts::default()
         };
-        Plan::new(&c, [parts])
+        let why = not_lowered(&plan(oss, None)).expect("refused");
+        assert!(
+            why.contains("attention sinks")
+                && why.contains("output bias")
+                && !why.contains("Mixture")
+                && why.contains("--device cpu"),
+            "{why}"
+        );
+        let mut c = config(None);
+        c.moe = Some(MoeConfig {
+            experts: 8,
+            used: 2,
+            ffn_dim: 64,
+            gating: Gating::TopKSoftmax,
+        });
+        let moe = LayerParts {
+            moe: true,
+            ..LayerParts::default()
+        };
+        let why = not_lowered(&Plan::new(&c, [moe])).expect("refused");
+        assert!(why.contains("Mixture-of-Experts"), "{why}");
     }
 
     /// Q8_K blocks for every matrix (the 8B Q4_K_M file: Q4_K and Q6_K), but Q8_0 for attn_k

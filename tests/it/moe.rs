@@ -12,8 +12,8 @@ use candor::stats::rng::SplitMix64;
 use serde::Deserialize;
 
 use crate::quant::{
-    agreement, assert_batch_invariant, fixture, ggml_type, kquants, q, Draw, TinySequences,
-    TinyTensor, TQ_VOCAB,
+    agreement, assert_batch_invariant, assert_verdicts, ggml_type, hash16, kquants, q,
+    tiny_fixture, Draw, TinyTensor, Verdict, TQ_VOCAB,
 };
 
 const DIM: usize = 256;
@@ -176,22 +176,11 @@ fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
 /// dense models' bound is 0.1.
 #[test]
 fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
-    use sha2::Digest;
-    let path = fixture("quant/tiny_moe_teacher_forced.jsonl");
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let head: TinySequences =
-        serde_json::from_str(lines.next().expect("sequences line")).expect("sequences");
-    let seqs: Vec<(&[u32], usize)> = head
-        .sequences
-        .iter()
-        .map(|s| (&s[..], head.start))
-        .collect();
+    let (head, records) = tiny_fixture::<MoeRecord>("quant/tiny_moe_teacher_forced.jsonl");
+    let seqs = head.seqs();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut report = Vec::new();
-    for (i, l) in lines.enumerate() {
-        let t: MoeRecord =
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 2));
+    for t in records {
         let label = format!("tiny {} {}", t.arch, t.ftype);
         let ws = moe_tensors(&t.arch);
         assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
@@ -202,10 +191,8 @@ fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
                 .get(name)
                 .unwrap_or_else(|| panic!("{label}: no type for {name}"));
             let qt = stored(v, shape, ggml_type(ty));
-            let bytes = qt.data().expect("tensor bytes");
-            let hash = format!("{:x}", sha2::Sha256::digest(&bytes[..]))[..16].to_string();
             assert_eq!(
-                Some(&hash),
+                Some(&hash16(&qt)),
                 t.tensors.get(name),
                 "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
             );
@@ -215,32 +202,11 @@ fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
         crate::util::write_gguf(&file, &moe_metadata(&t.arch), &tensors);
         assert_batch_invariant(&file, TQ_VOCAB, &label);
         let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        let own = t.llama_cpp_paths.values().copied().min().unwrap_or(0);
-        let line = format!(
-            "{label}: {}/{} ({:.2}%) agree with llama.cpp (its own other paths: {:?}); {} of {} misses at top2_gap < 0.5, the widest at {:.3}",
-            a.agree,
-            a.total,
-            100.0 * a.agree as f64 / a.total as f64,
-            t.llama_cpp_paths,
-            a.near,
-            a.total - a.agree,
-            a.widest_miss
-        );
-        println!("{line}");
-        report.push((a.agree, a.total, own, a.widest_miss, line));
+        report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
         std::fs::remove_file(&file).ok();
     }
     assert_eq!(report.len(), 3 * 3, "models in the fixture");
-    for (agree, total, own, widest, line) in report {
-        assert!(
-            agree * 50 >= total * 49 || agree >= own,
-            "{line}: below 98% and below llama.cpp's own other paths ({own})"
-        );
-        assert!(
-            widest < 0.5,
-            "{line}: a miss where llama.cpp's top-2 gap is not a near tie"
-        );
-    }
+    assert_verdicts(&report, 0.5);
 }
 
 /// What an MoE file gets refused for, in one line naming the key: a qwen3moe with one

@@ -5,6 +5,7 @@
 //! requantized by llama-quantize (behind `CANDOR_QUANT_MODELS`); see
 //! `tests/fixtures/quant/README.md`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -329,6 +330,13 @@ pub(crate) struct TinySequences {
     pub(crate) sequences: Vec<Vec<u32>>,
 }
 
+impl TinySequences {
+    /// Each sequence with its first predicted position.
+    pub(crate) fn seqs(&self) -> Vec<(&[u32], usize)> {
+        self.sequences.iter().map(|s| (&s[..], self.start)).collect()
+    }
+}
+
 #[derive(Deserialize)]
 pub(crate) struct TinyTypeRecord {
     pub(crate) arch: String,
@@ -516,23 +524,12 @@ pub(crate) fn ggml_type(name: &str) -> GgmlDType {
 /// type.
 #[test]
 fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
-    use sha2::Digest;
-    let path = fixture("quant/tiny_teacher_forced.jsonl");
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let head: TinySequences =
-        serde_json::from_str(lines.next().expect("sequences line")).expect("sequences");
-    let seqs: Vec<(&[u32], usize)> = head
-        .sequences
-        .iter()
-        .map(|s| (&s[..], head.start))
-        .collect();
+    let (head, records) = tiny_fixture::<TinyTypeRecord>("quant/tiny_teacher_forced.jsonl");
+    let seqs = head.seqs();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut weights: Option<(String, Vec<TinyTensor>)> = None;
     let mut report = Vec::new();
-    for (i, l) in lines.enumerate() {
-        let t: TinyTypeRecord =
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 2));
+    for t in records {
         let arch: &'static str = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"]
             .into_iter()
             .find(|a| *a == t.arch)
@@ -542,10 +539,6 @@ fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
         }
         let (_, ws) = weights.as_ref().expect("weights");
         let dtype = ggml_type(&t.ftype);
-        let hash_of = |qt: &QTensor| {
-            let bytes = qt.data().expect("tensor bytes");
-            format!("{:x}", sha2::Sha256::digest(&bytes[..]))[..16].to_string()
-        };
         let mut tensors = Vec::with_capacity(ws.len());
         for (name, shape, v) in ws {
             let qt = match dtype {
@@ -562,7 +555,7 @@ fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
                 .get(name)
                 .unwrap_or_else(|| panic!("{arch} {}: no {name}", t.ftype));
             assert_eq!(
-                &hash_of(&qt),
+                &hash16(&qt),
                 want,
                 "{arch} {} {name}: the test's bytes are not llama-quantize's",
                 t.ftype
@@ -579,38 +572,93 @@ fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
         crate::util::write_gguf(&file, &tiny_metadata(arch), &tensors);
         assert_batch_invariant(&file, TQ_VOCAB, &format!("tiny {arch} {}", t.ftype));
         let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        let own = t
-            .llama_cpp_paths
+        let label = format!("tiny {arch} {}", t.ftype);
+        report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
+        std::fs::remove_file(&file).ok();
+    }
+    assert_eq!(report.len(), 6 * 11, "models in the fixture");
+    assert_verdicts(&report, 0.1);
+}
+
+/// A tiny-model fixture of `make_tiny_*_reference.py`: its first line (the sequences), then
+/// one record per model and type.
+pub(crate) fn tiny_fixture<T: for<'de> Deserialize<'de>>(rel: &str) -> (TinySequences, Vec<T>) {
+    let path = fixture(rel);
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let (_, first) = lines.next().expect("sequences line");
+    let head: TinySequences = serde_json::from_str(first).expect("sequences");
+    let records = lines
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect();
+    (head, records)
+}
+
+/// The first 16 hex digits of the sha256 of a tensor's stored bytes (the fixtures' hashes).
+pub(crate) fn hash16(qt: &QTensor) -> String {
+    use sha2::Digest;
+    let bytes = qt.data().expect("tensor bytes");
+    format!("{:x}", sha2::Sha256::digest(&bytes[..]))[..16].to_string()
+}
+
+/// One tiny model's agreement with llama.cpp, with how many positions llama.cpp's own other
+/// paths reproduce, and the line that says it (printed).
+pub(crate) struct Verdict {
+    agree: usize,
+    total: usize,
+    own: usize,
+    widest: f32,
+    line: String,
+}
+
+impl Verdict {
+    pub(crate) fn new(label: &str, a: &Agreement, paths: &BTreeMap<String, usize>) -> Verdict {
+        let own = paths
             .values()
             .copied()
             .min()
-            .unwrap_or_else(|| panic!("{arch} {}: no llama_cpp_paths", t.ftype));
+            .unwrap_or_else(|| panic!("{label}: no llama_cpp_paths"));
         let line = format!(
-            "tiny {arch} {}: {}/{} ({:.2}%) agree with llama.cpp (its own other paths: {:?}); {} of {} misses at top2_gap < 0.5, the widest at {:.3}",
-            t.ftype,
+            "{label}: {}/{} ({:.2}%) agree with llama.cpp (its own other paths: {paths:?}); {} of {} misses at top2_gap < 0.5, the widest at {:.3}",
             a.agree,
             a.total,
             100.0 * a.agree as f64 / a.total as f64,
-            t.llama_cpp_paths,
             a.near,
             a.total - a.agree,
             a.widest_miss
         );
         println!("{line}");
-        report.push((a.agree, a.total, own, a.widest_miss, line));
-        std::fs::remove_file(&file).ok();
+        Verdict {
+            agree: a.agree,
+            total: a.total,
+            own,
+            widest: a.widest_miss,
+            line,
+        }
     }
-    assert_eq!(report.len(), 6 * 11, "models in the fixture");
-    let at_98 = report.iter().filter(|r| r.0 * 50 >= r.1 * 49).count();
+}
+
+/// Every model agrees at 98% or more, or at least as well as llama.cpp's own other paths, and
+/// misses only where llama.cpp's top-2 gap is below `near`.
+pub(crate) fn assert_verdicts(report: &[Verdict], near: f32) {
+    let at_98 = report.iter().filter(|r| r.agree * 50 >= r.total * 49).count();
     println!("{at_98} of {} models agree at >= 98%", report.len());
-    for (agree, total, own, widest, line) in report {
+    for v in report {
         assert!(
-            agree * 50 >= total * 49 || agree >= own,
-            "{line}: below 98% and below llama.cpp's own other paths ({own})"
+            v.agree * 50 >= v.total * 49 || v.agree >= v.own,
+            "{}: below 98% and below llama.cpp's own other paths ({})",
+            v.line,
+            v.own
         );
         assert!(
-            widest < 0.1,
-            "{line}: a miss where llama.cpp's top-2 gap is not a near tie"
+            v.widest < near,
+            "{}: a miss where llama.cpp's top-2 gap is not a near tie",
+            v.line
         );
     }
 }
