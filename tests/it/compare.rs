@@ -146,8 +146,8 @@ fn published_realmistake_detectors_compare_as_the_reference_computes() {
         return;
     };
     let dir = temp("realmistake");
+    // Neither folder exists: `--item-scores` and `--out` create theirs.
     let scored = dir.join("scored");
-    std::fs::create_dir_all(&scored).unwrap();
     ok(
         candor(&[
             "score",
@@ -155,7 +155,7 @@ fn published_realmistake_detectors_compare_as_the_reference_computes() {
             "--outputs",
             outputs.to_str().unwrap(),
             "--out",
-            dir.join("performance.json").to_str().unwrap(),
+            dir.join("perf/performance.json").to_str().unwrap(),
             "--item-scores",
             scored.join("item_scores.json").to_str().unwrap(),
         ]),
