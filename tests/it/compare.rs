@@ -262,7 +262,25 @@ fn compare_is_byte_identical_refuses_other_scoring_and_reaches_the_report() {
     // One candidate: nothing to compare.
     let out = candor(&["compare", da.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to compare"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nothing to compare: one candidate of toy"),
+        "{err}"
+    );
+    // One candidate each of two protocols: said so, with the protocols and their runs.
+    let other = doc("model-x", "rule=x", &a).replace("\"protocol\":\"toy\"", "\"protocol\":\"other\"");
+    let dx = run_dir(&root, "x", &other);
+    let out = candor(&["compare", da.to_str().unwrap(), dx.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "nothing to compare: the runs are of different protocols (other: {}; toy: {})",
+            dx.display(),
+            da.display()
+        )),
+        "{err}"
+    );
     // A run without per-item scores says so.
     std::fs::remove_file(dc.join("item_scores.json")).unwrap();
     let out = candor(&["compare", dc.to_str().unwrap()]);
