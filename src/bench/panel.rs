@@ -78,8 +78,8 @@ impl Panel {
     /// `base/judge/<j>` with `j ≥ 1`.
     pub fn split_key(key: &str) -> Option<(&str, usize)> {
         let (base, j) = key.rsplit_once("/judge/")?;
-        let j: usize = (!j.is_empty() && j.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| j.parse().ok())??;
+        let j: usize =
+            (!j.is_empty() && j.bytes().all(|b| b.is_ascii_digit())).then(|| j.parse().ok())??;
         (j >= 1 && !base.is_empty()).then_some((base, j))
     }
 
@@ -155,7 +155,13 @@ mod tests {
         assert_eq!(Panel::key("fa/3", 2), "fa/3/judge/2");
         assert_eq!(Panel::split_key("fa/3/judge/2"), Some(("fa/3", 2)));
         assert_eq!(Panel::split_key("judge/judge/1"), Some(("judge", 1)));
-        for key in ["judge", "judge/judge/0", "judge/judge/x", "/judge/1", "fa/3"] {
+        for key in [
+            "judge",
+            "judge/judge/0",
+            "judge/judge/x",
+            "/judge/1",
+            "fa/3",
+        ] {
             assert_eq!(Panel::split_key(key), None, "{key}");
         }
         assert_eq!(judge_actor(0), Actor::Judge);

@@ -637,7 +637,10 @@ mod tests {
         );
         let c = &r.comparisons[0];
         assert!((c.diff - 1.0 / 3.0).abs() < 1e-15, "{c:?}");
-        assert_eq!((c.test, c.strata, c.discordant), ("sign_flip_exact", 2, None));
+        assert_eq!(
+            (c.test, c.strata, c.discordant),
+            ("sign_flip_exact", 2, None)
+        );
         assert_eq!(c.p, 0.5);
         assert!(text(&r).contains("sign flip weighted over 2 strata, every pattern"));
     }

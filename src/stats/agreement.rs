@@ -309,7 +309,10 @@ mod tests {
             counts: vec![vec![0, 4], vec![3, 1]],
         }
         .cohen();
-        assert!(low.low >= -1.0 && low.value - Z95 * low.se < -1.0, "{low:?}");
+        assert!(
+            low.low >= -1.0 && low.value - Z95 * low.se < -1.0,
+            "{low:?}"
+        );
         assert_eq!(low.low, -1.0);
     }
 

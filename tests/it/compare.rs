@@ -16,8 +16,7 @@ use crate::util::shared_file;
 /// Qwen2.5-72B-Instruct, claude-3-5-sonnet-20241022, gpt-4o-2024-05-13, phi-4), block 1 the
 /// ReaLMistake part (accuracy per (item, prompt), Holm over 21); one comparison a line.
 fn reference(block: usize) -> Vec<String> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/compare_reference.txt");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/compare_reference.txt");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let lines: Vec<String> = text
         .split("\n\n")
@@ -26,7 +25,11 @@ fn reference(block: usize) -> Vec<String> {
         .lines()
         .map(String::from)
         .collect();
-    assert!(!lines.is_empty(), "{}: block {block} is empty", path.display());
+    assert!(
+        !lines.is_empty(),
+        "{}: block {block} is empty",
+        path.display()
+    );
     lines
 }
 
@@ -268,7 +271,8 @@ fn compare_is_byte_identical_refuses_other_scoring_and_reaches_the_report() {
         "{err}"
     );
     // One candidate each of two protocols: said so, with the protocols and their runs.
-    let other = doc("model-x", "rule=x", &a).replace("\"protocol\":\"toy\"", "\"protocol\":\"other\"");
+    let other =
+        doc("model-x", "rule=x", &a).replace("\"protocol\":\"toy\"", "\"protocol\":\"other\"");
     let dx = run_dir(&root, "x", &other);
     let out = candor(&["compare", da.to_str().unwrap(), dx.to_str().unwrap()]);
     assert!(!out.status.success());

@@ -446,7 +446,9 @@ fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() 
     let faults = layout_faults(&bin, &broken);
     assert!(
         faults.iter().any(|f| f.contains("breaks inside a word"))
-            && faults.iter().any(|f| f.contains("κ drawn on a 0 to 100 axis")),
+            && faults
+                .iter()
+                .any(|f| f.contains("κ drawn on a 0 to 100 axis")),
         "{faults:#?}"
     );
 

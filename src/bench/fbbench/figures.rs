@@ -5,7 +5,6 @@
 use crate::bench::figure::{Chart, Figures, Labels, Pick, RowNote};
 use crate::bench::table::table_id;
 
-
 pub const FIGURES: Figures = Figures {
     protocol: "fbbench",
     title: "FB-Bench",

@@ -8,7 +8,6 @@ use crate::bench::table::table_id;
 
 const GROUP: Labels = Labels::Columns(&["group"]);
 
-
 pub const FIGURES: Figures = Figures {
     protocol: "fennec",
     title: "Fennec",

@@ -13,7 +13,6 @@ const NOTE: RowNote = RowNote {
 
 const TASK_PROMPT: Labels = Labels::Columns(&["task", "prompt"]);
 
-
 pub const FIGURES: Figures = Figures {
     protocol: "realmistake",
     title: "ReaLMistake",

@@ -6,7 +6,6 @@ use crate::bench::table::table_id;
 
 const GROUP: Labels = Labels::Columns(&["group", "setting"]);
 
-
 pub const FIGURES: Figures = Figures {
     protocol: "refutebench",
     title: "RefuteBench",

@@ -192,7 +192,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     if let Some(p) = &args.results {
-        write_output(p, (serde_json::to_string_pretty(&results)? + "\n").as_bytes())?;
+        write_output(
+            p,
+            (serde_json::to_string_pretty(&results)? + "\n").as_bytes(),
+        )?;
     }
     println!("wrote {}", args.out.display());
     if let Some(p) = &args.compare {
