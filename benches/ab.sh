@@ -10,7 +10,8 @@
 # times per build, alternating OLD NEW, NEW OLD, ... so drift in the machine hits both. Each run
 # waits until the 1-minute load average is below $AB_MAX_LOAD (others compiling would make the
 # figures meaningless) and gives up after $AB_WAIT seconds of waiting. Prints every run's line
-# with the load before it, then the median per build of each figure and the ratio NEW/OLD.
+# with the load before it and the process's CPU seconds, then the median per build of each
+# figure and of the CPU seconds, and the ratio NEW/OLD.
 #
 # Settings (environment): AB_DIR (default target/ab), AB_MODEL (a GGUF instead of the random
 # file), AB_LAYERS (8), AB_ROUNDS (3), AB_THREADS (2), AB_PROMPT (128), AB_NEW (32),
@@ -18,7 +19,7 @@
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 root=$(git rev-parse --show-toplevel)
@@ -72,12 +73,16 @@ for r in $(seq 1 "$rounds"); do
         if [ "$which" = old ]; then sha=$old; else sha=$new; fi
         wait_quiet
         before=$(load)
-        "$dir/bin/candor-$sha" bench --model "$model" --threads "$threads" \
-            --prompt-tokens "${AB_PROMPT:-128}" --new-tokens "${AB_NEW:-32}" \
-            --batch-size "${AB_BATCH:-1,16}" 2>/dev/null | grep '^{' |
-            while read -r line; do
-                echo "{\"build\":\"$which\",\"round\":$r,\"load\":$before,\"run\":$line}"
-            done | tee -a "$out"
+        # The process's CPU seconds (user + system) beside its wall-clock figures: less moved
+        # by other processes than the rates, though not immune to them (shared caches).
+        /usr/bin/time -f '%U %S' -o "$dir/cpu" "$dir/bin/candor-$sha" bench --model "$model" \
+            --threads "$threads" --prompt-tokens "${AB_PROMPT:-128}" \
+            --new-tokens "${AB_NEW:-32}" --batch-size "${AB_BATCH:-1,16}" 2>/dev/null |
+            grep '^{' >"$dir/lines"
+        cpu=$(awk '{ print $1 + $2 }' "$dir/cpu")
+        while read -r line; do
+            echo "{\"build\":\"$which\",\"round\":$r,\"load\":$before,\"cpu_s\":$cpu,\"run\":$line}"
+        done <"$dir/lines" | tee -a "$out"
     done
 done
 
@@ -95,4 +100,10 @@ for b in sorted({r["run"]["batch_size"] for r in runs}):
                for w in ("old", "new")}
         print(f"{b:>5} {fig:<14} {med['old']:>14.2f} {med['new']:>14.2f} "
               f"{med['new'] / med['old']:>8.3f}")
+# One CPU figure per process (every batch size of a run together).
+cpu = {w: statistics.median([c for _, c in {(r["round"], r["cpu_s"]) for r in runs
+                                             if r["build"] == w}])
+       for w in ("old", "new")}
+print(f"{'all':>5} {'cpu_s (run)':<14} {cpu['old']:>14.2f} {cpu['new']:>14.2f} "
+      f"{cpu['new'] / cpu['old']:>8.3f}")
 EOF
