@@ -3,7 +3,7 @@
 seed and quantized by llama.cpp's own `llama-quantize`, as the files users download are.
 
   write_shape_models.py OUT_DIR [--shape qwen2.5-1.5b|llama3-8b|tiny-qwen2] [--types Q4_K_M,Q8_0]
-                        [--llama-bin DIR] [--seed N]
+                        [--llama-bin DIR] [--seed N] [--layers N] [--random-blocks]
 
 writes OUT_DIR/<shape>.F16.gguf (every matrix F16, norms F32, biases F32 where the architecture
 has them), then runs `llama-quantize F16 OUT TYPE` for each type (default: Q4_K_M and Q8_0,
@@ -12,6 +12,13 @@ ffn_down in Q4_K_M). Weights are standard normal / sqrt(fan-in) from numpy's PCG
 seed, so every run of the script writes the same bytes. The vocabulary is a placeholder byte-level
 list of the real size (gpt2 model, no merges), which llama.cpp and Candor both load; speed does
 not depend on the values or on the tokens. Needs numpy only (and llama-quantize).
+
+`--layers N` keeps the shape's per-layer sizes with N layers (files named `<shape>-<N>l.*`): the
+per-token time scales with the layers, so ratios between builds stay. `--random-blocks` writes
+OUT_DIR/<shape>.Q4_K_M.gguf directly, without llama-quantize: random Q4_K/Q6_K block bytes with
+fixed scales (d = 1/(256 sqrt(fan-in)), as benches/gpu/write_models.py) in llama-quantize's
+Q4_K_M mix (Q6_K for the output, or the token embedding when tied, and for attn_v and ffn_down
+of the layers its `use_more_bits` picks).
 Never commit the output: the F16 8B file is 16 GB.
 """
 import argparse
@@ -47,6 +54,8 @@ SHAPES = {
 
 GGML_F32, GGML_F16 = 0, 1
 ALIGN = 32
+# ggml block types: (id, elements per block, bytes per block)
+BLOCKS = {"Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210)}
 
 
 def gguf_string(s):
@@ -115,7 +124,7 @@ def tensors(s):
     return out
 
 
-def metadata(s, name):
+def metadata(s, name, file_type=1):
     a = s["arch"]
     vocab = [f"<t{i}>" for i in range(s["vocab"])]
     extra = []
@@ -129,7 +138,7 @@ def metadata(s, name):
     return extra + [
         kv("general.architecture", 8, a),
         kv("general.name", 8, name),
-        kv("general.file_type", 4, 1),  # mostly F16
+        kv("general.file_type", 4, file_type),  # 1: mostly F16, 15: Q4_K_M
         kv(f"{a}.block_count", 4, s["layers"]),
         kv(f"{a}.context_length", 4, s["ctx"]),
         kv(f"{a}.embedding_length", 4, s["dim"]),
@@ -148,21 +157,64 @@ def metadata(s, name):
     ]
 
 
+def q4_k_m_type(s, name):
+    """The block type llama-quantize's Q4_K_M gives matrix `name` (llama.cpp
+    `llama_tensor_get_type`: Q6_K for the output, or for the token embedding when it is tied;
+    for attn_v and ffn_down where `use_more_bits`; Q4_K elsewhere)."""
+    n = s["layers"]
+    if name == "output.weight" or (name == "token_embd.weight" and s["tied"]):
+        return "Q6_K"
+    if name.endswith(("attn_v.weight", "ffn_down.weight")):
+        i = int(name.split(".")[1])
+        if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
+            return "Q6_K"
+    return "Q4_K"
+
+
+def random_blocks(rng, kind, n_elems, cols):
+    """Random `kind` blocks with fixed scales, values about 1/sqrt(cols) in size."""
+    _, per, size = BLOCKS[kind]
+    nb = n_elems // per
+    b = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
+    scale = np.float32(1.0 / np.sqrt(cols))
+    f16 = lambda x: np.frombuffer(np.float16(x).tobytes(), dtype=np.uint8)  # noqa: E731
+    if kind == "Q4_K":
+        b[:, 0:2] = f16(scale / 256)  # d
+        b[:, 2:4] = f16(scale / 512)  # dmin
+    else:  # Q6_K: signed 6-bit scales, then d
+        b[:, 192:208] = rng.integers(1, 32, size=(nb, 16), dtype=np.int8).view(np.uint8)
+        b[:, 208:210] = f16(scale / 512)
+    return b.tobytes()
+
+
 def write_f16(path, s, seed):
+    write_gguf(path, s, seed, lambda name: "F16", file_type=1)
+
+
+def write_gguf(path, s, seed, matrix_type, file_type):
+    """Writes the shape with each matrix in `matrix_type(name)` (F16 values from the seeded
+    normal, or random blocks), norms and biases F32."""
     rng = np.random.default_rng(seed)
     ts = tensors(s)
-    meta = metadata(s, "random " + os.path.basename(path))
-    infos, offset, sizes = b"", 0, []
+    meta = metadata(s, "random " + os.path.basename(path), file_type)
+    infos, offset, sizes, types = b"", 0, [], []
     for name, shape, kind in ts:
         # The router stays F32 (llama-quantize never quantizes it).
-        f32 = kind != "matrix" or name.endswith("ffn_gate_inp.weight")
-        gtype, width = (GGML_F32, 4) if f32 else (GGML_F16, 2)
-        nbytes = int(np.prod(shape)) * width
+        router = name.endswith("ffn_gate_inp.weight")
+        t = matrix_type(name) if kind == "matrix" and not router else "F32"
+        n = int(np.prod(shape))
+        if t in BLOCKS:
+            gtype, per, size = BLOCKS[t]
+            nbytes = n // per * size
+        else:
+            gtype, width = (GGML_F16, 2) if t == "F16" else (GGML_F32, 4)
+            nbytes = n * width
         dims = tuple(reversed(shape))  # ggml: fastest-varying dimension first
         infos += gguf_string(name) + struct.pack("<I", len(dims))
         infos += b"".join(struct.pack("<Q", x) for x in dims)
         infos += struct.pack("<IQ", gtype, offset)
         sizes.append(nbytes)
+        types.append(t)
         offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
     tmp = path + ".part"
     with open(tmp, "wb") as f:
@@ -171,11 +223,13 @@ def write_f16(path, s, seed):
             f.write(m)
         f.write(infos)
         f.write(b"\0" * (-f.tell() % ALIGN))
-        for (name, shape, kind), nbytes in zip(ts, sizes):
+        for (name, shape, kind), nbytes, t in zip(ts, sizes, types):
             if kind == "norm":
                 f.write((1.0 + 0.1 * rng.standard_normal(shape[0], dtype=np.float32)).tobytes())
             elif kind == "bias":
                 f.write((0.1 * rng.standard_normal(shape[0], dtype=np.float32)).tobytes())
+            elif t in BLOCKS:
+                f.write(random_blocks(rng, t, int(np.prod(shape)), shape[-1]))
             else:
                 cols = shape[-1]
                 rows = int(np.prod(shape[:-1]))
@@ -200,15 +254,28 @@ def main():
     ap.add_argument("--llama-bin", default="/work/tools/llama-build/bin")
     ap.add_argument("--seed", type=int, default=26)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--layers", type=int, help="the shape's layers, this many of them")
+    ap.add_argument("--random-blocks", action="store_true",
+                    help="write Q4_K_M directly (random blocks), without llama-quantize")
     a = ap.parse_args()
-    s = SHAPES[a.shape]
+    s = dict(SHAPES[a.shape])
+    stem = a.shape
+    if a.layers is not None:
+        if a.layers < 1:
+            sys.exit("write_shape_models.py: --layers must be at least 1")
+        s["layers"], stem = a.layers, f"{a.shape}-{a.layers}l"
     os.makedirs(a.out, exist_ok=True)
-    f16 = os.path.join(a.out, f"{a.shape}.F16.gguf")
+    if a.random_blocks:
+        dst = os.path.join(a.out, f"{stem}.Q4_K_M.gguf")
+        if not os.path.exists(dst):
+            write_gguf(dst, s, a.seed, lambda name: q4_k_m_type(s, name), file_type=15)
+        return
+    f16 = os.path.join(a.out, f"{stem}.F16.gguf")
     if not os.path.exists(f16):
         write_f16(f16, s, a.seed)
     quantize = os.path.join(a.llama_bin, "llama-quantize")
     for t in filter(None, a.types.split(",")):
-        dst = os.path.join(a.out, f"{a.shape}.{t}.gguf")
+        dst = os.path.join(a.out, f"{stem}.{t}.gguf")
         if os.path.exists(dst):
             continue
         if not os.access(quantize, os.X_OK):

@@ -30,6 +30,13 @@ pub enum Chart {
         value: &'static str,
         note: RowNote,
     },
+    /// A group per row of the κ table `table` ([`crate::bench::reliability::kappa_table`]):
+    /// labelled by its raters, valued by κ with its interval, `n` and `unscored` beside; drawn
+    /// on κ's own axis, −1 to 1 (not a percentage's 0–100).
+    Kappa {
+        title: &'static str,
+        table: &'static str,
+    },
 }
 
 /// Which metrics a [`Chart::Metrics`] draws.

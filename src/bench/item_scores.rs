@@ -44,7 +44,8 @@ pub struct MetricItems {
     /// As in `results.json` (`overall`, `accuracy`).
     pub metric: String,
     /// Whether each item's outcome is one of two values (success or not), so that two
-    /// candidates are compared with McNemar's exact test.
+    /// candidates are compared with McNemar's exact test where every item weighs the same in
+    /// the metric (else with the weighted sign flip, [`crate::stats::paired`]).
     pub binary: bool,
     pub values: Vec<ItemValue>,
     /// Items of the metric that have no value (unscored), with the reason.

@@ -74,6 +74,15 @@ impl Panel {
         }
     }
 
+    /// The inverse of [`Panel::key`] for the judges after the first: `(base, j)` when `key` is
+    /// `base/judge/<j>` with `j ≥ 1`.
+    pub fn split_key(key: &str) -> Option<(&str, usize)> {
+        let (base, j) = key.rsplit_once("/judge/")?;
+        let j: usize =
+            (!j.is_empty() && j.bytes().all(|b| b.is_ascii_digit())).then(|| j.parse().ok())??;
+        (j >= 1 && !base.is_empty()).then_some((base, j))
+    }
+
     /// The run's panel: one judge per `--judge`, the rule `--panel` names (refused with a
     /// single judge).
     pub fn from_run(ctx: &RunContext, opts: &ProtocolOptions) -> Result<Panel, ProtocolError> {
@@ -144,6 +153,17 @@ mod tests {
     fn keys_rules_and_votes() {
         assert_eq!(Panel::key("judge", 0), "judge");
         assert_eq!(Panel::key("fa/3", 2), "fa/3/judge/2");
+        assert_eq!(Panel::split_key("fa/3/judge/2"), Some(("fa/3", 2)));
+        assert_eq!(Panel::split_key("judge/judge/1"), Some(("judge", 1)));
+        for key in [
+            "judge",
+            "judge/judge/0",
+            "judge/judge/x",
+            "/judge/1",
+            "fa/3",
+        ] {
+            assert_eq!(Panel::split_key(key), None, "{key}");
+        }
         assert_eq!(judge_actor(0), Actor::Judge);
         assert_eq!(judge_actor(2), Actor::Panel(2));
         assert_eq!(PanelRule::parse(None).unwrap(), PanelRule::Majority);

@@ -14,6 +14,10 @@ use crate::bench::table::{Cell, Table};
 use crate::stats::agreement::{self, Confusion, IntervalMethod, Kappa};
 use crate::stats::rng::SplitMix64;
 
+/// The columns of a [`kappa_table`] naming the raters of a row and holding its κ.
+pub const RATERS_COLUMN: &str = "raters";
+pub const KAPPA_COLUMN: &str = "kappa";
+
 /// Decimals of a κ in tables.
 pub const KAPPA_DECIMALS: u8 = 3;
 
@@ -76,8 +80,8 @@ pub fn kappa_table(id: &str, title: &str, rows: &[KappaRow]) -> Table {
         id: id.to_string(),
         title: title.to_string(),
         columns: [
-            "raters",
-            "kappa",
+            RATERS_COLUMN,
+            KAPPA_COLUMN,
             "interval",
             "agreement (%)",
             "strength",

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::panel::Panel;
 use super::plan::Transcript;
 use crate::engine::StopReason;
 
@@ -285,9 +286,14 @@ pub mod table_id {
 
 /// The kind of a step, for counts: its key without what follows a `+` (RefuteBench's
 /// `+dropped=` record), with every numeric part written `*` (`turn/3` → `turn/*`,
-/// `pairwise/0/normal` → `pairwise/*/normal`).
+/// `pairwise/0/normal` → `pairwise/*/normal`); a panel judge's step ([`Panel::key`]) is its
+/// first judge's kind and the judge (`judge/judge/2` → `judge · judge 2`, `fa/3/judge/1` →
+/// `fa/* · judge 1`).
 pub fn step_kind(key: &str) -> String {
     let key = key.split('+').next().unwrap_or(key);
+    if let Some((base, j)) = Panel::split_key(key) {
+        return format!("{} · judge {j}", step_kind(base));
+    }
     key.split('/')
         .map(|p| {
             if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
@@ -348,6 +354,9 @@ mod tests {
         assert_eq!(step_kind("pairwise/0/normal"), "pairwise/*/normal");
         assert_eq!(step_kind("detector/1/prompt/5"), "detector/*/prompt/*");
         assert_eq!(step_kind("judge"), "judge");
+        // A panel's other judges: no `judge/judge/*`.
+        assert_eq!(step_kind("judge/judge/2"), "judge · judge 2");
+        assert_eq!(step_kind("fa/3/judge/1+dropped=0"), "fa/* · judge 1");
         let cut = StepOutput {
             stop_reason: StopReason::MaxTokens,
             ..StepOutput::scripted("Response A Score: 4")

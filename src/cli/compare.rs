@@ -6,6 +6,7 @@
 //! `candor run all` output), an `item_scores.json` file, or a `candor score` output folder
 //! (which holds one). Runs that cannot be compared are refused with the reason.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -63,12 +64,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     }
     if report.comparisons.is_empty() {
         bail!(
-            "nothing to compare: {} candidate(s); paired comparisons need two candidates of one \
-             protocol scored on the same items",
-            sources
-                .iter()
-                .map(|s| s.scores.candidates.len())
-                .sum::<usize>()
+            "nothing to compare: {}; paired comparisons need two candidates of one protocol \
+             scored on the same items",
+            nothing_to_compare(&sources)
         );
     }
     if let Some(out) = &args.out {
@@ -87,6 +85,29 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Why documents gave no comparison: the runs are of different protocols (each named with its
+/// runs), or their one protocol has fewer than two candidates.
+fn nothing_to_compare(sources: &[Source]) -> String {
+    let mut protocols: BTreeMap<&str, (usize, Vec<&str>)> = BTreeMap::new();
+    for s in sources {
+        let e = protocols.entry(&s.scores.protocol).or_default();
+        e.0 += s.scores.candidates.len();
+        e.1.push(&s.label);
+    }
+    if protocols.len() > 1 {
+        let each: Vec<String> = protocols
+            .iter()
+            .map(|(p, (_, labels))| format!("{p}: {}", labels.join(", ")))
+            .collect();
+        return format!("the runs are of different protocols ({})", each.join("; "));
+    }
+    match protocols.iter().next() {
+        Some((p, (1, _))) => format!("one candidate of {p}"),
+        Some((p, (n, _))) => format!("{n} candidates of {p}"),
+        None => "no candidates".to_string(),
+    }
 }
 
 /// The `item_scores.json` files `path` names: itself, the one in it, or those of its

@@ -1,9 +1,10 @@
 //! Paired comparisons between candidates scored on the same items (`candor compare`, and the
 //! section `candor report` adds when several runs share a protocol and items): for every
 //! headline metric and every pair of candidates, the difference over the items both scored,
-//! its paired bootstrap 95% interval, a paired test (exact McNemar for binary outcomes, else
-//! the sign-flip permutation test), p-values adjusted with Holm across every comparison of
-//! the report, the smallest difference the items could detect and, for a difference that is
+//! its paired bootstrap 95% interval, a paired test of the difference as the metric weighs
+//! its items (exact McNemar for binary outcomes that weigh the same, else the sign-flip
+//! permutation test with the metric's own weights, stratified by its groups), p-values
+//! adjusted with Holm across every comparison of the report, the smallest difference the items could detect and, for a difference that is
 //! not significant, roughly how many items would detect it. Rendered as Markdown, HTML and
 //! JSON, each byte-identical for the same inputs and seed.
 //!
@@ -67,6 +68,8 @@ pub struct Comparison {
     pub high: f64,
     /// `mcnemar_exact`, `sign_flip_exact`, `sign_flip_normal` or `sign_flip_monte_carlo`.
     pub test: &'static str,
+    /// The groups the metric averages over (the sign flip's strata; 1 for a plain mean).
+    pub strata: usize,
     /// McNemar's discordant counts (only `a` succeeds, only `b` does).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discordant: Option<(u64, u64)>,
@@ -300,7 +303,10 @@ fn compare_pair(
     );
     let seed = paired::seed_for(opts.seed, &format!("{protocol}/{}/{a}/{b}", ma.metric));
     let (low, high) = pairs.bootstrap(seed, opts.resamples);
-    let binary = ma.binary && mb.binary;
+    // McNemar tests the plain mean: only where every item weighs the same is that the
+    // metric's difference. Otherwise (a macro average over groups of unequal size) the sign
+    // flip of the weighted differences tests what is reported.
+    let binary = ma.binary && mb.binary && pairs.equal_weights();
     let (test, discordant, t) = if binary {
         let plus = pairs.diffs().iter().filter(|d| **d > 0.0).count() as u64;
         let minus = pairs.diffs().iter().filter(|d| **d < 0.0).count() as u64;
@@ -332,6 +338,7 @@ fn compare_pair(
         low,
         high,
         test,
+        strata: pairs.strata(),
         discordant,
         p: t.p,
         p_holm: f64::NAN,
@@ -343,11 +350,16 @@ fn compare_pair(
 }
 
 fn test_text(c: &Comparison, permutations: usize) -> String {
+    let flip = if c.strata > 1 {
+        format!("sign flip weighted over {} strata", c.strata)
+    } else {
+        "sign flip".to_string()
+    };
     match (c.test, c.discordant) {
         ("mcnemar_exact", Some((x, y))) => format!("McNemar exact ({x} vs {y} discordant)"),
-        ("sign_flip_exact", _) => "sign flip, every pattern".to_string(),
-        ("sign_flip_normal", _) => "sign flip, normal approximation".to_string(),
-        _ => format!("sign flip, {permutations} permutations"),
+        ("sign_flip_exact", _) => format!("{flip}, every pattern"),
+        ("sign_flip_normal", _) => format!("{flip}, normal approximation"),
+        _ => format!("{flip}, {permutations} permutations"),
     }
 }
 
@@ -384,9 +396,11 @@ fn preamble(r: &Report) -> String {
     format!(
         "Each line compares two candidates over the items both scored (items unscored or \
          failed in either are left out and counted). Interval: paired bootstrap, {} \
-         resamples; test: exact McNemar where each item's outcome is binary, else the \
-         sign-flip permutation test (every sign pattern up to 20 differing items, else its \
-         normal approximation, or random patterns when asked); p adjusted with Holm across all {} comparisons; seed {}. \
+         resamples; test: exact McNemar where each item's outcome is binary and every item \
+         weighs the same in the metric, else the sign-flip permutation test of the \
+         differences weighted as the metric weighs them (stratified by its groups; every sign \
+         pattern up to 20 differing items, else its normal approximation, or random patterns \
+         when asked); p adjusted with Holm across all {} comparisons; seed {}. \
          Significant: p < {ALPHA} after Holm.",
         r.resamples,
         r.comparisons.len(),
@@ -599,6 +613,36 @@ mod tests {
         assert!(md.contains("| toy | score | a − b = +0.727"), "{md}");
         assert!(md.contains("McNemar exact (9 vs 1 discordant)"), "{md}");
         assert!(html(&r).contains("<tr class=\"sig\">"));
+    }
+
+    /// A binary metric averaged over groups of unequal size is tested with the metric's own
+    /// weights, not McNemar's equal ones: group g1 (a wins both items, weight 1/4 each), group
+    /// g2 (b wins 2 of 6 items, weight 1/12 each). McNemar (2 vs 2) would give p = 1 for a
+    /// difference of +0.333; the weighted sign flip: 8 of the 16 patterns of ±1/4 ±1/4 ±1/12
+    /// ±1/12 reach 1/3.
+    #[test]
+    fn binary_outcomes_over_unequal_groups_use_the_weighted_sign_flip() {
+        let groups = ["g1", "g1", "g2", "g2", "g2", "g2", "g2", "g2"];
+        let va: Vec<(f64, &str)> = [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+            .into_iter()
+            .zip(groups)
+            .collect();
+        let vb: Vec<(f64, &str)> = [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+            .into_iter()
+            .zip(groups)
+            .collect();
+        let r = build(
+            &[src("x", doc("a", &va, true)), src("y", doc("b", &vb, true))],
+            &Options::default(),
+        );
+        let c = &r.comparisons[0];
+        assert!((c.diff - 1.0 / 3.0).abs() < 1e-15, "{c:?}");
+        assert_eq!(
+            (c.test, c.strata, c.discordant),
+            ("sign_flip_exact", 2, None)
+        );
+        assert_eq!(c.p, 0.5);
+        assert!(text(&r).contains("sign flip weighted over 2 strata, every pattern"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::bench;
 use crate::bench::figure::{Chart, Labels, RowNote};
 use crate::bench::item_scores::ItemScores;
 use crate::bench::plan::Actor;
+use crate::bench::reliability;
 use crate::bench::stats::Metric;
 use crate::bench::table::{Cell, Table};
 use crate::store::manifest::RunIdentity;
@@ -105,6 +106,29 @@ pub struct Group {
     pub bars: Vec<Option<Bar>>,
 }
 
+/// The value range of a chart's axis: bars are drawn from 0 to their value, clipped to it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Axis {
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Axis {
+    /// κ's own range, whatever the values (a κ near 0.3 on a 0–100 axis is no bar at all).
+    pub const KAPPA: Axis = Axis {
+        min: -1.0,
+        max: 1.0,
+    };
+
+    /// From 0 to [`axis_max`] of the values.
+    fn of(groups: &[Group]) -> Axis {
+        Axis {
+            min: 0.0,
+            max: axis_max(groups),
+        }
+    }
+}
+
 /// The upper end of a chart's axis: 1 for proportions, 100 for percentages, else the
 /// largest value rounded up.
 fn axis_max(groups: &[Group]) -> f64 {
@@ -130,26 +154,36 @@ fn axis_max(groups: &[Group]) -> f64 {
 /// of one chart differ.
 const LABEL_CHARS: usize = 34;
 
-/// A row label as at most two lines of at most [`LABEL_CHARS`] characters: split after a ` · `
-/// where there is one, else after the first line's characters.
+/// A row label as at most two lines of at most [`LABEL_CHARS`] characters, broken only
+/// between words: at a ` · ` where there is one, else at the last space (dropped) or after the
+/// last `/`, `_`, `-` or `,` that leaves the first line at most [`LABEL_CHARS`] long. A label
+/// without such a place stays one line, cut in its middle.
 fn label_lines(label: &str) -> Vec<String> {
     if label.chars().count() <= LABEL_CHARS {
         return vec![label.to_string()];
     }
-    let (first, rest) = match label.split_once(" · ") {
-        Some((a, b)) => (a.to_string(), b.to_string()),
-        None => {
-            let cut = label
-                .char_indices()
-                .nth(LABEL_CHARS)
-                .map_or(label.len(), |(i, _)| i);
-            (label[..cut].to_string(), label[cut..].to_string())
+    let split = label.split_once(" · ").or_else(|| {
+        let mut best = None;
+        for (k, (i, c)) in label.char_indices().enumerate() {
+            if k > LABEL_CHARS {
+                break;
+            }
+            if c == ' ' && k > 0 {
+                best = Some((&label[..i], &label[i + 1..]));
+            } else if matches!(c, '/' | '_' | '-' | ',') && k < LABEL_CHARS {
+                let end = i + c.len_utf8();
+                best = Some((&label[..end], &label[end..]));
+            }
         }
-    };
-    vec![
-        middle_cut(&first, LABEL_CHARS),
-        middle_cut(&rest, LABEL_CHARS),
-    ]
+        best.filter(|(_, rest)| !rest.is_empty())
+    });
+    match split {
+        Some((first, rest)) => vec![
+            middle_cut(first, LABEL_CHARS),
+            middle_cut(rest, LABEL_CHARS),
+        ],
+        None => vec![middle_cut(label, LABEL_CHARS)],
+    }
 }
 
 /// `s` cut to `n` characters by an ellipsis in its middle.
@@ -179,18 +213,24 @@ fn note_width(text: &str) -> f64 {
         .sum()
 }
 
-/// A horizontal bar chart as inline SVG: per group one bar per run (its colour), whiskers for
-/// intervals, the value and the note at the right; a group's label takes two lines when it is
-/// long. Each drawn bar is a `rect.bar`; a chart without any value says so on a line of its
-/// own above the rows (and then has no bar).
+/// A horizontal bar chart as inline SVG on the axis the values call for ([`Axis::of`]): see
+/// [`chart_on`].
 pub fn chart(title: &str, groups: &[Group]) -> String {
+    chart_on(title, groups, Axis::of(groups))
+}
+
+/// A horizontal bar chart as inline SVG on `axis`: per group one bar per run (its colour, from
+/// 0 to the value), whiskers for intervals, the value and the note at the right; a group's
+/// label takes two lines when it is long. Each drawn bar is a `rect.bar`; a chart without any
+/// value says so on a line of its own above the rows (and then has no bar).
+pub fn chart_on(title: &str, groups: &[Group], axis: Axis) -> String {
     const LABEL_W: f64 = 230.0;
     const PLOT_W: f64 = 360.0;
     const NOTE_W: f64 = 330.0;
     const BAR_H: f64 = 14.0;
     const LINE_H: f64 = 14.0;
     const GAP: f64 = 10.0;
-    let max = axis_max(groups);
+    let Axis { min, max } = axis;
     let marks = groups
         .iter()
         .flat_map(|g| g.bars.iter().flatten())
@@ -216,7 +256,8 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
         .map(|b| note_width(&note_text(b)) + 16.0)
         .fold(NOTE_W, f64::max);
     let width = (LABEL_W + PLOT_W + note_w).ceil();
-    let x = |v: f64| LABEL_W + (v.clamp(0.0, max) / max) * PLOT_W;
+    let x = |v: f64| LABEL_W + ((v.clamp(min, max) - min) / (max - min)) * PLOT_W;
+    let zero = x(0.0);
     let mut s = String::new();
     let _ = write!(
         s,
@@ -232,14 +273,14 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
     }
     let bottom = height - 20.0;
     for k in 0..=4 {
-        let v = max * f64::from(k) / 4.0;
+        let v = min + (max - min) * f64::from(k) / 4.0;
         let gx = x(v);
         let _ = write!(
             s,
             r##"<line x1="{gx:.1}" y1="{:.1}" x2="{gx:.1}" y2="{bottom:.1}" stroke="#e5e7eb"/><text class="tick" x="{gx:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>"##,
             top - 6.0,
             bottom + 13.0,
-            format::number(v, if max == 1.0 { 2 } else { 0 })
+            format::number(v, if max - min <= 2.0 { 2 } else { 0 })
         );
     }
     let mut y = top;
@@ -276,8 +317,9 @@ pub fn chart(title: &str, groups: &[Group]) -> String {
                 Some(v) => {
                     let _ = write!(
                         s,
-                        r#"<rect class="bar" x="{LABEL_W}" y="{by:.1}" width="{:.1}" height="{BAR_H}" fill="{}" fill-opacity="0.75"><title>{}: {}</title></rect>"#,
-                        (x(v) - LABEL_W).max(0.5),
+                        r#"<rect class="bar" x="{:.1}" y="{by:.1}" width="{:.1}" height="{BAR_H}" fill="{}" fill-opacity="0.75"><title>{}: {}</title></rect>"#,
+                        zero.min(x(v)),
+                        (x(v) - zero).abs().max(0.5),
                         colour(r),
                         esc(&g.label),
                         esc(&b.text)
@@ -516,6 +558,17 @@ fn protocol_charts(protocol: &str, f: &Figures<'_>) -> String {
                 });
                 if !groups.is_empty() {
                     out += &chart(title, &groups);
+                }
+            }
+            Chart::Kappa { title, table } => {
+                let groups = f.table_groups(
+                    table,
+                    &[reliability::RATERS_COLUMN],
+                    reliability::KAPPA_COLUMN,
+                    &|t, row, failed| row_note(&RowNote::N_UNSCORED, t, row, failed),
+                );
+                if !groups.is_empty() {
+                    out += &chart_on(title, &groups, Axis::KAPPA);
                 }
             }
         }
@@ -937,6 +990,64 @@ mod tests {
             cut.starts_with("abcdefghijklmnop") && cut.ends_with("prompt_3"),
             "{cut}"
         );
+    }
+
+    /// Labels break between words only: at a space or after a separator, never inside a word
+    /// ("orde / r", "(consi / stency)" were seen); one without such a place stays one line.
+    #[test]
+    fn long_labels_break_between_words() {
+        let words = "both orders agree with each other (consistency)";
+        assert_eq!(
+            label_lines(words),
+            ["both orders agree with each other", "(consistency)"]
+        );
+        let path = "checklist_entries_of_the_first_judge_in_order";
+        let l = label_lines(path);
+        assert_eq!(l.concat(), path, "{l:?}");
+        assert!(l[0].ends_with('_'), "{l:?}");
+        let word = "a".repeat(LABEL_CHARS + 5);
+        assert_eq!(label_lines(&word), [middle_cut(&word, LABEL_CHARS)]);
+        for label in [words, path] {
+            for line in label_lines(label) {
+                assert!(line.chars().count() <= LABEL_CHARS, "{line}");
+            }
+        }
+    }
+
+    /// κ charts have κ's own axis: −1 to 1, whatever the values, bars from 0 (leftwards for a
+    /// negative κ), the interval's ends clipped to the axis.
+    #[test]
+    fn kappa_charts_use_their_own_axis() {
+        let bar = |v: f64, lo: f64, hi: f64| Bar {
+            value: Some(v),
+            interval: Some((lo, hi)),
+            text: format!("{v}"),
+            note: String::new(),
+        };
+        let groups = vec![
+            Group {
+                label: "a".into(),
+                bars: vec![Some(bar(0.75, 0.306, 1.194))],
+            },
+            Group {
+                label: "b".into(),
+                bars: vec![Some(bar(-0.25, -0.5, 0.0))],
+            },
+        ];
+        // The values' own axis would be 0–100 here (1.194 > 1).
+        assert_eq!(Axis::of(&groups).max, 100.0);
+        let svg = chart_on("κ", &groups, Axis::KAPPA);
+        let ticks: Vec<&str> = svg
+            .split("class=\"tick\"")
+            .skip(1)
+            .map(|t| t.split('>').nth(1).unwrap().split('<').next().unwrap())
+            .collect();
+        assert_eq!(ticks, ["-1.00", "-0.50", "0.00", "0.50", "1.00"]);
+        // The plot runs from 230 to 590: 0 at 410; 0.75 reaches 545, -0.25 starts at 365.
+        assert!(svg.contains(r#"<rect class="bar" x="410.0""#), "{svg}");
+        assert!(svg.contains(r#"width="135.0""#), "{svg}");
+        assert!(svg.contains(r#"<rect class="bar" x="365.0""#), "{svg}");
+        assert!(svg.contains(r#"width="45.0""#), "{svg}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! Intervals: Cohen's κ has the analytic large-sample standard error of Fleiss, Cohen and
 //! Everitt (1969, "Large sample standard errors of kappa and weighted kappa", the non-null
-//! variance; statsmodels' `cohens_kappa(..).std_kappa`) and a Wald 95% interval κ ± 1.96·SE.
+//! variance; statsmodels' `cohens_kappa(..).std_kappa`) and a Wald 95% interval κ ± 1.96·SE,
+//! clipped to κ's range [−1, 1] (on few units the Wald interval passes it: 0.750 ± 0.444).
 //! Fleiss' κ has no such standard error for a non-zero κ (Fleiss, Nee and Landis 1979 give
 //! one under κ = 0 only, for testing), so its 95% interval is a percentile bootstrap over
 //! units; the caller supplies the random index source, so the interval is as seeded as the
@@ -114,8 +115,9 @@ impl Confusion {
         };
         Kappa {
             value: kappa,
-            low: kappa - Z95 * se,
-            high: kappa + Z95 * se,
+            // `clamp` keeps a NaN (a κ that does not exist) NaN.
+            low: (kappa - Z95 * se).clamp(-1.0, 1.0),
+            high: (kappa + Z95 * se).clamp(-1.0, 1.0),
             n: self.n() as usize,
             observed: po,
             expected: pe,
@@ -289,6 +291,29 @@ mod tests {
                 assert!(close(*g, w, 5e-5), "{got:?} vs {want:?}");
             }
         }
+    }
+
+    /// Eight units, κ = 0.75 with SE 0.2264: the Wald interval [0.306, 1.194] (statsmodels'
+    /// `cohens_kappa` gives it unclipped) ends at κ's largest value, 1.
+    #[test]
+    fn cohen_interval_stays_within_minus_one_and_one() {
+        let k = Confusion {
+            counts: vec![vec![3, 0], vec![1, 4]],
+        }
+        .cohen();
+        assert!(close(k.value, 0.75, 1e-12), "{k:?}");
+        assert!(close(k.low, 0.306_209_742, 1e-8), "{k:?}");
+        assert!(k.value + Z95 * k.se > 1.19, "{k:?}");
+        assert_eq!(k.high, 1.0);
+        let low = Confusion {
+            counts: vec![vec![0, 4], vec![3, 1]],
+        }
+        .cohen();
+        assert!(
+            low.low >= -1.0 && low.value - Z95 * low.se < -1.0,
+            "{low:?}"
+        );
+        assert_eq!(low.low, -1.0);
     }
 
     #[test]

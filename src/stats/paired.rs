@@ -24,7 +24,10 @@
 //!   random patterns, each `ceil(k / 64)` words from one stream seeded with `seed` (term `j`
 //!   is `+` when bit `j % 64` of word `j / 64` is set), `p = (1 + hits) / (1 + permutations)`.
 //! - McNemar: the exact two-sided binomial test of the discordant counts `b` and `c`
-//!   (`min(1, 2 P[X ≤ min(b, c)])`, `X ~ Binomial(b + c, 1/2)`).
+//!   (`min(1, 2 P[X ≤ min(b, c)])`, `X ~ Binomial(b + c, 1/2)`). It tests the plain mean, so
+//!   it tests the metric only where every item weighs the same ([`Paired::equal_weights`]);
+//!   with unequal groups the sign flip above is the stratified test of the metric itself
+//!   (Cochran–Mantel–Haenszel would weigh each item equally as well, testing the pooled mean).
 //! - Standard error: `sqrt(Σ_g s_g² / (G² n_g))`, `s_g²` the sample variance (n − 1) of the
 //!   differences in group `g` (0 for a group of one); the smallest detectable difference is
 //!   `(z_0.975 + z_0.8) · se`, and the items an observed difference `D` needs are
@@ -157,6 +160,20 @@ impl Paired {
             .iter()
             .map(|&g| 1.0 / (present * ns[g] as f64))
             .collect()
+    }
+
+    /// Whether every item has the same weight in [`Paired::mean`] (one group, or groups of
+    /// equal size), so that it is the plain mean of the differences.
+    pub fn equal_weights(&self) -> bool {
+        let ns = self.sizes();
+        let mut present = ns.iter().filter(|&&n| n > 0);
+        let first = present.next();
+        present.all(|n| Some(n) == first)
+    }
+
+    /// The groups with items.
+    pub fn strata(&self) -> usize {
+        self.sizes().iter().filter(|&&n| n > 0).count()
     }
 
     /// The standard error of [`Paired::mean`] (see the module doc); NaN without items.
@@ -467,6 +484,10 @@ mod tests {
         let p = Paired::new(vec![1.0, 10.0, 3.0], vec![0, 1, 0]);
         assert_eq!(p.mean(), 6.0);
         assert_eq!(p.weights(), [0.25, 0.5, 0.25]);
+        assert!(!p.equal_weights());
+        assert_eq!(p.strata(), 2);
+        assert!(Paired::new(vec![1.0, 2.0, 3.0, 4.0], vec![1, 0, 0, 1]).equal_weights());
+        assert!(Paired::ungrouped(vec![]).equal_weights());
         // se² = (s0² / n0 + s1² / n1) / 4 with s0² = 2, group 1 of one item → 0.
         assert!((p.standard_error() - (2.0f64 / 2.0 / 4.0).sqrt()).abs() < 1e-15);
         let plain = Paired::ungrouped(vec![1.0, 2.0, 3.0, 4.0]);

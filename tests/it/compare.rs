@@ -1,8 +1,9 @@
 //! `candor compare` on data nobody here wrote: the authors' published FB-Bench v3 judgements
 //! (GPT-4o judging 13 models; four of them compared here) and ReaLMistake's published open
-//! detectors (McNemar between every pair of the seven). The expected lines are what
+//! detectors (every pair of the seven). The expected lines are what
 //! `tests/reference/compare_reference.py` prints (numpy, scipy, statsmodels, from the raw
-//! files), matched at the printed precision. Also: runs that cannot be compared are refused,
+//! files; its output is `tests/reference/compare_reference.txt`), matched at the printed
+//! precision, test included: macro-averaged metrics are tested with their own weights. Also: runs that cannot be compared are refused,
 //! the same inputs give byte-identical files, and `candor report` carries the section.
 
 use std::path::{Path, PathBuf};
@@ -10,53 +11,27 @@ use std::process::{Command, Output};
 
 use crate::util::shared_file;
 
-/// `python3 tests/reference/compare_reference.py ../shared/data` (FB-Bench part; models
-/// Qwen2.5-72B-Instruct, claude-3-5-sonnet-20241022, gpt-4o-2024-05-13, phi-4).
-const FBBENCH: &[&str] = &[
-    "error_correction: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = -2.0 [-6.1, 1.9], p = 1.000 (Holm), n = 281  (detectable ±6.0; ~2567 items would detect 2.0; p unadjusted 0.3675; left out 0)",
-    "error_correction: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = -0.9 [-6.2, 3.7], p = 1.000 (Holm), n = 281  (detectable ±6.9; ~17459 items would detect 0.9; p unadjusted 0.7168; left out 0)",
-    "error_correction: Qwen2.5-72B-Instruct − phi-4 = +9.8 [5.2, 14.7], p = 0.002 (Holm), n = 281  (detectable ±6.8; p unadjusted 0.0001; left out 0)",
-    "error_correction: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.1 [-3.5, 5.7], p = 1.000 (Holm), n = 281  (detectable ±6.2; ~8983 items would detect 1.1; p unadjusted 0.6142; left out 0)",
-    "error_correction: claude-3-5-sonnet-20241022 − phi-4 = +11.8 [6.7, 16.8], p < 0.001 (Holm), n = 281  (detectable ±7.0; p unadjusted 0.0000; left out 0)",
-    "error_correction: gpt-4o-2024-05-13 − phi-4 = +10.7 [5.4, 16.0], p = 0.001 (Holm), n = 281  (detectable ±7.2; p unadjusted 0.0001; left out 0)",
-    "response_maintenance: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +4.0 [-2.1, 9.9], p = 1.000 (Holm), n = 310  (detectable ±8.5; ~1399 items would detect 4.0; p unadjusted 0.4096; left out 0)",
-    "response_maintenance: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +6.6 [1.8, 11.5], p = 0.229 (Holm), n = 310  (detectable ±7.1; p < 0.05 alone, not after Holm; p unadjusted 0.0163; left out 0)",
-    "response_maintenance: Qwen2.5-72B-Instruct − phi-4 = -3.4 [-8.0, 0.9], p = 1.000 (Holm), n = 310  (detectable ±6.4; ~1125 items would detect 3.4; p unadjusted 0.1770; left out 0)",
-    "response_maintenance: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +2.6 [-3.5, 8.7], p = 1.000 (Holm), n = 310  (detectable ±8.4; ~3280 items would detect 2.6; p unadjusted 0.2480; left out 0)",
-    "response_maintenance: claude-3-5-sonnet-20241022 − phi-4 = -7.4 [-13.4, -1.0], p = 0.618 (Holm), n = 310  (detectable ±8.9; p < 0.05 alone, not after Holm; p unadjusted 0.0475; left out 0)",
-    "response_maintenance: gpt-4o-2024-05-13 − phi-4 = -9.9 [-15.4, -4.6], p = 0.010 (Holm), n = 310  (detectable ±7.9; p unadjusted 0.0006; left out 0)",
-    "overall: Qwen2.5-72B-Instruct − claude-3-5-sonnet-20241022 = +1.0 [-2.5, 4.6], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~15598 items would detect 1.0; p unadjusted 0.5888; left out 0)",
-    "overall: Qwen2.5-72B-Instruct − gpt-4o-2024-05-13 = +2.9 [-0.7, 6.0], p = 1.000 (Holm), n = 591  (detectable ±5.0; ~1785 items would detect 2.9; p unadjusted 0.1041; left out 0)",
-    "overall: Qwen2.5-72B-Instruct − phi-4 = +3.2 [0.0, 6.4], p = 0.750 (Holm), n = 591  (detectable ±4.7; ~1266 items would detect 3.2; p unadjusted 0.0625; left out 0)",
-    "overall: claude-3-5-sonnet-20241022 − gpt-4o-2024-05-13 = +1.8 [-1.7, 5.4], p = 1.000 (Holm), n = 591  (detectable ±5.2; ~4760 items would detect 1.8; p unadjusted 0.3204; left out 0)",
-    "overall: claude-3-5-sonnet-20241022 − phi-4 = +2.2 [-1.9, 6.2], p = 1.000 (Holm), n = 591  (detectable ±5.7; ~3918 items would detect 2.2; p unadjusted 0.2888; left out 0)",
-    "overall: gpt-4o-2024-05-13 − phi-4 = +0.4 [-3.3, 4.1], p = 1.000 (Holm), n = 591  (detectable ±5.3; ~136206 items would detect 0.4; p unadjusted 0.8575; left out 0)",
-];
-
-/// The same script's ReaLMistake part: accuracy per (item, prompt), exact McNemar, Holm over 21.
-const REALMISTAKE: &[&str] = &[
-    "accuracy: Llama-2-13b-chat-hf − Llama-2-70b-chat-hf = -0.038 [-0.054, -0.021], p < 0.001 (Holm), n = 3600  (detectable ±0.023; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-13b-chat-hf − Mistral-7B-Instruct-v0.1 = +0.150 [0.130, 0.168], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-13b-chat-hf − Mixtral-8x7B-Instruct-v0.1 = +0.142 [0.121, 0.166], p < 0.001 (Holm), n = 3600  (detectable ±0.032; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-13b-chat-hf − Qwen1.5-14B-Chat = +0.035 [0.014, 0.055], p = 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0006; left out 0)",
-    "accuracy: Llama-2-13b-chat-hf − Qwen1.5-72B-Chat = +0.191 [0.166, 0.217], p < 0.001 (Holm), n = 3600  (detectable ±0.035; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-13b-chat-hf − gemma-7b-it = +0.089 [0.071, 0.108], p < 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-70b-chat-hf − Mistral-7B-Instruct-v0.1 = +0.187 [0.167, 0.208], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-70b-chat-hf − Mixtral-8x7B-Instruct-v0.1 = +0.180 [0.160, 0.201], p < 0.001 (Holm), n = 3600  (detectable ±0.031; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-70b-chat-hf − Qwen1.5-14B-Chat = +0.072 [0.055, 0.090], p < 0.001 (Holm), n = 3600  (detectable ±0.026; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-70b-chat-hf − Qwen1.5-72B-Chat = +0.229 [0.206, 0.250], p < 0.001 (Holm), n = 3600  (detectable ±0.034; p unadjusted 0.0000; left out 0)",
-    "accuracy: Llama-2-70b-chat-hf − gemma-7b-it = +0.126 [0.110, 0.143], p < 0.001 (Holm), n = 3600  (detectable ±0.024; p unadjusted 0.0000; left out 0)",
-    "accuracy: Mistral-7B-Instruct-v0.1 − Mixtral-8x7B-Instruct-v0.1 = -0.008 [-0.028, 0.013], p = 0.704 (Holm), n = 3600  (detectable ±0.029; ~53204 items would detect 0.008; p unadjusted 0.7038; left out 0)",
-    "accuracy: Mistral-7B-Instruct-v0.1 − Qwen1.5-14B-Chat = -0.115 [-0.133, -0.096], p < 0.001 (Holm), n = 3600  (detectable ±0.027; p unadjusted 0.0000; left out 0)",
-    "accuracy: Mistral-7B-Instruct-v0.1 − Qwen1.5-72B-Chat = +0.041 [0.022, 0.062], p < 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0000; left out 0)",
-    "accuracy: Mistral-7B-Instruct-v0.1 − gemma-7b-it = -0.061 [-0.080, -0.039], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
-    "accuracy: Mixtral-8x7B-Instruct-v0.1 − Qwen1.5-14B-Chat = -0.108 [-0.126, -0.090], p < 0.001 (Holm), n = 3600  (detectable ±0.027; p unadjusted 0.0000; left out 0)",
-    "accuracy: Mixtral-8x7B-Instruct-v0.1 − Qwen1.5-72B-Chat = +0.049 [0.033, 0.065], p < 0.001 (Holm), n = 3600  (detectable ±0.024; p unadjusted 0.0000; left out 0)",
-    "accuracy: Mixtral-8x7B-Instruct-v0.1 − gemma-7b-it = -0.054 [-0.074, -0.032], p < 0.001 (Holm), n = 3600  (detectable ±0.029; p unadjusted 0.0000; left out 0)",
-    "accuracy: Qwen1.5-14B-Chat − Qwen1.5-72B-Chat = +0.156 [0.138, 0.176], p < 0.001 (Holm), n = 3600  (detectable ±0.028; p unadjusted 0.0000; left out 0)",
-    "accuracy: Qwen1.5-14B-Chat − gemma-7b-it = +0.054 [0.036, 0.073], p < 0.001 (Holm), n = 3600  (detectable ±0.026; p unadjusted 0.0000; left out 0)",
-    "accuracy: Qwen1.5-72B-Chat − gemma-7b-it = -0.103 [-0.124, -0.082], p < 0.001 (Holm), n = 3600  (detectable ±0.031; p unadjusted 0.0000; left out 0)",
-];
+/// What `python3 tests/reference/compare_reference.py ../shared/data` prints
+/// (`tests/reference/compare_reference.txt`): block 0 the FB-Bench part (models
+/// Qwen2.5-72B-Instruct, claude-3-5-sonnet-20241022, gpt-4o-2024-05-13, phi-4), block 1 the
+/// ReaLMistake part (accuracy per (item, prompt), Holm over 21); one comparison a line.
+fn reference(block: usize) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/compare_reference.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let lines: Vec<String> = text
+        .split("\n\n")
+        .nth(block)
+        .unwrap_or_else(|| panic!("{}: no block {block}", path.display()))
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "{}: block {block} is empty",
+        path.display()
+    );
+    lines
+}
 
 const MODELS: [&str; 4] = [
     "Qwen2.5-72B-Instruct",
@@ -90,9 +65,11 @@ fn temp(name: &str) -> PathBuf {
 }
 
 /// Checks `candor compare DIR --out OUT`'s output against the reference lines
-/// (`metric: claim  (power; p unadjusted P; left out N)`): the claims and power notes in the
-/// printed text, the unadjusted p and the left-out count in compare.json.
-fn check_against(dir: &Path, expected: &[&str]) {
+/// (`metric: claim  (power; p unadjusted P; test T; left out N)`): the claims and power notes
+/// in the printed text, the unadjusted p, the test and the left-out count in compare.json, and
+/// that the printed line names a sign flip weighted over the metric's strata where it has
+/// several.
+fn check_against(dir: &Path, expected: &[String]) {
     let out = dir.join("out");
     let text = ok(
         candor(&[
@@ -111,14 +88,25 @@ fn check_against(dir: &Path, expected: &[&str]) {
         let (metric, rest) = line.split_once(": ").unwrap();
         let (claim, rest) = rest.split_once("  (").unwrap();
         let (power, rest) = rest.split_once("; p unadjusted ").unwrap();
-        let (p, left) = rest.split_once("; left out ").unwrap();
+        let (p, rest) = rest.split_once("; test ").unwrap();
+        let (test, left) = rest.split_once("; left out ").unwrap();
         let left = left.trim_end_matches(')');
         assert_eq!(row["metric"], metric);
-        assert!(
-            text.contains(&format!("  {claim}  ({power}; ")),
-            "expected {claim:?} with {power:?} in\n{text}"
-        );
+        let printed = text
+            .lines()
+            .find(|l| l.starts_with(&format!("  {claim}  ({power}; ")))
+            .unwrap_or_else(|| panic!("expected {claim:?} with {power:?} in\n{text}"));
         assert_eq!(format!("{:.4}", row["p"].as_f64().unwrap()), p, "{line}");
+        assert_eq!(row["test"], test, "{line}");
+        let strata = row["strata"].as_u64().unwrap();
+        if test.starts_with("sign_flip") && strata > 1 {
+            assert!(
+                printed.contains(&format!("sign flip weighted over {strata} strata")),
+                "{printed}"
+            );
+        } else if test == "mcnemar_exact" {
+            assert!(printed.contains("McNemar exact ("), "{printed}");
+        }
         assert_eq!(row["left_out"].to_string(), left, "{line}");
     }
 }
@@ -149,18 +137,20 @@ fn published_fbbench_models_compare_as_the_reference_computes() {
         "candor score fbbench",
     );
     assert!(scored.join("item_scores.json").is_file());
-    check_against(&scored, FBBENCH);
+    check_against(&scored, &reference(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Accuracy is a mean over (task, response model, prompt) groups of unequal size, so its
+/// binary items are compared with the weighted sign flip, not McNemar.
 #[test]
-fn published_realmistake_detectors_compare_with_mcnemar() {
+fn published_realmistake_detectors_compare_as_the_reference_computes() {
     let Some(outputs) = shared_file("realmistake/detector_outputs_open.zip") else {
         return;
     };
     let dir = temp("realmistake");
+    // Neither folder exists: `--item-scores` and `--out` create theirs.
     let scored = dir.join("scored");
-    std::fs::create_dir_all(&scored).unwrap();
     ok(
         candor(&[
             "score",
@@ -168,13 +158,13 @@ fn published_realmistake_detectors_compare_with_mcnemar() {
             "--outputs",
             outputs.to_str().unwrap(),
             "--out",
-            dir.join("performance.json").to_str().unwrap(),
+            dir.join("perf/performance.json").to_str().unwrap(),
             "--item-scores",
             scored.join("item_scores.json").to_str().unwrap(),
         ]),
         "candor score realmistake",
     );
-    check_against(&scored, REALMISTAKE);
+    check_against(&scored, &reference(1));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -275,7 +265,26 @@ fn compare_is_byte_identical_refuses_other_scoring_and_reaches_the_report() {
     // One candidate: nothing to compare.
     let out = candor(&["compare", da.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to compare"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nothing to compare: one candidate of toy"),
+        "{err}"
+    );
+    // One candidate each of two protocols: said so, with the protocols and their runs.
+    let other =
+        doc("model-x", "rule=x", &a).replace("\"protocol\":\"toy\"", "\"protocol\":\"other\"");
+    let dx = run_dir(&root, "x", &other);
+    let out = candor(&["compare", da.to_str().unwrap(), dx.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "nothing to compare: the runs are of different protocols (other: {}; toy: {})",
+            dx.display(),
+            da.display()
+        )),
+        "{err}"
+    );
     // A run without per-item scores says so.
     std::fs::remove_file(dc.join("item_scores.json")).unwrap();
     let out = candor(&["compare", dc.to_str().unwrap()]);

@@ -97,6 +97,13 @@ fn fbbench_panel_logs_every_judge_resumes_verifies_merges_and_caches() {
         text.contains("judge 2 (fake:cand; self-judging: also the candidate)"),
         "the self-judging judge is named: {text}"
     );
+    // The length-limit table names the panel's other judges' steps by judge (it once said
+    // `judge/judge/*`).
+    assert!(
+        text.contains("\"judge · judge 1\"") && text.contains("\"judge · judge 2\""),
+        "{text}"
+    );
+    assert!(!text.contains("judge/judge/*"), "{text}");
     let manifest: serde_json::Value =
         serde_json::from_slice(&read(&whole, "manifest.json")).unwrap();
     let roles: Vec<&str> = manifest["identity"]["models"]

@@ -109,7 +109,8 @@ fn chromium_run(bin: &Path, page: &Path, extra: &[String]) -> (String, Vec<Strin
 
 /// What a reader trips over in the charts of `page`, measured by Chromium on a copy of the page
 /// with a script added (the page itself has none): text boxes of one chart that overlap or run
-/// past its edge, and row labels that one chart shows twice.
+/// past its edge, row labels that one chart shows twice, a label broken inside a word, and a κ
+/// chart on another axis than κ's.
 fn layout_faults(bin: &Path, page: &Path) -> Vec<String> {
     const CHECK: &str = r#"<script>
 (function () {
@@ -145,6 +146,34 @@ fn layout_faults(bin: &Path, page: &Path) -> Vec<String> {
       if (seen.has(v)) { faults.push(cap + ': the label "' + v + '" twice'); }
       seen.add(v);
     });
+    // A label's lines break between words: where a line ends, the full label (its title) has
+    // no letter or digit on both sides ("orde / r" and "(consi / stency)" were seen).
+    const word = /[\p{L}\p{N}]/u;
+    svg.querySelectorAll('text.label').forEach(function (t) {
+      const spans = Array.from(t.querySelectorAll('tspan')).map(function (x) { return x.textContent; });
+      const title = t.querySelector('title');
+      const full = title ? title.textContent : '';
+      let from = 0;
+      for (let i = 0; i + 1 < spans.length; i++) {
+        const tail = spans[i].split('\u2026').pop();
+        const at = tail ? full.indexOf(tail, from) : -1;
+        if (at < 0) { continue; }
+        const end = at + tail.length;
+        if (end < full.length && word.test(full[end - 1]) && word.test(full[end])) {
+          faults.push(cap + ': the label "' + spans.join(' / ') + '" breaks inside a word');
+        }
+        from = end;
+      }
+    });
+    // A κ chart has κ's axis (its ticks end at 1), not a percentage's 0-100 where a κ bar is
+    // a sliver.
+    if (cap.indexOf('\u03ba') >= 0) {
+      const ticks = Array.from(svg.querySelectorAll('text.tick')).map(function (x) { return parseFloat(x.textContent); });
+      const top = Math.max.apply(null, ticks), bottom = Math.min.apply(null, ticks);
+      if (!(top === 1 && bottom >= -1)) {
+        faults.push(cap + ': κ drawn on a ' + bottom + ' to ' + top + ' axis');
+      }
+    }
   });
   const pre = document.createElement('pre');
   pre.id = 'layout-faults';
@@ -386,6 +415,41 @@ fn report_renders_in_headless_chromium_without_console_errors_or_empty_charts() 
         "report: {} charts, all drawn; screenshot {}",
         found.len(),
         png.display()
+    );
+
+    // The layout check can fail: a label broken inside a word and a κ chart on a 0-100 axis
+    // (as the page drew them before) are both found.
+    let broken = tmp.path().join("broken.html");
+    let ticks: String = [0, 25, 50, 75, 100]
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            format!(
+                r##"<text class="tick" x="{}" y="90" font-size="10">{v}</text>"##,
+                240 + 80 * i
+            )
+        })
+        .collect();
+    std::fs::write(
+        &broken,
+        format!(
+            "<!DOCTYPE html>\n<html><head><meta http-equiv=\"Content-Security-Policy\" \
+             content=\"default-src 'none'\"></head><body><figure><figcaption>Agreement (κ)\
+             </figcaption><svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" \
+             width=\"700\" height=\"100\"><text class=\"label\" x=\"222\" y=\"30\" \
+             font-size=\"12\" text-anchor=\"end\"><title>first position preference order\
+             </title><tspan x=\"222\" dy=\"0\">first position preference orde</tspan>\
+             <tspan x=\"222\" dy=\"14\">r</tspan></text>{ticks}</svg></figure></body></html>\n"
+        ),
+    )
+    .unwrap();
+    let faults = layout_faults(&bin, &broken);
+    assert!(
+        faults.iter().any(|f| f.contains("breaks inside a word"))
+            && faults
+                .iter()
+                .any(|f| f.contains("κ drawn on a 0 to 100 axis")),
+        "{faults:#?}"
     );
 
     // The check can fail: an outside resource under the page's policy is a console message.

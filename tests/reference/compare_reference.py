@@ -7,19 +7,24 @@ every pair on the three headline metrics. An item's value is the `score` the aut
 recorded (x100); Error Correction and Response Maintenance are means over task types of the
 per-task mean, Overall the mean over (scenario, task) groups (the authors' notebook).
 Differences over the items both models have, standard error sqrt(sum_g s_g^2 / (G^2 n_g)),
-smallest detectable difference (z_.975 + z_.8) se, exact McNemar (scipy binomtest) for
-Response Maintenance (0/1 items), otherwise the sign-flip test (every pattern up to 20
-differing items, else its normal approximation, scipy), paired percentile bootstrap, Holm
-(statsmodels) across all comparisons. The bootstrap uses the SplitMix64 stream documented in
+smallest detectable difference (z_.975 + z_.8) se; the test is of the difference as the
+metric weighs its items: exact McNemar (scipy binomtest) for 0/1 items that all weigh the same
+(one group, or groups of equal size), otherwise the sign-flip test of the weighted differences
+w_i d_i, w_i = 1 / (G n_g) (every pattern up to 20 differing items, else its normal
+approximation, scipy) -- so Response Maintenance, 0/1 items averaged over task types of
+unequal size, has the stratified sign flip. Paired percentile bootstrap, Holm (statsmodels)
+across all comparisons. The bootstrap uses the SplitMix64 stream documented in
 src/stats/paired.rs, written here again with numpy.
 
 ReaLMistake (detector_outputs_open.zip, decrypted in memory): every pair of the 7 open
-detectors on accuracy per (item, prompt) (a null prediction is wrong), exact McNemar, Holm
-across the 21 pairs.
+detectors on accuracy per (item, prompt) (a null prediction is wrong), the same choice of test,
+Holm across the 21 pairs.
 
 Usage: python3 compare_reference.py [DATA_ROOT] [fbbench MODEL ...]
 (default data root ../shared/data; default models: the four of tests/it/compare.rs).
-Prints the lines tests/it/compare.rs expects.
+Prints the lines tests/it/compare.rs expects (compare_reference.txt beside this script; with
+`--mcnemar-unweighted`, the earlier choice, McNemar for every 0/1 metric, and a count of the
+Holm decisions that differ from the weighted tests, on the given models).
 """
 
 import glob
@@ -96,7 +101,7 @@ def sign_flip(d, g):
     a = (w * d)[d != 0]
     k = len(a)
     if k == 0:
-        return 1.0, None
+        return 1.0, "sign_flip_exact"
 
     def count(signs):
         t = np.abs(signs @ a)
@@ -105,9 +110,10 @@ def sign_flip(d, g):
     if k <= EXACT_MAX:
         masks = np.arange(2**k)[:, None]
         signs = np.where((masks >> np.arange(k)) & 1, 1.0, -1.0)
-        return count(signs) / 2**k, True
+        return count(signs) / 2**k, "sign_flip_exact"
     # The sign-flip distribution's normal approximation (mean 0, variance sum a_i^2).
-    return min(1.0, 2 * norm.sf(abs(a.sum()) / math.sqrt((a * a).sum()))), False
+    p = min(1.0, 2 * norm.sf(abs(a.sum()) / math.sqrt((a * a).sum())))
+    return p, "sign_flip_normal"
 
 
 def item_id(r):
@@ -142,8 +148,8 @@ def power(c):
     return s
 
 
-def compare(protocol, metric, a, b, va, vb, binary, dec):
-    """va, vb: {id: (group, value)} of one metric."""
+def compare(protocol, metric, a, b, va, vb, binary, dec, unweighted=False):
+    """va, vb: {id: (group, value)} of one metric; `unweighted`: McNemar for any 0/1 metric."""
     common = [i for i in va if i in vb]
     groups = sorted({va[i][0] for i in common})
     g = np.array([groups.index(va[i][0]) for i in common], dtype=np.int64)
@@ -151,18 +157,21 @@ def compare(protocol, metric, a, b, va, vb, binary, dec):
     universe = set(va) | set(vb)
     seed = fnv1a(0, f"{protocol}/{metric}/{a}/{b}")
     low, high = bootstrap(d, g, seed)
-    if binary:
+    sizes = np.bincount(g)
+    equal = len(set(sizes[sizes > 0])) <= 1
+    if binary and (equal or unweighted):
         plus, minus = int((d > 0).sum()), int((d < 0).sum())
         p = binomtest(plus, plus + minus, 0.5).pvalue if plus + minus else 1.0
-        p = min(p, 1.0)
+        p, test = min(p, 1.0), "mcnemar_exact"
     else:
-        p, _ = sign_flip(d, g)
+        p, test = sign_flip(d, g)
     se = std_error(d, g)
     return dict(a=a, b=b, metric=metric, n=len(common), left=len(universe) - len(common),
-                diff=grouped_mean(d, g), low=low, high=high, p=p, mdd=Z * se, dec=dec)
+                diff=grouped_mean(d, g), low=low, high=high, p=p, mdd=Z * se, dec=dec,
+                test=test)
 
 
-def fbbench(root, models):
+def fbbench(root, models, unweighted=False):
     per_model = {}
     for m in models:
         path = os.path.join(root, "fbbench/v3/judgments", m + ".jsonl")
@@ -180,7 +189,8 @@ def fbbench(root, models):
             for y in range(x + 1, len(models)):
                 a, b = models[x], models[y]
                 out.append(compare("fbbench", metric, a, b, per_model[a][metric],
-                                   per_model[b][metric], metric == "response_maintenance", 1))
+                                   per_model[b][metric], metric == "response_maintenance", 1,
+                                   unweighted))
     return out
 
 
@@ -209,15 +219,34 @@ def realmistake(root):
     return out
 
 
+def with_holm(family):
+    holm = multipletests([c["p"] for c in family], method="holm")[1]
+    for c, h in zip(family, holm):
+        c["holm"] = h
+    return family
+
+
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else "../shared/data"
-    models = sys.argv[2:] or DEFAULT_MODELS
-    for family in (fbbench(root, sorted(models)), realmistake(root)):
-        holm = multipletests([c["p"] for c in family], method="holm")[1]
-        for c, h in zip(family, holm):
-            c["holm"] = h
+    args = sys.argv[1:]
+    unweighted = "--mcnemar-unweighted" in args
+    args = [a for a in args if a != "--mcnemar-unweighted"]
+    root = args[0] if args else "../shared/data"
+    models = sorted(args[1:] or DEFAULT_MODELS)
+    if unweighted:
+        # How many Holm decisions (p < 0.05 after Holm) the choice of test changes.
+        old = with_holm(fbbench(root, models, unweighted=True))
+        new = with_holm(fbbench(root, models))
+        flips = [(o, n) for o, n in zip(old, new) if (o["holm"] < 0.05) != (n["holm"] < 0.05)]
+        print(f"fbbench, {len(models)} models: {len(flips)} of {len(new)} Holm decisions differ "
+              f"between McNemar on unweighted items and the weighted sign flip")
+        for o, n in flips:
+            print(f"  {n['metric']}: {n['a']} − {n['b']}: Holm p {o['holm']:.4f} "
+                  f"(McNemar) vs {n['holm']:.4f} ({n['test']})")
+        return
+    for family in (fbbench(root, models), realmistake(root)):
+        for c in with_holm(family):
             print(f"{c['metric']}: {claim(c)}  ({power(c)}; p unadjusted {c['p']:.4f}; "
-                  f"left out {c['left']})")
+                  f"test {c['test']}; left out {c['left']})")
         print()
 
 

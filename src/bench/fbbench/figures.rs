@@ -5,9 +5,6 @@
 use crate::bench::figure::{Chart, Figures, Labels, Pick, RowNote};
 use crate::bench::table::table_id;
 
-/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
-const RATERS: Labels = Labels::Columns(&["raters"]);
-
 pub const FIGURES: Figures = Figures {
     protocol: "fbbench",
     title: "FB-Bench",
@@ -51,12 +48,9 @@ pub const FIGURES: Figures = Figures {
             value: "overall",
             note: RowNote::N_UNSCORED,
         },
-        Chart::Rows {
+        Chart::Kappa {
             title: "Judge panel: agreement between the judges on checklist entries (κ)",
             table: table_id::JUDGE_KAPPA,
-            labels: RATERS,
-            value: "kappa",
-            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -8,9 +8,6 @@ use crate::bench::table::table_id;
 
 const GROUP: Labels = Labels::Columns(&["group"]);
 
-/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
-const RATERS: Labels = Labels::Columns(&["raters"]);
-
 pub const FIGURES: Figures = Figures {
     protocol: "fennec",
     title: "Fennec",
@@ -40,13 +37,10 @@ pub const FIGURES: Figures = Figures {
             value: "accuracy",
             note: RowNote::N_UNSCORED,
         },
-        Chart::Rows {
+        Chart::Kappa {
             title:
                 "Judge reliability: Cohen's κ against the human labels and between the two orders",
             table: table_id::JUDGE_KAPPA,
-            labels: RATERS,
-            value: "kappa",
-            note: RowNote::N_UNSCORED,
         },
         Chart::Rows {
             title: "Position bias and consistency across the two orders (% of pairs)",
@@ -55,12 +49,9 @@ pub const FIGURES: Figures = Figures {
             value: "share (%)",
             note: RowNote::N_UNSCORED,
         },
-        Chart::Rows {
+        Chart::Kappa {
             title: "Human ceiling: the annotators' κ with each other",
             table: table_id::HUMAN_KAPPA,
-            labels: RATERS,
-            value: "kappa",
-            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -13,9 +13,6 @@ const NOTE: RowNote = RowNote {
 
 const TASK_PROMPT: Labels = Labels::Columns(&["task", "prompt"]);
 
-/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
-const RATERS: Labels = Labels::Columns(&["raters"]);
-
 pub const FIGURES: Figures = Figures {
     protocol: "realmistake",
     title: "ReaLMistake",
@@ -52,19 +49,13 @@ pub const FIGURES: Figures = Figures {
             value: "f1",
             note: NOTE,
         },
-        Chart::Rows {
+        Chart::Kappa {
             title: "Detector reliability: Cohen's κ against the expert labels",
             table: table_id::JUDGE_KAPPA,
-            labels: RATERS,
-            value: "kappa",
-            note: RowNote::N_UNSCORED,
         },
-        Chart::Rows {
+        Chart::Kappa {
             title: "Agreement between detectors (κ)",
             table: table_id::DETECTOR_KAPPA,
-            labels: RATERS,
-            value: "kappa",
-            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -227,7 +227,7 @@ impl Protocol for ReaLMistake {
 }
 
 /// `item_scores.json`: each detector's accuracy per labelled item and prompt
-/// ([`score::accuracy_items`]), for McNemar's test between the detectors of a run or of runs
+/// ([`score::accuracy_items`]), for the paired tests between the detectors of a run or of runs
 /// on the same items. Verdicts are read by Candor's parser, as `candor score realmistake
 /// --reparse` reads the published ones; with `--samples` above 1 they are votes.
 fn item_scores(

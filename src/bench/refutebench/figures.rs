@@ -6,9 +6,6 @@ use crate::bench::table::table_id;
 
 const GROUP: Labels = Labels::Columns(&["group", "setting"]);
 
-/// The κ tables' rows, labelled by their raters ([`crate::bench::reliability::kappa_table`]).
-const RATERS: Labels = Labels::Columns(&["raters"]);
-
 pub const FIGURES: Figures = Figures {
     protocol: "refutebench",
     title: "RefuteBench",
@@ -50,12 +47,9 @@ pub const FIGURES: Figures = Figures {
             value: "FA",
             note: RowNote::N_UNSCORED,
         },
-        Chart::Rows {
+        Chart::Kappa {
             title: "Judge panel: agreement between the FA judges (κ)",
             table: table_id::JUDGE_KAPPA,
-            labels: RATERS,
-            value: "kappa",
-            note: RowNote::N_UNSCORED,
         },
     ],
 };

@@ -2,7 +2,7 @@
 //! layout) to the authors' `performance.json` structure, with a printed summary.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -39,9 +39,18 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Where to write every detector's per-item accuracy (`item_scores.json`, which `candor
-    /// compare` reads: McNemar's test between detectors).
+    /// compare` reads to compare the detectors); its folder is created if absent.
     #[arg(long)]
     item_scores: Option<PathBuf>,
+}
+
+/// Writes one of the output files, creating its folder first when absent (as every output
+/// path of this command may name a folder that does not exist yet).
+fn write_output(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -107,8 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Err(e) = doc.check() {
             anyhow::bail!("{}: {e}", args.outputs.display());
         }
-        std::fs::write(path, doc.to_json())
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_output(path, &doc.to_json())?;
         println!(
             "wrote per-item accuracy of {} detectors to {}",
             doc.candidates.len(),
@@ -117,8 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let perf = performance::performance_json(&cells);
     let text = serde_json::to_string_pretty(&perf)?;
-    std::fs::write(&args.out, text + "\n")
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    write_output(&args.out, (text + "\n").as_bytes())?;
     println!(
         "{} cells ({} predictions) from {}; gold labels from {}; verdicts: {}",
         cells.len(),
@@ -185,8 +192,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     if let Some(p) = &args.results {
-        std::fs::write(p, serde_json::to_string_pretty(&results)? + "\n")
-            .with_context(|| format!("writing {}", p.display()))?;
+        write_output(
+            p,
+            (serde_json::to_string_pretty(&results)? + "\n").as_bytes(),
+        )?;
     }
     println!("wrote {}", args.out.display());
     if let Some(p) = &args.compare {
