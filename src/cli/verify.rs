@@ -249,6 +249,7 @@ pub fn verify_steps<M: Models>(
                 .map(|s| ChatRequest {
                     messages: s.messages.clone(),
                     params: s.params.clone(),
+                    ..Default::default()
                 })
                 .collect();
             let replies: Vec<Result<ChatReply, String>> = match gen.generate_chat(&requests) {

@@ -240,6 +240,7 @@ impl Serving {
                 self.engine.prompt_ids(&crate::engine::ChatRequest {
                     messages: messages.clone(),
                     params: job.params.clone(),
+                    ..Default::default()
                 }),
             ),
             Prompt::Text(text) => ("prompt", self.engine.raw_prompt_ids(text)),

@@ -32,6 +32,8 @@ pub struct ProtocolRun<'a, Pr: Protocol> {
     /// The share of the items this run takes (`--shard I/N`), recorded in the manifest;
     /// `prepared.items` holds that share only.
     pub shard: Option<super::shard_spec::Shard>,
+    /// The chat-template settings per role (thinking, reasoning budget, date).
+    pub chat: Option<super::chat_settings::ChatSettings>,
 }
 
 /// What a protocol run did.
@@ -62,6 +64,7 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
             decoding: p.decoding.clone(),
             items: Default::default(),
             shard: self.shard.clone(),
+            chat: self.chat.clone(),
         };
         Ok(Manifest::new(identity, self.environment.clone()))
     }

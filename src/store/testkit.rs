@@ -156,6 +156,7 @@ pub fn fake_reply(label: &str, req: &ChatRequest) -> ChatReply {
             output_ids: Vec::new(),
             text: String::new(),
             stop_reason: StopReason::ContextFull,
+            reasoning: None,
         };
     }
     ChatReply {
@@ -165,6 +166,7 @@ pub fn fake_reply(label: &str, req: &ChatRequest) -> ChatReply {
             .collect(),
         text,
         stop_reason: StopReason::Eos,
+        reasoning: None,
     }
 }
 
@@ -567,6 +569,7 @@ mod tests {
         let req = ChatRequest {
             messages: vec![Message::user("hi")],
             params: SamplingParams::default(),
+            ..Default::default()
         };
         assert_eq!(fake_reply("a", &req), fake_reply("a", &req));
         assert_ne!(fake_reply("a", &req).text, fake_reply("b", &req).text);
@@ -612,6 +615,7 @@ mod tests {
             prompt_tokens: 1,
             output_tokens: 1,
             truncated: None,
+            reasoning: None,
         }
     }
 }

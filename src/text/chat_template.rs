@@ -18,14 +18,18 @@
 //! with a typed error ([`super::template_size`]). A template that exceeds a budget on a short
 //! probe conversation is refused when it is loaded; errors name the model file.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
+use serde::{Deserialize, Serialize};
 
 use super::error::{Result, TextError};
 use super::message::Message;
+use super::reasoning::ReasoningFormat;
+use super::template_date::TemplateDate;
 use super::template_size;
 use super::tokenizer::Tokenizer;
 use crate::budget::alloc_budget;
@@ -35,6 +39,29 @@ const TEMPLATE_NAME: &str = "chat_template";
 
 /// Marks errors that come from the template's own `raise_exception` call.
 const RAISED: &str = "\u{1}raised\u{1}";
+
+/// The context variable that carries the render's date to `strftime_now`.
+const DATE_VAR: &str = "__candor_template_date";
+
+/// What a render passes to the template beside the messages: extra variables (transformers'
+/// `chat_template_kwargs`: `enable_thinking`, `reasoning_effort`, …) and the date
+/// `strftime_now` renders. The default passes nothing and renders today's UTC date.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateArgs {
+    /// Extra template variables; `messages`, `add_generation_prompt`, `bos_token` and
+    /// `eos_token` cannot be overridden.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kwargs: BTreeMap<String, serde_json::Value>,
+    /// The date `strftime_now` formats (a run's recorded date); `None`: today (UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<TemplateDate>,
+}
+
+impl TemplateArgs {
+    pub fn is_default(&self) -> bool {
+        self == &TemplateArgs::default()
+    }
+}
 
 /// Instructions one render may execute. Real templates use a few hundred per message (the
 /// tests print their figures); this is a few tenths of a second of work.
@@ -139,6 +166,7 @@ impl ChatTemplate {
             },
         );
         env.add_filter("tojson", tojson);
+        env.add_function("strftime_now", strftime_now);
         guarded(
             &origin,
             "compiling",
@@ -275,7 +303,25 @@ impl ChatTemplate {
     /// [`TextError::TemplateBudget`] naming the model file (or, for memory and CPU time, a
     /// one-line message and exit, see [`crate::budget::alloc_budget`] and [`crate::budget::cpu_budget`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        Ok(self.render_counted(messages, add_generation_prompt)?.0)
+        self.render_with(messages, add_generation_prompt, &TemplateArgs::default())
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables and the date `strftime_now`
+    /// renders.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        args: &TemplateArgs,
+    ) -> Result<String> {
+        Ok(self
+            .render_counted_with(messages, add_generation_prompt, args)?
+            .0)
+    }
+
+    /// The reasoning family of this template (read from its source).
+    pub fn reasoning_format(&self) -> ReasoningFormat {
+        ReasoningFormat::from_template(&self.source)
     }
 
     /// [`ChatTemplate::render`], also returning the fuel the render consumed.
@@ -283,6 +329,15 @@ impl ChatTemplate {
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
+    ) -> Result<(String, u64)> {
+        self.render_counted_with(messages, add_generation_prompt, &TemplateArgs::default())
+    }
+
+    fn render_counted_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        args: &TemplateArgs,
     ) -> Result<(String, u64)> {
         if self.missing {
             return Err(TextError::NoChatTemplate);
@@ -296,7 +351,12 @@ impl ChatTemplate {
             .map(|m| m.content.len() + m.role.as_str().len())
             .sum::<usize>()
             + self.bos_token.len()
-            + self.eos_token.len();
+            + self.eos_token.len()
+            + args
+                .kwargs
+                .iter()
+                .map(|(k, v)| k.len() + v.to_string().len())
+                .sum::<usize>();
         let max_output =
             MAX_OUTPUT_FIXED.saturating_add(input.saturating_mul(MAX_OUTPUT_PER_INPUT_BYTE));
         let max_memory = MAX_MEMORY_FIXED
@@ -307,11 +367,15 @@ impl ChatTemplate {
             cap: max_output,
             over: false,
         };
+        let date = args.date.unwrap_or_else(TemplateDate::today).to_string();
+        // Named variables win over the kwargs (minijinja's `..` is a fallback).
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            __candor_template_date => date,
+            ..minijinja::Value::from_serialize(&args.kwargs)
         };
         let max_cpu =
             MAX_CPU_FIXED + MAX_CPU_PER_INPUT_MIB.mul_f64(input as f64 / (1 << 20) as f64);
@@ -355,8 +419,16 @@ impl ChatTemplate {
     /// are in the vocabulary (sorted, no duplicates).
     pub fn stop_token_ids(&self, tokenizer: &Tokenizer) -> Vec<u32> {
         let mut ids = vec![tokenizer.eos_token_id()];
-        for tok in END_OF_TURN {
-            if self.source.contains(tok) {
+        // Harmony (gpt-oss): `<|end|>` closes a message the model continues after (its
+        // analysis, before the final channel); `<|return|>` and `<|call|>` end the turn.
+        let harmony = self.reasoning_format() == ReasoningFormat::Harmony;
+        let ends: &[&str] = if harmony {
+            &["<|return|>", "<|call|>"]
+        } else {
+            END_OF_TURN
+        };
+        for tok in ends {
+            if harmony || self.source.contains(tok) {
                 if let Some(id) = tokenizer.token_to_id(tok) {
                     ids.push(id);
                 }
@@ -366,6 +438,23 @@ impl ChatTemplate {
         ids.dedup();
         ids
     }
+}
+
+/// transformers' `strftime_now(format)`, formatting the render's date ([`TemplateArgs::date`])
+/// instead of the clock.
+fn strftime_now(
+    state: &minijinja::State,
+    format: String,
+) -> std::result::Result<String, minijinja::Error> {
+    let fail = |msg: String| minijinja::Error::new(ErrorKind::InvalidOperation, msg);
+    let date: TemplateDate = state
+        .lookup(DATE_VAR)
+        .and_then(|v| v.as_str().map(str::to_string))
+        .ok_or_else(|| fail("strftime_now: the render has no date".into()))?
+        .parse()
+        .map_err(|e| fail(format!("strftime_now: {e}")))?;
+    date.strftime(&format)
+        .map_err(|e| fail(format!("strftime_now({format:?}): {e}")))
 }
 
 /// The render's output, refused past `cap` bytes.

@@ -485,6 +485,7 @@ mod tests {
             prompt_tokens: 1,
             output_tokens: 1,
             truncated: None,
+            reasoning: None,
         }
     }
 

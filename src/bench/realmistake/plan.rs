@@ -240,6 +240,7 @@ mod tests {
             prompt_tokens: 10,
             output_tokens: 5,
             truncated: None,
+            reasoning: None,
         }
     }
 
