@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Reasoning, SamplingParams, StopReason};
+use crate::judge::Verdict;
 use crate::stats::rng::SplitMix64;
 use crate::text::message::Message;
 
@@ -74,6 +75,15 @@ impl StepOutput {
     /// is unscored with [`REASONING_TRUNCATED`], never graded.
     pub fn reasoning_truncated(&self) -> bool {
         self.reasoning.as_ref().is_some_and(|r| r.truncated)
+    }
+
+    /// A judge's verdict read from this reply: `parse` sees the answer only (never the
+    /// reasoning), and a reply cut inside its reasoning is unscored ([`REASONING_TRUNCATED`]).
+    pub fn verdict<T>(&self, parse: impl FnOnce(&str) -> Verdict<T>) -> Verdict<T> {
+        if self.reasoning_truncated() {
+            return Verdict::unscored(REASONING_TRUNCATED);
+        }
+        parse(&self.text)
     }
 }
 

@@ -781,6 +781,97 @@ mod tests {
         }
     }
 
+    /// Qwen3, gpt-oss (Harmony) and QwQ (a template that opens `<think>` itself) render every
+    /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
+    /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
+    /// the cases for `strftime_now`. The expected prompts were written by
+    /// `tests/fixtures/templates/render_with_llama_server.py`.
+    #[test]
+    fn real_thinking_templates_render_like_llama_cpp() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+        let mut checked = 0;
+        for name in ["Qwen-Qwen3-0.6B", "openai-gpt-oss-120b", "Qwen-QwQ-32B"] {
+            let path = dir.join(format!("rendered/{name}.json"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let expected: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let date: TemplateDate = expected["date"].as_str().unwrap().parse().unwrap();
+            let src = std::fs::read_to_string(dir.join(format!("{name}.jinja"))).unwrap();
+            // SmolLM2's BOS/EOS, the model llama-server was started with.
+            let t = ChatTemplate::new(src, "<|im_start|>", "<|im_end|>").unwrap();
+            for case in expected["cases"].as_array().unwrap() {
+                let messages: Vec<Message> =
+                    serde_json::from_value(case["messages"].clone()).unwrap();
+                let mut kwargs: BTreeMap<String, serde_json::Value> =
+                    serde_json::from_value(case["chat_template_kwargs"].clone()).unwrap();
+                // llama-server's default (`--reasoning auto`); Candor's is to pass nothing.
+                kwargs
+                    .entry("enable_thinking".into())
+                    .or_insert(serde_json::Value::Bool(true));
+                let args = TemplateArgs {
+                    kwargs,
+                    date: Some(date),
+                };
+                let got = t.render_with(&messages, true, &args).unwrap();
+                assert_eq!(
+                    got,
+                    case["prompt"].as_str().unwrap(),
+                    "{name}: {}",
+                    case["name"]
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 12);
+        // Another date renders another prompt: the date is what the template stamps.
+        let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let args = TemplateArgs {
+            date: Some("2031-02-03".parse().unwrap()),
+            ..TemplateArgs::default()
+        };
+        let out = t.render_with(&[Message::user("Hi")], true, &args).unwrap();
+        assert!(out.contains("Current date: 2031-02-03\n"), "{out}");
+    }
+
+    #[test]
+    fn strftime_now_renders_the_given_date_and_refuses_unknown_directives() {
+        let t = ChatTemplate::new("{{ strftime_now('%d %b %Y') }}", "", "").unwrap();
+        let args = TemplateArgs {
+            date: Some("2024-07-09".parse().unwrap()),
+            ..TemplateArgs::default()
+        };
+        assert_eq!(t.render_with(&[], false, &args).unwrap(), "09 Jul 2024");
+        // Without a date: today's.
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            TemplateDate::today().strftime("%d %b %Y").unwrap()
+        );
+        let t = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "").unwrap();
+        let err = t.render_with(&[], false, &args).unwrap_err().to_string();
+        assert!(err.contains("%Q"), "{err}");
+        // Named variables cannot be overridden by kwargs.
+        let t = ChatTemplate::new("{{ add_generation_prompt }}|{{ x }}", "", "").unwrap();
+        let args = TemplateArgs {
+            kwargs: [
+                ("add_generation_prompt".to_string(), serde_json::json!("no")),
+                ("x".to_string(), serde_json::json!(3)),
+            ]
+            .into(),
+            date: None,
+        };
+        assert_eq!(t.render_with(&[], true, &args).unwrap(), "true|3");
+    }
+
+    #[test]
+    fn harmony_stops_on_return_and_call_not_end() {
+        let src = include_str!("../../tests/fixtures/templates/openai-gpt-oss-120b.jinja");
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.reasoning_format(), ReasoningFormat::Harmony);
+        // The smollm test vocabulary has none of Harmony's tokens: only EOS stops.
+        let tok = tokenizer();
+        assert_eq!(t.stop_token_ids(&tok), vec![tok.eos_token_id()]);
+    }
+
     fn refused_quickly(src: &str) -> String {
         let start = std::time::Instant::now();
         let err = ChatTemplate::new(src, "", "")
