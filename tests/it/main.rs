@@ -28,4 +28,5 @@ mod reliability;
 mod report;
 mod run;
 mod serve;
+mod thinking;
 mod tokenizer;
