@@ -84,10 +84,12 @@ pub struct Engine {
 }
 
 /// A chat request as the decoder sees it, and what splitting its reply needs.
-struct Prepared {
-    prompt_ids: Vec<u32>,
-    reasoning: Option<ReasoningGate>,
-    starts_open: bool,
+pub struct Prepared {
+    pub prompt_ids: Vec<u32>,
+    /// The reply's reasoning gate (a thinking model's template), for [`TokenRequest::reasoning`].
+    pub reasoning: Option<ReasoningGate>,
+    /// The reply starts inside its reasoning ([`ReasoningFormat::starts_open`]).
+    pub starts_open: bool,
 }
 
 impl Engine {
@@ -251,7 +253,7 @@ impl Engine {
 
     /// Renders and encodes a chat request, and builds its reasoning gate for a thinking
     /// model's template.
-    fn prepare(&self, request: &ChatRequest) -> Result<Prepared, EngineError> {
+    pub fn prepare(&self, request: &ChatRequest) -> Result<Prepared, EngineError> {
         let text = self
             .template
             .render_with(&request.messages, true, &request.template)?;

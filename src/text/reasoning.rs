@@ -97,6 +97,16 @@ impl ReasoningFormat {
         }
     }
 
+    /// Whether the start of a reply, `head`, could still become the opening of its reasoning
+    /// block (a streamed reply cannot yet say which part its text belongs to).
+    pub fn undecided(self, head: &str, starts_open: bool) -> bool {
+        match self {
+            ReasoningFormat::Think if !starts_open => THINK_OPEN.starts_with(head.trim_start()),
+            ReasoningFormat::Harmony => !head.is_empty() && CHANNEL.starts_with(head),
+            _ => head.is_empty(),
+        }
+    }
+
     /// Splits a generated reply (decoded with its control tokens, without the stop token);
     /// `starts_open` is [`ReasoningFormat::starts_open`] of its prompt.
     pub fn split(self, reply: &str, starts_open: bool) -> Split {

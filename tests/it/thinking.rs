@@ -170,10 +170,28 @@ fn a_judge_cut_inside_its_reasoning_is_unscored() {
         assert_eq!(s["output"]["reasoning"]["truncated"], true, "{s}");
         assert_eq!(s["output"]["text"], "", "{s}");
     }
-    let metric = &json(&dir.join("results.json"))["metrics"][0];
+    let results = json(&dir.join("results.json"));
+    let metric = &results["metrics"][0];
     assert_eq!(
         (metric["n"].as_u64(), metric["unscored"].as_u64()),
         (Some(0), Some(judged.len() as u64))
+    );
+    // The report's reasoning table counts them per step kind.
+    let table = results["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "reasoning")
+        .expect("a reasoning table");
+    let row = table["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0].to_string().contains("judge/c0"))
+        .expect("the judge's row");
+    assert!(
+        row[5].to_string().contains(&judged.len().to_string()),
+        "{row}"
     );
 }
 
