@@ -712,7 +712,7 @@ fn serve_returns_reasoning_content_and_takes_template_kwargs() {
     let body = |extra: Value| {
         let mut b = json!({
             "model": "qwq",
-            "messages": [user("Is 17 a prime number?")],
+            "messages": user("Is 17 a prime number?"),
             "max_tokens": 40,
             "chat_template_kwargs": {"enable_thinking": true},
         });
