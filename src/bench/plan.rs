@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{SamplingParams, StopReason};
+use crate::engine::{Reasoning, SamplingParams, StopReason};
+use crate::judge::Verdict;
 use crate::stats::rng::SplitMix64;
 use crate::text::message::Message;
 
@@ -51,6 +52,10 @@ pub struct StepOutput {
     /// Set when the conversation had to be shortened to fit the context (what was dropped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<String>,
+    /// A thinking model's reasoning, kept apart from `text` (the answer): never parsed for a
+    /// verdict, never scored, never sent back in a later turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
 }
 
 impl StepOutput {
@@ -62,9 +67,28 @@ impl StepOutput {
             prompt_tokens: 0,
             output_tokens: 0,
             truncated: None,
+            reasoning: None,
         }
     }
+
+    /// Whether the reply ended inside its reasoning, so that it has no answer: such a reply
+    /// is unscored with [`REASONING_TRUNCATED`], never graded.
+    pub fn reasoning_truncated(&self) -> bool {
+        self.reasoning.as_ref().is_some_and(|r| r.truncated)
+    }
+
+    /// A judge's verdict read from this reply: `parse` sees the answer only (never the
+    /// reasoning), and a reply cut inside its reasoning is unscored ([`REASONING_TRUNCATED`]).
+    pub fn verdict<T>(&self, parse: impl FnOnce(&str) -> Verdict<T>) -> Verdict<T> {
+        if self.reasoning_truncated() {
+            return Verdict::unscored(REASONING_TRUNCATED);
+        }
+        parse(&self.text)
+    }
 }
+
+/// The reason a reply cut inside its reasoning is unscored.
+pub const REASONING_TRUNCATED: &str = "reasoning truncated";
 
 /// The finished steps of one item, by key.
 pub type Transcript = BTreeMap<String, StepOutput>;

@@ -252,6 +252,8 @@ impl<'de> Deserialize<'de> for Cell {
 pub mod table_id {
     /// [`super::length_limit_table`].
     pub const LENGTH_LIMIT: &str = "length_limit";
+    /// [`super::reasoning_table`].
+    pub const REASONING: &str = "reasoning";
     /// Notes of the run (`smoke test`, …), every protocol.
     pub const RUN_NOTES: &str = "run_notes";
     /// FB-Bench: the published leaderboard and its per-category tables.
@@ -343,10 +345,108 @@ pub fn length_limit_table<'a>(transcripts: impl IntoIterator<Item = &'a Transcri
     }
 }
 
+/// Per step kind (each kind is one role's: the candidate's turns, the judge's verdicts), a
+/// thinking model's reasoning: replies that reasoned, their reasoning length in tokens (mean
+/// and largest), and the replies cut inside their reasoning (unscored, "reasoning
+/// truncated"). `None` when no reply reasoned.
+pub fn reasoning_table<'a>(transcripts: impl IntoIterator<Item = &'a Transcript>) -> Option<Table> {
+    // Per kind: replies, replies that reasoned, reasoning tokens, largest, cut.
+    let mut counts: BTreeMap<String, [usize; 5]> = BTreeMap::new();
+    for done in transcripts {
+        for (key, out) in done {
+            let c = counts.entry(step_kind(key)).or_default();
+            c[0] += 1;
+            if let Some(r) = &out.reasoning {
+                c[1] += 1;
+                c[2] += r.tokens;
+                c[3] = c[3].max(r.tokens);
+                c[4] += usize::from(r.truncated);
+            }
+        }
+    }
+    if counts.values().all(|c| c[1] == 0) {
+        return None;
+    }
+    Some(Table {
+        id: table_id::REASONING.to_string(),
+        title: "Reasoning of thinking models".to_string(),
+        columns: [
+            "step kind",
+            "replies",
+            "with reasoning",
+            "mean reasoning tokens",
+            "most reasoning tokens",
+            "cut inside the reasoning",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: counts
+            .into_iter()
+            .map(|(k, c)| {
+                let mean = match c[1] {
+                    0 => Cell::from("–"),
+                    n => Cell::num(c[2] as f64 / n as f64, 1),
+                };
+                vec![
+                    Cell::Text(k),
+                    Cell::from(c[0]),
+                    Cell::from(c[1]),
+                    mean,
+                    Cell::from(c[3]),
+                    Cell::from(c[4]),
+                ]
+            })
+            .collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bench::plan::StepOutput;
+
+    #[test]
+    fn reasoning_counts_per_step_kind() {
+        use crate::engine::Reasoning;
+        let with = |tokens, truncated| StepOutput {
+            reasoning: Some(Reasoning {
+                text: "r".into(),
+                tokens,
+                truncated,
+            }),
+            ..StepOutput::scripted(if truncated { "" } else { "a" })
+        };
+        let mut a = Transcript::new();
+        a.insert("turn/1".into(), StepOutput::scripted("x"));
+        a.insert("judge".into(), with(10, false));
+        let mut b = Transcript::new();
+        b.insert("turn/1".into(), StepOutput::scripted("y"));
+        b.insert("judge".into(), with(30, true));
+        let t = reasoning_table([&a, &b]).expect("a table");
+        assert_eq!(
+            t.rows,
+            vec![
+                vec![
+                    Cell::Text("judge".into()),
+                    Cell::from(2usize),
+                    Cell::from(2usize),
+                    Cell::num(20.0, 1),
+                    Cell::from(30usize),
+                    Cell::from(1usize),
+                ],
+                vec![
+                    Cell::Text("turn/*".into()),
+                    Cell::from(2usize),
+                    Cell::from(0usize),
+                    Cell::from("–"),
+                    Cell::from(0usize),
+                    Cell::from(0usize),
+                ],
+            ]
+        );
+        a.remove("judge");
+        assert!(reasoning_table([&a]).is_none());
+    }
 
     #[test]
     fn kinds_and_length_limit_counts() {

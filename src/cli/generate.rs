@@ -153,7 +153,7 @@ fn parse_prompts(
         prompts.push(Prompt {
             id: p.id,
             raw,
-            request: ChatRequest { messages, params },
+            request: ChatRequest::new(messages, params),
         });
     }
     Ok(prompts)

@@ -22,13 +22,16 @@ use crate::bench::ProtocolOptions;
 use crate::model::device::DeviceSpec;
 use crate::model::transformer::WeightDType;
 use crate::report::{BarProgress, Progress};
+use crate::store::chat_settings::ChatSettings;
 use crate::store::gen_cache::{CachedModels, GenCache, Keyer};
-use crate::store::manifest::{Environment, ModelIdentity};
+use crate::store::manifest::{Environment, Manifest, ModelIdentity};
 use crate::store::protocol_run::{ProtocolOutcome, ProtocolRun};
 use crate::store::shard::{strip_run_args, ReplayModels, ReplayPool};
 use crate::store::shard_spec::Shard;
 use crate::store::Models;
 use crate::text::message::Message;
+use crate::text::reasoning::Thinking;
+use crate::text::template_date::TemplateDate;
 
 use super::cache::{self, CacheArgs};
 use super::models::{dtype_name, engine_models, engine_options, ModelInfo};
@@ -146,6 +149,30 @@ pub struct RunArgs {
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     pub shard: Option<Shard>,
 
+    /// The candidates' thinking switch, passed to their chat templates: `off` or `on`
+    /// (`enable_thinking`, Qwen3), or a reasoning effort `low`, `medium`, `high`
+    /// (`reasoning_effort`, gpt-oss; also sets `enable_thinking`). Default: the template's
+    /// own. Recorded in the manifest.
+    #[arg(long, value_name = "MODE")]
+    pub thinking: Option<Thinking>,
+
+    /// The judges' thinking switch, as --thinking. A judge's verdict is read from its answer
+    /// only, never from its reasoning.
+    #[arg(long, value_name = "MODE")]
+    pub judge_thinking: Option<Thinking>,
+
+    /// Close a thinking model's reasoning after N tokens: its closing tokens (`</think>`,
+    /// Harmony's final channel) are forced, and the answer follows. A reply cut by
+    /// --max-new-tokens inside its reasoning is unscored ("reasoning truncated").
+    #[arg(long, value_name = "N")]
+    pub max_thinking_tokens: Option<usize>,
+
+    /// The date chat templates render (`strftime_now`, e.g. gpt-oss's "Current date"), as
+    /// YYYY-MM-DD. Default: the day the run started, recorded in the manifest, so a resume or
+    /// `candor verify` on another day renders the same prompts.
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub template_date: Option<TemplateDate>,
+
     /// Sleep per batch of the `fake:` models, in milliseconds (tests kill runs mid-way).
     #[arg(long, hide = true, default_value_t = 0)]
     pub fake_delay_ms: u64,
@@ -210,6 +237,11 @@ pub struct RunConfig {
     pub data: PathBuf,
     /// `--chat-template`: replaces the candidates' own templates.
     pub chat_template: Option<PathBuf>,
+    /// `--thinking`, `--judge-thinking`, `--max-thinking-tokens`, `--template-date`.
+    pub thinking: Option<Thinking>,
+    pub judge_thinking: Option<Thinking>,
+    pub max_thinking_tokens: Option<usize>,
+    pub template_date: Option<TemplateDate>,
     /// Sleep per batch of the `fake:` models (feature `testkit`).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub fake_delay: Duration,
@@ -267,6 +299,10 @@ impl RunConfig {
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::store::data::default_root),
             chat_template: args.chat_template,
+            thinking: args.thinking,
+            judge_thinking: args.judge_thinking,
+            max_thinking_tokens: args.max_thinking_tokens,
+            template_date: args.template_date,
             fake_delay: Duration::from_millis(args.fake_delay_ms),
             options: args.options.to_options(),
             judge_given: !args.judge.is_empty(),
@@ -362,6 +398,33 @@ pub fn run_all(cfg: &RunConfig, progress: &mut dyn Progress) -> anyhow::Result<(
         run_one(&one, progress).with_context(|| format!("candor run all: {}", p.name()))?;
     }
     Ok(())
+}
+
+/// The run's chat-template settings. The date is `--template-date`, else the one the run in
+/// `cfg.out` recorded (a resume renders what the first attempt rendered), else today. A run
+/// from before the settings were recorded resumes without them unless a flag is given.
+fn chat_settings(cfg: &RunConfig) -> anyhow::Result<Option<ChatSettings>> {
+    let path = cfg.out.join(crate::store::run_dir::MANIFEST);
+    let recorded = match path.exists() {
+        true => Some(Manifest::load(&path)?.identity.chat),
+        false => None,
+    };
+    let flags = cfg.thinking.is_some()
+        || cfg.judge_thinking.is_some()
+        || cfg.max_thinking_tokens.is_some()
+        || cfg.template_date.is_some();
+    let template_date = match (cfg.template_date, &recorded) {
+        (Some(d), _) => d,
+        (None, Some(Some(chat))) => chat.template_date,
+        (None, Some(None)) if !flags => return Ok(None),
+        _ => TemplateDate::today(),
+    };
+    Ok(Some(ChatSettings {
+        template_date,
+        thinking: cfg.thinking,
+        judge_thinking: cfg.judge_thinking,
+        max_thinking_tokens: cfg.max_thinking_tokens,
+    }))
 }
 
 /// Refuses model options the protocol does not use: a second `--model` where it evaluates
@@ -494,6 +557,7 @@ pub fn execute<Pr: BenchProtocol>(
         },
         batch_size: cfg.batch_size,
         shard: cfg.shard.clone(),
+        chat: chat_settings(cfg)?,
     };
     if let Some(pool) = &cfg.replay {
         let models = ReplayModels {

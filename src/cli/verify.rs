@@ -22,6 +22,7 @@ use crate::engine::{ChatReply, ChatRequest, Generate};
 use crate::model::device::DeviceSpec;
 use crate::model::transformer::WeightDType;
 use crate::stats::rng::SplitMix64;
+use crate::store::chat_settings::ChatSettings;
 use crate::store::manifest::Manifest;
 use crate::store::samples::{parse_log, Sample, SampleOutcome};
 #[cfg(feature = "testkit")]
@@ -138,7 +139,13 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|n| n.trim_start_matches("fake:").to_string())
                 .collect();
-            verify_steps(&mut models, &picked, args.batch_size, &|_| None)?
+            verify_steps(
+                &mut models,
+                &picked,
+                manifest.identity.chat.as_ref(),
+                args.batch_size,
+                &|_| None,
+            )?
         }
         #[cfg(not(feature = "testkit"))]
         bail!("`fake:` models exist only in test builds (feature `testkit`)")
@@ -173,9 +180,13 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             )
             .collect();
         let mut models = engine_models(&cands, &js, engine_options(args.batch_size, dtype, device));
-        verify_steps(&mut models, &picked, args.batch_size, &|a| {
-            tokenizers.get(&a).cloned()
-        })?
+        verify_steps(
+            &mut models,
+            &picked,
+            manifest.identity.chat.as_ref(),
+            args.batch_size,
+            &|a| tokenizers.get(&a).cloned(),
+        )?
     };
     let differing: Vec<&StepCheck> = checks.iter().filter(|c| c.difference.is_some()).collect();
     for c in &differing {
@@ -226,6 +237,7 @@ pub fn choose(len: usize, n: Option<usize>, seed: u64) -> Vec<usize> {
 pub fn verify_steps<M: Models>(
     models: &mut M,
     samples: &[&Sample],
+    chat: Option<&ChatSettings>,
     batch_size: usize,
     tokenizer: &dyn Fn(Actor) -> Option<Arc<Tokenizer>>,
 ) -> anyhow::Result<Vec<StepCheck>> {
@@ -246,9 +258,13 @@ pub fn verify_steps<M: Models>(
         for chunk in mine.chunks(batch_size.max(1)) {
             let requests: Vec<ChatRequest> = chunk
                 .iter()
-                .map(|s| ChatRequest {
-                    messages: s.messages.clone(),
-                    params: s.params.clone(),
+                .map(|s| {
+                    // As the run asked: its thinking switches, budget and template date.
+                    let mut r = ChatRequest::new(s.messages.clone(), s.params.clone());
+                    if let Some(chat) = chat {
+                        chat.apply(actor, &mut r);
+                    }
+                    r
                 })
                 .collect();
             let replies: Vec<Result<ChatReply, String>> = match gen.generate_chat(&requests) {

@@ -14,8 +14,9 @@ use std::sync::{Arc, OnceLock};
 
 use super::constraint::ConstraintCompiler;
 use super::kv::SeqId;
+use super::reasoning::ReasoningGate;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
-use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats};
+use super::{ChatReply, ChatRequest, EngineError, Generate, PrefillStats, Reasoning, StopReason};
 use crate::model::arch::ModelConfig;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::device::DeviceSpec;
@@ -24,6 +25,7 @@ use crate::model::transformer::{Transformer, WeightDType};
 use crate::model::ModelError;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::error::TextError;
+use crate::text::reasoning::ReasoningFormat;
 use crate::text::tokenizer::Tokenizer;
 use crate::weights::error::WeightsError;
 use crate::weights::gguf::GgufFile;
@@ -76,8 +78,18 @@ pub struct Engine {
     template: ChatTemplate,
     model_path: PathBuf,
     model_sha256: OnceLock<String>,
-    /// The prompt ids of the streamed chat requests in flight, by id.
-    streamed: HashMap<u64, Vec<u32>>,
+    /// The streamed chat requests in flight, by id: prompt ids, and whether the reply starts
+    /// inside its reasoning.
+    streamed: HashMap<u64, (Vec<u32>, bool)>,
+}
+
+/// A chat request as the decoder sees it, and what splitting its reply needs.
+pub struct Prepared {
+    pub prompt_ids: Vec<u32>,
+    /// The reply's reasoning gate (a thinking model's template), for [`TokenRequest::reasoning`].
+    pub reasoning: Option<ReasoningGate>,
+    /// The reply starts inside its reasoning ([`ReasoningFormat::starts_open`]).
+    pub starts_open: bool,
 }
 
 impl Engine {
@@ -228,10 +240,69 @@ impl Engine {
         Ok(self.tokenizer.encode(text)?)
     }
 
-    /// The prompt ids of a chat conversation: rendered with the generation prompt, encoded.
+    /// The prompt ids of a chat conversation: rendered with the generation prompt (and the
+    /// request's template variables), encoded.
     pub fn prompt_ids(&self, request: &ChatRequest) -> Result<Vec<u32>, EngineError> {
-        let text = self.template.render(&request.messages, true)?;
-        Ok(self.tokenizer.encode(&text)?)
+        Ok(self.prepare(request)?.prompt_ids)
+    }
+
+    /// The family of reasoning blocks this model's template writes.
+    pub fn reasoning_format(&self) -> ReasoningFormat {
+        self.template.reasoning_format()
+    }
+
+    /// Renders and encodes a chat request, and builds its reasoning gate for a thinking
+    /// model's template.
+    pub fn prepare(&self, request: &ChatRequest) -> Result<Prepared, EngineError> {
+        let text = self
+            .template
+            .render_with(&request.messages, true, &request.template)?;
+        let prompt_ids = self.tokenizer.encode(&text)?;
+        let format = self.reasoning_format();
+        let starts_open = format.starts_open(&text);
+        let ids = |marker: Option<&str>| -> Result<Vec<u32>, EngineError> {
+            Ok(match marker {
+                Some(m) => self.tokenizer.encode_plain(m)?,
+                None => Vec::new(),
+            })
+        };
+        let reasoning = match format {
+            ReasoningFormat::Plain => None,
+            _ => Some(ReasoningGate {
+                starts_open,
+                open: ids(format.open_marker())?,
+                close: ids(format.close_marker())?,
+                forced_close: ids(format.forced_close())?,
+                budget: request.max_thinking_tokens,
+            }),
+        };
+        Ok(Prepared {
+            prompt_ids,
+            reasoning,
+            starts_open,
+        })
+    }
+
+    /// The chat reply of a token-level reply: for a thinking model, its answer split from its
+    /// reasoning ([`ReasoningFormat::split`]).
+    fn chat_reply(&self, prompt_ids: Vec<u32>, t: &TokenReply, starts_open: bool) -> ChatReply {
+        let mut reply = ChatReply::from_tokens(prompt_ids, t);
+        let format = self.reasoning_format();
+        if format == ReasoningFormat::Plain {
+            return reply;
+        }
+        let split = format.split(&t.text, starts_open);
+        let cut = matches!(
+            t.stop_reason,
+            StopReason::MaxTokens | StopReason::ContextFull
+        );
+        reply.reasoning = split.reasoning.map(|text| Reasoning {
+            text,
+            tokens: t.reasoning_tokens.unwrap_or(0),
+            truncated: split.answer.is_none() && cut,
+        });
+        reply.text = split.answer.unwrap_or_default();
+        reply
     }
 
     /// Generates for token-level requests; replies come back in request order.
@@ -275,20 +346,23 @@ impl Engine {
         requests: &[ChatRequest],
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<(ChatReply, TokenReply)>, EngineError> {
-        let prompts = requests
+        let prepared = requests
             .iter()
-            .map(|r| self.prompt_ids(r))
+            .map(|r| self.prepare(r))
             .collect::<Result<Vec<_>, _>>()?;
-        let token_requests: Vec<TokenRequest> = prompts
+        let token_requests: Vec<TokenRequest> = prepared
             .iter()
             .zip(requests)
-            .map(|(ids, r)| TokenRequest::new(ids.clone(), r.params.clone()))
+            .map(|(p, r)| TokenRequest {
+                reasoning: p.reasoning.clone(),
+                ..TokenRequest::new(p.prompt_ids.clone(), r.params.clone())
+            })
             .collect();
         let replies = self.generate_tokens_with_progress(&token_requests, done)?;
-        Ok(prompts
+        Ok(prepared
             .into_iter()
             .zip(replies)
-            .map(|(prompt_ids, t)| (ChatReply::from_tokens(prompt_ids, &t), t))
+            .map(|(p, t)| (self.chat_reply(p.prompt_ids, &t, p.starts_open), t))
             .collect())
     }
 }
@@ -297,10 +371,13 @@ impl Generate for Engine {
     type Error = EngineError;
 
     fn start(&mut self, id: u64, request: &ChatRequest) -> Result<Option<ChatReply>, EngineError> {
-        let prompt_ids = self.prompt_ids(request)?;
-        let token_request = TokenRequest::new(prompt_ids.clone(), request.params.clone());
+        let p = self.prepare(request)?;
+        let token_request = TokenRequest {
+            reasoning: p.reasoning,
+            ..TokenRequest::new(p.prompt_ids.clone(), request.params.clone())
+        };
         self.decoder.submit(id, token_request)?;
-        self.streamed.insert(id, prompt_ids);
+        self.streamed.insert(id, (p.prompt_ids, p.starts_open));
         Ok(None)
     }
 
@@ -314,18 +391,10 @@ impl Generate for Engine {
             return finished
                 .into_iter()
                 .map(|(id, t)| {
-                    let prompt_ids = self.streamed.remove(&id).ok_or_else(|| {
+                    let (prompt_ids, starts_open) = self.streamed.remove(&id).ok_or_else(|| {
                         EngineError::Internal(format!("a reply to unknown request {id}"))
                     })?;
-                    Ok((
-                        id,
-                        ChatReply {
-                            prompt_ids,
-                            output_ids: t.output_ids,
-                            text: t.text,
-                            stop_reason: t.stop_reason,
-                        },
-                    ))
+                    Ok((id, self.chat_reply(prompt_ids, &t, starts_open)))
                 })
                 .collect();
         }

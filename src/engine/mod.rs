@@ -10,6 +10,7 @@ pub mod error;
 pub mod kv;
 pub mod logprobs;
 pub mod prefix;
+pub mod reasoning;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;
@@ -21,7 +22,8 @@ pub use error::EngineError;
 pub use kv::{KvStore, SeqId, SeqKv};
 pub use logprobs::TokenLogprob;
 pub use prefix::{PrefillStats, PrefixCache};
-pub use request::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
+pub use reasoning::ReasoningGate;
+pub use request::{ChatReply, ChatRequest, Generate, Reasoning, SamplingParams, StopReason};
 pub use scheduler::{
     Decoder, NoText, SchedulerConfig, TextDecoder, TokenReply, TokenRequest,
     DEFAULT_PREFIX_CACHE_MB,

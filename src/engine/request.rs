@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::constraint::Constraint;
 use super::prefix::PrefillStats;
+use crate::text::chat_template::TemplateArgs;
 use crate::text::message::Message;
 
 /// How to pick tokens and when to stop.
@@ -53,10 +54,29 @@ pub enum StopReason {
 }
 
 /// A chat conversation to continue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub params: SamplingParams,
+    /// Extra chat-template variables (the thinking switch, a reasoning effort) and the date
+    /// the template renders; absent from serialized requests when default.
+    #[serde(default, skip_serializing_if = "TemplateArgs::is_default")]
+    pub template: TemplateArgs,
+    /// A thinking model's reasoning budget: after this many reasoning tokens the block's
+    /// closing tokens are forced (`--max-thinking-tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_thinking_tokens: Option<usize>,
+}
+
+impl ChatRequest {
+    /// A request with the template's defaults and no reasoning budget.
+    pub fn new(messages: Vec<Message>, params: SamplingParams) -> ChatRequest {
+        ChatRequest {
+            messages,
+            params,
+            ..ChatRequest::default()
+        }
+    }
 }
 
 /// The reply to a [`ChatRequest`].
@@ -65,9 +85,24 @@ pub struct ChatReply {
     pub prompt_ids: Vec<u32>,
     /// As generated, the stop token included when generation stopped on one.
     pub output_ids: Vec<u32>,
-    /// Decoded reply, without the stop token or stop string.
+    /// Decoded reply, without the stop token or stop string; for a thinking model, the
+    /// answer only (its reasoning is in `reasoning`).
     pub text: String,
     pub stop_reason: StopReason,
+    /// What a thinking model wrote before its answer (never parsed, never scored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
+}
+
+/// The reasoning block of a thinking model's reply.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reasoning {
+    pub text: String,
+    /// Tokens generated inside the block (a forced close excluded).
+    pub tokens: usize,
+    /// The reply ended inside its reasoning (token limit or context): it has no answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// Something that answers chat requests in batches: the engine with a loaded model, or a

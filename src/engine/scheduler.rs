@@ -23,6 +23,7 @@ use super::constraint::{
 use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::logprobs::{token_logprob, TokenLogprob};
 use super::prefix::{PrefillStats, PrefixCache};
+use super::reasoning::{GateState, ReasoningGate};
 use super::sampling::{argmax, Sampler};
 use super::{ChatReply, EngineError, SamplingParams, StopReason};
 use crate::model::kv::{KvSeq, Logits, SeqStep};
@@ -51,6 +52,9 @@ pub struct TokenRequest {
     pub params: SamplingParams,
     /// A stored sequence whose positions come before `prompt_ids` (a shared prompt prefix).
     pub prefix: Option<SeqId>,
+    /// The reply's reasoning block (thinking models): its budget, and where the grammar
+    /// starts to apply.
+    pub reasoning: Option<ReasoningGate>,
 }
 
 impl TokenRequest {
@@ -59,6 +63,7 @@ impl TokenRequest {
             prompt_ids,
             params,
             prefix: None,
+            reasoning: None,
         }
     }
 }
@@ -71,6 +76,9 @@ pub struct TokenReply {
     /// Decoded output without the stop token, cut before a stop string.
     pub text: String,
     pub stop_reason: StopReason,
+    /// Tokens generated inside the reply's reasoning block (forced ones excluded); `None`
+    /// for a request without a [`ReasoningGate`].
+    pub reasoning_tokens: Option<usize>,
     /// From admission to the first sampled token.
     pub prefill_ms: f64,
     /// From the first sampled token to the end.
@@ -120,6 +128,8 @@ struct Active {
     first_token: Option<Instant>,
     /// The request's grammar state, when it is constrained.
     grammar: Option<ConstraintState>,
+    /// The reply's reasoning phase, for a thinking model's request.
+    gate: Option<GateState>,
 }
 
 impl Active {
@@ -568,6 +578,7 @@ impl Decoder {
                         output_ids: Vec::new(),
                         text: String::new(),
                         stop_reason,
+                        reasoning_tokens: r.reasoning.as_ref().map(|_| 0),
                         prefill_ms: 0.0,
                         decode_ms: 0.0,
                     },
@@ -595,6 +606,7 @@ impl Decoder {
                 admitted: now,
                 first_token: None,
                 grammar,
+                gate: r.reasoning.map(GateState::new),
                 params: r.params,
             });
         }
@@ -672,8 +684,35 @@ impl Decoder {
                 // The prompt is computed: later requests may start from it.
                 self.cache.insert(prompt, &a.kv);
             }
+            // A reasoning budget that is reached forces the block's closing tokens.
+            let forced = a.gate.as_ref().and_then(GateState::forced);
+            // Inside a reasoning block the grammar waits; on a reply's first token the block's
+            // open is allowed beside the grammar's tokens.
+            let grammar_applies = a.gate.as_ref().is_none_or(GateState::grammar_applies);
+            let open_choice = a.gate.as_ref().and_then(GateState::open_choice);
+            let allowed = match (forced, grammar_applies) {
+                (Some(_), _) | (None, false) => None,
+                (None, true) => a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)),
+            };
+            let allowed = match (allowed, open_choice) {
+                (Some(Allowed::Tokens(mut ids)), Some(open)) => {
+                    ids.push(open);
+                    ids.sort_unstable();
+                    ids.dedup();
+                    Some(Allowed::Tokens(ids))
+                }
+                (Some(Allowed::StopOnly), Some(open)) => {
+                    let mut ids = self.stop_ids.clone();
+                    ids.push(open);
+                    ids.sort_unstable();
+                    ids.dedup();
+                    Some(Allowed::Tokens(ids))
+                }
+                (allowed, _) => allowed,
+            };
             // The only place a constraint acts: the request's own mask, whatever the batch.
-            let tok = match a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)) {
+            let tok = match allowed {
+                _ if forced.is_some() => forced,
                 None => Some(self.sampler.sample(lrow, params, step)),
                 Some(Allowed::Tokens(ids)) if ids.len() == 1 => Some(ids[0]),
                 Some(Allowed::Tokens(ids)) if params.temperature > 0.0 => Some(
@@ -689,7 +728,8 @@ impl Decoder {
             }
             if let Some(tok) = tok {
                 a.out.push(tok);
-                if !self.stop_ids.contains(&tok) {
+                let answer = a.gate.as_mut().is_none_or(|g| g.consume(tok));
+                if answer && !self.stop_ids.contains(&tok) {
                     if let Some(g) = a.grammar.as_mut() {
                         g.consume(tok);
                     }
@@ -765,6 +805,7 @@ fn stop_check(
         output_ids: a.out.clone(),
         text,
         stop_reason,
+        reasoning_tokens: a.gate.as_ref().map(GateState::reasoning_tokens),
         prefill_ms: first.duration_since(a.admitted).as_secs_f64() * 1e3,
         decode_ms: end.duration_since(first).as_secs_f64() * 1e3,
     })
@@ -787,6 +828,7 @@ impl ChatReply {
             output_ids: t.output_ids.clone(),
             text: t.text.clone(),
             stop_reason: t.stop_reason,
+            reasoning: None,
         }
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use crate::engine::{Constraint, SamplingParams};
+use crate::text::chat_template::TemplateArgs;
 use crate::text::message::{Message, Role};
 
 /// Most choices (`n`) one request may ask for.
@@ -82,6 +83,12 @@ pub struct ChatCompletionRequest {
     pub response_format: Option<Value>,
     pub tools: Option<Value>,
     pub functions: Option<Value>,
+    /// Extra chat-template variables (`enable_thinking`, `reasoning_effort`, …), as vLLM and
+    /// llama.cpp's server take them.
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// A reasoning model's effort (`low`, `medium`, `high`), passed to the template as
+    /// `reasoning_effort` unless `chat_template_kwargs` sets it.
+    pub reasoning_effort: Option<String>,
 }
 
 /// A `/v1/completions` body.
@@ -322,6 +329,31 @@ impl ChatCompletionRequest {
         let mut r: ChatCompletionRequest = typed(body)?;
         r.sampling = typed(body)?;
         Ok(r)
+    }
+
+    /// What the chat template is given beside the messages (the date is today's: a server has
+    /// no run manifest).
+    pub fn template_args(&self) -> Result<TemplateArgs, ApiError> {
+        let mut kwargs: std::collections::BTreeMap<String, Value> = self
+            .chat_template_kwargs
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        if let Some(effort) = &self.reasoning_effort {
+            if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
+                return Err(ApiError::invalid_param(
+                    "reasoning_effort",
+                    format!(
+                        "`reasoning_effort` must be minimal, low, medium or high, got {effort:?}"
+                    ),
+                ));
+            }
+            kwargs
+                .entry("reasoning_effort".into())
+                .or_insert_with(|| Value::from(effort.as_str()));
+        }
+        Ok(TemplateArgs { kwargs, date: None })
     }
 
     /// The conversation and the checked plan.

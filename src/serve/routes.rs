@@ -137,7 +137,7 @@ async fn collect(mut run: Running) -> Result<Response, ApiError> {
         .map(|(i, f)| match run.endpoint {
             Endpoint::Chat => json!({
                 "index": i,
-                "message": {"role": "assistant", "content": f.text},
+                "message": message(f),
                 "logprobs": f.logprobs.as_deref().map(chat_logprobs),
                 "finish_reason": finish_reason(f.stop_reason),
             }),
@@ -178,7 +178,8 @@ async fn answer(
             let req = ChatCompletionRequest::from_body(&value)?;
             state.model(&req.model)?;
             let (messages, plan) = req.plan()?;
-            (req.model, vec![Prompt::Chat(messages)], plan)
+            let args = req.template_args()?;
+            (req.model, vec![Prompt::Chat(messages, args)], plan)
         }
         Endpoint::Completions => {
             let req = CompletionRequest::from_body(&value)?;
@@ -270,4 +271,14 @@ pub async fn not_found(uri: Uri) -> Response {
         uri.path()
     ))
     .into_response()
+}
+
+/// A finished chat choice's message: the answer as `content`, a thinking model's reasoning
+/// as `reasoning_content` (as vLLM and llama.cpp's server return it).
+fn message(f: &Finished) -> Value {
+    let mut m = json!({"role": "assistant", "content": f.text});
+    if let Some(r) = &f.reasoning {
+        m["reasoning_content"] = json!(r);
+    }
+    m
 }

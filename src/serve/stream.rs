@@ -59,6 +59,7 @@ impl State {
         &mut self,
         i: usize,
         text: &str,
+        reasoning: &str,
         lps: Option<&[LogprobInfo]>,
         finish: Option<&str>,
     ) -> Value {
@@ -71,7 +72,10 @@ impl State {
                     delta["role"] = json!("assistant");
                     self.opened[i] = true;
                 }
-                if !text.is_empty() || finish.is_none() {
+                if !reasoning.is_empty() {
+                    delta["reasoning_content"] = json!(reasoning);
+                }
+                if !text.is_empty() || (finish.is_none() && reasoning.is_empty()) {
                     delta["content"] = json!(text);
                 }
                 json!({
@@ -112,9 +116,16 @@ impl State {
             None => self.run.rx.recv().await,
         };
         let out = match event {
-            Some((i, Event::Delta { text, logprobs })) => {
+            Some((
+                i,
+                Event::Delta {
+                    text,
+                    reasoning,
+                    logprobs,
+                },
+            )) => {
                 let lps = (!logprobs.is_empty()).then_some(logprobs.as_slice());
-                let c = self.choice(i, &text, lps, None);
+                let c = self.choice(i, &text, &reasoning, lps, None);
                 sse(&self.chunk(c))
             }
             Some((i, Event::Done(f))) => {
@@ -123,6 +134,7 @@ impl State {
                 let c = self.choice(
                     i,
                     &f.text,
+                    f.reasoning.as_deref().unwrap_or(""),
                     f.logprobs.as_deref(),
                     Some(finish_reason(f.stop_reason)),
                 );

@@ -20,13 +20,16 @@ use super::error::ApiError;
 use crate::engine::{
     Engine, EngineError, SamplingParams, StopReason, TokenLogprob, TokenReply, TokenRequest,
 };
+use crate::text::chat_template::TemplateArgs;
 use crate::text::message::Message;
+use crate::text::reasoning::ReasoningFormat;
 use crate::text::tokenizer::Tokenizer;
 
-/// What to continue: a chat (rendered with the model's template) or raw text.
+/// What to continue: a chat (rendered with the model's template and the request's template
+/// variables) or raw text.
 #[derive(Debug, Clone)]
 pub enum Prompt {
-    Chat(Vec<Message>),
+    Chat(Vec<Message>, TemplateArgs),
     Text(String),
 }
 
@@ -92,7 +95,11 @@ fn describe(tokenizer: &Tokenizer, lps: &[TokenLogprob]) -> Vec<LogprobInfo> {
 /// A finished choice.
 #[derive(Debug, Clone)]
 pub struct Finished {
+    /// The answer (a thinking model's reasoning is in `reasoning`); when streamed, what the
+    /// deltas did not carry.
     pub text: String,
+    /// A thinking model's reasoning (streamed: what the deltas did not carry).
+    pub reasoning: Option<String>,
     pub output_ids: Vec<u32>,
     pub stop_reason: StopReason,
     /// Per generated token, the stop token excluded (when asked for).
@@ -109,6 +116,8 @@ pub enum Event {
     /// Streaming: text and tokens generated since the last delta.
     Delta {
         text: String,
+        /// A thinking model's reasoning generated since the last delta.
+        reasoning: String,
         logprobs: Vec<LogprobInfo>,
     },
     Done(Finished),
@@ -179,8 +188,15 @@ struct Live {
     /// Tokens and log-probabilities seen / sent so far.
     seen_tokens: usize,
     sent_logprobs: usize,
-    /// Bytes held back from deltas: the longest stop string but one (it may still complete).
+    /// Bytes held back from deltas: the longest stop string but one (it may still complete),
+    /// or a thinking model's block close but one.
     hold: usize,
+    /// A thinking model's reply: its template's family and whether it starts inside its
+    /// reasoning; its deltas are split into reasoning and answer.
+    thinking: Option<(ReasoningFormat, bool)>,
+    /// Reasoning and answer sent in deltas so far (thinking replies).
+    sent_reasoning: String,
+    sent_answer: String,
 }
 
 struct Serving {
@@ -234,16 +250,33 @@ impl Serving {
     /// Checks and queues a job, or answers why not.
     fn accept(&mut self, job: Job) {
         let ctx = self.engine.config().context_len;
-        let (param, ids) = match &job.prompt {
-            Prompt::Chat(messages) => (
+        let format = self.engine.reasoning_format();
+        let (param, prepared) = match &job.prompt {
+            Prompt::Chat(messages, args) => (
                 "messages",
-                self.engine.prompt_ids(&crate::engine::ChatRequest {
+                self.engine.prepare(&crate::engine::ChatRequest {
                     messages: messages.clone(),
                     params: job.params.clone(),
+                    template: args.clone(),
+                    max_thinking_tokens: None,
                 }),
             ),
-            Prompt::Text(text) => ("prompt", self.engine.raw_prompt_ids(text)),
+            Prompt::Text(text) => (
+                "prompt",
+                self.engine
+                    .raw_prompt_ids(text)
+                    .map(|prompt_ids| crate::engine::chat::Prepared {
+                        prompt_ids,
+                        reasoning: None,
+                        starts_open: false,
+                    }),
+            ),
         };
+        let (ids, gate, starts_open) = match prepared {
+            Ok(p) => (Ok(p.prompt_ids), p.reasoning, p.starts_open),
+            Err(e) => (Err(e), None, false),
+        };
+        let thinking = gate.as_ref().map(|_| (format, starts_open));
         let fail = |e: ApiError| {
             let _ = job.events.send((job.choice, Event::Failed(e)));
         };
@@ -289,12 +322,21 @@ impl Serving {
         let hold = params
             .stop_strings
             .iter()
+            .chain(
+                thinking
+                    .and_then(|(f, _)| f.close_marker())
+                    .map(|m| m.to_string())
+                    .as_ref(),
+            )
             .map(|s| s.len().saturating_sub(1))
             .max()
             .unwrap_or(0);
         let id = self.next_id;
         self.next_id += 1;
-        let request = TokenRequest::new(ids, params);
+        let request = TokenRequest {
+            reasoning: gate,
+            ..TokenRequest::new(ids, params)
+        };
         let submitted = match job.logprobs {
             Some(top) => self.engine.decoder().submit_with_logprobs(id, request, top),
             None => self.engine.decoder().submit(id, request),
@@ -322,6 +364,9 @@ impl Serving {
                 seen_tokens: 0,
                 sent_logprobs: 0,
                 hold,
+                thinking,
+                sent_reasoning: String::new(),
+                sent_answer: String::new(),
             },
         );
     }
@@ -369,11 +414,22 @@ impl Serving {
                 }
                 _ => String::new(),
             };
+            // A thinking reply's deltas: the new part of its reasoning and of its answer.
+            let (delta, reasoning) = match (l.thinking, text.get(..safe)) {
+                (Some((format, open)), Some(head)) if !format.undecided(head, open) => {
+                    let split = format.split(head, open);
+                    let r = extend(&mut l.sent_reasoning, &split.reasoning.unwrap_or_default());
+                    let a = extend(&mut l.sent_answer, &split.answer.unwrap_or_default());
+                    (a, r)
+                }
+                (Some(_), _) => (String::new(), String::new()),
+                (None, _) => (delta, String::new()),
+            };
             let new_logprobs = decoder
                 .logprobs(id)
                 .map(|v| v[l.sent_logprobs.min(v.len())..].to_vec())
                 .unwrap_or_default();
-            if delta.is_empty() && new_logprobs.is_empty() {
+            if delta.is_empty() && reasoning.is_empty() && new_logprobs.is_empty() {
                 continue;
             }
             l.sent.push_str(&delta);
@@ -382,6 +438,7 @@ impl Serving {
                 l.choice,
                 Event::Delta {
                     text: delta,
+                    reasoning,
                     logprobs: describe(&tokenizer, &new_logprobs),
                 },
             ));
@@ -400,7 +457,26 @@ impl Serving {
             }
             v
         });
-        let (text, logprobs) = if l.stream {
+        // A thinking model's answer, split from its reasoning.
+        let (answer, reasoning) = match l.thinking {
+            Some((format, open)) => {
+                let split = format.split(&reply.text, open);
+                (split.answer.unwrap_or_default(), split.reasoning)
+            }
+            None => (reply.text.clone(), None),
+        };
+        let (text, reasoning) = match (l.stream, l.thinking) {
+            (true, Some(_)) => (
+                rest(&answer, &l.sent_answer),
+                reasoning.map(|r| rest(&r, &l.sent_reasoning)),
+            ),
+            _ => (answer, reasoning),
+        };
+        let reply = TokenReply { text, ..reply };
+        let (text, logprobs) = if l.stream && l.thinking.is_some() {
+            let rest_lp = logprobs.map(|v| v[l.sent_logprobs.min(v.len())..].to_vec());
+            (reply.text, rest_lp)
+        } else if l.stream {
             // The rest of the text after what the deltas carried (they are a prefix of it).
             let rest = reply
                 .text
@@ -416,10 +492,29 @@ impl Serving {
             l.choice,
             Event::Done(Finished {
                 text,
+                reasoning,
                 output_ids: reply.output_ids,
                 stop_reason: reply.stop_reason,
                 logprobs: logprobs.map(|v| describe(&self.tokenizer, &v)),
             }),
         ));
     }
+}
+
+/// The part of `now` after what was `sent`, appended to `sent`; nothing when `now` no longer
+/// extends it (the final message then carries the rest).
+fn extend(sent: &mut String, now: &str) -> String {
+    match now.strip_prefix(sent.as_str()) {
+        Some(new) if !new.is_empty() => {
+            let new = new.to_string();
+            sent.push_str(&new);
+            new
+        }
+        _ => String::new(),
+    }
+}
+
+/// What of `full` the deltas did not carry (all of it when they are not its prefix).
+fn rest(full: &str, sent: &str) -> String {
+    full.strip_prefix(sent).unwrap_or(full).to_string()
 }

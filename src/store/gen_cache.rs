@@ -284,6 +284,7 @@ mod tests {
             output_ids: vec![4, 5],
             text: text.into(),
             stop_reason: StopReason::Eos,
+            reasoning: None,
         }
     }
 
@@ -291,6 +292,7 @@ mod tests {
         ChatRequest {
             messages: vec![Message::new(Role::User, q)],
             params: SamplingParams::default(),
+            ..Default::default()
         }
     }
 

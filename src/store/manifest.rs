@@ -53,6 +53,10 @@ pub struct RunIdentity {
     /// The share of the items this run takes (`candor run --shard I/N`); absent when whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<super::shard_spec::Shard>,
+    /// What the chat templates are given beside the messages (thinking switches, reasoning
+    /// budget, the date); absent in runs from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<super::chat_settings::ChatSettings>,
 }
 
 /// One loaded model and the hashes that identify it; filled by the engine side.
@@ -354,6 +358,7 @@ mod tests {
                 decoding: serde_json::json!({"temperature": 0.0}),
                 items: ItemSet::from_ids(&["a".into(), "b".into()]),
                 shard: None,
+                chat: None,
             },
             Environment::detect(2, 8),
         )

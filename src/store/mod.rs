@@ -26,6 +26,7 @@
 //! - [`shard`]: `--shard I/N` and merging shards into the unsharded run.
 //! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
 
+pub mod chat_settings;
 pub mod data;
 pub mod data_files;
 pub mod error;

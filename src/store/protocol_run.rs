@@ -14,7 +14,7 @@ use super::run_dir::write_atomic;
 use super::StoreError;
 use crate::bench::plan::{Plan, Step, Transcript};
 use crate::bench::protocol::{OutputFile, Prepared, Protocol, ProtocolOptions, RunContext};
-use crate::bench::table::length_limit_table;
+use crate::bench::table::{length_limit_table, reasoning_table};
 
 /// One protocol run to execute or resume.
 pub struct ProtocolRun<'a, Pr: Protocol> {
@@ -32,6 +32,8 @@ pub struct ProtocolRun<'a, Pr: Protocol> {
     /// The share of the items this run takes (`--shard I/N`), recorded in the manifest;
     /// `prepared.items` holds that share only.
     pub shard: Option<super::shard_spec::Shard>,
+    /// The chat-template settings per role (thinking, reasoning budget, date).
+    pub chat: Option<super::chat_settings::ChatSettings>,
 }
 
 /// What a protocol run did.
@@ -62,6 +64,7 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
             decoding: p.decoding.clone(),
             items: Default::default(),
             shard: self.shard.clone(),
+            chat: self.chat.clone(),
         };
         Ok(Manifest::new(identity, self.environment.clone()))
     }
@@ -96,6 +99,10 @@ impl<Pr: Protocol> ProtocolRun<'_, Pr> {
             results
                 .tables
                 .push(length_limit_table(runs.iter().map(|(_, t)| *t)));
+            // Thinking models: reasoning length per step kind and the replies cut inside it.
+            results
+                .tables
+                .extend(reasoning_table(runs.iter().map(|(_, t)| *t)));
             results
         })?;
         let mut written = Vec::new();

@@ -195,6 +195,7 @@ mod tests {
                 prompt_tokens: 5,
                 output_tokens: 2,
                 truncated: None,
+                reasoning: None,
             })
         } else {
             SampleOutcome::Error("prompt too long".into())

@@ -273,6 +273,7 @@ impl ReplayPool {
                     output_ids: vec![0; o.output_tokens],
                     text: o.text,
                     stop_reason: o.stop_reason,
+                    reasoning: o.reasoning,
                 },
                 // Checked above.
                 _ => ChatReply {
@@ -280,6 +281,7 @@ impl ReplayPool {
                     output_ids: Vec::new(),
                     text: String::new(),
                     stop_reason: crate::engine::StopReason::Eos,
+                    reasoning: None,
                 },
             })
             .collect())

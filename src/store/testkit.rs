@@ -25,6 +25,7 @@ use crate::bench::stats::Metric;
 use crate::bench::table::{Cell, Table};
 use crate::bench::BenchResults;
 use crate::engine::{ChatReply, ChatRequest, Generate, SamplingParams, StopReason};
+use crate::judge::Verdict;
 use crate::text::message::Message;
 
 /// A request whose messages contain this is refused by the fake model (a request error).
@@ -156,15 +157,60 @@ pub fn fake_reply(label: &str, req: &ChatRequest) -> ChatReply {
             output_ids: Vec::new(),
             text: String::new(),
             stop_reason: StopReason::ContextFull,
+            reasoning: None,
         };
     }
-    ChatReply {
+    let reply = ChatReply {
         prompt_ids: (0..prompt_len).map(|k| d[k % 32] as u32).collect(),
         output_ids: (0..words.len() + 3)
             .map(|k| d[(k + 7) % 32] as u32)
             .collect(),
         text,
         stop_reason: StopReason::Eos,
+        reasoning: None,
+    };
+    match label.strip_prefix(THINKER) {
+        Some(rest) => think(reply, req, rest.contains("cut")),
+        None => reply,
+    }
+}
+
+/// Labels starting with this are thinking models: each reply opens with a `<think>` block
+/// that holds a decoy verdict (`score: 0`) before the answer, unless the request turns
+/// thinking off (`enable_thinking: false`, as `--thinking off` passes). A label that also
+/// contains `cut` is cut inside its reasoning (every reply reaches its token limit there).
+pub const THINKER: &str = "thinker";
+
+/// The reasoning the thinking fakes write: a verdict a parser must never read.
+pub const DECOY_REASONING: &str = "Draft verdict: score: 0. Let me check again.";
+
+/// A thinking fake's reply: the hash reply as the answer after a reasoning block, split as the
+/// engine splits a `<think>` template's replies.
+fn think(reply: ChatReply, req: &ChatRequest, cut: bool) -> ChatReply {
+    use crate::engine::Reasoning;
+    use crate::text::reasoning::ReasoningFormat;
+    if req.template.kwargs.get("enable_thinking") == Some(&serde_json::Value::Bool(false)) {
+        return reply;
+    }
+    let raw = match cut {
+        true => format!("<think>\n{DECOY_REASONING}"),
+        false => format!("<think>\n{DECOY_REASONING}\n</think>\n\n{}", reply.text),
+    };
+    let split = ReasoningFormat::Think.split(&raw, false);
+    let tokens = DECOY_REASONING.split_whitespace().count();
+    ChatReply {
+        text: split.answer.clone().unwrap_or_default(),
+        stop_reason: if cut {
+            StopReason::MaxTokens
+        } else {
+            reply.stop_reason
+        },
+        reasoning: split.reasoning.map(|text| Reasoning {
+            text,
+            tokens,
+            truncated: split.answer.is_none(),
+        }),
+        ..reply
     }
 }
 
@@ -458,9 +504,13 @@ pub fn toy_score(plan: &ToyPlan, finished: &[(&ToyItem, &Transcript)], seed: u64
         let mut values = Vec::new();
         let mut unscored = 0;
         for (item, t) in finished {
-            let judged = t
-                .get(&format!("judge/c{c}"))
-                .and_then(|o| parse_score(&o.text));
+            let judged = t.get(&format!("judge/c{c}")).and_then(|o| {
+                let read = |answer: &str| {
+                    parse_score(answer)
+                        .map_or_else(|| Verdict::unscored("no score"), Verdict::Scored)
+                };
+                o.verdict(read).scored().copied()
+            });
             match judged {
                 Some(v) => values.push(v),
                 None => unscored += 1,
@@ -567,6 +617,7 @@ mod tests {
         let req = ChatRequest {
             messages: vec![Message::user("hi")],
             params: SamplingParams::default(),
+            ..Default::default()
         };
         assert_eq!(fake_reply("a", &req), fake_reply("a", &req));
         assert_ne!(fake_reply("a", &req).text, fake_reply("b", &req).text);
@@ -612,6 +663,7 @@ mod tests {
             prompt_tokens: 1,
             output_tokens: 1,
             truncated: None,
+            reasoning: None,
         }
     }
 }

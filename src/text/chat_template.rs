@@ -18,14 +18,18 @@
 //! with a typed error ([`super::template_size`]). A template that exceeds a budget on a short
 //! probe conversation is refused when it is loaded; errors name the model file.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{Environment, ErrorKind};
+use serde::{Deserialize, Serialize};
 
 use super::error::{Result, TextError};
 use super::message::Message;
+use super::reasoning::ReasoningFormat;
+use super::template_date::TemplateDate;
 use super::template_size;
 use super::tokenizer::Tokenizer;
 use crate::budget::alloc_budget;
@@ -35,6 +39,29 @@ const TEMPLATE_NAME: &str = "chat_template";
 
 /// Marks errors that come from the template's own `raise_exception` call.
 const RAISED: &str = "\u{1}raised\u{1}";
+
+/// The context variable that carries the render's date to `strftime_now`.
+const DATE_VAR: &str = "__candor_template_date";
+
+/// What a render passes to the template beside the messages: extra variables (transformers'
+/// `chat_template_kwargs`: `enable_thinking`, `reasoning_effort`, …) and the date
+/// `strftime_now` renders. The default passes nothing and renders today's UTC date.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateArgs {
+    /// Extra template variables; `messages`, `add_generation_prompt`, `bos_token` and
+    /// `eos_token` cannot be overridden.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kwargs: BTreeMap<String, serde_json::Value>,
+    /// The date `strftime_now` formats (a run's recorded date); `None`: today (UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<TemplateDate>,
+}
+
+impl TemplateArgs {
+    pub fn is_default(&self) -> bool {
+        self == &TemplateArgs::default()
+    }
+}
 
 /// Instructions one render may execute. Real templates use a few hundred per message (the
 /// tests print their figures); this is a few tenths of a second of work.
@@ -139,6 +166,7 @@ impl ChatTemplate {
             },
         );
         env.add_filter("tojson", tojson);
+        env.add_function("strftime_now", strftime_now);
         guarded(
             &origin,
             "compiling",
@@ -275,7 +303,25 @@ impl ChatTemplate {
     /// [`TextError::TemplateBudget`] naming the model file (or, for memory and CPU time, a
     /// one-line message and exit, see [`crate::budget::alloc_budget`] and [`crate::budget::cpu_budget`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        Ok(self.render_counted(messages, add_generation_prompt)?.0)
+        self.render_with(messages, add_generation_prompt, &TemplateArgs::default())
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables and the date `strftime_now`
+    /// renders.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        args: &TemplateArgs,
+    ) -> Result<String> {
+        Ok(self
+            .render_counted_with(messages, add_generation_prompt, args)?
+            .0)
+    }
+
+    /// The reasoning family of this template (read from its source).
+    pub fn reasoning_format(&self) -> ReasoningFormat {
+        ReasoningFormat::from_template(&self.source)
     }
 
     /// [`ChatTemplate::render`], also returning the fuel the render consumed.
@@ -283,6 +329,15 @@ impl ChatTemplate {
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
+    ) -> Result<(String, u64)> {
+        self.render_counted_with(messages, add_generation_prompt, &TemplateArgs::default())
+    }
+
+    fn render_counted_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        args: &TemplateArgs,
     ) -> Result<(String, u64)> {
         if self.missing {
             return Err(TextError::NoChatTemplate);
@@ -296,7 +351,12 @@ impl ChatTemplate {
             .map(|m| m.content.len() + m.role.as_str().len())
             .sum::<usize>()
             + self.bos_token.len()
-            + self.eos_token.len();
+            + self.eos_token.len()
+            + args
+                .kwargs
+                .iter()
+                .map(|(k, v)| k.len() + v.to_string().len())
+                .sum::<usize>();
         let max_output =
             MAX_OUTPUT_FIXED.saturating_add(input.saturating_mul(MAX_OUTPUT_PER_INPUT_BYTE));
         let max_memory = MAX_MEMORY_FIXED
@@ -307,11 +367,15 @@ impl ChatTemplate {
             cap: max_output,
             over: false,
         };
+        let date = args.date.unwrap_or_else(TemplateDate::today).to_string();
+        // Named variables win over the kwargs (minijinja's `..` is a fallback).
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            __candor_template_date => date,
+            ..minijinja::Value::from_serialize(&args.kwargs)
         };
         let max_cpu =
             MAX_CPU_FIXED + MAX_CPU_PER_INPUT_MIB.mul_f64(input as f64 / (1 << 20) as f64);
@@ -355,8 +419,16 @@ impl ChatTemplate {
     /// are in the vocabulary (sorted, no duplicates).
     pub fn stop_token_ids(&self, tokenizer: &Tokenizer) -> Vec<u32> {
         let mut ids = vec![tokenizer.eos_token_id()];
-        for tok in END_OF_TURN {
-            if self.source.contains(tok) {
+        // Harmony (gpt-oss): `<|end|>` closes a message the model continues after (its
+        // analysis, before the final channel); `<|return|>` and `<|call|>` end the turn.
+        let harmony = self.reasoning_format() == ReasoningFormat::Harmony;
+        let ends: &[&str] = if harmony {
+            &["<|return|>", "<|call|>"]
+        } else {
+            END_OF_TURN
+        };
+        for tok in ends {
+            if harmony || self.source.contains(tok) {
                 if let Some(id) = tokenizer.token_to_id(tok) {
                     ids.push(id);
                 }
@@ -366,6 +438,23 @@ impl ChatTemplate {
         ids.dedup();
         ids
     }
+}
+
+/// transformers' `strftime_now(format)`, formatting the render's date ([`TemplateArgs::date`])
+/// instead of the clock.
+fn strftime_now(
+    state: &minijinja::State,
+    format: String,
+) -> std::result::Result<String, minijinja::Error> {
+    let fail = |msg: String| minijinja::Error::new(ErrorKind::InvalidOperation, msg);
+    let date: TemplateDate = state
+        .lookup(DATE_VAR)
+        .and_then(|v| v.as_str().map(str::to_string))
+        .ok_or_else(|| fail("strftime_now: the render has no date".into()))?
+        .parse()
+        .map_err(|e| fail(format!("strftime_now: {e}")))?;
+    date.strftime(&format)
+        .map_err(|e| fail(format!("strftime_now({format:?}): {e}")))
 }
 
 /// The render's output, refused past `cap` bytes.
@@ -690,6 +779,97 @@ mod tests {
                 "{name} used {fuel} of {FUEL} instructions"
             );
         }
+    }
+
+    /// Qwen3, gpt-oss (Harmony) and QwQ (a template that opens `<think>` itself) render every
+    /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
+    /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
+    /// the cases for `strftime_now`. The expected prompts were written by
+    /// `tests/fixtures/templates/render_with_llama_server.py`.
+    #[test]
+    fn real_thinking_templates_render_like_llama_cpp() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+        let mut checked = 0;
+        for name in ["Qwen-Qwen3-0.6B", "openai-gpt-oss-120b", "Qwen-QwQ-32B"] {
+            let path = dir.join(format!("rendered/{name}.json"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let expected: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let date: TemplateDate = expected["date"].as_str().unwrap().parse().unwrap();
+            let src = std::fs::read_to_string(dir.join(format!("{name}.jinja"))).unwrap();
+            // SmolLM2's BOS/EOS, the model llama-server was started with.
+            let t = ChatTemplate::new(src, "<|im_start|>", "<|im_end|>").unwrap();
+            for case in expected["cases"].as_array().unwrap() {
+                let messages: Vec<Message> =
+                    serde_json::from_value(case["messages"].clone()).unwrap();
+                let mut kwargs: BTreeMap<String, serde_json::Value> =
+                    serde_json::from_value(case["chat_template_kwargs"].clone()).unwrap();
+                // llama-server's default (`--reasoning auto`); Candor's is to pass nothing.
+                kwargs
+                    .entry("enable_thinking".into())
+                    .or_insert(serde_json::Value::Bool(true));
+                let args = TemplateArgs {
+                    kwargs,
+                    date: Some(date),
+                };
+                let got = t.render_with(&messages, true, &args).unwrap();
+                assert_eq!(
+                    got,
+                    case["prompt"].as_str().unwrap(),
+                    "{name}: {}",
+                    case["name"]
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 12);
+        // Another date renders another prompt: the date is what the template stamps.
+        let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let args = TemplateArgs {
+            date: Some("2031-02-03".parse().unwrap()),
+            ..TemplateArgs::default()
+        };
+        let out = t.render_with(&[Message::user("Hi")], true, &args).unwrap();
+        assert!(out.contains("Current date: 2031-02-03\n"), "{out}");
+    }
+
+    #[test]
+    fn strftime_now_renders_the_given_date_and_refuses_unknown_directives() {
+        let t = ChatTemplate::new("{{ strftime_now('%d %b %Y') }}", "", "").unwrap();
+        let args = TemplateArgs {
+            date: Some("2024-07-09".parse().unwrap()),
+            ..TemplateArgs::default()
+        };
+        assert_eq!(t.render_with(&[], false, &args).unwrap(), "09 Jul 2024");
+        // Without a date: today's.
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            TemplateDate::today().strftime("%d %b %Y").unwrap()
+        );
+        let t = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "").unwrap();
+        let err = t.render_with(&[], false, &args).unwrap_err().to_string();
+        assert!(err.contains("%Q"), "{err}");
+        // Named variables cannot be overridden by kwargs.
+        let t = ChatTemplate::new("{{ add_generation_prompt }}|{{ x }}", "", "").unwrap();
+        let args = TemplateArgs {
+            kwargs: [
+                ("add_generation_prompt".to_string(), serde_json::json!("no")),
+                ("x".to_string(), serde_json::json!(3)),
+            ]
+            .into(),
+            date: None,
+        };
+        assert_eq!(t.render_with(&[], true, &args).unwrap(), "true|3");
+    }
+
+    #[test]
+    fn harmony_stops_on_return_and_call_not_end() {
+        let src = include_str!("../../tests/fixtures/templates/openai-gpt-oss-120b.jinja");
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.reasoning_format(), ReasoningFormat::Harmony);
+        // The smollm test vocabulary has none of Harmony's tokens: only EOS stops.
+        let tok = tokenizer();
+        assert_eq!(t.stop_token_ids(&tok), vec![tok.eos_token_id()]);
     }
 
     fn refused_quickly(src: &str) -> String {

@@ -7,6 +7,8 @@ pub mod chat_template;
 pub mod error;
 pub mod message;
 pub mod pre_tokenizer;
+pub mod reasoning;
 pub mod spm;
+pub mod template_date;
 pub mod template_size;
 pub mod tokenizer;

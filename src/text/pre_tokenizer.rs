@@ -28,6 +28,12 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2's pre-tokenizer regex (llama.cpp `qwen2`): Llama 3's with single digits.
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// o200k's pre-tokenizer regex (llama.cpp `gpt-4o`: gpt-oss, Llama 4) as llama.cpp writes it:
+/// the upper/lower-case letter classes of the original (`[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`,
+/// `[\p{Ll}\p{Lm}\p{Lo}\p{M}]`) become "a letter that is not a-z" / "not A-Z", which is
+/// what llama.cpp's splitter matches, and `[\r\n/]*` follows punctuation.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -41,6 +47,8 @@ pub enum PreTokenizer {
     Llama3,
     /// `qwen2` (Qwen2/2.5, and the distills llama.cpp maps to it).
     Qwen2,
+    /// `gpt-4o` (o200k: gpt-oss, and Llama 4 which llama.cpp maps to it).
+    Gpt4o,
 }
 
 impl PreTokenizer {
@@ -52,6 +60,7 @@ impl PreTokenizer {
             Some("gpt2") => Ok(PreTokenizer::Gpt2),
             Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
             Some("qwen2") | Some("deepseek-r1-qwen") => Ok(PreTokenizer::Qwen2),
+            Some("gpt-4o") | Some("llama4") => Ok(PreTokenizer::Gpt4o),
             Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
@@ -68,6 +77,7 @@ impl PreTokenizer {
             ],
             PreTokenizer::Llama3 => &[LLAMA3_REGEX],
             PreTokenizer::Qwen2 => &[QWEN2_REGEX],
+            PreTokenizer::Gpt4o => &[GPT4O_REGEX],
         }
     }
 

@@ -853,6 +853,39 @@ mod tests {
         );
     }
 
+    /// The `gpt-4o` pre-tokenizer (gpt-oss) gives llama.cpp's ids: a vocab-only GGUF whose
+    /// merges would join across the splits it must make (case changes, contractions, digit
+    /// runs, punctuation with `/`), tokenized by `llama-tokenize` into
+    /// `tests/fixtures/gpt4o/expected.json` (written by `make_vocab.py` there). No real o200k
+    /// vocabulary is available offline: this checks the split, not o200k's merges.
+    #[test]
+    fn gpt4o_pre_tokenizer_tokenizes_like_llama_cpp() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt4o");
+        let tok = Tokenizer::from_gguf_file(&dir.join("vocab.gguf")).unwrap();
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let cases = expected["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 16);
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+            assert_eq!(tok.encode(text).unwrap(), want, "{text:?}");
+        }
+        // The same vocabulary under Qwen2's profile tokenizes the first case otherwise: the
+        // fixture tells a wrong split apart.
+        let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
+        let mut content = Content::read(&mut f).unwrap();
+        content.metadata.insert(
+            "tokenizer.ggml.pre".into(),
+            candle_core::quantized::gguf_file::Value::String("qwen2".into()),
+        );
+        let qwen2 = Tokenizer::from_gguf(&content).unwrap();
+        let digits = &cases[4];
+        assert_eq!(digits["text"], "1234567 12 345");
+        let want: Vec<u32> = serde_json::from_value(digits["ids"].clone()).unwrap();
+        assert_ne!(qwen2.encode("1234567 12 345").unwrap(), want);
+    }
+
     #[test]
     fn unknown_pre_tokenizer_is_named() {
         let err = Tokenizer::from_gguf(&content(Some("qwen9"), false)).unwrap_err();

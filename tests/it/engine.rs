@@ -352,6 +352,7 @@ fn tiny_model_forked_sequence_decodes_like_a_fresh_one() {
             prompt_ids: t.clone(),
             params: greedy(12),
             prefix: Some(id),
+            reasoning: None,
         });
     }
     let from_forks = dec.generate(&forked, &NoText).expect("forked");
@@ -643,6 +644,7 @@ fn chat_replies_do_not_depend_on_batch_size_neighbours_or_threads() {
                     max_new_tokens: 24,
                     ..SamplingParams::default()
                 },
+                ..Default::default()
             }
         })
         .collect();
@@ -702,6 +704,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
         .prompt_ids(&candor::engine::ChatRequest {
             messages: convs[1].messages.clone(),
             params: SamplingParams::default(),
+            ..Default::default()
         })
         .expect("prompt");
     let split = prompt.len() - 3;
@@ -713,6 +716,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
         prompt_ids: tail.clone(),
         params: greedy(16),
         prefix: Some(id),
+        reasoning: None,
     });
     let from_forks = eng.generate_tokens(&forked).expect("forks");
     let fresh = eng
@@ -746,6 +750,7 @@ fn checklist_request(i: usize, max_new_tokens: usize) -> candor::engine::ChatReq
             constraint: Some(Constraint::JsonSchema(judgement_schema(&criteria))),
             ..SamplingParams::default()
         },
+        ..Default::default()
     }
 }
 
@@ -817,6 +822,7 @@ fn constrained_replies_do_not_depend_on_batch_size_or_neighbours() {
                         max_new_tokens: 32,
                         ..SamplingParams::default()
                     },
+                    ..Default::default()
                 }
             }
         })

@@ -480,6 +480,7 @@ fn fbbench_plan_ids_are_unique_and_every_item_plans_two_steps() {
                     prompt_tokens: 0,
                     output_tokens: 0,
                     truncated: None,
+                    reasoning: None,
                 },
             );
             let second = plan.next_steps(item, &done);

@@ -108,6 +108,7 @@ fn gpu_replies_do_not_depend_on_batch_size_neighbours_or_runs() {
                     max_new_tokens: 32,
                     ..SamplingParams::default()
                 },
+                ..Default::default()
             }
         })
         .collect();
@@ -160,6 +161,7 @@ fn gpu_forks_and_prefix_cache_change_no_token() {
             prompt_ids: t.clone(),
             params: greedy.clone(),
             prefix: Some(dec.fork(base).expect("fork")),
+            reasoning: None,
         })
         .collect();
     let from_forks = dec.generate(&forked, &NoText).expect("forked");

@@ -29,4 +29,5 @@ mod reliability;
 mod report;
 mod run;
 mod serve;
+mod thinking;
 mod tokenizer;

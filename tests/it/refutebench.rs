@@ -27,6 +27,7 @@ fn out(text: &str) -> StepOutput {
         prompt_tokens: 0,
         output_tokens: 0,
         truncated: None,
+        reasoning: None,
     }
 }
 

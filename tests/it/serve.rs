@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -639,4 +640,124 @@ fn serve_refuses_several_models_on_one_gpu_without_a_pool_size() {
         err.contains("2 models on cuda") && err.contains("--gpu-kv-mb"),
         "{err}"
     );
+}
+
+/// A copy of the default model whose GGUF carries QwQ's chat template (a thinking template
+/// that opens `<think>` in the generation prompt): `candor serve` reads templates from GGUFs.
+fn thinking_model(dir: &Path) -> Option<PathBuf> {
+    use candle_core::quantized::gguf_file::{Content, Value as GgufValue};
+    let src = default_model()?;
+    let mut f = std::fs::File::open(&src).unwrap();
+    let content = Content::read(&mut f).unwrap();
+    let template = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates/Qwen-QwQ-32B.jinja"),
+    )
+    .unwrap();
+    let mut metadata: Vec<(String, GgufValue)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (k, v) in metadata.iter_mut() {
+        if k == "tokenizer.chat_template" {
+            *v = GgufValue::String(template.clone());
+        }
+    }
+    let names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+    let tensors: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let t = content
+                .tensor(&mut f, n, &candle_core::Device::Cpu)
+                .unwrap();
+            (n.clone(), t)
+        })
+        .collect();
+    let out = dir.join("smollm2-qwq-template.gguf");
+    crate::util::write_gguf(&out, &metadata, &tensors);
+    Some(out)
+}
+
+/// A thinking model's reply carries its reasoning as `reasoning_content`, apart from its
+/// `content`, unstreamed and in stream deltas (which join into the same two texts);
+/// `chat_template_kwargs` reaches the template (thinking off: no reasoning) and a bad
+/// `reasoning_effort` is refused.
+#[test]
+fn serve_returns_reasoning_content_and_takes_template_kwargs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(model) = thinking_model(tmp.path()) else {
+        return;
+    };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_candor"));
+    cmd.args(["serve", "--port", "0", "--model"])
+        .arg(format!("qwq={}", model.display()))
+        .env_remove("CANDOR_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().expect("starting candor serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address line");
+    let base = line
+        .trim()
+        .strip_prefix("candor serve: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let s = Server {
+        child,
+        base,
+        key: None,
+    };
+    let body = |extra: Value| {
+        let mut b = json!({
+            "model": "qwq",
+            "messages": user("Is 17 a prime number?"),
+            "max_tokens": 40,
+            "chat_template_kwargs": {"enable_thinking": true},
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    // The model's replies start inside the block QwQ's template opened; a small model may
+    // never close it: the whole reply is then reasoning, cut at the token limit.
+    let v = s.chat(&body(json!({})));
+    let msg = &v["choices"][0]["message"];
+    let reasoning = msg["reasoning_content"]
+        .as_str()
+        .expect("reasoning_content");
+    assert!(!reasoning.is_empty(), "{v}");
+    let content = msg["content"].as_str().unwrap().to_string();
+    assert!(
+        !content.contains("</think>") && !reasoning.contains("</think>"),
+        "{v}"
+    );
+
+    // Streamed: the deltas' reasoning and content join into the same texts.
+    let mut streamed = body(json!({}));
+    streamed["stream"] = json!(true);
+    let (text, chunks, done) = read_stream(&s, &streamed);
+    assert!(done);
+    let r: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+        .collect();
+    assert_eq!((r.as_str(), text.as_str()), (reasoning, content.as_str()));
+
+    // Thinking off through chat_template_kwargs: the template closes the block itself.
+    let off = s.chat(&body(
+        json!({"chat_template_kwargs": {"enable_thinking": false}}),
+    ));
+    assert!(
+        off["choices"][0]["message"]["reasoning_content"].is_null(),
+        "{off}"
+    );
+    let (status, err) = s.post(
+        "/v1/chat/completions",
+        &body(json!({"reasoning_effort": "extreme"})),
+    );
+    assert_eq!(status, 400, "{err}");
+    assert_eq!(err["error"]["param"], "reasoning_effort", "{err}");
 }

@@ -17,7 +17,7 @@ use super::prompts::{followup_messages, judge_messages, task_temperature};
 use super::pynum::PyNum;
 use super::score::{item_score, results, ModelUnits, Rule, Unit};
 use crate::bench::panel::{judge_actor, Panel};
-use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript};
+use crate::bench::plan::{step_seed, Actor, Plan, Step, Transcript, REASONING_TRUNCATED};
 use crate::bench::BenchResults;
 use crate::engine::{Constraint, SamplingParams};
 use crate::judge::checklist::{self, CheckVerdict};
@@ -151,10 +151,16 @@ pub fn judge_verdicts(
     j: usize,
 ) -> Verdict<Vec<CheckVerdict>> {
     match (done.get(FOLLOWUP), done.get(&Panel::key(JUDGE, j))) {
-        (Some(_), Some(judge)) if rule == Rule::Published => {
-            checklist::parse_output_partial(&judge.text, &item.criteria())
+        // The candidate's follow-up has no answer to grade.
+        (Some(f), _) if f.reasoning_truncated() => {
+            Verdict::unscored(format!("candidate: {REASONING_TRUNCATED}"))
         }
-        (Some(_), Some(judge)) => checklist::parse_output(&judge.text, &item.criteria()),
+        (Some(_), Some(judge)) if rule == Rule::Published => {
+            judge.verdict(|answer| checklist::parse_output_partial(answer, &item.criteria()))
+        }
+        (Some(_), Some(judge)) => {
+            judge.verdict(|answer| checklist::parse_output(answer, &item.criteria()))
+        }
         (None, _) => Verdict::unscored("not run: no follow-up step"),
         (Some(_), None) => Verdict::unscored("not judged: no judge step"),
     }
@@ -273,6 +279,7 @@ mod tests {
     use crate::bench::fbbench::data::{parse_dataset, parse_jsonl};
     use crate::bench::fbbench::score::units_from_records;
     use crate::bench::plan::StepOutput;
+    use crate::engine::StopReason;
     use crate::text::message::Role;
     use std::path::Path;
 
@@ -373,6 +380,86 @@ mod tests {
         assert_eq!(free.next_steps(item, &done)[0].params.constraint, None);
         done.insert(JUDGE.into(), out("{}"));
         assert!(plan.next_steps(item, &done).is_empty());
+    }
+
+    /// A thinking judge's reply as the engine records it: split with the real Qwen3 template's
+    /// family ([`ReasoningFormat::split`]), cut at the token limit when `cut`.
+    fn thinking_out(raw: &str, cut: bool) -> StepOutput {
+        use crate::engine::Reasoning;
+        use crate::text::reasoning::ReasoningFormat;
+        let qwen3 = include_str!("../../../tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja");
+        let format = ReasoningFormat::from_template(qwen3);
+        let split = format.split(raw, false);
+        StepOutput {
+            text: split.answer.clone().unwrap_or_default(),
+            stop_reason: if cut {
+                StopReason::MaxTokens
+            } else {
+                StopReason::Eos
+            },
+            reasoning: split.reasoning.map(|text| Reasoning {
+                text,
+                tokens: 0,
+                truncated: cut && split.answer.is_none(),
+            }),
+            ..StepOutput::scripted("")
+        }
+    }
+
+    /// A thinking judge whose reasoning holds a different verdict than its answer is scored
+    /// from the answer only; one cut inside its reasoning is unscored, never graded from the
+    /// reasoning; a candidate cut inside its reasoning has no answer to grade.
+    #[test]
+    fn thinking_judges_are_scored_from_their_answer_only() {
+        let items = items();
+        let item = &items[0]; // Mathematics, EC: weights 0.6 / 0.15 / 0.25
+        let mut done = Transcript::new();
+        done.insert(FOLLOWUP.into(), out("修正后的回答"));
+        let all_met = judge_reply(item, &[0, 1, 2]);
+        let first_met = judge_reply(item, &[0]);
+        done.insert(
+            JUDGE.into(),
+            thinking_out(
+                &format!("<think>\nDraft:\n{all_met}\nNo, only the first holds.\n</think>\n\n{first_met}"),
+                false,
+            ),
+        );
+        assert!(done[JUDGE]
+            .reasoning
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("Draft"));
+        let from_answer = checklist::parse_output(&first_met, &item.criteria());
+        assert!(from_answer.scored().is_some());
+        assert_eq!(verdicts(item, &done, Rule::Paper), from_answer);
+        assert_ne!(
+            verdicts(item, &done, Rule::Paper),
+            checklist::parse_output(&all_met, &item.criteria())
+        );
+
+        // Cut inside the reasoning (which holds a parseable verdict): unscored, with reason.
+        done.insert(
+            JUDGE.into(),
+            thinking_out(&format!("<think>\nDraft:\n{all_met}"), true),
+        );
+        for rule in [Rule::Paper, Rule::Published] {
+            assert_eq!(
+                verdicts(item, &done, rule),
+                Verdict::unscored(REASONING_TRUNCATED)
+            );
+        }
+        let u = unit(item, verdicts(item, &done, Rule::Paper), Rule::Paper);
+        assert!(u.score.is_none());
+        assert_eq!(u.unscored.as_deref(), Some(REASONING_TRUNCATED));
+
+        // The candidate's follow-up was cut inside its reasoning.
+        done.insert(FOLLOWUP.into(), thinking_out("<think>\nLet me redo", true));
+        done.insert(JUDGE.into(), out(&first_met));
+        assert_eq!(
+            verdicts(item, &done, Rule::Paper),
+            Verdict::unscored("candidate: reasoning truncated")
+        );
     }
 
     #[test]

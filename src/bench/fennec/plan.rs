@@ -207,7 +207,7 @@ impl FennecPlan {
         out
     }
 
-    /// The branches' criteria, once the criteria step is done.
+    /// The branches' criteria, once the criteria step is done (from its answer only).
     pub fn criteria(&self, done: &Transcript) -> Option<Vec<String>> {
         done.get("criteria")
             .map(|o| parse_criteria(&o.text, self.branches))
@@ -286,15 +286,19 @@ impl FennecPlan {
             let v = Verdict::unscored("no criteria parsed from the criteria reply");
             return (v.clone(), v);
         };
-        let text = |key: &str| done.get(key).map_or("", |o| o.text.as_str()).to_string();
+        // A judgement's verdict from its answer (a missing step parses as an empty reply).
+        let read = |key: &str, parse: fn(&str) -> Verdict<_>| match done.get(key) {
+            Some(o) => o.verdict(parse),
+            None => parse(""),
+        };
         match self.mode {
             Mode::Pairwise => {
                 let mut normal = Vec::new();
                 let mut exchanged = Vec::new();
                 for b in 0..criteria.len() {
                     let [n, e] = self.judgement_keys(b);
-                    normal.push(parse_pair_scores(&text(&n)));
-                    exchanged.push(parse_pair_scores(&text(&e)));
+                    normal.push(read(&n, parse_pair_scores));
+                    exchanged.push(read(&e, parse_pair_scores));
                 }
                 (
                     score::preference(&score::merge_pair_scores(&normal)),
@@ -305,10 +309,7 @@ impl FennecPlan {
                 let pairs: Vec<_> = (0..criteria.len())
                     .map(|b| {
                         let [a, bb] = self.judgement_keys(b);
-                        (
-                            parse_single_score(&text(&a)),
-                            parse_single_score(&text(&bb)),
-                        )
+                        (read_single(done, &a), read_single(done, &bb))
                     })
                     .collect();
                 let v = score::preference(&score::merge_single_scores(&pairs));
@@ -375,8 +376,8 @@ impl FennecPlan {
                 for key in self.judgement_keys(b) {
                     let Some(o) = done.get(&key) else { continue };
                     let ok = match self.mode {
-                        Mode::Pairwise => parse_pair_scores(&o.text).scored().is_some(),
-                        Mode::Single => parse_single_score(&o.text).scored().is_some(),
+                        Mode::Pairwise => o.verdict(parse_pair_scores).scored().is_some(),
+                        Mode::Single => o.verdict(parse_single_score).scored().is_some(),
                     };
                     if ok {
                         parsed += 1;
@@ -458,6 +459,15 @@ impl Plan for FennecPlan {
     }
 }
 
+/// A single-score judgement's verdict from its answer (a missing step parses as an empty
+/// reply).
+fn read_single(done: &Transcript, key: &str) -> Verdict<u8> {
+    match done.get(key) {
+        Some(o) => o.verdict(parse_single_score),
+        None => parse_single_score(""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,6 +495,7 @@ mod tests {
             prompt_tokens: 1,
             output_tokens: 1,
             truncated: None,
+            reasoning: None,
         }
     }
 

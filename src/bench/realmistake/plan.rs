@@ -106,7 +106,7 @@ impl DetectionPlan {
         let verdicts: Vec<Option<Detection>> = (0..self.samples.max(1))
             .map(|s| {
                 let out = done.get(&self.step_key(detector, prompt, s))?;
-                parse_detection(&out.text).scored().copied()
+                out.verdict(parse_detection).scored().copied()
             })
             .collect();
         if self.samples > 1 {
@@ -240,6 +240,7 @@ mod tests {
             prompt_tokens: 10,
             output_tokens: 5,
             truncated: None,
+            reasoning: None,
         }
     }
 

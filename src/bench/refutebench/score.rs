@@ -180,7 +180,7 @@ impl FaRecord {
     fn read(turn: usize, done: &Transcript, judges: Judges) -> FaRecord {
         let read = |j: usize| {
             dialogue::find_step(done, &Panel::key(&dialogue::fa_key(turn), j))
-                .map(|(_, s)| feedback_acceptance::parse(&s.text))
+                .map(|(_, s)| s.verdict(feedback_acceptance::parse))
         };
         let p = match judges {
             Judges::One(j) => {

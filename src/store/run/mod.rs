@@ -324,6 +324,7 @@ fn step_output(reply: ChatReply) -> StepOutput {
         prompt_tokens: reply.prompt_ids.len(),
         output_tokens: reply.output_ids.len(),
         truncated: None,
+        reasoning: reply.reasoning,
     }
 }
 

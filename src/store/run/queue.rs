@@ -139,10 +139,10 @@ impl<P: Plan> Run<'_, P> {
                 let Some((i, step)) = q.take_ready(|a| shares(&*models, actor, a)) else {
                     break;
                 };
-                let request = ChatRequest {
-                    messages: step.messages.clone(),
-                    params: step.params.clone(),
-                };
+                let mut request = ChatRequest::new(step.messages.clone(), step.params.clone());
+                if let Some(chat) = &self.manifest.identity.chat {
+                    chat.apply(step.actor, &mut request);
+                }
                 if let Err(reason) = models.preflight(gen, &request) {
                     q.computed(&ledger.ids, i, step, SampleOutcome::Error(reason));
                     answered = true;

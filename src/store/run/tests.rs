@@ -160,6 +160,7 @@ fn round_loop_log(items: &[ToyItem], plan: &ToyPlan, models: &FakeModels) -> Vec
             let request = ChatRequest {
                 messages: step.messages.clone(),
                 params: step.params.clone(),
+                ..Default::default()
             };
             let refused = step
                 .messages
