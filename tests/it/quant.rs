@@ -333,7 +333,10 @@ pub(crate) struct TinySequences {
 impl TinySequences {
     /// Each sequence with its first predicted position.
     pub(crate) fn seqs(&self) -> Vec<(&[u32], usize)> {
-        self.sequences.iter().map(|s| (&s[..], self.start)).collect()
+        self.sequences
+            .iter()
+            .map(|s| (&s[..], self.start))
+            .collect()
     }
 }
 
@@ -646,7 +649,10 @@ impl Verdict {
 /// Every model agrees at 98% or more, or at least as well as llama.cpp's own other paths, and
 /// misses only where llama.cpp's top-2 gap is below `near`.
 pub(crate) fn assert_verdicts(report: &[Verdict], near: f32) {
-    let at_98 = report.iter().filter(|r| r.agree * 50 >= r.total * 49).count();
+    let at_98 = report
+        .iter()
+        .filter(|r| r.agree * 50 >= r.total * 49)
+        .count();
     println!("{at_98} of {} models agree at >= 98%", report.len());
     for v in report {
         assert!(
