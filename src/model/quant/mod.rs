@@ -1,7 +1,7 @@
 //! Deterministic CPU matrix products against (quantized) weight matrices: [`QWeight`].
 //!
 //! A weight is an `n × k` matrix (output × input features, as stored in GGUF). Q8_0, Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights stay quantized: each activation row is
+//! Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and MXFP4 weights stay quantized: each activation row is
 //! quantized to Q8_0 / Q8_1 / Q8_K blocks as ggml does for that type, and every output element
 //! is an in-order sum of per-block scaled integer dot products. F32, F16 and BF16 weights use
 //! float dot products in a fixed order. Any other GGUF type is refused
@@ -25,6 +25,7 @@ use candle_core::Device;
 use rayon::prelude::*;
 
 use crate::weights::mapped::MappedBytes;
+use crate::weights::stored::StoredType;
 
 pub use error::{QuantError, SUPPORTED};
 
@@ -52,6 +53,8 @@ pub enum WeightFormat {
     Q5K,
     /// ggml Q6_K super-blocks; activations quantized to Q8_K.
     Q6K,
+    /// ggml MXFP4 blocks (E8M0 exponent, 4-bit E2M1 codes); activations quantized to Q8_0.
+    Mxfp4,
     /// bfloat16; float dot products.
     BF16,
     /// IEEE half floats; float dot products.
@@ -171,6 +174,15 @@ pub fn has_kernel(dtype: GgmlDType) -> bool {
     qformat(dtype).is_some() || matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
 }
 
+/// Whether [`QWeight::from_stored`] keeps this stored type as stored (it refuses the others):
+/// [`has_kernel`]'s types and MXFP4.
+pub fn has_stored_kernel(stored: StoredType) -> bool {
+    match stored {
+        StoredType::Ggml(d) => has_kernel(d),
+        StoredType::Mxfp4 => true,
+    }
+}
+
 /// An immutable `n × k` weight matrix with deterministic matmul kernels (see the module doc).
 #[derive(Debug, Clone)]
 pub struct QWeight {
@@ -285,6 +297,45 @@ impl QWeight {
         Ok(QWeight { n, k, storage })
     }
 
+    /// An `n × k` weight of any stored type Candor knows, from its raw bytes (row-major GGUF
+    /// blocks), copied: [`QWeight::from_bytes`] for candle's types; MXFP4 is repacked into
+    /// panels.
+    pub fn from_stored_bytes(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+    ) -> Result<QWeight, QuantError> {
+        match stored {
+            StoredType::Ggml(d) => QWeight::from_bytes(d, n, k, raw),
+            StoredType::Mxfp4 => Ok(QWeight {
+                n,
+                k,
+                storage: Storage::Quant(Panels::from_gguf(QFormat::Mxfp4, raw, n, k)?),
+            }),
+        }
+    }
+
+    /// An `n × k` weight of any stored type Candor knows, read from a model file's memory
+    /// map (what [`crate::weights::gguf::GgufFile::mapped_stored`] returns):
+    /// [`QWeight::from_mapped`] for candle's types; MXFP4 is repacked into panels and the
+    /// mapped pages released, as the other quantized types.
+    pub fn from_stored(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        m: MappedBytes,
+    ) -> Result<QWeight, QuantError> {
+        match stored {
+            StoredType::Ggml(d) => QWeight::from_mapped(d, n, k, m),
+            StoredType::Mxfp4 => {
+                let w = QWeight::from_stored_bytes(stored, n, k, m.bytes())?;
+                m.release();
+                Ok(w)
+            }
+        }
+    }
+
     /// Whether the values are read in place from a model file's memory map.
     pub fn is_mapped(&self) -> bool {
         matches!(
@@ -353,6 +404,7 @@ impl QWeight {
                 QFormat::Q4K => WeightFormat::Q4K,
                 QFormat::Q5K => WeightFormat::Q5K,
                 QFormat::Q6K => WeightFormat::Q6K,
+                QFormat::Mxfp4 => WeightFormat::Mxfp4,
             },
             Storage::F32(_) => WeightFormat::F32,
             Storage::F16(_) => WeightFormat::F16,
