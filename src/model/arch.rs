@@ -25,7 +25,7 @@ use crate::weights::mapped::MappedBytes;
 
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3",
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss",
 ];
 
 /// A supported architecture.
@@ -40,6 +40,9 @@ pub enum Arch {
     Gemma2,
     Gemma3,
     Phi3,
+    /// OpenAI's gpt-oss: attention sinks, alternating sliding-window layers, YaRN RoPE, q/k/v
+    /// and output biases, experts with biases and SwiGLU-OAI.
+    GptOss,
 }
 
 impl Arch {
@@ -77,6 +80,15 @@ impl Arch {
         self.is_gemma()
     }
 
+    /// The tensor (after `blk.N.`) of the feed-forward block's pre-norm: gpt-oss calls it the
+    /// post-attention norm (as its checkpoint's `post_attention_layernorm`).
+    pub fn ffn_norm_tensor(self) -> &'static str {
+        match self {
+            Arch::GptOss => "post_attention_norm.weight",
+            _ => "ffn_norm.weight",
+        }
+    }
+
     /// Whether q/k/v and gate/up are stored fused (`attn_qkv`, a `2·ffn`-row `ffn_up`).
     pub fn fused(self) -> bool {
         matches!(self, Arch::Phi3)
@@ -94,6 +106,9 @@ pub enum Activation {
     /// the gate rounded to f16 and looked up in a table of f16 values (`0` at or below -10,
     /// the identity at or above 10).
     GeluTanhF16,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`, alpha 1.702, limit 7): with
+    /// `x = min(gate, 7)` and `y = clamp(up, -7, 7)`, `x / (1 + e^(-1.702·x)) · (y + 1)`.
+    SwigluOai,
 }
 
 /// How a Mixture-of-Experts router turns its logits into the chosen experts and their
@@ -103,6 +118,8 @@ pub enum Gating {
     /// Softmax over all experts, the `used` largest probabilities, then (with `normalize`)
     /// those divided by their sum (Mixtral, Qwen3-MoE).
     SoftmaxTopK { normalize: bool },
+    /// The `used` largest logits, then a softmax over those (gpt-oss).
+    TopKSoftmax,
 }
 
 /// The Mixture-of-Experts feed-forward block of a model whose layers route each token to a
@@ -159,6 +176,21 @@ pub struct ModelConfig {
     /// The Mixture-of-Experts feed-forward block of every layer, when the model has one
     /// (else every layer has the dense gate/up/down block of `ffn_dim`).
     pub moe: Option<MoeConfig>,
+    /// YaRN RoPE scaling (gpt-oss), with `rope_scale` its factor.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN's parameters as llama.cpp derives them for a GGUF with `rope.scaling.type = yarn`
+/// (`llama-context.cpp`, `ggml_rope_yarn_corr_dims`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    /// `rope.scaling.original_context_length`.
+    pub orig_ctx: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub ext_factor: f32,
+    /// llama.cpp's `yarn_attn_factor` after its corrections.
+    pub attn_factor: f32,
 }
 
 impl ModelConfig {
@@ -241,11 +273,28 @@ impl ModelConfig {
         } else {
             (self.rope_base, self.rope_scale)
         };
+        let freq_scale = 1.0 / scale;
+        let yarn = self.yarn.map(|y| {
+            // ggml_rope_yarn_corr_dims, and rope_yarn's magnitude scale.
+            let n = self.rope_dim as f32;
+            let dim = |rot: f32| {
+                n * (y.orig_ctx as f32 / (rot * 2.0 * std::f32::consts::PI)).ln()
+                    / (2.0 * base.ln())
+            };
+            let start = dim(y.beta_fast).floor();
+            let end = dim(y.beta_slow).ceil();
+            YarnRope {
+                corr: [start.max(0.0), end.min(n - 1.0)],
+                ext_factor: y.ext_factor,
+                mscale: y.attn_factor * 0.1f32.mul_add((1.0 / freq_scale).ln(), 1.0),
+            }
+        });
         RopeFreqs {
             pairs: self.rope_dim / 2,
             theta_scale: base.powf(-2.0 / self.rope_dim as f32),
-            freq_scale: 1.0 / scale,
+            freq_scale,
             factors: factors.map(|f| f[..self.rope_dim / 2].to_vec()),
+            yarn,
         }
     }
 }
@@ -327,6 +376,8 @@ pub struct ArchSpec {
     /// Mixture-of-Experts feed-forward blocks: never, when the file declares experts
     /// (Mixtral is a `llama` file with `expert_count`), or always.
     pub moe: MoeSpec,
+    /// GGUF `rope.scaling.type = yarn` is implemented (gpt-oss).
+    pub yarn: bool,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -363,6 +414,7 @@ const BASE: ArchSpec = ArchSpec {
     llama3_rope: true,
     hf_tie_default: false,
     moe: MoeSpec::IfDeclared(Gating::SoftmaxTopK { normalize: true }),
+    yarn: false,
 };
 
 /// One description per supported architecture.
@@ -463,6 +515,20 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Never,
+        ..BASE
+    },
+    // GGUF only (a checkpoint's MXFP4 blocks are not read: convert to GGUF).
+    ArchSpec {
+        arch: Arch::GptOss,
+        gguf_name: "gpt-oss",
+        hf_model_types: &[],
+        hf_context_len: 131072,
+        reads_rope_base_swa: true,
+        swa: Swa::Pattern(2),
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Always(Gating::TopKSoftmax),
+        yarn: true,
         ..BASE
     },
 ];
@@ -691,15 +757,17 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         }
         _ => spec.rope_base_swa.unwrap_or(rope_base),
     };
-    let (rope_dim, rope_scale, vocab_size, activation, attn_scale) = match f {
+    let (rope_dim, rope_scale, yarn, vocab_size, activation, attn_scale) = match f {
         Fields::Gguf { content, .. } => {
-            let (rope_dim, rope_scale) = gguf_rope(f, content, head_dim)?;
+            let (rope_dim, rope_scale, yarn) = gguf_rope(spec, f, content, head_dim)?;
             let vocab_size = match content.tensor_infos.get("token_embd.weight") {
                 Some(info) => info.shape.dims()[0],
                 None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
             };
             let activation = if spec.gemma {
                 Activation::GeluTanhF16
+            } else if arch == Arch::GptOss {
+                Activation::SwigluOai
             } else {
                 Activation::Silu
             };
@@ -708,7 +776,9 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             } else {
                 1.0 / (head_dim as f32).sqrt()
             };
-            (rope_dim, rope_scale, vocab_size, activation, attn_scale)
+            (
+                rope_dim, rope_scale, yarn, vocab_size, activation, attn_scale,
+            )
         }
         Fields::Hf { .. } => {
             let rope_dim = match f.json("partial_rotary_factor").and_then(Json::as_f64) {
@@ -752,6 +822,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             (
                 rope_dim,
                 hf_rope_scale(spec, f)?,
+                None,
                 vocab_size,
                 activation,
                 attn_scale,
@@ -807,6 +878,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         sliding_window,
         swa_layers,
         moe,
+        yarn,
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),
@@ -871,7 +943,12 @@ fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeC
 
 /// GGUF `rope.dimension_count` and the linear RoPE scale: `rope.scaling.type` defaults to
 /// `linear` as in llama.cpp, with `rope.scaling.factor` (0 or absent: 1).
-fn gguf_rope(f: &Fields, content: &Content, head_dim: usize) -> Result<(usize, f32)> {
+fn gguf_rope(
+    spec: &ArchSpec,
+    f: &Fields,
+    content: &Content,
+    head_dim: usize,
+) -> Result<(usize, f32, Option<Yarn>)> {
     let Fields::Gguf { prefix, .. } = f else {
         unreachable!("GGUF fields")
     };
@@ -899,19 +976,50 @@ fn gguf_rope(f: &Fields, content: &Content, head_dim: usize) -> Result<(usize, f
         None => 1.0,
         Some(_) => md_f32(content, &key("rope.scaling.factor"))?,
     };
-    let scale = match ty.as_str() {
-        "none" => 1.0,
-        "linear" if factor == 0.0 => 1.0,
-        "linear" => factor,
-        other => {
-            return Err(f.err_key(
-                &key("rope.scaling.type"),
-                format!("`{other}` is not supported (supported: none, linear)"),
-            ))
+    let scale = if factor == 0.0 { 1.0 } else { factor };
+    match ty.as_str() {
+        "none" => Ok((rope_dim, 1.0, None)),
+        "linear" => Ok((rope_dim, scale, None)),
+        "yarn" if spec.yarn => {
+            // llama.cpp: the original context defaults to the training context; the betas are
+            // its defaults (it reads no yarn_* key for these architectures: their values are
+            // checked by `check_gguf_keys`); ext_factor 1; the attention factor
+            // `get_mscale(factor)` cancelled by `1 / (1 + 0.1 ln factor)`.
+            let orig_ctx = match opt_usize("rope.scaling.original_context_length")? {
+                Some(c) => c,
+                None => md_usize(content, &key("context_length"))?,
+            };
+            let factor = 1.0 / (1.0 / scale);
+            let mut attn_factor = if factor <= 1.0 {
+                1.0
+            } else {
+                0.1f32.mul_add(factor.ln(), 1.0)
+            };
+            attn_factor *= 1.0 / 0.1f32.mul_add(factor.ln(), 1.0);
+            let yarn = Yarn {
+                orig_ctx,
+                beta_fast: YARN_BETA_FAST,
+                beta_slow: YARN_BETA_SLOW,
+                ext_factor: 1.0,
+                attn_factor,
+            };
+            Ok((rope_dim, scale, Some(yarn)))
         }
-    };
-    Ok((rope_dim, scale))
+        other => Err(f.err_key(
+            &key("rope.scaling.type"),
+            format!(
+                "`{other}` is not supported for {} (supported: none, linear{})",
+                spec.gguf_name,
+                if spec.yarn { ", yarn" } else { "" }
+            ),
+        )),
+    }
 }
+
+/// llama.cpp's YaRN betas (`llama-hparams.h`), the values a GGUF's `rope.scaling.yarn_beta_*`
+/// keys may carry (they are not read for the architectures Candor runs with YaRN).
+const YARN_BETA_FAST: f32 = 32.0;
+const YARN_BETA_SLOW: f32 = 1.0;
 
 /// `config.json` `rope_scaling`: `default`, `linear` (its factor), or `llama3` where the
 /// architecture implements it (frequency factors, see [`llama3_rope_factors`]).
@@ -1130,6 +1238,8 @@ fn check_gguf_keys(spec: &ArchSpec, content: &Content) -> Result<()> {
         }
         let neutral = match rest {
             "rope.scaling.attn_factor" => f32_is(key, 1.0),
+            "rope.scaling.yarn_beta_fast" => spec.yarn && f32_is(key, YARN_BETA_FAST),
+            "rope.scaling.yarn_beta_slow" => spec.yarn && f32_is(key, YARN_BETA_SLOW),
             "expert_count" | "expert_used_count" => usize_is(key, 0),
             "attention.sliding_window" => usize_is(key, 0),
             "attn_logit_softcapping" | "final_logit_softcapping" => f32_is(key, 0.0),
@@ -1207,16 +1317,38 @@ pub struct RopeFreqs {
     pub theta_scale: f32,
     pub freq_scale: f32,
     pub factors: Option<Vec<f32>>,
+    pub yarn: Option<YarnRope>,
+}
+
+/// YaRN's per-model constants of ggml's `rope_yarn`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YarnRope {
+    /// The correction dimensions (`ggml_rope_yarn_corr_dims`).
+    pub corr: [f32; 2],
+    pub ext_factor: f32,
+    /// The magnitude scale of cosines and sines.
+    pub mscale: f32,
 }
 
 impl RopeFreqs {
     /// Cosine and sine of each pair's angle at `pos`, interleaved `[cos, sin, ...]` (libm's
-    /// `cosf` and `sinf`, as llama.cpp).
+    /// `cosf` and `sinf`, as llama.cpp); with YaRN, ggml's `rope_yarn`: the angle blended
+    /// between interpolation and extrapolation by the ramp, the values times its scale.
     pub fn cos_sin(&self, pos: usize, out: &mut [f32]) {
         let mut theta = pos as f32;
         for i in 0..self.pairs {
             let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
-            let (sin, cos) = (self.freq_scale * (theta / ff)).sin_cos();
+            let extrap = theta / ff;
+            let interp = self.freq_scale * extrap;
+            let (sin, cos) = match &self.yarn {
+                None => interp.sin_cos(),
+                Some(y) => {
+                    let ramp = (i as f32 - y.corr[0]) / (y.corr[1] - y.corr[0]).max(0.001);
+                    let mix = (1.0 - ramp.clamp(0.0, 1.0)) * y.ext_factor;
+                    let (s, c) = (interp * (1.0 - mix) + extrap * mix).sin_cos();
+                    (s * y.mscale, c * y.mscale)
+                }
+            };
             out[2 * i] = cos;
             out[2 * i + 1] = sin;
             theta *= self.theta_scale;

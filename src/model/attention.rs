@@ -3,7 +3,7 @@
 //! with AVX2. Both paths do the same operations in the same order (no FMA), so the bits do not
 //! depend on the instruction set, the split or the thread count.
 
-use super::expf::exp_shifted_in_place;
+use super::expf::{exp_f32, exp_shifted_in_place};
 use super::kv::KvSeq;
 
 /// Rows per attention task when a sequence brings many (prefill).
@@ -59,7 +59,7 @@ pub(super) fn attention_tasks(
 
 /// Head geometry for attention.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Geometry {
+pub(super) struct Geometry<'a> {
     pub(super) dim: usize,
     pub(super) hd: usize,
     /// Query heads per KV head.
@@ -69,6 +69,10 @@ pub(super) struct Geometry {
     pub(super) softcap: Option<f32>,
     /// Sliding window: keys at positions `p - window + 1 ..= p` only.
     pub(super) window: Option<usize>,
+    /// Per query head, a sink logit that joins the softmax's maximum and sum but weighs no
+    /// value (gpt-oss; ggml's `soft_max_ext` with sinks: `e^(sink - max)` added after the
+    /// positions).
+    pub(super) sinks: Option<&'a [f32]>,
 }
 
 /// One attention task's output, `[row][head][head_dim]`. Uses AVX2 when available: the same
@@ -79,7 +83,7 @@ pub(super) fn attend<K: KvSeq>(
     q: &[f32],
     span: (usize, usize, usize),
     task: &AttnTask,
-    geo: Geometry,
+    geo: Geometry<'_>,
 ) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -112,7 +116,7 @@ fn attend_avx2<K: KvSeq>(
     q: &[f32],
     span: (usize, usize, usize),
     task: &AttnTask,
-    geo: Geometry,
+    geo: Geometry<'_>,
     score_floats: usize,
 ) -> Vec<f32> {
     use std::arch::x86_64::*;
@@ -124,6 +128,7 @@ fn attend_avx2<K: KvSeq>(
         scale,
         softcap,
         window,
+        sinks,
     } = geo;
     if hd % 8 != 0 {
         // SAFETY: this function only runs where AVX2 is available.
@@ -134,6 +139,8 @@ fn attend_avx2<K: KvSeq>(
     let (h0, nh) = task.heads;
     let (i0, ni) = task.rows;
     let kvo = task.g * hd;
+    // The task's first query head, in the model's numbering (its sinks).
+    let head0 = task.g * group + h0;
     // Row `i` of the task sees positions `lo(i) .. ctx(i)`.
     let ctx = |i: usize| p0 + i0 + i + 1;
     let lo = |i: usize| window.map_or(0, |w| ctx(i).saturating_sub(w));
@@ -226,13 +233,20 @@ fn attend_avx2<K: KvSeq>(
                 let mut lanes = [0f32; 8];
                 // SAFETY: `lanes` holds eight floats.
                 unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax[base + hh]) };
-                let m = lanes.iter().fold(max[base + hh], |m, &v| m.max(v));
+                let mut m = lanes.iter().fold(max[base + hh], |m, &v| m.max(v));
+                if let Some(sk) = sinks {
+                    m = m.max(sk[head0 + hh]);
+                }
+                max[base + hh] = m;
                 exp_shifted_in_place(&mut scores[(base + hh) * cap + l..][..c - l], m);
             }
             let heads = &scores[base * cap..(base + nh) * cap];
             sum_in_order(heads, cap, l..c, &mut sum);
-            for (hh, s) in sum.iter().enumerate() {
-                inv[base + hh] = 1.0 / s;
+            for (hh, s) in sum.iter_mut().enumerate() {
+                if let Some(sk) = sinks {
+                    *s += exp_f32(sk[head0 + hh] - max[base + hh]);
+                }
+                inv[base + hh] = 1.0 / *s;
             }
         }
         // Values, a block of positions added into every row of the pass.
@@ -445,7 +459,7 @@ fn attend_body<K: KvSeq>(
     q: &[f32],
     (r0, _, p0): (usize, usize, usize),
     task: &AttnTask,
-    geo: Geometry,
+    geo: Geometry<'_>,
     dot: impl Fn(&[f32], &[f32]) -> f32,
 ) -> Vec<f32> {
     let Geometry {
@@ -455,6 +469,7 @@ fn attend_body<K: KvSeq>(
         scale,
         softcap,
         window,
+        sinks,
     } = geo;
     let (h0, nh) = task.heads;
     let (i0, ni) = task.rows;
@@ -488,9 +503,15 @@ fn attend_body<K: KvSeq>(
             }
         }
         for hh in 0..nh {
+            if let Some(sk) = sinks {
+                max[hh] = max[hh].max(sk[task.g * group + h0 + hh]);
+            }
             let scores = &mut scores[hh * cap + lo..hh * cap + ctx];
             exp_shifted_in_place(scores, max[hh]);
             sum[hh] = scores.iter().fold(0f32, |s, &v| s + v);
+            if let Some(sk) = sinks {
+                sum[hh] += exp_f32(sk[task.g * group + h0 + hh] - max[hh]);
+            }
         }
         let o = &mut out[i * nh * hd..(i + 1) * nh * hd];
         for p in lo..ctx {
@@ -665,6 +686,7 @@ mod tests {
             scale: 0.125,
             softcap: None,
             window: None,
+            sinks: None,
         };
         let ctx = 300;
         let kv = Kv {
@@ -712,7 +734,7 @@ mod tests {
     /// The AVX2 kernel (eight positions per score pass, key and value blocks, row passes of
     /// one row, a few rows and the whole task) against the portable body, bit for bit: head
     /// sizes with and without whole 64- and 8-lane chunks, groups, soft-capping, windows,
-    /// prefill row blocks and decode rows at every context length around the 8-position and
+    /// sinks, prefill row blocks and decode rows at every context length around the 8-position and
     /// block edges.
     #[test]
     fn avx2_attention_has_the_portable_bits() {
@@ -723,14 +745,19 @@ mod tests {
         if std::arch::is_x86_feature_detected!("avx2") {
             let n_kv = 2;
             let mut cases = 0;
-            for (hd, group, softcap, window) in [
-                (64, 3, None, None),
-                (128, 4, None, Some(37)),
-                (96, 1, Some(20.0), None),
-                (80, 2, None, None),
-                (72, 3, Some(5.0), Some(9)),
-                (20, 2, None, None),
+            // Tasks whose output the sinks changed.
+            let mut sunk = 0;
+            for (hd, group, softcap, window, sink) in [
+                (64, 3, None, None, false),
+                (64, 4, None, Some(37), true),
+                (128, 4, None, Some(37), false),
+                (96, 1, Some(20.0), None, false),
+                (80, 2, None, None, true),
+                (72, 3, Some(5.0), Some(9), false),
+                (20, 2, None, None, false),
             ] {
+                // Sink logits around the scores' size (some above every score).
+                let sinks: Vec<f32> = noise(7, n_kv * group).iter().map(|x| x * 6.0).collect();
                 let geo = Geometry {
                     dim: n_kv * group * hd,
                     hd,
@@ -738,6 +765,7 @@ mod tests {
                     scale: 1.0 / (hd as f32).sqrt(),
                     softcap,
                     window,
+                    sinks: sink.then_some(&sinks[..]),
                 };
                 let ctx = 90;
                 let spread = |v: Vec<f32>| v.into_iter().map(|x| x * 4.0).collect::<Vec<_>>();
@@ -754,6 +782,11 @@ mod tests {
                     for threads in [1, 64] {
                         for t in attention_tasks(&[span], n_kv, group, threads) {
                             let slow = attend_body(&kv, 0, &q, span, &t, geo, dot);
+                            if sink {
+                                let plain = Geometry { sinks: None, ..geo };
+                                let without = attend_body(&kv, 0, &q, span, &t, plain, dot);
+                                sunk += usize::from(slow != without);
+                            }
                             // The default passes, and passes of one row and of a few rows.
                             for score_floats in [SCORE_FLOATS, 1, 700] {
                                 // SAFETY: AVX2 was checked above.
@@ -774,6 +807,7 @@ mod tests {
                 }
             }
             assert!(cases > 1000);
+            assert!(sunk > 100, "the sinks changed {sunk} tasks' outputs");
         }
     }
 

@@ -237,12 +237,23 @@ impl Lowering {
 
 /// The plan steps the GPU has no kernels for, named in one line (`None`: every step lowers).
 pub fn not_lowered(plan: &Plan) -> Option<String> {
-    let moe = plan.places().any(|(_, steps)| {
-        steps
-            .iter()
-            .any(|s| matches!(s, Step::Route(_) | Step::Experts(_) | Step::Combine))
-    });
-    moe.then(|| MOE_NOT_LOWERED.to_string())
+    let has = |f: fn(&Step) -> bool| plan.places().any(|(_, steps)| steps.iter().any(f));
+    let mut missing = Vec::new();
+    if has(|s| matches!(s, Step::Route(_) | Step::Experts(_) | Step::Combine)) {
+        missing.push("Mixture-of-Experts layers (route, experts, combine)");
+    }
+    if has(|s| matches!(s, Step::Attention { sinks: true, .. })) {
+        missing.push("attention sinks");
+    }
+    if has(|s| matches!(s, Step::OutBias)) {
+        missing.push("an attention output bias");
+    }
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the GPU path has no kernels yet for {}; run this model with --device cpu",
+            missing.join(", ")
+        )
+    })
 }
 
 /// Why a Mixture-of-Experts model does not run on the GPU.
@@ -387,7 +398,7 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::Softcap => push(Kernel::Softcap, i..i + 1),
             // No kernels yet: a plan with these steps is refused on the GPU
             // ([`not_lowered`]), and `covered` would find them uncovered.
-            Step::Route(_) | Step::Experts(_) | Step::Combine => {}
+            Step::Route(_) | Step::Experts(_) | Step::Combine | Step::OutBias => {}
         }
         i += span;
     }
@@ -427,6 +438,7 @@ mod tests {
             sliding_window: None,
             swa_layers: vec![false],
             moe: None,
+            yarn: None,
         };
         Plan::new(&c, [parts])
     }
@@ -538,6 +550,8 @@ mod tests {
                 post_norms: true,
                 swa_rope: false,
                 moe: false,
+                out_bias: false,
+                sinks: false,
             },
         ];
         for parts in all {

@@ -19,12 +19,16 @@ pub(super) struct Expert {
     pub(super) gate: QWeight,
     pub(super) up: QWeight,
     pub(super) down: QWeight,
+    /// The gate, up and down biases (gpt-oss: `ffn_{gate,up,down}_exps.bias`).
+    pub(super) bias: Option<[Vec<f32>; 3]>,
 }
 
 /// A layer's Mixture-of-Experts block.
 pub(super) struct Moe {
     /// `experts × dim` (`ffn_gate_inp`).
     pub(super) router: QWeight,
+    /// Added to the router's logits (gpt-oss: `ffn_gate_inp.bias`).
+    pub(super) router_bias: Option<Vec<f32>>,
     pub(super) experts: Vec<Expert>,
     pub(super) config: MoeConfig,
 }
@@ -47,6 +51,8 @@ pub struct MoeScratch {
     out: Vec<f32>,
     /// Expert indices being ranked.
     order: Vec<u32>,
+    /// One row's chosen logits, then their softmax ([`Gating::TopKSoftmax`]).
+    weights: Vec<f32>,
 }
 
 impl Moe {
@@ -56,19 +62,35 @@ impl Moe {
         s.logits.resize(rows * experts, 0.0);
         self.router
             .matmul(xb, rows, &mut s.logits[..rows * experts]);
+        if let Some(b) = &self.router_bias {
+            super::transformer::add_rows(&mut s.logits[..rows * experts], b);
+        }
         s.chosen.clear();
         for r in 0..rows {
             let probs = &mut s.logits[r * experts..(r + 1) * experts];
+            let first = s.chosen.len();
             match self.config.gating {
                 Gating::SoftmaxTopK { normalize } => {
                     softmax_in_place(probs);
                     rank(probs, used, &mut s.order);
-                    let first = s.chosen.len();
                     s.chosen
                         .extend(s.order[..used].iter().map(|&e| (e, probs[e as usize])));
                     if normalize {
                         normalize_weights(&mut s.chosen[first..]);
                     }
+                }
+                Gating::TopKSoftmax => {
+                    rank(probs, used, &mut s.order);
+                    s.weights.clear();
+                    s.weights
+                        .extend(s.order[..used].iter().map(|&e| probs[e as usize]));
+                    softmax_in_place(&mut s.weights);
+                    s.chosen.extend(
+                        s.order[..used]
+                            .iter()
+                            .zip(&s.weights)
+                            .map(|(&e, &w)| (e, w)),
+                    );
                 }
             }
         }
@@ -107,9 +129,17 @@ impl Moe {
                 n,
                 &mut [&mut s.gate[..], &mut s.up[..]],
             );
+            // ggml adds the up bias, then the gate's, before the activation.
+            if let Some([bg, bu, _]) = &expert.bias {
+                super::transformer::add_rows(&mut s.up, bu);
+                super::transformer::add_rows(&mut s.gate, bg);
+            }
             super::transformer::gated(act, &mut s.gate, &s.up);
             s.down.resize(n * dim, 0.0);
             expert.down.matmul(&s.gate, n, &mut s.down);
+            if let Some([_, _, bd]) = &expert.bias {
+                super::transformer::add_rows(&mut s.down, bd);
+            }
             for (src, &(r, k)) in s.down.chunks_exact(dim).zip(&s.routed[e]) {
                 s.out[(r * used + k) * dim..][..dim].copy_from_slice(src);
             }
@@ -225,8 +255,10 @@ mod tests {
                     gate: mat(10 + e, ffn, dim),
                     up: mat(20 + e, ffn, dim),
                     down: mat(30 + e, dim, ffn),
+                    bias: None,
                 })
                 .collect(),
+            router_bias: None,
             config: MoeConfig {
                 experts,
                 used,

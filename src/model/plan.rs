@@ -63,10 +63,13 @@ pub enum Step {
     /// The keys and values stored at their positions in each sequence's KV.
     KvWrite,
     /// Causal attention over each sequence's KV into `attn`, over the last `window`
-    /// positions when the layer has a sliding window.
-    Attention { window: Option<usize> },
+    /// positions when the layer has a sliding window; with `sinks`, each head's learned sink
+    /// logit joins its softmax (gpt-oss).
+    Attention { window: Option<usize>, sinks: bool },
     /// `xb = rms_norm(xb) · w`, the block's post-norm (Gemma).
     PostNorm(Block),
+    /// `xb += b`, the attention output projection's bias (gpt-oss).
+    OutBias,
     /// `x += xb`.
     Residual,
     /// `gate = act(gate) · up`.
@@ -103,6 +106,10 @@ pub struct LayerParts {
     pub swa_rope: bool,
     /// A Mixture-of-Experts feed-forward block (the model's `moe` configuration).
     pub moe: bool,
+    /// A bias on the attention output projection.
+    pub out_bias: bool,
+    /// Attention sinks.
+    pub sinks: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -190,9 +197,13 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
         Step::KvWrite,
         Step::Attention {
             window: c.window(l),
+            sinks: p.sinks,
         },
         Step::Project(Matrix::Out),
     ]);
+    if p.out_bias {
+        s.push(Step::OutBias);
+    }
     if p.post_norms {
         s.push(Step::PostNorm(Block::Attn));
     }
@@ -294,6 +305,7 @@ mod tests {
             sliding_window: window,
             swa_layers: vec![true, false],
             moe: None,
+            yarn: None,
         }
     }
 
@@ -307,7 +319,10 @@ mod tests {
             Project(Qkv),
             Rope(RopeTable::Full),
             KvWrite,
-            Attention { window: None },
+            Attention {
+                window: None,
+                sinks: false,
+            },
             Project(Out),
             Residual,
             Norm(Ffn),
@@ -365,7 +380,10 @@ mod tests {
                 QkNorm,
                 Rope(RopeTable::Swa),
                 KvWrite,
-                Attention { window: Some(8) },
+                Attention {
+                    window: Some(8),
+                    sinks: false,
+                },
                 Project(Out),
                 PostNorm(Attn),
                 Residual,
@@ -379,7 +397,14 @@ mod tests {
         );
         assert_eq!(
             p.layer(1)[3..6],
-            [Rope(RopeTable::Full), KvWrite, Attention { window: None }]
+            [
+                Rope(RopeTable::Full),
+                KvWrite,
+                Attention {
+                    window: None,
+                    sinks: false
+                }
+            ]
         );
         assert_eq!(p.head().last(), Some(&Softcap));
         let places: Vec<Place> = p.places().map(|(pl, _)| pl).collect();

@@ -100,15 +100,47 @@ fn load_moe(
     let mut gate = expert_matrices(src, &name("ffn_gate_exps.weight"), n, ffn, dim, dtype)?;
     let mut up = expert_matrices(src, &name("ffn_up_exps.weight"), n, ffn, dim, dtype)?;
     let mut down = expert_matrices(src, &name("ffn_down_exps.weight"), n, dim, ffn, dtype)?;
+    // Biases (gpt-oss): of the router, and per expert of gate, up and down.
+    let mut vector = |suffix: &str, shape: &[usize]| -> Result<Option<Vec<f32>>> {
+        let n = name(suffix);
+        if !src.has_tensor(&n) {
+            return Ok(None);
+        }
+        to_f32_vec(&n, &src.read_tensor(&n, shape)?).map(Some)
+    };
+    let router_bias = vector("ffn_gate_inp.bias", &[n])?;
+    let biases = [
+        vector("ffn_gate_exps.bias", &[n, ffn])?,
+        vector("ffn_up_exps.bias", &[n, ffn])?,
+        vector("ffn_down_exps.bias", &[n, dim])?,
+    ];
+    let bias = |e: usize| -> Option<[Vec<f32>; 3]> {
+        let [Some(g), Some(u), Some(d)] = &biases else {
+            return None;
+        };
+        Some([
+            g[e * ffn..(e + 1) * ffn].to_vec(),
+            u[e * ffn..(e + 1) * ffn].to_vec(),
+            d[e * dim..(e + 1) * dim].to_vec(),
+        ])
+    };
+    if biases.iter().any(Option::is_some) && bias(0).is_none() {
+        return Err(ModelError::MissingTensor(format!(
+            "{}: expert biases of gate, up and down come together",
+            name("ffn_*_exps.bias")
+        )));
+    }
     let experts = (0..n)
-        .map(|_| Expert {
+        .map(|e| Expert {
             gate: gate.next().expect("n experts"),
             up: up.next().expect("n experts"),
             down: down.next().expect("n experts"),
+            bias: bias(e),
         })
         .collect();
     Ok(Moe {
         router,
+        router_bias,
         experts,
         config: moe,
     })
@@ -199,6 +231,10 @@ pub(super) struct Layer {
     /// Per-head RMS norms of queries and keys before RoPE (Qwen3, Gemma 3).
     pub(super) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     pub(super) wo: QWeight,
+    /// The output projection's bias (gpt-oss).
+    pub(super) out_bias: Option<Vec<f32>>,
+    /// Per query head, the attention sink logit (gpt-oss).
+    pub(super) sinks: Option<Vec<f32>>,
     /// Norm of the attention output before the residual add (Gemma).
     pub(super) post_attn_norm: Option<Vec<f32>>,
     pub(super) ffn_norm: Vec<f32>,
@@ -228,6 +264,8 @@ impl Layer {
             post_norms: self.post_attn_norm.is_some(),
             swa_rope: self.swa && swa_table,
             moe: matches!(self.ffn, Ffn::Moe(_)),
+            out_bias: self.out_bias.is_some(),
+            sinks: self.sinks.is_some(),
         }
     }
 }
@@ -372,12 +410,24 @@ impl Transformer {
             };
             let has_bias = src.has_tensor(&name("attn_q.bias"));
             let has_qk_norm = src.has_tensor(&name("attn_q_norm.weight"));
+            let has_out_bias = src.has_tensor(&name("attn_output.bias"));
+            let has_sinks = src.has_tensor(&name("attn_sinks.weight"));
             let mut vector = |suffix: &str, len: usize| -> Result<Vec<f32>> {
                 let n = name(suffix);
                 to_f32_vec(&n, &src.read_tensor(&n, &[len])?)
             };
             let attn_norm = vector("attn_norm.weight", dim)?;
-            let ffn_norm = vector("ffn_norm.weight", dim)?;
+            let ffn_norm = vector(c.arch.ffn_norm_tensor(), dim)?;
+            let out_bias = if has_out_bias {
+                Some(vector("attn_output.bias", dim)?)
+            } else {
+                None
+            };
+            let sinks = if has_sinks {
+                Some(vector("attn_sinks.weight", c.n_head)?)
+            } else {
+                None
+            };
             let bias = if has_bias {
                 Some([
                     vector("attn_q.bias", q_dim)?,
@@ -412,6 +462,8 @@ impl Transformer {
                 bias,
                 qk_norm,
                 wo,
+                out_bias,
+                sinks,
                 post_attn_norm,
                 ffn_norm,
                 ffn,
@@ -717,9 +769,21 @@ impl Transformer {
                     }
                 }
             }
-            Step::Attention { window } => {
+            Step::Attention { window, sinks } => {
+                let sinks = match (sinks, &layer.sinks) {
+                    (false, _) => None,
+                    (true, Some(v)) => Some(&v[..]),
+                    (true, None) => missing("attention sinks"),
+                };
                 let attn = &mut s.attn[..rows * q_dim];
-                self.attention(l, window, seqs, &s.seq_spans, &s.q[..rows * q_dim], attn);
+                let q = &s.q[..rows * q_dim];
+                self.attention(l, window, sinks, seqs, &s.seq_spans, q, attn);
+            }
+            Step::OutBias => {
+                let Some(b) = &layer.out_bias else {
+                    missing("an output bias")
+                };
+                add_rows(&mut s.xb[..rows * dim], b);
             }
             Step::Project(Matrix::Out) => {
                 layer
@@ -797,6 +861,7 @@ impl Transformer {
         &self,
         layer: usize,
         window: Option<usize>,
+        sinks: Option<&[f32]>,
         seqs: &[SeqStep<'_, K>],
         spans: &[(usize, usize, usize)],
         q: &[f32],
@@ -810,6 +875,7 @@ impl Transformer {
             scale: c.attn_scale,
             softcap: c.attn_softcap,
             window,
+            sinks,
         };
         let tasks = attention_tasks(spans, c.n_kv_head, geo.group, rayon::current_num_threads());
         let results: Vec<Vec<f32>> = tasks
@@ -849,6 +915,24 @@ pub(super) fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
         Activation::GeluTanh => {
             for (g, u) in g.iter_mut().zip(u) {
                 *g = gelu_tanh(*g) * u;
+            }
+        }
+        Activation::SwigluOai => {
+            // ggml's swiglu_oai: `x / (1 + expf(alpha · -x)) · (y + 1)`, the exponentials a
+            // vector at a time (glibc's `expf` bits, as `exp_f32`).
+            const ALPHA: f32 = 1.702;
+            const LIMIT: f32 = 7.0;
+            let mut e = [0f32; 256];
+            for (g, u) in g.chunks_mut(e.len()).zip(u.chunks(e.len())) {
+                let e = &mut e[..g.len()];
+                for (e, g) in e.iter_mut().zip(g.iter_mut()) {
+                    *g = g.min(LIMIT);
+                    *e = ALPHA * -*g;
+                }
+                exp_shifted_in_place(e, 0.0);
+                for ((g, u), e) in g.iter_mut().zip(u).zip(e.iter()) {
+                    *g = *g / (1.0 + e) * (u.clamp(-LIMIT, LIMIT) + 1.0);
+                }
             }
         }
         Activation::GeluTanhF16 => {

@@ -647,7 +647,7 @@ impl Run<'_> {
                 unsafe { lb.launch(ew(rows * kv_dim)) }.map_err(|e| dev_err("kv_write", e))?;
                 Ok(())
             }
-            (Kernel::AttnPartial { gqa }, Step::Attention { window }) => {
+            (Kernel::AttnPartial { gqa }, Step::Attention { window, .. }) => {
                 self.attn_partial(gqa, window, l, rows)
             }
             (Kernel::AttnCombine, Step::Attention { .. }) => {
@@ -849,6 +849,7 @@ mod tests {
             sliding_window: None,
             swa_layers: vec![false; 3],
             moe: None,
+            yarn: None,
         }
     }
 
