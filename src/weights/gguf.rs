@@ -330,3 +330,177 @@ impl GgufFile {
 pub fn file_sha256(path: &Path) -> Result<String> {
     super::digest::sha256_file(path).map_err(|e| WeightsError::io(path, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 file (alignment 32) with these tensors: name, dims (innermost first), type
+    /// id, data. `next_offset` places each tensor after the previous one's `stride(len)` bytes.
+    fn gguf(tensors: &[(&str, &[u64], u32, Vec<u8>)], stride: impl Fn(usize) -> usize) -> Vec<u8> {
+        let s = |out: &mut Vec<u8>, x: &str| {
+            out.extend((x.len() as u64).to_le_bytes());
+            out.extend(x.as_bytes());
+        };
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend((tensors.len() as u64).to_le_bytes());
+        out.extend(1u64.to_le_bytes());
+        s(&mut out, "general.alignment");
+        out.extend(4u32.to_le_bytes());
+        out.extend(32u32.to_le_bytes());
+        let mut offset = 0u64;
+        for (name, dims, ty, data) in tensors {
+            s(&mut out, name);
+            out.extend((dims.len() as u32).to_le_bytes());
+            for d in *dims {
+                out.extend(d.to_le_bytes());
+            }
+            out.extend(ty.to_le_bytes());
+            out.extend(offset.to_le_bytes());
+            offset += stride(data.len()).next_multiple_of(32) as u64;
+        }
+        for (_, _, _, data) in tensors {
+            out.resize(out.len().next_multiple_of(32), 0);
+            out.extend(data);
+        }
+        out.resize(out.len().next_multiple_of(32), 0);
+        out
+    }
+
+    fn open(bytes: &[u8]) -> (tempfile::TempDir, Result<GgufFile>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("m.gguf");
+        std::fs::write(&path, bytes).expect("write");
+        let f = GgufFile::open(&path);
+        (dir, f)
+    }
+
+    /// A 3 × 64 MXFP4 matrix (6 blocks of 17 bytes) between two F32 vectors.
+    fn mxfp4_file(stride: impl Fn(usize) -> usize) -> (Vec<u8>, Vec<u8>) {
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let blocks: Vec<u8> = (0..6 * 17).map(|i| (i * 37 % 251) as u8).collect();
+        let file = gguf(
+            &[
+                ("a.weight", &[4], 0, f32s(&[1.0, 2.0, 3.0, 4.0])),
+                (
+                    "blk.0.ffn_up_exps.weight",
+                    &[64, 3],
+                    MXFP4_TYPE_ID,
+                    blocks.clone(),
+                ),
+                ("b.weight", &[2], 0, f32s(&[-1.5, 0.25])),
+            ],
+            stride,
+        );
+        (file, blocks)
+    }
+
+    #[test]
+    fn a_file_with_an_mxfp4_tensor_opens_and_maps_it_in_place() {
+        let (bytes, blocks) = mxfp4_file(|len| len);
+        let (_dir, f) = open(&bytes);
+        let mut f = f.expect("opens");
+        let name = "blk.0.ffn_up_exps.weight";
+        assert!(f.has_tensor(name));
+        assert_eq!(f.stored_type(name).expect("type"), StoredType::Mxfp4);
+        assert_eq!(
+            f.stored_type("a.weight").expect("type"),
+            StoredType::Ggml(GgmlDType::F32)
+        );
+        assert!(!f.content().tensor_infos.contains_key(name));
+        let mut shapes: Vec<(String, Vec<usize>)> = f
+            .tensor_shapes()
+            .map(|(n, s)| (n.to_string(), s.to_vec()))
+            .collect();
+        shapes.sort();
+        assert_eq!(
+            shapes,
+            [
+                ("a.weight".to_string(), vec![4]),
+                ("b.weight".to_string(), vec![2]),
+                (name.to_string(), vec![3, 64]),
+            ]
+        );
+        // The tensors around it read as before: candle's table kept their offsets.
+        let b = f.tensor("b.weight", &[2]).expect("b");
+        let v = b
+            .dequantize(&Device::Cpu)
+            .and_then(|t| t.to_vec1::<f32>())
+            .expect("f32");
+        assert_eq!(v, [-1.5, 0.25]);
+        assert_eq!(f.unread_tensors(), ["a.weight", name]);
+        let (stored, m) = f.mapped_stored(name, &[3, 64]).expect("mapped");
+        assert_eq!(stored, StoredType::Mxfp4);
+        assert_eq!(m.bytes(), &blocks[..]);
+        assert_eq!(f.unread_tensors(), ["a.weight"]);
+        // Candle's type APIs refuse it, naming the file and the tensor, in one line.
+        for e in [
+            f.mapped(name, &[3, 64])
+                .map(|_| ())
+                .expect_err("no candle type"),
+            f.dtype(name).map(|_| ()).expect_err("no candle type"),
+            f.tensor(name, &[3, 64])
+                .map(|_| ())
+                .expect_err("no candle type"),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.contains("m.gguf: gguf: tensor `blk.0.ffn_up_exps.weight`: type MXFP4"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let e = f
+            .mapped_stored(name, &[64, 3])
+            .expect_err("shape")
+            .to_string();
+        assert!(
+            e.contains("tensor `blk.0.ffn_up_exps.weight`: expected shape [64, 3]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bad_mxfp4_tensor_is_refused_naming_it() {
+        let name = "tensor `blk.0.ffn_up_exps.weight`";
+        // Laid out as if its blocks were 34 bytes (Q8_0's): the next offset disagrees.
+        let (bytes, _) = mxfp4_file(|len| if len == 102 { 204 } else { len });
+        let e = open(&bytes)
+            .1
+            .map(|_| ())
+            .expect_err("bad offsets")
+            .to_string();
+        assert!(
+            e.contains("tensor `b.weight`: data offset 256, expected 160"),
+            "{e}"
+        );
+        // Truncated inside its data.
+        let (bytes, _) = mxfp4_file(|len| len);
+        let cut = bytes.len() - 64 - 20;
+        let e = open(&bytes[..cut])
+            .1
+            .map(|_| ())
+            .expect_err("truncated")
+            .to_string();
+        assert!(e.contains(&format!("{name}: 102 bytes at offset")), "{e}");
+        // A row that is not whole 32-element blocks.
+        let file = gguf(
+            &[(
+                "blk.0.ffn_up_exps.weight",
+                &[48, 2],
+                MXFP4_TYPE_ID,
+                vec![0; 51],
+            )],
+            |l| l,
+        );
+        let e = open(&file).1.map(|_| ()).expect_err("ragged").to_string();
+        assert!(
+            e.contains(&format!(
+                "{name}: row of 48 elements is not a whole number of 32-element blocks"
+            )),
+            "{e}"
+        );
+        assert!(e.contains("m.gguf: gguf: ") && !e.contains('\n'), "{e}");
+    }
+}
