@@ -341,6 +341,40 @@ impl QWeight {
         }
     }
 
+    /// An `n × k` weight of any stored type Candor knows, dequantized to F32 from its raw
+    /// bytes (the `--dtype f32` mode): candle's types through candle's dequantization (as
+    /// [`QWeight::dequantized`]); MXFP4 with ggml's `dequantize_row_mxfp4` ([`QWeight::row_f32`]).
+    pub fn dequantized_stored(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+    ) -> Result<QWeight, QuantError> {
+        match stored {
+            StoredType::Ggml(d) => {
+                let blocks = n * k / d.block_size();
+                if !(n * k).is_multiple_of(d.block_size()) {
+                    return Err(QuantError::RaggedBlocks {
+                        cols: k,
+                        block: d.block_size(),
+                    });
+                }
+                check_len(raw.len(), blocks * d.type_size())?;
+                let data =
+                    candle_core::quantized::QStorage::from_data(raw.into(), &Device::Cpu, d)?;
+                QWeight::dequantized(&QTensor::new(data, (n, k))?)
+            }
+            StoredType::Mxfp4 => {
+                let q = QWeight::from_stored_bytes(stored, n, k, raw)?;
+                let mut values = vec![0f32; n * k];
+                for (r, row) in values.chunks_exact_mut(k.max(1)).enumerate().take(n) {
+                    q.row_f32(r, row);
+                }
+                Ok(QWeight::from_f32(n, k, values))
+            }
+        }
+    }
+
     /// Whether the values are read in place from a model file's memory map.
     pub fn is_mapped(&self) -> bool {
         matches!(
@@ -1053,6 +1087,15 @@ pub(crate) mod tests {
                     "{i},{j}: {g} vs {exact}"
                 );
             }
+        }
+        // Dequantized (the `--dtype f32` mode): an F32 weight of `row_f32`'s values.
+        let f = QWeight::dequantized_stored(StoredType::Mxfp4, n, k, &raw).expect("f32");
+        assert_eq!(f.format(), WeightFormat::F32);
+        let mut frow = vec![0f32; k];
+        for j in 0..n {
+            w.row_f32(j, &mut row);
+            f.row_f32(j, &mut frow);
+            assert_eq!(row, frow, "row {j}");
         }
         // A byte length other than 17 per block is refused.
         let err =
