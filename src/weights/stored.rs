@@ -58,3 +58,28 @@ impl std::fmt::Display for StoredType {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_and_names() {
+        assert_eq!(
+            (
+                StoredType::Mxfp4.block_size(),
+                StoredType::Mxfp4.type_size()
+            ),
+            (32, 17)
+        );
+        let q = StoredType::from(GgmlDType::Q4_0);
+        assert_eq!((q.block_size(), q.type_size()), (32, 18));
+        assert_eq!(q.ggml(), Some(GgmlDType::Q4_0));
+        assert_eq!(StoredType::Mxfp4.ggml(), None);
+        assert_eq!(StoredType::Mxfp4.to_string(), "MXFP4");
+        assert_eq!(StoredType::Ggml(GgmlDType::Q6K).to_string(), "Q6K");
+        // The header scan's table agrees.
+        let (block, bytes) = crate::weights::gguf_check::type_block(MXFP4_TYPE_ID).expect("39");
+        assert_eq!((block, bytes), (32, 17));
+    }
+}

@@ -45,7 +45,8 @@ pub(crate) const Q5_1_QH: usize = PANEL * 4;
 /// Offset of the quants in a Q5_1 record.
 pub(crate) const Q5_1_QS: usize = Q5_1_QH + PANEL * 4;
 
-/// Offset of the codes in an MXFP4 record (after the eight exponent bytes).
+/// Offset of the codes in an MXFP4 record (after the eight rows' E8M0 exponent bytes, `Rows`
+/// of one byte; the codes are `Words` as Q4_0's nibbles).
 pub(crate) const MXFP4_QS: usize = PANEL;
 
 /// MXFP4's 16 E2M1 code values, doubled to integers (ggml's `kvalues_mxfp4`): the scale
