@@ -51,7 +51,9 @@ impl ActBlocks {
 pub fn act_blocks(f: WeightFormat) -> Option<ActBlocks> {
     match f {
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => None,
-        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 => Some(ActBlocks::Q8_0),
+        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Mxfp4 => {
+            Some(ActBlocks::Q8_0)
+        }
         WeightFormat::Q4_1 | WeightFormat::Q5_1 => Some(ActBlocks::Q8_1),
         WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => Some(ActBlocks::Q8K),
     }

@@ -34,6 +34,9 @@ pub struct TensorEntry {
     /// Dimensions as stored (innermost first).
     pub dims: Vec<u64>,
     pub type_id: u32,
+    /// Header byte offset of `type_id` (where a reader that does not know the type is
+    /// shown another, see `gguf::read_header`).
+    pub type_at: u64,
     /// Offset of the data relative to the start of the data section.
     pub offset: u64,
 }
@@ -274,6 +277,7 @@ pub fn scan<R: Read + Seek>(path: &Path, reader: &mut R) -> Result<Layout> {
                 u64::from(c.u32(&name)?)
             });
         }
+        let type_at = c.pos;
         let type_id = c.u32(&name)?;
         let offset = c.u64(&name)?;
         if !names.insert(name.clone()) {
@@ -283,6 +287,7 @@ pub fn scan<R: Read + Seek>(path: &Path, reader: &mut R) -> Result<Layout> {
             name,
             dims,
             type_id,
+            type_at,
             offset,
         });
     }

@@ -11,3 +11,4 @@ pub mod gguf_check;
 pub mod mapped;
 pub mod safetensors;
 pub mod source;
+pub mod stored;

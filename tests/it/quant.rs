@@ -18,6 +18,7 @@ use candor::stats::rng::SplitMix64;
 use serde::Deserialize;
 
 pub(crate) mod kquants;
+pub(crate) mod mxfp4;
 
 /// Every GGUF type with a native kernel.
 const TYPES: [GgmlDType; 11] = [
@@ -692,4 +693,63 @@ pub fn mixed_requests(n: usize, spread: u64, vocab: usize) -> Vec<TokenRequest> 
             )
         })
         .collect()
+}
+
+/// A GGUF written by llama.cpp's own gguf-py (`tests/fixtures/quant/tiny_mxfp4.gguf`,
+/// `make_tiny_mxfp4.py`) with a 3-d MXFP4 expert tensor between two F32 ones opens through
+/// the public API; the tests' quantizer (`quant/mxfp4.rs`) gives the file's blocks from the
+/// source values; the weight decodes to gguf-py's dequantized values bit for bit, per expert
+/// too; and each output row is the same alone as in a batch.
+#[test]
+fn mxfp4_expert_tensor_written_by_gguf_py_loads_and_multiplies() {
+    use candor::model::quant::QWeight;
+    use candor::weights::gguf::GgufFile;
+    use candor::weights::stored::StoredType;
+    let f = GgufFile::open(&fixture("quant/tiny_mxfp4.gguf")).expect("opens");
+    let f32_tensor = |name: &str| -> Vec<f32> {
+        let (stored, m) = f.mapped_stored(name, &[16, 64]).expect("f32 tensor");
+        assert_eq!(stored, StoredType::Ggml(GgmlDType::F32));
+        m.bytes()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4")))
+            .collect()
+    };
+    let (src, deq) = (f32_tensor("src.weight"), f32_tensor("deq.weight"));
+    let name = "blk.0.ffn_up_exps.weight";
+    let (stored, m) = f.mapped_stored(name, &[2, 8, 64]).expect("MXFP4 tensor");
+    assert_eq!(stored, StoredType::Mxfp4);
+    assert!(
+        mxfp4::quantize(&src) == m.bytes(),
+        "the tests' quantizer differs from gguf-py's"
+    );
+    // Expert 1 alone (as the MoE loader slices a 3-d tensor), then the whole as 16 rows.
+    let per = m.bytes().len() / 2;
+    let e1 = QWeight::from_stored_bytes(stored, 8, 64, &m.bytes()[per..]).expect("expert 1");
+    let w = QWeight::from_stored(stored, 16, 64, m).expect("16 × 64");
+    let mut row = vec![0f32; 64];
+    for r in 0..16 {
+        w.row_f32(r, &mut row);
+        let want = &deq[r * 64..(r + 1) * 64];
+        assert!(
+            row.iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "row {r} differs from gguf-py's dequantize"
+        );
+        if r >= 8 {
+            let mut erow = vec![0f32; 64];
+            e1.row_f32(r - 8, &mut erow);
+            assert_eq!(erow, row, "expert 1 row {}", r - 8);
+        }
+    }
+    let x: Vec<f32> = (0..5 * 64)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
+    let mut all = vec![0f32; 5 * 16];
+    w.matmul(&x, 5, &mut all);
+    for i in 0..5 {
+        let mut alone = vec![0f32; 16];
+        w.matmul(&x[i * 64..(i + 1) * 64], 1, &mut alone);
+        assert_eq!(&all[i * 16..(i + 1) * 16], &alone[..], "row {i}");
+    }
 }

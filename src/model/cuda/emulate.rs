@@ -286,6 +286,7 @@ pub(super) fn unpack(f: WeightFormat, w: &Repacked, blk: usize, p: usize) -> WPa
             wp.s1 = (bm[blk * 16 + wp.i1] as i8) as i32;
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
+        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
     wp
 }
@@ -333,6 +334,7 @@ fn row_ints(
             )
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
+        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
 }
 
@@ -361,6 +363,7 @@ pub(super) fn block_term(
         }
         WeightFormat::Q6K => (dx * half_at(c, blk * 2)) * sumi as f32,
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
+        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
 }
 

@@ -109,6 +109,7 @@ fn part_cols(f: WeightFormat, p: usize) -> (usize, Option<usize>) {
             (16 * g0, Some(16 * (g0 + 4)))
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
+        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
 }
 

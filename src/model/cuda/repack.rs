@@ -26,7 +26,8 @@ pub(crate) struct Layout {
     moves: &'static [(u8, usize, usize, usize)],
 }
 
-/// The layout of a quantized format (`None` for the float formats, uploaded as stored).
+/// The layout of a quantized format (`None` for the float formats, uploaded as stored, and for
+/// MXFP4, which `weights::upload_weight` refuses).
 pub(crate) fn layout(f: WeightFormat) -> Option<Layout> {
     let l = |qb, mb, sb, gguf, block, parts, moves| Layout {
         qb,
@@ -71,6 +72,7 @@ pub(crate) fn layout(f: WeightFormat) -> Option<Layout> {
             &[(0, 0, 192, 0), (1, 192, 16, 0), (2, 208, 2, 0)],
         ),
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => return None,
+        WeightFormat::Mxfp4 => return None,
     })
 }
 

@@ -38,6 +38,7 @@ pub(super) fn kind_of(f: WeightFormat) -> Kind {
         WeightFormat::Q5_0 => Kind::Q5_0,
         WeightFormat::Q5_1 => Kind::Q5_1,
         WeightFormat::Q5K => Kind::Q5K,
+        WeightFormat::Mxfp4 => unreachable!("MXFP4 is refused by upload_weight"),
     }
 }
 
@@ -51,6 +52,11 @@ pub(super) fn upload_weight(
     path: MatmulPath,
 ) -> Result<DevWeight> {
     let (n, k) = (w.rows(), w.cols());
+    if w.format() == WeightFormat::Mxfp4 {
+        return Err(ModelError::Device(format!(
+            "cuda: tensor `{name}`: MXFP4 weights have no GPU kernel yet (run with --device cpu)"
+        )));
+    }
     let legacy = path == MatmulPath::Legacy;
     if legacy && !k.is_multiple_of(8) {
         return Err(ModelError::Device(format!(
@@ -102,6 +108,7 @@ pub(super) fn device_bytes(w: &QWeight, path: MatmulPath) -> usize {
         WeightFormat::Q4K => (256, 144),
         WeightFormat::Q5K => (256, 176),
         WeightFormat::Q6K => (256, 210),
+        WeightFormat::Mxfp4 => (32, 17),
     };
     n * k.div_ceil(elems) * bytes
 }

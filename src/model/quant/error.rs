@@ -23,4 +23,4 @@ pub enum QuantError {
 }
 
 /// The GGUF tensor types a [`QWeight`] loads, as named in error messages.
-pub const SUPPORTED: &str = "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16, F16, F32";
+pub const SUPPORTED: &str = "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, BF16, F16, F32";

@@ -45,6 +45,26 @@ pub(crate) const Q5_1_QH: usize = PANEL * 4;
 /// Offset of the quants in a Q5_1 record.
 pub(crate) const Q5_1_QS: usize = Q5_1_QH + PANEL * 4;
 
+/// Offset of the codes in an MXFP4 record (after the eight rows' E8M0 exponent bytes, `Rows`
+/// of one byte; the codes are `Words` as Q4_0's nibbles).
+pub(crate) const MXFP4_QS: usize = PANEL;
+
+/// MXFP4's 16 E2M1 code values, doubled to integers (ggml's `kvalues_mxfp4`): the scale
+/// [`e8m0_half`] carries the halving.
+pub(crate) const KVALUES_MXFP4: [i8; 16] =
+    [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// Half the value of an E8M0 exponent byte, `2^(e - 128)` (ggml's `ggml_e8m0_to_fp32_half`,
+/// subnormal for `e < 2`): MXFP4's block scale against [`KVALUES_MXFP4`].
+#[inline]
+pub(crate) fn e8m0_half(e: u8) -> f32 {
+    f32::from_bits(if e < 2 {
+        0x0020_0000 << e
+    } else {
+        (e as u32 - 1) << 23
+    })
+}
+
 /// Bytes of one GGUF Q6_K block: 128 bytes of low nibbles, 64 of 2-bit highs, 16 i8 scales, f16 d.
 pub(crate) const BLOCK_Q6_K: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
@@ -80,6 +100,7 @@ pub(crate) enum QFormat {
     Q4K,
     Q5K,
     Q6K,
+    Mxfp4,
 }
 
 impl QFormat {
@@ -107,6 +128,7 @@ impl QFormat {
                 (QK_K / 16, Bytes),
                 (2, Rows),
             ],
+            QFormat::Mxfp4 => &[(1, Rows), (QK / 2, Words)],
         }
     }
 
@@ -131,7 +153,7 @@ impl QFormat {
     /// The activation blocks this format's kernel multiplies with.
     pub(crate) fn act(self) -> ActKind {
         match self {
-            QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => ActKind::Q8_0,
+            QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 | QFormat::Mxfp4 => ActKind::Q8_0,
             QFormat::Q4_1 | QFormat::Q5_1 => ActKind::Q8_1,
             QFormat::Q4K | QFormat::Q5K | QFormat::Q6K => ActKind::Q8K,
         }
@@ -456,6 +478,13 @@ pub(crate) fn dequantize(format: QFormat, bytes: &[u8], out: &mut [f32]) {
                 *o = (d * sc as f32) * q as f32;
             }
         }
+        QFormat::Mxfp4 => {
+            let d = e8m0_half(bytes[0]);
+            for (j, &q) in bytes[1..1 + QK / 2].iter().enumerate() {
+                out[j] = KVALUES_MXFP4[(q & 0x0F) as usize] as f32 * d;
+                out[j + QK / 2] = KVALUES_MXFP4[(q >> 4) as usize] as f32 * d;
+            }
+        }
     }
 }
 
@@ -583,6 +612,7 @@ mod tests {
             QFormat::Q4K,
             QFormat::Q5K,
             QFormat::Q6K,
+            QFormat::Mxfp4,
         ] {
             let blk = format.gguf_block();
             let raw: Vec<u8> = (0..9 * blk).map(|i| (i * 7 % 251) as u8).collect();

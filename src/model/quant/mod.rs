@@ -1,7 +1,7 @@
 //! Deterministic CPU matrix products against (quantized) weight matrices: [`QWeight`].
 //!
 //! A weight is an `n × k` matrix (output × input features, as stored in GGUF). Q8_0, Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights stay quantized: each activation row is
+//! Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and MXFP4 weights stay quantized: each activation row is
 //! quantized to Q8_0 / Q8_1 / Q8_K blocks as ggml does for that type, and every output element
 //! is an in-order sum of per-block scaled integer dot products. F32, F16 and BF16 weights use
 //! float dot products in a fixed order. Any other GGUF type is refused
@@ -25,10 +25,16 @@ use candle_core::Device;
 use rayon::prelude::*;
 
 use crate::weights::mapped::MappedBytes;
+use crate::weights::stored::StoredType;
 
 pub use error::{QuantError, SUPPORTED};
 
 use layout::{ActKind, ActRow, Panels, QFormat, QuantizedRows, PANEL};
+
+/// The MXFP4 quantizer of the tests (ggml's `quantize_row_mxfp4_ref`), shared with `tests/it`.
+#[cfg(test)]
+#[path = "../../../tests/it/quant/mxfp4.rs"]
+pub(crate) mod mxfp4_ref;
 
 /// Below this many multiply-adds (`m · n · k`) a matmul runs on the calling thread only.
 const PAR_MIN_WORK: usize = 1 << 18;
@@ -52,6 +58,8 @@ pub enum WeightFormat {
     Q5K,
     /// ggml Q6_K super-blocks; activations quantized to Q8_K.
     Q6K,
+    /// ggml MXFP4 blocks (E8M0 exponent, 4-bit E2M1 codes); activations quantized to Q8_0.
+    Mxfp4,
     /// bfloat16; float dot products.
     BF16,
     /// IEEE half floats; float dot products.
@@ -171,6 +179,15 @@ pub fn has_kernel(dtype: GgmlDType) -> bool {
     qformat(dtype).is_some() || matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
 }
 
+/// Whether [`QWeight::from_stored`] keeps this stored type as stored (it refuses the others):
+/// [`has_kernel`]'s types and MXFP4.
+pub fn has_stored_kernel(stored: StoredType) -> bool {
+    match stored {
+        StoredType::Ggml(d) => has_kernel(d),
+        StoredType::Mxfp4 => true,
+    }
+}
+
 /// An immutable `n × k` weight matrix with deterministic matmul kernels (see the module doc).
 #[derive(Debug, Clone)]
 pub struct QWeight {
@@ -285,6 +302,79 @@ impl QWeight {
         Ok(QWeight { n, k, storage })
     }
 
+    /// An `n × k` weight of any stored type Candor knows, from its raw bytes (row-major GGUF
+    /// blocks), copied: [`QWeight::from_bytes`] for candle's types; MXFP4 is repacked into
+    /// panels.
+    pub fn from_stored_bytes(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+    ) -> Result<QWeight, QuantError> {
+        match stored {
+            StoredType::Ggml(d) => QWeight::from_bytes(d, n, k, raw),
+            StoredType::Mxfp4 => Ok(QWeight {
+                n,
+                k,
+                storage: Storage::Quant(Panels::from_gguf(QFormat::Mxfp4, raw, n, k)?),
+            }),
+        }
+    }
+
+    /// An `n × k` weight of any stored type Candor knows, read from a model file's memory
+    /// map (what [`crate::weights::gguf::GgufFile::mapped_stored`] returns):
+    /// [`QWeight::from_mapped`] for candle's types; MXFP4 is repacked into panels and the
+    /// mapped pages released, as the other quantized types.
+    pub fn from_stored(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        m: MappedBytes,
+    ) -> Result<QWeight, QuantError> {
+        match stored {
+            StoredType::Ggml(d) => QWeight::from_mapped(d, n, k, m),
+            StoredType::Mxfp4 => {
+                let w = QWeight::from_stored_bytes(stored, n, k, m.bytes())?;
+                m.release();
+                Ok(w)
+            }
+        }
+    }
+
+    /// An `n × k` weight of any stored type Candor knows, dequantized to F32 from its raw
+    /// bytes (the `--dtype f32` mode): candle's types through candle's dequantization (as
+    /// [`QWeight::dequantized`]); MXFP4 with ggml's `dequantize_row_mxfp4` ([`QWeight::row_f32`]).
+    pub fn dequantized_stored(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+    ) -> Result<QWeight, QuantError> {
+        match stored {
+            StoredType::Ggml(d) => {
+                let blocks = n * k / d.block_size();
+                if !(n * k).is_multiple_of(d.block_size()) {
+                    return Err(QuantError::RaggedBlocks {
+                        cols: k,
+                        block: d.block_size(),
+                    });
+                }
+                check_len(raw.len(), blocks * d.type_size())?;
+                let data =
+                    candle_core::quantized::QStorage::from_data(raw.into(), &Device::Cpu, d)?;
+                QWeight::dequantized(&QTensor::new(data, (n, k))?)
+            }
+            StoredType::Mxfp4 => {
+                let q = QWeight::from_stored_bytes(stored, n, k, raw)?;
+                let mut values = vec![0f32; n * k];
+                for (r, row) in values.chunks_exact_mut(k.max(1)).enumerate().take(n) {
+                    q.row_f32(r, row);
+                }
+                Ok(QWeight::from_f32(n, k, values))
+            }
+        }
+    }
+
     /// Whether the values are read in place from a model file's memory map.
     pub fn is_mapped(&self) -> bool {
         matches!(
@@ -353,6 +443,7 @@ impl QWeight {
                 QFormat::Q4K => WeightFormat::Q4K,
                 QFormat::Q5K => WeightFormat::Q5K,
                 QFormat::Q6K => WeightFormat::Q6K,
+                QFormat::Mxfp4 => WeightFormat::Mxfp4,
             },
             Storage::F32(_) => WeightFormat::F32,
             Storage::F16(_) => WeightFormat::F16,
@@ -763,6 +854,30 @@ pub(crate) mod tests {
         k.div_ceil(dtype.block_size()) * dtype.block_size()
     }
 
+    /// An `n × k` MXFP4 weight of seeded values, quantized as llama-quantize does.
+    fn mxfp4(n: usize, k: usize, seed: u64) -> (QWeight, Vec<u8>) {
+        let raw = mxfp4_ref::quantize(&noise(seed, n * k));
+        assert_eq!(
+            raw.len(),
+            n * k / mxfp4_ref::QK_MXFP4 * mxfp4_ref::BLOCK_MXFP4
+        );
+        let w = QWeight::from_stored_bytes(StoredType::Mxfp4, n, k, &raw).expect("MXFP4");
+        (w, raw)
+    }
+
+    /// One `n × k` weight (k rounded up to whole blocks) of every format with a kernel.
+    fn every_format(n: usize, k: usize, seed: u64) -> Vec<(String, QWeight)> {
+        let mut ws: Vec<(String, QWeight)> = FORMATS
+            .iter()
+            .map(|&d| {
+                let w = QWeight::from_qtensor(&qtensor(n, kdim(d, k), d, seed)).expect("load");
+                (format!("{d:?}"), w)
+            })
+            .collect();
+        ws.push(("MXFP4".into(), mxfp4(n, k.next_multiple_of(32), seed).0));
+        ws
+    }
+
     fn pool(threads: usize) -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -861,6 +976,7 @@ pub(crate) mod tests {
                         "Q4_K" => QFormat::Q4K,
                         "Q5_K" => QFormat::Q5K,
                         "Q6_K" => QFormat::Q6K,
+                        "MXFP4" => QFormat::Mxfp4,
                         _ => panic!("unknown type {other}"),
                     };
                     Storage::Quant(Panels::from_gguf(format, &raw, 1, k).expect("blocks"))
@@ -874,7 +990,158 @@ pub(crate) mod tests {
             }
             seen.push(name);
         }
-        assert_eq!(seen.len(), 10, "{seen:?}");
+        assert_eq!(seen.len(), 11, "{seen:?}");
+    }
+
+    /// The tests' MXFP4 quantizer (`tests/it/quant/mxfp4.rs`) writes the bytes gguf-py's
+    /// quantizer writes (`tests/fixtures/quant/mxfp4_quantize.jsonl`, `make_mxfp4.py`).
+    #[test]
+    fn mxfp4_quantizer_matches_gguf_py() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/quant/mxfp4_quantize.jsonl");
+        let text = std::fs::read_to_string(&path).expect("committed fixture");
+        let mut cases = 0;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json");
+            let name = v["name"].as_str().expect("name");
+            let x: Vec<f32> = (v["bits"].as_array().expect("bits").iter())
+                .map(|b| f32::from_bits(b.as_u64().expect("u32") as u32))
+                .collect();
+            let hex = v["raw"].as_str().expect("raw");
+            let want: Vec<u8> = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+                .collect();
+            let got = mxfp4_ref::quantize(&x);
+            for (b, (g, w)) in got.chunks(17).zip(want.chunks(17)).enumerate() {
+                assert_eq!(g, w, "{name}: block {b}");
+            }
+            assert_eq!(got.len(), want.len(), "{name}");
+            cases += 1;
+        }
+        assert_eq!(cases, 8);
+    }
+
+    /// MXFP4 loads as stored (`stored()` gives back the file's bytes, `stored_bytes` counts
+    /// them) and its matmul equals, bit for bit, ggml's `ggml_vec_dot_mxfp4_q8_0_generic`
+    /// written out on the GGUF bytes (`d = d_x · e8m0_half(e)`, `sumf += d · sumi`: the
+    /// same value as the kernels' `(sumi · e8m0_half(e)) · d_x`, since `e8m0_half` is a power
+    /// of two) against the same Q8_0 activation blocks, on the portable and the AVX2 kernel.
+    #[test]
+    fn mxfp4_equals_ggml_generic_dot_and_keeps_the_file_bytes() {
+        // 13 rows: a last panel with five padding rows.
+        let (n, k, m) = (13, 160, 3);
+        let (w, raw) = mxfp4(n, k, 21);
+        assert_eq!(w.format(), WeightFormat::Mxfp4);
+        assert!(w.is_quantized() && !w.is_mapped());
+        assert_eq!(w.stored_bytes(), raw.len());
+        let Stored::Blocks(back) = w.stored() else {
+            panic!("MXFP4 is stored as blocks")
+        };
+        assert!(back == raw, "stored bytes differ from the file's");
+        assert!(has_stored_kernel(StoredType::Mxfp4));
+        let x: Vec<f32> = noise(22, m * k).iter().map(|v| v * 3.0).collect();
+        let acts = QuantizedRows::quantize(&x, k, ActKind::Q8_0);
+        let nb = k / 32;
+        let kv = layout::KVALUES_MXFP4;
+        let mut want = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut sumf = 0f32;
+                for b in 0..nb {
+                    let blk = &raw[(j * nb + b) * 17..][..17];
+                    let q = &acts.qs[i * k + b * 32..][..32];
+                    let d = acts.d[i * nb + b] * layout::e8m0_half(blk[0]);
+                    let (mut s1, mut s2) = (0i32, 0i32);
+                    for t in 0..16 {
+                        s1 += q[t] as i32 * kv[(blk[1 + t] & 0x0F) as usize] as i32;
+                        s2 += q[t + 16] as i32 * kv[(blk[1 + t] >> 4) as usize] as i32;
+                    }
+                    sumf += d * (s1 + s2) as f32;
+                }
+                want[i * n + j] = sumf;
+            }
+        }
+        let mut isas = vec![Isa::Scalar];
+        if Isa::detect() != Isa::Scalar {
+            isas.push(Isa::detect());
+        }
+        for isa in isas {
+            let got = run(&w, isa, &x, m);
+            for (t, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), e.to_bits(), "{isa:?} output {t}: {g} vs {e}");
+            }
+        }
+        // And the dequantized weight times the dequantized activations, up to f32 rounding.
+        let mut row = vec![0f32; k];
+        for j in 0..n {
+            w.row_f32(j, &mut row);
+            for i in 0..m {
+                let exact: f64 = (0..k)
+                    .map(|t| {
+                        row[t] as f64 * acts.qs[i * k + t] as f64 * acts.d[i * nb + t / 32] as f64
+                    })
+                    .sum();
+                let g = want[i * n + j] as f64;
+                assert!(
+                    (g - exact).abs() <= 1e-5 * exact.abs().max(1.0),
+                    "{i},{j}: {g} vs {exact}"
+                );
+            }
+        }
+        // Dequantized (the `--dtype f32` mode): an F32 weight of `row_f32`'s values.
+        let f = QWeight::dequantized_stored(StoredType::Mxfp4, n, k, &raw).expect("f32");
+        assert_eq!(f.format(), WeightFormat::F32);
+        let mut frow = vec![0f32; k];
+        for j in 0..n {
+            w.row_f32(j, &mut row);
+            f.row_f32(j, &mut frow);
+            assert_eq!(row, frow, "row {j}");
+        }
+        // A byte length other than 17 per block is refused.
+        let err =
+            QWeight::from_stored_bytes(StoredType::Mxfp4, n, k, &raw[1..]).expect_err("short");
+        assert!(matches!(err, QuantError::DataSize { .. }), "{err}");
+        let err =
+            QWeight::from_stored_bytes(StoredType::Mxfp4, 1, 48, &raw[..34]).expect_err("ragged");
+        assert!(
+            matches!(
+                err,
+                QuantError::RaggedBlocks {
+                    cols: 48,
+                    block: 32
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    /// The AVX2 scale vector equals `e8m0_half` for every exponent byte, the subnormal ones
+    /// (0, 1) included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn mxfp4_scales_agree_for_every_exponent() {
+        if Isa::detect() == Isa::Scalar {
+            crate::skip::absent(
+                crate::skip::Need::CpuFeature,
+                "no AVX2: only the portable kernel",
+            );
+            return;
+        }
+        // One row per exponent byte, codes all 1 (value 1 · 2^(e-128)), against small ones.
+        let raw: Vec<u8> = (0..=255u8)
+            .flat_map(|e| std::iter::once(e).chain([0x11u8; 16]))
+            .collect();
+        let w = QWeight::from_stored_bytes(StoredType::Mxfp4, 256, 32, &raw).expect("w");
+        let x = vec![1e-3f32; 32];
+        let (a, b) = (run(&w, Isa::Scalar, &x, 1), run(&w, Isa::detect(), &x, 1));
+        for (e, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "e = {e}: {a} vs {b}");
+        }
+        assert!(
+            a[0] > 0.0 && a[0] < f32::MIN_POSITIVE,
+            "e = 0 is subnormal: {}",
+            a[0]
+        );
     }
 
     #[test]
@@ -974,9 +1241,8 @@ pub(crate) mod tests {
         }
         // (n, k): padded last panel and a tail past 32 lanes; one large enough to go parallel.
         for (n, k) in [(44, 96), (520, 576)] {
-            for dtype in FORMATS {
-                let k = kdim(dtype, k);
-                let w = QWeight::from_qtensor(&qtensor(n, k, dtype, 4)).expect("load");
+            for (dtype, w) in every_format(n, k, 4) {
+                let k = w.cols();
                 let x = noise(5, 25 * k);
                 let alone: Vec<Vec<f32>> = (0..25)
                     .map(|i| run(&w, Isa::Scalar, &x[i * k..(i + 1) * k], 1))
@@ -1006,12 +1272,12 @@ pub(crate) mod tests {
                                     assert_eq!(
                                         &out[i * n..(i + 1) * n],
                                         &alone[i][..],
-                                        "{dtype:?} {n}x{k} {isa:?} level {level} threads={threads} m={m} row {i}"
+                                        "{dtype} {n}x{k} {isa:?} level {level} threads={threads} m={m} row {i}"
                                     );
                                 }
                             }
                             let out = run(&w, isa, &other, 7);
-                            assert_eq!(&out[2 * n..3 * n], &alone[3][..], "{dtype:?} {isa:?}");
+                            assert_eq!(&out[2 * n..3 * n], &alone[3][..], "{dtype} {isa:?}");
                         });
                     }
                 }

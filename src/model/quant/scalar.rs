@@ -8,12 +8,13 @@
 //! | weights × activations | per-block update |
 //! | --- | --- |
 //! | Q8_0, Q4_0, Q5_0 × Q8_0 | `acc += (sumi as f32 * d_w) * d_x` |
+//! | MXFP4 × Q8_0 | `acc += (sumi as f32 * e8m0_half(e_w)) * d_x` |
 //! | Q4_1, Q5_1 × Q8_1 | `acc += (sumi as f32 * d_w) * d_x + m_w * s_x` |
 //! | Q4_K, Q5_K × Q8_K | `acc += (d_x * d_w) * sumi as f32 - (d_x * dmin_w) * summ as f32` |
 //! | Q6_K × Q8_K | `acc += (d_x * d_w) * sumi as f32` |
 //!
 //! where `sumi` is the sum over the block of `q_w · q_x` (Q4_0 / Q5_0 / Q6_K with the stored
-//! offset subtracted from `q_w`; k-quants with each product times its sub-block scale) and
+//! offset subtracted from `q_w`; MXFP4 with `q_w` its code's doubled value; k-quants with each product times its sub-block scale) and
 //! `summ` the sum over the eight sub-blocks of `min_j · sum(q_x in sub-block j)` — the
 //! per-block expressions of ggml's generic `vec_dot`s.
 //!
@@ -25,8 +26,8 @@
 use half::f16;
 
 use super::layout::{
-    f16_at, q5_value, q5k_value, q6k_value, scales_mins_k4, ActRow, QFormat, BLOCK_Q6_K, PANEL, QK,
-    QK_K,
+    e8m0_half, f16_at, q5_value, q5k_value, q6k_value, scales_mins_k4, ActRow, QFormat, BLOCK_Q6_K,
+    KVALUES_MXFP4, PANEL, QK, QK_K,
 };
 
 /// Lanes of the float dot product (4 AVX2 accumulators × 8).
@@ -82,6 +83,7 @@ pub(crate) fn block_ints(format: QFormat, w: &[u8], act: &ActRow<'_>, b: usize) 
             let sumi = dot(&|e| (w[192 + e / 16] as i8) as i32 * (q6k_value(w, e) as i32 - 32));
             (sumi, 0)
         }
+        QFormat::Mxfp4 => (dot(&|e| KVALUES_MXFP4[nib(&w[1..], e) as usize] as i32), 0),
     }
 }
 
@@ -102,6 +104,9 @@ pub(crate) fn block_update(format: QFormat, w: &[u8], act: &ActRow<'_>, b: usize
         }
         QFormat::Q6K => {
             *acc += (dx * f16_at(w, 208)) * sumi as f32;
+        }
+        QFormat::Mxfp4 => {
+            *acc += (sumi as f32 * e8m0_half(w[0])) * dx;
         }
     }
 }

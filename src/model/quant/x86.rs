@@ -14,8 +14,8 @@ use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::layout::{
-    k_rec, ActRow, QFormat, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH, Q5_0_QS, Q5_1_QH, Q5_1_QS,
-    Q8_0_QS, QK, QK_K,
+    k_rec, ActRow, QFormat, KVALUES_MXFP4, MXFP4_QS, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH,
+    Q5_0_QS, Q5_1_QH, Q5_1_QS, Q8_0_QS, QK, QK_K,
 };
 use super::scalar;
 
@@ -226,6 +226,7 @@ const L_Q4_0: u8 = 1;
 const L_Q4_1: u8 = 2;
 const L_Q5_0: u8 = 3;
 const L_Q5_1: u8 = 4;
+const L_MXFP4: u8 = 5;
 
 /// Shifts each 16-bit lane of `v` left by `by` (right by `-by`); a runtime count.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -238,9 +239,24 @@ unsafe fn shift16(v: __m256i, by: i32) -> __m256i {
     }
 }
 
+/// The eight rows' MXFP4 block scales `e8m0_half(e)` (`layout::e8m0_half`) from the eight
+/// exponent bytes at `r`: `2^(e - 128)`, built from its bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn e8m0_half_x8(r: *const u8) -> __m256 {
+    unsafe {
+        let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(r as *const __m128i));
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small))
+    }
+}
+
 /// The eight groups of four quants of a 32-element record at `r` (see the layout module
 /// doc): group `g`'s 32 bytes, lane `l`'s four at bytes `4l..4l + 4`, as stored (Q8_0: i8;
-/// the others unsigned, without Q4_0's / Q5_0's offset).
+/// MXFP4: its codes' i8 values, looked up 16 at a time with `pshufb` as ggml does; the others
+/// unsigned, without Q4_0's / Q5_0's offset).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
@@ -249,6 +265,21 @@ unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
             return std::array::from_fn(|g| {
                 _mm256_loadu_si256(r.add(Q8_0_QS + 32 * g) as *const __m256i)
             });
+        }
+        if F == L_MXFP4 {
+            // Word c of a row's codes holds elements 4c..4c + 4 (low) and 16 + 4c.. (high).
+            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                KVALUES_MXFP4.as_ptr() as *const __m128i
+            ));
+            let low = _mm256_set1_epi8(0x0F);
+            let mut out = [_mm256_setzero_si256(); 8];
+            for c in 0..4 {
+                let t = _mm256_loadu_si256(r.add(MXFP4_QS + 32 * c) as *const __m256i);
+                out[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(t, low));
+                let high = _mm256_and_si256(_mm256_srli_epi16::<4>(t), low);
+                out[c + 4] = _mm256_shuffle_epi8(table, high);
+            }
+            return out;
         }
         let (qs, qh) = match F {
             L_Q4_0 => (Q4_0_QS, None),
@@ -276,13 +307,13 @@ unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
     }
 }
 
-/// Generates the Q8_0, Q4_0, Q5_0 (× Q8_0) and Q4_1, Q5_1 (× Q8_1) panel kernel for
+/// Generates the Q8_0, Q4_0, Q5_0, MXFP4 (× Q8_0) and Q4_1, Q5_1 (× Q8_1) panel kernel for
 /// `$features`. Per block, each activation row's group `g` (4 quants) is broadcast and
 /// multiplied with the weights' group `g` of all eight lanes, so the i32 lanes accumulate
 /// the eight rows' exact block sums directly; then the scalar kernel's float expression,
-/// lane-wise. `$vnni`: `dpbusd` (unsigned × signed, i32 accumulate), with Q8_0's weights made
-/// unsigned by flipping their sign bit (`+128`, taken back as `128 · Σ q_x`); else `maddubs`
-/// and `madd`, with Q8_0's sign moved onto the activations. Neither can saturate (weights
+/// lane-wise. `$vnni`: `dpbusd` (unsigned × signed, i32 accumulate), with Q8_0's (and MXFP4's)
+/// signed weights made unsigned by flipping their sign bit (`+128`, taken back as
+/// `128 · Σ q_x`); else `maddubs` and `madd`, with their sign moved onto the activations. Neither can saturate (weights
 /// below 32, or |w| <= 128 against |q_x| <= 127 in pairs), so both give the exact sums.
 macro_rules! legacy_panel {
     ($features:literal, $name:ident, $vnni:literal) => {
@@ -298,8 +329,11 @@ macro_rules! legacy_panel {
                     L_Q4_0 => (QFormat::Q4_0, 8),
                     L_Q4_1 => (QFormat::Q4_1, 0),
                     L_Q5_0 => (QFormat::Q5_0, 16),
+                    L_MXFP4 => (QFormat::Mxfp4, if $vnni { 128 } else { 0 }),
                     _ => (QFormat::Q5_1, 0),
                 };
+                // Signed weights (Q8_0, MXFP4's values) take the sign trick below.
+                let signed = F == L_Q8_0 || F == L_MXFP4;
                 let with_min = F == L_Q4_1 || F == L_Q5_1;
                 let rec = format.record();
                 let ones = _mm256_set1_epi16(1);
@@ -309,14 +343,18 @@ macro_rules! legacy_panel {
                     prefetch(r, rec);
                     let w = groups::<F>(r);
                     // The unsigned left operands.
-                    let wu: [__m256i; 8] = if F != L_Q8_0 {
+                    let wu: [__m256i; 8] = if !signed {
                         w
                     } else if $vnni {
                         w.map(|v| _mm256_xor_si256(v, _mm256_set1_epi8(-128)))
                     } else {
                         w.map(|v| _mm256_sign_epi8(v, v))
                     };
-                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i));
+                    let dw = if F == L_MXFP4 {
+                        e8m0_half_x8(r)
+                    } else {
+                        _mm256_cvtph_ps(_mm_loadu_si128(r as *const __m128i))
+                    };
                     for (i, acc) in acc.iter_mut().enumerate() {
                         let a = acts[i].qs.as_ptr().add(b * QK) as *const i32;
                         let mut sum = _mm256_setzero_si256();
@@ -325,7 +363,7 @@ macro_rules! legacy_panel {
                             sum = if $vnni {
                                 _mm256_dpbusd_epi32(sum, wu[g], ag)
                             } else {
-                                let ag = if F == L_Q8_0 {
+                                let ag = if signed {
                                     _mm256_sign_epi8(ag, w[g])
                                 } else {
                                     ag
@@ -962,6 +1000,7 @@ unsafe fn quant_panel<const R: usize>(
             QFormat::Q4K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q4),
             QFormat::Q5K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q5),
             QFormat::Q6K => pick!(panel_k_vnni, panel_k_512, panel_k, K_Q6),
+            QFormat::Mxfp4 => pick!(panel_legacy_vnni, panel_legacy_512, panel_legacy, L_MXFP4),
         }
     }
 }
