@@ -12,6 +12,7 @@
 
 use std::ops::Range;
 
+use super::arch::Activation;
 use super::plan::{Matrix, Place, Plan, Step};
 use super::quant::{QWeight, WeightFormat};
 use super::transformer::{GateUp, Qkv, Transformer};
@@ -247,6 +248,14 @@ pub fn not_lowered(plan: &Plan) -> Option<String> {
     }
     if has(|s| matches!(s, Step::OutBias)) {
         missing.push("an attention output bias");
+    }
+    if has(|s| {
+        matches!(
+            s,
+            Step::Gated(Activation::SwigluOai) | Step::Experts(Activation::SwigluOai)
+        )
+    }) {
+        missing.push("SwiGLU-OAI");
     }
     (!missing.is_empty()).then(|| {
         format!(

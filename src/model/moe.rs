@@ -202,7 +202,8 @@ fn rank(v: &[f32], k: usize, order: &mut Vec<u32>) {
 /// f16's smallest normal, as ggml's `sum_rows`, `clamp` and `div`).
 fn normalize_weights(chosen: &mut [(u32, f32)]) {
     let sum: f64 = chosen.iter().map(|&(_, w)| f64::from(w)).sum();
-    let sum = (sum as f32).max(6.103_515_625e-5);
+    // 2⁻¹⁴, f16's smallest normal.
+    let sum = (sum as f32).max(1.0 / 16384.0);
     for (_, w) in chosen.iter_mut() {
         *w /= sum;
     }

@@ -775,9 +775,9 @@ impl Transformer {
                     (true, Some(v)) => Some(&v[..]),
                     (true, None) => missing("attention sinks"),
                 };
+                let geo = self.geometry(window, sinks);
                 let attn = &mut s.attn[..rows * q_dim];
-                let q = &s.q[..rows * q_dim];
-                self.attention(l, window, sinks, seqs, &s.seq_spans, q, attn);
+                self.attention(l, geo, seqs, &s.seq_spans, &s.q[..rows * q_dim], attn);
             }
             Step::OutBias => {
                 let Some(b) = &layer.out_bias else {
@@ -851,6 +851,20 @@ impl Transformer {
         }
     }
 
+    /// The attention geometry of a layer with this window and these sinks.
+    fn geometry<'a>(&self, window: Option<usize>, sinks: Option<&'a [f32]>) -> Geometry<'a> {
+        let c = &self.config;
+        Geometry {
+            dim: c.q_dim(),
+            hd: c.head_dim,
+            group: c.n_head / c.n_kv_head,
+            scale: c.attn_scale,
+            softcap: c.attn_softcap,
+            window,
+            sinks,
+        }
+    }
+
     /// Causal attention of each sequence's new rows over its own KV, written into `out`
     /// (`[row][q_dim]`). Work is split into tasks of (sequence, KV head, block of rows), run in
     /// parallel, each handling the query heads sharing that KV head so that every key and value
@@ -860,23 +874,13 @@ impl Transformer {
     fn attention<K: KvSeq>(
         &self,
         layer: usize,
-        window: Option<usize>,
-        sinks: Option<&[f32]>,
+        geo: Geometry<'_>,
         seqs: &[SeqStep<'_, K>],
         spans: &[(usize, usize, usize)],
         q: &[f32],
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let geo = Geometry {
-            dim: c.q_dim(),
-            hd: c.head_dim,
-            group: c.n_head / c.n_kv_head,
-            scale: c.attn_scale,
-            softcap: c.attn_softcap,
-            window,
-            sinks,
-        };
         let tasks = attention_tasks(spans, c.n_kv_head, geo.group, rayon::current_num_threads());
         let results: Vec<Vec<f32>> = tasks
             .par_iter()

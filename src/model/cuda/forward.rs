@@ -676,6 +676,14 @@ impl Run<'_> {
                     Activation::Silu => 0i32,
                     // llama.cpp's CUDA backend computes GELU in f32, without the CPU's table.
                     Activation::GeluTanh | Activation::GeluTanhF16 => 1i32,
+                    // Refused at load (`lowering::not_lowered`).
+                    Activation::SwigluOai => {
+                        return Err(ModelError::Device(
+                            "cuda: SwiGLU-OAI has no GPU kernel yet; run this model with \
+                             --device cpu"
+                                .into(),
+                        ))
+                    }
                 };
                 let mut lb = g.stream.launch_builder(&g.k.gated_act);
                 lb.arg(&p.gate).arg(&p.up).arg(&total).arg(&act);
