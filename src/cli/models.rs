@@ -77,11 +77,10 @@ impl ModelInfo {
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = file_sha256(&files.weights)
             .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
+        // Every tensor, MXFP4 ones included (candle's table leaves them out).
         let parameters = file
-            .content()
-            .tensor_infos
-            .values()
-            .map(|t| t.shape.elem_count() as u64)
+            .tensor_shapes()
+            .map(|(_, s)| s.iter().product::<usize>() as u64)
             .sum();
         let is_default_file = files
             .weights

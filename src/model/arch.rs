@@ -22,6 +22,7 @@ use super::error::{ModelError, Result};
 use crate::weights::error::WeightsError;
 use crate::weights::gguf::{md_f32, md_string, md_usize, GgufFile};
 use crate::weights::mapped::MappedBytes;
+use crate::weights::stored::StoredType;
 
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
@@ -1422,6 +1423,16 @@ pub trait TensorSource {
     /// A tensor's stored GGUF type and its bytes, in place in the file's memory map (row-major,
     /// as GGUF stores them), after checking its shape: what weight matrices are built from.
     fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)>;
+    /// [`TensorSource::read_mapped`] for any stored type Candor knows, MXFP4 included (GGUF
+    /// only; a checkpoint's types are candle's).
+    fn read_mapped_stored(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<(StoredType, MappedBytes)> {
+        let (d, b) = self.read_mapped(name, shape)?;
+        Ok((StoredType::Ggml(d), b))
+    }
     /// Per-pair RoPE frequency factors, when the model has them (Llama 3).
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>>;
 }
@@ -1441,6 +1452,14 @@ impl TensorSource for GgufFile {
 
     fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
         Ok(self.mapped(name, shape)?)
+    }
+
+    fn read_mapped_stored(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<(StoredType, MappedBytes)> {
+        Ok(self.mapped_stored(name, shape)?)
     }
 
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {

@@ -28,10 +28,11 @@ use super::moe::{Expert, Moe, MoeScratch};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
 use super::plan::{Block, LayerParts, Matrix, Plan, RopeTable, Step};
-use super::quant::QWeight;
+use super::quant::{has_stored_kernel, QWeight};
 use crate::model::checkpoint::Checkpoint;
 use crate::weights::error::WeightsError;
 use crate::weights::gguf::GgufFile;
+use crate::weights::stored::StoredType;
 
 /// How matrix weights are held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -156,12 +157,13 @@ fn expert_matrices(
     dtype: WeightDType,
 ) -> Result<std::vec::IntoIter<QWeight>> {
     let shape = [experts, rows, cols];
-    let err = |stored: GgmlDType, e: String| ModelError::UnsupportedTensorType {
+    let err = |stored: StoredType, e: String| ModelError::UnsupportedTensorType {
         name: name.into(),
-        dtype: format!("{stored:?} ({e})"),
+        dtype: format!("{stored} ({e})"),
     };
-    let (stored, bytes) = src.read_mapped(name, &shape)?;
-    if dtype == WeightDType::Native && !has_native_kernel(stored) {
+    // MXFP4 (gpt-oss's experts) included.
+    let (stored, bytes) = src.read_mapped_stored(name, &shape)?;
+    if dtype == WeightDType::Native && !has_stored_kernel(stored) {
         return Err(err(
             stored,
             "no quantized kernel; load with --dtype f32".into(),
@@ -172,25 +174,14 @@ fn expert_matrices(
     for e in 0..experts {
         let raw = &bytes.bytes()[e * per..(e + 1) * per];
         let w = match dtype {
-            WeightDType::Native => QWeight::from_bytes(stored, rows, cols, raw),
-            WeightDType::F32 => dequantize_any(stored, rows, cols, raw),
+            WeightDType::Native => QWeight::from_stored_bytes(stored, rows, cols, raw),
+            WeightDType::F32 => QWeight::dequantized_stored(stored, rows, cols, raw),
         }
         .map_err(|e| err(stored, e.to_string()))?;
         out.push(w);
     }
     bytes.release();
     Ok(out.into_iter())
-}
-
-/// A weight of any stored type candle reads, dequantized to f32 (the `--dtype f32` mode).
-fn dequantize_any(
-    stored: GgmlDType,
-    rows: usize,
-    cols: usize,
-    raw: &[u8],
-) -> std::result::Result<QWeight, super::quant::QuantError> {
-    let data = candle_core::quantized::QStorage::from_data(raw.into(), &Device::Cpu, stored)?;
-    QWeight::dequantized(&QTensor::new(data, (rows, cols))?)
 }
 
 /// A small tensor (a norm weight, RoPE factors) as f32 values.
