@@ -30,9 +30,16 @@ impl Server {
     /// Starts the server on the default model with `extra` arguments; `None`: no model (skip).
     fn start(extra: &[&str]) -> Option<Server> {
         let model = default_model()?;
+        Some(Server::serve(
+            &format!("default={}", model.display()),
+            extra,
+        ))
+    }
+
+    /// Starts the server on `--model NAME=PATH` with `extra` arguments.
+    fn serve(model: &str, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_candor"));
-        cmd.args(["serve", "--port", "0", "--model"])
-            .arg(format!("default={}", model.display()))
+        cmd.args(["serve", "--port", "0", "--model", model])
             .args(extra)
             .env_remove("CANDOR_API_KEY")
             .stdout(Stdio::piped())
@@ -51,7 +58,7 @@ impl Server {
             .iter()
             .position(|a| *a == "--api-key")
             .map(|i| extra[i + 1].to_string());
-        Some(Server { child, base, key })
+        Server { child, base, key }
     }
 
     fn url(&self, path: &str) -> String {
@@ -688,27 +695,7 @@ fn serve_returns_reasoning_content_and_takes_template_kwargs() {
     let Some(model) = thinking_model(tmp.path()) else {
         return;
     };
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_candor"));
-    cmd.args(["serve", "--port", "0", "--model"])
-        .arg(format!("qwq={}", model.display()))
-        .env_remove("CANDOR_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = cmd.spawn().expect("starting candor serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("address line");
-    let base = line
-        .trim()
-        .strip_prefix("candor serve: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    let s = Server {
-        child,
-        base,
-        key: None,
-    };
+    let s = Server::serve(&format!("qwq={}", model.display()), &[]);
     let body = |extra: Value| {
         let mut b = json!({
             "model": "qwq",
