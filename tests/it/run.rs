@@ -660,17 +660,7 @@ fn base_model(dir: &Path) -> Option<(PathBuf, String)> {
         .filter(|(k, _)| k.as_str() != "tokenizer.chat_template")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
-    names.sort();
-    let tensors: Vec<(String, candle_core::quantized::QTensor)> = names
-        .into_iter()
-        .map(|n| {
-            let t = content
-                .tensor(&mut f, n, &candle_core::Device::Cpu)
-                .unwrap();
-            (n.clone(), t)
-        })
-        .collect();
+    let tensors = crate::util::gguf_tensors(&content, &mut f);
     let path = dir.join("base.gguf");
     crate::util::write_gguf(&path, &md, &tensors);
     Some((path, template))

@@ -670,16 +670,7 @@ fn thinking_model(dir: &Path) -> Option<PathBuf> {
             *v = GgufValue::String(template.clone());
         }
     }
-    let names: Vec<String> = content.tensor_infos.keys().cloned().collect();
-    let tensors: Vec<_> = names
-        .iter()
-        .map(|n| {
-            let t = content
-                .tensor(&mut f, n, &candle_core::Device::Cpu)
-                .unwrap();
-            (n.clone(), t)
-        })
-        .collect();
+    let tensors = crate::util::gguf_tensors(&content, &mut f);
     let out = dir.join("smollm2-qwq-template.gguf");
     crate::util::write_gguf(&out, &metadata, &tensors);
     Some(out)

@@ -134,6 +134,25 @@ pub fn llama_metadata(
     ]
 }
 
+/// Every tensor of an open GGUF file (`content` read from `f`), copied, in name order: what a
+/// test writes back with other metadata.
+pub fn gguf_tensors(
+    content: &candle_core::quantized::gguf_file::Content,
+    f: &mut std::fs::File,
+) -> Vec<(String, candle_core::quantized::QTensor)> {
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let t = content
+                .tensor(f, n, &candle_core::Device::Cpu)
+                .expect("tensor");
+            (n.clone(), t)
+        })
+        .collect()
+}
+
 /// Writes a GGUF file of `metadata` and `tensors` at `path`.
 pub fn write_gguf(
     path: &Path,
