@@ -2,8 +2,8 @@
 """Random-weight models of real shapes for CPU speed measurements (issue #26), written from a
 seed and quantized by llama.cpp's own `llama-quantize`, as the files users download are.
 
-  write_shape_models.py OUT_DIR [--shape qwen2.5-1.5b|llama3-8b|tiny-qwen2] [--types Q4_K_M,Q8_0]
-                        [--llama-bin DIR] [--seed N] [--layers N] [--random-blocks]
+  write_shape_models.py OUT_DIR [--shape qwen2.5-1.5b|llama3-8b|qwen3-30b-a3b-4l|gpt-oss-20b-4l|...]
+                        [--types Q4_K_M,Q8_0] [--llama-bin DIR] [--seed N] [--layers N] [--random-blocks]
 
 writes OUT_DIR/<shape>.F16.gguf (every matrix F16, norms F32, biases F32 where the architecture
 has them), then runs `llama-quantize F16 OUT TYPE` for each type (default: Q4_K_M and Q8_0,
@@ -43,6 +43,14 @@ SHAPES = {
                              head_dim=128, ffn=6144, experts=128, used=8, expert_ffn=768,
                              qk_norm=True, vocab=151936, ctx=40960, theta=1000000.0, eps=1e-6,
                              tied=False, bias=False),
+    # gpt-oss-20b's per-layer shape (issue #42) with 4 of its 24 layers: head 64 (q 4096 wide),
+    # q/k/v/o biases, attention sinks, a 128-position window on alternate layers, YaRN RoPE,
+    # 32 experts of FFN 2880 with biases, 4 used per token, a biased router. Quantize with
+    # `--types MXFP4_MOE` (MXFP4 experts, as the published files).
+    "gpt-oss-20b-4l": dict(arch="gpt-oss", dim=2880, layers=4, heads=64, kv_heads=8, head_dim=64,
+                           ffn=2880, experts=32, used=4, expert_ffn=2880, vocab=201088,
+                           ctx=131072, theta=150000.0, eps=1e-5, tied=False, bias=True,
+                           oss=True, window=128, yarn=(32.0, 4096)),
     # A tiny qwen3moe of the same layout, for checking the script itself in seconds.
     "tiny-qwen3moe": dict(arch="qwen3moe", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64,
                           ffn=512, experts=8, used=2, expert_ffn=256, qk_norm=True, vocab=1024,
@@ -100,18 +108,20 @@ def tensors(s):
         if s.get("qk_norm"):
             out += [(p + "attn_q_norm.weight", (hd,), "norm"),
                     (p + "attn_k_norm.weight", (hd,), "norm")]
-        out += [
-            (p + "attn_output.weight", (d, qd), "matrix"),
-            (p + "ffn_norm.weight", (d,), "norm"),
-        ]
+        out.append((p + "attn_output.weight", (d, qd), "matrix"))
+        oss = s.get("oss", False)
+        if oss:
+            out += [(p + "attn_output.bias", (d,), "bias"),
+                    (p + "attn_sinks.weight", (s["heads"],), "bias")]
+        out.append((p + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), (d,), "norm"))
         if "experts" in s:
             e, f = s["experts"], s["expert_ffn"]
-            out += [
-                (p + "ffn_gate_inp.weight", (e, d), "matrix"),
-                (p + "ffn_gate_exps.weight", (e, f, d), "matrix"),
-                (p + "ffn_up_exps.weight", (e, f, d), "matrix"),
-                (p + "ffn_down_exps.weight", (e, d, f), "matrix"),
-            ]
+            mats = [("ffn_gate_inp", (e, d)), ("ffn_gate_exps", (e, f, d)),
+                    ("ffn_up_exps", (e, f, d)), ("ffn_down_exps", (e, d, f))]
+            for name, shape in mats:
+                out.append((p + name + ".weight", shape, "matrix"))
+                if oss:  # gpt-oss: router and expert biases
+                    out.append((p + name + ".bias", shape[:-1], "bias"))
         else:
             out += [
                 (p + "ffn_gate.weight", (s["ffn"], d), "matrix"),
@@ -135,6 +145,13 @@ def metadata(s, name, file_type=1):
         extra += [kv(f"{a}.expert_count", 4, s["experts"]),
                   kv(f"{a}.expert_used_count", 4, s["used"]),
                   kv(f"{a}.expert_feed_forward_length", 4, s["expert_ffn"])]
+    if "window" in s:
+        extra.append(kv(f"{a}.attention.sliding_window", 4, s["window"]))
+    if "yarn" in s:
+        factor, orig = s["yarn"]
+        extra += [kv(f"{a}.rope.scaling.type", 8, "yarn"),
+                  kv(f"{a}.rope.scaling.factor", 6, factor),
+                  kv(f"{a}.rope.scaling.original_context_length", 4, orig)]
     return extra + [
         kv("general.architecture", 8, a),
         kv("general.name", 8, name),
@@ -227,7 +244,8 @@ def write_gguf(path, s, seed, matrix_type, file_type):
             if kind == "norm":
                 f.write((1.0 + 0.1 * rng.standard_normal(shape[0], dtype=np.float32)).tobytes())
             elif kind == "bias":
-                f.write((0.1 * rng.standard_normal(shape[0], dtype=np.float32)).tobytes())
+                n = int(np.prod(shape))
+                f.write((0.1 * rng.standard_normal(n, dtype=np.float32)).tobytes())
             elif t in BLOCKS:
                 f.write(random_blocks(rng, t, int(np.prod(shape)), shape[-1]))
             else:

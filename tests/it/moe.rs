@@ -12,9 +12,13 @@ use candor::stats::rng::SplitMix64;
 use serde::Deserialize;
 
 use crate::quant::{
-    agreement, assert_batch_invariant, assert_verdicts, ggml_type, hash16, kquants, q,
+    agreement, assert_batch_invariant, assert_verdicts, ggml_type, hash16_bytes, kquants, mxfp4, q,
     tiny_fixture, Draw, TinyTensor, Verdict, TQ_VOCAB,
 };
+use crate::util::{write_gguf_raw, RawTensor};
+
+/// ggml's type id of MXFP4 (candle's writer has no such type).
+const GGML_MXFP4: u32 = 39;
 
 const DIM: usize = 256;
 const HEADS: usize = 4;
@@ -162,8 +166,9 @@ fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
 
 /// qwen3moe (16 experts, 4 used, q/k norms), Mixtral (8 experts, 2 used) and gpt-oss (8
 /// experts, 2 used; biases, sinks, alternating 32-position windows, YaRN, SwiGLU-OAI) in F32,
-/// Q8_0 and llama-quantize's Q4_K_M mix: the test draws the script's weights, stores each tensor
-/// in the type llama-quantize chose and requires its bytes; then Candor's teacher-forced
+/// Q8_0 and llama-quantize's Q4_K_M mix, and gpt-oss also as its files are published
+/// (llama-quantize's MXFP4_MOE: MXFP4 experts, the rest Q8_0): the test draws the script's
+/// weights, stores each tensor in the type llama-quantize chose and requires its bytes; then Candor's teacher-forced
 /// argmax agrees with llama.cpp's at 98% or more (or at least as well as llama.cpp's own
 /// other execution paths), every miss a near tie (llama.cpp's top-2 gap below 0.5); and the
 /// model's decode does not depend on batch size, neighbours or threads. The F32 models agree
@@ -190,22 +195,32 @@ fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
                 .types
                 .get(name)
                 .unwrap_or_else(|| panic!("{label}: no type for {name}"));
-            let qt = stored(v, shape, ggml_type(ty));
+            let raw = if ty == "MXFP4" {
+                RawTensor {
+                    name: name.clone(),
+                    dims: shape.clone(),
+                    ggml_type: GGML_MXFP4,
+                    bytes: mxfp4::quantize(v),
+                }
+            } else {
+                RawTensor::from_q(name, &stored(v, shape, ggml_type(ty)))
+            };
             assert_eq!(
-                Some(&hash16(&qt)),
+                Some(&hash16_bytes(&raw.bytes)),
                 t.tensors.get(name),
                 "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
             );
-            tensors.push((name.clone(), qt));
+            tensors.push(raw);
         }
         let file = dir.path().join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
-        crate::util::write_gguf(&file, &moe_metadata(&t.arch), &tensors);
+        write_gguf_raw(&file, &moe_metadata(&t.arch), &tensors);
         assert_batch_invariant(&file, TQ_VOCAB, &label);
         let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
         report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
         std::fs::remove_file(&file).ok();
     }
-    assert_eq!(report.len(), 3 * 3, "models in the fixture");
+    // Three architectures in F32, Q8_0 and Q4_K_M, and gpt-oss as published (MXFP4 experts).
+    assert_eq!(report.len(), 3 * 3 + 1, "models in the fixture");
     assert_verdicts(&report, 0.5);
 }
 

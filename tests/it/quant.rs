@@ -605,9 +605,13 @@ pub(crate) fn tiny_fixture<T: for<'de> Deserialize<'de>>(rel: &str) -> (TinySequ
 
 /// The first 16 hex digits of the sha256 of a tensor's stored bytes (the fixtures' hashes).
 pub(crate) fn hash16(qt: &QTensor) -> String {
+    hash16_bytes(&qt.data().expect("tensor bytes"))
+}
+
+/// The first 16 hex digits of the SHA-256 of `bytes` (the fixtures' tensor hashes).
+pub(crate) fn hash16_bytes(bytes: &[u8]) -> String {
     use sha2::Digest;
-    let bytes = qt.data().expect("tensor bytes");
-    format!("{:x}", sha2::Sha256::digest(&bytes[..]))[..16].to_string()
+    format!("{:x}", sha2::Sha256::digest(bytes))[..16].to_string()
 }
 
 /// One tiny model's agreement with llama.cpp, with how many positions llama.cpp's own other

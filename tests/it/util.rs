@@ -164,3 +164,97 @@ pub fn write_gguf(
     let ts: Vec<_> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     candle_core::quantized::gguf_file::write(&mut f, &md, &ts).expect("write gguf");
 }
+
+/// A tensor as stored in a GGUF file, for [`write_gguf_raw`]: its ggml type id, dimensions
+/// (outermost first) and bytes. It carries types candle's writer cannot (MXFP4, id 39).
+pub struct RawTensor {
+    pub name: String,
+    pub dims: Vec<usize>,
+    pub ggml_type: u32,
+    pub bytes: Vec<u8>,
+}
+
+impl RawTensor {
+    /// A candle tensor's stored bytes.
+    pub fn from_q(name: &str, t: &candle_core::quantized::QTensor) -> RawTensor {
+        use candle_core::quantized::GgmlDType as T;
+        let ggml_type = match t.dtype() {
+            T::F32 => 0,
+            T::F16 => 1,
+            T::Q4_0 => 2,
+            T::Q4_1 => 3,
+            T::Q5_0 => 6,
+            T::Q5_1 => 7,
+            T::Q8_0 => 8,
+            T::Q8_1 => 9,
+            T::Q2K => 10,
+            T::Q3K => 11,
+            T::Q4K => 12,
+            T::Q5K => 13,
+            T::Q6K => 14,
+            T::Q8K => 15,
+            T::BF16 => 30,
+        };
+        RawTensor {
+            name: name.to_string(),
+            dims: t.shape().dims().to_vec(),
+            ggml_type,
+            bytes: t.data().expect("tensor bytes").into_owned(),
+        }
+    }
+}
+
+/// Writes a GGUF (version 3, 32-byte alignment) of `metadata` and `tensors` at `path`, each
+/// tensor's bytes as given. The metadata is serialised by candle's writer (a file with one
+/// marker tensor, whose name starts right after the key-value pairs).
+pub fn write_gguf_raw(
+    path: &Path,
+    metadata: &[(String, candle_core::quantized::gguf_file::Value)],
+    tensors: &[RawTensor],
+) {
+    use std::io::Write;
+    const MARKER: &str = "candor.write_gguf_raw.marker";
+    let marker = candle_core::quantized::QTensor::quantize(
+        &candle_core::Tensor::zeros(32, candle_core::DType::F32, &candle_core::Device::Cpu)
+            .expect("zeros"),
+        candle_core::quantized::GgmlDType::F32,
+    )
+    .expect("marker tensor");
+    let mut head = std::io::Cursor::new(Vec::new());
+    let md: Vec<_> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    candle_core::quantized::gguf_file::write(&mut head, &md, &[(MARKER, &marker)])
+        .expect("metadata");
+    let head = head.into_inner();
+    let mut needle = (MARKER.len() as u64).to_le_bytes().to_vec();
+    needle.extend_from_slice(MARKER.as_bytes());
+    let kv_end = head
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("marker after the metadata");
+    let pad = |n: usize| (32 - n % 32) % 32;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"GGUF");
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    out.extend_from_slice(&head[24..kv_end]);
+    let mut offset = 0usize;
+    for t in tensors {
+        out.extend_from_slice(&(t.name.len() as u64).to_le_bytes());
+        out.extend_from_slice(t.name.as_bytes());
+        out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for &d in t.dims.iter().rev() {
+            out.extend_from_slice(&(d as u64).to_le_bytes());
+        }
+        out.extend_from_slice(&t.ggml_type.to_le_bytes());
+        out.extend_from_slice(&(offset as u64).to_le_bytes());
+        offset += t.bytes.len() + pad(t.bytes.len());
+    }
+    out.resize(out.len() + pad(out.len()), 0);
+    for t in tensors {
+        out.extend_from_slice(&t.bytes);
+        out.resize(out.len() + pad(t.bytes.len()), 0);
+    }
+    let mut f = std::fs::File::create(path).expect("create gguf");
+    f.write_all(&out).expect("write gguf");
+}
