@@ -12,7 +12,7 @@
 
 use super::arch::{Activation, Gating, MoeConfig};
 use super::expf::exp_shifted_in_place;
-use super::quant::QWeight;
+use super::quant::{Gathered, QWeight};
 
 /// One expert's feed-forward matrices (`ffn_{gate,up,down}_exps`, sliced by expert).
 pub(super) struct Expert {
@@ -42,12 +42,19 @@ pub struct MoeScratch {
     chosen: Vec<(u32, f32)>,
     /// For each expert, the (row, rank) pairs routed to it, rows in order.
     routed: Vec<Vec<(usize, usize)>>,
-    /// One expert's rows gathered, then its gate/up and down outputs.
-    input: Vec<f32>,
+    /// (expert, first, count) of each expert with rows, in expert order: its part of the
+    /// output order.
+    spans: Vec<(usize, usize, usize)>,
+    /// The row of `xb` behind each output, in output order.
+    rows: Vec<usize>,
+    /// `0, 1, …`: the down products' rows (the gate outputs in output order).
+    seq: Vec<usize>,
+    /// Where row `r`'s rank-`k` output is in the output order: `slot[r · used + k]`.
+    slot: Vec<usize>,
+    /// The gate/up outputs, `rows × used × ffn`, in output order.
     gate: Vec<f32>,
     up: Vec<f32>,
-    down: Vec<f32>,
-    /// Every row's expert outputs: `rows × used × dim`, by rank.
+    /// The experts' outputs, `rows × used × dim`, in output order.
     out: Vec<f32>,
     /// Expert indices being ranked.
     order: Vec<u32>,
@@ -97,7 +104,11 @@ impl Moe {
     }
 
     /// Every chosen expert's feed-forward (`act(x·gateᵀ) · (x·upᵀ)`, then `·downᵀ`) on the
-    /// rows of `xb` routed to it, into each row's output of that rank.
+    /// rows of `xb` routed to it. The outputs are laid out expert by expert (experts in index
+    /// order, each one's rows in row order); `slot[r · used + k]` says where row `r`'s rank-`k`
+    /// output is. All experts' gate/up products run as one gathered matmul, then all their
+    /// down products (each row quantized once, the panels of every expert in one parallel
+    /// region: [`QWeight::matmul_gathered`], the bits of each row alone).
     pub(super) fn experts(&self, act: Activation, xb: &[f32], rows: usize, s: &mut MoeScratch) {
         let MoeConfig {
             experts,
@@ -106,42 +117,81 @@ impl Moe {
             ..
         } = self.config;
         let dim = self.router.cols();
+        let total = rows * used;
         s.routed.resize_with(experts, Vec::new);
         s.routed.iter_mut().for_each(Vec::clear);
-        for (i, &(e, _)) in s.chosen[..rows * used].iter().enumerate() {
+        for (i, &(e, _)) in s.chosen[..total].iter().enumerate() {
             s.routed[e as usize].push((i / used, i % used));
         }
-        s.out.resize(rows * used * dim, 0.0);
-        for (e, expert) in self.experts.iter().enumerate() {
-            let n = s.routed[e].len();
-            if n == 0 {
+        // Each expert's span of the output order, and its rows' indices in `xb`.
+        s.spans.clear();
+        s.rows.clear();
+        s.slot.resize(total, 0);
+        for (e, routed) in s.routed.iter().enumerate() {
+            if routed.is_empty() {
                 continue;
             }
-            s.input.resize(n * dim, 0.0);
-            for (dst, &(r, _)) in s.input.chunks_exact_mut(dim).zip(&s.routed[e]) {
-                dst.copy_from_slice(&xb[r * dim..(r + 1) * dim]);
+            s.spans.push((e, s.rows.len(), routed.len()));
+            for &(r, k) in routed {
+                s.slot[r * used + k] = s.rows.len();
+                s.rows.push(r);
             }
-            s.gate.resize(n * ffn_dim, 0.0);
-            s.up.resize(n * ffn_dim, 0.0);
-            QWeight::matmul_shared(
-                &[&expert.gate, &expert.up],
-                &s.input,
-                n,
-                &mut [&mut s.gate[..], &mut s.up[..]],
-            );
+        }
+        s.seq.clear();
+        s.seq.extend(0..total);
+        s.gate.resize(total * ffn_dim, 0.0);
+        s.up.resize(total * ffn_dim, 0.0);
+        s.out.resize(total * dim, 0.0);
+        {
+            let (mut gate, mut up) = (&mut s.gate[..], &mut s.up[..]);
+            let mut jobs = Vec::with_capacity(2 * s.spans.len());
+            for &(e, start, n) in &s.spans {
+                let (g, g_rest) = std::mem::take(&mut gate).split_at_mut(n * ffn_dim);
+                let (u, u_rest) = std::mem::take(&mut up).split_at_mut(n * ffn_dim);
+                (gate, up) = (g_rest, u_rest);
+                let rows = &s.rows[start..start + n];
+                let ex = &self.experts[e];
+                jobs.push(Gathered {
+                    w: &ex.gate,
+                    rows,
+                    out: g,
+                });
+                jobs.push(Gathered {
+                    w: &ex.up,
+                    rows,
+                    out: u,
+                });
+            }
+            QWeight::matmul_gathered(&xb[..rows * dim], dim, &mut jobs);
+        }
+        for &(e, start, n) in &s.spans {
+            let span = start * ffn_dim..(start + n) * ffn_dim;
+            let (gate, up) = (&mut s.gate[span.clone()], &mut s.up[span]);
             // ggml adds the up bias, then the gate's, before the activation.
-            if let Some([bg, bu, _]) = &expert.bias {
-                super::transformer::add_rows(&mut s.up, bu);
-                super::transformer::add_rows(&mut s.gate, bg);
+            if let Some([bg, bu, _]) = &self.experts[e].bias {
+                super::transformer::add_rows(up, bu);
+                super::transformer::add_rows(gate, bg);
             }
-            super::transformer::gated(act, &mut s.gate, &s.up);
-            s.down.resize(n * dim, 0.0);
-            expert.down.matmul(&s.gate, n, &mut s.down);
-            if let Some([_, _, bd]) = &expert.bias {
-                super::transformer::add_rows(&mut s.down, bd);
+            super::transformer::gated(act, gate, up);
+        }
+        {
+            let mut out = &mut s.out[..];
+            let mut jobs = Vec::with_capacity(s.spans.len());
+            for &(e, start, n) in &s.spans {
+                let (o, rest) = std::mem::take(&mut out).split_at_mut(n * dim);
+                out = rest;
+                let rows = &s.seq[start..start + n];
+                jobs.push(Gathered {
+                    w: &self.experts[e].down,
+                    rows,
+                    out: o,
+                });
             }
-            for (src, &(r, k)) in s.down.chunks_exact(dim).zip(&s.routed[e]) {
-                s.out[(r * used + k) * dim..][..dim].copy_from_slice(src);
+            QWeight::matmul_gathered(&s.gate, ffn_dim, &mut jobs);
+        }
+        for &(e, start, n) in &s.spans {
+            if let Some([_, _, bd]) = &self.experts[e].bias {
+                super::transformer::add_rows(&mut s.out[start * dim..(start + n) * dim], bd);
             }
         }
     }
@@ -155,7 +205,7 @@ impl Moe {
             let acc = &mut xb[r * dim..(r + 1) * dim];
             for k in 0..used {
                 let w = s.chosen[r * used + k].1;
-                let o = &s.out[(r * used + k) * dim..][..dim];
+                let o = &s.out[s.slot[r * used + k] * dim..][..dim];
                 if k == 0 {
                     for (a, &v) in acc.iter_mut().zip(o) {
                         *a = v * w;

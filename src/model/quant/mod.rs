@@ -579,46 +579,96 @@ impl QWeight {
         m: usize,
         out: &mut [f32],
     ) {
-        let eight = isa.wide();
-        let pairs = isa.pairs(p.format);
         // Every row's slices once, not once per panel.
         let acts: Vec<ActRow<'_>> = (0..m).map(|i| acts.row(i)).collect();
         let acts = &acts[..];
         self.run_panels(m, out, &|panels: Range<usize>, out: &PanelOut| {
-            let mut pi = panels.start;
-            while pi < panels.end {
-                // Two panels at once where a kernel takes them (same bits as one by one).
-                let two = pairs && m >= 2 && pi + 1 < panels.end;
-                let these = if two {
-                    Panel::Two(p.panel(pi), p.panel(pi + 1))
-                } else {
-                    Panel::One(p.panel(pi))
-                };
-                // Rows in groups: each weight block is unpacked once for all rows of a group.
-                let mut i = 0;
-                // Two panels take sixteen rows at once: each weight block is read from memory
-                // once per sixteen rows (a decode step of sixteen sequences reads it once).
-                while two && i + 16 <= m {
-                    group::<16>(isa, p, these, pi, acts, i, out);
-                    i += 16;
+            quantized_panels(isa, p, acts, panels, out)
+        });
+    }
+
+    /// For every job, `out[i] = x[rows[i]] · wᵀ` (`x` is `m × k` row-major, every job's weight
+    /// `k` wide): each row of `x` is quantized once per activation kind however many jobs read
+    /// it, and the panels of all quantized jobs are spread over the rayon pool in one parallel
+    /// region (Mixture-of-Experts: the chosen experts' matrices of one step). Every output row
+    /// is bit-identical to [`QWeight::matmul`] of that row alone.
+    ///
+    /// # Panics
+    /// If a job's weight is not `k` wide, its `out` is not `rows.len() × n`, or a row index is
+    /// out of range.
+    pub(crate) fn matmul_gathered(x: &[f32], k: usize, jobs: &mut [Gathered<'_>]) {
+        let isa = Isa::detect();
+        assert_eq!(x.len() % k.max(1), 0, "matmul_gathered: x is not m × {k}");
+        let mut kinds: Vec<(ActKind, QuantizedRows)> = Vec::new();
+        let mut buf = Vec::new();
+        for job in jobs.iter_mut() {
+            assert_eq!(
+                job.w.k, k,
+                "matmul_gathered: weight is {} wide, not {k}",
+                job.w.k
+            );
+            assert_eq!(
+                job.out.len(),
+                job.rows.len() * job.w.n,
+                "matmul_gathered: out"
+            );
+            match &job.w.storage {
+                Storage::Quant(p) => {
+                    let kind = p.format.act();
+                    if !kinds.iter().any(|(c, _)| *c == kind) {
+                        kinds.push((kind, QuantizedRows::quantize(x, k, kind)));
+                    }
                 }
-                while eight && i + 8 <= m {
-                    group::<8>(isa, p, these, pi, acts, i, out);
-                    i += 8;
+                // Float weights: the rows gathered, then the plain product.
+                _ => {
+                    buf.clear();
+                    for &r in job.rows {
+                        buf.extend_from_slice(&x[r * k..(r + 1) * k]);
+                    }
+                    job.w.matmul_with(isa, &buf, job.rows.len(), job.out);
                 }
-                while i + 4 <= m {
-                    group::<4>(isa, p, these, pi, acts, i, out);
-                    i += 4;
-                }
-                if i + 2 <= m {
-                    group::<2>(isa, p, these, pi, acts, i, out);
-                    i += 2;
-                }
-                if i < m {
-                    group::<1>(isa, p, these, pi, acts, i, out);
-                }
-                pi += if two { 2 } else { 1 };
             }
+        }
+        // (panels, activation rows, output) of each quantized job.
+        let mut quant = Vec::with_capacity(jobs.len());
+        for job in jobs.iter_mut() {
+            let (Storage::Quant(p), m) = (&job.w.storage, job.rows.len()) else {
+                continue;
+            };
+            if m == 0 || job.w.n == 0 {
+                continue;
+            }
+            let acts = &kinds
+                .iter()
+                .find(|(c, _)| *c == p.format.act())
+                .expect("quantized")
+                .1;
+            let rows: Vec<ActRow<'_>> = job.rows.iter().map(|&r| acts.row(r)).collect();
+            quant.push((p, rows, PanelOut::new(job.out, m, job.w.n)));
+        }
+        let panels: usize = quant.iter().map(|(_, _, o)| o.n.div_ceil(PANEL)).sum();
+        let work: usize = quant.iter().map(|(_, rows, o)| rows.len() * o.n * k).sum();
+        let threads = rayon::current_num_threads();
+        if work < PAR_MIN_WORK || threads == 1 {
+            for (p, rows, out) in &quant {
+                quantized_panels(isa, p, rows, 0..out.n.div_ceil(PANEL), out);
+            }
+            return;
+        }
+        // Runs of an even number of panels (the last of a job may be shorter), about eight
+        // per thread over all jobs.
+        let chunk = panels.div_ceil(threads * 8).next_multiple_of(2);
+        let tasks: Vec<(usize, Range<usize>)> = quant
+            .iter()
+            .enumerate()
+            .flat_map(|(j, (_, _, out))| {
+                let n = out.n.div_ceil(PANEL);
+                (0..n.div_ceil(chunk)).map(move |c| (j, c * chunk..((c + 1) * chunk).min(n)))
+            })
+            .collect();
+        tasks.into_par_iter().for_each(|(j, panels)| {
+            let (p, rows, out) = &quant[j];
+            quantized_panels(isa, p, rows, panels, out);
         });
     }
 
@@ -645,6 +695,63 @@ impl QWeight {
             });
         }
     }
+}
+
+/// The quantized product of activation rows `acts` with the panels `panels` of `p` into
+/// `out` (rows in groups of 16, 8, 4, 2, 1: each weight block is unpacked once for all rows of
+/// a group; the same bits for a row whatever its group); the caller owns those panels.
+fn quantized_panels(
+    isa: Isa,
+    p: &Panels,
+    acts: &[ActRow<'_>],
+    panels: Range<usize>,
+    out: &PanelOut,
+) {
+    let eight = isa.wide();
+    let pairs = isa.pairs(p.format);
+    let m = acts.len();
+    let mut pi = panels.start;
+    while pi < panels.end {
+        // Two panels at once where a kernel takes them (same bits as one by one).
+        let two = pairs && m >= 2 && pi + 1 < panels.end;
+        let these = if two {
+            Panel::Two(p.panel(pi), p.panel(pi + 1))
+        } else {
+            Panel::One(p.panel(pi))
+        };
+        // Rows in groups: each weight block is unpacked once for all rows of a group.
+        let mut i = 0;
+        // Two panels take sixteen rows at once: each weight block is read from memory
+        // once per sixteen rows (a decode step of sixteen sequences reads it once).
+        while two && i + 16 <= m {
+            group::<16>(isa, p, these, pi, acts, i, out);
+            i += 16;
+        }
+        while eight && i + 8 <= m {
+            group::<8>(isa, p, these, pi, acts, i, out);
+            i += 8;
+        }
+        while i + 4 <= m {
+            group::<4>(isa, p, these, pi, acts, i, out);
+            i += 4;
+        }
+        if i + 2 <= m {
+            group::<2>(isa, p, these, pi, acts, i, out);
+            i += 2;
+        }
+        if i < m {
+            group::<1>(isa, p, these, pi, acts, i, out);
+        }
+        pi += if two { 2 } else { 1 };
+    }
+}
+
+/// One product of [`QWeight::matmul_gathered`]: `out[i] = x[rows[i]] · wᵀ`.
+pub(crate) struct Gathered<'a> {
+    pub(crate) w: &'a QWeight,
+    pub(crate) rows: &'a [usize],
+    /// `rows.len() × w.n`, row-major.
+    pub(crate) out: &'a mut [f32],
 }
 
 /// The `m × n` output of a matmul while panel kernels fill it: each worker writes the columns
@@ -889,6 +996,45 @@ pub(crate) mod tests {
         let mut out = vec![f32::NAN; m * w.rows()];
         w.matmul_with(isa, x, m, &mut out);
         out
+    }
+
+    /// A gathered product (rows out of order, repeated, an empty job, two weights) equals
+    /// each row's product alone, for every format, serial and over two threads.
+    #[test]
+    fn gathered_rows_are_each_row_alone() {
+        let (n, k) = (300, 512);
+        for ((name, a), (_, b)) in every_format(n, k, 3)
+            .iter()
+            .zip(every_format(n, k, 4).iter())
+        {
+            let k = a.cols();
+            let x = noise(9, 7 * k);
+            let jobs_rows: [(&QWeight, &[usize]); 3] = [(a, &[3, 0, 3, 6]), (b, &[5]), (a, &[])];
+            for threads in [1, 2] {
+                let mut outs: Vec<Vec<f32>> = jobs_rows
+                    .iter()
+                    .map(|(w, r)| vec![f32::NAN; r.len() * w.rows()])
+                    .collect();
+                let mut jobs: Vec<Gathered<'_>> = jobs_rows
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .map(|(&(w, rows), out)| Gathered { w, rows, out })
+                    .collect();
+                pool(threads).install(|| QWeight::matmul_gathered(&x, k, &mut jobs));
+                for ((w, rows), out) in jobs_rows.iter().zip(&outs) {
+                    for (i, &r) in rows.iter().enumerate() {
+                        let alone = run(w, Isa::detect(), &x[r * k..(r + 1) * k], 1);
+                        let got = &out[i * n..(i + 1) * n];
+                        assert!(
+                            got.iter()
+                                .zip(&alone)
+                                .all(|(g, a)| g.to_bits() == a.to_bits()),
+                            "{name}, {threads} threads: row {r} differs from the row alone"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
