@@ -501,3 +501,143 @@ fn default_model_replies_are_the_same_with_drafts() {
     assert_eq!(got[1].output_ids, plain[1].output_ids);
     assert!(stats.acceptance_rate() > 0.5, "{stats:?}");
 }
+
+fn candor() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_candor"));
+    c.stdin(std::process::Stdio::null());
+    c.env("CANDOR_NO_CACHE", "1");
+    c
+}
+
+/// A run with drafts (the judge by lookup) writes its acceptance to `drafts.json` and keeps it
+/// out of the manifest; `candor verify` replays it without drafts and finds every step
+/// identical.
+#[test]
+fn drafted_run_verifies_without_drafts() {
+    let (Some(data), Some(_)) = (crate::util::shared_data(), crate::util::default_model()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    let o = candor()
+        .env("CANDOR_DATA", &data)
+        .env("CANDOR_OFFLINE", "1")
+        .args([
+            "run",
+            "fbbench",
+            "--model",
+            "default",
+            "--judge",
+            "default",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "24",
+            "--judge-max-new-tokens",
+            "160",
+            "--constrain",
+            "on",
+            "--judge-draft",
+            "lookup",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("speculative decoding: prompt lookup"), "{err}");
+    let notes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("drafts.json")).expect("drafts.json"))
+            .expect("json");
+    assert!(
+        notes[0]["accepted"].as_u64().expect("accepted") > 0,
+        "{notes}"
+    );
+    let manifest = std::fs::read_to_string(out.join("manifest.json")).expect("manifest");
+    assert!(!manifest.contains("draft"), "{manifest}");
+    let v = candor()
+        .env("CANDOR_DATA", &data)
+        .env("CANDOR_OFFLINE", "1")
+        .arg("verify")
+        .arg(&out)
+        .output()
+        .expect("verify");
+    let text = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    assert!(text.contains(" 0 differing"), "{text}");
+}
+
+/// `candor generate --draft MODEL` with a model whose tokenizer differs (the default model with
+/// one special token renamed) is refused in one line naming the token, and nothing is written;
+/// lookup drafts and the model itself as its draft work.
+#[test]
+fn generate_refuses_a_draft_model_of_another_vocabulary() {
+    use candle_core::quantized::gguf_file;
+    let Some(src) = crate::util::default_model() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut f = std::fs::File::open(&src).expect("open");
+    let content = gguf_file::Content::read(&mut f).expect("read");
+    let md: Vec<(String, gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| {
+            let v = match (k.as_str(), v) {
+                ("tokenizer.ggml.tokens", gguf_file::Value::Array(tokens)) => {
+                    let mut tokens = tokens.clone();
+                    tokens[10] = gguf_file::Value::String("<renamed>".into());
+                    gguf_file::Value::Array(tokens)
+                }
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    let tensors = crate::util::gguf_tensors(&content, &mut f);
+    let draft = tmp.path().join("other-vocab.gguf");
+    crate::util::write_gguf(&draft, &md, &tensors);
+    let prompts = tmp.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n",
+    )
+    .expect("write");
+    let out = tmp.path().join("out.jsonl");
+    let o = candor()
+        .args(["generate", "--max-new-tokens", "4", "--draft"])
+        .arg(&draft)
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("generate");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("vocabulary differs") && err.contains("token 10 "),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // The same request with lookup drafts, and with the model itself as the draft, works.
+    for draft in ["lookup", "default"] {
+        let o = candor()
+            .args(["generate", "--max-new-tokens", "8", "--draft", draft])
+            .arg("--prompts")
+            .arg(&prompts)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("generate");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(err.contains("drafts: "), "{err}");
+    }
+}
