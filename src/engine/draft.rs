@@ -111,12 +111,14 @@ impl DraftStats {
     /// One line for logs and notes.
     pub fn summary(&self) -> String {
         format!(
-            "{} verify steps, {} drafted, {} accepted ({:.1}%), {:.2} tokens per verify step",
+            "{} verify steps, {} drafted, {} accepted ({:.1}%), {:.2} tokens per verify step, \
+             {:.1} ms drafting",
             self.verify_steps,
             self.drafted,
             self.accepted,
             100.0 * self.acceptance_rate(),
-            self.tokens_per_step()
+            self.tokens_per_step(),
+            self.draft_us as f64 / 1e3
         )
     }
 }
