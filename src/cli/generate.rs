@@ -67,6 +67,8 @@ pub struct GenerateArgs {
     /// Where the model runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
     #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = super::run::parse_device)]
     pub device: crate::model::device::DeviceSpec,
+    #[command(flatten)]
+    pub draft: super::draft::DraftArgs,
 }
 
 /// One input line.
@@ -170,6 +172,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     if !(args.top_p > 0.0 && args.top_p <= 1.0) {
         bail!("--top-p must be in (0, 1]");
     }
+    let draft = args.draft.spec()?;
     let prompts = read_prompts(&args.prompts, &args)?;
     let mut files = source::resolve(&args.model)?;
     files.chat_template = args.chat_template.clone();
@@ -188,6 +191,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     };
     let mut engine = Engine::from_files(&files, options)
         .with_context(|| format!("loading {}", files.weights.display()))?;
+    if let Some(d) = &draft {
+        d.apply(&mut engine, dtype)?;
+    }
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(n) = args.threads {
         pool = pool.num_threads(n);
@@ -259,6 +265,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         replies.len(),
         args.out.display()
     );
+    if draft.is_some() {
+        eprintln!("drafts: {}", engine.decoder().draft_stats().summary());
+    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod cache;
 mod compare;
 mod data;
 mod devices;
+mod draft;
 mod generate;
 mod launch;
 mod merge;

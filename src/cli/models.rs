@@ -10,12 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 
+use super::draft::DraftSpec;
 use crate::bench::refutebench::plan::TokenCounter;
-use crate::engine::{ChatRequest, Engine, EngineError, EngineOptions, SchedulerConfig};
+use crate::engine::{ChatRequest, DraftStats, Engine, EngineError, EngineOptions, SchedulerConfig};
 use crate::model::arch::ModelConfig;
 use crate::model::device::DeviceSpec;
 use crate::model::transformer::WeightDType;
@@ -185,6 +186,17 @@ impl ModelInfo {
     }
 }
 
+/// Speculative decoding in a run: the candidates' (`--draft`) and the judges'
+/// (`--judge-draft`), and where each drafting model's statistics are kept (model name, the
+/// setting's note, its statistics).
+#[derive(Default)]
+pub struct RunDrafts {
+    pub candidate: Option<DraftSpec>,
+    pub judge: Option<DraftSpec>,
+    #[allow(clippy::type_complexity)]
+    pub stats: Arc<Mutex<Vec<(String, String, Arc<Mutex<DraftStats>>)>>>,
+}
+
 /// How the run's engines are built.
 pub fn engine_options(batch_size: usize, dtype: WeightDType, device: DeviceSpec) -> EngineOptions {
     EngineOptions {
@@ -261,7 +273,9 @@ pub fn engine_models(
     candidates: &[ModelInfo],
     judges: &[ModelInfo],
     options: EngineOptions,
+    drafts: RunDrafts,
 ) -> FnModels<Engine, impl FnMut(&str) -> Result<Engine, BoxError>> {
+    let judge_names: Vec<String> = judges.iter().map(|m| m.name.clone()).collect();
     let files: BTreeMap<String, ModelFiles> = candidates
         .iter()
         .chain(judges)
@@ -271,8 +285,24 @@ pub fn engine_models(
         let f = files
             .get(name)
             .ok_or_else(|| format!("model {name:?} was not resolved"))?;
-        Engine::from_files(f, options)
-            .map_err(|e| -> BoxError { format!("model {name:?}: {}", error_chain(&e)).into() })
+        let mut engine = Engine::from_files(f, options)
+            .map_err(|e| -> BoxError { format!("model {name:?}: {}", error_chain(&e)).into() })?;
+        // A model that judges drafts as --judge-draft says, a candidate as --draft.
+        let spec = if judge_names.iter().any(|j| j == name) {
+            &drafts.judge
+        } else {
+            &drafts.candidate
+        };
+        if let Some(spec) = spec {
+            spec.apply(&mut engine, options.dtype)
+                .map_err(|e| -> BoxError { format!("model {name:?}: {e:#}").into() })?;
+            let sink = Arc::new(Mutex::new(DraftStats::default()));
+            engine.decoder().share_draft_stats(Arc::clone(&sink));
+            if let Ok(mut all) = drafts.stats.lock() {
+                all.push((name.to_string(), spec.note(), sink));
+            }
+        }
+        Ok(engine)
     };
     FnModels::new(
         candidates.iter().map(|m| m.name.clone()).collect(),

@@ -6,8 +6,8 @@
 //! scripted stand-in (hash of the prompt), with the hidden `toy` protocol.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -183,6 +183,17 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    /// Speculative decoding for the candidates (--draft; the tokens do not change).
+    #[command(flatten)]
+    pub draft: super::draft::DraftArgs,
+
+    /// Speculative decoding for the judges: `lookup` or a draft model, with --draft-tokens,
+    /// --draft-max-batch and --draft-fixed. Judges quote what they judge, which lookup drafts
+    /// well. The tokens do not change, so neither the manifest's identity nor the cache key
+    /// records it; the run prints it and writes it, with the acceptance, to `drafts.json`.
+    #[arg(long, value_name = "lookup|MODEL")]
+    pub judge_draft: Option<String>,
 }
 
 /// `--device`: `cpu`, `cuda` or `cuda:N`.
@@ -254,6 +265,9 @@ pub struct RunConfig {
     /// Set by `candor merge`: every step is answered from the shards' logs.
     pub replay: Option<Arc<ReplayPool>>,
     pub cache: CacheArgs,
+    /// `--draft` and `--judge-draft` (speed only; no part of identities or cache keys).
+    pub draft: Option<super::draft::DraftSpec>,
+    pub judge_draft: Option<super::draft::DraftSpec>,
 }
 
 impl RunConfig {
@@ -284,6 +298,13 @@ impl RunConfig {
             true => candidates[0].clone(),
             false => judges.remove(0),
         };
+        let draft = args.draft.spec()?;
+        let judge_draft = super::draft::DraftSpec::parse(
+            args.judge_draft.as_deref(),
+            args.draft.draft_tokens,
+            args.draft.draft_max_batch,
+            args.draft.draft_fixed,
+        )?;
         Ok(RunConfig {
             protocol: args.protocol,
             candidates,
@@ -309,6 +330,8 @@ impl RunConfig {
             shard: args.shard,
             replay: None,
             cache: args.cache,
+            draft,
+            judge_draft,
         })
     }
 }
@@ -611,7 +634,13 @@ pub fn execute<Pr: BenchProtocol>(
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let mut options = engine_options(cfg.batch_size, WeightDType::default(), cfg.device);
             options.scheduler.prefix_cache_bytes = cfg.kv_cache_mb << 20;
-            let models = engine_models(&candidates, &judges, options);
+            let drafts = super::models::RunDrafts {
+                candidate: cfg.draft.clone(),
+                judge: cfg.judge_draft.clone(),
+                ..Default::default()
+            };
+            let stats = Arc::clone(&drafts.stats);
+            let models = engine_models(&candidates, &judges, options, drafts);
             let dtype = match cfg.device {
                 DeviceSpec::Cpu => dtype_name(WeightDType::default()).to_string(),
                 d => format!(
@@ -622,9 +651,48 @@ pub fn execute<Pr: BenchProtocol>(
             };
             let cache = (cfg.cache.for_engine())
                 .map(|c| (c, cache::engine_keyer(&candidates, &judges, &dtype)));
-            finish(run, models, cache, progress)
+            let done = finish(run, models, cache, progress);
+            write_draft_notes(&cfg.out, &stats)?;
+            done
         }
     }
+}
+
+/// The run's speculative decoding, when on: per drafting model its setting and acceptance,
+/// printed and written to `drafts.json` in the run directory (a note: the tokens are those
+/// of plain decoding, so nothing else records it).
+#[allow(clippy::type_complexity)]
+fn write_draft_notes(
+    out: &Path,
+    stats: &Mutex<Vec<(String, String, Arc<Mutex<crate::engine::DraftStats>>)>>,
+) -> anyhow::Result<()> {
+    let Ok(all) = stats.lock() else {
+        return Ok(());
+    };
+    if all.is_empty() {
+        return Ok(());
+    }
+    let mut notes = Vec::new();
+    for (model, note, s) in all.iter() {
+        let s = s.lock().map(|s| *s).unwrap_or_default();
+        eprintln!("candor: {model}: {note}; {}", s.summary());
+        notes.push(serde_json::json!({
+            "model": model,
+            "note": note,
+            "verify_steps": s.verify_steps,
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "acceptance_rate": s.acceptance_rate(),
+            "tokens_per_verify_step": s.tokens_per_step(),
+            "steps_without_drafts_for_batch_size": s.skipped_steps,
+        }));
+    }
+    if out.is_dir() {
+        let path = out.join("drafts.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&notes)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// A GPU's part of the generation cache's key: the card's model, the driver's and NVRTC's

@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// left after its weights; several models on one card need this).
     #[arg(long, value_name = "MB")]
     pub gpu_kv_mb: Option<usize>,
+    /// Speculative decoding for every served model (`/health` reports its acceptance).
+    #[command(flatten)]
+    pub draft: super::draft::DraftArgs,
 }
 
 /// `NAME=SPEC` or `SPEC`: the served name and the model spec.
@@ -96,6 +99,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         gpu_kv_bytes: args.gpu_kv_mb.map(|mb| mb << 20),
     };
+    let draft = args.draft.spec()?;
+    // A draft model is resolved once, here (a Hub id downloads before any model loads).
+    let draft_files = match &draft {
+        Some(super::draft::DraftSpec::Model(name, _)) => Some(
+            source::resolve(name).with_context(|| format!("resolving the draft model {name:?}"))?,
+        ),
+        _ => None,
+    };
+    let dtype = options.dtype;
     let mut models: Vec<(String, Loader)> = Vec::new();
     for arg in &args.models {
         let (name, spec) = split_model(arg);
@@ -104,7 +116,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "candor serve: loading `{name}` from {}",
             files.weights.display()
         );
-        models.push((name, Box::new(move || Engine::from_files(&files, options))));
+        let draft = draft.clone();
+        let draft_files = draft_files.clone();
+        models.push((
+            name,
+            Box::new(move || {
+                let mut engine = Engine::from_files(&files, options)?;
+                match (&draft, &draft_files) {
+                    (Some(d), Some(f)) => engine.set_draft_model(f, dtype, d.config())?,
+                    (Some(d), None) => engine.set_lookup_drafts(Some(d.config())),
+                    (None, _) => {}
+                }
+                Ok(engine)
+            }),
+        ));
     }
     let server = Server::load(
         models,

@@ -179,7 +179,12 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                     .map(|(j, m)| (judge_actor(j), Arc::clone(&m.tokenizer))),
             )
             .collect();
-        let mut models = engine_models(&cands, &js, engine_options(args.batch_size, dtype, device));
+        let mut models = engine_models(
+            &cands,
+            &js,
+            engine_options(args.batch_size, dtype, device),
+            Default::default(),
+        );
         verify_steps(
             &mut models,
             &picked,

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use super::constraint::ConstraintCompiler;
+use super::draft::{DraftConfig, DraftSource};
 use super::kv::SeqId;
 use super::reasoning::ReasoningGate;
 use super::scheduler::{Decoder, SchedulerConfig, TextDecoder, TokenReply, TokenRequest};
@@ -232,6 +233,63 @@ impl Engine {
     /// The token-level decoder (prefixes, forks, teacher forcing).
     pub fn decoder(&mut self) -> &mut Decoder {
         &mut self.decoder
+    }
+
+    /// Speculative decoding by prompt lookup (`None` turns drafting off). The tokens do not
+    /// change: see [`Decoder::set_drafting`].
+    pub fn set_lookup_drafts(&mut self, config: Option<DraftConfig>) {
+        let draft = config.map(|c| (DraftSource::Lookup, c));
+        self.decoder
+            .set_drafting(draft)
+            .expect("lookup drafting has no vocabulary to check");
+    }
+
+    /// Speculative decoding with a draft model loaded from `files` onto this engine's device:
+    /// refused unless its tokenizer has exactly this model's tokens (same count, same bytes
+    /// for every id).
+    pub fn set_draft_model(
+        &mut self,
+        files: &ModelFiles,
+        dtype: WeightDType,
+        config: DraftConfig,
+    ) -> Result<(), EngineError> {
+        let theirs = if files.checkpoint {
+            let path = files.tokenizer_json.as_ref().ok_or_else(|| {
+                EngineError::DraftVocabulary(format!(
+                    "the draft checkpoint {} has no tokenizer.json",
+                    files.weights.display()
+                ))
+            })?;
+            Tokenizer::from_tokenizer_json(path)?
+        } else {
+            match &files.tokenizer_json {
+                Some(path) => Tokenizer::from_tokenizer_json(path)?,
+                None => Tokenizer::from_gguf_file(&files.weights)?,
+            }
+        };
+        let ours = &self.tokenizer;
+        if theirs.vocab_size() != ours.vocab_size() {
+            return Err(EngineError::DraftVocabulary(format!(
+                "{} has {} tokens, the model {}",
+                files.weights.display(),
+                theirs.vocab_size(),
+                ours.vocab_size()
+            )));
+        }
+        if let Some(id) = (0..ours.vocab_size() as u32).find(|&i| {
+            theirs.token_bytes(i) != ours.token_bytes(i)
+                || theirs.id_to_token(i) != ours.id_to_token(i)
+        }) {
+            return Err(EngineError::DraftVocabulary(format!(
+                "{}: token {id} is {:?}, the model's is {:?}",
+                files.weights.display(),
+                theirs.id_to_token(id).unwrap_or(""),
+                ours.id_to_token(id).unwrap_or("")
+            )));
+        }
+        let model = Model::load_weights(files, dtype, self.decoder.model().device())?;
+        self.decoder
+            .set_drafting(Some((DraftSource::Model(Arc::new(model)), config)))
     }
 
     /// The prompt ids of raw text (a base model's prompt): encoded as is, with BOS where the

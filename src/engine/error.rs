@@ -27,6 +27,9 @@ pub enum EngineError {
          --batch-size or --kv-cache-mb, or shorten the prompts)"
     )]
     KvFull { want: usize, free: usize },
+    /// A draft model whose vocabulary is not the model's (its drafts could not be verified).
+    #[error("the draft model's vocabulary differs from the model's: {0}")]
+    DraftVocabulary(String),
     #[error("internal engine error: {0}")]
     Internal(String),
 }

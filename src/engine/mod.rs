@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod constraint;
+pub mod draft;
 pub mod error;
 pub mod kv;
 pub mod logprobs;
@@ -18,6 +19,7 @@ pub mod throughput;
 
 pub use chat::{Engine, EngineOptions};
 pub use constraint::{Constraint, LLGUIDANCE_VERSION};
+pub use draft::{DraftConfig, DraftSource, DraftStats};
 pub use error::EngineError;
 pub use kv::{KvStore, SeqId, SeqKv};
 pub use logprobs::TokenLogprob;

@@ -20,6 +20,7 @@ use std::time::Instant;
 use super::constraint::{
     masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
 };
+use super::draft::{lookup, DraftAsk, DraftConfig, DraftModel, DraftSource, DraftStats, SeqDraft};
 use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::logprobs::{token_logprob, TokenLogprob};
 use super::prefix::{PrefillStats, PrefixCache};
@@ -130,6 +131,12 @@ struct Active {
     grammar: Option<ConstraintState>,
     /// The reply's reasoning phase, for a thinking model's request.
     gate: Option<GateState>,
+    /// The known tokens of the sequence (stored prefix when known, prompt, output so far):
+    /// what drafts are looked up in and drafted from.
+    history: Vec<u32>,
+    /// Drafted tokens at the end of `feed`, verified by this step.
+    drafted: usize,
+    draft: SeqDraft,
 }
 
 impl Active {
@@ -184,6 +191,21 @@ pub struct Decoder {
     /// Streamed requests that record log-probabilities ([`Decoder::submit_with_logprobs`]):
     /// by id, how many alternatives and the tokens' entries so far.
     logprobs: std::collections::HashMap<u64, (usize, Vec<TokenLogprob>)>,
+    /// Speculative drafting, when on.
+    drafting: Option<Drafting>,
+    draft_stats: DraftStats,
+    /// Where the draft statistics are copied after each step, for a caller that no longer
+    /// holds the decoder (a run's notes).
+    draft_sink: Option<Arc<std::sync::Mutex<DraftStats>>>,
+    /// The token ids of stored sequences made by [`Decoder::prefill`] (and their forks), so
+    /// that requests extending them can draft from their whole history.
+    stored_ids: std::collections::HashMap<SeqId, Arc<Vec<u32>>>,
+}
+
+/// A decoder's drafting: where drafts come from and how many.
+struct Drafting {
+    config: DraftConfig,
+    model: Option<DraftModel>,
 }
 
 impl Decoder {
@@ -211,7 +233,56 @@ impl Decoder {
             stats: PrefillStats::default(),
             flight: Flight::default(),
             logprobs: Default::default(),
+            drafting: None,
+            draft_stats: DraftStats::default(),
+            draft_sink: None,
+            stored_ids: Default::default(),
         }
+    }
+
+    /// Turns speculative decoding on (or off with `None`). Drafting never changes a token:
+    /// every output token is still sampled from the target's own logits at its position; a
+    /// draft only lets one forward pass verify several positions. A draft model must have this
+    /// model's vocabulary size (the engine also checks the tokens themselves).
+    pub fn set_drafting(
+        &mut self,
+        drafting: Option<(DraftSource, DraftConfig)>,
+    ) -> Result<(), EngineError> {
+        self.drafting = match drafting {
+            None => None,
+            Some((source, config)) => {
+                let model = match source {
+                    DraftSource::Lookup => None,
+                    DraftSource::Model(m) => {
+                        let (ours, theirs) =
+                            (self.model.config().vocab_size, m.config().vocab_size);
+                        if ours != theirs {
+                            return Err(EngineError::DraftVocabulary(format!(
+                                "the draft model has {theirs} tokens, the model {ours}"
+                            )));
+                        }
+                        Some(DraftModel::new(m, self.config.prefill_chunk))
+                    }
+                };
+                Some(Drafting { config, model })
+            }
+        };
+        Ok(())
+    }
+
+    /// Whether drafting is on, and its settings.
+    pub fn draft_config(&self) -> Option<DraftConfig> {
+        self.drafting.as_ref().map(|d| d.config)
+    }
+
+    /// Drafted and accepted tokens so far.
+    pub fn draft_stats(&self) -> DraftStats {
+        self.draft_stats
+    }
+
+    /// Keeps `sink` equal to [`Decoder::draft_stats`] after every step.
+    pub fn share_draft_stats(&mut self, sink: Arc<std::sync::Mutex<DraftStats>>) {
+        self.draft_sink = Some(sink);
     }
 
     /// Lets requests carry a [`super::Constraint`], compiled against this vocabulary.
@@ -307,16 +378,26 @@ impl Decoder {
             }];
             self.model.forward(&mut steps, &mut self.scratch)?;
         }
-        Ok(self.store.insert(kv))
+        let id = self.store.insert(kv);
+        self.stored_ids.insert(id, Arc::new(ids.to_vec()));
+        Ok(id)
     }
 
     /// A new stored sequence sharing `id`'s positions.
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId, EngineError> {
-        self.store.fork(id).ok_or(EngineError::UnknownSequence(id))
+        let new = self
+            .store
+            .fork(id)
+            .ok_or(EngineError::UnknownSequence(id))?;
+        if let Some(ids) = self.stored_ids.get(&id).cloned() {
+            self.stored_ids.insert(new, ids);
+        }
+        Ok(new)
     }
 
     /// Drops a stored sequence.
     pub fn release(&mut self, id: SeqId) -> Result<(), EngineError> {
+        self.stored_ids.remove(&id);
         self.store
             .remove(id)
             .map(|_| ())
@@ -395,6 +476,7 @@ impl Decoder {
         let mut finished = Vec::new();
         while flight.len() > 0 {
             self.step_flight(&mut flight, text, &mut finished)?;
+            self.publish_draft_stats();
             for (id, reply) in finished.drain(..) {
                 let i = id as usize;
                 replies[i] = Some(reply);
@@ -430,6 +512,7 @@ impl Decoder {
         let mut flight = std::mem::take(&mut self.flight);
         let mut finished = Vec::new();
         let result = self.step_flight(&mut flight, text, &mut finished);
+        self.publish_draft_stats();
         self.flight = flight;
         result.map(|()| finished)
     }
@@ -596,6 +679,12 @@ impl Decoder {
                 computed: feed.len() as u64,
                 reused: (r.prompt_ids.len() - feed.len()) as u64,
             });
+            let mut history = match r.prefix.and_then(|p| self.stored_ids.get(&p)) {
+                Some(ids) => ids.as_ref().clone(),
+                None => Vec::new(),
+            };
+            history.extend_from_slice(&r.prompt_ids);
+            let k0 = self.drafting.as_ref().map_or(0, |d| d.config.tokens);
             active.push(Active {
                 id,
                 kv,
@@ -608,11 +697,15 @@ impl Decoder {
                 grammar,
                 gate: r.reasoning.map(GateState::new),
                 params: r.params,
+                history,
+                drafted: 0,
+                draft: SeqDraft::new(k0),
             });
         }
         if active.is_empty() {
             return Ok(());
         }
+        self.add_drafts(active, ctx)?;
 
         // Plan the step: each sequence's next rows, within the step budget.
         let mut budget = self.config.max_step_tokens;
@@ -661,84 +754,85 @@ impl Decoder {
             steps.push(SeqStep {
                 tokens: &a.feed[a.fed..a.fed + n],
                 kv: &mut a.kv,
-                logits: if last { Logits::Last } else { Logits::None },
+                logits: match (last, a.drafted) {
+                    (false, _) => Logits::None,
+                    (true, 0) => Logits::Last,
+                    (true, _) => Logits::All,
+                },
             });
         }
         let logits = self.model.forward(&mut steps, &mut self.scratch)?;
         drop(steps);
 
-        // Sample for every sequence that fed its last pending token.
+        // Sample for every sequence that fed its last pending token: one token per row
+        // returned, in order, while the drafted tokens fed equal the tokens picked.
         let mut row = 0;
         let mut retired: Vec<usize> = Vec::new();
         for &(a_idx, n, last) in &plan {
             let a = &mut active[a_idx];
-            a.fed += n;
             if !last {
+                a.fed += n;
                 continue;
             }
-            let params = &a.params;
-            let lrow = &logits[row * vocab..(row + 1) * vocab];
-            row += 1;
-            let step = a.out.len() as u64;
-            if let (0, Some(prompt)) = (step, &a.cached_prompt) {
-                // The prompt is computed: later requests may start from it.
-                self.cache.insert(prompt, &a.kv);
-            }
-            // A reasoning budget that is reached forces the block's closing tokens.
-            let forced = a.gate.as_ref().and_then(GateState::forced);
-            // Inside a reasoning block the grammar waits; on a reply's first token the block's
-            // open is allowed beside the grammar's tokens.
-            let grammar_applies = a.gate.as_ref().is_none_or(GateState::grammar_applies);
-            let open_choice = a.gate.as_ref().and_then(GateState::open_choice);
-            let allowed = match (forced, grammar_applies) {
-                (Some(_), _) | (None, false) => None,
-                (None, true) => a.grammar.as_mut().map(|g| g.allowed(&self.stop_ids)),
-            };
-            let allowed = match (allowed, open_choice) {
-                (Some(Allowed::Tokens(mut ids)), Some(open)) => {
-                    ids.push(open);
-                    ids.sort_unstable();
-                    ids.dedup();
-                    Some(Allowed::Tokens(ids))
+            // Positions before this step's rows; the sequence's own rows returned.
+            let base = a.kv.len() - n;
+            let drafted = a.drafted;
+            let rows = if drafted > 0 { n } else { 1 };
+            let fed_drafts: Vec<u32> = a.feed[a.feed.len() - drafted..].to_vec();
+            a.fed += n;
+            a.drafted = 0;
+            let mut finished_here = None;
+            let mut next = None;
+            let mut accepted = 0;
+            for i in 0..rows {
+                let lrow = &logits[(row + i) * vocab..(row + i + 1) * vocab];
+                let step = a.out.len() as u64;
+                if let (0, Some(prompt)) = (step, &a.cached_prompt) {
+                    // The prompt is computed: later requests may start from it.
+                    self.cache.insert(prompt, &a.kv);
                 }
-                (Some(Allowed::StopOnly), Some(open)) => {
-                    let mut ids = self.stop_ids.clone();
-                    ids.push(open);
-                    ids.sort_unstable();
-                    ids.dedup();
-                    Some(Allowed::Tokens(ids))
+                let tok = pick(
+                    &mut self.sampler,
+                    &self.stop_ids,
+                    self.logprobs.get_mut(&a.id),
+                    a,
+                    lrow,
+                );
+                a.first_token.get_or_insert_with(Instant::now);
+                // The positions plain decoding would hold now: those before this token.
+                let kv_len = base + n - drafted + i;
+                if let Some(reply) = stop_check(a, &self.stop_ids, ctx, text, tok.is_none(), kv_len)
+                {
+                    finished_here = Some((kv_len, reply));
+                    break;
                 }
-                (allowed, _) => allowed,
-            };
-            // The only place a constraint acts: the request's own mask, whatever the batch.
-            let tok = match allowed {
-                _ if forced.is_some() => forced,
-                None => Some(self.sampler.sample(lrow, params, step)),
-                Some(Allowed::Tokens(ids)) if ids.len() == 1 => Some(ids[0]),
-                Some(Allowed::Tokens(ids)) if params.temperature > 0.0 => Some(
-                    self.sampler
-                        .sample(&masked_logits(lrow, &ids), params, step),
-                ),
-                Some(Allowed::Tokens(ids)) => Some(masked_argmax(lrow, &ids)),
-                Some(Allowed::StopOnly) if self.stop_ids.is_empty() => None,
-                Some(Allowed::StopOnly) => Some(masked_argmax(lrow, &self.stop_ids)),
-            };
-            if let (Some(tok), Some((top, entries))) = (tok, self.logprobs.get_mut(&a.id)) {
-                entries.push(token_logprob(lrow, tok, *top));
+                // `tok` is set: without a token the grammar ended and the check stopped.
+                next = tok;
+                if i < drafted && tok == Some(fed_drafts[i]) {
+                    accepted += 1;
+                    continue;
+                }
+                break;
             }
-            if let Some(tok) = tok {
-                a.out.push(tok);
-                let answer = a.gate.as_mut().is_none_or(|g| g.consume(tok));
-                if answer && !self.stop_ids.contains(&tok) {
-                    if let Some(g) = a.grammar.as_mut() {
-                        g.consume(tok);
+            row += rows;
+            if drafted > 0 {
+                self.draft_stats.add(DraftStats {
+                    verify_steps: 1,
+                    drafted: drafted as u64,
+                    accepted: accepted as u64,
+                    tokens: (accepted + 1) as u64,
+                    ..DraftStats::default()
+                });
+                if let Some(d) = &self.drafting {
+                    if d.config.adaptive {
+                        a.draft.adapt(drafted, accepted, d.config.tokens);
                     }
                 }
             }
-            a.first_token.get_or_insert_with(Instant::now);
-            let grammar_done = tok.is_none();
-            match stop_check(a, &self.stop_ids, ctx, text, grammar_done) {
-                Some(reply) => {
+            match finished_here {
+                Some((kv_len, reply)) => {
+                    // Rejected drafts' positions are forgotten, not copied.
+                    a.kv.truncate(kv_len);
                     if let Some(prompt) = a.cached_prompt.take() {
                         // Prompt and reply: the next turn of a dialogue extends them.
                         let mut ids = prompt;
@@ -749,9 +843,12 @@ impl Decoder {
                     retired.push(a_idx);
                 }
                 None => {
+                    // Keep the positions of the fed token and the accepted drafts only.
+                    a.kv.truncate(base + n - drafted + accepted);
+                    let known = a.history.len() - 1;
+                    a.draft.rollback(known);
                     a.feed.clear();
-                    // `tok` is set: without a token the grammar ended and the check stopped.
-                    a.feed.extend(tok);
+                    a.feed.extend(next);
                     a.fed = 0;
                 }
             }
@@ -761,6 +858,161 @@ impl Decoder {
         }
         Ok(())
     }
+
+    fn publish_draft_stats(&self) {
+        if let Some(sink) = &self.draft_sink {
+            if let Ok(mut s) = sink.lock() {
+                *s = self.draft_stats;
+            }
+        }
+    }
+
+    /// Appends drafted tokens to the feed of sequences about to decode one token, within the
+    /// step's row budget, unless more sequences decode than drafting pays for.
+    fn add_drafts(&mut self, active: &mut [Active], ctx: usize) -> Result<(), EngineError> {
+        let Some(drafting) = self.drafting.as_mut() else {
+            return Ok(());
+        };
+        let decoding = |a: &Active| a.fed == 0 && a.feed.len() == 1 && !a.out.is_empty();
+        let n_decoding = active.iter().filter(|a| decoding(a)).count();
+        if n_decoding == 0 {
+            return Ok(());
+        }
+        if n_decoding > drafting.config.max_batch {
+            self.draft_stats.skipped_steps += 1;
+            return Ok(());
+        }
+        // The plan's budget, as `step_flight` will spend it: each sequence's pending rows in
+        // order, and its draft after its token.
+        let mut budget = self.config.max_step_tokens;
+        let mut grant = vec![0usize; active.len()];
+        for (i, a) in active.iter().enumerate() {
+            let left = a.feed.len() - a.fed;
+            let n = left.min(self.config.prefill_chunk).min(budget);
+            budget -= n;
+            if decoding(a) && a.drafted == 0 && n == 1 {
+                // At most the tokens still to generate after this one, within the context.
+                let room = ctx.saturating_sub(a.kv.len() + 1);
+                let to_go = a.params.max_new_tokens.saturating_sub(a.out.len() + 1);
+                let k = a
+                    .draft
+                    .k
+                    .min(room)
+                    .min(to_go)
+                    .min(budget)
+                    .min(self.config.prefill_chunk - 1);
+                grant[i] = k;
+                budget -= k;
+            }
+        }
+        let started = Instant::now();
+        let drafts: Vec<Vec<u32>> = match &mut drafting.model {
+            None => active
+                .iter()
+                .zip(&grant)
+                .map(|(a, &k)| lookup(&a.history, k))
+                .collect(),
+            Some(model) => {
+                let mut asks: Vec<DraftAsk<'_>> = Vec::new();
+                let mut owners = Vec::new();
+                for (i, (a, &k)) in active.iter_mut().zip(&grant).enumerate() {
+                    if k == 0 {
+                        continue;
+                    }
+                    owners.push(i);
+                    asks.push(DraftAsk {
+                        history: &a.history,
+                        state: &mut a.draft,
+                        k,
+                        params: &a.params,
+                        step: a.out.len() as u64,
+                    });
+                }
+                let proposed = model.propose(&mut asks)?;
+                let mut all = vec![Vec::new(); active.len()];
+                for (i, p) in owners.into_iter().zip(proposed) {
+                    all[i] = p;
+                }
+                all
+            }
+        };
+        self.draft_stats.draft_us += started.elapsed().as_micros() as u64;
+        for (a, d) in active.iter_mut().zip(drafts) {
+            if d.is_empty() {
+                continue;
+            }
+            a.drafted = d.len();
+            a.feed.extend(d);
+        }
+        Ok(())
+    }
+}
+
+/// Picks a sequence's next token from its logits row `lrow` (the reasoning gate's forced
+/// tokens, the grammar's mask, then sampling at the sequence's own output position), records
+/// its log-probability when asked, and appends it to the output and the history. `None` when
+/// the grammar is complete and the model has no stop token to end it with.
+fn pick(
+    sampler: &mut Sampler,
+    stop_ids: &[u32],
+    logprobs: Option<&mut (usize, Vec<TokenLogprob>)>,
+    a: &mut Active,
+    lrow: &[f32],
+) -> Option<u32> {
+    let params = &a.params;
+    let step = a.out.len() as u64;
+    // A reasoning budget that is reached forces the block's closing tokens.
+    let forced = a.gate.as_ref().and_then(GateState::forced);
+    // Inside a reasoning block the grammar waits; on a reply's first token the block's
+    // open is allowed beside the grammar's tokens.
+    let grammar_applies = a.gate.as_ref().is_none_or(GateState::grammar_applies);
+    let open_choice = a.gate.as_ref().and_then(GateState::open_choice);
+    let allowed = match (forced, grammar_applies) {
+        (Some(_), _) | (None, false) => None,
+        (None, true) => a.grammar.as_mut().map(|g| g.allowed(stop_ids)),
+    };
+    let allowed = match (allowed, open_choice) {
+        (Some(Allowed::Tokens(mut ids)), Some(open)) => {
+            ids.push(open);
+            ids.sort_unstable();
+            ids.dedup();
+            Some(Allowed::Tokens(ids))
+        }
+        (Some(Allowed::StopOnly), Some(open)) => {
+            let mut ids = stop_ids.to_vec();
+            ids.push(open);
+            ids.sort_unstable();
+            ids.dedup();
+            Some(Allowed::Tokens(ids))
+        }
+        (allowed, _) => allowed,
+    };
+    // The only place a constraint acts: the request's own mask, whatever the batch.
+    let tok = match allowed {
+        _ if forced.is_some() => forced,
+        None => Some(sampler.sample(lrow, params, step)),
+        Some(Allowed::Tokens(ids)) if ids.len() == 1 => Some(ids[0]),
+        Some(Allowed::Tokens(ids)) if params.temperature > 0.0 => {
+            Some(sampler.sample(&masked_logits(lrow, &ids), params, step))
+        }
+        Some(Allowed::Tokens(ids)) => Some(masked_argmax(lrow, &ids)),
+        Some(Allowed::StopOnly) if stop_ids.is_empty() => None,
+        Some(Allowed::StopOnly) => Some(masked_argmax(lrow, stop_ids)),
+    };
+    if let (Some(tok), Some((top, entries))) = (tok, logprobs) {
+        entries.push(token_logprob(lrow, tok, *top));
+    }
+    if let Some(tok) = tok {
+        a.out.push(tok);
+        a.history.push(tok);
+        let answer = a.gate.as_mut().is_none_or(|g| g.consume(tok));
+        if answer && !stop_ids.contains(&tok) {
+            if let Some(g) = a.grammar.as_mut() {
+                g.consume(tok);
+            }
+        }
+    }
+    tok
 }
 
 /// Whether a sequence is done after its latest token; if so, its reply.
@@ -770,6 +1022,7 @@ fn stop_check(
     ctx: usize,
     text: &dyn TextDecoder,
     grammar_done: bool,
+    kv_len: usize,
 ) -> Option<TokenReply> {
     let mut reason = None;
     let mut body = &a.out[..];
@@ -794,7 +1047,7 @@ fn stop_check(
         reason = Some(StopReason::MaxTokens);
     }
     // The next token would need position `kv.len()`, which must be inside the context.
-    if reason.is_none() && a.kv.len() >= ctx {
+    if reason.is_none() && kv_len >= ctx {
         reason = Some(StopReason::ContextFull);
     }
     let stop_reason = reason?;

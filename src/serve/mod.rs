@@ -89,6 +89,7 @@ impl Server {
                 permits: Arc::new(Semaphore::new(options.queue)),
                 capacity: options.queue,
                 live: w.live,
+                drafts: w.drafts,
             });
         }
         Ok(Server {

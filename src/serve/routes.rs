@@ -258,7 +258,20 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let models: Vec<Value> = state
         .models
         .iter()
-        .map(|m| json!({"id": m.id, "in_flight": m.live(), "queue": m.queue_capacity()}))
+        .map(|m| {
+            let mut v = json!({"id": m.id, "in_flight": m.live(), "queue": m.queue_capacity()});
+            if let Some(d) = m.drafts() {
+                v["drafts"] = json!({
+                    "verify_steps": d.verify_steps,
+                    "drafted": d.drafted,
+                    "accepted": d.accepted,
+                    "acceptance_rate": d.acceptance_rate(),
+                    "tokens_per_verify_step": d.tokens_per_step(),
+                    "steps_without_drafts_for_batch_size": d.skipped_steps,
+                });
+            }
+            v
+        })
         .collect();
     Json(json!({"status": "ok", "models": models})).into_response()
 }

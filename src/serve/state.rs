@@ -39,12 +39,19 @@ pub struct ServedModel {
     pub(super) permits: Arc<Semaphore>,
     pub(super) capacity: usize,
     pub(super) live: Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) drafts: Arc<std::sync::Mutex<Option<crate::engine::DraftStats>>>,
 }
 
 impl ServedModel {
     /// Most sequences waiting or decoding at once (`--queue`).
     pub fn queue_capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The model's speculative drafts so far, when it drafts: drafted and accepted tokens,
+    /// verify steps.
+    pub fn drafts(&self) -> Option<crate::engine::DraftStats> {
+        self.drafts.lock().ok().and_then(|d| *d)
     }
 
     /// Sequences started and not finished, as the engine's thread last counted.

@@ -131,6 +131,8 @@ pub struct Worker {
     pub context_len: usize,
     /// Jobs started and not finished (queued or decoding).
     pub live: Arc<AtomicUsize>,
+    /// The engine's speculative drafts so far (`None`: drafting is off), as of its last step.
+    pub drafts: Arc<std::sync::Mutex<Option<crate::engine::DraftStats>>>,
     pub thread: std::thread::JoinHandle<()>,
 }
 
@@ -143,12 +145,14 @@ pub fn spawn(
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let live = Arc::new(AtomicUsize::new(0));
     let live_w = Arc::clone(&live);
+    let drafts = Arc::new(std::sync::Mutex::new(None));
+    let drafts_w = Arc::clone(&drafts);
     let thread = std::thread::Builder::new()
         .name(format!("serve:{name}"))
         .spawn(move || match load() {
             Ok(engine) => {
                 let _ = ready_tx.send(Ok(engine.config().context_len));
-                Serving::new(engine, live_w).run(rx);
+                Serving::new(engine, live_w, drafts_w).run(rx);
             }
             Err(e) => {
                 let _ = ready_tx.send(Err(crate_error_chain(&e)));
@@ -160,6 +164,7 @@ pub fn spawn(
             jobs,
             context_len,
             live,
+            drafts,
             thread,
         }),
         Ok(Err(msg)) => Err(msg),
@@ -204,12 +209,18 @@ struct Serving {
     tokenizer: Arc<Tokenizer>,
     live: HashMap<u64, Live>,
     count: Arc<AtomicUsize>,
+    drafts: Arc<std::sync::Mutex<Option<crate::engine::DraftStats>>>,
     next_id: u64,
 }
 
 impl Serving {
-    fn new(engine: Engine, count: Arc<AtomicUsize>) -> Serving {
+    fn new(
+        engine: Engine,
+        count: Arc<AtomicUsize>,
+        drafts: Arc<std::sync::Mutex<Option<crate::engine::DraftStats>>>,
+    ) -> Serving {
         Serving {
+            drafts,
             tokenizer: engine.shared_tokenizer(),
             engine,
             live: HashMap::new(),
@@ -244,6 +255,12 @@ impl Serving {
                 self.step();
             }
             self.count.store(self.live.len(), Ordering::Relaxed);
+            let dec = self.engine.decoder();
+            if dec.draft_config().is_some() {
+                if let Ok(mut d) = self.drafts.lock() {
+                    *d = Some(dec.draft_stats());
+                }
+            }
         }
     }
 

@@ -29,5 +29,6 @@ mod reliability;
 mod report;
 mod run;
 mod serve;
+mod spec;
 mod thinking;
 mod tokenizer;

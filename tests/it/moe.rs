@@ -36,7 +36,7 @@ fn model(arch: &str) -> (&'static str, usize, usize, usize, bool) {
 }
 
 /// The script's `tensors(arch)`: drawn in the same order from the same `SplitMix64` stream.
-fn moe_tensors(arch: &str) -> Vec<TinyTensor> {
+pub(crate) fn moe_tensors(arch: &str) -> Vec<TinyTensor> {
     let (_, experts, _, ffn, qk_norm) = model(arch);
     let hd = DIM / HEADS;
     let kv = hd * KV_HEADS;
@@ -97,7 +97,7 @@ fn moe_tensors(arch: &str) -> Vec<TinyTensor> {
 
 /// The script's GGUF metadata for `arch` (without the vocabulary, which these ids-only tests
 /// do not read).
-fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
+pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
     let (name, experts, used, ffn, _) = model(arch);
     let hd = (DIM / HEADS) as u32;
     let mut md = crate::util::llama_metadata(&crate::util::TinyShape {

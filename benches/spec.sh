@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Speculative decoding against plain decoding, in one sitting (issue #45):
+#
+#   benches/spec.sh
+#
+# Builds the release binary, waits until the 1-minute load average is below $SPEC_MAX_LOAD
+# (giving up after $SPEC_WAIT seconds), prints the load before each measurement, then times
+# with the default model, each case plain and with drafts (the outputs must be identical, or
+# the script fails):
+#   1. a quote-heavy request at batch 1 (`candor generate`: repeat a ~1,000-token passage);
+#   2. FB-Bench checklist judgements and Fennec judge steps at batch 1 (`candor run` with
+#      --judge-draft lookup; needs the data, $CANDOR_DATA);
+#   3. the same runs at batch 16 and 64 (drafting turns itself off there: no slower expected);
+#   4. with SPEC_TARGET and SPEC_DRAFT set (e.g. real-shape random GGUFs written by
+#      benches/write_shape_models.py), the quote request on the target with the draft model,
+#      printing the draft time and acceptance that `candor generate` reports (the cost model).
+# Settings: SPEC_MAX_LOAD (1.0), SPEC_WAIT (1800), SPEC_THREADS (2), SPEC_LIMIT (2 items).
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+max_load=${SPEC_MAX_LOAD:-1.0}
+wait_s=${SPEC_WAIT:-1800}
+threads=${SPEC_THREADS:-2}
+limit=${SPEC_LIMIT:-2}
+cargo build --release >&2
+bin=$root/target/release/candor
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+quiet() {
+    local waited=0
+    while awk -v m="$max_load" '{exit !($1 >= m)}' /proc/loadavg; do
+        if [ "$waited" -ge "$wait_s" ]; then
+            echo "load stayed at or above $max_load for ${wait_s}s: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+            exit 1
+        fi
+        sleep 10
+        waited=$((waited + 10))
+    done
+    echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+secs() { # command... -> prints wall seconds, output of the command to $tmp/last.err
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$@" 2>"$tmp/last.err" >/dev/null
+    t1=$(date +%s.%N)
+    echo "$t1 - $t0" | bc -l
+}
+
+# 1. Quote a ~1,000-token passage.
+python3 - "$tmp/quote.jsonl" <<'PY'
+import json, sys
+sentences = [
+    "The committee met on Tuesday to review the budget for the coming year.",
+    "It approved the library's new roof and postponed the park renovation until spring.",
+    "The treasurer was asked to report on the water utility's rising costs by March.",
+    "Two members objected to the delay, citing safety concerns at the playground.",
+    "Residents who spoke at the meeting asked for longer opening hours at the pool.",
+    "The mayor promised a public hearing on the bus routes before the summer.",
+]
+passage = " ".join(sentences[i % len(sentences)] + f" (item {i})" for i in range(60))
+msg = "Quote the following passage exactly, word for word:\n\n" + passage
+with open(sys.argv[1], "w") as f:
+    f.write(json.dumps({"id": "quote", "messages": [{"role": "user", "content": msg}]}) + "\n")
+PY
+gen() { # out extra...
+    local out=$1; shift
+    "$bin" generate --prompts "$tmp/quote.jsonl" --max-new-tokens 512 --batch-size 1 \
+        --threads "$threads" --out "$out" "$@"
+}
+quiet
+p=$(secs gen "$tmp/plain.jsonl")
+quiet
+d=$(secs gen "$tmp/lookup.jsonl" --draft lookup)
+drafts=$(grep '^drafts:' "$tmp/last.err" || true)
+cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/lookup.jsonl")
+echo "quote, batch 1: plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $drafts"
+
+# 2-3. Judge steps in protocol runs.
+if [ -n "${CANDOR_DATA:-}" ]; then
+    for proto in fbbench fennec; do
+        for b in 1 16 64; do
+            run() { # out extra...
+                local out=$1; shift
+                CANDOR_NO_CACHE=1 CANDOR_OFFLINE=1 "$bin" run "$proto" --model default \
+                    --judge default --limit "$limit" --max-new-tokens 32 \
+                    --judge-max-new-tokens 512 --constrain on --batch-size "$b" \
+                    --threads "$threads" --out "$out" "$@"
+            }
+            quiet
+            p=$(secs run "$tmp/$proto-$b-plain")
+            quiet
+            d=$(secs run "$tmp/$proto-$b-lookup" --judge-draft lookup)
+            cmp "$tmp/$proto-$b-plain/samples.jsonl" "$tmp/$proto-$b-lookup/samples.jsonl" \
+                || { echo "$proto batch $b: samples differ" >&2; exit 1; }
+            acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step}' "$tmp/$proto-$b-lookup/drafts.json")
+            echo "$proto, batch $b: plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
+        done
+    done
+else
+    echo "CANDOR_DATA not set: protocol runs skipped"
+fi
+
+# 4. A draft model.
+if [ -n "${SPEC_TARGET:-}" ] && [ -n "${SPEC_DRAFT:-}" ]; then
+    quiet
+    p=$(secs gen "$tmp/t-plain.jsonl" --model "$SPEC_TARGET")
+    quiet
+    d=$(secs gen "$tmp/t-draft.jsonl" --model "$SPEC_TARGET" --draft "$SPEC_DRAFT" --draft-fixed)
+    drafts=$(grep '^drafts:' "$tmp/last.err" || true)
+    cmp <(jq -c '.output_ids' "$tmp/t-plain.jsonl") <(jq -c '.output_ids' "$tmp/t-draft.jsonl")
+    echo "draft model: target plain ${p}s, with draft ${d}s; $drafts"
+fi
