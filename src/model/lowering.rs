@@ -553,7 +553,14 @@ mod tests {
         };
         let p = Plan::new(&c, [plain, plain]);
         let mut t = target(true, true, true, false);
-        t.layers = vec![Mats::default(); 2];
+        t.layers = vec![
+            Mats {
+                gate_up: Vec::new(),
+                down: None,
+                ..t.layers[0].clone()
+            };
+            2
+        ];
         let low = Lowering::new(&p, &t);
         assert!(covered(p.layer(0), low.launches(Place::Layer(0))).is_ok());
     }
