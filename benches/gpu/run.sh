@@ -21,6 +21,10 @@
 #   llama     llama.cpp CUDA (llama-batched-bench) on the same files
 #   tiny      tests/it gpu:: — the tiny model of every architecture: batch invariance and
 #             teacher-forced GPU/CPU agreement (the default model's tests skip: not carried)
+#   moe       Mixture-of-Experts on the card (issue #42): tiny random qwen3moe files (F16 and a
+#             Q4_K_M mix, benches/write_shape_models.py; gpt-oss too where that script has a
+#             tiny-gpt-oss shape), `candor generate` greedy on the CPU and on the GPU, and each
+#             file's tokens compared: "moe <file>: greedy tokens equal (n/n)" or where they part
 #   e2e       one protocol end to end at the 8B shape: RefuteBench QA (the random 8B Q4_K_M
 #             file given the default model's tokenizer and chat template, as candidate and
 #             judge), 4 and 64 items on the GPU, the same 4 on the CPU (every core, at most
@@ -73,7 +77,7 @@ case $stage in
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
     budget=${BUDGET:-510}
-    stages check:40 kernels:90 bench:180 llama:70 tiny:60 e2e:70
+    stages check:40 kernels:90 bench:170 llama:70 tiny:60 moe:30 e2e:60
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
     exit 0 ;;
@@ -166,6 +170,40 @@ PY
     e2e cuda 4 30
     e2e cuda 64 30
     e2e cpu 4 45 ;;
+  moe)
+    d=/tmp/candor-moe
+    mkdir -p $d
+    shapes=tiny-qwen3moe
+    grep -q '"tiny-gpt-oss"' "$root/benches/write_shape_models.py" && shapes+=" tiny-gpt-oss"
+    for s in $shapes; do
+      python3 "$root/benches/write_shape_models.py" $d --shape $s --types "" > /dev/null &&
+        python3 "$root/benches/write_shape_models.py" $d --shape $s --random-blocks > /dev/null ||
+        { say "moe: writing $s failed"; continue; }
+    done
+    printf '%s\n' '{"id":"a","prompt":"The experts of a mixture"}' '{"id":"b","prompt":"x"}' \
+      '{"id":"c","prompt":"A longer prompt, so that the batch has rows of several lengths and experts."}' > $d/prompts.jsonl
+    for f in $d/*.gguf; do
+      for dev in cpu cuda; do
+        "$g/candor" generate --model "$f" --prompts $d/prompts.jsonl --out "$d/$(basename "$f").$dev.jsonl" \
+          --device $dev --temperature 0 --max-new-tokens 32 --batch-size 3 > /dev/null 2> "$d/$dev.err" ||
+          { say "moe $(basename "$f") on $dev: failed: $(tail -1 "$d/$dev.err")"; continue 2; }
+      done
+      python3 - "$d/$(basename "$f").cpu.jsonl" "$d/$(basename "$f").cuda.jsonl" "$(basename "$f")" <<'PY'
+import json, sys
+cpu, gpu, name = sys.argv[1:]
+load = lambda p: {r["id"]: r for r in map(json.loads, open(p))}
+a, b = load(cpu), load(gpu)
+same, parts = 0, []
+for i in sorted(a):
+    x, y = a[i]["output_ids"], b[i]["output_ids"]
+    same += x == y
+    if x != y:
+        at = next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        parts.append(f"{i} parts at token {at} of {len(x)}")
+verdict = "greedy tokens equal" if same == len(a) else "greedy tokens DIFFER: " + "; ".join(parts)
+print(f"moe {name}: {verdict} ({same}/{len(a)} prompts)")
+PY
+    done ;;
   table)
     python3 "$root/benches/gpu/table.py" targets "$out" ;;
   models)

@@ -12,10 +12,9 @@
 
 use std::ops::Range;
 
-use super::arch::Activation;
 use super::plan::{Matrix, Place, Plan, Step};
 use super::quant::{QWeight, WeightFormat};
-use super::transformer::{GateUp, Qkv, Transformer};
+use super::transformer::{Ffn, GateUp, Qkv, Transformer};
 
 /// The 8-bit activation blocks a quantized matrix's integer kernel reads (`quantize_q8` kinds
 /// 0 and 1, `quantize_q8k`).
@@ -157,6 +156,16 @@ pub enum Kernel {
     GatherRows,
     /// `softcap`.
     Softcap,
+    /// `add_bias` of the attention output projection (`xb += b`).
+    OutBias,
+    /// The router's matmul (a float or integer kernel) and `moe_route`: each row's experts
+    /// and weights in rank order.
+    Route,
+    /// `moe_group` (rows grouped by expert in a fixed order), `gather_rows`, then per routed
+    /// expert its gate/up matmuls, biases, `gated_act_cpu` and down matmul on its rows.
+    Experts,
+    /// `moe_combine`: the weighted sum of each row's expert outputs in rank order.
+    Combine,
 }
 
 impl Kernel {
@@ -177,12 +186,19 @@ impl Kernel {
             Kernel::GatedAct => "gated_act",
             Kernel::GatherRows => "gather_rows",
             Kernel::Softcap => "softcap",
+            Kernel::OutBias => "add_bias",
+            Kernel::Route => "moe_route",
+            Kernel::Experts => "moe_experts",
+            Kernel::Combine => "moe_combine",
         }
     }
 
-    /// Kernel launches on the device (a matmul that quantizes its input first takes two).
+    /// Kernel launches on the device (a matmul that quantizes its input first takes two;
+    /// the router's matmul and routing two). `Experts` counts its two fixed launches only:
+    /// each routed expert adds its matmuls, biases and activation, known at run time.
     pub fn device_launches(self) -> usize {
         match self {
+            Kernel::Route | Kernel::Experts => 2,
             Kernel::Matmul {
                 act: Some(_),
                 quantized: false,
@@ -236,39 +252,44 @@ impl Lowering {
     }
 }
 
-/// The plan steps the GPU has no kernels for, named in one line (`None`: every step lowers).
-pub fn not_lowered(plan: &Plan) -> Option<String> {
-    let has = |f: fn(&Step) -> bool| plan.places().any(|(_, steps)| steps.iter().any(f));
-    let mut missing = Vec::new();
-    if has(|s| matches!(s, Step::Route(_) | Step::Experts(_) | Step::Combine)) {
-        missing.push("Mixture-of-Experts layers (route, experts, combine)");
-    }
-    if has(|s| matches!(s, Step::Attention { sinks: true, .. })) {
-        missing.push("attention sinks");
-    }
-    if has(|s| matches!(s, Step::OutBias)) {
-        missing.push("an attention output bias");
-    }
-    if has(|s| {
-        matches!(
-            s,
-            Step::Gated(Activation::SwigluOai) | Step::Experts(Activation::SwigluOai)
-        )
-    }) {
-        missing.push("SwiGLU-OAI");
-    }
-    (!missing.is_empty()).then(|| {
-        format!(
-            "the GPU path has no kernels yet for {}; run this model with --device cpu",
-            missing.join(", ")
-        )
+/// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
+/// plan step lowers ([`Lowering::new`]); what is left is a weight format, MXFP4 (gpt-oss's
+/// experts), which the integer kernels do not read yet.
+pub fn not_lowered(model: &Transformer) -> Option<String> {
+    let mxfp4 = matrices(model).any(|w| w.format() == WeightFormat::Mxfp4);
+    mxfp4.then(|| {
+        "the GPU path has no kernels yet for MXFP4 weights; run this model with --device cpu"
+            .to_string()
     })
 }
 
-/// Why a Mixture-of-Experts model does not run on the GPU.
-pub const MOE_NOT_LOWERED: &str = "the GPU path has no kernels yet for Mixture-of-Experts \
-                                   layers (route, experts, combine); run this model with \
-                                   --device cpu";
+/// Every matrix of `model`: each layer's projections, router and experts, then the output's.
+fn matrices(model: &Transformer) -> impl Iterator<Item = &QWeight> {
+    let layers = model.layers.iter().flat_map(|l| {
+        let mut v: Vec<&QWeight> = match &l.qkv {
+            Qkv::Split { q, k, v } => vec![q, k, v],
+            Qkv::Fused(w) => vec![w],
+        };
+        v.push(&l.wo);
+        match &l.ffn {
+            Ffn::Dense { gate_up, down } => {
+                match gate_up {
+                    GateUp::Split { gate, up } => v.extend([gate, up]),
+                    GateUp::Fused(w) => v.push(w),
+                }
+                v.push(down);
+            }
+            Ffn::Moe(m) => {
+                v.push(&m.router);
+                v.extend(m.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
+            }
+        }
+        v
+    });
+    layers.chain(std::iter::once(
+        model.output.as_ref().unwrap_or(&model.embedding),
+    ))
+}
 
 /// The steps `launches` cover, in order: consecutive launches cover either the same steps
 /// (several launches of one step or group) or the steps right after; an error names the first
@@ -405,9 +426,10 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::Gated(_) => push(Kernel::GatedAct, i..i + 1),
             Step::Gather => push(Kernel::GatherRows, i..i + 1),
             Step::Softcap => push(Kernel::Softcap, i..i + 1),
-            // No kernels yet: a plan with these steps is refused on the GPU
-            // ([`not_lowered`]), and `covered` would find them uncovered.
-            Step::Route(_) | Step::Experts(_) | Step::Combine | Step::OutBias => {}
+            Step::OutBias => push(Kernel::OutBias, i..i + 1),
+            Step::Route(_) => push(Kernel::Route, i..i + 1),
+            Step::Experts(_) => push(Kernel::Experts, i..i + 1),
+            Step::Combine => push(Kernel::Combine, i..i + 1),
         }
         i += span;
     }
@@ -455,39 +477,92 @@ mod tests {
         }
     }
 
-    /// A plan with steps the GPU has no kernels for is refused with all of them named, before
-    /// anything is uploaded (`CudaModel::load` checks it first).
+    /// Every step of a Mixture-of-Experts layer and of gpt-oss's layer (sinks, an alternating
+    /// window, an output bias, q/k/v biases, SwiGLU-OAI experts) has its launch, in order, on
+    /// every target; the output bias keeps the residual out of the output projection's
+    /// epilogue, and the experts' layer has no dense matrices.
     #[test]
-    fn the_gpu_refusal_names_every_step_without_kernels() {
+    fn moe_and_gpt_oss_layers_lower_every_step() {
         use crate::model::arch::{Gating, MoeConfig};
-        assert_eq!(not_lowered(&plan(LayerParts::default(), Some(30.0))), None);
-        let oss = LayerParts {
-            sinks: true,
-            out_bias: true,
-            bias: true,
-            ..LayerParts::default()
-        };
-        let why = not_lowered(&plan(oss, None)).expect("refused");
-        assert!(
-            why.contains("attention sinks")
-                && why.contains("output bias")
-                && !why.contains("Mixture")
-                && why.contains("--device cpu"),
-            "{why}"
-        );
         let mut c = config(None);
+        c.n_layer = 2;
+        c.sliding_window = Some(128);
+        c.swa_layers = vec![true, false];
+        c.activation = Activation::SwigluOai;
         c.moe = Some(MoeConfig {
             experts: 8,
             used: 2,
             ffn_dim: 64,
             gating: Gating::TopKSoftmax,
         });
-        let moe = LayerParts {
+        let oss = LayerParts {
+            sinks: true,
+            out_bias: true,
+            bias: true,
             moe: true,
             ..LayerParts::default()
         };
-        let why = not_lowered(&Plan::new(&c, [moe])).expect("refused");
-        assert!(why.contains("Mixture-of-Experts"), "{why}");
+        let p = Plan::new(&c, [oss, oss]);
+        assert!(matches!(
+            p.layer(0)[5],
+            Step::Attention {
+                window: Some(128),
+                sinks: true
+            }
+        ));
+        assert!(matches!(
+            p.layer(1)[5],
+            Step::Attention {
+                window: None,
+                sinks: true
+            }
+        ));
+        for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
+            let mut t = target(integer, fuse, true, true);
+            t.layers = vec![
+                Mats {
+                    gate_up: Vec::new(),
+                    down: None,
+                    ..t.layers[0].clone()
+                };
+                2
+            ];
+            let low = Lowering::new(&p, &t);
+            for (place, steps) in p.places() {
+                let got = covered(steps, low.launches(place))
+                    .unwrap_or_else(|e| panic!("{place:?} integer {integer} fuse {fuse}: {e}"));
+                assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+            }
+            let l = low.launches(Place::Layer(0));
+            let names: Vec<&str> = l.iter().map(|x| x.kernel.name()).collect();
+            let at = |n: &str| names.iter().position(|&x| x == n).expect(n);
+            assert!(at("moe_route") < at("moe_experts") && at("moe_experts") < at("moe_combine"));
+            assert!(l
+                .iter()
+                .all(|x| !matches!(x.kernel, Kernel::Matmul { residual: true, .. })));
+            assert!(l.iter().any(|x| x.kernel == Kernel::OutBias));
+        }
+        // Mixtral's and qwen3moe's gating lower the same way.
+        c.moe = c.moe.map(|m| MoeConfig {
+            gating: Gating::SoftmaxTopK { normalize: true },
+            ..m
+        });
+        let plain = LayerParts {
+            moe: true,
+            ..LayerParts::default()
+        };
+        let p = Plan::new(&c, [plain, plain]);
+        let mut t = target(true, true, true, false);
+        t.layers = vec![
+            Mats {
+                gate_up: Vec::new(),
+                down: None,
+                ..t.layers[0].clone()
+            };
+            2
+        ];
+        let low = Lowering::new(&p, &t);
+        assert!(covered(p.layer(0), low.launches(Place::Layer(0))).is_ok());
     }
 
     /// Q8_K blocks for every matrix (the 8B Q4_K_M file: Q4_K and Q6_K), but Q8_0 for attn_k

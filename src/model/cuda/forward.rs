@@ -12,8 +12,8 @@ use super::kernels::{
     dev_err, ew, matmul_path, ptr, ActBufs, Gpu, MatmulPath, Result, RopeKvArgs, ATTN_CHUNK,
 };
 use super::pool::{new_pool, KvPool};
-use super::weights::{check_fits, upload_weight, DevLayer};
-use crate::model::arch::{Activation, ModelConfig};
+use super::weights::{check_fits, upload_moe, upload_weight, DevLayer, DevMoe};
+use crate::model::arch::{Activation, Gating, ModelConfig};
 use crate::model::device::DeviceSpec;
 use crate::model::error::ModelError;
 use crate::model::kv::{KvSeq, Logits, SeqStep};
@@ -22,7 +22,7 @@ use crate::model::lowering::{covered, target_of, ActBlocks, Kernel, Launch, Lowe
 use crate::model::plan::trace;
 use crate::model::plan::{Block, Matrix, Place, RopeTable, Step};
 use crate::model::quant::QWeight;
-use crate::model::transformer::{GateUp, Qkv, Transformer};
+use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
 /// Device buffers of one step, grown to the largest step seen.
 #[derive(Default)]
@@ -52,6 +52,23 @@ struct Buffers {
     rope: Option<CudaSlice<f32>>,
     rope_swa: Option<CudaSlice<f32>>,
     logits: Option<CudaSlice<f32>>,
+    /// Mixture-of-Experts layers: the router's logits (rows × experts), each row's experts
+    /// and weights, the grouping (grouped position → row, (row, rank) → grouped position,
+    /// rows per expert), and the grouped rows' input, gate, up and output.
+    moe: Option<MoeBufs>,
+}
+
+struct MoeBufs {
+    logits: CudaSlice<f32>,
+    chosen: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    idx: CudaSlice<i32>,
+    slot: CudaSlice<i32>,
+    counts: CudaSlice<i32>,
+    input: CudaSlice<f32>,
+    gate: CudaSlice<f32>,
+    up: CudaSlice<f32>,
+    out: CudaSlice<f32>,
 }
 
 /// Copies `v` into the reused device buffer `slot`, growing it first when it is too small;
@@ -120,7 +137,7 @@ impl CudaModel {
         kv_limit: Option<usize>,
     ) -> Result<CudaModel> {
         let c = &model.config;
-        if let Some(why) = crate::model::lowering::not_lowered(model.plan()) {
+        if let Some(why) = crate::model::lowering::not_lowered(model) {
             return Err(ModelError::Device(format!("cuda: {why}")));
         }
         if !c.head_dim.is_multiple_of(32) || c.head_dim > 256 {
@@ -145,16 +162,29 @@ impl CudaModel {
                 ],
                 Qkv::Fused(w) => vec![mat(n("attn_qkv.weight"), w)?],
             };
-            let (gate_up, down) = l.dense_ffn().ok_or_else(super::weights::experts_refused)?;
-            let gate_up = match gate_up {
-                GateUp::Split { gate, up } => vec![
-                    mat(n("ffn_gate.weight"), gate)?,
-                    mat(n("ffn_up.weight"), up)?,
-                ],
-                GateUp::Fused(w) => vec![mat(n("ffn_up.weight"), w)?],
+            let (gate_up, w_down, moe) = match &l.ffn {
+                Ffn::Dense { gate_up, down } => (
+                    match gate_up {
+                        GateUp::Split { gate, up } => vec![
+                            mat(n("ffn_gate.weight"), gate)?,
+                            mat(n("ffn_up.weight"), up)?,
+                        ],
+                        GateUp::Fused(w) => vec![mat(n("ffn_up.weight"), w)?],
+                    },
+                    Some(mat(n("ffn_down.weight"), down)?),
+                    None,
+                ),
+                Ffn::Moe(m) => {
+                    if m.config.experts > 1024 || m.config.used > m.config.experts {
+                        return Err(ModelError::Device(format!(
+                            "cuda: {} experts, {} used: the GPU routes at most 1024",
+                            m.config.experts, m.config.used
+                        )));
+                    }
+                    (Vec::new(), None, Some(upload_moe(&gpu, i, m, path)?))
+                }
             };
             let wo = mat(n("attn_output.weight"), &l.wo)?;
-            let w_down = mat(n("ffn_down.weight"), down)?;
             let vec = |what: &str, v: &[f32]| gpu.upload(what, v);
             let opt =
                 |what: &str, v: &Option<Vec<f32>>| v.as_deref().map(|v| vec(what, v)).transpose();
@@ -175,6 +205,9 @@ impl CudaModel {
                 gate_up,
                 w_down,
                 post_ffn_norm: opt("post_ffw_norm", &l.post_ffn_norm)?,
+                out_bias: opt("attn_output.bias", &l.out_bias)?,
+                sinks: opt("attn_sinks", &l.sinks)?,
+                moe,
             });
         }
         let output = match &model.output {
@@ -373,6 +406,7 @@ impl CudaModel {
             g,
             c,
             act,
+            moe: b.moe.as_ref(),
             p: ptrs,
             chunks,
             bt,
@@ -442,8 +476,24 @@ impl CudaModel {
             "attention partials",
             rows * c.n_head * chunks * (c.head_dim + 2),
         )?);
-        let widest = c.dim.max(c.q_dim()).max(c.ffn_dim);
-        b.act = Some(g.act_bufs(rows * widest.next_multiple_of(256))?);
+        let mut act_elems = rows * c.dim.max(c.q_dim()).max(c.ffn_dim).next_multiple_of(256);
+        if let Some(m) = c.moe {
+            let pairs = rows * m.used;
+            b.moe = Some(MoeBufs {
+                logits: g.zeros("router logits", rows * m.experts)?,
+                chosen: g.zeros("experts chosen", pairs)?,
+                weights: g.zeros("expert weights", pairs)?,
+                idx: g.zeros("expert rows", pairs)?,
+                slot: g.zeros("expert slots", pairs)?,
+                counts: g.zeros("expert counts", m.experts)?,
+                input: g.zeros("expert input", pairs * c.dim)?,
+                gate: g.zeros("expert gate", pairs * m.ffn_dim)?,
+                up: g.zeros("expert up", pairs * m.ffn_dim)?,
+                out: g.zeros("expert output", pairs * c.dim)?,
+            });
+            act_elems = act_elems.max(pairs * c.dim.max(m.ffn_dim).next_multiple_of(256));
+        }
+        b.act = Some(g.act_bufs(act_elems)?);
         b.rows = rows;
         b.chunks = chunks;
         Ok(())
@@ -483,6 +533,8 @@ struct Run<'a> {
     g: &'a Gpu,
     c: &'a ModelConfig,
     act: &'a ActBufs,
+    /// The Mixture-of-Experts buffers (models with experts).
+    moe: Option<&'a MoeBufs>,
     p: Ptrs,
     chunks: usize,
     bt: usize,
@@ -565,7 +617,13 @@ impl Run<'_> {
                     Matrix::GateUp if dl.gate_up.len() == 1 => (&dl.gate_up[0], p.xb, p.fused),
                     Matrix::GateUp => (&dl.gate_up[part], p.xb, [p.gate, p.up][part]),
                     Matrix::Out => (&dl.wo, p.attn, if residual { p.x } else { p.xb }),
-                    Matrix::Down => (&dl.w_down, p.gate, if residual { p.x } else { p.xb }),
+                    Matrix::Down => (
+                        dl.w_down
+                            .as_ref()
+                            .ok_or_else(|| missing("a down projection"))?,
+                        p.gate,
+                        if residual { p.x } else { p.xb },
+                    ),
                     Matrix::Logits => return Err(missing("an output projection")),
                 };
                 g.matmul_into(
@@ -650,21 +708,27 @@ impl Run<'_> {
             (Kernel::AttnPartial { gqa }, Step::Attention { window, .. }) => {
                 self.attn_partial(gqa, window, l, rows)
             }
-            (Kernel::AttnCombine, Step::Attention { .. }) => {
+            (Kernel::AttnCombine, Step::Attention { sinks, .. }) => {
                 let (heads, hd_i, chunks_i) = (c.n_head as i32, hd as i32, self.chunks as i32);
+                let psinks = match (sinks, &dl.sinks) {
+                    (false, _) => 0u64,
+                    (true, Some(sk)) => ptr(sk, &g.stream),
+                    (true, None) => return Err(missing("attention sinks")),
+                };
                 let mut lb = g.stream.launch_builder(&g.k.attn_combine);
                 lb.arg(&p.part)
                     .arg(&p.positions)
                     .arg(&heads)
                     .arg(&hd_i)
                     .arg(&chunks_i)
+                    .arg(&psinks)
                     .arg(&p.attn);
                 let cfg = LaunchConfig {
                     grid_dim: (c.n_head as u32, rows as u32, 1),
                     block_dim: (32, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: attn holds rows × q_dim floats.
+                // SAFETY: attn holds rows × q_dim floats; sinks (when given) n_head.
                 unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_combine", e))?;
                 Ok(())
             }
@@ -676,14 +740,8 @@ impl Run<'_> {
                     Activation::Silu => 0i32,
                     // llama.cpp's CUDA backend computes GELU in f32, without the CPU's table.
                     Activation::GeluTanh | Activation::GeluTanhF16 => 1i32,
-                    // Refused at load (`lowering::not_lowered`).
-                    Activation::SwigluOai => {
-                        return Err(ModelError::Device(
-                            "cuda: SwiGLU-OAI has no GPU kernel yet; run this model with \
-                             --device cpu"
-                                .into(),
-                        ))
-                    }
+                    // The CPU's expf (`gated_act_cpu`).
+                    Activation::SwigluOai => return g.gated_cpu(p.gate, p.up, rows * ffn, 0),
                 };
                 let mut lb = g.stream.launch_builder(&g.k.gated_act);
                 lb.arg(&p.gate).arg(&p.up).arg(&total).arg(&act);
@@ -691,10 +749,168 @@ impl Run<'_> {
                 unsafe { lb.launch(ew(rows * ffn)) }.map_err(|e| dev_err("gated_act", e))?;
                 Ok(())
             }
+            (Kernel::OutBias, Step::OutBias) => {
+                let b = dl
+                    .out_bias
+                    .as_ref()
+                    .ok_or_else(|| missing("an output bias"))?;
+                g.add_bias(p.xb, b, dim, rows * dim)
+            }
+            (Kernel::Route, Step::Route(gating)) => {
+                let (m, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                self.route(m, b, gating, rows)
+            }
+            (Kernel::Experts, Step::Experts(activation)) => {
+                let (m, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                self.experts(m, b, activation, rows)
+            }
+            (Kernel::Combine, Step::Combine) => {
+                let (m, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                let s = &*g.stream;
+                let (used_i, dim_i, total) =
+                    (m.config.used as i32, dim as i32, (rows * dim) as i64);
+                let (pout, pslot, pw) = (ptr(&b.out, s), ptr(&b.slot, s), ptr(&b.weights, s));
+                let mut lb = s.launch_builder(&g.k.moe_combine);
+                lb.arg(&pout)
+                    .arg(&pslot)
+                    .arg(&pw)
+                    .arg(&used_i)
+                    .arg(&dim_i)
+                    .arg(&p.xb)
+                    .arg(&total);
+                // SAFETY: out holds rows × used grouped rows of dim (Experts wrote them), slot
+                // and weights rows × used entries; xb rows × dim.
+                unsafe { lb.launch(ew(rows * dim)) }.map_err(|e| dev_err("moe_combine", e))?;
+                Ok(())
+            }
             (kernel, step) => Err(ModelError::Device(format!(
                 "cuda: no launch of {kernel:?} for plan step {step:?} in a layer"
             ))),
         }
+    }
+
+    /// A Mixture-of-Experts layer's device weights and the step's buffers for them.
+    fn moe_of<'b>(&'b self, dl: &'b DevLayer) -> Option<(&'b DevMoe, &'b MoeBufs)> {
+        Some((dl.moe.as_ref()?, self.moe?))
+    }
+
+    /// The router's logits of `xb` (its matmul), then `moe_route`: each row's experts and
+    /// weights in rank order, ties to the lower expert.
+    fn route(&self, m: &DevMoe, b: &MoeBufs, gating: Gating, rows: usize) -> Result<()> {
+        let (g, p) = (self.g, &self.p);
+        let s = &*g.stream;
+        let plogits = ptr(&b.logits, s);
+        g.matmul_into(&m.router, p.xb, rows, plogits, self.act, None, false)?;
+        let code = match gating {
+            Gating::SoftmaxTopK { normalize: false } => 0i32,
+            Gating::SoftmaxTopK { normalize: true } => 1,
+            Gating::TopKSoftmax => 2,
+        };
+        let pbias = m.router_bias.as_ref().map_or(0u64, |v| ptr(v, s));
+        let (rows_i, experts_i, used_i) =
+            (rows as i32, m.config.experts as i32, m.config.used as i32);
+        let (pch, pw) = (ptr(&b.chosen, s), ptr(&b.weights, s));
+        let mut lb = s.launch_builder(&g.k.moe_route);
+        lb.arg(&plogits)
+            .arg(&pbias)
+            .arg(&rows_i)
+            .arg(&experts_i)
+            .arg(&used_i)
+            .arg(&code)
+            .arg(&pch)
+            .arg(&pw);
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(64) as u32, 1, 1),
+            block_dim: (64, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: logits holds rows × experts floats, the bias (when given) experts, chosen
+        // and weights rows × used (fit).
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("moe_route", e))?;
+        Ok(())
+    }
+
+    /// Rows grouped by expert (`moe_group`; each expert's row count read back to the host,
+    /// which launches only the routed experts), the grouped rows gathered, then per expert in
+    /// index order its gate/up matmuls, biases (up, then gate, as ggml), activation with the
+    /// CPU's `expf`, down matmul and bias, into the grouped output.
+    fn experts(&self, m: &DevMoe, b: &MoeBufs, act: Activation, rows: usize) -> Result<()> {
+        let (g, c, p) = (self.g, self.c, &self.p);
+        let s = &*g.stream;
+        let (experts, used, ffn, dim) = (m.config.experts, m.config.used, m.config.ffn_dim, c.dim);
+        let code = match act {
+            Activation::SwigluOai => 0,
+            Activation::Silu => 1,
+            Activation::GeluTanh | Activation::GeluTanhF16 => {
+                return Err(ModelError::Device(
+                    "cuda: GELU experts have no GPU kernel; run this model with --device cpu"
+                        .into(),
+                ))
+            }
+        };
+        let pairs = rows * used;
+        let (pairs_i, used_i, experts_i) = (pairs as i32, used as i32, experts as i32);
+        let (pch, pidx, pslot, pcounts) = (
+            ptr(&b.chosen, s),
+            ptr(&b.idx, s),
+            ptr(&b.slot, s),
+            ptr(&b.counts, s),
+        );
+        let mut lb = s.launch_builder(&g.k.moe_group);
+        lb.arg(&pch)
+            .arg(&pairs_i)
+            .arg(&used_i)
+            .arg(&experts_i)
+            .arg(&pidx)
+            .arg(&pslot)
+            .arg(&pcounts);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (experts as u32, 1, 1),
+            shared_mem_bytes: (experts * 4) as u32,
+        };
+        // SAFETY: chosen holds pairs expert indices < experts (moe_route), idx and slot pairs
+        // entries, counts experts; one thread per expert (at most 1024, checked at load).
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("moe_group", e))?;
+        let mut counts = vec![0i32; experts];
+        g.stream
+            .memcpy_dtoh(&b.counts, counts.as_mut_slice())
+            .map_err(|e| dev_err("reading the experts' row counts", e))?;
+        s.synchronize().map_err(|e| dev_err("moe_group", e))?;
+        let (dim_i, total) = (dim as i32, (pairs * dim) as i64);
+        let pin = ptr(&b.input, s);
+        let mut lb = s.launch_builder(&g.k.gather_rows);
+        lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
+        // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
+        unsafe { lb.launch(ew(pairs * dim)) }.map_err(|e| dev_err("gather_rows", e))?;
+        let (pgate, pup, pout) = (ptr(&b.gate, s), ptr(&b.up, s), ptr(&b.out, s));
+        let mut off = 0usize;
+        for (e, x) in m.experts.iter().enumerate() {
+            let n = counts[e] as usize;
+            if n == 0 {
+                continue;
+            }
+            let at = |base: u64, width: usize| base + (off * width * 4) as u64;
+            let (xi, gt, up, out) = (at(pin, dim), at(pgate, ffn), at(pup, ffn), at(pout, dim));
+            let q = g.matmul_into(&x.gate, xi, n, gt, self.act, None, false)?;
+            g.matmul_into(&x.up, xi, n, up, self.act, q, false)?;
+            if let Some([bg, bu, _]) = &x.bias {
+                g.add_bias(up, bu, ffn, n * ffn)?;
+                g.add_bias(gt, bg, ffn, n * ffn)?;
+            }
+            g.gated_cpu(gt, up, n * ffn, code)?;
+            g.matmul_into(&x.down, gt, n, out, self.act, None, false)?;
+            if let Some([_, _, bd]) = &x.bias {
+                g.add_bias(out, bd, dim, n * dim)?;
+            }
+            off += n;
+        }
+        if off != pairs {
+            return Err(ModelError::Device(format!(
+                "cuda: {off} of {pairs} routed rows grouped"
+            )));
+        }
+        Ok(())
     }
 
     /// Attention's first pass of layer `l`: the group kernel (`gqa`: each tile of K/V

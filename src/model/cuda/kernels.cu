@@ -513,7 +513,10 @@ extern "C" __global__ void attn_partial_gqa(const float* q, const u16* pool, con
 
 // Attention, second pass: combines a (row, head)'s chunks in order into out[r][h * hd ..].
 // Grid: (heads, rows); block: one warp. Chunks past the row's position have l == 0.
-extern "C" __global__ void attn_combine(const float* part, const int* pos, int heads, int hd, int chunks, float* out) {
+// With `sinks` (one logit per query head, gpt-oss), the head's sink joins the maximum and adds
+// e^(sink - max) to the denominator after the chunks, weighing no value.
+extern "C" __global__ void attn_combine(const float* part, const int* pos, int heads, int hd, int chunks,
+                                        const float* sinks, float* out) {
     int h = blockIdx.x, r = blockIdx.y;
     int lane = threadIdx.x;
     int used = pos[r] / ATTN_CHUNK + 1;
@@ -523,6 +526,7 @@ extern "C" __global__ void attn_combine(const float* part, const int* pos, int h
         const float* pc = base + (long)c * (hd + 2);
         if (pc[1] > 0.0f && pc[0] > mx) mx = pc[0];
     }
+    if (sinks && sinks[h] > mx) mx = sinks[h];
     int per = hd / WARP;
     float acc[MAX_HD_PER_LANE];
     for (int i = 0; i < per; i++) acc[i] = 0.0f;
@@ -534,6 +538,7 @@ extern "C" __global__ void attn_combine(const float* part, const int* pos, int h
         l = fmaf(pc[1], f, l);
         for (int i = 0; i < per; i++) acc[i] = fmaf(pc[2 + lane + WARP * i], f, acc[i]);
     }
+    if (sinks) l = __fadd_rn(l, expf(sinks[h] - mx));
     float inv = 1.0f / l;
     float* o = out + ((long)r * heads + h) * hd;
     for (int i = 0; i < per; i++) o[lane + WARP * i] = acc[i] * inv;

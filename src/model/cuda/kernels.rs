@@ -18,7 +18,8 @@ pub const KERNELS: &str = concat!(
     include_str!("kernels.cu"),
     include_str!("mmq.cu"),
     include_str!("mmt.cu"),
-    include_str!("fused.cu")
+    include_str!("fused.cu"),
+    include_str!("moe.cu")
 );
 
 /// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
@@ -155,6 +156,12 @@ pub(super) struct Kernels {
     /// `fused.cu`: launches that cover several plan steps (`model::lowering`).
     pub(super) rms_norm_q8: CudaFunction,
     pub(super) rope_kv_write: CudaFunction,
+    /// `moe.cu`: Mixture-of-Experts routing, grouping and combine; the gated activations
+    /// with the CPU's `expf`.
+    pub(super) moe_route: CudaFunction,
+    pub(super) moe_group: CudaFunction,
+    pub(super) moe_combine: CudaFunction,
+    pub(super) gated_act_cpu: CudaFunction,
 }
 
 impl Kernels {
@@ -209,6 +216,10 @@ impl Kernels {
             copy_block: f("copy_block")?,
             rms_norm_q8: f("rms_norm_q8")?,
             rope_kv_write: f("rope_kv_write")?,
+            moe_route: f("moe_route")?,
+            moe_group: f("moe_group")?,
+            moe_combine: f("moe_combine")?,
+            gated_act_cpu: f("gated_act_cpu")?,
         })
     }
 }
@@ -650,6 +661,16 @@ impl Gpu {
         lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
         // SAFETY: x holds total floats, b width.
         unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_bias", e))?;
+        Ok(())
+    }
+
+    /// `gated_act_cpu`: `g = act(g) · u` with the CPU's `expf` (act 0 SwiGLU-OAI, 1 SiLU).
+    pub(super) fn gated_cpu(&self, g: u64, u: u64, total: usize, act: i32) -> Result<()> {
+        let t = total as i64;
+        let mut lb = self.stream.launch_builder(&self.k.gated_act_cpu);
+        lb.arg(&g).arg(&u).arg(&t).arg(&act);
+        // SAFETY: g and u hold total floats.
+        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("gated_act_cpu", e))?;
         Ok(())
     }
 

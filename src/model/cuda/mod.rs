@@ -27,6 +27,8 @@ mod devices;
 mod emulate;
 #[cfg(test)]
 mod emulate_mmt;
+#[cfg(test)]
+mod emulate_moe;
 mod forward;
 mod kernels;
 pub mod nvrtc;
@@ -140,6 +142,10 @@ mod tests {
             "mmt_q6_k",
             "quantize_q8",
             "quantize_q8k",
+            "moe_route",
+            "moe_group",
+            "moe_combine",
+            "gated_act_cpu",
         ] {
             assert!(src.contains(name), "PTX lacks {name}");
         }

@@ -3,7 +3,9 @@
 
 use cudarc::driver::CudaSlice;
 
+use crate::model::arch::MoeConfig;
 use crate::model::error::ModelError;
+use crate::model::moe::Moe;
 use crate::model::quant::{QWeight, Stored, WeightFormat};
 use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
@@ -19,9 +21,65 @@ pub(super) struct DevLayer {
     pub(super) wo: DevWeight,
     pub(super) post_attn_norm: Option<CudaSlice<f32>>,
     pub(super) ffn_norm: CudaSlice<f32>,
+    /// The dense feed-forward block's matrices (empty and `None` in an experts' layer).
     pub(super) gate_up: Vec<DevWeight>,
-    pub(super) w_down: DevWeight,
+    pub(super) w_down: Option<DevWeight>,
     pub(super) post_ffn_norm: Option<CudaSlice<f32>>,
+    /// The attention output projection's bias (gpt-oss).
+    pub(super) out_bias: Option<CudaSlice<f32>>,
+    /// Per query head, the attention sink logit (gpt-oss).
+    pub(super) sinks: Option<CudaSlice<f32>>,
+    /// A Mixture-of-Experts layer's router and experts.
+    pub(super) moe: Option<DevMoe>,
+}
+
+/// One expert's matrices and biases on the device.
+pub(super) struct DevExpert {
+    pub(super) gate: DevWeight,
+    pub(super) up: DevWeight,
+    pub(super) down: DevWeight,
+    pub(super) bias: Option<[CudaSlice<f32>; 3]>,
+}
+
+/// A Mixture-of-Experts layer on the device.
+pub(super) struct DevMoe {
+    pub(super) router: DevWeight,
+    pub(super) router_bias: Option<CudaSlice<f32>>,
+    pub(super) experts: Vec<DevExpert>,
+    pub(super) config: MoeConfig,
+}
+
+/// Uploads layer `i`'s Mixture-of-Experts block.
+pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Result<DevMoe> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let experts = (m.experts.iter().enumerate())
+        .map(|(e, x)| {
+            let w = |s: &str, w: &QWeight| upload_weight(gpu, &n(&format!("{s}[{e}]")), w, path);
+            Ok(DevExpert {
+                gate: w("ffn_gate_exps.weight", &x.gate)?,
+                up: w("ffn_up_exps.weight", &x.up)?,
+                down: w("ffn_down_exps.weight", &x.down)?,
+                bias: match &x.bias {
+                    Some([a, b, c]) => Some([
+                        gpu.upload("expert bias", a)?,
+                        gpu.upload("expert bias", b)?,
+                        gpu.upload("expert bias", c)?,
+                    ]),
+                    None => None,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(DevMoe {
+        router: upload_weight(gpu, &n("ffn_gate_inp.weight"), &m.router, path)?,
+        router_bias: m
+            .router_bias
+            .as_deref()
+            .map(|b| gpu.upload("router bias", b))
+            .transpose()?,
+        experts,
+        config: m.config,
+    })
 }
 
 /// The kernel that reads a stored format (every format has one: nothing is widened).
@@ -113,11 +171,6 @@ pub(super) fn device_bytes(w: &QWeight, path: MatmulPath) -> usize {
     n * k.div_ceil(elems) * bytes
 }
 
-/// The refusal of a Mixture-of-Experts layer (checked first by `CudaModel::load`).
-pub(super) fn experts_refused() -> ModelError {
-    ModelError::Device(format!("cuda: {}", crate::model::lowering::MOE_NOT_LOWERED))
-}
-
 pub(super) fn gib(b: usize) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
@@ -131,18 +184,28 @@ pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transfor
         None => device_bytes(&model.embedding, path),
     };
     for l in &model.layers {
-        let (gate_up, down) = l.dense_ffn().ok_or_else(experts_refused)?;
-        let mats: Vec<&QWeight> = match (&l.qkv, gate_up) {
-            (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => vec![q, k, v, gate, up],
-            (Qkv::Split { q, k, v }, GateUp::Fused(g)) => vec![q, k, v, g],
-            (Qkv::Fused(w), GateUp::Split { gate, up }) => vec![w, gate, up],
-            (Qkv::Fused(w), GateUp::Fused(g)) => vec![w, g],
+        let mut mats: Vec<&QWeight> = match &l.qkv {
+            Qkv::Split { q, k, v } => vec![q, k, v],
+            Qkv::Fused(w) => vec![w],
         };
+        mats.push(&l.wo);
+        match &l.ffn {
+            Ffn::Dense { gate_up, down } => {
+                match gate_up {
+                    GateUp::Split { gate, up } => mats.extend([gate, up]),
+                    GateUp::Fused(g) => mats.push(g),
+                }
+                mats.push(down);
+            }
+            Ffn::Moe(m) => {
+                mats.push(&m.router);
+                mats.extend(m.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
+            }
+        }
         need += mats
             .into_iter()
             .map(|w| device_bytes(w, path))
             .sum::<usize>();
-        need += device_bytes(&l.wo, path) + device_bytes(down, path);
     }
     let (free, total) = gpu
         .ctx

@@ -1,0 +1,625 @@
+//! A host emulation of the Mixture-of-Experts kernels of `moe.cu` (`cpu_expf`, `moe_route`,
+//! `moe_group`, `gated_act_cpu`, `moe_combine`) and of the sink term of `attn_combine`, line
+//! for line: the same loops and the same float operations in the same order. With the
+//! matmul emulations (`emulate.rs`) it replays a whole MoE block as `forward.rs` launches it
+//! (router matmul, routing, grouping, gather, each routed expert's matmuls, biases and
+//! activation, combine), and its tests check that this equals the CPU's `Moe::route`,
+//! `experts` and `combine` bit for bit: routing ties, several rows with different experts,
+//! qwen3moe's and gpt-oss's gating, biases and activations, float and quantized experts.
+
+// Index loops as in the CUDA source, so that the two read side by side.
+#![allow(clippy::needless_range_loop)]
+
+use crate::model::arch::{Activation, Gating};
+use crate::model::moe::Moe;
+use crate::model::quant::{QWeight, Stored};
+
+use super::emulate::{mmf, mmq, quantize};
+use super::repack::layout;
+
+/// `CPU_EXP_TABLE`.
+const TABLE: [u64; 32] = [
+    0x3ff0000000000000,
+    0x3fefd9b0d3158574,
+    0x3fefb5586cf9890f,
+    0x3fef9301d0125b51,
+    0x3fef72b83c7d517b,
+    0x3fef54873168b9aa,
+    0x3fef387a6e756238,
+    0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb,
+    0x3feedea64c123422,
+    0x3feece086061892d,
+    0x3feebfdad5362a27,
+    0x3feeb42b569d4f82,
+    0x3feeab07dd485429,
+    0x3feea47eb03a5585,
+    0x3feea09e667f3bcd,
+    0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187,
+    0x3feea589994cce13,
+    0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5,
+    0x3feec49182a3f090,
+    0x3feed503b23e255d,
+    0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47,
+    0x3fef199bdd85529c,
+    0x3fef3720dcef9069,
+    0x3fef5818dcfba487,
+    0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da,
+    0x3fefd0765b6e4540,
+];
+
+/// `cpu_expf` (`__fma_rn` is `mul_add`, `__dmul_rn` etc. the plain operations).
+pub(crate) fn cpu_expf(x: f32) -> f32 {
+    if x < f32::from_bits(0xc2cff1b4) {
+        return 0.0;
+    }
+    if x > f32::from_bits(0x42b17217) {
+        return f32::INFINITY;
+    }
+    let inv_ln2_n = f64::from_bits(0x3ff71547652b82fe) * 32.0;
+    let shift = f64::from_bits(0x4338000000000000);
+    let c0 = f64::from_bits(0x3fac6af84b912394) / 32768.0;
+    let c1 = f64::from_bits(0x3fcebfce50fac4f3) / 1024.0;
+    let c2 = f64::from_bits(0x3fe62e42ff0c52d6) / 32.0;
+    let xd = x as f64;
+    let kd = inv_ln2_n.mul_add(xd, shift);
+    let ki = kd.to_bits();
+    let kd = kd - shift;
+    let r = inv_ln2_n.mul_add(xd, -kd);
+    let s = f64::from_bits(TABLE[(ki % 32) as usize].wrapping_add(ki << 47));
+    let z = c0.mul_add(r, c1);
+    let r2 = r * r;
+    let y = c2.mul_add(r, 1.0);
+    (z.mul_add(r2, y) * s) as f32
+}
+
+/// `cpu_softmax`.
+fn cpu_softmax(x: &mut [f32]) {
+    let mut mx = f32::NEG_INFINITY;
+    for v in x.iter() {
+        mx = mx.max(*v);
+    }
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = cpu_expf(*v - mx);
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// `total_key`.
+fn total_key(v: f32) -> i32 {
+    let k = v.to_bits() as i32;
+    k ^ (((k >> 31) as u32) >> 1) as i32
+}
+
+/// The kernels' gating code.
+pub(crate) fn gating_code(g: Gating) -> i32 {
+    match g {
+        Gating::SoftmaxTopK { normalize: false } => 0,
+        Gating::SoftmaxTopK { normalize: true } => 1,
+        Gating::TopKSoftmax => 2,
+    }
+}
+
+/// `moe_route` over its grid (one thread per row, rows independent): `logits` in place,
+/// returns each row's experts and weights in rank order.
+pub(crate) fn route(
+    logits: &mut [f32],
+    bias: Option<&[f32]>,
+    rows: usize,
+    experts: usize,
+    used: usize,
+    gating: i32,
+) -> (Vec<i32>, Vec<f32>) {
+    let mut chosen = vec![i32::MIN; rows * used];
+    let mut weights = vec![f32::NAN; rows * used];
+    for r in 0..rows {
+        let p = &mut logits[r * experts..(r + 1) * experts];
+        if let Some(b) = bias {
+            for e in 0..experts {
+                p[e] += b[e];
+            }
+        }
+        if gating != 2 {
+            cpu_softmax(p);
+        }
+        let ch = &mut chosen[r * used..(r + 1) * used];
+        let w = &mut weights[r * used..(r + 1) * used];
+        for j in 0..used {
+            let (mut best, mut bk) = (-1i32, 0i32);
+            for e in 0..experts {
+                let taken = ch[..j].contains(&(e as i32));
+                if taken {
+                    continue;
+                }
+                let k = total_key(p[e]);
+                if best < 0 || k > bk {
+                    best = e as i32;
+                    bk = k;
+                }
+            }
+            ch[j] = best;
+            w[j] = p[best as usize];
+        }
+        if gating == 2 {
+            cpu_softmax(w);
+        }
+        if gating == 1 {
+            let mut sum = 0f64;
+            for j in 0..used {
+                sum += w[j] as f64;
+            }
+            let s = (sum as f32).max(1.0 / 16384.0);
+            for j in 0..used {
+                w[j] /= s;
+            }
+        }
+    }
+    (chosen, weights)
+}
+
+/// `moe_group`'s one block: thread e's count, then (after the barrier) its offset and list.
+/// Returns (idx, slot, counts).
+pub(crate) fn group(chosen: &[i32], used: usize, experts: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+    let pairs = chosen.len();
+    let mut idx = vec![i32::MIN; pairs];
+    let mut slot = vec![i32::MIN; pairs];
+    let mut counts = vec![i32::MIN; experts];
+    let n_of: Vec<i32> = (0..experts)
+        .map(|e| chosen.iter().filter(|&&c| c == e as i32).count() as i32)
+        .collect();
+    for e in 0..experts {
+        let mut g: i32 = n_of[..e].iter().sum();
+        counts[e] = n_of[e];
+        for i in 0..pairs {
+            if chosen[i] != e as i32 {
+                continue;
+            }
+            idx[g as usize] = (i / used) as i32;
+            slot[i] = g;
+            g += 1;
+        }
+    }
+    (idx, slot, counts)
+}
+
+/// `__fsub_rn`.
+fn sub(a: f32, b: f32) -> f32 {
+    a - b
+}
+
+/// `gated_act_cpu` (act 0 SwiGLU-OAI, 1 SiLU).
+pub(crate) fn gated_cpu(g: &mut [f32], u: &[f32], act: i32) {
+    for i in 0..g.len() {
+        let (mut v, mut uu) = (g[i], u[i]);
+        if act == 0 {
+            v = v.min(7.0);
+            let e = cpu_expf(sub(1.702f32 * -v, 0.0));
+            // The kernel's two comparisons: NaN stays NaN, as `clamp`.
+            uu = uu.clamp(-7.0, 7.0);
+            g[i] = v / (1.0 + e) * (uu + 1.0);
+        } else {
+            let e = cpu_expf(sub(-v, 0.0));
+            g[i] = v / (1.0 + e) * uu;
+        }
+    }
+}
+
+/// `moe_combine`.
+pub(crate) fn combine(
+    out: &[f32],
+    slot: &[i32],
+    w: &[f32],
+    used: usize,
+    dim: usize,
+    rows: usize,
+) -> Vec<f32> {
+    let mut xb = vec![f32::NAN; rows * dim];
+    for i in 0..rows * dim {
+        let (r, c) = (i / dim, i % dim);
+        let mut acc = 0f32;
+        for k in 0..used {
+            let v = out[slot[r * used + k] as usize * dim + c] * w[r * used + k];
+            acc = if k == 0 { v } else { acc + v };
+        }
+        xb[i] = acc;
+    }
+    xb
+}
+
+/// `x += b` per row (`add_bias`).
+fn add_bias(x: &mut [f32], b: &[f32]) {
+    let width = b.len();
+    for (i, v) in x.iter_mut().enumerate() {
+        *v += b[i % width];
+    }
+}
+
+/// `Gpu::matmul_into` on `m` rows as the emulated kernels compute it (the dp4a or float
+/// kernel in the row tile it launches; the tensor-core kernel gives the same bits).
+pub(crate) fn matmul(w: &QWeight, x: &[f32], m: usize) -> Vec<f32> {
+    let (n, k) = (w.rows(), w.cols());
+    let mr = if m == 1 { 1 } else { 8 };
+    match w.stored() {
+        Stored::Blocks(raw) => {
+            let f = w.format();
+            let rep = layout(f).expect("quantized").repack(&raw, n, k);
+            mmq(f, &rep, &quantize(f, x, m, k), m, n, k, mr)
+        }
+        _ => {
+            let mut wide = vec![0f32; n * k];
+            for (o, row) in wide.chunks_exact_mut(k).enumerate() {
+                w.row_f32(o, row);
+            }
+            mmf(&wide, x, m, n, k, mr)
+        }
+    }
+}
+
+/// One MoE block as `forward.rs` launches it on the rows `xb` (the ffn norm's output):
+/// Route, Experts and Combine; the block's output (`xb` after Combine).
+pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> Vec<f32> {
+    let c = moe.config;
+    let (experts, used, ffn) = (c.experts, c.used, c.ffn_dim);
+    let dim = moe.router.cols();
+    let mut logits = matmul(&moe.router, xb, rows);
+    let (chosen, weights) = route(
+        &mut logits,
+        moe.router_bias.as_deref(),
+        rows,
+        experts,
+        used,
+        gating_code(c.gating),
+    );
+    let (idx, slot, counts) = group(&chosen, used, experts);
+    let pairs = rows * used;
+    let mut input = vec![f32::NAN; pairs * dim];
+    for g in 0..pairs {
+        let r = idx[g] as usize;
+        input[g * dim..(g + 1) * dim].copy_from_slice(&xb[r * dim..(r + 1) * dim]);
+    }
+    let code = match act {
+        Activation::SwigluOai => 0,
+        Activation::Silu => 1,
+        _ => panic!("no GPU kernel for {act:?} experts"),
+    };
+    let mut out = vec![f32::NAN; pairs * dim];
+    let mut off = 0;
+    for (e, x) in moe.experts.iter().enumerate() {
+        let n = counts[e] as usize;
+        if n == 0 {
+            continue;
+        }
+        let xi = &input[off * dim..(off + n) * dim];
+        let mut gate = matmul(&x.gate, xi, n);
+        let mut up = matmul(&x.up, xi, n);
+        if let Some([bg, bu, _]) = &x.bias {
+            add_bias(&mut up, bu);
+            add_bias(&mut gate, bg);
+        }
+        assert_eq!(gate.len(), n * ffn);
+        gated_cpu(&mut gate, &up, code);
+        let mut down = matmul(&x.down, &gate, n);
+        if let Some([_, _, bd]) = &x.bias {
+            add_bias(&mut down, bd);
+        }
+        out[off * dim..(off + n) * dim].copy_from_slice(&down);
+        off += n;
+    }
+    assert_eq!(off, pairs);
+    combine(&out, &slot, &weights, used, dim, rows)
+}
+
+/// `attn_combine` for one row and head: chunk partials `(max, sum, acc)` (a sum of 0 marks
+/// an empty chunk), the head's sink; the head's output. `expf` and `fmaf` as the device's
+/// (here `exp` and `mul_add`: the device's `expf` is not the CPU's, so this checks the
+/// structure, and its test compares with tolerance).
+pub(crate) fn attn_combine(parts: &[(f32, f32, Vec<f32>)], sink: Option<f32>) -> Vec<f32> {
+    let mut mx = f32::NEG_INFINITY;
+    for (m, l, _) in parts {
+        if *l > 0.0 && *m > mx {
+            mx = *m;
+        }
+    }
+    if let Some(s) = sink {
+        if s > mx {
+            mx = s;
+        }
+    }
+    let hd = parts[0].2.len();
+    let mut acc = vec![0f32; hd];
+    let mut l = 0f32;
+    for (m, pl, pa) in parts {
+        if *pl <= 0.0 || pl.is_nan() {
+            continue;
+        }
+        let f = (m - mx).exp();
+        l = pl.mul_add(f, l);
+        for i in 0..hd {
+            acc[i] = pa[i].mul_add(f, acc[i]);
+        }
+    }
+    if let Some(s) = sink {
+        l += (s - mx).exp();
+    }
+    let inv = 1.0 / l;
+    acc.iter().map(|a| a * inv).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::emulate::tests::{bits, weight};
+    use super::*;
+    use crate::model::arch::MoeConfig;
+    use crate::model::expf::exp_f32;
+    use crate::model::moe::{Expert, MoeScratch};
+    use crate::model::quant::tests::noise;
+    use candle_core::quantized::GgmlDType;
+
+    /// The kernels' `expf` is the CPU's `exp_f32`, bit for bit, across its range and edges.
+    #[test]
+    fn cpu_expf_equals_the_cpu() {
+        let mut xs: Vec<f32> = noise(5, 20000).iter().map(|v| v * 120.0).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            88.72,
+            -103.97,
+            -87.3,
+            f32::from_bits(0xc2cff1b4),
+            f32::from_bits(0x42b17217),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e-30,
+        ]);
+        for x in xs {
+            assert_eq!(cpu_expf(x).to_bits(), exp_f32(x).to_bits(), "{x}");
+        }
+    }
+
+    /// Ties rank the lower expert first; a row of equal logits chooses experts 0, 1, ...;
+    /// -0.0 ranks below 0.0 (the CPU's `total_cmp`).
+    #[test]
+    fn routing_ties_go_to_the_lower_expert() {
+        let mut l = vec![
+            0.1, 0.5, 0.2, 0.5, 0.7, 1.0, 1.0, 1.0, 1.0, 0.3, -0.0, 0.0, 0.3, 0.0,
+        ];
+        let (ch, _) = route(&mut l[..5], None, 1, 5, 3, 2);
+        assert_eq!(ch, [4, 1, 3]);
+        let (ch, w) = route(&mut l[5..9], None, 1, 4, 3, 0);
+        assert_eq!(ch, [0, 1, 2]);
+        assert_eq!(w, [0.25; 3]);
+        let (ch, _) = route(&mut l[9..14], None, 1, 5, 3, 2);
+        assert_eq!(ch, [0, 3, 2]);
+    }
+
+    /// Grouping lists each expert's (row, rank) pairs in row order, experts in index order,
+    /// and `slot` inverts `idx`.
+    #[test]
+    fn grouping_is_by_expert_then_row() {
+        let chosen = [2, 0, 0, 1, 2, 1, 3, 0];
+        let (idx, slot, counts) = group(&chosen, 2, 5);
+        assert_eq!(counts, [3, 2, 2, 1, 0]);
+        assert_eq!(idx, [0, 1, 3, 1, 2, 0, 2, 3]);
+        for (i, &s) in slot.iter().enumerate() {
+            assert_eq!(idx[s as usize], (i / 2) as i32);
+        }
+    }
+
+    /// A MoE block of `experts` experts of `dtype` (`dim` × `ffn`), the router F32 with rows 1,
+    /// 3 and 4 equal (routing ties); with gpt-oss's biases when `biases`.
+    fn moe(
+        dtype: GgmlDType,
+        dim: usize,
+        ffn: usize,
+        experts: usize,
+        used: usize,
+        gating: Gating,
+        biases: bool,
+    ) -> Moe {
+        let mut r = noise(1, experts * dim);
+        for e in [3, 4] {
+            let row: Vec<f32> = r[dim..2 * dim].to_vec();
+            r[e * dim..(e + 1) * dim].copy_from_slice(&row);
+        }
+        let mut rb = noise(2, experts);
+        (rb[3], rb[4]) = (rb[1], rb[1]);
+        let b =
+            |seed: u64, n: usize| -> Vec<f32> { noise(seed, n).iter().map(|v| v * 0.1).collect() };
+        Moe {
+            router: QWeight::from_f32(experts, dim, r),
+            router_bias: biases.then_some(rb),
+            experts: (0..experts as u64)
+                .map(|e| Expert {
+                    gate: weight(dtype, ffn, dim, 10 + e),
+                    up: weight(dtype, ffn, dim, 20 + e),
+                    down: weight(dtype, dim, ffn, 30 + e),
+                    bias: biases.then(|| [b(40 + e, ffn), b(50 + e, ffn), b(60 + e, dim)]),
+                })
+                .collect(),
+            config: MoeConfig {
+                experts,
+                used,
+                ffn_dim: ffn,
+                gating,
+            },
+        }
+    }
+
+    /// The CPU's block: route, experts, combine.
+    fn cpu(moe: &Moe, act: Activation, x: &[f32], rows: usize) -> Vec<f32> {
+        let mut s = MoeScratch::default();
+        let mut xb = x.to_vec();
+        moe.route(&xb, rows, &mut s);
+        moe.experts(act, &xb, rows, &mut s);
+        moe.combine(&mut xb, rows, &s);
+        xb
+    }
+
+    /// The emulated GPU block equals the CPU's bits on batches of 1 and 9 rows (a zero row:
+    /// every logit tied; the router's equal rows: ties among the top experts), for
+    /// qwen3moe's and Mixtral's gating with SiLU and gpt-oss's with its biases and
+    /// SwiGLU-OAI, in a float, a 32-block and a k-quant format; the rows use several
+    /// different experts and the tie rule decides some of them.
+    #[test]
+    fn the_emulated_moe_block_equals_the_cpu() {
+        let cases = [
+            (
+                GgmlDType::F32,
+                64,
+                96,
+                Gating::SoftmaxTopK { normalize: true },
+                Activation::Silu,
+                false,
+            ),
+            (
+                GgmlDType::Q8_0,
+                64,
+                96,
+                Gating::SoftmaxTopK { normalize: false },
+                Activation::Silu,
+                false,
+            ),
+            (
+                GgmlDType::Q4K,
+                256,
+                256,
+                Gating::SoftmaxTopK { normalize: true },
+                Activation::Silu,
+                false,
+            ),
+            (
+                GgmlDType::Q8_0,
+                64,
+                64,
+                Gating::TopKSoftmax,
+                Activation::SwigluOai,
+                true,
+            ),
+            (
+                GgmlDType::Q4_0,
+                64,
+                96,
+                Gating::TopKSoftmax,
+                Activation::SwigluOai,
+                true,
+            ),
+        ];
+        let (experts, used, rows) = (6, 2, 9);
+        for (dtype, dim, ffn, gating, act, biases) in cases {
+            let m = moe(dtype, dim, ffn, experts, used, gating, biases);
+            let mut x: Vec<f32> = noise(99, rows * dim).iter().map(|v| v * 2.0).collect();
+            x[2 * dim..3 * dim].fill(0.0);
+            let what = format!("{dtype:?} {gating:?} {act:?}");
+            // The routing the block used: several experts, and ties decided.
+            let mut logits = matmul(&m.router, &x, rows);
+            let (chosen, _) = route(
+                &mut logits,
+                m.router_bias.as_deref(),
+                rows,
+                experts,
+                used,
+                gating_code(gating),
+            );
+            let distinct = (0..experts as i32).filter(|e| chosen.contains(e)).count();
+            assert!(distinct >= 4, "{what}: experts used {chosen:?}");
+            // Experts 1, 3 and 4 always tie: 4 is never chosen, 3 only after 1 (a tie).
+            assert!(
+                !chosen.contains(&4) && chosen.contains(&3),
+                "{what}: {chosen:?}"
+            );
+            let want = cpu(&m, act, &x, rows);
+            let got = moe_block(&m, act, &x, rows);
+            assert_eq!(bits(&got), bits(&want), "{what}, {rows} rows");
+            for r in [0, 2, 5] {
+                let xr = &x[r * dim..(r + 1) * dim];
+                let got = moe_block(&m, act, xr, 1);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want[r * dim..(r + 1) * dim]),
+                    "{what}, row {r}"
+                );
+            }
+        }
+    }
+
+    /// The emulated activations equal the CPU's `gated` (SwiGLU-OAI's clamps included).
+    #[test]
+    fn gated_cpu_equals_the_cpu() {
+        let mut g: Vec<f32> = noise(3, 1000).iter().map(|v| v * 20.0).collect();
+        let u: Vec<f32> = noise(4, 1000).iter().map(|v| v * 20.0).collect();
+        g[0] = 7.0;
+        g[1] = -90.0;
+        for (act, code) in [(Activation::SwigluOai, 0), (Activation::Silu, 1)] {
+            let mut want = g.clone();
+            crate::model::transformer::gated(act, &mut want, &u);
+            let mut got = g.clone();
+            gated_cpu(&mut got, &u, code);
+            assert_eq!(bits(&got), bits(&want), "{act:?}");
+        }
+    }
+
+    /// `attn_combine` with a sink: the softmax over the chunks' scores and the sink (f64
+    /// reference, within f32 rounding); a sink far below changes nothing, and without one
+    /// the result is the sink-free softmax.
+    #[test]
+    fn attention_sinks_join_the_combine_softmax() {
+        let hd = 32;
+        let scores: Vec<f32> = noise(8, 40).iter().map(|v| v * 4.0).collect();
+        let values: Vec<Vec<f32>> = (0..40).map(|p| noise(100 + p, hd)).collect();
+        // Two chunks of 20 positions each, as attn_partial writes them.
+        let part = |r: std::ops::Range<usize>| {
+            let m = scores[r.clone()]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut l = 0f32;
+            let mut acc = vec![0f32; hd];
+            for p in r {
+                let e = (scores[p] - m).exp();
+                l += e;
+                for i in 0..hd {
+                    acc[i] += e * values[p][i];
+                }
+            }
+            (m, l, acc)
+        };
+        let parts = [part(0..20), part(20..40)];
+        for sink in [None, Some(1.5f32), Some(9.0), Some(-200.0)] {
+            let got = attn_combine(&parts, sink);
+            let mx = scores
+                .iter()
+                .map(|&s| s as f64)
+                .fold(f64::NEG_INFINITY, f64::max);
+            let mx = sink.map_or(mx, |s| mx.max(s as f64));
+            let mut l: f64 = scores.iter().map(|&s| (s as f64 - mx).exp()).sum();
+            l += sink.map_or(0.0, |s| (s as f64 - mx).exp());
+            for i in 0..hd {
+                let want: f64 = (0..40)
+                    .map(|p| (scores[p] as f64 - mx).exp() * values[p][i] as f64)
+                    .sum::<f64>()
+                    / l;
+                assert!((got[i] as f64 - want).abs() < 1e-5, "{sink:?} {i}");
+            }
+        }
+        assert_eq!(
+            bits(&attn_combine(&parts, Some(-200.0))),
+            bits(&attn_combine(&parts, None))
+        );
+        assert_ne!(
+            bits(&attn_combine(&parts, Some(1.5))),
+            bits(&attn_combine(&parts, None))
+        );
+    }
+}
