@@ -12,7 +12,7 @@
 
 /// `2^(i/32)` as f64 bits, minus `i << 47` (so that adding `k << 47` scales by `2^(k/32)`).
 /// Computed with 60-digit decimal arithmetic and rounded to nearest.
-const TABLE: [u64; 32] = [
+pub(crate) const TABLE: [u64; 32] = [
     0x3ff0000000000000,
     0x3fefd9b0d3158574,
     0x3fefb5586cf9890f,
