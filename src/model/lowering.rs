@@ -518,15 +518,7 @@ mod tests {
             }
         ));
         for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
-            let mut t = target(integer, fuse, true, true);
-            t.layers = vec![
-                Mats {
-                    gate_up: Vec::new(),
-                    down: None,
-                    ..t.layers[0].clone()
-                };
-                2
-            ];
+            let t = moe_only(target(integer, fuse, true, true));
             let low = Lowering::new(&p, &t);
             for (place, steps) in p.places() {
                 let got = covered(steps, low.launches(place))
@@ -552,7 +544,13 @@ mod tests {
             ..LayerParts::default()
         };
         let p = Plan::new(&c, [plain, plain]);
-        let mut t = target(true, true, true, false);
+        let t = moe_only(target(true, true, true, false));
+        let low = Lowering::new(&p, &t);
+        assert!(covered(p.layer(0), low.launches(Place::Layer(0))).is_ok());
+    }
+
+    /// `t` with two layers whose feed-forward is all experts (no dense gate/up or down).
+    fn moe_only(mut t: Target) -> Target {
         t.layers = vec![
             Mats {
                 gate_up: Vec::new(),
@@ -561,8 +559,7 @@ mod tests {
             };
             2
         ];
-        let low = Lowering::new(&p, &t);
-        assert!(covered(p.layer(0), low.launches(Place::Layer(0))).is_ok());
+        t
     }
 
     /// Q8_K blocks for every matrix (the 8B Q4_K_M file: Q4_K and Q6_K), but Q8_0 for attn_k
