@@ -59,6 +59,10 @@ pub enum ModelError {
     #[error("missing tensor `{0}`")]
     MissingTensor(String),
 
+    /// The machine has too little memory left for the model's weights.
+    #[error("{}: {msg}", path.display())]
+    Memory { path: PathBuf, msg: String },
+
     /// The device cannot run the model: not built in, no driver, out of memory, a kernel or
     /// copy that failed.
     #[error("{0}")]

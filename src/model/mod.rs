@@ -16,6 +16,7 @@ pub mod expf;
 pub mod kv;
 pub mod limits;
 pub mod lowering;
+pub mod memory;
 mod moe;
 pub mod plan;
 pub mod quant;

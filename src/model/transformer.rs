@@ -24,14 +24,17 @@ use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::kv::{KvSeq, Logits, SeqStep};
+use super::memory::ExpertPanels;
 use super::moe::{Expert, Moe, MoeScratch};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
 use super::plan::{Block, LayerParts, Matrix, Plan, RopeTable, Step};
-use super::quant::{has_stored_kernel, QWeight};
+use super::quant::{has_stored_kernel, QWeight, PANEL_LAYOUT};
 use crate::model::checkpoint::Checkpoint;
 use crate::weights::error::WeightsError;
 use crate::weights::gguf::GgufFile;
+use crate::weights::mapped::MappedBytes;
+use crate::weights::panel_file::{PanelFile, PanelKey};
 use crate::weights::stored::StoredType;
 
 /// How matrix weights are held.
@@ -94,13 +97,17 @@ fn load_moe(
     c: &ModelConfig,
     moe: MoeConfig,
     dtype: WeightDType,
+    panels: &ExpertPanels,
 ) -> Result<Moe> {
     let name = |suffix: &str| format!("blk.{l}.{suffix}");
     let (dim, ffn, n) = (c.dim, moe.ffn_dim, moe.experts);
     let router = build_matrix(src, &name("ffn_gate_inp.weight"), &[n, dim], dtype)?;
-    let mut gate = expert_matrices(src, &name("ffn_gate_exps.weight"), n, ffn, dim, dtype)?;
-    let mut up = expert_matrices(src, &name("ffn_up_exps.weight"), n, ffn, dim, dtype)?;
-    let mut down = expert_matrices(src, &name("ffn_down_exps.weight"), n, dim, ffn, dtype)?;
+    let mut matrices = |suffix: &str, rows: usize, cols: usize| {
+        expert_matrices(src, &name(suffix), n, rows, cols, dtype, panels)
+    };
+    let mut gate = matrices("ffn_gate_exps.weight", ffn, dim)?;
+    let mut up = matrices("ffn_up_exps.weight", ffn, dim)?;
+    let mut down = matrices("ffn_down_exps.weight", dim, ffn)?;
     // Biases (gpt-oss): of the router, and per expert of gate, up and down.
     let mut vector = |suffix: &str, shape: &[usize]| -> Result<Option<Vec<f32>>> {
         let n = name(suffix);
@@ -147,7 +154,9 @@ fn load_moe(
     })
 }
 
-/// The `experts` matrices (`rows × cols` each) of one 3-d expert tensor, in expert order.
+/// The `experts` matrices (`rows × cols` each) of one 3-d expert tensor, in expert order:
+/// quantized ones repacked into memory or into a panel file read in place (see
+/// [`super::memory`]), float ones read in place from the model file.
 fn expert_matrices(
     src: &mut dyn TensorSource,
     name: &str,
@@ -155,6 +164,7 @@ fn expert_matrices(
     rows: usize,
     cols: usize,
     dtype: WeightDType,
+    panels: &ExpertPanels,
 ) -> Result<std::vec::IntoIter<QWeight>> {
     let shape = [experts, rows, cols];
     let err = |stored: StoredType, e: String| ModelError::UnsupportedTensorType {
@@ -170,16 +180,58 @@ fn expert_matrices(
         ));
     }
     let per = bytes.bytes().len() / experts;
+    let raw = |e: usize| &bytes.bytes()[e * per..(e + 1) * per];
+    let panel_len =
+        QWeight::panel_bytes(stored, rows, cols).map_err(|e| err(stored, e.to_string()))?;
+    let folder = panels.folder(bytes.bytes().len());
     let mut out = Vec::with_capacity(experts);
-    for e in 0..experts {
-        let raw = &bytes.bytes()[e * per..(e + 1) * per];
-        let w = match dtype {
-            WeightDType::Native => QWeight::from_stored_bytes(stored, rows, cols, raw),
-            WeightDType::F32 => QWeight::dequantized_stored(stored, rows, cols, raw),
+    match (dtype, panel_len, folder) {
+        (WeightDType::Native, Some(len), Some(dir)) => {
+            let key = PanelKey {
+                model: src.source_path(),
+                tensor: name,
+                layout: &format!("{stored} {experts}x{rows}x{cols} {PANEL_LAYOUT}"),
+            };
+            let file = PanelFile::open_or_write(&dir, &key, experts * len, |dst| {
+                for (e, d) in dst.chunks_exact_mut(len.max(1)).enumerate() {
+                    QWeight::repack_stored(stored, rows, cols, raw(e), d)
+                        .map_err(|x| std::io::Error::other(format!("{name}: {x}")))?;
+                }
+                Ok(())
+            })
+            .map_err(|e| ModelError::io(&dir, e))?;
+            for e in 0..experts {
+                let m = MappedBytes::new(file.map.clone(), e * len, len)
+                    .expect("a panel file holds every expert");
+                out.push(
+                    QWeight::from_panel_file(stored, rows, cols, m)
+                        .map_err(|x| err(stored, x.to_string()))?,
+                );
+            }
         }
-        .map_err(|e| err(stored, e.to_string()))?;
-        out.push(w);
+        // Float experts: read in place from the model file's map, as other float weights.
+        (WeightDType::Native, None, _) => {
+            for e in 0..experts {
+                let m = bytes.slice(e * per, per).expect("experts × per bytes");
+                out.push(
+                    QWeight::from_stored(stored, rows, cols, m)
+                        .map_err(|x| err(stored, x.to_string()))?,
+                );
+            }
+            return Ok(out.into_iter());
+        }
+        _ => {
+            for e in 0..experts {
+                let w = match dtype {
+                    WeightDType::Native => QWeight::from_stored_bytes(stored, rows, cols, raw(e)),
+                    WeightDType::F32 => QWeight::dequantized_stored(stored, rows, cols, raw(e)),
+                }
+                .map_err(|e| err(stored, e.to_string()))?;
+                out.push(w);
+            }
+        }
     }
+    // The file's pages of a repacked tensor are not read again.
     bytes.release();
     Ok(out.into_iter())
 }
@@ -334,11 +386,25 @@ impl Transformer {
         Transformer::from_gguf(&mut file, dtype)
     }
 
-    /// Builds the model from an open GGUF file.
+    /// Builds the model from an open GGUF file, its experts (if any) kept where
+    /// `$CANDOR_EXPERTS` says ([`ExpertPanels::from_env`]).
     pub fn from_gguf(file: &mut GgufFile, dtype: WeightDType) -> Result<Transformer> {
+        Transformer::from_gguf_with(file, dtype, &ExpertPanels::from_env())
+    }
+
+    /// Builds the model from an open GGUF file, its experts kept as `panels` says; refuses it
+    /// first when the weights it must hold in memory exceed what the machine has left
+    /// ([`super::memory::check_fits`]).
+    pub fn from_gguf_with(
+        file: &mut GgufFile,
+        dtype: WeightDType,
+        panels: &ExpertPanels,
+    ) -> Result<Transformer> {
         let config = ModelConfig::from_gguf(file.content())?;
         let arch = config.arch;
-        let model = Transformer::from_source(config, file, dtype)?;
+        let need = super::memory::resident_bytes(file, dtype, panels)?;
+        super::memory::check_fits(file.path(), need, super::memory::available_bytes())?;
+        let model = Transformer::build(config, file, dtype, panels)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word).
         refuse_unused(&file.unread_tensors(), arch, |msg| {
@@ -366,6 +432,15 @@ impl Transformer {
         src: &mut dyn TensorSource,
         dtype: WeightDType,
     ) -> Result<Transformer> {
+        Transformer::build(config, src, dtype, &ExpertPanels::from_env())
+    }
+
+    fn build(
+        config: ModelConfig,
+        src: &mut dyn TensorSource,
+        dtype: WeightDType,
+        panels: &ExpertPanels,
+    ) -> Result<Transformer> {
         let c = &config;
         let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
         let embedding = build_matrix(src, "token_embd.weight", &[c.vocab_size, dim], dtype)?;
@@ -386,7 +461,7 @@ impl Transformer {
             };
             let wo = mat("attn_output.weight", &[dim, q_dim])?;
             let ffn = match c.moe {
-                Some(moe) => Ffn::Moe(load_moe(src, i, c, moe, dtype)?),
+                Some(moe) => Ffn::Moe(load_moe(src, i, c, moe, dtype, panels)?),
                 None => Ffn::Dense {
                     gate_up: if c.arch.fused() {
                         GateUp::Fused(mat("ffn_up.weight", &[2 * ffn, dim])?)
@@ -559,6 +634,36 @@ impl Transformer {
         add(self.output.as_ref().unwrap_or(&self.embedding), true);
         w.kv_bytes_per_position = self.config.n_layer * 2 * self.config.kv_dim() * 4;
         w
+    }
+
+    /// Bytes of weights held in this process's memory ([`QWeight::owned_bytes`]): not those
+    /// read in place from a memory map (float weights in the model file, experts in panel
+    /// files).
+    pub fn owned_bytes(&self) -> usize {
+        let mut total = self.embedding.owned_bytes();
+        total += self.output.as_ref().map_or(0, QWeight::owned_bytes);
+        for l in &self.layers {
+            let mut ms: Vec<&QWeight> = match &l.qkv {
+                Qkv::Split { q, k, v } => vec![q, k, v],
+                Qkv::Fused(m) => vec![m],
+            };
+            ms.push(&l.wo);
+            match &l.ffn {
+                Ffn::Dense { gate_up, down } => {
+                    match gate_up {
+                        GateUp::Split { gate, up } => ms.extend([gate, up]),
+                        GateUp::Fused(m) => ms.push(m),
+                    }
+                    ms.push(down);
+                }
+                Ffn::Moe(moe) => {
+                    ms.push(&moe.router);
+                    ms.extend(moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
+                }
+            }
+            total += ms.into_iter().map(QWeight::owned_bytes).sum::<usize>();
+        }
+        total
     }
 
     /// Whether the output projection reuses the token embedding.

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Names the cache's parent folder (`$CANDOR_HOME/data`).
-pub const HOME_ENV: &str = "CANDOR_HOME";
+pub const HOME_ENV: &str = crate::weights::panel_file::HOME_ENV;
 /// Replaces the download base URL: files are fetched from `$CANDOR_MIRROR/<file>`.
 pub const MIRROR_ENV: &str = "CANDOR_MIRROR";
 /// Set to `1` (or `true`/`yes`/`on`), the network is never used.

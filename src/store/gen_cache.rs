@@ -34,22 +34,7 @@ pub const NUMERICS_VERSION: &str = "candor-numerics-2";
 /// cache directory (`$XDG_CACHE_HOME` or `~/.cache`, `~/Library/Caches` on macOS,
 /// `%LOCALAPPDATA%` on Windows) under `candor/generations`.
 pub fn default_dir() -> Option<PathBuf> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(home) = env("CANDOR_HOME") {
-        return Some(home.join("cache").join("generations"));
-    }
-    let base = if cfg!(target_os = "windows") {
-        env("LOCALAPPDATA")
-    } else if cfg!(target_os = "macos") {
-        env("HOME").map(|h| h.join("Library").join("Caches"))
-    } else {
-        env("XDG_CACHE_HOME").or_else(|| env("HOME").map(|h| h.join(".cache")))
-    };
-    base.map(|b| b.join("candor").join("generations"))
+    crate::weights::panel_file::cache_dir("generations")
 }
 
 /// What a cache key is made of.

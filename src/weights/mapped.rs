@@ -25,6 +25,15 @@ impl MappedBytes {
         (start.checked_add(len)? <= map.len()).then_some(MappedBytes { map, start, len })
     }
 
+    /// `len` bytes at `start` of this range, sharing its map; `None` past its end.
+    pub fn slice(&self, start: usize, len: usize) -> Option<MappedBytes> {
+        (start.checked_add(len)? <= self.len).then(|| MappedBytes {
+            map: self.map.clone(),
+            start: self.start + start,
+            len,
+        })
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.start..self.start + self.len]

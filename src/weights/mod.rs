@@ -9,6 +9,7 @@ pub mod error;
 pub mod gguf;
 pub mod gguf_check;
 pub mod mapped;
+pub mod panel_file;
 pub mod safetensors;
 pub mod source;
 pub mod stored;

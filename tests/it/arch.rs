@@ -213,7 +213,7 @@ fn gguf_conversions_match_transformers_greedy() {
 
 /// Logits of every prompt token for each prompt, run with the prompts packed `batch` at a
 /// time, prefilled in chunks of `chunk` tokens.
-fn packed_logits(
+pub(crate) fn packed_logits(
     model: &Transformer,
     prompts: &[Vec<u32>],
     batch: usize,

@@ -4,11 +4,14 @@
 //! `make_tiny_moe_reference.py`), and batch-invariant; plus the refusals an MoE file gets.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
+use candor::model::memory::ExpertPanels;
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
+use candor::weights::gguf::GgufFile;
 use serde::Deserialize;
 
 use crate::quant::{
@@ -164,6 +167,40 @@ fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
     }
 }
 
+/// Writes the fixture model of record `t` into `dir`: the script's weights, each tensor stored
+/// in the type llama-quantize chose, its bytes required to be llama-quantize's.
+fn write_record(dir: &Path, t: &MoeRecord) -> PathBuf {
+    let label = format!("tiny {} {}", t.arch, t.ftype);
+    let ws = moe_tensors(&t.arch);
+    assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
+    let mut tensors = Vec::with_capacity(ws.len());
+    for (name, shape, v) in &ws {
+        let ty = t
+            .types
+            .get(name)
+            .unwrap_or_else(|| panic!("{label}: no type for {name}"));
+        let raw = if ty == "MXFP4" {
+            RawTensor {
+                name: name.clone(),
+                dims: shape.clone(),
+                ggml_type: GGML_MXFP4,
+                bytes: mxfp4::quantize(v),
+            }
+        } else {
+            RawTensor::from_q(name, &stored(v, shape, ggml_type(ty)))
+        };
+        assert_eq!(
+            Some(&hash16_bytes(&raw.bytes)),
+            t.tensors.get(name),
+            "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
+        );
+        tensors.push(raw);
+    }
+    let file = dir.join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
+    write_gguf_raw(&file, &moe_metadata(&t.arch), &tensors);
+    file
+}
+
 /// qwen3moe (16 experts, 4 used, q/k norms), Mixtral (8 experts, 2 used) and gpt-oss (8
 /// experts, 2 used; biases, sinks, alternating 32-position windows, YaRN, SwiGLU-OAI) in F32,
 /// Q8_0 and llama-quantize's Q4_K_M mix, and gpt-oss also as its files are published
@@ -187,33 +224,7 @@ fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
     let mut report = Vec::new();
     for t in records {
         let label = format!("tiny {} {}", t.arch, t.ftype);
-        let ws = moe_tensors(&t.arch);
-        assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
-        let mut tensors = Vec::with_capacity(ws.len());
-        for (name, shape, v) in &ws {
-            let ty = t
-                .types
-                .get(name)
-                .unwrap_or_else(|| panic!("{label}: no type for {name}"));
-            let raw = if ty == "MXFP4" {
-                RawTensor {
-                    name: name.clone(),
-                    dims: shape.clone(),
-                    ggml_type: GGML_MXFP4,
-                    bytes: mxfp4::quantize(v),
-                }
-            } else {
-                RawTensor::from_q(name, &stored(v, shape, ggml_type(ty)))
-            };
-            assert_eq!(
-                Some(&hash16_bytes(&raw.bytes)),
-                t.tensors.get(name),
-                "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
-            );
-            tensors.push(raw);
-        }
-        let file = dir.path().join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
-        write_gguf_raw(&file, &moe_metadata(&t.arch), &tensors);
+        let file = write_record(dir.path(), &t);
         assert_batch_invariant(&file, TQ_VOCAB, &label);
         let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
         report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
@@ -268,4 +279,90 @@ fn moe_metadata_errors_name_the_key() {
     md.retain(|(k, _)| !k.ends_with("expert_feed_forward_length"));
     let e = load(md, "dense.gguf");
     assert!(e.contains("qwen3.expert_count"), "{e}");
+}
+
+/// Experts kept in panel files and read in place from their maps (`ExpertPanels::Files`, what
+/// real MoE files get by default) give every logit the bits of experts repacked into memory,
+/// for every model of the fixture (every weight type, MXFP4 included): prompts packed three
+/// at a time, prefilled in chunks of 5. The panel files hold all the experts (the model's
+/// own memory shrinks by exactly their bytes), one per quantized expert tensor (F32 experts
+/// are read in place from the model file anyway), written by the first load and found, not
+/// rewritten, by the second.
+#[test]
+fn experts_read_in_place_from_panel_files_have_the_bits_of_experts_in_memory() {
+    let (_, records) = tiny_fixture::<MoeRecord>("quant/tiny_moe_teacher_forced.jsonl");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|p| {
+            (0..9 + p)
+                .map(|i| (i * 37 + p * 101) % TQ_VOCAB as u32)
+                .collect()
+        })
+        .collect();
+    assert_eq!(records.len(), 3 * 3 + 1, "models in the fixture");
+    for t in records {
+        let label = format!("tiny {} {}", t.arch, t.ftype);
+        let file = write_record(dir.path(), &t);
+        let panels = dir.path().join(format!("panels-{}-{}", t.arch, t.ftype));
+        let load = |p: &ExpertPanels| {
+            let mut f = GgufFile::open(&file).expect("open");
+            Transformer::from_gguf_with(&mut f, WeightDType::Native, p)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+        };
+        let memory = load(&ExpertPanels::Memory);
+        let mapped = load(&ExpertPanels::Files(panels.clone()));
+        let written: Vec<(PathBuf, std::time::SystemTime)> = std::fs::read_dir(&panels)
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let m = std::fs::metadata(&p)
+                    .expect("meta")
+                    .modified()
+                    .expect("mtime");
+                (p, m)
+            })
+            .collect();
+        // Float experts are read in place from the model file itself: no panels to write.
+        let float = t.types["blk.0.ffn_up_exps.weight"] == "F32";
+        let files = if float { 0 } else { 3 * LAYERS };
+        assert_eq!(
+            written.len(),
+            files,
+            "{label}: one panel file per quantized expert tensor"
+        );
+        let expert_bytes: u64 = written
+            .iter()
+            .map(|(p, _)| std::fs::metadata(p).expect("meta").len())
+            .sum();
+        assert_eq!(
+            (memory.owned_bytes() - mapped.owned_bytes()) as u64,
+            expert_bytes,
+            "{label}: the experts are read in place, not held"
+        );
+        let want = crate::arch::packed_logits(&memory, &prompts, 3, 5);
+        let got = crate::arch::packed_logits(&mapped, &prompts, 3, 5);
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            let same =
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{label}: prompt {i}: logits differ with experts in panel files"
+            );
+        }
+        drop(mapped);
+        let again = load(&ExpertPanels::Files(panels.clone()));
+        for (p, m) in &written {
+            let now = std::fs::metadata(p)
+                .expect("meta")
+                .modified()
+                .expect("mtime");
+            assert_eq!(&now, m, "{label}: {} was rewritten", p.display());
+        }
+        assert_eq!(
+            again.owned_bytes(),
+            memory.owned_bytes() - expert_bytes as usize
+        );
+        std::fs::remove_file(&file).ok();
+    }
 }

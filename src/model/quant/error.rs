@@ -17,6 +17,9 @@ pub enum QuantError {
     /// No kernel for this GGUF tensor type.
     #[error("unsupported GGUF tensor type {0:?} (supported: {SUPPORTED})")]
     UnsupportedType(GgmlDType),
+    /// A float type has no panels to repack into.
+    #[error("{0} weights are used as stored, not repacked into panels")]
+    NotRepacked(String),
     /// Candle failed to read or dequantize the tensor.
     #[error("reading the tensor: {0}")]
     Candle(#[from] candle_core::Error),

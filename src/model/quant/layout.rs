@@ -20,6 +20,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use super::error::QuantError;
+use crate::weights::mapped::MappedBytes;
 
 /// Output rows per weight panel (one AVX2 register of f32 results).
 pub(crate) const PANEL: usize = 8;
@@ -277,10 +278,39 @@ pub(crate) struct Panels {
     /// Blocks per row (`k / block`).
     pub(crate) nb: usize,
     /// `ceil(n / 8) * nb` records.
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: PanelBytes,
+}
+
+/// Where a weight's panels are: in this process's memory, or in a memory-mapped panel file
+/// ([`crate::weights::panel_file`]), read in place.
+#[derive(Debug, Clone)]
+pub(crate) enum PanelBytes {
+    Owned(Vec<u8>),
+    Mapped(MappedBytes),
+}
+
+impl std::ops::Deref for PanelBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            PanelBytes::Owned(v) => v,
+            PanelBytes::Mapped(m) => m.bytes(),
+        }
+    }
 }
 
 impl Panels {
+    /// Blocks per row and bytes of the panels of an `n × k` tensor of `format`.
+    pub(crate) fn size(format: QFormat, n: usize, k: usize) -> Result<(usize, usize), QuantError> {
+        let block = format.block();
+        if !k.is_multiple_of(block) {
+            return Err(QuantError::RaggedBlocks { cols: k, block });
+        }
+        let nb = k / block;
+        Ok((nb, n.div_ceil(PANEL) * nb * format.record()))
+    }
+
     /// Repacks the raw GGUF blocks of an `n × k` tensor (row-major, `k / block` blocks per row).
     pub(crate) fn from_gguf(
         format: QFormat,
@@ -288,11 +318,26 @@ impl Panels {
         n: usize,
         k: usize,
     ) -> Result<Panels, QuantError> {
-        let block = format.block();
-        if !k.is_multiple_of(block) {
-            return Err(QuantError::RaggedBlocks { cols: k, block });
-        }
-        let nb = k / block;
+        let (nb, len) = Panels::size(format, n, k)?;
+        let mut data = vec![0u8; len];
+        Panels::repack(format, raw, n, k, &mut data)?;
+        Ok(Panels {
+            format,
+            nb,
+            data: PanelBytes::Owned(data),
+        })
+    }
+
+    /// Repacks the raw GGUF blocks of an `n × k` tensor into `dst` ([`Panels::size`] bytes,
+    /// zeros: rows past `n` stay zero).
+    pub(crate) fn repack(
+        format: QFormat,
+        raw: &[u8],
+        n: usize,
+        k: usize,
+        dst: &mut [u8],
+    ) -> Result<(), QuantError> {
+        let (nb, len) = Panels::size(format, n, k)?;
         let blk = format.gguf_block();
         let want = n * nb * blk;
         if raw.len() != want {
@@ -301,10 +346,17 @@ impl Panels {
                 want,
             });
         }
+        if dst.len() != len {
+            return Err(QuantError::DataSize {
+                got: dst.len(),
+                want: len,
+            });
+        }
         let rec = format.record();
-        let n_panels = n.div_ceil(PANEL);
-        let mut data = vec![0u8; n_panels * nb * rec];
-        data.par_chunks_mut(nb * rec)
+        if nb == 0 {
+            return Ok(());
+        }
+        dst.par_chunks_mut(nb * rec)
             .enumerate()
             .for_each(|(p, panel)| {
                 for lane in 0..PANEL.min(n - p * PANEL) {
@@ -314,7 +366,29 @@ impl Panels {
                     }
                 }
             });
-        Ok(Panels { format, nb, data })
+        Ok(())
+    }
+
+    /// The panels of an `n × k` tensor already repacked ([`Panels::repack`]) into a mapped
+    /// panel file, read in place.
+    pub(crate) fn mapped(
+        format: QFormat,
+        n: usize,
+        k: usize,
+        m: MappedBytes,
+    ) -> Result<Panels, QuantError> {
+        let (nb, len) = Panels::size(format, n, k)?;
+        if m.bytes().len() != len {
+            return Err(QuantError::DataSize {
+                got: m.bytes().len(),
+                want: len,
+            });
+        }
+        Ok(Panels {
+            format,
+            nb,
+            data: PanelBytes::Mapped(m),
+        })
     }
 
     /// The raw GGUF blocks of the first `n` rows again (row-major), as they were before

@@ -36,6 +36,10 @@ use layout::{ActKind, ActRow, Panels, QFormat, QuantizedRows, PANEL};
 #[path = "../../../tests/it/quant/mxfp4.rs"]
 pub(crate) mod mxfp4_ref;
 
+/// The version of the panel layout (`layout.rs`): part of every panel file's key, so that a
+/// change to how records are laid out never reads an older file. Bump it with any such change.
+pub const PANEL_LAYOUT: &str = "candor-panels-1";
+
 /// Below this many multiply-adds (`m · n · k`) a matmul runs on the calling thread only.
 const PAR_MIN_WORK: usize = 1 << 18;
 
@@ -172,6 +176,14 @@ fn qformat(dtype: GgmlDType) -> Option<QFormat> {
         GgmlDType::Q6K => QFormat::Q6K,
         _ => return None,
     })
+}
+
+/// The quantized format of a stored type, if it is kept quantized (repacked into panels).
+fn stored_qformat(stored: StoredType) -> Option<QFormat> {
+    match stored {
+        StoredType::Ggml(d) => qformat(d),
+        StoredType::Mxfp4 => Some(QFormat::Mxfp4),
+    }
 }
 
 /// Whether [`QWeight::from_qtensor`] keeps this GGUF type as stored (it refuses the others).
@@ -338,6 +350,66 @@ impl QWeight {
                 m.release();
                 Ok(w)
             }
+        }
+    }
+
+    /// Bytes of the panels an `n × k` weight of quantized type `stored` is repacked into (its
+    /// GGUF blocks' bytes, rows padded to whole panels of 8); `None` for float types, which are
+    /// used as stored.
+    pub fn panel_bytes(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+    ) -> Result<Option<usize>, QuantError> {
+        stored_qformat(stored)
+            .map(|f| Panels::size(f, n, k).map(|(_, len)| len))
+            .transpose()
+    }
+
+    /// Repacks the raw GGUF blocks of an `n × k` weight of quantized type `stored` into `dst`
+    /// ([`QWeight::panel_bytes`] bytes, zeros), for [`QWeight::from_panel_file`].
+    pub fn repack_stored(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        raw: &[u8],
+        dst: &mut [u8],
+    ) -> Result<(), QuantError> {
+        let format = stored_qformat(stored).ok_or(QuantError::NotRepacked(stored.to_string()))?;
+        Panels::repack(format, raw, n, k, dst)
+    }
+
+    /// An `n × k` weight of quantized type `stored` whose panels were written by
+    /// [`QWeight::repack_stored`] into a panel file: read in place from its map, page by page
+    /// as the kernels touch them. Same bits as [`QWeight::from_stored_bytes`] of the raw blocks.
+    pub fn from_panel_file(
+        stored: StoredType,
+        n: usize,
+        k: usize,
+        m: MappedBytes,
+    ) -> Result<QWeight, QuantError> {
+        let format = stored_qformat(stored).ok_or(QuantError::NotRepacked(stored.to_string()))?;
+        Ok(QWeight {
+            n,
+            k,
+            storage: Storage::Quant(Panels::mapped(format, n, k, m)?),
+        })
+    }
+
+    /// Bytes this weight holds in the process's own memory; a weight read in place from a
+    /// memory map (a panel file, or float values in the model file) holds none: its pages are
+    /// the file's, read on demand and dropped under memory pressure.
+    pub fn owned_bytes(&self) -> usize {
+        match &self.storage {
+            Storage::Quant(p) => match &p.data {
+                layout::PanelBytes::Owned(v) => v.len(),
+                layout::PanelBytes::Mapped(_) => 0,
+            },
+            Storage::F32(Values::Owned(v)) => v.len() * 4,
+            Storage::F16(Values::Owned(v)) | Storage::BF16(Values::Owned(v)) => v.len() * 2,
+            Storage::F32(Values::Mapped(_))
+            | Storage::F16(Values::Mapped(_))
+            | Storage::BF16(Values::Mapped(_)) => 0,
         }
     }
 
