@@ -74,12 +74,34 @@ pub fn is_expert_tensor(name: &str) -> bool {
     name.ends_with("_exps.weight")
 }
 
-/// Bytes a GGUF file's weights take in this process's memory once loaded with `dtype` and
-/// `experts`: quantized tensors repacked into memory (all but the experts kept in panel
-/// files), nothing for float tensors read in place, every matrix's f32 values under
-/// `--dtype f32`. Small vectors (norms, biases) are counted at their f32 size.
-pub fn resident_bytes(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanels) -> Result<u64> {
-    let mut total = 0u64;
+/// What a GGUF file's weights take once loaded with `dtype` and `experts` ([`residency`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Residency {
+    /// Bytes in this process's memory: quantized tensors repacked into memory (all but the
+    /// experts kept in panel files), every matrix's f32 values under `--dtype f32`, small
+    /// vectors (norms, biases) at their f32 size; nothing for float tensors read in place.
+    pub resident: u64,
+    /// Bytes of the experts kept in panel files (the page cache's, not counted above).
+    pub mapped: u64,
+}
+
+impl Residency {
+    /// Whether the mapped experts are mapped at once ([`PanelFile::open_or_write`]'s
+    /// `populate`): when they fit, with the resident weights, in three quarters of the
+    /// available memory (or that is not known); else page by page as the kernels touch them.
+    ///
+    /// [`PanelFile::open_or_write`]: crate::weights::panel_file::PanelFile::open_or_write
+    pub fn populate(&self, available: Option<u64>) -> bool {
+        available.is_none_or(|a| self.resident + self.mapped <= a / 4 * 3)
+    }
+}
+
+/// What a GGUF file's weights take in memory once loaded with `dtype` and `experts`.
+pub fn residency(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanels) -> Result<Residency> {
+    let mut r = Residency {
+        resident: 0,
+        mapped: 0,
+    };
     let names: Vec<(String, Vec<usize>)> = file
         .tensor_shapes()
         .map(|(n, s)| (n.to_string(), s.to_vec()))
@@ -87,11 +109,11 @@ pub fn resident_bytes(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanel
     for (name, shape) in names {
         let elems: u64 = shape.iter().map(|&d| d as u64).product();
         if dtype == WeightDType::F32 || shape.len() < 2 {
-            total += elems * 4;
+            r.resident += elems * 4;
             continue;
         }
         let (stored, bytes) = file.mapped_stored(&name, &shape)?;
-        let len = bytes.bytes().len();
+        let len = bytes.bytes().len() as u64;
         let quantized = !matches!(
             stored,
             crate::weights::stored::StoredType::Ggml(
@@ -100,12 +122,24 @@ pub fn resident_bytes(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanel
                     | candle_core::quantized::GgmlDType::BF16
             )
         );
-        let mapped = is_expert_tensor(&name) && experts.folder(len).is_some();
-        if quantized && !mapped {
-            total += len as u64;
+        if !quantized {
+            continue;
+        }
+        if is_expert_tensor(&name) && experts.folder(len as usize).is_some() {
+            r.mapped += len;
+        } else {
+            r.resident += len;
         }
     }
-    Ok(total)
+    Ok(r)
+}
+
+/// Where the experts go ([`ExpertPanels`]) and whether their panel files are mapped at once
+/// ([`Residency::populate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub experts: ExpertPanels,
+    pub populate: bool,
 }
 
 /// Memory the machine can still give a process without swapping (`MemAvailable` of
@@ -122,7 +156,7 @@ fn parse_meminfo_available(info: &str) -> Option<u64> {
 }
 
 /// Refuses, before anything is repacked, a model whose resident weights
-/// ([`resident_bytes`]) exceed the memory available, naming the file and both sizes; a model
+/// ([`Residency::resident`]) exceed the memory available, naming the file and both sizes; a model
 /// whose experts are mapped is judged without them.
 pub fn check_fits(path: &Path, need: u64, available: Option<u64>) -> Result<()> {
     let Some(available) = available else {
@@ -165,6 +199,17 @@ mod tests {
             .to_string();
         assert!(e.starts_with("/models/big.gguf: "), "{e}");
         assert!(e.contains("3.00 GiB") && e.contains("1.00 GiB"), "{e}");
+    }
+
+    #[test]
+    fn experts_are_mapped_at_once_only_when_they_fit() {
+        let r = Residency {
+            resident: 1 << 30,
+            mapped: 2 << 30,
+        };
+        assert!(r.populate(None));
+        assert!(r.populate(Some(4 << 30)));
+        assert!(!r.populate(Some(3 << 30)));
     }
 
     #[test]

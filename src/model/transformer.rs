@@ -24,7 +24,7 @@ use super::attention::{attend, attention_tasks, Geometry};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::kv::{KvSeq, Logits, SeqStep};
-use super::memory::ExpertPanels;
+use super::memory::{ExpertPanels, Placement};
 use super::moe::{Expert, Moe, MoeScratch};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
@@ -97,7 +97,7 @@ fn load_moe(
     c: &ModelConfig,
     moe: MoeConfig,
     dtype: WeightDType,
-    panels: &ExpertPanels,
+    panels: &Placement,
 ) -> Result<Moe> {
     let name = |suffix: &str| format!("blk.{l}.{suffix}");
     let (dim, ffn, n) = (c.dim, moe.ffn_dim, moe.experts);
@@ -164,7 +164,7 @@ fn expert_matrices(
     rows: usize,
     cols: usize,
     dtype: WeightDType,
-    panels: &ExpertPanels,
+    panels: &Placement,
 ) -> Result<std::vec::IntoIter<QWeight>> {
     let shape = [experts, rows, cols];
     let err = |stored: StoredType, e: String| ModelError::UnsupportedTensorType {
@@ -183,7 +183,7 @@ fn expert_matrices(
     let raw = |e: usize| &bytes.bytes()[e * per..(e + 1) * per];
     let panel_len =
         QWeight::panel_bytes(stored, rows, cols).map_err(|e| err(stored, e.to_string()))?;
-    let folder = panels.folder(bytes.bytes().len());
+    let folder = panels.experts.folder(bytes.bytes().len());
     let mut out = Vec::with_capacity(experts);
     match (dtype, panel_len, folder) {
         (WeightDType::Native, Some(len), Some(dir)) => {
@@ -192,14 +192,15 @@ fn expert_matrices(
                 tensor: name,
                 layout: &format!("{stored} {experts}x{rows}x{cols} {PANEL_LAYOUT}"),
             };
-            let file = PanelFile::open_or_write(&dir, &key, experts * len, |dst| {
-                for (e, d) in dst.chunks_exact_mut(len.max(1)).enumerate() {
-                    QWeight::repack_stored(stored, rows, cols, raw(e), d)
-                        .map_err(|x| std::io::Error::other(format!("{name}: {x}")))?;
-                }
-                Ok(())
-            })
-            .map_err(|e| ModelError::io(&dir, e))?;
+            let file =
+                PanelFile::open_or_write(&dir, &key, experts * len, panels.populate, |dst| {
+                    for (e, d) in dst.chunks_exact_mut(len.max(1)).enumerate() {
+                        QWeight::repack_stored(stored, rows, cols, raw(e), d)
+                            .map_err(|x| std::io::Error::other(format!("{name}: {x}")))?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e| ModelError::io(&dir, e))?;
             for e in 0..experts {
                 let m = MappedBytes::new(file.map.clone(), e * len, len)
                     .expect("a panel file holds every expert");
@@ -402,9 +403,14 @@ impl Transformer {
     ) -> Result<Transformer> {
         let config = ModelConfig::from_gguf(file.content())?;
         let arch = config.arch;
-        let need = super::memory::resident_bytes(file, dtype, panels)?;
-        super::memory::check_fits(file.path(), need, super::memory::available_bytes())?;
-        let model = Transformer::build(config, file, dtype, panels)?;
+        let r = super::memory::residency(file, dtype, panels)?;
+        let available = super::memory::available_bytes();
+        super::memory::check_fits(file.path(), r.resident, available)?;
+        let placement = Placement {
+            experts: panels.clone(),
+            populate: r.populate(available),
+        };
+        let model = Transformer::build(config, file, dtype, &placement)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word).
         refuse_unused(&file.unread_tensors(), arch, |msg| {
@@ -432,14 +438,18 @@ impl Transformer {
         src: &mut dyn TensorSource,
         dtype: WeightDType,
     ) -> Result<Transformer> {
-        Transformer::build(config, src, dtype, &ExpertPanels::from_env())
+        let placement = Placement {
+            experts: ExpertPanels::from_env(),
+            populate: false,
+        };
+        Transformer::build(config, src, dtype, &placement)
     }
 
     fn build(
         config: ModelConfig,
         src: &mut dyn TensorSource,
         dtype: WeightDType,
-        panels: &ExpertPanels,
+        panels: &Placement,
     ) -> Result<Transformer> {
         let c = &config;
         let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
