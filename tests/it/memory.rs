@@ -1,4 +1,5 @@
-//! What loading a model costs in memory: about its file size, never an inflated copy. A
+//! What loading a model costs in memory: about its file size, never an inflated copy (and for
+//! a Mixture-of-Experts model, its experts not at all: they are read in place from panel files). A
 //! seeded llama (40 M parameters) is written as a BF16 GGUF, a Q4_K GGUF, a Q8_0 GGUF and a
 //! BF16 Hugging Face checkpoint; each is loaded in a child process (this test binary, running
 //! the ignored `load_in_child`) that reports its `/proc/self/status` before and after the load.
@@ -177,13 +178,15 @@ fn load_in_child() {
         Transformer::from_gguf_path(&path, WeightDType::Native).expect("load")
     };
     let loaded = status();
+    let vocab = model.config().vocab_size as u32;
     // Touch every weight matrix (mapped pages are read lazily): a few tokens through the model.
     let mut dec = Decoder::new(
         Arc::new(Model::from(model)),
         SchedulerConfig::default(),
         Vec::new(),
     );
-    dec.next_token_argmax(&[1, 5, 9, 200], 0).expect("forward");
+    dec.next_token_argmax(&[1, 5, 9, 200].map(|t| t % vocab), 0)
+        .expect("forward");
     let after = status();
     println!(
         "MEMORY {}",
@@ -202,6 +205,11 @@ struct Loaded {
 }
 
 fn load_in_child_process(path: &Path) -> Loaded {
+    load_in_child_process_with(path, &[])
+}
+
+/// [`load_in_child_process`] with environment variables set for the child.
+fn load_in_child_process_with(path: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Loaded {
     let out = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
@@ -211,6 +219,7 @@ fn load_in_child_process(path: &Path) -> Loaded {
         ])
         .args(["--test-threads", "1"])
         .env("CANDOR_MEMORY_CHILD", path)
+        .envs(env.iter().copied())
         .output()
         .expect("run the child");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -306,4 +315,88 @@ fn memory_after_load_is_about_the_file_size() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A Mixture-of-Experts model's experts are read in place from panel files: a qwen3moe of 128
+/// experts (102 MiB of Q8_0 experts, 4 layers of the fixture's shapes otherwise) loaded with
+/// its experts in panel files (`CANDOR_EXPERTS=DIR`) grows its anonymous memory by under 16 MiB
+/// over a forward pass that routes to them, where the same model with its experts in memory
+/// (`CANDOR_EXPERTS=memory`) grows it by at least their size; a second load finds the panel
+/// files. What lets a file larger than the free memory run: the experts' pages are the page
+/// cache's, read on demand.
+#[test]
+fn moe_experts_in_panel_files_are_not_held_in_anonymous_memory() {
+    if !Path::new("/proc/self/status").exists() {
+        crate::util::absent(crate::util::Need::Os, "no /proc/self/status on this system");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let experts = 128usize;
+    let mut rng = SplitMix64::new(11);
+    let tensors: Vec<(String, QTensor)> = crate::moe::moe_tensors("qwen3moe")
+        .into_iter()
+        .map(|(name, mut shape, v)| {
+            if name.contains("_exps.") || name.contains("ffn_gate_inp") {
+                shape[0] = experts;
+                let k = *shape.last().expect("dims");
+                let scale = 1.5 / (k as f32).sqrt();
+                let n: usize = shape.iter().product();
+                let v = (0..n)
+                    .map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale)
+                    .collect();
+                (name, crate::quant::q(v, &shape, GgmlDType::Q8_0))
+            } else if shape.len() == 1 {
+                (name, crate::quant::q(v, &shape, GgmlDType::F32))
+            } else {
+                (name, crate::quant::q(v, &shape, GgmlDType::Q8_0))
+            }
+        })
+        .collect();
+    let expert_kb: u64 = tensors
+        .iter()
+        .filter(|(n, _)| n.contains("_exps."))
+        .map(|(_, t)| t.storage_size_in_bytes() as u64)
+        .sum::<u64>()
+        / 1024;
+    let mut md = crate::moe::moe_metadata("qwen3moe");
+    md.retain(|(k, _)| !k.ends_with(".expert_count") && !k.ends_with(".expert_used_count"));
+    md.push((
+        "qwen3moe.expert_count".into(),
+        candle_core::quantized::gguf_file::Value::U32(experts as u32),
+    ));
+    md.push((
+        "qwen3moe.expert_used_count".into(),
+        candle_core::quantized::gguf_file::Value::U32(8),
+    ));
+    let path = dir.path().join("moe-128.gguf");
+    crate::util::write_gguf(&path, &md, &tensors);
+    let panels = dir.path().join("panels");
+    let mapped = load_in_child_process_with(&path, &[("CANDOR_EXPERTS", panels.as_os_str())]);
+    let memory = load_in_child_process_with(&path, &[("CANDOR_EXPERTS", "memory".as_ref())]);
+    let again = load_in_child_process_with(&path, &[("CANDOR_EXPERTS", panels.as_os_str())]);
+    println!(
+        "qwen3moe, {} MiB of experts: anonymous +{} MiB with them in panel files (+{} MiB loaded again), +{} MiB in memory",
+        expert_kb / MIB,
+        mapped.anon / MIB,
+        again.anon / MIB,
+        memory.anon / MIB
+    );
+    let margin = 16 * MIB;
+    assert!(
+        expert_kb > 6 * margin,
+        "{expert_kb} kB of experts: too few to tell"
+    );
+    assert!(
+        mapped.anon < margin && again.anon < margin,
+        "experts held: +{} kB, +{} kB",
+        mapped.anon,
+        again.anon
+    );
+    assert!(
+        memory.anon >= expert_kb,
+        "in memory, anonymous memory grew by only {} kB",
+        memory.anon
+    );
+    let files = std::fs::read_dir(&panels).expect("panel files").count();
+    assert_eq!(files, 3 * 4, "one panel file per expert tensor");
 }
