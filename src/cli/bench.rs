@@ -45,6 +45,15 @@ pub struct BenchArgs {
     /// Only measure the limits (`--limits`), no model.
     #[arg(long, requires = "limits")]
     pub limits_only: bool,
+    /// Speculative decoding's cost model: also time a verify step of K drafted tokens (K + 1
+    /// rows per sequence, every row's logits) against a plain decode step at each batch size,
+    /// and print the acceptance rate at which drafting K tokens per step breaks even (drafts
+    /// free, as prompt lookup's; with `--draft`, at the draft model's decode step time).
+    #[arg(long, value_name = "K")]
+    pub verify_tokens: Option<usize>,
+    /// A draft model for `--verify-tokens`: its batch-`B` decode step time enters the cost model.
+    #[arg(long, value_name = "MODEL", requires = "verify_tokens")]
+    pub draft: Option<String>,
     /// Where the model runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
     #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = super::run::parse_device)]
     pub device: crate::model::device::DeviceSpec,
@@ -78,9 +87,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     // tokenizer can be measured too.
     let model = Model::load_weights(&files, dtype, args.device)
         .with_context(|| format!("loading {}", files.weights.display()))?;
+    let draft = match &args.draft {
+        Some(d) => {
+            let files = source::resolve(d)?;
+            let m = Model::load_weights(&files, dtype, args.device)
+                .with_context(|| format!("loading the draft model {}", files.weights.display()))?;
+            Some(m)
+        }
+        None => None,
+    };
     let round = |x: f64| (x * 100.0).round() / 100.0;
     let work = model.transformer().work();
     let mut rows = Vec::with_capacity(args.batch_size.len());
+    let mut verify_rows = Vec::new();
     let mut out = std::io::stdout().lock();
     for &batch_size in &args.batch_size {
         let cfg = ThroughputConfig {
@@ -133,6 +152,34 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 json!((prefill_gmac_s / l.int8_gmac_s * 1e3).round() / 1e3),
             );
         }
+        if let Some(k) = args.verify_tokens {
+            let cost = pool
+                .install(|| throughput::verify_cost(&model, cfg, k + 1))
+                .with_context(|| format!("verify cost at batch size {batch_size}"))?;
+            let draft_step_s = match &draft {
+                Some(d) => {
+                    let r = pool
+                        .install(|| throughput::run(d, cfg))
+                        .with_context(|| format!("draft model at batch size {batch_size}"))?;
+                    r.decode_s / r.new_tokens.max(1) as f64
+                }
+                None => 0.0,
+            };
+            let even = throughput::break_even_acceptance(&cost, draft_step_s);
+            let obj = line.as_object_mut().expect("an object");
+            obj.insert(
+                "verify".into(),
+                json!({
+                    "drafted_tokens": k,
+                    "decode_step_s": (cost.decode_step_s * 1e6).round() / 1e6,
+                    "verify_step_s": (cost.verify_step_s * 1e6).round() / 1e6,
+                    "verify_over_decode": (cost.verify_step_s / cost.decode_step_s * 1e3).round() / 1e3,
+                    "draft_step_s": (draft_step_s * 1e6).round() / 1e6,
+                    "break_even_acceptance": even.map(|a| (a * 1e3).round() / 1e3),
+                }),
+            );
+            verify_rows.push((batch_size, cost, draft_step_s, even));
+        }
         // Each line as soon as it is measured, so that a long series shows its progress.
         if !write_quietly(&mut out, &line.to_string())? {
             return Ok(());
@@ -155,6 +202,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             r.decode_tok_s,
             r.decode_tok_s_per_seq
         ));
+    }
+    if let Some(k) = args.verify_tokens {
+        table.push_str(&format!(
+            "\n\nverify of {k} drafted tokens ({} rows per sequence) against a decode step:\n\
+             |    B | decode ms | verify ms | ratio | draft ms | break-even acceptance |\n\
+             |------|-----------|-----------|-------|----------|-----------------------|",
+            k + 1
+        ));
+        for (b, c, d, even) in &verify_rows {
+            table.push_str(&format!(
+                "\n| {b:>4} | {:>9.3} | {:>9.3} | {:>5.2} | {:>8.3} | {:>21} |",
+                c.decode_step_s * 1e3,
+                c.verify_step_s * 1e3,
+                c.verify_step_s / c.decode_step_s,
+                d * 1e3,
+                even.map_or("never".to_string(), |a| format!("{a:.3}"))
+            ));
+        }
     }
     write_quietly(&mut out, &table)?;
     Ok(())

@@ -190,9 +190,164 @@ pub fn run(model: &Model, cfg: ThroughputConfig) -> Result<ThroughputResult, Eng
     })
 }
 
+/// What verifying drafts costs against plain decoding, measured on one configuration: the
+/// time of a decode step of one token per sequence, and of a verify step of `rows` tokens per
+/// sequence (the drafted tokens and the one before them, every row's logits wanted), after
+/// which each sequence keeps one token, as a verify that accepts no draft does (so the context
+/// grows as in plain decoding). Drafting's cost model ([`break_even_acceptance`]) is built on
+/// these.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct VerifyCost {
+    /// Rows per sequence in a verify step (drafted tokens + 1).
+    pub rows: usize,
+    /// Seconds of one plain decode step (all sequences, one token each).
+    pub decode_step_s: f64,
+    /// Seconds of one verify step (all sequences, `rows` tokens each).
+    pub verify_step_s: f64,
+}
+
+/// Measures [`VerifyCost`] for `rows` rows per sequence on `cfg` (`new_tokens` steps of each
+/// kind, alternating, after prefilling the batch's prompts).
+pub fn verify_cost(
+    model: &Model,
+    cfg: ThroughputConfig,
+    rows: usize,
+) -> Result<VerifyCost, EngineError> {
+    let c = model.config();
+    let (p, n, b) = (cfg.prompt_tokens, cfg.new_tokens.max(1), cfg.batch_size);
+    if p == 0 || b == 0 || rows == 0 {
+        return Err(EngineError::Internal(
+            "bench: prompt tokens, batch size and verify rows must be at least 1".into(),
+        ));
+    }
+    if p + 2 * n + rows > c.context_len {
+        return Err(EngineError::PrefixTooLong {
+            len: p + 2 * n + rows,
+            context: c.context_len,
+        });
+    }
+    let layout = KvLayout {
+        n_layer: c.n_layer,
+        kv_dim: c.kv_dim(),
+    };
+    let storage = KvStorage::for_model(model);
+    let vocab = c.vocab_size;
+    let mut scratch = Scratch::default();
+    let mut kvs: Vec<SeqKv> = (0..b)
+        .map(|_| SeqKv::new_in(layout, storage.clone()))
+        .collect();
+    // Prefill each prompt in one step of its own (not timed).
+    for (i, kv) in kvs.iter_mut().enumerate() {
+        let ids = prompt(i, p, vocab);
+        let mut steps = [SeqStep {
+            tokens: &ids,
+            kv,
+            logits: Logits::None,
+        }];
+        model.forward(&mut steps, &mut scratch)?;
+    }
+    let mut step = |kvs: &mut [SeqKv], width: usize, keep: usize| -> Result<f64, EngineError> {
+        let toks: Vec<Vec<u32>> = (0..kvs.len())
+            .map(|i| prompt(kvs[i].len() + i, width, vocab))
+            .collect();
+        let t = Instant::now();
+        let mut steps: Vec<SeqStep<'_, SeqKv>> = kvs
+            .iter_mut()
+            .zip(&toks)
+            .map(|(kv, t)| SeqStep {
+                tokens: t,
+                kv,
+                logits: if width == 1 {
+                    Logits::Last
+                } else {
+                    Logits::All
+                },
+            })
+            .collect();
+        model.forward(&mut steps, &mut scratch)?;
+        let secs = t.elapsed().as_secs_f64();
+        for kv in kvs.iter_mut() {
+            let len = kv.len() - (width - keep);
+            kv.truncate(len);
+        }
+        Ok(secs)
+    };
+    let (mut decode, mut verify) = (0.0, 0.0);
+    for _ in 0..n {
+        decode += step(&mut kvs, 1, 1)?;
+        verify += step(&mut kvs, rows, 1)?;
+    }
+    Ok(VerifyCost {
+        rows,
+        decode_step_s: decode / n as f64,
+        verify_step_s: verify / n as f64,
+    })
+}
+
+/// Expected tokens a verify step of `k` drafted tokens yields when each draft is accepted with
+/// probability `alpha` independently, until the first rejection (the target's own token is
+/// always kept): `(1 - alpha^(k+1)) / (1 - alpha)`.
+pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
+    if alpha >= 1.0 {
+        return (k + 1) as f64;
+    }
+    (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha)
+}
+
+/// The acceptance rate at which drafting `k` tokens per verify step (each draft costing
+/// `draft_step_s`, zero for prompt lookup) is as fast as plain decoding: where
+/// `expected_tokens(alpha, k) · decode_step_s = k · draft_step_s + verify_step_s`. `Some(0.0)`
+/// when it pays even if no draft is accepted; `None` when it cannot pay even if every draft is.
+pub fn break_even_acceptance(cost: &VerifyCost, draft_step_s: f64) -> Option<f64> {
+    let k = cost.rows.saturating_sub(1);
+    let spent = k as f64 * draft_step_s + cost.verify_step_s;
+    let gain = |alpha: f64| expected_tokens(alpha, k) * cost.decode_step_s - spent;
+    if gain(0.0) >= 0.0 {
+        return Some(0.0);
+    }
+    if gain(1.0) < 0.0 {
+        return None;
+    }
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if gain(mid) < 0.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(hi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_break_even_acceptance_solves_the_cost_model() {
+        assert_eq!(expected_tokens(0.0, 8), 1.0);
+        assert_eq!(expected_tokens(1.0, 8), 9.0);
+        assert!((expected_tokens(0.5, 2) - 1.75).abs() < 1e-12);
+        // A verify of 5 rows costing twice a decode step, drafts free: 2 tokens per verify
+        // needed, (1 - a^5) / (1 - a) = 2 at a ≈ 0.5188.
+        let cost = VerifyCost {
+            rows: 5,
+            decode_step_s: 0.01,
+            verify_step_s: 0.02,
+        };
+        let a = break_even_acceptance(&cost, 0.0).unwrap();
+        assert!((expected_tokens(a, 4) - 2.0).abs() < 1e-9, "{a}");
+        assert!((a - 0.5188).abs() < 1e-3, "{a}");
+        // Drafts as dear as the target: 4 drafts + a verify can never pay back in 5 tokens.
+        assert_eq!(break_even_acceptance(&cost, 0.01), None);
+        // A verify as cheap as a decode step pays at any acceptance.
+        let free = VerifyCost {
+            verify_step_s: 0.01,
+            ..cost
+        };
+        assert_eq!(break_even_acceptance(&free, 0.0), Some(0.0));
+    }
 
     #[test]
     fn prompts_are_fixed_and_in_range() {
