@@ -263,6 +263,13 @@ impl Decoder {
             Some((source, config)) => {
                 let model = match source {
                     DraftSource::Lookup => None,
+                    DraftSource::Model(m) if m.state_len() > 0 => {
+                        return Err(EngineError::DraftsRefused(
+                            "a draft model's rejected drafts are rolled back, which a model \
+                             with linear-attention layers (a recurrent state) cannot do"
+                                .into(),
+                        ))
+                    }
                     DraftSource::Model(m) => {
                         let (ours, theirs) =
                             (self.model.config().vocab_size, m.config().vocab_size);

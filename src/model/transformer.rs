@@ -287,6 +287,9 @@ pub struct Work {
     pub output_macs: usize,
     /// Bytes of keys and values (f32) stored per position, all layers.
     pub kv_bytes_per_position: usize,
+    /// Bytes of recurrent state (f32) each sequence holds, read and written every step
+    /// (hybrid models; 0 otherwise).
+    pub state_bytes_per_sequence: usize,
 }
 
 /// A loaded model of one of the supported architectures: configuration and immutable
@@ -617,6 +620,7 @@ impl Transformer {
         }
         add(self.output.as_ref().unwrap_or(&self.embedding), true);
         w.kv_bytes_per_position = self.config.n_layer * 2 * self.config.kv_dim() * 4;
+        w.state_bytes_per_sequence = self.state_len() * 4;
         w
     }
 
