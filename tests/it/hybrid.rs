@@ -5,7 +5,6 @@
 //! threads, and under every split of a prompt (one prefill, chunks of any size, token by
 //! token, a prefix-cache resume); plus the refusals a hybrid file gets.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::Value;
@@ -17,13 +16,13 @@ use candor::model::kv::{Logits, SeqStep};
 use candor::model::runner::Model;
 use candor::model::transformer::{Scratch, Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
-use serde::Deserialize;
 
+use crate::moe::{raw_tensors, TinyRecord};
 use crate::quant::{
-    agreement, assert_batch_invariant, assert_verdicts, ggml_type, hash16_bytes, kquants, q,
-    tiny_fixture, Draw, TinyTensor, Verdict, TQ_VOCAB,
+    agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
+    TQ_VOCAB,
 };
-use crate::util::{write_gguf_raw, RawTensor};
+use crate::util::write_gguf_raw;
 
 const DIM: usize = 256;
 const HEADS: usize = 4;
@@ -120,47 +119,10 @@ fn hybrid_metadata() -> Vec<(String, Value)> {
     md
 }
 
-#[derive(Deserialize)]
-struct HybridRecord {
-    arch: String,
-    ftype: String,
-    /// Every tensor's stored type, as llama-quantize chose it.
-    types: BTreeMap<String, String>,
-    /// The first 16 hex digits of the sha256 of every tensor's stored bytes.
-    tensors: BTreeMap<String, String>,
-    argmax: Vec<Vec<u32>>,
-    top2_gap: Vec<Vec<f32>>,
-    llama_cpp_paths: BTreeMap<String, usize>,
-}
-
-/// `v` stored as `dtype`, as llama-quantize stores it.
-fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
-    match dtype {
-        GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => kquants::quantize(v, shape, dtype),
-        _ => q(v.to_vec(), shape, dtype),
-    }
-}
-
-/// Writes the fixture's model of `record` (each tensor in llama-quantize's type, its bytes
+/// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes
 /// checked against llama-quantize's) into `dir`.
-fn write_model(dir: &std::path::Path, t: &HybridRecord) -> std::path::PathBuf {
-    let label = format!("tiny {} {}", t.arch, t.ftype);
-    let ws = hybrid_tensors();
-    assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
-    let mut tensors = Vec::with_capacity(ws.len());
-    for (name, shape, v) in &ws {
-        let ty = t
-            .types
-            .get(name)
-            .unwrap_or_else(|| panic!("{label}: no type for {name}"));
-        let raw = RawTensor::from_q(name, &stored(v, shape, ggml_type(ty)));
-        assert_eq!(
-            Some(&hash16_bytes(&raw.bytes)),
-            t.tensors.get(name),
-            "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
-        );
-        tensors.push(raw);
-    }
+fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
+    let tensors = raw_tensors(&hybrid_tensors(), t);
     let file = dir.join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
     write_gguf_raw(&file, &hybrid_metadata(), &tensors);
     file
@@ -174,7 +136,7 @@ fn write_model(dir: &std::path::Path, t: &HybridRecord) -> std::path::PathBuf {
 /// threads.
 #[test]
 fn tiny_hybrid_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<HybridRecord>("quant/tiny_hybrid_teacher_forced.jsonl");
+    let (head, records) = tiny_fixture::<TinyRecord>("quant/tiny_hybrid_teacher_forced.jsonl");
     let seqs = head.seqs();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut report = Vec::new();
@@ -225,7 +187,7 @@ fn logits_in_chunks(model: &Transformer, ids: &[u32], sizes: &[usize]) -> Vec<f3
 /// 1 or 2 threads; a fork of the sequence continued elsewhere does not disturb it.
 #[test]
 fn every_split_of_a_prompt_gives_the_same_bits() {
-    let records = tiny_fixture::<HybridRecord>("quant/tiny_hybrid_teacher_forced.jsonl").1;
+    let records = tiny_fixture::<TinyRecord>("quant/tiny_hybrid_teacher_forced.jsonl").1;
     let dir = tempfile::tempdir().expect("tempdir");
     for t in records.iter().filter(|t| t.ftype != "Q8_0") {
         let file = write_model(dir.path(), t);
@@ -263,7 +225,7 @@ fn every_split_of_a_prompt_gives_the_same_bits() {
 /// cannot be rolled back.
 #[test]
 fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
-    let records = tiny_fixture::<HybridRecord>("quant/tiny_hybrid_teacher_forced.jsonl").1;
+    let records = tiny_fixture::<TinyRecord>("quant/tiny_hybrid_teacher_forced.jsonl").1;
     let dir = tempfile::tempdir().expect("tempdir");
     let file = write_model(dir.path(), &records[0]);
     let model = Arc::new(Model::from(

@@ -143,17 +143,49 @@ pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
     md
 }
 
+/// One model and type of a `make_tiny_*_reference.py` fixture (MoE and hybrid).
 #[derive(Deserialize)]
-struct MoeRecord {
-    arch: String,
-    ftype: String,
+pub(crate) struct TinyRecord {
+    pub(crate) arch: String,
+    pub(crate) ftype: String,
     /// Every tensor's stored type, as llama-quantize chose it.
-    types: BTreeMap<String, String>,
+    pub(crate) types: BTreeMap<String, String>,
     /// The first 16 hex digits of the sha256 of every tensor's stored bytes.
-    tensors: BTreeMap<String, String>,
-    argmax: Vec<Vec<u32>>,
-    top2_gap: Vec<Vec<f32>>,
-    llama_cpp_paths: BTreeMap<String, usize>,
+    pub(crate) tensors: BTreeMap<String, String>,
+    pub(crate) argmax: Vec<Vec<u32>>,
+    pub(crate) top2_gap: Vec<Vec<f32>>,
+    pub(crate) llama_cpp_paths: BTreeMap<String, usize>,
+}
+
+/// The tensors `ws` of record `t`, each stored in the type llama-quantize chose, its bytes
+/// checked against llama-quantize's.
+pub(crate) fn raw_tensors(ws: &[TinyTensor], t: &TinyRecord) -> Vec<RawTensor> {
+    let label = format!("tiny {} {}", t.arch, t.ftype);
+    assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
+    let mut tensors = Vec::with_capacity(ws.len());
+    for (name, shape, v) in ws {
+        let ty = t
+            .types
+            .get(name)
+            .unwrap_or_else(|| panic!("{label}: no type for {name}"));
+        let raw = if ty == "MXFP4" {
+            RawTensor {
+                name: name.clone(),
+                dims: shape.clone(),
+                ggml_type: GGML_MXFP4,
+                bytes: mxfp4::quantize(v),
+            }
+        } else {
+            RawTensor::from_q(name, &stored(v, shape, ggml_type(ty)))
+        };
+        assert_eq!(
+            Some(&hash16_bytes(&raw.bytes)),
+            t.tensors.get(name),
+            "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
+        );
+        tensors.push(raw);
+    }
+    tensors
 }
 
 /// `v` stored as `dtype`, as llama-quantize stores it.
@@ -181,37 +213,13 @@ fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
 /// dense models' bound is 0.1.
 #[test]
 fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<MoeRecord>("quant/tiny_moe_teacher_forced.jsonl");
+    let (head, records) = tiny_fixture::<TinyRecord>("quant/tiny_moe_teacher_forced.jsonl");
     let seqs = head.seqs();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut report = Vec::new();
     for t in records {
         let label = format!("tiny {} {}", t.arch, t.ftype);
-        let ws = moe_tensors(&t.arch);
-        assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
-        let mut tensors = Vec::with_capacity(ws.len());
-        for (name, shape, v) in &ws {
-            let ty = t
-                .types
-                .get(name)
-                .unwrap_or_else(|| panic!("{label}: no type for {name}"));
-            let raw = if ty == "MXFP4" {
-                RawTensor {
-                    name: name.clone(),
-                    dims: shape.clone(),
-                    ggml_type: GGML_MXFP4,
-                    bytes: mxfp4::quantize(v),
-                }
-            } else {
-                RawTensor::from_q(name, &stored(v, shape, ggml_type(ty)))
-            };
-            assert_eq!(
-                Some(&hash16_bytes(&raw.bytes)),
-                t.tensors.get(name),
-                "{label} {name} ({ty}): the test's bytes are not llama-quantize's"
-            );
-            tensors.push(raw);
-        }
+        let tensors = raw_tensors(&moe_tensors(&t.arch), &t);
         let file = dir.path().join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
         write_gguf_raw(&file, &moe_metadata(&t.arch), &tensors);
         assert_batch_invariant(&file, TQ_VOCAB, &label);
