@@ -514,14 +514,10 @@ mod tests {
             ..LayerParts::default()
         };
         let p = Plan::new(&c, [linear, full]);
-        let ffn = [
-            Residual,
-            Norm(Ffn),
-            Project(GateUp),
-            Gated(Activation::Silu),
-            Project(Down),
-            Residual,
-        ];
+        // A dense layer's steps after its output projection.
+        let dense = Plan::new(&c, [LayerParts::default()]);
+        let ffn = &dense.layer(0)[6..];
+        assert_eq!(ffn[0], Residual);
         let mut want = vec![
             Norm(Attn),
             DeltaProject,
