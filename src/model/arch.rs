@@ -738,6 +738,22 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
     let n_layer = f.need(Field::Layers)?;
     // Before anything is sized by it: a corrupt count must not allocate per layer.
     check_layer_count(n_layer).map_err(|msg| f.err(Field::Layers, msg))?;
+    // Qwen3.5's multi-token-prediction (`nextn`) layers follow the trunk's in `block_count`;
+    // the forward pass runs the trunk only (llama.cpp's `n_layer()`).
+    let n_layer = match f {
+        Fields::Gguf { content, prefix } if spec.hybrid => {
+            let key = format!("{prefix}.nextn_predict_layers");
+            let nextn = match content.metadata.contains_key(&key) {
+                true => md_usize(content, &key)?,
+                false => 0,
+            };
+            n_layer
+                .checked_sub(nextn)
+                .filter(|&n| n > 0)
+                .ok_or_else(|| f.err_key(&key, format!("{nextn} of {n_layer} layers")))?
+        }
+        _ => n_layer,
+    };
     let dim = f.need(Field::Dim)?;
     let ffn_dim = f.need(Field::Ffn)?;
     let n_head = f.need(Field::Heads)?;
@@ -1237,6 +1253,7 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "ssm.group_count",
             "full_attention_interval",
             "rope.dimension_sections",
+            "nextn_predict_layers",
         ]);
     }
     match spec.moe {
@@ -1278,8 +1295,6 @@ fn check_gguf_keys(spec: &ArchSpec, content: &Content) -> Result<()> {
             "rope.scaling.yarn_beta_slow" => spec.yarn && f32_is(key, YARN_BETA_SLOW),
             "expert_count" | "expert_used_count" => usize_is(key, 0),
             "attention.sliding_window" => usize_is(key, 0),
-            // Multi-token-prediction layers: none (Candor does not load them).
-            "nextn_predict_layers" => usize_is(key, 0),
             "attn_logit_softcapping" | "final_logit_softcapping" => f32_is(key, 0.0),
             // Read below: refused there with its value when it differs from the base.
             "rope.freq_base_swa" => true,

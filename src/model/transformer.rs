@@ -340,6 +340,14 @@ fn refuse_unused(
     )))
 }
 
+/// Whether tensor `name` belongs to a layer `blk.N.` with `N ≥ n_layer`.
+fn beyond_trunk(name: &str, n_layer: usize) -> bool {
+    name.strip_prefix("blk.")
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(n, _)| n.parse::<usize>().ok())
+        .is_some_and(|n| n >= n_layer)
+}
+
 impl Transformer {
     /// Loads a GGUF file.
     pub fn from_gguf_path(path: &Path, dtype: WeightDType) -> Result<Transformer> {
@@ -355,8 +363,14 @@ impl Transformer {
         let arch = config.arch;
         let model = Transformer::build(config, hybrid, file, dtype)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
-        // ignored (the model would compute something else without a word).
-        refuse_unused(&file.unread_tensors(), arch, |msg| {
+        // ignored (the model would compute something else without a word). The exception:
+        // a hybrid model's multi-token-prediction layers after its trunk, which only drafting
+        // would run (none here).
+        let mut unused = file.unread_tensors();
+        if model.hybrid.is_some() {
+            unused.retain(|t| !beyond_trunk(t, model.config.n_layer));
+        }
+        refuse_unused(&unused, arch, |msg| {
             WeightsError::gguf(file.path(), msg).into()
         })?;
         Ok(model)

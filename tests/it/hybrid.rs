@@ -286,7 +286,8 @@ fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
 }
 
 /// What a hybrid file gets refused for, naming the key: a missing DeltaNet key, an inner
-/// size that is not the value heads' width, and multi-token-prediction layers.
+/// size that is not the value heads' width, as many multi-token-prediction layers as layers,
+/// and a missing tensor.
 #[test]
 fn hybrid_metadata_errors_name_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -318,9 +319,12 @@ fn hybrid_metadata_errors_name_the_key() {
         "{e}"
     );
     let mut md = hybrid_metadata();
-    md.push(("qwen35.nextn_predict_layers".into(), Value::U32(1)));
+    md.push(("qwen35.nextn_predict_layers".into(), Value::U32(4)));
     let e = load(md, "nextn.gguf");
-    assert!(e.contains("qwen35.nextn_predict_layers"), "{e}");
+    assert!(
+        e.contains("qwen35.nextn_predict_layers") && e.contains("4 of 4 layers"),
+        "{e}"
+    );
     // A missing tensor is named.
     let short: Vec<(String, QTensor)> = hybrid_tensors()
         .into_iter()
@@ -334,4 +338,53 @@ fn hybrid_metadata_errors_name_the_key() {
         Err(e) => e.to_string(),
     };
     assert!(e.contains("blk.0.ssm_a"), "{e}");
+}
+
+/// A file with a multi-token-prediction (`nextn`) layer after its trunk (`block_count` 5,
+/// `nextn_predict_layers` 1, a `blk.4.*` block) loads with the trunk's 4 layers, ignores the
+/// extra block and computes the logits of the file without it; a stray tensor inside the
+/// trunk is still refused.
+#[test]
+fn nextn_layers_are_loaded_and_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trunk: Vec<(String, QTensor)> = hybrid_tensors()
+        .into_iter()
+        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
+        .collect();
+    let plain = dir.path().join("plain.gguf");
+    crate::util::write_gguf(&plain, &hybrid_metadata(), &trunk);
+    let mut md = hybrid_metadata();
+    md.retain(|(k, _)| k != "qwen35.block_count");
+    md.push(("qwen35.block_count".into(), Value::U32(5)));
+    md.push(("qwen35.nextn_predict_layers".into(), Value::U32(1)));
+    let mut with_mtp: Vec<(String, QTensor)> = hybrid_tensors()
+        .into_iter()
+        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
+        .collect();
+    for (name, len) in [
+        ("blk.4.nextn.enorm.weight", DIM),
+        ("blk.4.attn_norm.weight", DIM),
+    ] {
+        with_mtp.push((name.into(), q(vec![1.0; len], &[len], GgmlDType::F32)));
+    }
+    let mtp = dir.path().join("mtp.gguf");
+    crate::util::write_gguf(&mtp, &md, &with_mtp);
+    let a = Transformer::from_gguf_path(&plain, WeightDType::Native).expect("plain");
+    let b = Transformer::from_gguf_path(&mtp, WeightDType::Native).expect("with nextn");
+    assert_eq!(b.config().n_layer, LAYERS);
+    let ids = [1, 5, 9, 2, 7, 3];
+    assert_eq!(
+        logits_in_chunks(&a, &ids, &[6]),
+        logits_in_chunks(&b, &ids, &[6])
+    );
+    with_mtp.push((
+        "blk.1.stray.weight".into(),
+        q(vec![1.0; 4], &[4], GgmlDType::F32),
+    ));
+    crate::util::write_gguf(&mtp, &md, &with_mtp);
+    let e = match Transformer::from_gguf_path(&mtp, WeightDType::Native) {
+        Ok(_) => panic!("a stray trunk tensor loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("blk.1.stray.weight"), "{e}");
 }
