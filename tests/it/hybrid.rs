@@ -119,6 +119,14 @@ fn hybrid_metadata() -> Vec<(String, Value)> {
     md
 }
 
+/// The script's tensors, all F32.
+fn f32_tensors() -> Vec<(String, QTensor)> {
+    hybrid_tensors()
+        .into_iter()
+        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
+        .collect()
+}
+
 /// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes
 /// checked against llama-quantize's) into `dir`.
 fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
@@ -291,10 +299,7 @@ fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
 #[test]
 fn hybrid_metadata_errors_name_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ws: Vec<(String, QTensor)> = hybrid_tensors()
-        .into_iter()
-        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
-        .collect();
+    let ws = f32_tensors();
     let load = |md: Vec<(String, Value)>, name: &str| -> String {
         let path = dir.path().join(name);
         crate::util::write_gguf(&path, &md, &ws);
@@ -326,11 +331,8 @@ fn hybrid_metadata_errors_name_the_key() {
         "{e}"
     );
     // A missing tensor is named.
-    let short: Vec<(String, QTensor)> = hybrid_tensors()
-        .into_iter()
-        .filter(|(n, _, _)| n != "blk.0.ssm_a")
-        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
-        .collect();
+    let mut short = f32_tensors();
+    short.retain(|(n, _)| n != "blk.0.ssm_a");
     let path = dir.path().join("tensor.gguf");
     crate::util::write_gguf(&path, &hybrid_metadata(), &short);
     let e = match Transformer::from_gguf_path(&path, WeightDType::Native) {
@@ -347,20 +349,14 @@ fn hybrid_metadata_errors_name_the_key() {
 #[test]
 fn nextn_layers_are_loaded_and_ignored() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let trunk: Vec<(String, QTensor)> = hybrid_tensors()
-        .into_iter()
-        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
-        .collect();
+    let trunk = f32_tensors();
     let plain = dir.path().join("plain.gguf");
     crate::util::write_gguf(&plain, &hybrid_metadata(), &trunk);
     let mut md = hybrid_metadata();
     md.retain(|(k, _)| k != "qwen35.block_count");
     md.push(("qwen35.block_count".into(), Value::U32(5)));
     md.push(("qwen35.nextn_predict_layers".into(), Value::U32(1)));
-    let mut with_mtp: Vec<(String, QTensor)> = hybrid_tensors()
-        .into_iter()
-        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
-        .collect();
+    let mut with_mtp = f32_tensors();
     for (name, len) in [
         ("blk.4.nextn.enorm.weight", DIM),
         ("blk.4.attn_norm.weight", DIM),
