@@ -90,7 +90,7 @@ fn hybrid_tensors() -> Vec<TinyTensor> {
 fn hybrid_metadata() -> Vec<(String, Value)> {
     let a = "qwen35";
     let hd = (DIM / HEADS) as u32;
-    let mut md = crate::util::llama_metadata(&crate::util::TinyShape {
+    let shape = crate::util::TinyShape {
         arch: a,
         layers: LAYERS,
         dim: DIM,
@@ -98,20 +98,21 @@ fn hybrid_metadata() -> Vec<(String, Value)> {
         heads: HEADS,
         kv_heads: KV_HEADS,
         context: 256,
-    });
-    for (k, v) in [
-        ("attention.key_length", hd),
-        ("attention.value_length", hd),
-        ("rope.dimension_count", ROPE_DIM),
-        ("full_attention_interval", INTERVAL as u32),
-        ("ssm.conv_kernel", CONV as u32),
-        ("ssm.inner_size", (STATE * V_HEADS) as u32),
-        ("ssm.state_size", STATE as u32),
-        ("ssm.time_step_rank", V_HEADS as u32),
-        ("ssm.group_count", K_HEADS as u32),
-    ] {
-        md.push((format!("{a}.{k}"), Value::U32(v)));
-    }
+    };
+    let mut md = crate::util::tiny_metadata(
+        &shape,
+        &[
+            ("attention.key_length", hd),
+            ("attention.value_length", hd),
+            ("rope.dimension_count", ROPE_DIM),
+            ("full_attention_interval", INTERVAL as u32),
+            ("ssm.conv_kernel", CONV as u32),
+            ("ssm.inner_size", (STATE * V_HEADS) as u32),
+            ("ssm.state_size", STATE as u32),
+            ("ssm.time_step_rank", V_HEADS as u32),
+            ("ssm.group_count", K_HEADS as u32),
+        ],
+    );
     md.push((
         format!("{a}.rope.dimension_sections"),
         Value::Array(SECTIONS.iter().map(|&s| Value::I32(s)).collect()),

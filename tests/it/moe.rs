@@ -100,7 +100,7 @@ pub(crate) fn moe_tensors(arch: &str) -> Vec<TinyTensor> {
 pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
     let (name, experts, used, ffn, _) = model(arch);
     let hd = (DIM / HEADS) as u32;
-    let mut md = crate::util::llama_metadata(&crate::util::TinyShape {
+    let shape = crate::util::TinyShape {
         arch: name,
         layers: LAYERS,
         dim: DIM,
@@ -108,16 +108,17 @@ pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
         heads: HEADS,
         kv_heads: KV_HEADS,
         context: 256,
-    });
-    for (k, v) in [
-        ("attention.key_length", hd),
-        ("attention.value_length", hd),
-        ("rope.dimension_count", hd),
-        ("expert_count", experts as u32),
-        ("expert_used_count", used as u32),
-    ] {
-        md.push((format!("{name}.{k}"), Value::U32(v)));
-    }
+    };
+    let mut md = crate::util::tiny_metadata(
+        &shape,
+        &[
+            ("attention.key_length", hd),
+            ("attention.value_length", hd),
+            ("rope.dimension_count", hd),
+            ("expert_count", experts as u32),
+            ("expert_used_count", used as u32),
+        ],
+    );
     if name != "llama" {
         md.push((
             format!("{name}.expert_feed_forward_length"),
