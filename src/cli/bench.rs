@@ -236,9 +236,11 @@ fn write_quietly(out: &mut impl Write, text: &str) -> anyhow::Result<bool> {
 }
 
 /// Bytes one decode step reads on average: every matrix once (the output projection too), and
-/// each sequence's keys and values at the mean context of the decode steps.
+/// each sequence's keys and values at the mean context of the decode steps and its recurrent
+/// state.
 fn decode_bytes_per_step(work: &Work, r: &ThroughputResult) -> f64 {
     let mean_ctx = r.prompt_tokens as f64 + (r.new_tokens as f64 - 1.0).max(0.0) / 2.0;
     (work.layer_bytes + work.output_bytes) as f64
-        + r.batch_size as f64 * mean_ctx * work.kv_bytes_per_position as f64
+        + r.batch_size as f64
+            * (mean_ctx * work.kv_bytes_per_position as f64 + work.state_bytes_per_sequence as f64)
 }

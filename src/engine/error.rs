@@ -30,6 +30,9 @@ pub enum EngineError {
     /// A draft model whose vocabulary is not the model's (its drafts could not be verified).
     #[error("the draft model's vocabulary differs from the model's: {0}")]
     DraftVocabulary(String),
+    /// Drafts on a model whose sequences cannot be rolled back (a recurrent state).
+    #[error("{0}")]
+    DraftsRefused(String),
     #[error("internal engine error: {0}")]
     Internal(String),
 }

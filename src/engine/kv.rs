@@ -5,6 +5,11 @@
 //! block holding all layers' keys and values for its positions. Forking clones the list (the
 //! blocks are shared); the first write into a shared block copies that block only. A
 //! [`KvStore`] keys sequences by [`SeqId`] for callers that keep prefixes between requests.
+//!
+//! A hybrid model's sequence also holds a fixed-size recurrent state (its linear-attention
+//! layers' conv inputs and delta-rule matrices) at its current length: small next to the KV of
+//! a long context, so a fork copies it whole. It cannot be rolled back: a sequence with a state
+//! is only ever truncated to nothing.
 //! This module stores numbers; it does not know what a token or a request is.
 
 use std::collections::HashMap;
@@ -97,6 +102,8 @@ pub struct SeqKv {
     storage: KvStorage,
     blocks: Vec<Arc<Block>>,
     len: usize,
+    /// The recurrent state after `len` positions (empty for models without one).
+    state: Vec<f32>,
 }
 
 impl SeqKv {
@@ -112,7 +119,20 @@ impl SeqKv {
             storage,
             blocks: Vec::new(),
             len: 0,
+            state: Vec::new(),
         }
+    }
+
+    /// The same empty sequence with a zero recurrent state of `len` floats (a hybrid
+    /// model's `state_len`).
+    pub fn with_state(mut self, len: usize) -> SeqKv {
+        self.state = vec![0.0; len];
+        self
+    }
+
+    /// Bytes of recurrent state this sequence holds.
+    pub fn state_bytes(&self) -> usize {
+        self.state.len() * std::mem::size_of::<f32>()
     }
 
     /// A sequence made of whole, already written blocks (`blocks.len() * BLOCK_TOKENS`
@@ -123,6 +143,20 @@ impl SeqKv {
             storage,
             len: blocks.len() * BLOCK_TOKENS,
             blocks,
+            state: Vec::new(),
+        }
+    }
+
+    /// [`SeqKv::from_blocks`] with the recurrent state at exactly the blocks' last position.
+    pub fn from_blocks_with_state(
+        layout: KvLayout,
+        storage: KvStorage,
+        blocks: Vec<Arc<Block>>,
+        state: Vec<f32>,
+    ) -> SeqKv {
+        SeqKv {
+            state,
+            ..SeqKv::from_blocks(layout, storage, blocks)
         }
     }
 
@@ -141,7 +175,18 @@ impl SeqKv {
     }
 
     /// Forgets positions from `len` on (keeps the blocks that still hold earlier positions).
+    ///
+    /// # Panics
+    /// When a sequence with a recurrent state is cut to a length other than 0: the state
+    /// of an earlier position is gone (callers refuse what would need it, such as drafts).
     pub fn truncate(&mut self, len: usize) {
+        if len < self.len && !self.state.is_empty() {
+            assert_eq!(
+                len, 0,
+                "a recurrent state cannot be rolled back to position {len}"
+            );
+            self.state.fill(0.0);
+        }
         if len < self.len {
             self.len = len;
             self.blocks.truncate(len.div_ceil(BLOCK_TOKENS));
@@ -241,6 +286,14 @@ impl KvSeq for SeqKv {
             Block::Device(d) => Some(d.slot()),
             Block::Host(_) => None,
         }));
+    }
+
+    fn state(&self) -> &[f32] {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut [f32] {
+        &mut self.state
     }
 }
 
@@ -358,6 +411,30 @@ mod tests {
         let b = a.fork();
         assert_eq!(b.blocks_to_grow(1), 0);
         assert_eq!(KvStorage::Host.free_blocks(), None);
+    }
+
+    /// A fork copies the recurrent state: each side updates its own.
+    #[test]
+    fn fork_copies_the_recurrent_state() {
+        let mut a = SeqKv::new(L).with_state(4);
+        fill(&mut a, 0, 3, 1.0);
+        a.state_mut().copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        let mut b = a.fork();
+        b.state_mut()[0] = 9.0;
+        assert_eq!(a.state(), [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(b.state(), [9.0, 2.0, 3.0, 4.0]);
+        assert_eq!(b.state_bytes(), 16);
+        assert!(SeqKv::new(L).state().is_empty());
+        b.truncate(0);
+        assert_eq!(b.state(), [0.0; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "cannot be rolled back")]
+    fn a_recurrent_state_is_not_rolled_back() {
+        let mut a = SeqKv::new(L).with_state(4);
+        fill(&mut a, 0, 3, 1.0);
+        a.truncate(2);
     }
 
     #[test]

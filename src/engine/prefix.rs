@@ -10,6 +10,12 @@
 //! depend only on the tokens up to it (rows are computed independently, whatever the chunking
 //! or the batch), a reused block holds exactly the numbers a fresh prefill would write: reuse
 //! changes the work, never a result.
+//!
+//! A hybrid model's sequence also needs its recurrent state at the position it resumes from,
+//! and a state cannot be rebuilt from KV blocks. So for such models an entry may carry a
+//! snapshot of the state after its block (taken when a stored sequence ends exactly there),
+//! and a lookup resumes only from the deepest matching entry that has one: never from a
+//! prefix whose state it does not hold. Each snapshot counts against the byte budget.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,6 +30,8 @@ struct Entry {
     key: Key,
     stamp: u64,
     children: usize,
+    /// The recurrent state after this block's last position (hybrid models).
+    state: Option<Arc<Vec<f32>>>,
 }
 
 /// Prompt tokens prefilled and taken from the cache.
@@ -55,6 +63,11 @@ pub struct PrefixCache {
     lru: BTreeSet<(u64, u64)>,
     clock: u64,
     next_id: u64,
+    /// Floats of a sequence's recurrent state (0: none, every cached prefix resumes).
+    state_len: usize,
+    /// Entries holding a state snapshot, and the blocks' worth of budget each one costs.
+    snapshots: usize,
+    snapshot_blocks: usize,
 }
 
 impl PrefixCache {
@@ -69,7 +82,24 @@ impl PrefixCache {
             lru: BTreeSet::new(),
             clock: 0,
             next_id: 1,
+            state_len: 0,
+            snapshots: 0,
+            snapshot_blocks: 0,
         }
+    }
+
+    /// The same cache for sequences with a recurrent state of `len` floats: prefixes resume
+    /// only where a snapshot of that state is held.
+    pub fn with_state(mut self, len: usize) -> PrefixCache {
+        self.state_len = len;
+        let block = self.storage.block_bytes(self.layout).max(1);
+        self.snapshot_blocks = (len * std::mem::size_of::<f32>()).div_ceil(block);
+        self
+    }
+
+    /// Blocks' worth of budget in use: the blocks and the state snapshots.
+    fn held(&self) -> usize {
+        self.entries.len() + self.snapshots * self.snapshot_blocks
     }
 
     pub fn enabled(&self) -> bool {
@@ -100,6 +130,8 @@ impl PrefixCache {
     /// `ids` to feed (its logits are needed), as a sequence sharing the cached blocks.
     pub fn lookup(&mut self, ids: &[u32]) -> SeqKv {
         let mut blocks = Vec::new();
+        // With a recurrent state: the blocks up to the deepest snapshot, and that snapshot.
+        let mut resume = (0, None);
         if self.enabled() {
             let usable = ids.len().saturating_sub(1) / BLOCK_TOKENS;
             let mut parent = 0;
@@ -108,11 +140,31 @@ impl PrefixCache {
                     break;
                 };
                 self.touch(id);
-                blocks.push(Arc::clone(&self.entries[&id].block));
+                let e = &self.entries[&id];
+                blocks.push(Arc::clone(&e.block));
+                if let Some(st) = &e.state {
+                    resume = (blocks.len(), Some(Arc::clone(st)));
+                }
                 parent = id;
             }
         }
-        SeqKv::from_blocks(self.layout, self.storage.clone(), blocks)
+        if self.state_len == 0 {
+            return SeqKv::from_blocks(self.layout, self.storage.clone(), blocks);
+        }
+        match resume {
+            (n, Some(state)) => {
+                blocks.truncate(n);
+                SeqKv::from_blocks_with_state(
+                    self.layout,
+                    self.storage.clone(),
+                    blocks,
+                    state.as_ref().clone(),
+                )
+            }
+            (_, None) => {
+                SeqKv::new_in(self.layout, self.storage.clone()).with_state(self.state_len)
+            }
+        }
     }
 
     /// Records the full blocks of `kv`, whose positions hold `ids` (at least `kv.len()` of
@@ -143,6 +195,7 @@ impl PrefixCache {
                             key,
                             stamp: 0,
                             children: 0,
+                            state: None,
                         },
                     );
                     self.lru.insert((0, id));
@@ -152,6 +205,18 @@ impl PrefixCache {
             self.touch(id);
             path.push(id);
             parent = id;
+            // The sequence's state is that of its last position: a snapshot for the entry
+            // ending exactly there.
+            let len = crate::model::kv::KvSeq::len(kv);
+            let state = crate::model::kv::KvSeq::state(kv);
+            if self.state_len > 0 && (k + 1) * BLOCK_TOKENS == len && state.len() == self.state_len
+            {
+                let e = self.entries.get_mut(&id).expect("entry just found");
+                if e.state.is_none() {
+                    e.state = Some(Arc::new(state.to_vec()));
+                    self.snapshots += 1;
+                }
+            }
         }
         self.evict(&path);
     }
@@ -169,7 +234,7 @@ impl PrefixCache {
     /// Drops least recently used childless entries until the budget holds, sparing `keep`
     /// (the path just inserted) unless nothing else is left.
     fn evict(&mut self, keep: &[u64]) {
-        while self.entries.len() > self.max_blocks {
+        while self.held() > self.max_blocks {
             let victim = self
                 .lru
                 .iter()
@@ -183,6 +248,9 @@ impl PrefixCache {
                 });
             let Some(id) = victim else { break };
             let e = self.entries.remove(&id).expect("listed entry");
+            if e.state.is_some() {
+                self.snapshots -= 1;
+            }
             self.lru.remove(&(e.stamp, id));
             self.index.remove(&e.key);
             if let Some(p) = self.entries.get_mut(&e.key.0) {
@@ -212,6 +280,22 @@ mod tests {
         kv
     }
 
+    impl SeqKv {
+        /// This sequence with a recurrent state of 3 floats, each `tag`.
+        fn with_state_of(self, tag: f32) -> SeqKv {
+            let len = self.len();
+            let blocks = (0..len / BLOCK_TOKENS)
+                .map(|i| self.full_block(i).expect("full"))
+                .collect();
+            let mut kv = SeqKv::from_blocks_with_state(L, KvStorage::Host, blocks, vec![tag; 3]);
+            kv.grow(len % BLOCK_TOKENS);
+            for p in len / BLOCK_TOKENS * BLOCK_TOKENS..len {
+                kv.write(0, p, self.key(0, p), self.value(0, p));
+            }
+            kv
+        }
+    }
+
     fn ids(n: usize, salt: u32) -> Vec<u32> {
         (0..n as u32).map(|i| i * 7 + salt).collect()
     }
@@ -236,6 +320,42 @@ mod tests {
         assert_eq!(c.lookup(&d).len(), 16);
         // A different first block matches nothing.
         assert_eq!(c.lookup(&ids(40, 2)).len(), 0);
+    }
+
+    /// With a recurrent state, a prefix resumes only where the cache holds the state at
+    /// exactly that position: a stored sequence ending inside a block gives nothing to resume
+    /// from; one ending on a block boundary gives its blocks and its state, and a longer
+    /// match stops at that snapshot.
+    #[test]
+    fn a_recurrent_model_resumes_only_at_a_snapshot_of_its_state() {
+        let mut c = PrefixCache::new(L, KvStorage::Host, 1 << 20).with_state(3);
+        let stored = |ids: &[u32], tag: f32| {
+            let mut kv = seq(ids).with_state_of(tag);
+            kv.grow(0);
+            kv
+        };
+        let a = ids(40, 1);
+        c.insert(&a, &stored(&a, 1.0));
+        assert_eq!(c.blocks(), 2);
+        let mut longer = a.clone();
+        longer.push(3);
+        let kv = c.lookup(&longer);
+        assert_eq!(
+            (kv.len(), kv.state()),
+            (0, &[0.0; 3][..]),
+            "no snapshot: fresh"
+        );
+        c.insert(&a[..32], &stored(&a[..32], 2.0));
+        let kv = c.lookup(&longer);
+        assert_eq!((kv.len(), kv.state()), (32, &[2.0; 3][..]));
+        // A prompt sharing only the first block has no state there: fresh again.
+        let mut d = a.clone();
+        d[20] = 999;
+        assert_eq!(c.lookup(&d).len(), 0);
+        // Without a state every matching block is reused.
+        let mut plain = PrefixCache::new(L, KvStorage::Host, 1 << 20);
+        plain.insert(&a, &seq(&a));
+        assert_eq!(plain.lookup(&d).len(), 16);
     }
 
     #[test]

@@ -216,6 +216,7 @@ impl Decoder {
             kv_dim: c.kv_dim(),
         };
         let storage = KvStorage::for_model(&model);
+        let state_len = model.state_len();
         Decoder {
             model,
             config: SchedulerConfig {
@@ -229,7 +230,8 @@ impl Decoder {
             scratch: Scratch::default(),
             sampler: Sampler::default(),
             constraints: None,
-            cache: PrefixCache::new(layout, storage, config.prefix_cache_bytes),
+            cache: PrefixCache::new(layout, storage, config.prefix_cache_bytes)
+                .with_state(state_len),
             stats: PrefillStats::default(),
             flight: Flight::default(),
             logprobs: Default::default(),
@@ -250,9 +252,24 @@ impl Decoder {
     ) -> Result<(), EngineError> {
         self.drafting = match drafting {
             None => None,
+            // Verifying drafts rolls rejected positions back; a recurrent state cannot be.
+            Some(_) if self.model.state_len() > 0 => {
+                return Err(EngineError::DraftsRefused(
+                    "drafts need positions rolled back, which a model with linear-attention \
+                     layers (a recurrent state) cannot do; run it without drafts"
+                        .into(),
+                ))
+            }
             Some((source, config)) => {
                 let model = match source {
                     DraftSource::Lookup => None,
+                    DraftSource::Model(m) if m.state_len() > 0 => {
+                        return Err(EngineError::DraftsRefused(
+                            "a draft model's rejected drafts are rolled back, which a model \
+                             with linear-attention layers (a recurrent state) cannot do"
+                                .into(),
+                        ))
+                    }
                     DraftSource::Model(m) => {
                         let (ours, theirs) =
                             (self.model.config().vocab_size, m.config().vocab_size);
@@ -323,7 +340,7 @@ impl Decoder {
             n_layer: c.n_layer,
             kv_dim: c.kv_dim(),
         };
-        SeqKv::new_in(layout, KvStorage::for_model(&self.model))
+        SeqKv::new_in(layout, KvStorage::for_model(&self.model)).with_state(self.model.state_len())
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {

@@ -83,7 +83,7 @@ pub fn run(model: &Model, cfg: ThroughputConfig) -> Result<ThroughputResult, Eng
         kv_dim: c.kv_dim(),
     };
     let storage = KvStorage::for_model(model);
-    let new_kv = || SeqKv::new_in(layout, storage.clone());
+    let new_kv = || SeqKv::new_in(layout, storage.clone()).with_state(model.state_len());
     let vocab = c.vocab_size;
     let mut scratch = Scratch::default();
 

@@ -44,6 +44,11 @@ pub enum Arch {
     /// OpenAI's gpt-oss: attention sinks, alternating sliding-window layers, YaRN RoPE, q/k/v
     /// and output biases, experts with biases and SwiGLU-OAI.
     GptOss,
+    /// Qwen3.5 (GGUF `qwen35`): Gated DeltaNet linear-attention layers between
+    /// full-attention layers whose queries carry a sigmoid output gate; q/k norms,
+    /// interleaved multi-section RoPE (the layer pattern and the DeltaNet geometry:
+    /// `model::deltanet::Hybrid`).
+    Qwen35,
 }
 
 impl Arch {
@@ -85,7 +90,7 @@ impl Arch {
     /// post-attention norm (as its checkpoint's `post_attention_layernorm`).
     pub fn ffn_norm_tensor(self) -> &'static str {
         match self {
-            Arch::GptOss => "post_attention_norm.weight",
+            Arch::GptOss | Arch::Qwen35 => "post_attention_norm.weight",
             _ => "ffn_norm.weight",
         }
     }
@@ -296,6 +301,7 @@ impl ModelConfig {
             freq_scale,
             factors: factors.map(|f| f[..self.rope_dim / 2].to_vec()),
             yarn,
+            fixed: None,
         }
     }
 }
@@ -379,6 +385,10 @@ pub struct ArchSpec {
     pub moe: MoeSpec,
     /// GGUF `rope.scaling.type = yarn` is implemented (gpt-oss).
     pub yarn: bool,
+    /// Gated DeltaNet layers between full-attention ones (Qwen3.5): the GGUF's `ssm.*`,
+    /// `full_attention_interval` and `rope.dimension_sections` keys are read
+    /// (`model::deltanet::Hybrid::from_gguf`).
+    pub hybrid: bool,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -416,6 +426,7 @@ const BASE: ArchSpec = ArchSpec {
     hf_tie_default: false,
     moe: MoeSpec::IfDeclared(Gating::SoftmaxTopK { normalize: true }),
     yarn: false,
+    hybrid: false,
 };
 
 /// One description per supported architecture.
@@ -530,6 +541,19 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         llama3_rope: false,
         moe: MoeSpec::Always(Gating::TopKSoftmax),
         yarn: true,
+        ..BASE
+    },
+    // GGUF only (the DeltaNet geometry is read from GGUF keys).
+    ArchSpec {
+        arch: Arch::Qwen35,
+        gguf_name: "qwen35",
+        hf_model_types: &[],
+        hf_context_len: 262144,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Never,
+        hybrid: true,
         ..BASE
     },
 ];
@@ -714,6 +738,22 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
     let n_layer = f.need(Field::Layers)?;
     // Before anything is sized by it: a corrupt count must not allocate per layer.
     check_layer_count(n_layer).map_err(|msg| f.err(Field::Layers, msg))?;
+    // Qwen3.5's multi-token-prediction (`nextn`) layers follow the trunk's in `block_count`;
+    // the forward pass runs the trunk only (llama.cpp's `n_layer()`).
+    let n_layer = match f {
+        Fields::Gguf { content, prefix } if spec.hybrid => {
+            let key = format!("{prefix}.nextn_predict_layers");
+            let nextn = match content.metadata.contains_key(&key) {
+                true => md_usize(content, &key)?,
+                false => 0,
+            };
+            n_layer
+                .checked_sub(nextn)
+                .filter(|&n| n > 0)
+                .ok_or_else(|| f.err_key(&key, format!("{nextn} of {n_layer} layers")))?
+        }
+        _ => n_layer,
+    };
     let dim = f.need(Field::Dim)?;
     let ffn_dim = f.need(Field::Ffn)?;
     let n_head = f.need(Field::Heads)?;
@@ -1204,6 +1244,18 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
     if spec.final_softcap.0 != Cap::NotRead {
         keys.push("final_logit_softcapping");
     }
+    if spec.hybrid {
+        keys.extend([
+            "ssm.conv_kernel",
+            "ssm.inner_size",
+            "ssm.state_size",
+            "ssm.time_step_rank",
+            "ssm.group_count",
+            "full_attention_interval",
+            "rope.dimension_sections",
+            "nextn_predict_layers",
+        ]);
+    }
     match spec.moe {
         MoeSpec::Never => {}
         MoeSpec::IfDeclared(_) => keys.extend(["expert_count", "expert_used_count"]),
@@ -1319,6 +1371,9 @@ pub struct RopeFreqs {
     pub freq_scale: f32,
     pub factors: Option<Vec<f32>>,
     pub yarn: Option<YarnRope>,
+    /// Pairs that stay at position 0 (angle 0: not rotated): multi-section RoPE's fourth
+    /// section, whose position llama.cpp sets to 0 for text (Qwen3.5; `None`: none).
+    pub fixed: Option<Vec<bool>>,
 }
 
 /// YaRN's per-model constants of ggml's `rope_yarn`.
@@ -1338,6 +1393,11 @@ impl RopeFreqs {
     pub fn cos_sin(&self, pos: usize, out: &mut [f32]) {
         let mut theta = pos as f32;
         for i in 0..self.pairs {
+            if self.fixed.as_ref().is_some_and(|f| f[i]) {
+                (out[2 * i], out[2 * i + 1]) = (1.0, 0.0);
+                theta *= self.theta_scale;
+                continue;
+            }
             let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
             let extrap = theta / ff;
             let interp = self.freq_scale * extrap;

@@ -1,5 +1,5 @@
 //! The contract between the forward pass and its caller (the engine): a sequence's KV state
-//! as the pass sees it ([`KvSeq`]), and one sequence's share of a step ([`SeqStep`]) with the
+//! and, for hybrid models, its fixed-size recurrent state as the pass sees them ([`KvSeq`]), and one sequence's share of a step ([`SeqStep`]) with the
 //! logits it wants back ([`Logits`]). The KV memory itself belongs to the engine.
 
 /// The KV state of one sequence as the forward pass sees it: `len` positions already stored,
@@ -24,6 +24,16 @@ pub trait KvSeq: Sync {
     /// sequence's positions, in order. Host KV has no slots and appends nothing (a device
     /// forward pass refuses a sequence whose slots do not cover its positions).
     fn device_blocks(&self, _out: &mut Vec<u32>) {}
+    /// The sequence's recurrent state after its `len` positions (hybrid models' conv inputs and
+    /// delta-rule matrices, `Transformer::state_len` floats, zero before the first position);
+    /// empty for models without one. A step updates it in place as it stores positions.
+    fn state(&self) -> &[f32] {
+        &[]
+    }
+    /// The recurrent state, to update.
+    fn state_mut(&mut self) -> &mut [f32] {
+        &mut []
+    }
 }
 
 /// Which logits a sequence wants back from a step.

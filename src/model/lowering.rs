@@ -256,6 +256,13 @@ impl Lowering {
 /// plan step lowers ([`Lowering::new`]); what is left is a weight format, MXFP4 (gpt-oss's
 /// experts), which the integer kernels do not read yet.
 pub fn not_lowered(model: &Transformer) -> Option<String> {
+    if model.hybrid.is_some() {
+        return Some(
+            "the GPU path has no kernels yet for linear attention (Gated DeltaNet: conv, delta \
+             rule, gated norm) or the output gate; run this model with --device cpu"
+                .to_string(),
+        );
+    }
     let mxfp4 = matrices(model).any(|w| w.format() == WeightFormat::Mxfp4);
     mxfp4.then(|| {
         "the GPU path has no kernels yet for MXFP4 weights; run this model with --device cpu"
@@ -430,6 +437,13 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::Route(_) => push(Kernel::Route, i..i + 1),
             Step::Experts(_) => push(Kernel::Experts, i..i + 1),
             Step::Combine => push(Kernel::Combine, i..i + 1),
+            // Refused by `not_lowered`: no launch.
+            Step::DeltaProject
+            | Step::Conv
+            | Step::DeltaRule
+            | Step::GatedNorm
+            | Step::SplitGate
+            | Step::OutGate => {}
         }
         i += span;
     }
@@ -671,6 +685,7 @@ mod tests {
                 moe: false,
                 out_bias: false,
                 sinks: false,
+                ..Default::default()
             },
         ];
         for parts in all {

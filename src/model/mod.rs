@@ -10,6 +10,7 @@ mod attention;
 pub mod checkpoint;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod deltanet;
 pub mod device;
 pub mod error;
 pub mod expf;

@@ -82,6 +82,24 @@ pub enum Step {
     Experts(Activation),
     /// `xb` = each row's expert outputs times their weights, added in rank order.
     Combine,
+    /// A linear-attention layer's input projections of `xb` (Qwen3.5's Gated DeltaNet): the
+    /// fused q|k|v channels, the output gate `z`, and per value head β's and the decay's
+    /// logits.
+    DeltaProject,
+    /// Each sequence's causal conv1d of the q|k|v channels over the inputs its recurrent
+    /// state keeps and its new rows, then SiLU; the state keeps the last `taps − 1` inputs.
+    Conv,
+    /// The gated delta rule: q/k L2-normed, β = sigmoid, decay = softplus(α + dt) · a, then
+    /// per sequence and value head one token at a time (the same update for a prefill row
+    /// and a decode step) through its state matrix, into `attn`.
+    DeltaRule,
+    /// `attn = rms_norm(attn) · w · silu(z)` per value head.
+    GatedNorm,
+    /// The query projection's per-head query | gate halves split into `q` and the output
+    /// gate (Qwen3.5's full-attention layers).
+    SplitGate,
+    /// `attn = attn · sigmoid(gate)`, the attention output gated before its projection.
+    OutGate,
     /// Head: the rows whose logits are wanted, gathered into `xb`.
     Gather,
     /// Head: the final norm of the gathered rows.
@@ -110,6 +128,10 @@ pub struct LayerParts {
     pub out_bias: bool,
     /// Attention sinks.
     pub sinks: bool,
+    /// Linear attention (Gated DeltaNet) in place of attention: no KV, a recurrent state.
+    pub linear: bool,
+    /// The query projection carries a sigmoid output gate per head (Qwen3.5).
+    pub out_gate: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -175,35 +197,20 @@ impl Plan {
     }
 }
 
-/// Layer `l`'s steps: the attention block, then the feed-forward block.
+/// Layer `l`'s steps: the attention block (or linear attention), then the feed-forward block.
 fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
-    let mut s = vec![Step::Norm(Block::Attn), Step::Project(Matrix::Qkv)];
-    if p.fused {
-        s.push(Step::Split(Matrix::Qkv));
-    }
-    if p.bias {
-        s.push(Step::Bias);
-    }
-    if p.qk_norm {
-        s.push(Step::QkNorm);
-    }
-    let table = if p.swa_rope {
-        RopeTable::Swa
+    let mut s = if p.linear {
+        vec![
+            Step::Norm(Block::Attn),
+            Step::DeltaProject,
+            Step::Conv,
+            Step::DeltaRule,
+            Step::GatedNorm,
+            Step::Project(Matrix::Out),
+        ]
     } else {
-        RopeTable::Full
+        attention_steps(c, l, p)
     };
-    s.extend([
-        Step::Rope(table),
-        Step::KvWrite,
-        Step::Attention {
-            window: c.window(l),
-            sinks: p.sinks,
-        },
-        Step::Project(Matrix::Out),
-    ]);
-    if p.out_bias {
-        s.push(Step::OutBias);
-    }
     if p.post_norms {
         s.push(Step::PostNorm(Block::Attn));
     }
@@ -226,6 +233,44 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
         s.push(Step::PostNorm(Block::Ffn));
     }
     s.push(Step::Residual);
+    s
+}
+
+/// The attention block's steps up to its output projection (and bias).
+fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
+    let mut s = vec![Step::Norm(Block::Attn), Step::Project(Matrix::Qkv)];
+    if p.out_gate {
+        s.push(Step::SplitGate);
+    }
+    if p.fused {
+        s.push(Step::Split(Matrix::Qkv));
+    }
+    if p.bias {
+        s.push(Step::Bias);
+    }
+    if p.qk_norm {
+        s.push(Step::QkNorm);
+    }
+    let table = if p.swa_rope {
+        RopeTable::Swa
+    } else {
+        RopeTable::Full
+    };
+    s.extend([
+        Step::Rope(table),
+        Step::KvWrite,
+        Step::Attention {
+            window: c.window(l),
+            sinks: p.sinks,
+        },
+    ]);
+    if p.out_gate {
+        s.push(Step::OutGate);
+    }
+    s.push(Step::Project(Matrix::Out));
+    if p.out_bias {
+        s.push(Step::OutBias);
+    }
     s
 }
 
@@ -451,6 +496,54 @@ mod tests {
             ]
         );
         assert_eq!(p.layer(0)[..8], p.layer(1)[..8]);
+    }
+
+    /// Qwen3.5: a linear layer projects, convolves, runs the delta rule and its gated norm
+    /// where attention was; a full-attention layer splits its output gate off the queries and
+    /// gates the attention output before projecting it; the feed-forward block is unchanged.
+    #[test]
+    fn a_hybrid_model_has_linear_and_gated_attention_layers() {
+        let c = config(Arch::Qwen35, Activation::Silu, None, None);
+        let linear = LayerParts {
+            linear: true,
+            ..LayerParts::default()
+        };
+        let full = LayerParts {
+            qk_norm: true,
+            out_gate: true,
+            ..LayerParts::default()
+        };
+        let p = Plan::new(&c, [linear, full]);
+        // A dense layer's steps after its output projection.
+        let dense = Plan::new(&c, [LayerParts::default()]);
+        let ffn = &dense.layer(0)[6..];
+        assert_eq!(ffn[0], Residual);
+        let mut want = vec![
+            Norm(Attn),
+            DeltaProject,
+            Conv,
+            DeltaRule,
+            GatedNorm,
+            Project(Out),
+        ];
+        want.extend(ffn);
+        assert_eq!(p.layer(0), want);
+        let mut want = vec![
+            Norm(Attn),
+            Project(Qkv),
+            SplitGate,
+            QkNorm,
+            Rope(RopeTable::Full),
+            KvWrite,
+            Attention {
+                window: None,
+                sinks: false,
+            },
+            OutGate,
+            Project(Out),
+        ];
+        want.extend(ffn);
+        assert_eq!(p.layer(1), want);
     }
 
     #[test]

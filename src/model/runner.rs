@@ -77,6 +77,11 @@ impl Model {
         Model::new(llama, device)
     }
 
+    /// Floats of recurrent state each sequence holds (0 without linear-attention layers).
+    pub fn state_len(&self) -> usize {
+        self.llama.state_len()
+    }
+
     pub fn config(&self) -> &ModelConfig {
         self.llama.config()
     }

@@ -19,8 +19,9 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use super::arch::{Activation, Arch, ModelConfig, MoeConfig, RopeFreqs, TensorSource};
+use super::arch::{Activation, Arch, ArchSpec, ModelConfig, MoeConfig, RopeFreqs, TensorSource};
 use super::attention::{attend, attention_tasks, Geometry};
+use super::deltanet::{out_gate, split_gate, DeltaNet, DeltaScratch, Hybrid};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::kv::{KvSeq, Logits, SeqStep};
@@ -55,7 +56,7 @@ fn has_native_kernel(dtype: GgmlDType) -> bool {
 /// Builds a weight matrix: as stored (`Native`, quantized kernels, float types read in place
 /// from the file's memory map) or dequantized (`F32`). A stored type without a native kernel
 /// is an error in `Native` mode rather than a silent change of numerics.
-fn build_matrix(
+pub(super) fn build_matrix(
     src: &mut dyn TensorSource,
     name: &str,
     shape: &[usize],
@@ -238,7 +239,7 @@ fn expert_matrices(
 }
 
 /// A small tensor (a norm weight, RoPE factors) as f32 values.
-fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
+pub(super) fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
     let t = q.dequantize(&Device::Cpu)?;
     t.flatten_all()?
         .to_vec1::<f32>()
@@ -287,6 +288,11 @@ pub(super) struct Layer {
     pub(super) post_ffn_norm: Option<Vec<f32>>,
     /// Sliding-window layer (its own RoPE frequencies and attention window).
     pub(super) swa: bool,
+    /// A linear-attention layer's weights (Qwen3.5): its `qkv` is then the fused q|k|v
+    /// input projection and its `wo` the output projection.
+    pub(super) delta: Option<DeltaNet>,
+    /// The query projection carries each head's output gate after its query (Qwen3.5).
+    pub(super) out_gate: bool,
 }
 
 impl Layer {
@@ -302,7 +308,7 @@ impl Layer {
     /// sliding-window layers have RoPE angles of their own.
     fn parts(&self, swa_table: bool) -> LayerParts {
         LayerParts {
-            fused: matches!(self.qkv, Qkv::Fused(_)),
+            fused: matches!(self.qkv, Qkv::Fused(_)) && self.delta.is_none(),
             bias: self.bias.is_some(),
             qk_norm: self.qk_norm.is_some(),
             post_norms: self.post_attn_norm.is_some(),
@@ -310,6 +316,8 @@ impl Layer {
             moe: matches!(self.ffn, Ffn::Moe(_)),
             out_bias: self.out_bias.is_some(),
             sinks: self.sinks.is_some(),
+            linear: self.delta.is_some(),
+            out_gate: self.out_gate,
         }
     }
 }
@@ -332,6 +340,9 @@ pub struct Work {
     pub output_macs: usize,
     /// Bytes of keys and values (f32) stored per position, all layers.
     pub kv_bytes_per_position: usize,
+    /// Bytes of recurrent state (f32) each sequence holds, read and written every step
+    /// (hybrid models; 0 otherwise).
+    pub state_bytes_per_sequence: usize,
 }
 
 /// A loaded model of one of the supported architectures: configuration and immutable
@@ -353,6 +364,8 @@ pub struct Transformer {
     pub(super) rope_swa_freqs: Option<RopeFreqs>,
     /// The steps of each layer and of the head, which every device executes.
     pub(super) plan: Plan,
+    /// The linear-attention geometry of a hybrid model (Qwen3.5).
+    pub(super) hybrid: Option<Hybrid>,
 }
 
 /// One line naming the tensors a file holds that the forward pass did not read (the first
@@ -380,6 +393,14 @@ fn refuse_unused(
     )))
 }
 
+/// Whether tensor `name` belongs to a layer `blk.N.` with `N ≥ n_layer`.
+fn beyond_trunk(name: &str, n_layer: usize) -> bool {
+    name.strip_prefix("blk.")
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(n, _)| n.parse::<usize>().ok())
+        .is_some_and(|n| n >= n_layer)
+}
+
 impl Transformer {
     /// Loads a GGUF file.
     pub fn from_gguf_path(path: &Path, dtype: WeightDType) -> Result<Transformer> {
@@ -402,6 +423,8 @@ impl Transformer {
         panels: &ExpertPanels,
     ) -> Result<Transformer> {
         let config = ModelConfig::from_gguf(file.content())?;
+        let hybrid = Hybrid::from_gguf(file.content(), &config)
+            .map_err(|e| WeightsError::gguf(file.path(), e.to_string()))?;
         let arch = config.arch;
         let r = super::memory::residency(file, dtype, panels)?;
         let available = super::memory::available_bytes();
@@ -410,10 +433,16 @@ impl Transformer {
             experts: panels.clone(),
             populate: r.populate(available),
         };
-        let model = Transformer::build(config, file, dtype, &placement)?;
+        let model = Transformer::build(config, hybrid, file, dtype, &placement)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
-        // ignored (the model would compute something else without a word).
-        refuse_unused(&file.unread_tensors(), arch, |msg| {
+        // ignored (the model would compute something else without a word). The exception:
+        // a hybrid model's multi-token-prediction layers after its trunk, which only drafting
+        // would run (none here).
+        let mut unused = file.unread_tensors();
+        if model.hybrid.is_some() {
+            unused.retain(|t| !beyond_trunk(t, model.config.n_layer));
+        }
+        refuse_unused(&unused, arch, |msg| {
             WeightsError::gguf(file.path(), msg).into()
         })?;
         Ok(model)
@@ -432,7 +461,8 @@ impl Transformer {
         Ok(model)
     }
 
-    /// Builds the model from tensors under GGUF names (a GGUF file or a checkpoint).
+    /// Builds the model from tensors under GGUF names (a GGUF file or a checkpoint) of a
+    /// model without linear-attention layers.
     pub fn from_source(
         config: ModelConfig,
         src: &mut dyn TensorSource,
@@ -442,34 +472,58 @@ impl Transformer {
             experts: ExpertPanels::from_env(),
             populate: false,
         };
-        Transformer::build(config, src, dtype, &placement)
+        Transformer::build(config, None, src, dtype, &placement)
     }
 
+    /// [`Transformer::from_source`] with a hybrid model's linear-attention geometry and the
+    /// experts placed as `panels` says.
     fn build(
         config: ModelConfig,
+        hybrid: Option<Hybrid>,
         src: &mut dyn TensorSource,
         dtype: WeightDType,
         panels: &Placement,
     ) -> Result<Transformer> {
         let c = &config;
+        if ArchSpec::of(c.arch).hybrid && hybrid.is_none() {
+            return Err(ModelError::Metadata {
+                key: format!("{}.ssm.state_size", c.architecture),
+                msg: "a hybrid model's linear-attention geometry comes from its GGUF".into(),
+            });
+        }
         let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
         let embedding = build_matrix(src, "token_embd.weight", &[c.vocab_size, dim], dtype)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
+            let linear = hybrid.as_ref().filter(|h| h.linear[i]);
+            let delta = match linear {
+                Some(h) => Some(DeltaNet::load(src, i, h, dim, dtype)?),
+                None => None,
+            };
             let mut mat = |suffix: &str, shape: &[usize]| -> Result<QWeight> {
                 build_matrix(src, &name(suffix), shape, dtype)
             };
-            let qkv = if c.arch.fused() {
+
+            // Qwen3.5's full-attention queries carry an output gate per head.
+            let out_gate = hybrid.is_some() && linear.is_none();
+            let qkv = if let Some(h) = linear {
+                Qkv::Fused(mat("attn_qkv.weight", &[h.conv_dim(), dim])?)
+            } else if c.arch.fused() {
                 Qkv::Fused(mat("attn_qkv.weight", &[q_dim + 2 * kv_dim, dim])?)
             } else {
+                let q_rows = if out_gate { 2 * q_dim } else { q_dim };
                 Qkv::Split {
-                    q: mat("attn_q.weight", &[q_dim, dim])?,
+                    q: mat("attn_q.weight", &[q_rows, dim])?,
                     k: mat("attn_k.weight", &[kv_dim, dim])?,
                     v: mat("attn_v.weight", &[kv_dim, dim])?,
                 }
             };
-            let wo = mat("attn_output.weight", &[dim, q_dim])?;
+            let wo = match linear {
+                Some(h) => mat("ssm_out.weight", &[dim, h.value_dim()])?,
+                None => mat("attn_output.weight", &[dim, q_dim])?,
+            };
+
             let ffn = match c.moe {
                 Some(moe) => Ffn::Moe(load_moe(src, i, c, moe, dtype, panels)?),
                 None => Ffn::Dense {
@@ -545,6 +599,8 @@ impl Transformer {
                 ffn,
                 post_ffn_norm,
                 swa: c.window(i).is_some(),
+                delta,
+                out_gate,
             });
         }
         let output_norm = to_f32_vec(
@@ -563,9 +619,13 @@ impl Transformer {
             None
         };
         let factors = src.rope_factors(c)?;
-        let rope_freqs = c.rope_freqs(false, factors.as_deref());
-        let rope_swa_freqs =
-            Some(c.rope_freqs(true, factors.as_deref())).filter(|f| *f != rope_freqs);
+        let fixed = hybrid.as_ref().map(|h| h.fixed_pairs(c.rope_dim / 2));
+        let freqs = |swa: bool| RopeFreqs {
+            fixed: fixed.clone(),
+            ..c.rope_freqs(swa, factors.as_deref())
+        };
+        let rope_freqs = freqs(false);
+        let rope_swa_freqs = Some(freqs(true)).filter(|f| *f != rope_freqs);
         let swa_table = rope_swa_freqs.is_some();
         let plan = Plan::new(c, layers.iter().map(|l| l.parts(swa_table)));
         Ok(Transformer {
@@ -578,7 +638,13 @@ impl Transformer {
             rope_freqs,
             rope_swa_freqs,
             plan,
+            hybrid,
         })
+    }
+
+    /// Floats of recurrent state each sequence holds (0 without linear-attention layers).
+    pub fn state_len(&self) -> usize {
+        self.hybrid.as_ref().map_or(0, Hybrid::state_len)
     }
 
     /// The steps every device executes for this model (see [`Plan`]).
@@ -617,6 +683,9 @@ impl Transformer {
                 Qkv::Fused(m) => add(m, false),
             }
             add(&l.wo, false);
+            if let Some(d) = &l.delta {
+                d.matrices().into_iter().for_each(|m| add(m, false));
+            }
             match &l.ffn {
                 Ffn::Dense { gate_up, down } => {
                     match gate_up {
@@ -643,6 +712,7 @@ impl Transformer {
         }
         add(self.output.as_ref().unwrap_or(&self.embedding), true);
         w.kv_bytes_per_position = self.config.n_layer * 2 * self.config.kv_dim() * 4;
+        w.state_bytes_per_sequence = self.state_len() * 4;
         w
     }
 
@@ -694,6 +764,9 @@ impl Transformer {
         let rd = c.rope_dim;
         let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         scratch.prepare(c, rows);
+        if let Some(h) = &self.hybrid {
+            scratch.prepare_hybrid(c, h, rows);
+        }
         let s = scratch;
 
         // Row bookkeeping: sequence start row, first position; then grow each KV.
@@ -804,11 +877,12 @@ impl Transformer {
                         k: wk,
                         v: wv,
                     } => {
-                        let (q, k, v) = (
-                            &mut s.q[..rows * q_dim],
-                            &mut s.k[..rows * kv_dim],
-                            &mut s.v[..rows * kv_dim],
-                        );
+                        // With an output gate the queries go to `fused` to be split.
+                        let q = match layer.out_gate {
+                            true => &mut s.fused[..rows * 2 * q_dim],
+                            false => &mut s.q[..rows * q_dim],
+                        };
+                        let (k, v) = (&mut s.k[..rows * kv_dim], &mut s.v[..rows * kv_dim]);
                         QWeight::matmul_shared(&[wq, wk, wv], xb, rows, &mut [q, k, v]);
                     }
                     Qkv::Fused(w) => {
@@ -892,9 +966,41 @@ impl Transformer {
                 add_rows(&mut s.xb[..rows * dim], b);
             }
             Step::Project(Matrix::Out) => {
+                // Attention's q_dim, or a linear layer's value width.
+                let k = layer.wo.cols();
                 layer
                     .wo
-                    .matmul(&s.attn[..rows * q_dim], rows, &mut s.xb[..rows * dim]);
+                    .matmul(&s.attn[..rows * k], rows, &mut s.xb[..rows * dim]);
+            }
+            Step::SplitGate => split_gate(
+                &s.fused[..rows * 2 * q_dim],
+                hd,
+                &mut s.q[..rows * q_dim],
+                &mut s.delta.gate[..rows * q_dim],
+            ),
+            Step::OutGate => out_gate(&mut s.attn[..rows * q_dim], &s.delta.gate[..rows * q_dim]),
+            Step::DeltaProject | Step::Conv | Step::DeltaRule | Step::GatedNorm => {
+                let (Some(d), Some(h)) = (&layer.delta, &self.hybrid) else {
+                    missing("linear attention")
+                };
+                let Qkv::Fused(qkv) = &layer.qkv else {
+                    missing("a fused q|k|v projection")
+                };
+                let vd = h.value_dim();
+                match step {
+                    Step::DeltaProject => d.project(qkv, &s.xb[..rows * dim], rows, &mut s.delta),
+                    Step::Conv => d.conv(h, l, seqs, &s.seq_spans, &mut s.delta),
+                    Step::DeltaRule => d.rule(
+                        h,
+                        l,
+                        c.rms_eps,
+                        seqs,
+                        &s.seq_spans,
+                        &mut s.delta,
+                        &mut s.attn[..rows * vd],
+                    ),
+                    _ => d.gated_norm(h, c.rms_eps, rows, &mut s.delta, &mut s.attn[..rows * vd]),
+                }
             }
             Step::PostNorm(block) => {
                 let w = match block {
@@ -1131,6 +1237,8 @@ pub struct Scratch {
     seq_spans: Vec<(usize, usize, usize)>,
     /// The Mixture-of-Experts steps' buffers.
     moe: MoeScratch,
+    /// The linear-attention steps' buffers.
+    delta: DeltaScratch,
 }
 
 impl Scratch {
@@ -1157,6 +1265,14 @@ impl Scratch {
         }
         fit(&mut self.rope, rows * c.rope_dim);
         fit(&mut self.rope_swa, rows * c.rope_dim);
+    }
+
+    /// The buffers a hybrid model's steps need beyond [`Scratch::prepare`]'s.
+    fn prepare_hybrid(&mut self, c: &ModelConfig, h: &Hybrid, rows: usize) {
+        self.delta.prepare(h, c.q_dim(), rows);
+        let wide = c.dim.max(c.q_dim()).max(h.value_dim());
+        self.attn.resize(rows * wide, 0.0);
+        self.fused.resize(rows * 2 * c.q_dim(), 0.0);
     }
 }
 

@@ -781,7 +781,8 @@ mod tests {
         }
     }
 
-    /// Qwen3, gpt-oss (Harmony) and QwQ (a template that opens `<think>` itself) render every
+    /// Qwen3, gpt-oss (Harmony), QwQ (a template that opens `<think>` itself) and Qwen3.5
+    /// (which opens `<think>` unless `enable_thinking` is false) render every
     /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
     /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
     /// the cases for `strftime_now`. The expected prompts were written by
@@ -790,7 +791,12 @@ mod tests {
     fn real_thinking_templates_render_like_llama_cpp() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
         let mut checked = 0;
-        for name in ["Qwen-Qwen3-0.6B", "openai-gpt-oss-120b", "Qwen-QwQ-32B"] {
+        for name in [
+            "Qwen-Qwen3-0.6B",
+            "openai-gpt-oss-120b",
+            "Qwen-QwQ-32B",
+            "Qwen-Qwen3.5-4B",
+        ] {
             let path = dir.join(format!("rendered/{name}.json"));
             let text = std::fs::read_to_string(&path).unwrap();
             let expected: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -821,7 +827,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 12);
+        assert_eq!(checked, 17);
         // Another date renders another prompt: the date is what the template stamps.
         let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
         let t = ChatTemplate::new(src, "", "").unwrap();

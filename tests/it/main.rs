@@ -17,6 +17,7 @@ mod fuzz;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod hostile;
+mod hybrid;
 mod memory;
 mod moe;
 mod own_data;

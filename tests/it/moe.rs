@@ -103,7 +103,7 @@ pub(crate) fn moe_tensors(arch: &str) -> Vec<TinyTensor> {
 pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
     let (name, experts, used, ffn, _) = model(arch);
     let hd = (DIM / HEADS) as u32;
-    let mut md = crate::util::llama_metadata(&crate::util::TinyShape {
+    let shape = crate::util::TinyShape {
         arch: name,
         layers: LAYERS,
         dim: DIM,
@@ -111,16 +111,17 @@ pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
         heads: HEADS,
         kv_heads: KV_HEADS,
         context: 256,
-    });
-    for (k, v) in [
-        ("attention.key_length", hd),
-        ("attention.value_length", hd),
-        ("rope.dimension_count", hd),
-        ("expert_count", experts as u32),
-        ("expert_used_count", used as u32),
-    ] {
-        md.push((format!("{name}.{k}"), Value::U32(v)));
-    }
+    };
+    let mut md = crate::util::tiny_metadata(
+        &shape,
+        &[
+            ("attention.key_length", hd),
+            ("attention.value_length", hd),
+            ("rope.dimension_count", hd),
+            ("expert_count", experts as u32),
+            ("expert_used_count", used as u32),
+        ],
+    );
     if name != "llama" {
         md.push((
             format!("{name}.expert_feed_forward_length"),
@@ -146,35 +147,27 @@ pub(crate) fn moe_metadata(arch: &str) -> Vec<(String, Value)> {
     md
 }
 
+/// One model and type of a `make_tiny_*_reference.py` fixture (MoE and hybrid).
 #[derive(Deserialize)]
-struct MoeRecord {
-    arch: String,
-    ftype: String,
+pub(crate) struct TinyRecord {
+    pub(crate) arch: String,
+    pub(crate) ftype: String,
     /// Every tensor's stored type, as llama-quantize chose it.
-    types: BTreeMap<String, String>,
+    pub(crate) types: BTreeMap<String, String>,
     /// The first 16 hex digits of the sha256 of every tensor's stored bytes.
-    tensors: BTreeMap<String, String>,
-    argmax: Vec<Vec<u32>>,
-    top2_gap: Vec<Vec<f32>>,
-    llama_cpp_paths: BTreeMap<String, usize>,
+    pub(crate) tensors: BTreeMap<String, String>,
+    pub(crate) argmax: Vec<Vec<u32>>,
+    pub(crate) top2_gap: Vec<Vec<f32>>,
+    pub(crate) llama_cpp_paths: BTreeMap<String, usize>,
 }
 
-/// `v` stored as `dtype`, as llama-quantize stores it.
-fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
-    match dtype {
-        GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => kquants::quantize(v, shape, dtype),
-        _ => q(v.to_vec(), shape, dtype),
-    }
-}
-
-/// Writes the fixture model of record `t` into `dir`: the script's weights, each tensor stored
-/// in the type llama-quantize chose, its bytes required to be llama-quantize's.
-fn write_record(dir: &Path, t: &MoeRecord) -> PathBuf {
+/// The tensors `ws` of record `t`, each stored in the type llama-quantize chose, its bytes
+/// checked against llama-quantize's.
+pub(crate) fn raw_tensors(ws: &[TinyTensor], t: &TinyRecord) -> Vec<RawTensor> {
     let label = format!("tiny {} {}", t.arch, t.ftype);
-    let ws = moe_tensors(&t.arch);
     assert_eq!(ws.len(), t.tensors.len(), "{label}: tensor count");
     let mut tensors = Vec::with_capacity(ws.len());
-    for (name, shape, v) in &ws {
+    for (name, shape, v) in ws {
         let ty = t
             .types
             .get(name)
@@ -196,6 +189,21 @@ fn write_record(dir: &Path, t: &MoeRecord) -> PathBuf {
         );
         tensors.push(raw);
     }
+    tensors
+}
+
+/// `v` stored as `dtype`, as llama-quantize stores it.
+fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
+    match dtype {
+        GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => kquants::quantize(v, shape, dtype),
+        _ => q(v.to_vec(), shape, dtype),
+    }
+}
+
+/// Writes the fixture model of record `t` into `dir` ([`raw_tensors`]: the script's weights in
+/// llama-quantize's types and bytes).
+fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
+    let tensors = raw_tensors(&moe_tensors(&t.arch), t);
     let file = dir.join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
     write_gguf_raw(&file, &moe_metadata(&t.arch), &tensors);
     file
@@ -218,7 +226,7 @@ fn write_record(dir: &Path, t: &MoeRecord) -> PathBuf {
 /// dense models' bound is 0.1.
 #[test]
 fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<MoeRecord>("quant/tiny_moe_teacher_forced.jsonl");
+    let (head, records) = tiny_fixture::<TinyRecord>("quant/tiny_moe_teacher_forced.jsonl");
     let seqs = head.seqs();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut report = Vec::new();
@@ -290,7 +298,7 @@ fn moe_metadata_errors_name_the_key() {
 /// rewritten, by the second.
 #[test]
 fn experts_read_in_place_from_panel_files_have_the_bits_of_experts_in_memory() {
-    let (_, records) = tiny_fixture::<MoeRecord>("quant/tiny_moe_teacher_forced.jsonl");
+    let (_, records) = tiny_fixture::<TinyRecord>("quant/tiny_moe_teacher_forced.jsonl");
     let dir = tempfile::tempdir().expect("tempdir");
     let prompts: Vec<Vec<u32>> = (0..4u32)
         .map(|p| {

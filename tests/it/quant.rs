@@ -97,7 +97,7 @@ fn write_tiny(dir: &Path, dtype: GgmlDType, seed: u64) -> PathBuf {
     path
 }
 
-fn pool(threads: usize) -> rayon::ThreadPool {
+pub(crate) fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

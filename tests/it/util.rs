@@ -101,6 +101,21 @@ pub struct TinyShape {
 }
 
 /// The metadata a llama-family GGUF of `shape` needs (rope base 10000, RMS epsilon 1e-5).
+/// [`llama_metadata`] of `shape` with the integer keys `extra` (`<arch>.<key>`) after it.
+pub fn tiny_metadata(
+    shape: &TinyShape,
+    extra: &[(&str, u32)],
+) -> Vec<(String, candle_core::quantized::gguf_file::Value)> {
+    let mut md = llama_metadata(shape);
+    md.extend(extra.iter().map(|&(k, v)| {
+        (
+            format!("{}.{k}", shape.arch),
+            candle_core::quantized::gguf_file::Value::U32(v),
+        )
+    }));
+    md
+}
+
 pub fn llama_metadata(
     shape: &TinyShape,
 ) -> Vec<(String, candle_core::quantized::gguf_file::Value)> {

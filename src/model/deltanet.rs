@@ -1,0 +1,505 @@
+//! Gated DeltaNet, the linear attention of Qwen3.5's hybrid layers (llama.cpp's
+//! `src/models/qwen35.cpp` and `delta-net-base.cpp`; Yang et al., "Gated Delta Networks",
+//! 2024): the geometry read from the GGUF ([`Hybrid`]), a layer's weights ([`DeltaNet`]) and
+//! the steps the plan names (`Step::DeltaProject`, `Conv`, `DeltaRule`, `GatedNorm`), plus
+//! the full-attention layers' output gate.
+//!
+//! A linear-attention layer keeps, per sequence, a fixed-size recurrent state instead of
+//! keys and values: the last `taps − 1` inputs of its causal conv1d and one `S × S` matrix
+//! per value head. That state belongs to the engine (behind `KvSeq::state`); this module
+//! reads and updates it. There is ONE recurrence for every path: each new row is folded into
+//! the state by the same per-token update in the same arithmetic order (llama.cpp's fused
+//! `gated_delta_net` CPU op), whether it arrives in a prefill chunk of any size, after a
+//! prefix-cache resume or in a decode step; sequences and heads are independent, so neither
+//! the batch nor the thread count changes a bit.
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use rayon::prelude::*;
+
+use super::arch::{Arch, ModelConfig, TensorSource};
+use super::error::{ModelError, Result};
+use super::expf::{exp_f32, exp_shifted_in_place};
+use super::kv::{KvSeq, SeqStep};
+use super::quant::QWeight;
+use super::transformer::WeightDType;
+use crate::weights::gguf::md_usize;
+
+/// The linear-attention geometry of a hybrid model and which layers are linear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hybrid {
+    /// Taps of the causal conv1d (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Query/key heads (`ssm.group_count`).
+    pub k_heads: usize,
+    /// Value heads, each with its own state (`ssm.time_step_rank`).
+    pub v_heads: usize,
+    /// The head size `S` of queries, keys and values (`ssm.state_size`).
+    pub head_dim: usize,
+    /// Per layer, whether it is linear attention (llama.cpp: all but every
+    /// `full_attention_interval`-th layer, default 4).
+    pub linear: Vec<bool>,
+    /// `rope.dimension_sections` of the full-attention layers' multi-section RoPE.
+    pub sections: [usize; 4],
+}
+
+fn meta_err(key: &str, msg: String) -> ModelError {
+    ModelError::Metadata {
+        key: key.into(),
+        msg,
+    }
+}
+
+impl Hybrid {
+    /// The geometry of a hybrid architecture's GGUF (`None` for the others).
+    pub fn from_gguf(content: &Content, c: &ModelConfig) -> Result<Option<Hybrid>> {
+        if c.arch != Arch::Qwen35 {
+            return Ok(None);
+        }
+        let key = |k: &str| format!("{}.{k}", c.architecture);
+        let get = |k: &str| md_usize(content, &key(k)).map_err(ModelError::from);
+        let conv_kernel = get("ssm.conv_kernel")?;
+        let head_dim = get("ssm.state_size")?;
+        let v_heads = get("ssm.time_step_rank")?;
+        let k_heads = get("ssm.group_count")?;
+        let inner = get("ssm.inner_size")?;
+        if !(1..=16).contains(&conv_kernel) {
+            return Err(meta_err(
+                &key("ssm.conv_kernel"),
+                format!("{conv_kernel} taps (1 to 16 supported)"),
+            ));
+        }
+        if head_dim == 0 || k_heads == 0 || !v_heads.is_multiple_of(k_heads) || v_heads == 0 {
+            return Err(meta_err(
+                &key("ssm.group_count"),
+                format!("{k_heads} key heads do not divide {v_heads} value heads of {head_dim}"),
+            ));
+        }
+        if inner != v_heads * head_dim {
+            return Err(meta_err(
+                &key("ssm.inner_size"),
+                format!("{inner} is not {v_heads} value heads of {head_dim}"),
+            ));
+        }
+        let interval = match content
+            .metadata
+            .contains_key(&key("full_attention_interval"))
+        {
+            true => get("full_attention_interval")?,
+            false => 4,
+        };
+        if interval == 0 {
+            return Err(meta_err(&key("full_attention_interval"), "0".into()));
+        }
+        let sk = key("rope.dimension_sections");
+        let sections = match content.metadata.get(&sk) {
+            Some(Value::Array(a)) if a.len() == 4 => {
+                let mut s = [0usize; 4];
+                for (o, v) in s.iter_mut().zip(a) {
+                    let n = v
+                        .to_i32()
+                        .map(i64::from)
+                        .or_else(|_| v.to_u32().map(i64::from))
+                        .map_err(|e| meta_err(&sk, e.to_string()))?;
+                    *o = usize::try_from(n).map_err(|_| meta_err(&sk, format!("{n}")))?;
+                }
+                s
+            }
+            Some(_) => return Err(meta_err(&sk, "expected an array of 4 integers".into())),
+            None => return Err(meta_err(&sk, "missing".into())),
+        };
+        if sections.iter().sum::<usize>() * 2 > c.head_dim || sections[..3] == [0, 0, 0] {
+            return Err(meta_err(
+                &sk,
+                format!("{sections:?} do not fit heads of {}", c.head_dim),
+            ));
+        }
+        Ok(Some(Hybrid {
+            conv_kernel,
+            k_heads,
+            v_heads,
+            head_dim,
+            linear: (0..c.n_layer).map(|i| (i + 1) % interval != 0).collect(),
+            sections,
+        }))
+    }
+
+    /// Width of the keys (and of the queries).
+    pub fn key_dim(&self) -> usize {
+        self.k_heads * self.head_dim
+    }
+
+    /// Width of the values (and of the layer's output before its projection).
+    pub fn value_dim(&self) -> usize {
+        self.v_heads * self.head_dim
+    }
+
+    /// Channels of the conv1d: queries, keys and values.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    fn conv_state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+
+    fn layer_state_len(&self) -> usize {
+        self.conv_state_len() + self.v_heads * self.head_dim * self.head_dim
+    }
+
+    /// Floats of recurrent state one sequence holds: every linear layer's conv inputs and
+    /// delta-rule matrices.
+    pub fn state_len(&self) -> usize {
+        self.linear.iter().filter(|&&l| l).count() * self.layer_state_len()
+    }
+
+    /// Where layer `l`'s state starts in a sequence's state.
+    fn state_offset(&self, l: usize) -> usize {
+        self.linear[..l].iter().filter(|&&x| x).count() * self.layer_state_len()
+    }
+
+    /// The RoPE pairs that stay at position 0 for text: llama.cpp's interleaved M-RoPE
+    /// (`ggml_mrope_cache_init`, `is_imrope`) gives pair `i` the position of section `i % 3`
+    /// while `i < 3 · sections[i % 3]`, else the fourth section's, which is 0 for text tokens
+    /// (`llm_graph_input_pos::set_input`); the first three are the token's position.
+    pub fn fixed_pairs(&self, pairs: usize) -> Vec<bool> {
+        let s = self.sections;
+        let dims: usize = s.iter().sum();
+        (0..pairs)
+            .map(|i| {
+                let sector = i % dims.max(1);
+                sector >= 3 * s[sector % 3]
+            })
+            .collect()
+    }
+}
+
+/// A linear-attention layer's weights besides its input projection of q|k|v (the layer's
+/// fused `qkv`, `attn_qkv`) and its output projection (the layer's `wo`, `ssm_out`).
+pub(super) struct DeltaNet {
+    /// The output gate `z` (`attn_gate`, value width).
+    pub(super) z: QWeight,
+    /// β's logits per value head (`ssm_beta`).
+    pub(super) beta: QWeight,
+    /// The decay's logits per value head (`ssm_alpha`).
+    pub(super) alpha: QWeight,
+    /// The conv1d's taps, `conv_dim × taps`, oldest input first (`ssm_conv1d`).
+    pub(super) conv: Vec<f32>,
+    /// The decay's bias per value head (`ssm_dt.bias`).
+    pub(super) dt_bias: Vec<f32>,
+    /// `−exp(A_log)` per value head (`ssm_a`).
+    pub(super) a: Vec<f32>,
+    /// The gated norm's weight, one head wide (`ssm_norm`).
+    pub(super) norm: Vec<f32>,
+}
+
+impl DeltaNet {
+    /// Layer `l`'s tensors, matrices held as `dtype` says.
+    pub(super) fn load(
+        src: &mut dyn TensorSource,
+        l: usize,
+        h: &Hybrid,
+        dim: usize,
+        dtype: WeightDType,
+    ) -> Result<DeltaNet> {
+        let name = |s: &str| format!("blk.{l}.{s}");
+        let mat = |src: &mut dyn TensorSource, n: &str, shape: &[usize]| {
+            super::transformer::build_matrix(src, n, shape, dtype)
+        };
+        let vector = |src: &mut dyn TensorSource, n: String, shape: &[usize]| {
+            let q = src.read_tensor(&n, shape)?;
+            super::transformer::to_f32_vec(&n, &q)
+        };
+        Ok(DeltaNet {
+            z: mat(src, &name("attn_gate.weight"), &[h.value_dim(), dim])?,
+            beta: mat(src, &name("ssm_beta.weight"), &[h.v_heads, dim])?,
+            alpha: mat(src, &name("ssm_alpha.weight"), &[h.v_heads, dim])?,
+            conv: vector(
+                src,
+                name("ssm_conv1d.weight"),
+                &[h.conv_dim(), h.conv_kernel],
+            )?,
+            dt_bias: vector(src, name("ssm_dt.bias"), &[h.v_heads])?,
+            a: vector(src, name("ssm_a"), &[h.v_heads])?,
+            norm: vector(src, name("ssm_norm.weight"), &[h.head_dim])?,
+        })
+    }
+
+    /// Every matrix besides the layer's q|k|v and output projections.
+    pub(super) fn matrices(&self) -> [&QWeight; 3] {
+        [&self.z, &self.beta, &self.alpha]
+    }
+}
+
+/// The linear-attention steps' buffers (and the full-attention output gate's).
+#[derive(Debug, Default)]
+pub struct DeltaScratch {
+    /// The mixed q|k|v channels (`conv_dim` per row), then their convolution.
+    mixed: Vec<f32>,
+    conv: Vec<f32>,
+    z: Vec<f32>,
+    beta: Vec<f32>,
+    alpha: Vec<f32>,
+    /// The full-attention layers' output gate (`q_dim` per row).
+    pub(super) gate: Vec<f32>,
+}
+
+impl DeltaScratch {
+    pub(super) fn prepare(&mut self, h: &Hybrid, q_dim: usize, rows: usize) {
+        let fit = |v: &mut Vec<f32>, n: usize| v.resize(n, 0.0);
+        fit(&mut self.mixed, rows * h.conv_dim());
+        fit(&mut self.conv, rows * h.conv_dim());
+        fit(&mut self.z, rows * h.value_dim());
+        fit(&mut self.beta, rows * h.v_heads);
+        fit(&mut self.alpha, rows * h.v_heads);
+        fit(&mut self.gate, rows * q_dim);
+    }
+}
+
+/// `x / (1 + e^−x)` in place, the exponentials a vector at a time (as the feed-forward SiLU).
+fn silu_in_place(x: &mut [f32]) {
+    let mut e = [0f32; 256];
+    for x in x.chunks_mut(e.len()) {
+        let e = &mut e[..x.len()];
+        for (e, x) in e.iter_mut().zip(x.iter()) {
+            *e = -*x;
+        }
+        exp_shifted_in_place(e, 0.0);
+        for (x, e) in x.iter_mut().zip(e.iter()) {
+            *x /= 1.0 + e;
+        }
+    }
+}
+
+/// ggml's `sigmoid`: `1 / (1 + expf(−x))`.
+pub(super) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp_f32(-x))
+}
+
+/// ggml's `softplus`: `x` above 20, else `logf(1 + expf(x))`.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + exp_f32(x)).ln()
+    }
+}
+
+/// ggml's `rms_norm` scale of `x` (each square in f32, summed in f64, the mean rounded to
+/// f32, `1 / sqrtf(mean + eps)`).
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (ss / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// Dot product in index order.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y)
+}
+
+/// `attn = attn · sigmoid(gate)`, element by element (the full-attention output gate).
+pub(super) fn out_gate(attn: &mut [f32], gate: &[f32]) {
+    for (a, &g) in attn.iter_mut().zip(gate) {
+        *a *= sigmoid(g);
+    }
+}
+
+/// The query projection's rows (each head's query then its gate, `2 · q_dim` per row) split
+/// into the queries and the gate.
+pub(super) fn split_gate(fused: &[f32], hd: usize, q: &mut [f32], gate: &mut [f32]) {
+    for (i, pair) in fused.chunks_exact(2 * hd).enumerate() {
+        q[i * hd..(i + 1) * hd].copy_from_slice(&pair[..hd]);
+        gate[i * hd..(i + 1) * hd].copy_from_slice(&pair[hd..]);
+    }
+}
+
+impl DeltaNet {
+    /// `Step::DeltaProject`: `xb` times the fused q|k|v matrix, the gate `z`, β's and the
+    /// decay's logits.
+    pub(super) fn project(&self, qkv: &QWeight, xb: &[f32], rows: usize, d: &mut DeltaScratch) {
+        QWeight::matmul_shared(
+            &[qkv, &self.z, &self.beta, &self.alpha],
+            xb,
+            rows,
+            &mut [
+                &mut d.mixed[..rows * qkv.rows()],
+                &mut d.z[..rows * self.z.rows()],
+                &mut d.beta[..rows * self.beta.rows()],
+                &mut d.alpha[..rows * self.alpha.rows()],
+            ],
+        );
+    }
+
+    /// `Step::Conv`: each sequence's causal conv1d of its mixed channels over the inputs its
+    /// state keeps and its new rows (llama.cpp's `ssm_conv`: the taps summed in order, in
+    /// f32), then SiLU; the state keeps the last `taps − 1` inputs.
+    pub(super) fn conv<K: KvSeq>(
+        &self,
+        h: &Hybrid,
+        l: usize,
+        seqs: &mut [SeqStep<'_, K>],
+        spans: &[(usize, usize, usize)],
+        d: &mut DeltaScratch,
+    ) {
+        let (cd, taps) = (h.conv_dim(), h.conv_kernel);
+        let off = h.state_offset(l);
+        let mut window = Vec::new();
+        for (seq, &(r0, n, _)) in seqs.iter_mut().zip(spans) {
+            let state = &mut seq.kv.state_mut()[off..off + h.conv_state_len()];
+            for c in 0..cd {
+                let kept = &mut state[c * (taps - 1)..(c + 1) * (taps - 1)];
+                window.clear();
+                window.extend_from_slice(kept);
+                window.extend((0..n).map(|i| d.mixed[(r0 + i) * cd + c]));
+                let w = &self.conv[c * taps..(c + 1) * taps];
+                for i in 0..n {
+                    let mut sum = 0f32;
+                    for (x, t) in window[i..i + taps].iter().zip(w) {
+                        sum += x * t;
+                    }
+                    d.conv[(r0 + i) * cd + c] = sum;
+                }
+                kept.copy_from_slice(&window[n..]);
+            }
+        }
+        let rows: usize = spans.iter().map(|s| s.1).sum();
+        silu_in_place(&mut d.conv[..rows * cd]);
+    }
+
+    /// `Step::DeltaRule`: the queries and keys L2-normed (llama.cpp's `rms_norm` with
+    /// `eps / S` times `1 / sqrt(S)`), β = sigmoid, the decay `g = softplus(α + dt) · a`; then
+    /// per sequence and value head, one token at a time: `M ← M · e^g`,
+    /// `δ = (v − M k) · β`, `M ← M + k δᵀ`, `out = M q / sqrt(S)` (value head `h` reads
+    /// key head `h mod k_heads`, as llama.cpp's broadcast). Output into `out` (value width
+    /// per row).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rule<K: KvSeq>(
+        &self,
+        h: &Hybrid,
+        l: usize,
+        eps: f32,
+        seqs: &mut [SeqStep<'_, K>],
+        spans: &[(usize, usize, usize)],
+        d: &mut DeltaScratch,
+        out: &mut [f32],
+    ) {
+        let (cd, s, kd, vd) = (h.conv_dim(), h.head_dim, h.key_dim(), h.value_dim());
+        let rows: usize = spans.iter().map(|x| x.1).sum();
+        let (n_eps, inv) = (eps / s as f32, 1.0 / (s as f32).sqrt());
+        for r in 0..rows {
+            for head in d.conv[r * cd..r * cd + 2 * kd].chunks_exact_mut(s) {
+                let scale = rms_scale(head, n_eps);
+                for v in head.iter_mut() {
+                    *v = *v * scale * inv;
+                }
+            }
+            for v in 0..h.v_heads {
+                let i = r * h.v_heads + v;
+                d.beta[i] = sigmoid(d.beta[i]);
+                d.alpha[i] = softplus(d.alpha[i] + self.dt_bias[v]) * self.a[v];
+            }
+        }
+        let off = h.state_offset(l) + h.conv_state_len();
+        let d = &*d;
+        for (seq, &(r0, n, _)) in seqs.iter_mut().zip(spans) {
+            let states = &mut seq.kv.state_mut()[off..off + h.v_heads * s * s];
+            let heads: Vec<Vec<f32>> = states
+                .par_chunks_mut(s * s)
+                .enumerate()
+                .map(|(v, m)| {
+                    let kh = v % h.k_heads;
+                    let mut o = vec![0f32; n * s];
+                    let mut delta = vec![0f32; s];
+                    for t in 0..n {
+                        let row = &d.conv[(r0 + t) * cd..(r0 + t + 1) * cd];
+                        let q = &row[kh * s..(kh + 1) * s];
+                        let k = &row[kd + kh * s..kd + (kh + 1) * s];
+                        let val = &row[2 * kd + v * s..2 * kd + (v + 1) * s];
+                        let i = (r0 + t) * h.v_heads + v;
+                        let (beta, decay) = (d.beta[i], exp_f32(d.alpha[i]));
+                        // The state transposed: row j of `m` is column j of S.
+                        for x in m.iter_mut() {
+                            *x *= decay;
+                        }
+                        for (j, dj) in delta.iter_mut().enumerate() {
+                            *dj = (val[j] - dot(&m[j * s..(j + 1) * s], k)) * beta;
+                        }
+                        for (j, &dj) in delta.iter().enumerate() {
+                            for (x, &ki) in m[j * s..(j + 1) * s].iter_mut().zip(k) {
+                                *x = ki.mul_add(dj, *x);
+                            }
+                        }
+                        for j in 0..s {
+                            o[t * s + j] = dot(&m[j * s..(j + 1) * s], q) * inv;
+                        }
+                    }
+                    o
+                })
+                .collect();
+            for (v, o) in heads.iter().enumerate() {
+                for t in 0..n {
+                    out[(r0 + t) * vd + v * s..][..s].copy_from_slice(&o[t * s..(t + 1) * s]);
+                }
+            }
+        }
+    }
+
+    /// `Step::GatedNorm`: each value head's output RMS-normed times the norm's weight, times
+    /// `silu(z)`.
+    pub(super) fn gated_norm(
+        &self,
+        h: &Hybrid,
+        eps: f32,
+        rows: usize,
+        d: &mut DeltaScratch,
+        out: &mut [f32],
+    ) {
+        let s = h.head_dim;
+        let z = &mut d.z[..rows * h.value_dim()];
+        silu_in_place(z);
+        for (o, z) in out[..rows * h.value_dim()]
+            .chunks_exact_mut(s)
+            .zip(z.chunks_exact(s))
+        {
+            let scale = rms_scale(o, eps);
+            for ((x, &w), &g) in o.iter_mut().zip(&self.norm).zip(z) {
+                *x = *x * scale * w * g;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hybrid(sections: [usize; 4]) -> Hybrid {
+        Hybrid {
+            conv_kernel: 4,
+            k_heads: 2,
+            v_heads: 4,
+            head_dim: 8,
+            linear: vec![true, false, true, false],
+            sections,
+        }
+    }
+
+    /// llama.cpp's interleaved M-RoPE for text: with Qwen3.5's sections every pair takes the
+    /// token's position; a fourth section's pairs stay at 0.
+    #[test]
+    fn imrope_pairs_at_position_zero_are_the_fourth_sections() {
+        assert!(hybrid([11, 11, 10, 0]).fixed_pairs(32).iter().all(|f| !f));
+        let f = hybrid([2, 2, 2, 2]).fixed_pairs(8);
+        assert_eq!(f, [false, false, false, false, false, false, true, true]);
+    }
+
+    #[test]
+    fn state_sizes_and_offsets() {
+        let h = hybrid([1, 1, 1, 0]);
+        assert_eq!(h.conv_dim(), 2 * 16 + 32);
+        let per = 3 * 64 + 4 * 64;
+        assert_eq!(h.state_len(), 2 * per);
+        assert_eq!(h.state_offset(2), per);
+        assert_eq!(h.state_offset(3), 2 * per);
+    }
+}
