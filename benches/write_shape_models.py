@@ -18,7 +18,9 @@ per-token time scales with the layers, so ratios between builds stay. `--random-
 OUT_DIR/<shape>.Q4_K_M.gguf directly, without llama-quantize: random Q4_K/Q6_K block bytes with
 fixed scales (d = 1/(256 sqrt(fan-in)), as benches/gpu/write_models.py) in llama-quantize's
 Q4_K_M mix (Q6_K for the output, or the token embedding when tied, and for attn_v and ffn_down
-of the layers its `use_more_bits` picks).
+of the layers its `use_more_bits` picks). For gpt-oss shapes it writes OUT_DIR/<shape>.MXFP4_MOE.gguf
+instead, in llama-quantize's MXFP4_MOE mix: random MXFP4 expert blocks (one E8M0 exponent per
+tensor, values about 1/sqrt(fan-in)), every other matrix random Q8_0 blocks, the router F32.
 Never commit the output: the F16 8B file is 16 GB.
 """
 import argparse
@@ -55,6 +57,12 @@ SHAPES = {
     "tiny-qwen3moe": dict(arch="qwen3moe", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64,
                           ffn=512, experts=8, used=2, expert_ffn=256, qk_norm=True, vocab=1024,
                           ctx=2048, theta=1000000.0, eps=1e-6, tied=True, bias=False),
+    # A tiny gpt-oss of gpt-oss-20b's layout (biases, sinks, a 16-position window on alternate
+    # layers, YaRN, 8 experts of FFN 256 with biases, 2 used), for the GPU check's MoE stage.
+    "tiny-gpt-oss": dict(arch="gpt-oss", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64,
+                         ffn=512, experts=8, used=2, expert_ffn=256, vocab=1024, ctx=2048,
+                         theta=150000.0, eps=1e-5, tied=False, bias=True, oss=True, window=16,
+                         yarn=(32.0, 4096)),
     # A tiny qwen2 of the same layout, for checking the script itself in seconds.
     "tiny-qwen2": dict(arch="qwen2", dim=256, layers=2, heads=4, kv_heads=2, ffn=512, vocab=1024,
                        ctx=2048, theta=1000000.0, eps=1e-6, tied=True, bias=True),
@@ -63,7 +71,8 @@ SHAPES = {
 GGML_F32, GGML_F16 = 0, 1
 ALIGN = 32
 # ggml block types: (id, elements per block, bytes per block)
-BLOCKS = {"Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210)}
+BLOCKS = {"Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210), "Q8_0": (8, 32, 34),
+          "MXFP4": (39, 32, 17)}
 
 
 def gguf_string(s):
@@ -134,9 +143,18 @@ def tensors(s):
     return out
 
 
+def byte_chars():
+    """GPT-2's byte-level alphabet (`bytes_to_unicode`): the character standing for each byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
 def metadata(s, name, file_type=1):
     a = s["arch"]
-    vocab = [f"<t{i}>" for i in range(s["vocab"])]
+    # The 256 byte tokens first, so that any text encodes (one token a byte), then placeholders.
+    vocab = byte_chars() + [f"<t{i}>" for i in range(256, s["vocab"])]
     extra = []
     if "head_dim" in s:
         extra += [kv(f"{a}.attention.key_length", 4, s["head_dim"]),
@@ -188,6 +206,12 @@ def q4_k_m_type(s, name):
     return "Q4_K"
 
 
+def mxfp4_moe_type(s, name):
+    """The block type llama-quantize's MXFP4_MOE gives matrix `name`: MXFP4 for the experts,
+    Q8_0 for every other matrix."""
+    return "MXFP4" if "_exps." in name else "Q8_0"
+
+
 def random_blocks(rng, kind, n_elems, cols):
     """Random `kind` blocks with fixed scales, values about 1/sqrt(cols) in size."""
     _, per, size = BLOCKS[kind]
@@ -198,6 +222,10 @@ def random_blocks(rng, kind, n_elems, cols):
     if kind == "Q4_K":
         b[:, 0:2] = f16(scale / 256)  # d
         b[:, 2:4] = f16(scale / 512)  # dmin
+    elif kind == "Q8_0":  # d, then random i8 quants (about 74 in size)
+        b[:, 0:2] = f16(scale / 74)
+    elif kind == "MXFP4":  # E8M0 exponent (d = 2^(e - 128)), then random E2M1 codes (about 6)
+        b[:, 0] = int(round(128 + np.log2(scale / 6)))
     else:  # Q6_K: signed 6-bit scales, then d
         b[:, 192:208] = rng.integers(1, 32, size=(nb, 16), dtype=np.int8).view(np.uint8)
         b[:, 208:210] = f16(scale / 512)
@@ -284,9 +312,13 @@ def main():
         s["layers"], stem = a.layers, f"{a.shape}-{a.layers}l"
     os.makedirs(a.out, exist_ok=True)
     if a.random_blocks:
-        dst = os.path.join(a.out, f"{stem}.Q4_K_M.gguf")
+        # llama.cpp's file types: 15 Q4_K_M, 38 MXFP4_MOE.
+        mix, pick, ftype = ("Q4_K_M", q4_k_m_type, 15)
+        if s.get("oss"):
+            mix, pick, ftype = ("MXFP4_MOE", mxfp4_moe_type, 38)
+        dst = os.path.join(a.out, f"{stem}.{mix}.gguf")
         if not os.path.exists(dst):
-            write_gguf(dst, s, a.seed, lambda name: q4_k_m_type(s, name), file_type=15)
+            write_gguf(dst, s, a.seed, lambda name: pick(s, name), file_type=ftype)
         return
     f16 = os.path.join(a.out, f"{stem}.F16.gguf")
     if not os.path.exists(f16):

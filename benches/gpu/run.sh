@@ -22,9 +22,10 @@
 #   tiny      tests/it gpu:: — the tiny model of every architecture: batch invariance and
 #             teacher-forced GPU/CPU agreement (the default model's tests skip: not carried)
 #   moe       Mixture-of-Experts on the card (issue #42): tiny random qwen3moe files (F16 and a
-#             Q4_K_M mix, benches/write_shape_models.py; gpt-oss too where that script has a
-#             tiny-gpt-oss shape), `candor generate` greedy on the CPU and on the GPU, and each
-#             file's tokens compared: "moe <file>: greedy tokens equal (n/n)" or where they part
+#             Q4_K_M mix) and gpt-oss files (F16 and llama-quantize's MXFP4_MOE mix: MXFP4
+#             experts, the rest Q8_0), written by benches/write_shape_models.py, `candor
+#             generate` greedy on the CPU and on the GPU, and each file's tokens compared:
+#             "moe <file>: greedy tokens equal (n/n)" or where they part
 #   e2e       one protocol end to end at the 8B shape: RefuteBench QA (the random 8B Q4_K_M
 #             file given the default model's tokenizer and chat template, as candidate and
 #             judge), 4 and 64 items on the GPU, the same 4 on the CPU (every core, at most
@@ -77,7 +78,7 @@ case $stage in
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
     budget=${BUDGET:-510}
-    stages check:40 kernels:90 bench:170 llama:70 tiny:60 moe:30 e2e:60
+    stages check:40 kernels:90 bench:170 llama:70 tiny:60 moe:45 e2e:60
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
     exit 0 ;;
@@ -173,9 +174,7 @@ PY
   moe)
     d=/tmp/candor-moe
     mkdir -p $d
-    shapes=tiny-qwen3moe
-    grep -q '"tiny-gpt-oss"' "$root/benches/write_shape_models.py" && shapes+=" tiny-gpt-oss"
-    for s in $shapes; do
+    for s in tiny-qwen3moe tiny-gpt-oss; do
       python3 "$root/benches/write_shape_models.py" $d --shape $s --types "" > /dev/null &&
         python3 "$root/benches/write_shape_models.py" $d --shape $s --random-blocks > /dev/null ||
         { say "moe: writing $s failed"; continue; }

@@ -12,9 +12,10 @@
 
 use std::ops::Range;
 
+use super::arch::Activation;
 use super::plan::{Matrix, Place, Plan, Step};
 use super::quant::{QWeight, WeightFormat};
-use super::transformer::{Ffn, GateUp, Qkv, Transformer};
+use super::transformer::{GateUp, Qkv, Transformer};
 
 /// The 8-bit activation blocks a quantized matrix's integer kernel reads (`quantize_q8` kinds
 /// 0 and 1, `quantize_q8k`).
@@ -253,49 +254,47 @@ impl Lowering {
 }
 
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
-/// plan step lowers ([`Lowering::new`]); what is left is a weight format, MXFP4 (gpt-oss's
-/// experts), which the integer kernels do not read yet.
+/// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
+/// Candor loads lowers ([`Lowering::new`]) but a hybrid model's (qwen35): what is named here is
+/// a step, or a variant of one, without a kernel: linear attention and the output gate, experts
+/// with a GELU activation (no architecture has them).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
-    if model.hybrid.is_some() {
-        return Some(
-            "the GPU path has no kernels yet for linear attention (Gated DeltaNet: conv, delta \
-             rule, gated norm) or the output gate; run this model with --device cpu"
-                .to_string(),
-        );
-    }
-    let mxfp4 = matrices(model).any(|w| w.format() == WeightFormat::Mxfp4);
-    mxfp4.then(|| {
-        "the GPU path has no kernels yet for MXFP4 weights; run this model with --device cpu"
-            .to_string()
-    })
+    steps_not_lowered(model.plan())
 }
 
-/// Every matrix of `model`: each layer's projections, router and experts, then the output's.
-fn matrices(model: &Transformer) -> impl Iterator<Item = &QWeight> {
-    let layers = model.layers.iter().flat_map(|l| {
-        let mut v: Vec<&QWeight> = match &l.qkv {
-            Qkv::Split { q, k, v } => vec![q, k, v],
-            Qkv::Fused(w) => vec![w],
-        };
-        v.push(&l.wo);
-        match &l.ffn {
-            Ffn::Dense { gate_up, down } => {
-                match gate_up {
-                    GateUp::Split { gate, up } => v.extend([gate, up]),
-                    GateUp::Fused(w) => v.push(w),
-                }
-                v.push(down);
-            }
-            Ffn::Moe(m) => {
-                v.push(&m.router);
-                v.extend(m.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
-            }
-        }
-        v
-    });
-    layers.chain(std::iter::once(
-        model.output.as_ref().unwrap_or(&model.embedding),
-    ))
+/// The steps of `plan` without a GPU kernel, named in one line.
+fn steps_not_lowered(plan: &Plan) -> Option<String> {
+    let has = |f: fn(&Step) -> bool| plan.places().any(|(_, steps)| steps.iter().any(f));
+    let mut missing = Vec::new();
+    if has(|s| {
+        matches!(
+            s,
+            Step::Experts(Activation::GeluTanh | Activation::GeluTanhF16)
+        )
+    }) {
+        missing.push("GELU experts");
+    }
+    if has(|s| {
+        matches!(
+            s,
+            Step::DeltaProject
+                | Step::Conv
+                | Step::DeltaRule
+                | Step::GatedNorm
+                | Step::SplitGate
+                | Step::OutGate
+        )
+    }) {
+        missing.push(
+            "linear attention (Gated DeltaNet: conv, delta rule, gated norm) or the output gate",
+        );
+    }
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the GPU path has no kernels yet for {}; run this model with --device cpu",
+            missing.join(", ")
+        )
+    })
 }
 
 /// The steps `launches` cover, in order: consecutive launches cover either the same steps
@@ -453,7 +452,7 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::{Activation, Arch, ModelConfig};
+    use crate::model::arch::{Arch, ModelConfig};
     use crate::model::plan::{Block, LayerParts, RopeTable};
 
     fn plan(parts: LayerParts, cap: Option<f32>) -> Plan {
@@ -491,17 +490,11 @@ mod tests {
         }
     }
 
-    /// Every step of a Mixture-of-Experts layer and of gpt-oss's layer (sinks, an alternating
-    /// window, an output bias, q/k/v biases, SwiGLU-OAI experts) has its launch, in order, on
-    /// every target; the output bias keeps the residual out of the output projection's
-    /// epilogue, and the experts' layer has no dense matrices.
-    #[test]
-    fn moe_and_gpt_oss_layers_lower_every_step() {
+    /// A one-layer gpt-oss configuration (8 experts of FFN 64, 2 used, top-k then softmax,
+    /// SwiGLU-OAI) and its layer's parts (sinks, output bias, q/k/v biases, experts).
+    fn gpt_oss() -> (ModelConfig, LayerParts) {
         use crate::model::arch::{Gating, MoeConfig};
         let mut c = config(None);
-        c.n_layer = 2;
-        c.sliding_window = Some(128);
-        c.swa_layers = vec![true, false];
         c.activation = Activation::SwigluOai;
         c.moe = Some(MoeConfig {
             experts: 8,
@@ -516,6 +509,20 @@ mod tests {
             moe: true,
             ..LayerParts::default()
         };
+        (c, oss)
+    }
+
+    /// Every step of a Mixture-of-Experts layer and of gpt-oss's layer (sinks, an alternating
+    /// window, an output bias, q/k/v biases, SwiGLU-OAI experts) has its launch, in order, on
+    /// every target; the output bias keeps the residual out of the output projection's
+    /// epilogue, and the experts' layer has no dense matrices.
+    #[test]
+    fn moe_and_gpt_oss_layers_lower_every_step() {
+        use crate::model::arch::{Gating, MoeConfig};
+        let (mut c, oss) = gpt_oss();
+        c.n_layer = 2;
+        c.sliding_window = Some(128);
+        c.swa_layers = vec![true, false];
         let p = Plan::new(&c, [oss, oss]);
         assert!(matches!(
             p.layer(0)[5],
@@ -561,6 +568,50 @@ mod tests {
         let t = moe_only(target(true, true, true, false));
         let low = Lowering::new(&p, &t);
         assert!(covered(p.layer(0), low.launches(Place::Layer(0))).is_ok());
+    }
+
+    /// The GPU refuses only what has no kernel: no dense plan, no MoE plan with SiLU experts
+    /// (qwen3moe, Mixtral) or gpt-oss's (SwiGLU-OAI, sinks, output bias; its MXFP4 experts
+    /// are a weight format, which every kernel reads), but experts with a GELU activation,
+    /// named in one line.
+    #[test]
+    fn the_gpu_refuses_only_steps_without_kernels() {
+        assert_eq!(
+            steps_not_lowered(&plan(LayerParts::default(), Some(30.0))),
+            None
+        );
+        let (mut c, oss) = gpt_oss();
+        for act in [Activation::Silu, Activation::SwigluOai] {
+            c.activation = act;
+            assert_eq!(steps_not_lowered(&Plan::new(&c, [oss])), None, "{act:?}");
+        }
+        for act in [Activation::GeluTanh, Activation::GeluTanhF16] {
+            c.activation = act;
+            let why = steps_not_lowered(&Plan::new(&c, [oss])).expect("refused");
+            assert_eq!(
+                why,
+                "the GPU path has no kernels yet for GELU experts; run this model with \
+                 --device cpu"
+            );
+            // A dense GELU feed-forward (Gemma's) has its kernel.
+            let dense = Plan::new(&c, [LayerParts::default()]);
+            assert_eq!(steps_not_lowered(&dense), None, "{act:?}");
+        }
+        // qwen35's layers: Gated DeltaNet, and full attention with its output gate.
+        let c = config(None);
+        for parts in [
+            LayerParts {
+                linear: true,
+                ..LayerParts::default()
+            },
+            LayerParts {
+                out_gate: true,
+                ..LayerParts::default()
+            },
+        ] {
+            let why = steps_not_lowered(&Plan::new(&c, [parts])).expect("refused");
+            assert!(why.contains("linear attention"), "{why}");
+        }
     }
 
     /// `t` with two layers whose feed-forward is all experts (no dense gate/up or down).

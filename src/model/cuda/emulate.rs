@@ -208,6 +208,31 @@ fn bits_to_b4(v: u32) -> i32 {
     (((v & 1) << 4) | ((v & 2) << 11) | ((v & 4) << 18) | ((v & 8) << 25)) as i32
 }
 
+/// `__byte_perm(x, y, s)`: byte n of the result is byte `(s >> 4n) & 7` of the pair y:x.
+fn byte_perm(x: u32, y: u32, s: u32) -> u32 {
+    let b = (((y as u64) << 32) | x as u64).to_le_bytes();
+    u32::from_le_bytes(std::array::from_fn(|n| b[((s >> (4 * n)) & 7) as usize]))
+}
+
+/// `mxfp4_values`.
+fn mxfp4_values(q: u32) -> i32 {
+    let t = q | (q >> 4);
+    let sel = ((t & 0xFF) | ((t >> 8) & 0xFF00)) & 0x7777;
+    let pos = byte_perm(0x0302_0100, 0x0C08_0604, sel);
+    let neg = byte_perm(0xFDFE_FF00, 0xF4F8_FAFC, sel);
+    let mask = ((q & 0x0808_0808) >> 3) * 0xFF;
+    ((pos & !mask) | (neg & mask)) as i32
+}
+
+/// `e8m0_half`.
+fn e8m0_half(e: u32) -> f32 {
+    f32::from_bits(if e < 2 {
+        0x0020_0000 << e
+    } else {
+        (e - 1) << 23
+    })
+}
+
 fn scale_min_i(j: usize, q: &[u8]) -> (i32, i32) {
     if j < 4 {
         ((q[j] & 63) as i32, (q[j + 4] & 63) as i32)
@@ -242,6 +267,11 @@ pub(super) fn unpack(f: WeightFormat, w: &Repacked, blk: usize, p: usize) -> WPa
     let mut wp = WPart::default();
     match f {
         WeightFormat::Q8_0 => wp.lo = ld16(a, qa + 16 * p),
+        WeightFormat::Mxfp4 => {
+            let q = ld16(a, qa);
+            wp.lo = q.map(|v| mxfp4_values(v as u32 & 0x0F0F_0F0F));
+            wp.hi = q.map(|v| mxfp4_values((v as u32 >> 4) & 0x0F0F_0F0F));
+        }
         WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
             let q = ld16(a, qa);
             (wp.lo, wp.hi) = (lo(q), hi(q));
@@ -286,7 +316,6 @@ pub(super) fn unpack(f: WeightFormat, w: &Repacked, blk: usize, p: usize) -> WPa
             wp.s1 = (bm[blk * 16 + wp.i1] as i8) as i32;
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
-        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
     wp
 }
@@ -303,7 +332,11 @@ fn row_ints(
 ) -> (i32, i32) {
     match f {
         WeightFormat::Q8_0 => (dot16(wp.lo, ld16_i8(aq, a0 + 16 * p)), 0),
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+        WeightFormat::Q4_0
+        | WeightFormat::Q4_1
+        | WeightFormat::Q5_0
+        | WeightFormat::Q5_1
+        | WeightFormat::Mxfp4 => {
             let mut s = dot16(wp.lo, ld16_i8(aq, a0)) + dot16(wp.hi, ld16_i8(aq, a0 + 16));
             if f == WeightFormat::Q4_0 {
                 s -= 8 * asum[s0];
@@ -334,7 +367,6 @@ fn row_ints(
             )
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
-        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
 }
 
@@ -362,8 +394,8 @@ pub(super) fn block_term(
                 - (dx * half_at(bm, blk * 16 + 2)) * summ as f32
         }
         WeightFormat::Q6K => (dx * half_at(c, blk * 2)) * sumi as f32,
+        WeightFormat::Mxfp4 => (sumi as f32 * e8m0_half(c[blk] as u32)) * dx,
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
-        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
 }
 
@@ -534,6 +566,32 @@ pub(super) mod tests {
         QWeight::from_qtensor(&QTensor::quantize(&t, dtype).expect("quantize")).expect("weight")
     }
 
+    /// The quantized weight types of candle's quantizer, and MXFP4 (ggml's quantizer).
+    pub(in crate::model::cuda) const QUANTIZED: [Option<GgmlDType>; 9] = [
+        Some(GgmlDType::Q8_0),
+        Some(GgmlDType::Q4_0),
+        Some(GgmlDType::Q4_1),
+        Some(GgmlDType::Q5_0),
+        Some(GgmlDType::Q5_1),
+        Some(GgmlDType::Q4K),
+        Some(GgmlDType::Q5K),
+        Some(GgmlDType::Q6K),
+        None,
+    ];
+
+    /// A `n × k` weight of `dtype` ([`weight`]), or MXFP4 (`None`) from the same noise.
+    pub(in crate::model::cuda) fn quantized(
+        dtype: Option<GgmlDType>,
+        n: usize,
+        k: usize,
+        seed: u64,
+    ) -> QWeight {
+        match dtype {
+            Some(d) => weight(d, n, k, seed),
+            None => crate::model::quant::tests::mxfp4(n, k, seed).0,
+        }
+    }
+
     /// Activations with what the quantizers must get right: a zero row, ties of magnitude
     /// of either sign (the first wins), large and tiny values.
     fn activations(m: usize, k: usize) -> Vec<f32> {
@@ -560,24 +618,15 @@ pub(super) mod tests {
         v.iter().map(|f| f.to_bits()).collect()
     }
 
-    /// Every quantized type: the emulated kernels give `QWeight::matmul`'s bits for batches
-    /// of 1 to 17 rows, in row tiles of 1 and 8, with a partial output tile (13 outputs) and
-    /// k = 4608, which leaves a partial last chunk for every format (CB = 64, 128 or 16
-    /// blocks).
+    /// Every quantized type (MXFP4 included): the emulated kernels give `QWeight::matmul`'s
+    /// bits for batches of 1 to 17 rows, in row tiles of 1 and 8, with a partial output tile
+    /// (13 outputs) and k = 4608, which leaves a partial last chunk for every format (CB = 64,
+    /// 128 or 16 blocks).
     #[test]
     fn integer_kernels_equal_the_cpu_matmul() {
         let (n, k) = (13, 4608);
-        for dtype in [
-            GgmlDType::Q8_0,
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ] {
-            let w = weight(dtype, n, k, 21);
+        for dtype in QUANTIZED {
+            let w = quantized(dtype, n, k, 21);
             let f = w.format();
             let Stored::Blocks(raw) = w.stored() else {
                 panic!("{dtype:?} is quantized")
@@ -590,7 +639,26 @@ pub(super) mod tests {
                 let acts = quantize(f, &x, m, k);
                 for &mr in tiles {
                     let got = mmq(f, &rep, &acts, m, n, k, mr);
-                    assert_eq!(bits(&got), bits(&want), "{dtype:?} m={m} tile {mr}");
+                    assert_eq!(bits(&got), bits(&want), "{f:?} m={m} tile {mr}");
+                }
+            }
+        }
+    }
+
+    /// `mxfp4_values` gives every code's value (ggml's `kvalues_mxfp4`) in every byte, the
+    /// other bytes' codes whatever they are.
+    #[test]
+    fn mxfp4_values_looks_every_code_up() {
+        use crate::model::quant::KVALUES_MXFP4;
+        for c in 0..16u32 {
+            for at in 0..4 {
+                for other in [0u32, 7, 8, 15] {
+                    let q = ((0x0101_0101 * other) & !(0xFF << (8 * at))) | (c << (8 * at));
+                    let v = mxfp4_values(q).to_le_bytes();
+                    for (i, &b) in v.iter().enumerate() {
+                        let code = if i == at { c } else { other };
+                        assert_eq!(b as i8, KVALUES_MXFP4[code as usize], "{c} at {at}");
+                    }
                 }
             }
         }

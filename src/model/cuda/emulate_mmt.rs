@@ -97,9 +97,11 @@ fn wr16(s: &mut [i8], at: usize, v: [i32; 4]) {
 fn part_cols(f: WeightFormat, p: usize) -> (usize, Option<usize>) {
     match f {
         WeightFormat::Q8_0 => (16 * p, None),
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
-            (0, Some(16))
-        }
+        WeightFormat::Q4_0
+        | WeightFormat::Q4_1
+        | WeightFormat::Q5_0
+        | WeightFormat::Q5_1
+        | WeightFormat::Mxfp4 => (0, Some(16)),
         WeightFormat::Q4K | WeightFormat::Q5K => {
             let (c, h) = (p / 2, p % 2);
             (64 * c + 16 * h, Some(64 * c + 32 + 16 * h))
@@ -109,7 +111,6 @@ fn part_cols(f: WeightFormat, p: usize) -> (usize, Option<usize>) {
             (16 * g0, Some(16 * (g0 + 4)))
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
-        WeightFormat::Mxfp4 => unreachable!("MXFP4 has no GPU kernel"),
     }
 }
 
@@ -400,11 +401,10 @@ pub(crate) fn mmt(
 #[cfg(test)]
 mod tests {
     use super::super::emulate::quantize;
-    use super::super::emulate::tests::{bits, weight};
+    use super::super::emulate::tests::{bits, quantized, QUANTIZED};
     use super::*;
     use crate::model::quant::tests::noise;
     use crate::model::quant::Stored;
-    use candle_core::quantized::GgmlDType;
 
     /// The fragment layouts are bijections: every element of A (16 × k), B (k × 8) and D
     /// (16 × 8) is held by exactly one (lane, register byte).
@@ -462,7 +462,8 @@ mod tests {
         }
     }
 
-    /// Every quantized type: the emulated tensor-core kernel gives `QWeight::matmul`'s bits,
+    /// Every quantized type (MXFP4 included): the emulated tensor-core kernel gives
+    /// `QWeight::matmul`'s bits,
     /// with the residual epilogue too, at m = 70 (a full and a partial row tile), n = 67 (a
     /// partial output tile), and k with a partial last stage for the blocks of 32 (k = 1120:
     /// 4 stages and 3 blocks); the k-quants at k = 1280 (5 blocks). Activations with a zero
@@ -470,22 +471,13 @@ mod tests {
     #[test]
     fn tensor_core_kernel_equals_the_cpu_matmul() {
         let (m, n) = (70, 67);
-        for dtype in [
-            GgmlDType::Q8_0,
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ] {
-            let k = if dtype.block_size() == 256 {
+        for dtype in QUANTIZED {
+            let k = if dtype.is_some_and(|d| d.block_size() == 256) {
                 1280
             } else {
                 1120
             };
-            let w = weight(dtype, n, k, 29);
+            let w = quantized(dtype, n, k, 29);
             let f = w.format();
             let Stored::Blocks(raw) = w.stored() else {
                 panic!("{dtype:?} is quantized")
@@ -505,13 +497,13 @@ mod tests {
             let acts = quantize(f, &x, m, k);
             let mut got = vec![f32::NAN; m * n];
             mmt(f, &rep, &acts, m, n, k, &mut got, false);
-            assert_eq!(bits(&got), bits(&want), "{dtype:?}");
+            assert_eq!(bits(&got), bits(&want), "{f:?}");
             // The residual epilogue: y + x · Wᵀ, as the CPU's `x += out`.
             let resid = noise(79, m * n);
             let mut got = resid.clone();
             mmt(f, &rep, &acts, m, n, k, &mut got, true);
             let want_add: Vec<f32> = resid.iter().zip(&want).map(|(r, w)| r + w).collect();
-            assert_eq!(bits(&got), bits(&want_add), "{dtype:?} add");
+            assert_eq!(bits(&got), bits(&want_add), "{f:?} add");
         }
     }
 }

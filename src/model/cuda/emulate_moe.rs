@@ -323,7 +323,7 @@ pub(crate) fn attn_combine(parts: &[(f32, f32, Vec<f32>)], sink: Option<f32>) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::emulate::tests::{bits, weight};
+    use super::super::emulate::tests::{bits, quantized};
     use super::*;
     use crate::model::arch::MoeConfig;
     use crate::model::expf::exp_f32;
@@ -383,10 +383,11 @@ mod tests {
         }
     }
 
-    /// A MoE block of `experts` experts of `dtype` (`dim` × `ffn`), the router F32 with rows 1,
-    /// 3 and 4 equal (routing ties); with gpt-oss's biases when `biases`.
+    /// A MoE block of `experts` experts of `dtype` (MXFP4 for `None`; `dim` × `ffn`), the
+    /// router F32 with rows 1, 3 and 4 equal (routing ties); with gpt-oss's biases when
+    /// `biases`.
     fn moe(
-        dtype: GgmlDType,
+        dtype: Option<GgmlDType>,
         dim: usize,
         ffn: usize,
         experts: usize,
@@ -408,9 +409,9 @@ mod tests {
             router_bias: biases.then_some(rb),
             experts: (0..experts as u64)
                 .map(|e| Expert {
-                    gate: weight(dtype, ffn, dim, 10 + e),
-                    up: weight(dtype, ffn, dim, 20 + e),
-                    down: weight(dtype, dim, ffn, 30 + e),
+                    gate: quantized(dtype, ffn, dim, 10 + e),
+                    up: quantized(dtype, ffn, dim, 20 + e),
+                    down: quantized(dtype, dim, ffn, 30 + e),
                     bias: biases.then(|| [b(40 + e, ffn), b(50 + e, ffn), b(60 + e, dim)]),
                 })
                 .collect(),
@@ -436,13 +437,14 @@ mod tests {
     /// The emulated GPU block equals the CPU's bits on batches of 1 and 9 rows (a zero row:
     /// every logit tied; the router's equal rows: ties among the top experts), for
     /// qwen3moe's and Mixtral's gating with SiLU and gpt-oss's with its biases and
-    /// SwiGLU-OAI, in a float, a 32-block and a k-quant format; the rows use several
-    /// different experts and the tie rule decides some of them.
+    /// SwiGLU-OAI, in a float, a 32-block and a k-quant format and in MXFP4 (gpt-oss's
+    /// experts as published); the rows use several different experts and the tie rule
+    /// decides some of them.
     #[test]
     fn the_emulated_moe_block_equals_the_cpu() {
         let cases = [
             (
-                GgmlDType::F32,
+                Some(GgmlDType::F32),
                 64,
                 96,
                 Gating::SoftmaxTopK { normalize: true },
@@ -450,7 +452,7 @@ mod tests {
                 false,
             ),
             (
-                GgmlDType::Q8_0,
+                Some(GgmlDType::Q8_0),
                 64,
                 96,
                 Gating::SoftmaxTopK { normalize: false },
@@ -458,7 +460,7 @@ mod tests {
                 false,
             ),
             (
-                GgmlDType::Q4K,
+                Some(GgmlDType::Q4K),
                 256,
                 256,
                 Gating::SoftmaxTopK { normalize: true },
@@ -466,7 +468,7 @@ mod tests {
                 false,
             ),
             (
-                GgmlDType::Q8_0,
+                Some(GgmlDType::Q8_0),
                 64,
                 64,
                 Gating::TopKSoftmax,
@@ -474,7 +476,15 @@ mod tests {
                 true,
             ),
             (
-                GgmlDType::Q4_0,
+                Some(GgmlDType::Q4_0),
+                64,
+                96,
+                Gating::TopKSoftmax,
+                Activation::SwigluOai,
+                true,
+            ),
+            (
+                None,
                 64,
                 96,
                 Gating::TopKSoftmax,
@@ -487,7 +497,7 @@ mod tests {
             let m = moe(dtype, dim, ffn, experts, used, gating, biases);
             let mut x: Vec<f32> = noise(99, rows * dim).iter().map(|v| v * 2.0).collect();
             x[2 * dim..3 * dim].fill(0.0);
-            let what = format!("{dtype:?} {gating:?} {act:?}");
+            let what = format!("{:?} {gating:?} {act:?}", m.experts[0].gate.format());
             // The routing the block used: several experts, and ties decided.
             let mut logits = matmul(&m.router, &x, rows);
             let (chosen, _) = route(

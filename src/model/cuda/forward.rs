@@ -1097,7 +1097,9 @@ mod tests {
     #[test]
     fn the_lowering_and_the_kernels_agree_on_activation_blocks() {
         use WeightFormat::*;
-        for f in [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4K, Q5K, Q6K] {
+        for f in [
+            F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4K, Q5K, Q6K, Mxfp4,
+        ] {
             let kind: Kind = kind_of(f);
             assert_eq!(kind.act(), act_blocks(f).map(ActBlocks::code), "{f:?}");
         }

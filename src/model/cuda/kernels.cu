@@ -34,6 +34,7 @@ typedef unsigned int u32;
 #define W_Q5_0 8
 #define W_Q5_1 9
 #define W_Q5_K 10
+#define W_MXFP4 11
 
 __device__ __forceinline__ float half_to_float(u16 h) {
     float f;
@@ -74,6 +75,18 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* d, float
         *d = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+// Half the value of an E8M0 exponent byte, 2^(e - 128), subnormal for e < 2 (ggml's
+// `ggml_e8m0_to_fp32_half`, the CPU's `layout::e8m0_half`): MXFP4's block scale.
+__device__ __forceinline__ float e8m0_half(u32 e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// MXFP4's E2M1 code `q` (0..15) doubled to an integer (ggml's `kvalues_mxfp4`).
+__device__ __forceinline__ int kvalue_mxfp4(int q) {
+    const int mag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    return q < 8 ? mag[q] : -mag[q - 8];
 }
 
 // Eight consecutive weights of row `row` starting at element `e` (a multiple of 8, < k),
@@ -173,6 +186,18 @@ __device__ __forceinline__ void load8(const u8* w, long row, int e, int k, float
             int q = nib + (((qh[l] >> sub) & 1) << 4);
             out[j] = d1 * (float)q - m1;
         }
+    } else if (T == W_MXFP4) {
+        // e (E8M0 exponent byte), qs[16] as Q4_0's nibbles; ggml's dequantize_row_mxfp4:
+        // the code's doubled E2M1 value times half the exponent's value.
+        const u8* b = w + (row * (long)(k / 32) + e / 32) * 17;
+        float d = e8m0_half(b[0]);
+        const u8* qs = b + 1;
+        int j0 = e % 32;
+        for (int j = 0; j < 8; j++) {
+            int i = j0 + j;
+            int q = i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4);
+            out[j] = (float)kvalue_mxfp4(q) * d;
+        }
     } else if (T == W_Q6_K) {
         const u8* b = w + (row * (long)(k / 256) + e / 256) * 210;
         const u8* ql = b;
@@ -271,6 +296,7 @@ MATMUL(q6_k, W_Q6_K)
 MATMUL(q5_0, W_Q5_0)
 MATMUL(q5_1, W_Q5_1)
 MATMUL(q5_k, W_Q5_K)
+MATMUL(mxfp4, W_MXFP4)
 
 // The row at `x` RMS-normed into `y` (`x * scale * w`) by the whole block (blockDim a power of
 // two, at most 1024): each thread's fma sum of squares over a stride of blockDim, the partial

@@ -120,21 +120,21 @@ fn dp4a_only() -> bool {
 }
 
 /// The weight types' names in the matmul kernels' names, in `WeightKind` order.
-pub(super) const MATMUL_TYPES: [&str; 11] = [
-    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k",
+pub(super) const MATMUL_TYPES: [&str; 12] = [
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k", "mxfp4",
 ];
 
 /// The compiled kernels.
 pub(super) struct Kernels {
-    pub(super) matmul: [CudaFunction; 11],
+    pub(super) matmul: [CudaFunction; 12],
     /// The same products, MM_OUTS outputs per warp (identical bits).
-    pub(super) matmul_wide: [CudaFunction; 11],
+    pub(super) matmul_wide: [CudaFunction; 12],
     /// The integer (quantized types) and float kernels of `mmq.cu`, row tiles of 1 and of 8
     /// (identical bits).
-    pub(super) mmq1: [CudaFunction; 11],
-    pub(super) mmq8: [CudaFunction; 11],
+    pub(super) mmq1: [CudaFunction; 12],
+    pub(super) mmq8: [CudaFunction; 12],
     /// The tensor-core kernels of `mmt.cu` (quantized types; `None` for the float ones).
-    pub(super) mmt: [Option<CudaFunction>; 11],
+    pub(super) mmt: [Option<CudaFunction>; 12],
     /// Whether the device has the int8 MMA (compute capability 8.0 or newer).
     pub(super) mma: bool,
     pub(super) quantize_q8: CudaFunction,
@@ -175,7 +175,7 @@ impl Kernels {
                 .map_err(|e| dev_err(&format!("kernel {name}"), e))
         };
         // One kernel per weight type, in `WeightKind` order.
-        let matmuls = |prefix: &str| -> Result<[CudaFunction; 11]> {
+        let matmuls = |prefix: &str| -> Result<[CudaFunction; 12]> {
             let fs = MATMUL_TYPES
                 .iter()
                 .map(|t| f(&format!("{prefix}{t}")))
@@ -238,6 +238,7 @@ pub(super) enum Kind {
     Q5_0 = 8,
     Q5_1 = 9,
     Q5K = 10,
+    Mxfp4 = 11,
 }
 
 impl Kind {
@@ -246,7 +247,7 @@ impl Kind {
     pub(super) fn act(self) -> Option<i32> {
         match self {
             Kind::F32 | Kind::F16 | Kind::BF16 => None,
-            Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => Some(0),
+            Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 | Kind::Mxfp4 => Some(0),
             Kind::Q4_1 | Kind::Q5_1 => Some(1),
             Kind::Q4K | Kind::Q5K | Kind::Q6K => Some(2),
         }

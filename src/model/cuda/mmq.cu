@@ -12,7 +12,8 @@
 //
 // Weights are repacked at upload (`repack.rs`) into three regions, each block's part 16-byte
 // aligned: A, the quants (QB bytes per block: one 16-byte load per lane and part); B, 16 bytes
-// of per-block metadata (k-quant scales); C, per-block scalars (f16 scales, Q5 high bits).
+// of per-block metadata (k-quant scales); C, per-block scalars (f16 scales, Q5 high bits,
+// MXFP4's exponent byte).
 //
 // Float weights (F32 / F16 / BF16): one warp per output, element t in lane t % 32 by fused
 // multiply-adds in k order, the lanes summed in the CPU's tree (`scalar::dot_by`) and the
@@ -151,8 +152,29 @@ template <> struct Fmt<W_Q5_1> { enum { P = 1, QB = 16, MB = 0, SB = 8, BLOCK = 
 template <> struct Fmt<W_Q4_K> { enum { P = 8, QB = 128, MB = 16, SB = 0, BLOCK = 256 }; };
 template <> struct Fmt<W_Q5_K> { enum { P = 8, QB = 160, MB = 16, SB = 0, BLOCK = 256 }; };
 template <> struct Fmt<W_Q6_K> { enum { P = 8, QB = 192, MB = 16, SB = 2, BLOCK = 256 }; };
+template <> struct Fmt<W_MXFP4> { enum { P = 1, QB = 16, MB = 0, SB = 1, BLOCK = 32 }; };
 
 __device__ __forceinline__ int4 ld16(const void* p) { return *(const int4*)p; }
+
+// MXFP4's values (`kvalues_mxfp4`, doubled E2M1) as bytes: codes 0..7 in the first pair of
+// words, 8..15 in the second.
+#define KV_MXFP4_LO0 0x03020100u
+#define KV_MXFP4_LO1 0x0C080604u
+#define KV_MXFP4_HI0 0xFDFEFF00u
+#define KV_MXFP4_HI1 0xF4F8FAFCu
+
+// Four MXFP4 codes (the low nibbles of the bytes of `q`, each 0..15) to their i8 values, byte
+// for byte: `__byte_perm` (byte n of the result is byte `(s >> 4n) & 7` of the pair y:x; the
+// selector holds the four codes' low three bits) looks each up in the table of codes 0..7 and
+// in that of 8..15, and the code's bit 3 picks one.
+__device__ __forceinline__ int mxfp4_values(u32 q) {
+    u32 t = q | (q >> 4);
+    u32 sel = ((t & 0xFFu) | ((t >> 8) & 0xFF00u)) & 0x7777u;
+    u32 pos = __byte_perm(KV_MXFP4_LO0, KV_MXFP4_LO1, sel);
+    u32 neg = __byte_perm(KV_MXFP4_HI0, KV_MXFP4_HI1, sel);
+    u32 mask = ((q & 0x08080808u) >> 3) * 0xFFu;
+    return (int)((pos & ~mask) | (neg & mask));
+}
 
 // The 6-bit scale and min of sub-block j of the 12 scale bytes at `q` (as integers).
 __device__ __forceinline__ void scale_min_i(int j, const u8* q, int* sc, int* mn) {
@@ -180,6 +202,15 @@ __device__ __forceinline__ void unpack(const u8* A, const u8* B, const u8* C, lo
     if (T == W_Q8_0) {
         int4 q = ld16(qa + 16 * p);
         w.lo[0] = q.x; w.lo[1] = q.y; w.lo[2] = q.z; w.lo[3] = q.w;
+    } else if (T == W_MXFP4) {
+        // Elements 0..15 in the low nibbles, 16..31 in the high ones, as Q4_0; their values.
+        int4 q = ld16(qa);
+        int v[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w.lo[j] = mxfp4_values((u32)v[j] & 0x0F0F0F0Fu);
+            w.hi[j] = mxfp4_values(((u32)v[j] >> 4) & 0x0F0F0F0Fu);
+        }
     } else if (T == W_Q4_0 || T == W_Q4_1 || T == W_Q5_0 || T == W_Q5_1) {
         int4 q = ld16(qa);
         int v[4] = {q.x, q.y, q.z, q.w};
@@ -252,7 +283,7 @@ __device__ __forceinline__ void row_ints(const WPart& w, int p, const signed cha
     *sm = 0;
     if (T == W_Q8_0) {
         *si = dot16(w.lo, ld16(aq + 16 * p));
-    } else if (T == W_Q4_0 || T == W_Q4_1 || T == W_Q5_0 || T == W_Q5_1) {
+    } else if (T == W_Q4_0 || T == W_Q4_1 || T == W_Q5_0 || T == W_Q5_1 || T == W_MXFP4) {
         int s = dot16(w.lo, ld16(aq)) + dot16(w.hi, ld16(aq + 16));
         // Q4_0 / Q5_0: the stored offset (8 / 16) times the block's activation sum.
         if (T == W_Q4_0) s -= 8 * asum[0];
@@ -272,7 +303,8 @@ __device__ __forceinline__ void row_ints(const WPart& w, int p, const signed cha
     }
 }
 
-// A weight block's float scales: `d` (and `m`: Q4_1 / Q5_1's min, the k-quants' dmin).
+// A weight block's float scales: `d` (MXFP4: `e8m0_half` of its exponent byte; and `m`: Q4_1 /
+// Q5_1's min, the k-quants' dmin).
 struct WScale {
     float d, m;
 };
@@ -282,6 +314,9 @@ __device__ __forceinline__ WScale load_wscale(const u8* B, const u8* C, long blk
     WScale s;
     if (T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
         s.d = half_to_float(*(const u16*)(C + blk * Fmt<T>::SB));
+        s.m = 0.0f;
+    } else if (T == W_MXFP4) {
+        s.d = e8m0_half(C[blk]);
         s.m = 0.0f;
     } else if (T == W_Q4_1 || T == W_Q5_1) {
         u32 dm = *(const u32*)(C + blk * Fmt<T>::SB);
@@ -302,7 +337,7 @@ __device__ __forceinline__ WScale load_wscale(const u8* B, const u8* C, long blk
 // kernels here and the tensor-core kernels of `mmt.cu` both use it).
 template <int T>
 __device__ __forceinline__ float block_expr(WScale w, int sumi, int summ, float dx, float sx) {
-    if (T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
+    if (T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0 || T == W_MXFP4) {
         return __fmul_rn(__fmul_rn((float)sumi, w.d), dx);
     } else if (T == W_Q4_1 || T == W_Q5_1) {
         return __fadd_rn(__fmul_rn(__fmul_rn((float)sumi, w.d), dx), __fmul_rn(w.m, sx));
@@ -476,6 +511,7 @@ MMQ(q5_1, W_Q5_1)
 MMQ(q4_k, W_Q4_K)
 MMQ(q5_k, W_Q5_K)
 MMQ(q6_k, W_Q6_K)
+MMQ(mxfp4, W_MXFP4)
 
 #define MMF(name, T)                                                                              \
     extern "C" __global__ void __launch_bounds__(MQ_THREADS) mmq1_##name(                        \

@@ -15,10 +15,10 @@
 // 32 (w / 2) .. + 32 (two m16 tiles) and outputs 32 (w % 2) .. + 32 (four n8 tiles). k is
 // walked in stages of MT_SK = 256 elements (one k-quant block, or 8 blocks of 32): the
 // stage's activations (int8, as quantize_q8 / quantize_q8k wrote them) and weights (unpacked
-// to int8 by mmq.cu's `unpack`: 4/5/6-bit values without their offsets) go to shared memory,
-// rows MT_LD = MT_SK + 16 bytes apart so that the fragment loads of a warp fall in 32
-// distinct banks, with the weights' integer sub-block scales and the activations' integer
-// sums. Then per 32 (16 for Q6_K's scale groups) elements one MMA per (m tile, n tile), each
+// to int8 by mmq.cu's `unpack`: 4/5/6-bit values without their offsets, MXFP4's signed
+// values) go to shared memory, rows MT_LD = MT_SK + 16 bytes apart so that the fragment
+// loads of a warp fall in 32 distinct banks, with the weights' integer sub-block scales and
+// the activations' integer sums. Then per 32 (16 for Q6_K's scale groups) elements one MMA per (m tile, n tile), each
 // from zero, folded into `sumi` by the output's sub-block scale (k-quants) or turned into the
 // block's term at once (blocks of 32).
 //
@@ -62,7 +62,7 @@ __device__ __forceinline__ void part_cols(int p, int* lo, int* hi) {
     if (T == W_Q8_0) {
         *lo = 16 * p;
         *hi = -1;
-    } else if (T == W_Q4_0 || T == W_Q4_1 || T == W_Q5_0 || T == W_Q5_1) {
+    } else if (T == W_Q4_0 || T == W_Q4_1 || T == W_Q5_0 || T == W_Q5_1 || T == W_MXFP4) {
         *lo = 0;
         *hi = 16;
     } else if (T == W_Q4_K || T == W_Q5_K) {
@@ -336,3 +336,4 @@ MMT(q5_1, W_Q5_1, 3)
 MMT(q4_k, W_Q4_K, 3)
 MMT(q5_k, W_Q5_K, 2)
 MMT(q6_k, W_Q6_K, 3)
+MMT(mxfp4, W_MXFP4, 3)

@@ -4,8 +4,8 @@
 //! operations that do not depend on the batch (see `kernels.cu` for how each kernel keeps it).
 //! The host model stays loaded for the configuration, the embedding lookup (rows are
 //! dequantized on the host and uploaded) and the RoPE tables; every matrix is uploaded once,
-//! in its stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: a kernel
-//! reads each; quantized blocks repacked, byte for byte, into 16-byte aligned quants with the
+//! in its stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4: a
+//! kernel reads each; quantized blocks repacked, byte for byte, into 16-byte aligned quants with the
 //! scales apart, `repack.rs`), and its host copy is then released ([`release_host_matrices`]).
 //! A model whose weights do not fit the card is refused in one line with the sizes. The KV
 //! cache lives in one pool of
@@ -51,28 +51,20 @@ mod tests {
     use cudarc::driver::CudaSlice;
 
     use super::devices::open_gpu;
+    use super::emulate::tests::{quantized, QUANTIZED};
     use super::kernels::{ptr, Gpu, IntKernel, MatmulPath, MMA_MIN_ROWS, MM_OUTS, MM_WIDE_ROWS};
     use super::weights::{device_bytes, upload_weight};
     use super::*;
     use crate::model::quant::tests::noise;
-    use crate::model::quant::QWeight;
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
+    use candle_core::quantized::GgmlDType;
 
-    /// Every weight type, in `Kind` order.
-    const TYPES: [GgmlDType; 11] = [
-        GgmlDType::F32,
-        GgmlDType::F16,
-        GgmlDType::BF16,
-        GgmlDType::Q8_0,
-        GgmlDType::Q4_0,
-        GgmlDType::Q4_1,
-        GgmlDType::Q4K,
-        GgmlDType::Q6K,
-        GgmlDType::Q5_0,
-        GgmlDType::Q5_1,
-        GgmlDType::Q5K,
-    ];
+    /// Every weight type: the float ones, then the quantized ones (`None`: MXFP4).
+    fn types() -> impl Iterator<Item = Option<GgmlDType>> {
+        [GgmlDType::F32, GgmlDType::F16, GgmlDType::BF16]
+            .map(Some)
+            .into_iter()
+            .chain(QUANTIZED)
+    }
 
     /// The GPU, or `None` after recording the skip (the one rule, `crate::skip`: a failure
     /// under `CANDOR_REQUIRE_GPU=1`).
@@ -85,11 +77,6 @@ mod tests {
                 None
             }
         }
-    }
-
-    fn weight(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QWeight {
-        let t = Tensor::from_vec(noise(seed, n * k), (n, k), &Device::Cpu).expect("tensor");
-        QWeight::from_qtensor(&QTensor::quantize(&t, dtype).expect("quantize")).expect("weight")
     }
 
     /// The kernels compile wherever NVRTC can be loaded (no GPU needed). Without libnvrtc the
@@ -140,6 +127,10 @@ mod tests {
             "mmt_q4_k",
             "mmt_q5_k",
             "mmt_q6_k",
+            "matmul_mxfp4",
+            "mmq1_mxfp4",
+            "mmq8_mxfp4",
+            "mmt_mxfp4",
             "quantize_q8",
             "quantize_q8k",
             "moe_route",
@@ -164,29 +155,12 @@ mod tests {
         assert!(m >= MM_WIDE_ROWS && n % MM_OUTS != 0);
         let x = noise(1, m * k);
         let dx = gpu.upload("x", &x).expect("x");
-        for dtype in [
-            GgmlDType::F32,
-            GgmlDType::F16,
-            GgmlDType::BF16,
-            GgmlDType::Q8_0,
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q4K,
-            GgmlDType::Q6K,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q5K,
-        ] {
-            let t = Tensor::from_vec(noise(2, n * k), (n, k), &Device::Cpu).expect("tensor");
-            let q = QTensor::quantize(&t, dtype).expect("quantize");
-            let w = QWeight::from_qtensor(&q).expect("weight");
+        for dtype in types() {
+            let w = quantized(dtype, n, k, 2);
+            let f = w.format();
             let dw = upload_weight(&gpu, "w", &w, MatmulPath::Legacy).expect("upload");
             // Every type is held as stored (none is widened).
-            assert_eq!(
-                dw.buf.len(),
-                device_bytes(&w, MatmulPath::Legacy),
-                "{dtype:?}"
-            );
+            assert_eq!(dw.buf.len(), device_bytes(&w, MatmulPath::Legacy), "{f:?}");
             let all: CudaSlice<f32> = gpu.zeros("y", m * n).expect("y");
             let one: CudaSlice<f32> = gpu.zeros("y1", n).expect("y1");
             let s = &gpu.stream;
@@ -201,7 +175,7 @@ mod tests {
                 let single = s.clone_dtoh(&one).expect("download");
                 for o in 0..n {
                     let (a, b) = (all[r * n + o], single[o]);
-                    assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} row {r} output {o}");
+                    assert_eq!(a.to_bits(), b.to_bits(), "{f:?} row {r} output {o}");
                     w.row_f32(o, &mut row);
                     let want: f64 = row
                         .iter()
@@ -211,7 +185,7 @@ mod tests {
                     let tol = 1e-3;
                     assert!(
                         (a as f64 - want).abs() < tol,
-                        "{dtype:?} [{r}][{o}]: {a} vs {want}"
+                        "{f:?} [{r}][{o}]: {a} vs {want}"
                     );
                 }
             }
@@ -231,20 +205,17 @@ mod tests {
         let s = &gpu.stream;
         let n = 37;
         let act = gpu.act_bufs(130 * 4608).expect("scratch");
-        for dtype in TYPES {
+        for dtype in types() {
             // Float types with a k % 32 tail.
-            let k = if dtype.block_size() == 1 {
+            let k = if dtype.is_some_and(|d| d.block_size() == 1) {
                 4608 - 19
             } else {
                 4608
             };
-            let w = weight(dtype, n, k, 31);
+            let w = quantized(dtype, n, k, 31);
+            let f = w.format();
             let dw = upload_weight(&gpu, "w", &w, MatmulPath::Integer).expect("upload");
-            assert_eq!(
-                dw.buf.len(),
-                device_bytes(&w, MatmulPath::Integer),
-                "{dtype:?}"
-            );
+            assert_eq!(dw.buf.len(), device_bytes(&w, MatmulPath::Integer), "{f:?}");
             for m in [1usize, 5, 17, 64, 130] {
                 let mut x: Vec<f32> = noise(40 + m as u64, m * k)
                     .iter()
@@ -273,7 +244,7 @@ mod tests {
                         assert_eq!(
                             g.to_bits(),
                             w.to_bits(),
-                            "{dtype:?} m={m} add={add} row {} output {}: {g} vs {w}",
+                            "{f:?} m={m} add={add} row {} output {}: {g} vs {w}",
                             i / n,
                             i % n
                         );
@@ -304,18 +275,18 @@ mod tests {
         let s = &gpu.stream;
         let n = 67;
         let act = gpu.act_bufs(130 * 4704).expect("scratch");
-        for dtype in &TYPES[3..] {
-            let dtype = *dtype;
-            let k = if dtype.block_size() == 256 {
+        for dtype in QUANTIZED {
+            let k = if dtype.is_some_and(|d| d.block_size() == 256) {
                 4608
             } else {
                 4704
             };
-            let w = weight(dtype, n, k, 33);
+            let w = quantized(dtype, n, k, 33);
+            let f = w.format();
             let dw = upload_weight(&gpu, "w", &w, MatmulPath::Integer).expect("upload");
             for m in [17usize, 64, 70, 130] {
                 if m >= MMA_MIN_ROWS && std::env::var("CANDOR_CUDA_MATMUL").is_err() {
-                    assert_eq!(gpu.int_kernel(&dw, m), IntKernel::Mma, "{dtype:?} m={m}");
+                    assert_eq!(gpu.int_kernel(&dw, m), IntKernel::Mma, "{f:?} m={m}");
                 }
                 let mut x: Vec<f32> = noise(60 + m as u64, m * k)
                     .iter()
@@ -343,7 +314,7 @@ mod tests {
                             assert_eq!(
                                 g.to_bits(),
                                 w.to_bits(),
-                                "{dtype:?} {kernel:?} m={m} add={add} row {} output {}: {g} vs {w}",
+                                "{f:?} {kernel:?} m={m} add={add} row {} output {}: {g} vs {w}",
                                 i / n,
                                 i % n
                             );

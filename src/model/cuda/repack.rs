@@ -3,7 +3,8 @@
 //!
 //! - A, the quants: `QB` bytes per block (a multiple of 16), row after row, block after block;
 //! - B, 16 bytes of metadata per block (the k-quants' scales; Q4_K / Q5_K with `d`, `dmin`);
-//! - C, the per-block scalars (`SB` bytes: f16 scales, Q5_0 / Q5_1 high bits).
+//! - C, the per-block scalars (`SB` bytes: f16 scales, Q5_0 / Q5_1 high bits, MXFP4's E8M0
+//!   exponent byte).
 //!
 //! Each region starts at a multiple of 16 bytes. Nothing is converted: every byte is a byte of
 //! the GGUF block, moved (Q5_0's C entry has two zero bytes of padding).
@@ -26,8 +27,7 @@ pub(crate) struct Layout {
     moves: &'static [(u8, usize, usize, usize)],
 }
 
-/// The layout of a quantized format (`None` for the float formats, uploaded as stored, and for
-/// MXFP4, which `weights::upload_weight` refuses).
+/// The layout of a quantized format (`None` for the float formats, uploaded as stored).
 pub(crate) fn layout(f: WeightFormat) -> Option<Layout> {
     let l = |qb, mb, sb, gguf, block, parts, moves| Layout {
         qb,
@@ -71,8 +71,9 @@ pub(crate) fn layout(f: WeightFormat) -> Option<Layout> {
             8,
             &[(0, 0, 192, 0), (1, 192, 16, 0), (2, 208, 2, 0)],
         ),
+        // The exponent byte in C, the codes (as Q4_0's nibbles) in A.
+        WeightFormat::Mxfp4 => l(16, 0, 1, 17, 32, 1, &[(0, 1, 16, 0), (2, 0, 1, 0)]),
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => return None,
-        WeightFormat::Mxfp4 => return None,
     })
 }
 
@@ -140,6 +141,7 @@ mod tests {
             WeightFormat::Q4K,
             WeightFormat::Q5K,
             WeightFormat::Q6K,
+            WeightFormat::Mxfp4,
         ] {
             let l = layout(f).expect("quantized");
             let covered: usize = l.moves.iter().map(|m| m.2).sum();

@@ -96,7 +96,7 @@ pub(super) fn kind_of(f: WeightFormat) -> Kind {
         WeightFormat::Q5_0 => Kind::Q5_0,
         WeightFormat::Q5_1 => Kind::Q5_1,
         WeightFormat::Q5K => Kind::Q5K,
-        WeightFormat::Mxfp4 => unreachable!("MXFP4 is refused by upload_weight"),
+        WeightFormat::Mxfp4 => Kind::Mxfp4,
     }
 }
 
@@ -110,11 +110,6 @@ pub(super) fn upload_weight(
     path: MatmulPath,
 ) -> Result<DevWeight> {
     let (n, k) = (w.rows(), w.cols());
-    if w.format() == WeightFormat::Mxfp4 {
-        return Err(ModelError::Device(format!(
-            "cuda: tensor `{name}`: MXFP4 weights have no GPU kernel yet (run with --device cpu)"
-        )));
-    }
     let legacy = path == MatmulPath::Legacy;
     if legacy && !k.is_multiple_of(8) {
         return Err(ModelError::Device(format!(

@@ -29,6 +29,9 @@ use crate::weights::stored::StoredType;
 
 pub use error::{QuantError, SUPPORTED};
 
+/// MXFP4's code values, which the GPU kernels' tests check their lookup against.
+#[cfg(all(test, feature = "cuda"))]
+pub(crate) use layout::KVALUES_MXFP4;
 use layout::{ActKind, ActRow, Panels, QFormat, QuantizedRows, PANEL};
 
 /// The MXFP4 quantizer of the tests (ggml's `quantize_row_mxfp4_ref`), shared with `tests/it`.
@@ -1034,7 +1037,7 @@ pub(crate) mod tests {
     }
 
     /// An `n × k` MXFP4 weight of seeded values, quantized as llama-quantize does.
-    fn mxfp4(n: usize, k: usize, seed: u64) -> (QWeight, Vec<u8>) {
+    pub(crate) fn mxfp4(n: usize, k: usize, seed: u64) -> (QWeight, Vec<u8>) {
         let raw = mxfp4_ref::quantize(&noise(seed, n * k));
         assert_eq!(
             raw.len(),
