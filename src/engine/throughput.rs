@@ -152,16 +152,7 @@ pub fn run(model: &Model, cfg: ThroughputConfig) -> Result<ThroughputResult, Eng
     let t1 = Instant::now();
     for _ in 0..n {
         let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
-        let mut steps: Vec<SeqStep<'_, SeqKv>> = kvs
-            .iter_mut()
-            .zip(&toks)
-            .map(|(kv, t)| SeqStep {
-                tokens: t,
-                kv,
-                logits: Logits::Last,
-            })
-            .collect();
-        let logits = model.forward(&mut steps, &mut scratch)?;
+        let logits = step_all(model, &mut kvs, &toks, Logits::Last, &mut scratch)?;
         for (i, t) in next.iter_mut().enumerate() {
             *t = argmax(&logits[i * vocab..(i + 1) * vocab]);
         }
@@ -188,6 +179,26 @@ pub fn run(model: &Model, cfg: ThroughputConfig) -> Result<ThroughputResult, Eng
         decode_tok_s_per_seq: decode_tok_s / b as f64,
         total_tok_s: rate(b * (p + n), t_pp + t_tg),
     })
+}
+
+/// One forward step of every sequence together, `toks[i]` on `kvs[i]`, each wanting `logits`.
+fn step_all<'s, T: AsRef<[u32]>>(
+    model: &Model,
+    kvs: &mut [SeqKv],
+    toks: &[T],
+    logits: Logits,
+    scratch: &'s mut Scratch,
+) -> Result<&'s [f32], EngineError> {
+    let mut steps: Vec<SeqStep<'_, SeqKv>> = kvs
+        .iter_mut()
+        .zip(toks)
+        .map(|(kv, t)| SeqStep {
+            tokens: t.as_ref(),
+            kv,
+            logits,
+        })
+        .collect();
+    Ok(model.forward(&mut steps, scratch)?)
 }
 
 /// What verifying drafts costs against plain decoding, measured on one configuration: the
@@ -251,20 +262,12 @@ pub fn verify_cost(
             .map(|i| prompt(kvs[i].len() + i, width, vocab))
             .collect();
         let t = Instant::now();
-        let mut steps: Vec<SeqStep<'_, SeqKv>> = kvs
-            .iter_mut()
-            .zip(&toks)
-            .map(|(kv, t)| SeqStep {
-                tokens: t,
-                kv,
-                logits: if width == 1 {
-                    Logits::Last
-                } else {
-                    Logits::All
-                },
-            })
-            .collect();
-        model.forward(&mut steps, &mut scratch)?;
+        let wanted = if width == 1 {
+            Logits::Last
+        } else {
+            Logits::All
+        };
+        step_all(model, kvs, &toks, wanted, &mut scratch)?;
         let secs = t.elapsed().as_secs_f64();
         for kv in kvs.iter_mut() {
             let len = kv.len() - (width - keep);

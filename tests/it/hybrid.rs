@@ -17,12 +17,11 @@ use candor::model::runner::Model;
 use candor::model::transformer::{Scratch, Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
-use crate::moe::{raw_tensors, TinyRecord};
+use crate::moe::TinyRecord;
 use crate::quant::{
     agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
     TQ_VOCAB,
 };
-use crate::util::write_gguf_raw;
 
 const DIM: usize = 256;
 const HEADS: usize = 4;
@@ -131,10 +130,7 @@ fn f32_tensors() -> Vec<(String, QTensor)> {
 /// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes
 /// checked against llama-quantize's) into `dir`.
 fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
-    let tensors = raw_tensors(&hybrid_tensors(), t);
-    let file = dir.join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
-    write_gguf_raw(&file, &hybrid_metadata(), &tensors);
-    file
+    crate::moe::write_fixture_model(dir, t, &hybrid_tensors(), &hybrid_metadata())
 }
 
 /// qwen35 in F32, Q8_0 and llama-quantize's Q4_K_M mix: the test draws the script's weights,

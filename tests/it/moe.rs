@@ -200,13 +200,23 @@ fn stored(v: &[f32], shape: &[usize], dtype: GgmlDType) -> QTensor {
     }
 }
 
-/// Writes the fixture model of record `t` into `dir` ([`raw_tensors`]: the script's weights in
-/// llama-quantize's types and bytes).
-fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
-    let tensors = raw_tensors(&moe_tensors(&t.arch), t);
+/// Writes the model of fixture record `t` into `dir`: the script's weights `ws`
+/// ([`raw_tensors`]: in llama-quantize's types and bytes) under metadata `md`.
+pub(crate) fn write_fixture_model(
+    dir: &Path,
+    t: &TinyRecord,
+    ws: &[TinyTensor],
+    md: &[(String, Value)],
+) -> PathBuf {
+    let tensors = raw_tensors(ws, t);
     let file = dir.join(format!("tiny-{}-{}.gguf", t.arch, t.ftype));
-    write_gguf_raw(&file, &moe_metadata(&t.arch), &tensors);
+    write_gguf_raw(&file, md, &tensors);
     file
+}
+
+/// The MoE fixture's model of record `t`, written into `dir`.
+fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
+    write_fixture_model(dir, t, &moe_tensors(&t.arch), &moe_metadata(&t.arch))
 }
 
 /// qwen3moe (16 experts, 4 used, q/k norms), Mixtral (8 experts, 2 used) and gpt-oss (8
