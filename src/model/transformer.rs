@@ -296,6 +296,30 @@ pub(super) struct Layer {
 }
 
 impl Layer {
+    /// Every weight matrix of the layer: q/k/v (or the fused one), the output projection, the
+    /// feed-forward's matrices (the router and every expert's for experts).
+    pub(super) fn matrices(&self) -> Vec<&QWeight> {
+        let mut ms: Vec<&QWeight> = match &self.qkv {
+            Qkv::Split { q, k, v } => vec![q, k, v],
+            Qkv::Fused(m) => vec![m],
+        };
+        ms.push(&self.wo);
+        match &self.ffn {
+            Ffn::Dense { gate_up, down } => {
+                match gate_up {
+                    GateUp::Split { gate, up } => ms.extend([gate, up]),
+                    GateUp::Fused(m) => ms.push(m),
+                }
+                ms.push(down);
+            }
+            Ffn::Moe(moe) => {
+                ms.push(&moe.router);
+                ms.extend(moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
+            }
+        }
+        ms
+    }
+
     /// The dense feed-forward block's gate/up and down matrices (`None` for experts).
     pub(super) fn dense_ffn(&self) -> Option<(&GateUp, &QWeight)> {
         match &self.ffn {
@@ -723,25 +747,11 @@ impl Transformer {
         let mut total = self.embedding.owned_bytes();
         total += self.output.as_ref().map_or(0, QWeight::owned_bytes);
         for l in &self.layers {
-            let mut ms: Vec<&QWeight> = match &l.qkv {
-                Qkv::Split { q, k, v } => vec![q, k, v],
-                Qkv::Fused(m) => vec![m],
-            };
-            ms.push(&l.wo);
-            match &l.ffn {
-                Ffn::Dense { gate_up, down } => {
-                    match gate_up {
-                        GateUp::Split { gate, up } => ms.extend([gate, up]),
-                        GateUp::Fused(m) => ms.push(m),
-                    }
-                    ms.push(down);
-                }
-                Ffn::Moe(moe) => {
-                    ms.push(&moe.router);
-                    ms.extend(moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
-                }
-            }
-            total += ms.into_iter().map(QWeight::owned_bytes).sum::<usize>();
+            total += l
+                .matrices()
+                .into_iter()
+                .map(QWeight::owned_bytes)
+                .sum::<usize>();
         }
         total
     }

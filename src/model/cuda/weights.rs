@@ -179,24 +179,7 @@ pub(super) fn check_fits(gpu: &Gpu, ordinal: usize, name: &str, model: &Transfor
         None => device_bytes(&model.embedding, path),
     };
     for l in &model.layers {
-        let mut mats: Vec<&QWeight> = match &l.qkv {
-            Qkv::Split { q, k, v } => vec![q, k, v],
-            Qkv::Fused(w) => vec![w],
-        };
-        mats.push(&l.wo);
-        match &l.ffn {
-            Ffn::Dense { gate_up, down } => {
-                match gate_up {
-                    GateUp::Split { gate, up } => mats.extend([gate, up]),
-                    GateUp::Fused(g) => mats.push(g),
-                }
-                mats.push(down);
-            }
-            Ffn::Moe(m) => {
-                mats.push(&m.router);
-                mats.extend(m.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
-            }
-        }
+        let mats = l.matrices();
         need += mats
             .into_iter()
             .map(|w| device_bytes(w, path))
