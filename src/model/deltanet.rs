@@ -16,7 +16,7 @@
 use candle_core::quantized::gguf_file::{Content, Value};
 use rayon::prelude::*;
 
-use super::arch::{Arch, ModelConfig, TensorSource};
+use super::arch::{ArchSpec, ModelConfig, TensorSource};
 use super::error::{ModelError, Result};
 use super::expf::{exp_f32, exp_shifted_in_place};
 use super::kv::{KvSeq, SeqStep};
@@ -52,7 +52,7 @@ fn meta_err(key: &str, msg: String) -> ModelError {
 impl Hybrid {
     /// The geometry of a hybrid architecture's GGUF (`None` for the others).
     pub fn from_gguf(content: &Content, c: &ModelConfig) -> Result<Option<Hybrid>> {
-        if c.arch != Arch::Qwen35 {
+        if !ArchSpec::of(c.arch).hybrid {
             return Ok(None);
         }
         let key = |k: &str| format!("{}.{k}", c.architecture);
