@@ -31,8 +31,8 @@ pub(super) struct Moe {
     pub(super) router_bias: Option<Vec<f32>>,
     pub(super) experts: Vec<Expert>,
     pub(super) config: MoeConfig,
-    /// The shared expert every row also runs (Qwen3.5-MoE).
-    pub(super) shared: Option<SharedExpert>,
+    /// The shared expert every row also runs (Qwen3.5-MoE; boxed: most layers have none).
+    pub(super) shared: Option<Box<SharedExpert>>,
 }
 
 /// A shared expert (`ffn_{gate,up,down}_shexp`) and its gate (`ffn_gate_inp_shexp`, one

@@ -161,12 +161,12 @@ fn load_moe(
             let down = mat("ffn_down_shexp.weight", &[dim, f])?;
             let n = name("ffn_gate_inp_shexp.weight");
             let g = to_f32_vec(&n, &src.read_tensor(&n, &[dim])?)?;
-            Some(SharedExpert {
+            Some(Box::new(SharedExpert {
                 gate,
                 up,
                 down,
                 gate_inp: QWeight::from_f32(1, dim, g),
-            })
+            }))
         }
         None => None,
     };
