@@ -1303,6 +1303,7 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "ssm.time_step_rank",
             "ssm.group_count",
             "full_attention_interval",
+            "attention.recurrent_layers",
             "rope.dimension_sections",
             "nextn_predict_layers",
         ]);

@@ -35,8 +35,8 @@ pub struct Hybrid {
     pub v_heads: usize,
     /// The head size `S` of queries, keys and values (`ssm.state_size`).
     pub head_dim: usize,
-    /// Per layer, whether it is linear attention (llama.cpp: all but every
-    /// `full_attention_interval`-th layer, default 4).
+    /// Per layer, whether it is linear attention (llama.cpp: `attention.recurrent_layers`,
+    /// else all but every `full_attention_interval`-th layer, default 4).
     pub linear: Vec<bool>,
     /// `rope.dimension_sections` of the full-attention layers' multi-section RoPE.
     pub sections: [usize; 4],
@@ -47,6 +47,29 @@ fn meta_err(key: &str, msg: String) -> ModelError {
         key: key.into(),
         msg,
     }
+}
+
+/// Which of the trunk's layers are linear attention: `attention.recurrent_layers` (one flag per
+/// layer of `block_count`, the nextn layers' included; llama.cpp's converter writes it from
+/// `layer_types`), else all but every `interval`-th layer (llama.cpp's rule when it is absent).
+fn linear_layers(content: &Content, c: &ModelConfig, interval: usize) -> Result<Vec<bool>> {
+    let key = format!("{}.attention.recurrent_layers", c.architecture);
+    let flags = match content.metadata.get(&key) {
+        None => return Ok((0..c.n_layer).map(|i| (i + 1) % interval != 0).collect()),
+        Some(Value::Array(flags)) => flags,
+        Some(_) => return Err(meta_err(&key, "expected an array of booleans".into())),
+    };
+    let n_all = md_usize(content, &format!("{}.block_count", c.architecture))?;
+    if flags.len() != n_all {
+        return Err(meta_err(
+            &key,
+            format!("{} flags for {n_all} layers", flags.len()),
+        ));
+    }
+    flags[..c.n_layer]
+        .iter()
+        .map(|v| v.to_bool().map_err(|e| meta_err(&key, e.to_string())))
+        .collect()
 }
 
 impl Hybrid {
@@ -118,7 +141,7 @@ impl Hybrid {
             k_heads,
             v_heads,
             head_dim,
-            linear: (0..c.n_layer).map(|i| (i + 1) % interval != 0).collect(),
+            linear: linear_layers(content, c, interval)?,
             sections,
         }))
     }

@@ -317,3 +317,45 @@ fn hybrid_moe_experts_in_panel_files_have_the_bits_of_experts_in_memory() {
         );
     }
 }
+
+/// `attention.recurrent_layers` (one flag per layer, which llama.cpp's converter writes from
+/// `layer_types` and llama.cpp prefers to `full_attention_interval`) says which layers are
+/// linear: the fixture's flags `[true, false]` give the logits of its interval 2; `[false,
+/// true]` make layer 0 full attention, whose tensors the file lacks (refused naming one,
+/// where the interval alone would have loaded); one flag per layer is required.
+#[test]
+fn recurrent_layer_flags_choose_the_linear_layers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws: Vec<(String, candle_core::quantized::QTensor)> = hybrid_moe_tensors()
+        .into_iter()
+        .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
+        .collect();
+    let load = |flags: Option<&[bool]>, name: &str| {
+        let mut md = hybrid_moe_metadata();
+        if let Some(flags) = flags {
+            md.push((
+                "qwen35moe.attention.recurrent_layers".into(),
+                Value::Array(flags.iter().map(|&b| Value::Bool(b)).collect()),
+            ));
+        }
+        let path = dir.path().join(name);
+        crate::util::write_gguf(&path, &md, &ws);
+        Transformer::from_gguf_path(&path, WeightDType::Native).map_err(|e| e.to_string())
+    };
+    let ids = [1, 5, 9, 2, 7, 3, 40, 41];
+    let plain = load(None, "plain.gguf").expect("interval");
+    let flagged = load(Some(&[true, false]), "flags.gguf").expect("flags");
+    assert_eq!(
+        logits_in_chunks(&flagged, &ids, &[ids.len()]),
+        logits_in_chunks(&plain, &ids, &[ids.len()])
+    );
+    let e = load(Some(&[false, true]), "swapped.gguf")
+        .err()
+        .expect("swapped");
+    assert!(e.contains("blk.0.attn_q.weight"), "{e}");
+    let e = load(Some(&[true]), "short.gguf").err().expect("short");
+    assert!(
+        e.contains("qwen35moe.attention.recurrent_layers") && e.contains("1 flags for 2 layers"),
+        "{e}"
+    );
+}
