@@ -49,6 +49,10 @@ pub enum Arch {
     /// interleaved multi-section RoPE (the layer pattern and the DeltaNet geometry:
     /// `model::deltanet::Hybrid`).
     Qwen35,
+    /// Qwen3.5-MoE (GGUF `qwen35moe`, e.g. 35B-A3B): qwen35's layers with a
+    /// Mixture-of-Experts feed-forward block in every layer (softmax, top-k, renormalised) and
+    /// beside it a shared expert gated by a sigmoid.
+    Qwen35Moe,
 }
 
 impl Arch {
@@ -90,7 +94,7 @@ impl Arch {
     /// post-attention norm (as its checkpoint's `post_attention_layernorm`).
     pub fn ffn_norm_tensor(self) -> &'static str {
         match self {
-            Arch::GptOss | Arch::Qwen35 => "post_attention_norm.weight",
+            Arch::GptOss | Arch::Qwen35 | Arch::Qwen35Moe => "post_attention_norm.weight",
             _ => "ffn_norm.weight",
         }
     }
@@ -139,6 +143,9 @@ pub struct MoeConfig {
     /// Each expert's feed-forward width.
     pub ffn_dim: usize,
     pub gating: Gating,
+    /// The width of the shared expert every layer has beside the routed ones (Qwen3.5-MoE:
+    /// `expert_shared_feed_forward_length`, else `feed_forward_length`); `None`: none.
+    pub shared_ffn: Option<usize>,
 }
 
 /// The hyperparameters of a supported model, resolved from GGUF metadata or `config.json`.
@@ -389,6 +396,10 @@ pub struct ArchSpec {
     /// `full_attention_interval` and `rope.dimension_sections` keys are read
     /// (`model::deltanet::Hybrid::from_gguf`).
     pub hybrid: bool,
+    /// Each Mixture-of-Experts layer also has a shared expert with a sigmoid gate
+    /// (`ffn_{gate,up,down}_shexp`, `ffn_gate_inp_shexp`; Qwen3.5-MoE); its width is read
+    /// from `expert_shared_feed_forward_length`.
+    pub shared_expert: bool,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -427,6 +438,7 @@ const BASE: ArchSpec = ArchSpec {
     moe: MoeSpec::IfDeclared(Gating::SoftmaxTopK { normalize: true }),
     yarn: false,
     hybrid: false,
+    shared_expert: false,
 };
 
 /// One description per supported architecture.
@@ -556,6 +568,21 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         hybrid: true,
         ..BASE
     },
+    // GGUF only: qwen35's layers, qwen3moe's routing (llama.cpp's qwen35moe.cpp: softmax,
+    // top-k, the weights renormalised, no scale) and a shared expert.
+    ArchSpec {
+        arch: Arch::Qwen35Moe,
+        gguf_name: "qwen35moe",
+        hf_model_types: &[],
+        hf_context_len: 262144,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
+        hybrid: true,
+        shared_expert: true,
+        ..BASE
+    },
 ];
 
 impl ArchSpec {
@@ -587,6 +614,7 @@ enum Field {
     Experts,
     ExpertsUsed,
     ExpertFfn,
+    SharedFfn,
 }
 
 impl Field {
@@ -610,6 +638,10 @@ impl Field {
             Field::Experts => ("expert_count", "num_experts"),
             Field::ExpertsUsed => ("expert_used_count", "num_experts_per_tok"),
             Field::ExpertFfn => ("expert_feed_forward_length", "moe_intermediate_size"),
+            Field::SharedFfn => (
+                "expert_shared_feed_forward_length",
+                "shared_expert_intermediate_size",
+            ),
         }
     }
 }
@@ -755,7 +787,13 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         _ => n_layer,
     };
     let dim = f.need(Field::Dim)?;
-    let ffn_dim = f.need(Field::Ffn)?;
+    let ffn_dim = match f.usize(Field::Ffn)? {
+        Some(n) => n,
+        // A Qwen3.5-MoE file may give no dense width (llama.cpp reads the key as optional):
+        // the shared expert's stands in for it, and must then be given.
+        None if spec.shared_expert => f.need(Field::SharedFfn)?,
+        None => return Err(f.err(Field::Ffn, "missing".into())),
+    };
     let n_head = f.need(Field::Heads)?;
     let n_kv_head = f.usize(Field::KvHeads)?.unwrap_or(n_head);
     if n_head == 0 {
@@ -967,18 +1005,31 @@ fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeC
         ));
     }
     let width = if always {
-        f.usize(Field::ExpertFfn)?.unwrap_or(ffn_dim / used)
+        match f.usize(Field::ExpertFfn)? {
+            Some(w) => w,
+            None if f.present(Field::Ffn) => ffn_dim / used,
+            None => return Err(f.err(Field::ExpertFfn, "missing".into())),
+        }
     } else {
         ffn_dim
     };
     if width == 0 {
         return Err(f.err(Field::ExpertFfn, "a zero expert width".into()));
     }
+    // llama.cpp: `expert_shared_feed_forward_length`, else `feed_forward_length`.
+    let shared_ffn = match spec.shared_expert {
+        true => Some(f.usize(Field::SharedFfn)?.unwrap_or(ffn_dim)),
+        false => None,
+    };
+    if shared_ffn == Some(0) {
+        return Err(f.err(Field::SharedFfn, "a zero shared-expert width".into()));
+    }
     Ok(Some(MoeConfig {
         experts,
         used,
         ffn_dim: width,
         gating,
+        shared_ffn,
     }))
 }
 
@@ -1252,6 +1303,7 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "ssm.time_step_rank",
             "ssm.group_count",
             "full_attention_interval",
+            "attention.recurrent_layers",
             "rope.dimension_sections",
             "nextn_predict_layers",
         ]);
@@ -1264,6 +1316,9 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "expert_used_count",
             "expert_feed_forward_length",
         ]),
+    }
+    if spec.shared_expert {
+        keys.push("expert_shared_feed_forward_length");
     }
     keys
 }

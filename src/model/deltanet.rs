@@ -16,7 +16,7 @@
 use candle_core::quantized::gguf_file::{Content, Value};
 use rayon::prelude::*;
 
-use super::arch::{Arch, ModelConfig, TensorSource};
+use super::arch::{ArchSpec, ModelConfig, TensorSource};
 use super::error::{ModelError, Result};
 use super::expf::{exp_f32, exp_shifted_in_place};
 use super::kv::{KvSeq, SeqStep};
@@ -35,8 +35,8 @@ pub struct Hybrid {
     pub v_heads: usize,
     /// The head size `S` of queries, keys and values (`ssm.state_size`).
     pub head_dim: usize,
-    /// Per layer, whether it is linear attention (llama.cpp: all but every
-    /// `full_attention_interval`-th layer, default 4).
+    /// Per layer, whether it is linear attention (llama.cpp: `attention.recurrent_layers`,
+    /// else all but every `full_attention_interval`-th layer, default 4).
     pub linear: Vec<bool>,
     /// `rope.dimension_sections` of the full-attention layers' multi-section RoPE.
     pub sections: [usize; 4],
@@ -49,10 +49,33 @@ fn meta_err(key: &str, msg: String) -> ModelError {
     }
 }
 
+/// Which of the trunk's layers are linear attention: `attention.recurrent_layers` (one flag per
+/// layer of `block_count`, the nextn layers' included; llama.cpp's converter writes it from
+/// `layer_types`), else all but every `interval`-th layer (llama.cpp's rule when it is absent).
+fn linear_layers(content: &Content, c: &ModelConfig, interval: usize) -> Result<Vec<bool>> {
+    let key = format!("{}.attention.recurrent_layers", c.architecture);
+    let flags = match content.metadata.get(&key) {
+        None => return Ok((0..c.n_layer).map(|i| (i + 1) % interval != 0).collect()),
+        Some(Value::Array(flags)) => flags,
+        Some(_) => return Err(meta_err(&key, "expected an array of booleans".into())),
+    };
+    let n_all = md_usize(content, &format!("{}.block_count", c.architecture))?;
+    if flags.len() != n_all {
+        return Err(meta_err(
+            &key,
+            format!("{} flags for {n_all} layers", flags.len()),
+        ));
+    }
+    flags[..c.n_layer]
+        .iter()
+        .map(|v| v.to_bool().map_err(|e| meta_err(&key, e.to_string())))
+        .collect()
+}
+
 impl Hybrid {
     /// The geometry of a hybrid architecture's GGUF (`None` for the others).
     pub fn from_gguf(content: &Content, c: &ModelConfig) -> Result<Option<Hybrid>> {
-        if c.arch != Arch::Qwen35 {
+        if !ArchSpec::of(c.arch).hybrid {
             return Ok(None);
         }
         let key = |k: &str| format!("{}.{k}", c.architecture);
@@ -118,7 +141,7 @@ impl Hybrid {
             k_heads,
             v_heads,
             head_dim,
-            linear: (0..c.n_layer).map(|i| (i + 1) % interval != 0).collect(),
+            linear: linear_layers(content, c, interval)?,
             sections,
         }))
     }

@@ -255,9 +255,9 @@ impl Lowering {
 
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
 /// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
-/// Candor loads lowers ([`Lowering::new`]) but a hybrid model's (qwen35): what is named here is
-/// a step, or a variant of one, without a kernel: linear attention and the output gate, experts
-/// with a GELU activation (no architecture has them).
+/// Candor loads lowers ([`Lowering::new`]) but a hybrid model's (qwen35, qwen35moe): what is
+/// named here is a step, or a variant of one, without a kernel: linear attention and the output
+/// gate, the shared expert, experts with a GELU activation (no architecture has them).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
     steps_not_lowered(model.plan())
 }
@@ -288,6 +288,9 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
         missing.push(
             "linear attention (Gated DeltaNet: conv, delta rule, gated norm) or the output gate",
         );
+    }
+    if has(|s| matches!(s, Step::SharedExpert(_) | Step::AddShared)) {
+        missing.push("the shared expert");
     }
     (!missing.is_empty()).then(|| {
         format!(
@@ -442,7 +445,9 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::DeltaRule
             | Step::GatedNorm
             | Step::SplitGate
-            | Step::OutGate => {}
+            | Step::OutGate
+            | Step::SharedExpert(_)
+            | Step::AddShared => {}
         }
         i += span;
     }
@@ -501,6 +506,7 @@ mod tests {
             used: 2,
             ffn_dim: 64,
             gating: Gating::TopKSoftmax,
+            shared_ffn: None,
         });
         let oss = LayerParts {
             sinks: true,
@@ -612,6 +618,17 @@ mod tests {
             let why = steps_not_lowered(&Plan::new(&c, [parts])).expect("refused");
             assert!(why.contains("linear attention"), "{why}");
         }
+        // qwen35moe's shared expert, alone in an otherwise lowered MoE layer, in one line.
+        let (mut c, oss) = gpt_oss();
+        c.activation = Activation::Silu;
+        let shared = LayerParts {
+            shared_expert: true,
+            ..oss
+        };
+        assert_eq!(
+            steps_not_lowered(&Plan::new(&c, [shared])).as_deref(),
+            Some("the GPU path has no kernels yet for the shared expert; run this model with --device cpu")
+        );
     }
 
     /// `t` with two layers whose feed-forward is all experts (no dense gate/up or down).

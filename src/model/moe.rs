@@ -31,6 +31,18 @@ pub(super) struct Moe {
     pub(super) router_bias: Option<Vec<f32>>,
     pub(super) experts: Vec<Expert>,
     pub(super) config: MoeConfig,
+    /// The shared expert every row also runs (Qwen3.5-MoE; boxed: most layers have none).
+    pub(super) shared: Option<Box<SharedExpert>>,
+}
+
+/// A shared expert (`ffn_{gate,up,down}_shexp`) and its gate (`ffn_gate_inp_shexp`, one
+/// row of `dim`): every row runs it, its output scaled by the sigmoid of the gate's logit.
+pub(super) struct SharedExpert {
+    pub(super) gate: QWeight,
+    pub(super) up: QWeight,
+    pub(super) down: QWeight,
+    /// `1 × dim`.
+    pub(super) gate_inp: QWeight,
 }
 
 /// Reusable buffers of the three steps, grown to the largest step seen.
@@ -60,6 +72,13 @@ pub struct MoeScratch {
     order: Vec<u32>,
     /// One row's chosen logits, then their softmax ([`Gating::TopKSoftmax`]).
     weights: Vec<f32>,
+    /// The shared expert's gate/up outputs (`rows × shared width`).
+    shared_gate: Vec<f32>,
+    shared_up: Vec<f32>,
+    /// The shared expert's gate logit of each row.
+    shared_logit: Vec<f32>,
+    /// The shared expert's gated output, `rows × dim`.
+    shared_out: Vec<f32>,
 }
 
 impl Moe {
@@ -220,6 +239,49 @@ impl Moe {
     }
 }
 
+impl Moe {
+    /// `Step::SharedExpert`: the shared expert's feed-forward on the `rows` rows of `xb`
+    /// (`act(x·gateᵀ) · (x·upᵀ)`, then `·downᵀ`, as a dense layer's), each row times
+    /// `sigmoid(x · gate_inp)` (ggml's `mul` of the product by the gate, rounded to f32).
+    pub(super) fn shared_expert(
+        &self,
+        act: Activation,
+        xb: &[f32],
+        rows: usize,
+        s: &mut MoeScratch,
+    ) {
+        let sh = self
+            .shared
+            .as_ref()
+            .expect("plan: a shared-expert step on a layer with one");
+        let (dim, f) = (self.router.cols(), sh.down.cols());
+        s.shared_gate.resize(rows * f, 0.0);
+        s.shared_up.resize(rows * f, 0.0);
+        s.shared_out.resize(rows * dim, 0.0);
+        s.shared_logit.resize(rows, 0.0);
+        let (gate, up) = (&mut s.shared_gate[..rows * f], &mut s.shared_up[..rows * f]);
+        QWeight::matmul_shared(&[&sh.gate, &sh.up], xb, rows, &mut [&mut *gate, &mut *up]);
+        super::transformer::gated(act, gate, up);
+        sh.down.matmul(gate, rows, &mut s.shared_out[..rows * dim]);
+        sh.gate_inp.matmul(xb, rows, &mut s.shared_logit[..rows]);
+        for (out, &logit) in s.shared_out[..rows * dim]
+            .chunks_exact_mut(dim)
+            .zip(&s.shared_logit)
+        {
+            let g = super::deltanet::sigmoid(logit);
+            for v in out.iter_mut() {
+                *v *= g;
+            }
+        }
+    }
+
+    /// `Step::AddShared`: `xb += ` the gated shared expert's output, after [`Moe::combine`].
+    pub(super) fn add_shared(&self, xb: &mut [f32], rows: usize, s: &MoeScratch) {
+        let dim = self.router.cols();
+        super::transformer::add_in_place(xb, &s.shared_out[..rows * dim]);
+    }
+}
+
 /// `x = softmax(x)` as ggml's `soft_max`: the exponentials of `x - max`, their sum in f64,
 /// then each exponential times `1 / sum` rounded to f32.
 fn softmax_in_place(x: &mut [f32]) {
@@ -315,7 +377,9 @@ mod tests {
                 used,
                 ffn_dim: ffn,
                 gating: Gating::SoftmaxTopK { normalize: true },
+                shared_ffn: None,
             },
+            shared: None,
         };
         let rows = 7;
         let x = crate::model::quant::tests::noise(99, rows * dim);

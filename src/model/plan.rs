@@ -82,6 +82,13 @@ pub enum Step {
     Experts(Activation),
     /// `xb` = each row's expert outputs times their weights, added in rank order.
     Combine,
+    /// The shared expert (Qwen3.5-MoE) on `xb`, before `Combine` overwrites it: its gate/up
+    /// projection, activation and down projection, each row times `sigmoid(xb · g)` (`g` the
+    /// shared expert's gate vector), kept apart until [`Step::AddShared`].
+    SharedExpert(Activation),
+    /// `xb +=` the gated shared expert's output: the routed experts' sum first, then the
+    /// shared expert added to it (llama.cpp's `moe_out + ffn_shexp`).
+    AddShared,
     /// A linear-attention layer's input projections of `xb` (Qwen3.5's Gated DeltaNet): the
     /// fused q|k|v channels, the output gate `z`, and per value head β's and the decay's
     /// logits.
@@ -132,6 +139,8 @@ pub struct LayerParts {
     pub linear: bool,
     /// The query projection carries a sigmoid output gate per head (Qwen3.5).
     pub out_gate: bool,
+    /// A shared expert with a sigmoid gate beside the routed experts (Qwen3.5-MoE).
+    pub shared_expert: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -216,6 +225,13 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     }
     s.extend([Step::Residual, Step::Norm(Block::Ffn)]);
     match c.moe.filter(|_| p.moe) {
+        Some(moe) if p.shared_expert => s.extend([
+            Step::Route(moe.gating),
+            Step::Experts(c.activation),
+            Step::SharedExpert(c.activation),
+            Step::Combine,
+            Step::AddShared,
+        ]),
         Some(moe) => s.extend([
             Step::Route(moe.gating),
             Step::Experts(c.activation),
@@ -468,6 +484,7 @@ mod tests {
             used: 2,
             ffn_dim: 32,
             gating,
+            shared_ffn: None,
         });
         let moe = LayerParts {
             qk_norm: true,
@@ -544,6 +561,57 @@ mod tests {
         ];
         want.extend(ffn);
         assert_eq!(p.layer(1), want);
+    }
+
+    /// Qwen3.5-MoE: a layer with a shared expert routes and runs its experts, then its shared
+    /// expert (on the same normed input), combines the routed experts and adds the shared
+    /// expert's output to their sum; the block before is the hybrid layer's.
+    #[test]
+    fn a_shared_expert_runs_after_the_routed_experts_and_is_added_to_their_sum() {
+        use crate::model::arch::MoeConfig;
+        let gating = Gating::SoftmaxTopK { normalize: true };
+        let mut c = config(Arch::Qwen35Moe, Activation::Silu, None, None);
+        c.moe = Some(MoeConfig {
+            experts: 8,
+            used: 2,
+            ffn_dim: 32,
+            gating,
+            shared_ffn: Some(32),
+        });
+        let linear = LayerParts {
+            linear: true,
+            moe: true,
+            shared_expert: true,
+            ..LayerParts::default()
+        };
+        let p = Plan::new(
+            &c,
+            [
+                linear,
+                LayerParts {
+                    shared_expert: false,
+                    ..linear
+                },
+            ],
+        );
+        assert_eq!(
+            p.layer(0)[6..],
+            [
+                Residual,
+                Norm(Ffn),
+                Route(gating),
+                Experts(Activation::Silu),
+                SharedExpert(Activation::Silu),
+                Combine,
+                AddShared,
+                Residual
+            ]
+        );
+        assert_eq!(
+            p.layer(1)[8..],
+            [Route(gating), Experts(Activation::Silu), Combine, Residual]
+        );
+        assert_eq!(p.layer(0)[..8], p.layer(1)[..8]);
     }
 
     #[test]

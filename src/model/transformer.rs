@@ -26,7 +26,7 @@ use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
 use super::kv::{KvSeq, Logits, SeqStep};
 use super::memory::{ExpertPanels, Placement};
-use super::moe::{Expert, Moe, MoeScratch};
+use super::moe::{Expert, Moe, MoeScratch, SharedExpert};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
 use super::plan::{Block, LayerParts, Matrix, Plan, RopeTable, Step};
@@ -147,11 +147,35 @@ fn load_moe(
             bias: bias(e),
         })
         .collect();
+    // Qwen3.5-MoE's shared expert: gate, up and down matrices as a dense layer's, and its
+    // gate, one vector of `dim` (a `1 × dim` matrix, F32 in every file: llama-quantize keeps
+    // vectors).
+    let shared = match moe.shared_ffn {
+        Some(f) => {
+            let mut mat =
+                |suffix: &str, shape: &[usize]| build_matrix(src, &name(suffix), shape, dtype);
+            let (gate, up) = (
+                mat("ffn_gate_shexp.weight", &[f, dim])?,
+                mat("ffn_up_shexp.weight", &[f, dim])?,
+            );
+            let down = mat("ffn_down_shexp.weight", &[dim, f])?;
+            let n = name("ffn_gate_inp_shexp.weight");
+            let g = to_f32_vec(&n, &src.read_tensor(&n, &[dim])?)?;
+            Some(Box::new(SharedExpert {
+                gate,
+                up,
+                down,
+                gate_inp: QWeight::from_f32(1, dim, g),
+            }))
+        }
+        None => None,
+    };
     Ok(Moe {
         router,
         router_bias,
         experts,
         config: moe,
+        shared,
     })
 }
 
@@ -315,6 +339,9 @@ impl Layer {
             Ffn::Moe(moe) => {
                 ms.push(&moe.router);
                 ms.extend(moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
+                if let Some(sh) = &moe.shared {
+                    ms.extend([&sh.gate, &sh.up, &sh.down, &sh.gate_inp]);
+                }
             }
         }
         ms
@@ -342,6 +369,7 @@ impl Layer {
             sinks: self.sinks.is_some(),
             linear: self.delta.is_some(),
             out_gate: self.out_gate,
+            shared_expert: matches!(&self.ffn, Ffn::Moe(m) if m.shared.is_some()),
         }
     }
 }
@@ -731,6 +759,12 @@ impl Transformer {
                                 .for_each(|m| add(m, false));
                         }
                     }
+                    // The shared expert, which every token reads.
+                    if let Some(sh) = &moe.shared {
+                        [&sh.gate, &sh.up, &sh.down, &sh.gate_inp]
+                            .into_iter()
+                            .for_each(|m| add(m, false));
+                    }
                 }
             }
         }
@@ -1065,6 +1099,17 @@ impl Transformer {
                     _ => moe.combine(&mut s.xb[..rows * dim], rows, &s.moe),
                 }
             }
+            Step::SharedExpert(_) | Step::AddShared => {
+                let Ffn::Moe(moe) = &layer.ffn else {
+                    missing("experts")
+                };
+                match step {
+                    Step::SharedExpert(act) => {
+                        moe.shared_expert(act, &s.xb[..rows * dim], rows, &mut s.moe)
+                    }
+                    _ => moe.add_shared(&mut s.xb[..rows * dim], rows, &s.moe),
+                }
+            }
             Step::Project(Matrix::Logits)
             | Step::Split(_)
             | Step::Gather
@@ -1324,7 +1369,7 @@ pub(super) fn apply_rope(v: &mut [f32], cs: &[f32], rd: usize, neox: bool) {
     }
 }
 
-fn add_in_place(x: &mut [f32], y: &[f32]) {
+pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }

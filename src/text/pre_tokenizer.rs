@@ -34,6 +34,10 @@ const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'
 /// what llama.cpp's splitter matches, and `[\r\n/]*` follows punctuation.
 const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5's pre-tokenizer regex (llama.cpp `qwen35`): Qwen2's, with the combining marks
+/// (`\p{M}`) joining the letter runs and left out of the punctuation runs.
+const QWEN35_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -49,6 +53,8 @@ pub enum PreTokenizer {
     Qwen2,
     /// `gpt-4o` (o200k: gpt-oss, and Llama 4 which llama.cpp maps to it).
     Gpt4o,
+    /// `qwen35` (Qwen3.5/3.6).
+    Qwen35,
 }
 
 impl PreTokenizer {
@@ -61,6 +67,7 @@ impl PreTokenizer {
             Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
             Some("qwen2") | Some("deepseek-r1-qwen") => Ok(PreTokenizer::Qwen2),
             Some("gpt-4o") | Some("llama4") => Ok(PreTokenizer::Gpt4o),
+            Some("qwen35") => Ok(PreTokenizer::Qwen35),
             Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
@@ -78,6 +85,7 @@ impl PreTokenizer {
             PreTokenizer::Llama3 => &[LLAMA3_REGEX],
             PreTokenizer::Qwen2 => &[QWEN2_REGEX],
             PreTokenizer::Gpt4o => &[GPT4O_REGEX],
+            PreTokenizer::Qwen35 => &[QWEN35_REGEX],
         }
     }
 

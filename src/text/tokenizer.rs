@@ -857,6 +857,37 @@ mod tests {
     /// merges would join across the splits it must make (case changes, contractions, digit
     /// runs, punctuation with `/`), tokenized by `llama-tokenize` into
     /// `tests/fixtures/gpt4o/expected.json` (written by `make_vocab.py` there). No real o200k
+    /// The `qwen35` pre-tokenizer (Qwen3.5/3.6) gives llama.cpp's ids: a vocab-only GGUF whose
+    /// merges join a letter and the combining marks after it (decomposed accents, Devanagari,
+    /// Thai, Arabic, Hebrew), which Qwen2's profile splits, and would join across the splits
+    /// both make; tokenized by `llama-tokenize` into `tests/fixtures/qwen35/expected.json`
+    /// (written by `make_vocab.py` there). This checks the split, not Qwen3.5's merges.
+    #[test]
+    fn qwen35_pre_tokenizer_tokenizes_like_llama_cpp() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen35");
+        let tok = Tokenizer::from_gguf_file(&dir.join("vocab.gguf")).unwrap();
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let cases = expected["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 13);
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+            assert_eq!(tok.encode(text).unwrap(), want, "{text:?}");
+        }
+        // Under Qwen2's profile the combining accent is split off its letter: other ids.
+        let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
+        let mut content = Content::read(&mut f).unwrap();
+        content
+            .metadata
+            .insert("tokenizer.ggml.pre".into(), Value::String("qwen2".into()));
+        let qwen2 = Tokenizer::from_gguf(&content).unwrap();
+        let accents = &cases[1];
+        assert_eq!(accents["text"], "cafe\u{301} cafe\u{301}");
+        let want: Vec<u32> = serde_json::from_value(accents["ids"].clone()).unwrap();
+        assert_ne!(qwen2.encode("cafe\u{301} cafe\u{301}").unwrap(), want);
+    }
+
     /// vocabulary is available offline: this checks the split, not o200k's merges.
     #[test]
     fn gpt4o_pre_tokenizer_tokenizes_like_llama_cpp() {

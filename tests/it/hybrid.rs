@@ -158,7 +158,7 @@ fn tiny_hybrid_models_match_llama_cpp_and_are_batch_invariant() {
 }
 
 /// Every position's logits of `ids` fed in chunks of `sizes` (cycled), all rows' logits.
-fn logits_in_chunks(model: &Transformer, ids: &[u32], sizes: &[usize]) -> Vec<f32> {
+pub(crate) fn logits_in_chunks(model: &Transformer, ids: &[u32], sizes: &[usize]) -> Vec<f32> {
     let c = model.config();
     let layout = KvLayout {
         n_layer: c.n_layer,
@@ -197,31 +197,38 @@ fn every_split_of_a_prompt_gives_the_same_bits() {
     for t in records.iter().filter(|t| t.ftype != "Q8_0") {
         let file = write_model(dir.path(), t);
         let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
-        assert!(model.state_len() > 0, "a hybrid model holds a state");
-        let mut rng = SplitMix64::new(11);
-        let ids: Vec<u32> = (0..45)
-            .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
-            .collect();
-        let whole = logits_in_chunks(&model, &ids, &[ids.len()]);
-        assert_eq!(whole.len(), ids.len() * TQ_VOCAB);
-        for sizes in [&[1][..], &[2], &[3], &[7], &[16], &[5, 1, 11, 2]] {
-            for threads in [1, 2] {
-                let got =
-                    crate::quant::pool(threads).install(|| logits_in_chunks(&model, &ids, sizes));
-                assert!(
-                    got.iter()
-                        .zip(&whole)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{} {}: chunks {sizes:?} on {threads} threads differ from one prefill",
-                    t.arch,
-                    t.ftype
-                );
-            }
-        }
-        // The state matters: a model fed the prompt's second half alone predicts otherwise.
-        let half = logits_in_chunks(&model, &ids[20..], &[25]);
-        assert_ne!(&half[..], &whole[20 * TQ_VOCAB..]);
+        assert_every_split_gives_the_same_bits(&model, &format!("{} {}", t.arch, t.ftype));
     }
+}
+
+/// [`every_split_of_a_prompt_gives_the_same_bits`] for one hybrid model (`label` names it):
+/// a 45-token prompt's logits in chunks of every size listed, on 1 and 2 threads, are the
+/// bits of one prefill, and its second half alone predicts otherwise.
+pub(crate) fn assert_every_split_gives_the_same_bits(model: &Transformer, label: &str) {
+    assert!(
+        model.state_len() > 0,
+        "{label}: a hybrid model holds a state"
+    );
+    let mut rng = SplitMix64::new(11);
+    let ids: Vec<u32> = (0..45)
+        .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
+        .collect();
+    let whole = logits_in_chunks(model, &ids, &[ids.len()]);
+    assert_eq!(whole.len(), ids.len() * TQ_VOCAB);
+    for sizes in [&[1][..], &[2], &[3], &[7], &[16], &[5, 1, 11, 2]] {
+        for threads in [1, 2] {
+            let got = crate::quant::pool(threads).install(|| logits_in_chunks(model, &ids, sizes));
+            assert!(
+                got.iter()
+                    .zip(&whole)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{label}: chunks {sizes:?} on {threads} threads differ from one prefill"
+            );
+        }
+    }
+    // The state matters: a model fed the prompt's second half alone predicts otherwise.
+    let half = logits_in_chunks(model, &ids[20..], &[25]);
+    assert_ne!(&half[..], &whole[20 * TQ_VOCAB..], "{label}");
 }
 
 /// A prompt resumed from the prefix cache (a later turn extending a stored reply, a shared

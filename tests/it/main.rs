@@ -18,6 +18,7 @@ mod fuzz;
 mod gpu;
 mod hostile;
 mod hybrid;
+mod hybrid_moe;
 mod memory;
 mod moe;
 mod own_data;

@@ -420,7 +420,9 @@ mod tests {
                 used,
                 ffn_dim: ffn,
                 gating,
+                shared_ffn: None,
             },
+            shared: None,
         }
     }
 
