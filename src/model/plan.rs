@@ -106,6 +106,23 @@ pub enum Step {
     FinalNorm,
     /// Head: `logits = tanh(logits / cap) · cap` (Gemma 2).
     Softcap,
+    /// The values are the keys' projection, before the key norm (Gemma 4 layers without
+    /// `attn_v`).
+    KeyAsValue,
+    /// Per-head RMS norms of the values, without weight (Gemma 4).
+    VNorm,
+    /// Causal attention over the KV that layer `layer` stored, over the last `window`
+    /// positions when the layer has a sliding window: a layer that stores no KV of its own
+    /// (Gemma 4's KV-sharing layers; its own projection is the queries alone).
+    AttendShared { window: Option<usize>, layer: usize },
+    /// Before the first layer: every layer's per-layer input of each row, from its token's
+    /// per-layer embedding and a projection of its (scaled) embedding (Gemma 4 E2B/E4B).
+    PerLayerInputs,
+    /// `x += rms_norm(proj · (gelu(gate · x) · input)) · w` with this layer's per-layer
+    /// input (Gemma 4 E2B/E4B).
+    PerLayerEmbed,
+    /// `x *= s`, the layer's output scale (Gemma 4).
+    LayerScale,
 }
 
 /// What one layer holds beyond the matrices every layer has (the features its steps depend
@@ -132,6 +149,16 @@ pub struct LayerParts {
     pub linear: bool,
     /// The query projection carries a sigmoid output gate per head (Qwen3.5).
     pub out_gate: bool,
+    /// The values are the keys' projection (Gemma 4 layers without `attn_v`).
+    pub key_as_value: bool,
+    /// Values RMS-normed per head without weight (Gemma 4).
+    pub v_norm: bool,
+    /// The layer stores no KV and attends over this earlier layer's (Gemma 4).
+    pub kv_from: Option<usize>,
+    /// A per-layer token embedding enters after the feed-forward block (Gemma 4 E2B/E4B).
+    pub per_layer_input: bool,
+    /// The layer's output is scaled (Gemma 4's `layer_output_scale`).
+    pub out_scale: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -233,6 +260,15 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
         s.push(Step::PostNorm(Block::Ffn));
     }
     s.push(Step::Residual);
+    if p.per_layer_input {
+        if l == 0 {
+            s.insert(0, Step::PerLayerInputs);
+        }
+        s.push(Step::PerLayerEmbed);
+    }
+    if p.out_scale {
+        s.push(Step::LayerScale);
+    }
     s
 }
 
@@ -245,25 +281,40 @@ fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     if p.fused {
         s.push(Step::Split(Matrix::Qkv));
     }
+    if p.key_as_value {
+        s.push(Step::KeyAsValue);
+    }
     if p.bias {
         s.push(Step::Bias);
     }
     if p.qk_norm {
         s.push(Step::QkNorm);
     }
+    if p.v_norm {
+        s.push(Step::VNorm);
+    }
     let table = if p.swa_rope {
         RopeTable::Swa
     } else {
         RopeTable::Full
     };
-    s.extend([
-        Step::Rope(table),
-        Step::KvWrite,
-        Step::Attention {
-            window: c.window(l),
-            sinks: p.sinks,
-        },
-    ]);
+    match p.kv_from {
+        Some(layer) => s.extend([
+            Step::Rope(table),
+            Step::AttendShared {
+                window: c.window(l),
+                layer,
+            },
+        ]),
+        None => s.extend([
+            Step::Rope(table),
+            Step::KvWrite,
+            Step::Attention {
+                window: c.window(l),
+                sinks: p.sinks,
+            },
+        ]),
+    }
     if p.out_gate {
         s.push(Step::OutGate);
     }
