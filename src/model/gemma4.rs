@@ -127,7 +127,7 @@ impl PerLayer {
         };
         let ffn = gguf_per_layer(content, &key("feed_forward_length"), n)?;
         let shared = opt("attention.shared_kv_layers", 0)?;
-        let kv_layers = n.checked_sub(shared).unwrap_or(0);
+        let kv_layers = n.saturating_sub(shared);
         let share_key = key("attention.shared_kv_layers");
         let source = |l: usize| -> Result<usize> {
             if l < kv_layers {
@@ -317,7 +317,8 @@ impl PerLayerEmbedding {
     ) {
         let rows = tokens.len();
         let width = self.tokens.cols();
-        self.proj.matmul(&x[..rows * dim], rows, &mut proj[..rows * width]);
+        self.proj
+            .matmul(&x[..rows * dim], rows, &mut proj[..rows * width]);
         let proj_scale = 1.0 / (dim as f32).sqrt();
         for v in proj[..rows * width].iter_mut() {
             *v *= proj_scale;

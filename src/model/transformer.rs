@@ -253,11 +253,18 @@ pub(super) fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
 /// Query, key and value projections: separate, or one fused matrix (Phi-3) whose rows are
 /// the queries, then the keys, then the values.
 pub(super) enum Qkv {
-    Split { q: QWeight, k: QWeight, v: QWeight },
+    Split {
+        q: QWeight,
+        k: QWeight,
+        v: QWeight,
+    },
     Fused(QWeight),
     /// Queries and keys; the values are the keys' projection (Gemma 4 layers without
     /// `attn_v`).
-    QueryKey { q: QWeight, k: QWeight },
+    QueryKey {
+        q: QWeight,
+        k: QWeight,
+    },
     /// The queries alone: the layer attends over an earlier layer's KV (Gemma 4).
     Query(QWeight),
 }
@@ -564,9 +571,9 @@ impl Transformer {
             None => None,
         };
         let mut layers = Vec::with_capacity(c.n_layer);
-        for i in 0..c.n_layer {
-            let d = dims[i];
-            let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, d.q_dim(), d.kv_dim(), d.ffn_dim, d.head_dim);
+        for (i, &d) in dims.iter().enumerate() {
+            let (dim, q_dim, kv_dim, ffn, hd) =
+                (c.dim, d.q_dim(), d.kv_dim(), d.ffn_dim, d.head_dim);
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
             if let Some(p) = &per_layer {
                 layers.push(Self::load_gemma4_layer(src, c, p, ple.as_ref(), i, dtype)?);
@@ -935,7 +942,11 @@ impl Transformer {
     pub fn owned_bytes(&self) -> usize {
         let mut total = self.embedding.owned_bytes();
         if let Some(p) = &self.ple {
-            total += p.matrices().into_iter().map(QWeight::owned_bytes).sum::<usize>();
+            total += p
+                .matrices()
+                .into_iter()
+                .map(QWeight::owned_bytes)
+                .sum::<usize>();
         }
         total += self.output.as_ref().map_or(0, QWeight::owned_bytes);
         for l in &self.layers {
@@ -1113,7 +1124,10 @@ impl Transformer {
                     v.iter_mut().for_each(|x| *x *= scale);
                 }
             }
-            Step::AttendShared { window, layer: from } => {
+            Step::AttendShared {
+                window,
+                layer: from,
+            } => {
                 let mut geo = self.geometry(l, window, None);
                 geo.group = d.n_head / self.dims[from].n_kv_head;
                 let attn = &mut s.attn[..rows * q_dim];
@@ -1125,7 +1139,14 @@ impl Transformer {
                 };
                 if step == Step::PerLayerInputs {
                     let x = &s.x[..rows * dim];
-                    e.inputs(&s.tokens, x, dim, c.rms_eps, &mut s.ple_proj, &mut s.ple_inputs);
+                    e.inputs(
+                        &s.tokens,
+                        x,
+                        dim,
+                        c.rms_eps,
+                        &mut s.ple_proj,
+                        &mut s.ple_inputs,
+                    );
                 } else {
                     let Some(w) = &layer.ple else {
                         missing("a per-layer embedding")
@@ -1551,7 +1572,11 @@ impl Scratch {
     fn prepare_per_layer(&mut self, m: &Transformer, rows: usize) {
         let c = &m.config;
         let max = |f: fn(&LayerDims) -> usize| m.dims.iter().map(f).max().unwrap_or(0);
-        let (q, kv, ffn) = (max(LayerDims::q_dim), max(LayerDims::kv_dim), max(|d| d.ffn_dim));
+        let (q, kv, ffn) = (
+            max(LayerDims::q_dim),
+            max(LayerDims::kv_dim),
+            max(|d| d.ffn_dim),
+        );
         let fit = |v: &mut Vec<f32>, n: usize| v.resize(n, 0.0);
         fit(&mut self.q, rows * q);
         fit(&mut self.k, rows * kv);
