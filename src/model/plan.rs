@@ -597,6 +597,75 @@ mod tests {
         assert_eq!(p.layer(1), want);
     }
 
+    /// Gemma 4: values from the keys' projection before the q/k norms, the value norm after
+    /// them, a sharing layer's attention over the earlier layer's KV with no KV write, the
+    /// per-layer inputs before the first layer, each layer's per-layer embedding and output
+    /// scale after its last residual.
+    #[test]
+    fn a_gemma4_model_has_its_steps_in_place() {
+        let c = config(Arch::Gemma4, Activation::GeluTanhF16, Some(8), Some(30.0));
+        let own = LayerParts {
+            qk_norm: true,
+            post_norms: true,
+            swa_rope: true,
+            key_as_value: true,
+            v_norm: true,
+            per_layer_input: true,
+            out_scale: true,
+            ..LayerParts::default()
+        };
+        let shared = LayerParts {
+            swa_rope: false,
+            key_as_value: false,
+            v_norm: false,
+            kv_from: Some(0),
+            ..own
+        };
+        let p = Plan::new(&c, [own, shared]);
+        let ffn = [
+            PostNorm(Attn),
+            Residual,
+            Norm(Ffn),
+            Project(GateUp),
+            Gated(Activation::GeluTanhF16),
+            Project(Down),
+            PostNorm(Ffn),
+            Residual,
+            PerLayerEmbed,
+            LayerScale,
+        ];
+        let mut want = vec![
+            PerLayerInputs,
+            Norm(Attn),
+            Project(Qkv),
+            KeyAsValue,
+            QkNorm,
+            VNorm,
+            Rope(RopeTable::Swa),
+            KvWrite,
+            Attention {
+                window: Some(8),
+                sinks: false,
+            },
+            Project(Out),
+        ];
+        want.extend(ffn);
+        assert_eq!(p.layer(0), want);
+        let mut want = vec![
+            Norm(Attn),
+            Project(Qkv),
+            QkNorm,
+            Rope(RopeTable::Full),
+            AttendShared {
+                window: None,
+                layer: 0,
+            },
+            Project(Out),
+        ];
+        want.extend(ffn);
+        assert_eq!(p.layer(1), want);
+    }
+
     #[test]
     fn the_trace_records_only_while_started() {
         trace::record(trace::Event::Step(Place::Head, Gather));
