@@ -153,8 +153,8 @@ fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
 /// stores each tensor in the type llama-quantize chose and requires its bytes; then Candor's
 /// teacher-forced argmax agrees with llama.cpp's at 98% or more (or at least as well as
 /// llama.cpp's own other execution paths), every miss a near tie (llama.cpp's top-2 gap below
-/// 0.1, the dense models' bound); and decoding does not depend on batch size, neighbours or
-/// threads. Measured: F32 879/880 (the miss at a gap of 0.000, an exact tie), Q4_K_M 866/880
+/// 0.1, the dense models' bound); and decoding the Q4_K_M model does not depend on batch
+/// size, neighbours or threads. Measured: F32 879/880 (the miss at a gap of 0.000, an exact tie), Q4_K_M 866/880
 /// (llama.cpp's own paths 865–866). Q8_0 is held to 97% with every miss below a gap of 0.05:
 /// Candor's Q8_0 products are not llama.cpp's bit for bit on any architecture (the MoE and
 /// hybrid fixtures' Q8_0 models agree at 871–874/880 where llama.cpp's own paths reach
@@ -169,7 +169,12 @@ fn tiny_gemma4_models_match_llama_cpp_and_are_batch_invariant() {
     for t in &records {
         let label = format!("tiny {} {}", t.arch, t.ftype);
         let file = write_model(dir.path(), t);
-        assert_batch_invariant(&file, TQ_VOCAB, &label);
+        // Batch invariance on the richest mix only (Q4_K and Q6_K beside F32 tensors): the
+        // F32 and Q8_0 kernels are the other architectures' (`quant.rs`), and CI time is
+        // short.
+        if t.ftype == "Q4_K_M" {
+            assert_batch_invariant(&file, TQ_VOCAB, &label);
+        }
         let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
         let v = Verdict::new(&label, &a, &t.llama_cpp_paths);
         if t.ftype == "Q8_0" {
