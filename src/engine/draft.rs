@@ -221,12 +221,8 @@ impl DraftModel {
     }
 
     fn new_kv(&self) -> SeqKv {
-        let c = self.model.config();
         SeqKv::new_in(
-            KvLayout {
-                n_layer: c.n_layer,
-                kv_dim: c.kv_dim(),
-            },
+            KvLayout::of(self.model.transformer()),
             KvStorage::for_model(&self.model),
         )
     }

@@ -30,6 +30,16 @@ pub struct KvLayout {
 }
 
 impl KvLayout {
+    /// The layout of `model`'s KV: its layers that store KV, each reserving the widest
+    /// layer's width (Gemma 4's sliding and full layers differ; its KV-sharing layers store
+    /// none).
+    pub fn of(model: &crate::model::transformer::Transformer) -> KvLayout {
+        KvLayout {
+            n_layer: model.kv_layers(),
+            kv_dim: model.kv_width(),
+        }
+    }
+
     fn block_len(&self) -> usize {
         self.n_layer * 2 * BLOCK_TOKENS * self.kv_dim
     }
@@ -261,10 +271,12 @@ impl KvSeq for SeqKv {
             unreachable!("host write to a device KV block")
         };
         let slot = pos % BLOCK_TOKENS;
+        // A layer narrower than the layout's width fills the start of its entry.
+        debug_assert!(key.len() <= l.kv_dim && value.len() <= l.kv_dim);
         let k = l.offset(layer, false, slot);
-        data[k..k + l.kv_dim].copy_from_slice(key);
+        data[k..k + key.len()].copy_from_slice(key);
         let v = l.offset(layer, true, slot);
-        data[v..v + l.kv_dim].copy_from_slice(value);
+        data[v..v + value.len()].copy_from_slice(value);
     }
 
     #[inline]

@@ -210,11 +210,7 @@ struct Drafting {
 
 impl Decoder {
     pub fn new(model: Arc<Model>, config: SchedulerConfig, stop_ids: Vec<u32>) -> Decoder {
-        let c = model.config();
-        let layout = KvLayout {
-            n_layer: c.n_layer,
-            kv_dim: c.kv_dim(),
-        };
+        let layout = KvLayout::of(model.transformer());
         let storage = KvStorage::for_model(&model);
         let state_len = model.state_len();
         Decoder {
@@ -335,11 +331,7 @@ impl Decoder {
 
     /// An empty sequence on the model's device.
     fn new_kv(&self) -> SeqKv {
-        let c = self.model.config();
-        let layout = KvLayout {
-            n_layer: c.n_layer,
-            kv_dim: c.kv_dim(),
-        };
+        let layout = KvLayout::of(self.model.transformer());
         SeqKv::new_in(layout, KvStorage::for_model(&self.model)).with_state(self.model.state_len())
     }
 

@@ -78,10 +78,7 @@ pub fn run(model: &Model, cfg: ThroughputConfig) -> Result<ThroughputResult, Eng
             context: c.context_len,
         });
     }
-    let layout = KvLayout {
-        n_layer: c.n_layer,
-        kv_dim: c.kv_dim(),
-    };
+    let layout = KvLayout::of(model.transformer());
     let storage = KvStorage::for_model(model);
     let new_kv = || SeqKv::new_in(layout, storage.clone()).with_state(model.state_len());
     let vocab = c.vocab_size;
@@ -237,10 +234,7 @@ pub fn verify_cost(
             context: c.context_len,
         });
     }
-    let layout = KvLayout {
-        n_layer: c.n_layer,
-        kv_dim: c.kv_dim(),
-    };
+    let layout = KvLayout::of(model.transformer());
     let storage = KvStorage::for_model(model);
     let vocab = c.vocab_size;
     let mut scratch = Scratch::default();

@@ -27,6 +27,7 @@ use crate::weights::stored::StoredType;
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss",
+    "gemma4",
 ];
 
 /// A supported architecture.
@@ -53,6 +54,11 @@ pub enum Arch {
     /// Mixture-of-Experts feed-forward block in every layer (softmax, top-k, renormalised) and
     /// beside it a shared expert gated by a sigmoid.
     Qwen35Moe,
+    /// Gemma 4 (GGUF `gemma4`): sliding-window layers named per layer, with head sizes, KV
+    /// heads and RoPE of their own; layers that read an earlier layer's KV; per-layer token
+    /// embeddings (E2B/E4B); values RMS-normed, attention scale 1 (the per-layer geometry:
+    /// `model::gemma4::PerLayer`).
+    Gemma4,
 }
 
 impl Arch {
@@ -400,6 +406,13 @@ pub struct ArchSpec {
     /// (`ffn_{gate,up,down}_shexp`, `ffn_gate_inp_shexp`; Qwen3.5-MoE); its width is read
     /// from `expert_shared_feed_forward_length`.
     pub shared_expert: bool,
+    /// Geometry per layer (Gemma 4): `feed_forward_length` and `attention.head_count_kv` may
+    /// be arrays (the config holds their largest value), sliding-window layers have their
+    /// own head size and RoPE dimensions, the last layers share earlier layers' KV, and
+    /// per-layer token embeddings (`model::gemma4::PerLayer::from_gguf`).
+    pub per_layer: bool,
+    /// The GGUF attention scale when it is fixed (Gemma 4: 1), else `1/sqrt(head_dim)`.
+    pub gguf_attn_scale: Option<f32>,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -439,6 +452,8 @@ const BASE: ArchSpec = ArchSpec {
     yarn: false,
     hybrid: false,
     shared_expert: false,
+    per_layer: false,
+    gguf_attn_scale: None,
 };
 
 /// One description per supported architecture.
@@ -581,6 +596,25 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
         hybrid: true,
         shared_expert: true,
+        ..BASE
+    },
+    // GGUF only (the per-layer geometry is read from GGUF keys). Norm weights are used as
+    // stored (its converter adds no 1).
+    ArchSpec {
+        arch: Arch::Gemma4,
+        gguf_name: "gemma4",
+        hf_model_types: &[],
+        hf_context_len: 131072,
+        reads_rope_base_swa: true,
+        swa: Swa::Pattern(5),
+        final_softcap: (Cap::Read(None), Cap::NotRead),
+        gguf_rope_adjacent: false,
+        gemma: true,
+        llama3_rope: false,
+        hf_tie_default: true,
+        moe: MoeSpec::Never,
+        per_layer: true,
+        gguf_attn_scale: Some(1.0),
         ..BASE
     },
 ];
@@ -740,6 +774,25 @@ impl Fields<'_> {
         self.usize(f)?.ok_or_else(|| self.err(f, "missing".into()))
     }
 
+    /// A required quantity; with `per_layer`, a GGUF may give it as one value per layer
+    /// (llama.cpp's `get_key_or_arr`), of which this is the largest (the per-layer values:
+    /// [`gguf_per_layer`]).
+    fn largest(&self, f: Field, per_layer: bool) -> Result<usize> {
+        match self {
+            Fields::Gguf { content, .. } if per_layer => {
+                let key = self.key(f);
+                if !content.metadata.contains_key(&key) {
+                    return Err(self.err(f, "missing".into()));
+                }
+                let n = gguf_per_layer(content, &key, usize::MAX)?;
+                n.into_iter()
+                    .max()
+                    .ok_or_else(|| self.err(f, "an empty array".into()))
+            }
+            _ => self.need(f),
+        }
+    }
+
     /// A soft-cap as `cap` reads it: the file's value (`0` or `config.json` `null`: none), else
     /// the default; a positive value where the reader takes none is refused.
     fn cap(&self, f: Field, cap: Cap, arch: Arch) -> Result<Option<f32>> {
@@ -787,15 +840,17 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         _ => n_layer,
     };
     let dim = f.need(Field::Dim)?;
-    let ffn_dim = match f.usize(Field::Ffn)? {
-        Some(n) => n,
+    let ffn_dim = match spec.shared_expert && !f.present(Field::Ffn) {
         // A Qwen3.5-MoE file may give no dense width (llama.cpp reads the key as optional):
         // the shared expert's stands in for it, and must then be given.
-        None if spec.shared_expert => f.need(Field::SharedFfn)?,
-        None => return Err(f.err(Field::Ffn, "missing".into())),
+        true => f.need(Field::SharedFfn)?,
+        false => f.largest(Field::Ffn, spec.per_layer)?,
     };
     let n_head = f.need(Field::Heads)?;
-    let n_kv_head = f.usize(Field::KvHeads)?.unwrap_or(n_head);
+    let n_kv_head = match f.present(Field::KvHeads) && spec.per_layer {
+        true => f.largest(Field::KvHeads, true)?,
+        false => f.usize(Field::KvHeads)?.unwrap_or(n_head),
+    };
     if n_head == 0 {
         return Err(f.err(Field::Heads, "zero heads".into()));
     }
@@ -850,7 +905,9 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             } else {
                 Activation::Silu
             };
-            let attn_scale = if spec.gguf_27b_layers == Some(n_layer) {
+            let attn_scale = if let Some(s) = spec.gguf_attn_scale {
+                s
+            } else if spec.gguf_27b_layers == Some(n_layer) {
                 1.0 / ((dim / n_head) as f32).sqrt()
             } else {
                 1.0 / (head_dim as f32).sqrt()
@@ -964,6 +1021,39 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         Fields::Hf { .. } => f.err_key(k, msg),
     })?;
     Ok(config)
+}
+
+/// A GGUF key holding one unsigned value, or an array of one per layer (`n_layer` of them;
+/// `usize::MAX`: any length): the values.
+pub fn gguf_per_layer(content: &Content, key: &str, n_layer: usize) -> Result<Vec<usize>> {
+    use candle_core::quantized::gguf_file::Value;
+    let err = |msg: String| ModelError::Metadata {
+        key: key.to_string(),
+        msg,
+    };
+    match content.metadata.get(key) {
+        Some(Value::Array(a)) => {
+            if n_layer != usize::MAX && a.len() != n_layer {
+                return Err(err(format!("{} values for {n_layer} layers", a.len())));
+            }
+            a.iter()
+                .map(|v| match v {
+                    Value::U8(x) => Ok(usize::from(*x)),
+                    Value::U16(x) => Ok(usize::from(*x)),
+                    Value::U32(x) => Ok(*x as usize),
+                    Value::U64(x) => Ok(*x as usize),
+                    Value::I32(x) if *x >= 0 => Ok(*x as usize),
+                    Value::I64(x) if *x >= 0 => Ok(*x as usize),
+                    other => Err(err(format!("expected unsigned integers, found {other:?}"))),
+                })
+                .collect()
+        }
+        Some(_) => {
+            let v = md_usize(content, key)?;
+            Ok(vec![v; if n_layer == usize::MAX { 1 } else { n_layer }])
+        }
+        None => Err(err("missing".into())),
+    }
 }
 
 /// Most experts a layer may declare (llama.cpp's `LLAMA_MAX_EXPERTS`).
@@ -1294,6 +1384,15 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
     }
     if spec.final_softcap.0 != Cap::NotRead {
         keys.push("final_logit_softcapping");
+    }
+    if spec.per_layer {
+        keys.extend([
+            "attention.key_length_swa",
+            "attention.value_length_swa",
+            "rope.dimension_count_swa",
+            "attention.shared_kv_layers",
+            "embedding_length_per_layer_input",
+        ]);
     }
     if spec.hybrid {
         keys.extend([

@@ -71,6 +71,9 @@ pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
             qkv: match &l.qkv {
                 Qkv::Split { q, k, v } => vec![a(q), a(k), a(v)],
                 Qkv::Fused(w) => vec![a(w)],
+                // Gemma 4's (its steps are not lowered).
+                Qkv::QueryKey { q, k } => vec![a(q), a(k)],
+                Qkv::Query(q) => vec![a(q)],
             },
             out: a(&l.wo),
             // A Mixture-of-Experts layer has neither (its steps are not lowered).
@@ -292,6 +295,22 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
     if has(|s| matches!(s, Step::SharedExpert(_) | Step::AddShared)) {
         missing.push("the shared expert");
     }
+    if has(|s| {
+        matches!(
+            s,
+            Step::KeyAsValue
+                | Step::VNorm
+                | Step::AttendShared { .. }
+                | Step::PerLayerInputs
+                | Step::PerLayerEmbed
+                | Step::LayerScale
+        )
+    }) {
+        missing.push(
+            "Gemma 4's layers (value norm, values from keys, per-layer head sizes, shared KV, \
+             per-layer embeddings, layer scales)",
+        );
+    }
     (!missing.is_empty()).then(|| {
         format!(
             "the GPU path has no kernels yet for {}; run this model with --device cpu",
@@ -447,7 +466,13 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::SplitGate
             | Step::OutGate
             | Step::SharedExpert(_)
-            | Step::AddShared => {}
+            | Step::AddShared
+            | Step::KeyAsValue
+            | Step::VNorm
+            | Step::AttendShared { .. }
+            | Step::PerLayerInputs
+            | Step::PerLayerEmbed
+            | Step::LayerScale => {}
         }
         i += span;
     }
@@ -617,6 +642,34 @@ mod tests {
         ] {
             let why = steps_not_lowered(&Plan::new(&c, [parts])).expect("refused");
             assert!(why.contains("linear attention"), "{why}");
+        }
+        // gemma4's layers: each of its features alone is refused, in one line.
+        let gemma4 = [
+            LayerParts {
+                v_norm: true,
+                ..LayerParts::default()
+            },
+            LayerParts {
+                key_as_value: true,
+                ..LayerParts::default()
+            },
+            LayerParts {
+                kv_from: Some(0),
+                ..LayerParts::default()
+            },
+            LayerParts {
+                per_layer_input: true,
+                ..LayerParts::default()
+            },
+            LayerParts {
+                out_scale: true,
+                ..LayerParts::default()
+            },
+        ];
+        for parts in gemma4 {
+            let why = steps_not_lowered(&Plan::new(&c, [parts])).expect("refused");
+            assert!(why.contains("Gemma 4's layers"), "{parts:?}: {why}");
+            assert_eq!(why.lines().count(), 1, "{why}");
         }
         // qwen35moe's shared expert, alone in an otherwise lowered MoE layer, in one line.
         let (mut c, oss) = gpt_oss();

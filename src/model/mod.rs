@@ -14,6 +14,7 @@ pub mod deltanet;
 pub mod device;
 pub mod error;
 pub mod expf;
+pub mod gemma4;
 pub mod kv;
 pub mod limits;
 pub mod lowering;

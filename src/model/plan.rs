@@ -113,6 +113,23 @@ pub enum Step {
     FinalNorm,
     /// Head: `logits = tanh(logits / cap) · cap` (Gemma 2).
     Softcap,
+    /// The values are the keys' projection, before the key norm (Gemma 4 layers without
+    /// `attn_v`).
+    KeyAsValue,
+    /// Per-head RMS norms of the values, without weight (Gemma 4).
+    VNorm,
+    /// Causal attention over the KV that layer `layer` stored, over the last `window`
+    /// positions when the layer has a sliding window: a layer that stores no KV of its own
+    /// (Gemma 4's KV-sharing layers; its own projection is the queries alone).
+    AttendShared { window: Option<usize>, layer: usize },
+    /// Before the first layer: every layer's per-layer input of each row, from its token's
+    /// per-layer embedding and a projection of its (scaled) embedding (Gemma 4 E2B/E4B).
+    PerLayerInputs,
+    /// `x += rms_norm(proj · (gelu(gate · x) · input)) · w` with this layer's per-layer
+    /// input (Gemma 4 E2B/E4B).
+    PerLayerEmbed,
+    /// `x *= s`, the layer's output scale (Gemma 4).
+    LayerScale,
 }
 
 /// What one layer holds beyond the matrices every layer has (the features its steps depend
@@ -141,6 +158,16 @@ pub struct LayerParts {
     pub out_gate: bool,
     /// A shared expert with a sigmoid gate beside the routed experts (Qwen3.5-MoE).
     pub shared_expert: bool,
+    /// The values are the keys' projection (Gemma 4 layers without `attn_v`).
+    pub key_as_value: bool,
+    /// Values RMS-normed per head without weight (Gemma 4).
+    pub v_norm: bool,
+    /// The layer stores no KV and attends over this earlier layer's (Gemma 4).
+    pub kv_from: Option<usize>,
+    /// A per-layer token embedding enters after the feed-forward block (Gemma 4 E2B/E4B).
+    pub per_layer_input: bool,
+    /// The layer's output is scaled (Gemma 4's `layer_output_scale`).
+    pub out_scale: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -249,6 +276,15 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
         s.push(Step::PostNorm(Block::Ffn));
     }
     s.push(Step::Residual);
+    if p.per_layer_input {
+        if l == 0 {
+            s.insert(0, Step::PerLayerInputs);
+        }
+        s.push(Step::PerLayerEmbed);
+    }
+    if p.out_scale {
+        s.push(Step::LayerScale);
+    }
     s
 }
 
@@ -261,25 +297,40 @@ fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     if p.fused {
         s.push(Step::Split(Matrix::Qkv));
     }
+    if p.key_as_value {
+        s.push(Step::KeyAsValue);
+    }
     if p.bias {
         s.push(Step::Bias);
     }
     if p.qk_norm {
         s.push(Step::QkNorm);
     }
+    if p.v_norm {
+        s.push(Step::VNorm);
+    }
     let table = if p.swa_rope {
         RopeTable::Swa
     } else {
         RopeTable::Full
     };
-    s.extend([
-        Step::Rope(table),
-        Step::KvWrite,
-        Step::Attention {
-            window: c.window(l),
-            sinks: p.sinks,
-        },
-    ]);
+    match p.kv_from {
+        Some(layer) => s.extend([
+            Step::Rope(table),
+            Step::AttendShared {
+                window: c.window(l),
+                layer,
+            },
+        ]),
+        None => s.extend([
+            Step::Rope(table),
+            Step::KvWrite,
+            Step::Attention {
+                window: c.window(l),
+                sinks: p.sinks,
+            },
+        ]),
+    }
     if p.out_gate {
         s.push(Step::OutGate);
     }
@@ -612,6 +663,75 @@ mod tests {
             [Route(gating), Experts(Activation::Silu), Combine, Residual]
         );
         assert_eq!(p.layer(0)[..8], p.layer(1)[..8]);
+    }
+
+    /// Gemma 4: values from the keys' projection before the q/k norms, the value norm after
+    /// them, a sharing layer's attention over the earlier layer's KV with no KV write, the
+    /// per-layer inputs before the first layer, each layer's per-layer embedding and output
+    /// scale after its last residual.
+    #[test]
+    fn a_gemma4_model_has_its_steps_in_place() {
+        let c = config(Arch::Gemma4, Activation::GeluTanhF16, Some(8), Some(30.0));
+        let own = LayerParts {
+            qk_norm: true,
+            post_norms: true,
+            swa_rope: true,
+            key_as_value: true,
+            v_norm: true,
+            per_layer_input: true,
+            out_scale: true,
+            ..LayerParts::default()
+        };
+        let shared = LayerParts {
+            swa_rope: false,
+            key_as_value: false,
+            v_norm: false,
+            kv_from: Some(0),
+            ..own
+        };
+        let p = Plan::new(&c, [own, shared]);
+        let ffn = [
+            PostNorm(Attn),
+            Residual,
+            Norm(Ffn),
+            Project(GateUp),
+            Gated(Activation::GeluTanhF16),
+            Project(Down),
+            PostNorm(Ffn),
+            Residual,
+            PerLayerEmbed,
+            LayerScale,
+        ];
+        let mut want = vec![
+            PerLayerInputs,
+            Norm(Attn),
+            Project(Qkv),
+            KeyAsValue,
+            QkNorm,
+            VNorm,
+            Rope(RopeTable::Swa),
+            KvWrite,
+            Attention {
+                window: Some(8),
+                sinks: false,
+            },
+            Project(Out),
+        ];
+        want.extend(ffn);
+        assert_eq!(p.layer(0), want);
+        let mut want = vec![
+            Norm(Attn),
+            Project(Qkv),
+            QkNorm,
+            Rope(RopeTable::Full),
+            AttendShared {
+                window: None,
+                layer: 0,
+            },
+            Project(Out),
+        ];
+        want.extend(ffn);
+        assert_eq!(p.layer(1), want);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use super::attention::{attend, attention_tasks, Geometry};
 use super::deltanet::{out_gate, split_gate, DeltaNet, DeltaScratch, Hybrid};
 use super::error::{ModelError, Result};
 use super::expf::exp_shifted_in_place;
+use super::gemma4::{LayerDims, LayerEmbedding, PerLayer, PerLayerEmbedding};
 use super::kv::{KvSeq, Logits, SeqStep};
 use super::memory::{ExpertPanels, Placement};
 use super::moe::{Expert, Moe, MoeScratch, SharedExpert};
@@ -276,8 +277,20 @@ pub(super) fn to_f32_vec(name: &str, q: &QTensor) -> Result<Vec<f32>> {
 /// Query, key and value projections: separate, or one fused matrix (Phi-3) whose rows are
 /// the queries, then the keys, then the values.
 pub(super) enum Qkv {
-    Split { q: QWeight, k: QWeight, v: QWeight },
+    Split {
+        q: QWeight,
+        k: QWeight,
+        v: QWeight,
+    },
     Fused(QWeight),
+    /// Queries and keys; the values are the keys' projection (Gemma 4 layers without
+    /// `attn_v`).
+    QueryKey {
+        q: QWeight,
+        k: QWeight,
+    },
+    /// The queries alone: the layer attends over an earlier layer's KV (Gemma 4).
+    Query(QWeight),
 }
 
 /// Gate and up projections: separate, or one fused matrix (Phi-3), gate rows first.
@@ -317,6 +330,14 @@ pub(super) struct Layer {
     pub(super) delta: Option<DeltaNet>,
     /// The query projection carries each head's output gate after its query (Qwen3.5).
     pub(super) out_gate: bool,
+    /// Values RMS-normed per head without weight (Gemma 4).
+    pub(super) v_norm: bool,
+    /// The earlier layer whose KV this layer attends over, storing none (Gemma 4).
+    pub(super) kv_from: Option<usize>,
+    /// The layer's per-layer embedding weights (Gemma 4 E2B/E4B).
+    pub(super) ple: Option<LayerEmbedding>,
+    /// The layer's output scale (Gemma 4's `layer_output_scale`).
+    pub(super) out_scale: Option<f32>,
 }
 
 impl Layer {
@@ -326,8 +347,13 @@ impl Layer {
         let mut ms: Vec<&QWeight> = match &self.qkv {
             Qkv::Split { q, k, v } => vec![q, k, v],
             Qkv::Fused(m) => vec![m],
+            Qkv::QueryKey { q, k } => vec![q, k],
+            Qkv::Query(q) => vec![q],
         };
         ms.push(&self.wo);
+        if let Some(p) = &self.ple {
+            ms.extend(p.matrices());
+        }
         match &self.ffn {
             Ffn::Dense { gate_up, down } => {
                 match gate_up {
@@ -370,6 +396,11 @@ impl Layer {
             linear: self.delta.is_some(),
             out_gate: self.out_gate,
             shared_expert: matches!(&self.ffn, Ffn::Moe(m) if m.shared.is_some()),
+            key_as_value: matches!(self.qkv, Qkv::QueryKey { .. }),
+            v_norm: self.v_norm,
+            kv_from: self.kv_from,
+            per_layer_input: self.ple.is_some(),
+            out_scale: self.out_scale.is_some(),
         }
     }
 }
@@ -418,6 +449,12 @@ pub struct Transformer {
     pub(super) plan: Plan,
     /// The linear-attention geometry of a hybrid model (Qwen3.5).
     pub(super) hybrid: Option<Hybrid>,
+    /// Each layer's geometry (the configuration's for every layer but Gemma 4's).
+    pub(super) dims: Vec<LayerDims>,
+    /// Gemma 4's per-layer geometry.
+    pub(super) per_layer: Option<PerLayer>,
+    /// Gemma 4's per-layer token embeddings (E2B/E4B).
+    pub(super) ple: Option<PerLayerEmbedding>,
 }
 
 /// One line naming the tensors a file holds that the forward pass did not read (the first
@@ -477,6 +514,8 @@ impl Transformer {
         let config = ModelConfig::from_gguf(file.content())?;
         let hybrid = Hybrid::from_gguf(file.content(), &config)
             .map_err(|e| WeightsError::gguf(file.path(), e.to_string()))?;
+        let per_layer = PerLayer::from_gguf(file.content(), &config)
+            .map_err(|e| WeightsError::gguf(file.path(), e.to_string()))?;
         let arch = config.arch;
         let r = super::memory::residency(file, dtype, panels)?;
         let available = super::memory::available_bytes();
@@ -485,7 +524,7 @@ impl Transformer {
             experts: panels.clone(),
             populate: r.populate(available),
         };
-        let model = Transformer::build(config, hybrid, file, dtype, &placement)?;
+        let model = Transformer::build(config, hybrid, per_layer, file, dtype, &placement)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word). The exception:
         // a hybrid model's multi-token-prediction layers after its trunk, which only drafting
@@ -524,7 +563,7 @@ impl Transformer {
             experts: ExpertPanels::from_env(),
             populate: false,
         };
-        Transformer::build(config, None, src, dtype, &placement)
+        Transformer::build(config, None, None, src, dtype, &placement)
     }
 
     /// [`Transformer::from_source`] with a hybrid model's linear-attention geometry and the
@@ -532,6 +571,7 @@ impl Transformer {
     fn build(
         config: ModelConfig,
         hybrid: Option<Hybrid>,
+        per_layer: Option<PerLayer>,
         src: &mut dyn TensorSource,
         dtype: WeightDType,
         panels: &Placement,
@@ -543,11 +583,30 @@ impl Transformer {
                 msg: "a hybrid model's linear-attention geometry comes from its GGUF".into(),
             });
         }
-        let (dim, q_dim, kv_dim, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
-        let embedding = build_matrix(src, "token_embd.weight", &[c.vocab_size, dim], dtype)?;
+        if ArchSpec::of(c.arch).per_layer && per_layer.is_none() {
+            return Err(ModelError::Metadata {
+                key: format!("{}.attention.key_length_swa", c.architecture),
+                msg: "a Gemma 4 model's per-layer geometry comes from its GGUF".into(),
+            });
+        }
+        let dims: Vec<LayerDims> = match &per_layer {
+            Some(p) => p.layers.clone(),
+            None => (0..c.n_layer).map(|l| LayerDims::uniform(c, l)).collect(),
+        };
+        let embedding = build_matrix(src, "token_embd.weight", &[c.vocab_size, c.dim], dtype)?;
+        let ple = match &per_layer {
+            Some(p) => PerLayerEmbedding::load(src, c, p.ple_dim, dtype)?,
+            None => None,
+        };
         let mut layers = Vec::with_capacity(c.n_layer);
-        for i in 0..c.n_layer {
+        for (i, &d) in dims.iter().enumerate() {
+            let (dim, q_dim, kv_dim, ffn, hd) =
+                (c.dim, d.q_dim(), d.kv_dim(), d.ffn_dim, d.head_dim);
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
+            if let Some(p) = &per_layer {
+                layers.push(Self::load_gemma4_layer(src, c, p, ple.as_ref(), i, dtype)?);
+                continue;
+            }
             let linear = hybrid.as_ref().filter(|h| h.linear[i]);
             let delta = match linear {
                 Some(h) => Some(DeltaNet::load(src, i, h, dim, dtype)?),
@@ -653,18 +712,22 @@ impl Transformer {
                 swa: c.window(i).is_some(),
                 delta,
                 out_gate,
+                v_norm: false,
+                kv_from: None,
+                ple: None,
+                out_scale: None,
             });
         }
         let output_norm = to_f32_vec(
             "output_norm.weight",
-            &src.read_tensor("output_norm.weight", &[dim])?,
+            &src.read_tensor("output_norm.weight", &[c.dim])?,
         )?;
         // Tied embeddings exactly when there is no `output.weight`.
         let output = if src.has_tensor("output.weight") {
             Some(build_matrix(
                 src,
                 "output.weight",
-                &[c.vocab_size, dim],
+                &[c.vocab_size, c.dim],
                 dtype,
             )?)
         } else {
@@ -677,7 +740,10 @@ impl Transformer {
             ..c.rope_freqs(swa, factors.as_deref())
         };
         let rope_freqs = freqs(false);
-        let rope_swa_freqs = Some(freqs(true)).filter(|f| *f != rope_freqs);
+        let rope_swa_freqs = match &per_layer {
+            Some(p) => Some(p.swa_rope.clone()),
+            None => Some(freqs(true)).filter(|f| *f != rope_freqs),
+        };
         let swa_table = rope_swa_freqs.is_some();
         let plan = Plan::new(c, layers.iter().map(|l| l.parts(swa_table)));
         Ok(Transformer {
@@ -691,7 +757,128 @@ impl Transformer {
             rope_swa_freqs,
             plan,
             hybrid,
+            dims,
+            per_layer,
+            ple,
         })
+    }
+
+    /// Layer `i` of a Gemma 4 model (llama.cpp's `llama_model_gemma4::load_arch_tensors`):
+    /// queries, and unless the layer reads an earlier layer's KV its keys and (without
+    /// `attn_v`: the keys' projection) values; q/k norms, post-norms, the dense GELU
+    /// feed-forward block of the layer's width, its per-layer embedding and output scale.
+    /// A sharing layer's k/v projections and key norm, which llama.cpp loads when present and
+    /// never uses, are read and dropped.
+    fn load_gemma4_layer(
+        src: &mut dyn TensorSource,
+        c: &ModelConfig,
+        p: &PerLayer,
+        ple: Option<&PerLayerEmbedding>,
+        i: usize,
+        dtype: WeightDType,
+    ) -> Result<Layer> {
+        let d = p.layers[i];
+        let (dim, q_dim, hd, ffn) = (c.dim, d.q_dim(), d.head_dim, d.ffn_dim);
+        let name = |suffix: &str| format!("blk.{i}.{suffix}");
+        let mat = |src: &mut dyn TensorSource, suffix: &str, shape: &[usize]| {
+            build_matrix(src, &name(suffix), shape, dtype)
+        };
+        let vector = |src: &mut dyn TensorSource, suffix: &str, len: usize| -> Result<Vec<f32>> {
+            let n = name(suffix);
+            to_f32_vec(&n, &src.read_tensor(&n, &[len])?)
+        };
+        let owns = d.kv_layer == i;
+        let q = mat(src, "attn_q.weight", &[q_dim, dim])?;
+        let qkv = if owns {
+            let kv_dim = d.kv_dim();
+            let k = mat(src, "attn_k.weight", &[kv_dim, dim])?;
+            match src.has_tensor(&name("attn_v.weight")) {
+                true => Qkv::Split {
+                    q,
+                    k,
+                    v: mat(src, "attn_v.weight", &[kv_dim, dim])?,
+                },
+                false => Qkv::QueryKey { q, k },
+            }
+        } else {
+            let unused_kv = p.kv_heads[i] * hd;
+            for t in ["attn_k.weight", "attn_v.weight"] {
+                if src.has_tensor(&name(t)) {
+                    mat(src, t, &[unused_kv, dim])?;
+                }
+            }
+            if src.has_tensor(&name("attn_k_norm.weight")) {
+                vector(src, "attn_k_norm.weight", hd)?;
+            }
+            Qkv::Query(q)
+        };
+        let q_norm = vector(src, "attn_q_norm.weight", hd)?;
+        let k_norm = match owns {
+            true => vector(src, "attn_k_norm.weight", hd)?,
+            false => Vec::new(),
+        };
+        let wo = mat(src, "attn_output.weight", &[dim, q_dim])?;
+        let ffn = Ffn::Dense {
+            gate_up: GateUp::Split {
+                gate: mat(src, "ffn_gate.weight", &[ffn, dim])?,
+                up: mat(src, "ffn_up.weight", &[ffn, dim])?,
+            },
+            down: mat(src, "ffn_down.weight", &[dim, ffn])?,
+        };
+        let out_scale = match src.has_tensor(&name("layer_output_scale.weight")) {
+            true => Some(vector(src, "layer_output_scale.weight", 1)?[0]),
+            false => None,
+        };
+        let ple = match ple {
+            Some(e) => Some(e.load_layer(src, i, dim, dtype)?),
+            None => None,
+        };
+        Ok(Layer {
+            attn_norm: vector(src, "attn_norm.weight", dim)?,
+            qkv,
+            bias: None,
+            qk_norm: Some((q_norm, k_norm)),
+            wo,
+            out_bias: None,
+            sinks: None,
+            post_attn_norm: Some(vector(src, "post_attention_norm.weight", dim)?),
+            ffn_norm: vector(src, "ffn_norm.weight", dim)?,
+            ffn,
+            post_ffn_norm: Some(vector(src, "post_ffw_norm.weight", dim)?),
+            swa: c.window(i).is_some(),
+            delta: None,
+            out_gate: false,
+            v_norm: owns,
+            kv_from: (!owns).then_some(d.kv_layer),
+            ple,
+            out_scale,
+        })
+    }
+
+    /// Layers that store KV (the others read an earlier layer's): every layer but Gemma 4's
+    /// sharing ones.
+    pub fn kv_layers(&self) -> usize {
+        self.per_layer
+            .as_ref()
+            .map_or(self.config.n_layer, |p| p.kv_layers)
+    }
+
+    /// The widest keys (or values) one layer stores per position: what the KV layout
+    /// reserves for every layer (Gemma 4's sliding and full layers differ).
+    pub fn kv_width(&self) -> usize {
+        self.per_layer
+            .as_ref()
+            .map_or(self.config.kv_dim(), PerLayer::kv_width)
+    }
+
+    /// Floats per position of one sequence's RoPE table ([`Scratch`]'s `rope`, `rope_swa`).
+    fn rope_stride(&self) -> usize {
+        self.dims
+            .iter()
+            .map(|d| d.rope_dim)
+            .max()
+            .unwrap_or(0)
+            .max(self.config.rope_dim)
     }
 
     /// Floats of recurrent state each sequence holds (0 without linear-attention layers).
@@ -733,8 +920,13 @@ impl Transformer {
             match &l.qkv {
                 Qkv::Split { q, k, v } => [q, k, v].into_iter().for_each(|m| add(m, false)),
                 Qkv::Fused(m) => add(m, false),
+                Qkv::QueryKey { q, k } => [q, k].into_iter().for_each(|m| add(m, false)),
+                Qkv::Query(q) => add(q, false),
             }
             add(&l.wo, false);
+            if let Some(p) = &l.ple {
+                p.matrices().into_iter().for_each(|m| add(m, false));
+            }
             if let Some(d) = &l.delta {
                 d.matrices().into_iter().for_each(|m| add(m, false));
             }
@@ -768,8 +960,12 @@ impl Transformer {
                 }
             }
         }
+        if let Some(p) = &self.ple {
+            // The projection of each row's embedding (its table is read a row per token).
+            add(p.matrices()[1], false);
+        }
         add(self.output.as_ref().unwrap_or(&self.embedding), true);
-        w.kv_bytes_per_position = self.config.n_layer * 2 * self.config.kv_dim() * 4;
+        w.kv_bytes_per_position = self.kv_layers() * 2 * self.kv_width() * 4;
         w.state_bytes_per_sequence = self.state_len() * 4;
         w
     }
@@ -779,6 +975,13 @@ impl Transformer {
     /// files).
     pub fn owned_bytes(&self) -> usize {
         let mut total = self.embedding.owned_bytes();
+        if let Some(p) = &self.ple {
+            total += p
+                .matrices()
+                .into_iter()
+                .map(QWeight::owned_bytes)
+                .sum::<usize>();
+        }
         total += self.output.as_ref().map_or(0, QWeight::owned_bytes);
         for l in &self.layers {
             total += l
@@ -805,16 +1008,20 @@ impl Transformer {
     ) -> &'s [f32] {
         let c = &self.config;
         let dim = c.dim;
-        let rd = c.rope_dim;
+        let rd = self.rope_stride();
         let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         scratch.prepare(c, rows);
         if let Some(h) = &self.hybrid {
             scratch.prepare_hybrid(c, h, rows);
         }
+        if self.per_layer.is_some() {
+            scratch.prepare_per_layer(self, rows);
+        }
         let s = scratch;
 
         // Row bookkeeping: sequence start row, first position; then grow each KV.
         s.seq_spans.clear();
+        s.tokens.clear();
         let mut row = 0;
         for seq in seqs.iter_mut() {
             let start_pos = seq.kv.len();
@@ -830,6 +1037,7 @@ impl Transformer {
                 }
                 self.rope_freqs
                     .cos_sin(start_pos + i, &mut s.rope[(row + i) * rd..][..rd]);
+                s.tokens.push(t);
                 if let Some(f) = &self.rope_swa_freqs {
                     f.cos_sin(start_pos + i, &mut s.rope_swa[(row + i) * rd..][..rd]);
                 }
@@ -901,8 +1109,9 @@ impl Transformer {
         s: &mut Scratch,
     ) {
         let c = &self.config;
-        let (dim, q_dim, kv_dim, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
-        let rd = c.rope_dim;
+        let d = self.dims[l];
+        let (dim, q_dim, kv_dim, hd) = (c.dim, d.q_dim(), d.kv_dim(), d.head_dim);
+        let rd = d.rope_dim;
         let missing =
             |what: &str| -> ! { unreachable!("plan: {step:?} on a layer without {what}") };
         match step {
@@ -933,7 +1142,68 @@ impl Transformer {
                         let width = q_dim + 2 * kv_dim;
                         w.matmul(xb, rows, &mut s.fused[..rows * width]);
                     }
+                    Qkv::QueryKey { q: wq, k: wk } => {
+                        let (q, k) = (&mut s.q[..rows * q_dim], &mut s.k[..rows * kv_dim]);
+                        QWeight::matmul_shared(&[wq, wk], xb, rows, &mut [q, k]);
+                    }
+                    Qkv::Query(wq) => wq.matmul(xb, rows, &mut s.q[..rows * q_dim]),
                 }
+            }
+            Step::KeyAsValue => {
+                s.v[..rows * kv_dim].copy_from_slice(&s.k[..rows * kv_dim]);
+            }
+            Step::VNorm => {
+                for v in s.v[..rows * kv_dim].chunks_exact_mut(hd) {
+                    let scale = rms_scale(v, c.rms_eps);
+                    v.iter_mut().for_each(|x| *x *= scale);
+                }
+            }
+            Step::AttendShared {
+                window,
+                layer: from,
+            } => {
+                let mut geo = self.geometry(l, window, None);
+                geo.group = d.n_head / self.dims[from].n_kv_head;
+                let attn = &mut s.attn[..rows * q_dim];
+                self.attention(from, geo, seqs, &s.seq_spans, &s.q[..rows * q_dim], attn);
+            }
+            Step::PerLayerInputs | Step::PerLayerEmbed => {
+                let Some(e) = &self.ple else {
+                    missing("per-layer embeddings")
+                };
+                if step == Step::PerLayerInputs {
+                    let x = &s.x[..rows * dim];
+                    e.inputs(
+                        &s.tokens,
+                        x,
+                        dim,
+                        c.rms_eps,
+                        &mut s.ple_proj,
+                        &mut s.ple_inputs,
+                    );
+                } else {
+                    let Some(w) = &layer.ple else {
+                        missing("a per-layer embedding")
+                    };
+                    e.embed(
+                        w,
+                        l,
+                        c.n_layer,
+                        &s.ple_inputs,
+                        &mut s.x,
+                        rows,
+                        c.rms_eps,
+                        &mut s.ple_gate,
+                        &mut s.ple_input,
+                        &mut s.xb,
+                    );
+                }
+            }
+            Step::LayerScale => {
+                let Some(scale) = layer.out_scale else {
+                    missing("an output scale")
+                };
+                s.x[..rows * dim].iter_mut().for_each(|x| *x *= scale);
             }
             Step::Split(Matrix::Qkv) => {
                 let width = q_dim + 2 * kv_dim;
@@ -961,7 +1231,10 @@ impl Transformer {
                     missing("q/k norms")
                 };
                 rms_norm_in_place(&mut s.q[..rows * q_dim], nq, c.rms_eps);
-                rms_norm_in_place(&mut s.k[..rows * kv_dim], nk, c.rms_eps);
+                // A layer reading an earlier layer's KV has no keys of its own.
+                if kv_dim > 0 {
+                    rms_norm_in_place(&mut s.k[..rows * kv_dim], nk, c.rms_eps);
+                }
             }
             Step::Rope(table) => {
                 let rope = match table {
@@ -969,12 +1242,13 @@ impl Transformer {
                     RopeTable::Full => &s.rope,
                 };
                 let (q, k) = (&mut s.q[..rows * q_dim], &mut s.k[..rows * kv_dim]);
+                let stride = self.rope_stride();
                 for r in 0..rows {
-                    let cs = &rope[r * rd..(r + 1) * rd];
-                    for h in 0..c.n_head {
+                    let cs = &rope[r * stride..][..rd];
+                    for h in 0..d.n_head {
                         apply_rope(&mut q[r * q_dim + h * hd..][..hd], cs, rd, c.rope_neox);
                     }
-                    for h in 0..c.n_kv_head {
+                    for h in 0..d.n_kv_head {
                         apply_rope(&mut k[r * kv_dim + h * hd..][..hd], cs, rd, c.rope_neox);
                     }
                 }
@@ -999,7 +1273,7 @@ impl Transformer {
                     (true, Some(v)) => Some(&v[..]),
                     (true, None) => missing("attention sinks"),
                 };
-                let geo = self.geometry(window, sinks);
+                let geo = self.geometry(l, window, sinks);
                 let attn = &mut s.attn[..rows * q_dim];
                 self.attention(l, geo, seqs, &s.seq_spans, &s.q[..rows * q_dim], attn);
             }
@@ -1062,7 +1336,8 @@ impl Transformer {
                 };
                 match gate_up {
                     GateUp::Split { gate: wg, up: wu } => {
-                        let (gate, up) = (&mut s.gate[..], &mut s.up[..]);
+                        let n = rows * d.ffn_dim;
+                        let (gate, up) = (&mut s.gate[..n], &mut s.up[..n]);
                         QWeight::matmul_shared(&[wg, wu], xb, rows, &mut [gate, up]);
                     }
                     GateUp::Fused(w) => {
@@ -1080,14 +1355,14 @@ impl Transformer {
             }
             Step::Gated(act) => gated(
                 act,
-                &mut s.gate[..rows * c.ffn_dim],
-                &s.up[..rows * c.ffn_dim],
+                &mut s.gate[..rows * d.ffn_dim],
+                &s.up[..rows * d.ffn_dim],
             ),
             Step::Project(Matrix::Down) => {
                 let Ffn::Dense { down, .. } = &layer.ffn else {
                     missing("a dense feed-forward block")
                 };
-                down.matmul(&s.gate, rows, &mut s.xb[..rows * dim]);
+                down.matmul(&s.gate[..rows * d.ffn_dim], rows, &mut s.xb[..rows * dim]);
             }
             Step::Route(_) | Step::Experts(_) | Step::Combine => {
                 let Ffn::Moe(moe) = &layer.ffn else {
@@ -1118,13 +1393,19 @@ impl Transformer {
         }
     }
 
-    /// The attention geometry of a layer with this window and these sinks.
-    fn geometry<'a>(&self, window: Option<usize>, sinks: Option<&'a [f32]>) -> Geometry<'a> {
+    /// The attention geometry of layer `l` with this window and these sinks.
+    fn geometry<'a>(
+        &self,
+        l: usize,
+        window: Option<usize>,
+        sinks: Option<&'a [f32]>,
+    ) -> Geometry<'a> {
         let c = &self.config;
+        let d = &self.dims[l];
         Geometry {
-            dim: c.q_dim(),
-            hd: c.head_dim,
-            group: c.n_head / c.n_kv_head,
+            dim: d.q_dim(),
+            hd: d.head_dim,
+            group: d.n_head / d.n_kv_head.max(1),
             scale: c.attn_scale,
             softcap: c.attn_softcap,
             window,
@@ -1147,8 +1428,8 @@ impl Transformer {
         q: &[f32],
         out: &mut [f32],
     ) {
-        let c = &self.config;
-        let tasks = attention_tasks(spans, c.n_kv_head, geo.group, rayon::current_num_threads());
+        let n_kv = geo.dim / geo.hd / geo.group;
+        let tasks = attention_tasks(spans, n_kv, geo.group, rayon::current_num_threads());
         let results: Vec<Vec<f32>> = tasks
             .par_iter()
             .map(|t| attend(seqs[t.seq].kv, layer, q, spans[t.seq], t, geo))
@@ -1262,7 +1543,7 @@ pub(super) fn add_rows(x: &mut [f32], b: &[f32]) {
 }
 
 /// RMS norm of every `w.len()`-wide slice of `x` in place (per head for q/k norms).
-fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+pub(super) fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let d = w.len();
     for xr in x.chunks_exact_mut(d) {
         let scale = rms_scale(xr, eps);
@@ -1294,6 +1575,14 @@ pub struct Scratch {
     moe: MoeScratch,
     /// The linear-attention steps' buffers.
     delta: DeltaScratch,
+    /// The step's token ids, rows in order.
+    tokens: Vec<u32>,
+    /// Per-layer embeddings (Gemma 4): every layer's input of each row, the projection
+    /// they are made from, and one layer's gate and input.
+    ple_inputs: Vec<f32>,
+    ple_proj: Vec<f32>,
+    ple_gate: Vec<f32>,
+    ple_input: Vec<f32>,
 }
 
 impl Scratch {
@@ -1320,6 +1609,33 @@ impl Scratch {
         }
         fit(&mut self.rope, rows * c.rope_dim);
         fit(&mut self.rope_swa, rows * c.rope_dim);
+    }
+
+    /// The buffers a model with per-layer geometry (Gemma 4) needs beyond
+    /// [`Scratch::prepare`]'s: its widest layer's, the RoPE tables' stride, per-layer
+    /// embeddings'.
+    fn prepare_per_layer(&mut self, m: &Transformer, rows: usize) {
+        let c = &m.config;
+        let max = |f: fn(&LayerDims) -> usize| m.dims.iter().map(f).max().unwrap_or(0);
+        let (q, kv, ffn) = (
+            max(LayerDims::q_dim),
+            max(LayerDims::kv_dim),
+            max(|d| d.ffn_dim),
+        );
+        let fit = |v: &mut Vec<f32>, n: usize| v.resize(n, 0.0);
+        fit(&mut self.q, rows * q);
+        fit(&mut self.k, rows * kv);
+        fit(&mut self.v, rows * kv);
+        fit(&mut self.gate, rows * ffn);
+        fit(&mut self.up, rows * ffn);
+        fit(&mut self.attn, rows * c.dim.max(q));
+        fit(&mut self.rope, rows * m.rope_stride());
+        fit(&mut self.rope_swa, rows * m.rope_stride());
+        let ple = m.per_layer.as_ref().map_or(0, |p| p.ple_dim);
+        fit(&mut self.ple_inputs, rows * ple * c.n_layer);
+        fit(&mut self.ple_proj, rows * ple * c.n_layer);
+        fit(&mut self.ple_gate, rows * ple);
+        fit(&mut self.ple_input, rows * ple);
     }
 
     /// The buffers a hybrid model's steps need beyond [`Scratch::prepare`]'s.

@@ -390,7 +390,14 @@ fn expected_type(key: &str, arch: &str) -> Option<&'static [ValueType]> {
         k if k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id") => UINT,
         k => {
             let rest = k.strip_prefix(arch)?.strip_prefix('.')?;
+            // One value per layer, or one for all (llama.cpp's `get_key_or_arr`), where the
+            // architecture reads per-layer geometry (Gemma 4).
+            let per_layer = crate::model::arch::Arch::from_gguf_name(arch)
+                .is_ok_and(|a| crate::model::arch::ArchSpec::of(a).per_layer);
             match rest {
+                "feed_forward_length" | "attention.head_count_kv" if per_layer => {
+                    &[T::U8, T::U16, T::U32, T::U64, T::Array]
+                }
                 "context_length"
                 | "embedding_length"
                 | "block_count"

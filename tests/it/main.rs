@@ -14,6 +14,7 @@ mod engine;
 mod fbbench;
 mod fennec;
 mod fuzz;
+mod gemma4;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod hostile;

@@ -161,6 +161,10 @@ impl CudaModel {
                     mat(n("attn_v.weight"), v)?,
                 ],
                 Qkv::Fused(w) => vec![mat(n("attn_qkv.weight"), w)?],
+                // Gemma 4's layers: refused by `not_lowered` above.
+                Qkv::QueryKey { .. } | Qkv::Query(_) => {
+                    unreachable!("not_lowered refuses Gemma 4's layers")
+                }
             };
             let (gate_up, w_down, moe) = match &l.ffn {
                 Ffn::Dense { gate_up, down } => (
