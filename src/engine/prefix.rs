@@ -15,7 +15,8 @@
 //! and a state cannot be rebuilt from KV blocks. So for such models an entry may carry a
 //! snapshot of the state after its block (taken when a stored sequence ends exactly there),
 //! and a lookup resumes only from the deepest matching entry that has one: never from a
-//! prefix whose state it does not hold. Each snapshot counts against the byte budget.
+//! prefix whose state it does not hold. Each snapshot counts against the byte budget. The
+//! scheduler pauses such a sequence's prefill where a snapshot pays ([`snapshot_points`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -129,6 +130,13 @@ impl PrefixCache {
     /// The longest cached block-aligned prefix of `ids` that leaves at least one token of
     /// `ids` to feed (its logits are needed), as a sequence sharing the cached blocks.
     pub fn lookup(&mut self, ids: &[u32]) -> SeqKv {
+        self.lookup_matched(ids).0
+    }
+
+    /// [`PrefixCache::lookup`], and the positions of `ids` whose blocks the cache holds (for a
+    /// model with a recurrent state, possibly more than the sequence resumes from: those
+    /// past the deepest snapshot, a prefix shared with an earlier prompt).
+    pub fn lookup_matched(&mut self, ids: &[u32]) -> (SeqKv, usize) {
         let mut blocks = Vec::new();
         // With a recurrent state: the blocks up to the deepest snapshot, and that snapshot.
         let mut resume = (0, None);
@@ -148,10 +156,14 @@ impl PrefixCache {
                 parent = id;
             }
         }
+        let matched = blocks.len() * BLOCK_TOKENS;
         if self.state_len == 0 {
-            return SeqKv::from_blocks(self.layout, self.storage.clone(), blocks);
+            return (
+                SeqKv::from_blocks(self.layout, self.storage.clone(), blocks),
+                matched,
+            );
         }
-        match resume {
+        let kv = match resume {
             (n, Some(state)) => {
                 blocks.truncate(n);
                 SeqKv::from_blocks_with_state(
@@ -164,7 +176,8 @@ impl PrefixCache {
             (_, None) => {
                 SeqKv::new_in(self.layout, self.storage.clone()).with_state(self.state_len)
             }
-        }
+        };
+        (kv, matched)
     }
 
     /// Records the full blocks of `kv`, whose positions hold `ids` (at least `kv.len()` of
@@ -260,10 +273,54 @@ impl PrefixCache {
     }
 }
 
+/// A model with a recurrent state snapshots it every this many absolute positions of a cached
+/// prompt (a multiple of [`BLOCK_TOKENS`]), so a long prompt shared in part resumes at most
+/// this many positions before the difference.
+pub const SNAPSHOT_EVERY: usize = 256;
+
+/// The positions after which a cached prompt of `prompt_len` tokens, resuming from position
+/// `resume` with `matched` positions of it found in the cache, pauses its prefill for a
+/// snapshot of its recurrent state (a model with one; ascending, each block-aligned, in
+/// `resume + 1 .. prompt_len`):
+/// - every [`SNAPSHOT_EVERY`] absolute positions;
+/// - the end of the part shared with an earlier prompt (`matched`), where the next prompt
+///   sharing it branches off too (the judge chains' branches, a dataset's common instructions);
+/// - the prompt's last block boundary, where its next turn (prompt, reply, new message)
+///   resumes (a block-aligned prompt is snapshotted at its end when it is computed).
+///
+/// Where a sequence's prefill pauses changes no bit: a row's numbers do not depend on how the
+/// prompt is split (`tests/it/hybrid.rs`).
+pub fn snapshot_points(resume: usize, matched: usize, prompt_len: usize) -> Vec<usize> {
+    let last_block = prompt_len / BLOCK_TOKENS * BLOCK_TOKENS;
+    let mut at: Vec<usize> = (resume / SNAPSHOT_EVERY + 1..)
+        .map(|k| k * SNAPSHOT_EVERY)
+        .take_while(|&p| p < prompt_len)
+        .chain([matched, last_block])
+        .filter(|&p| p > resume && p < prompt_len)
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    at
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::kv::KvSeq;
+
+    #[test]
+    fn snapshot_points_are_every_256_positions_the_shared_end_and_the_last_block() {
+        // A 600-token prompt from scratch, nothing shared: 256, 512, and 592 (its last block).
+        assert_eq!(snapshot_points(0, 0, 600), [256, 512, 592]);
+        // Resuming at 256 with 320 positions shared: 320 (the shared end), 512, 592.
+        assert_eq!(snapshot_points(256, 320, 600), [320, 512, 592]);
+        // A block-aligned prompt needs no last-block pause (it is snapshotted at its end), and
+        // no point is at or before the resume point or at the prompt's end.
+        assert_eq!(snapshot_points(0, 0, 512), [256]);
+        assert_eq!(snapshot_points(496, 496, 512), Vec::<usize>::new());
+        assert_eq!(snapshot_points(0, 16, 17), [16]);
+        assert_eq!(snapshot_points(0, 0, 16), Vec::<usize>::new());
+    }
 
     const L: KvLayout = KvLayout {
         n_layer: 1,

@@ -23,7 +23,7 @@ use super::constraint::{
 use super::draft::{lookup, DraftAsk, DraftConfig, DraftModel, DraftSource, DraftStats, SeqDraft};
 use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::logprobs::{token_logprob, TokenLogprob};
-use super::prefix::{PrefillStats, PrefixCache};
+use super::prefix::{snapshot_points, PrefillStats, PrefixCache};
 use super::reasoning::{GateState, ReasoningGate};
 use super::sampling::{argmax, Sampler};
 use super::{ChatReply, EngineError, SamplingParams, StopReason};
@@ -137,9 +137,23 @@ struct Active {
     /// Drafted tokens at the end of `feed`, verified by this step.
     drafted: usize,
     draft: SeqDraft,
+    /// Positions after which the prefill pauses for the prefix cache to snapshot the
+    /// recurrent state (a hybrid model's cached prompt; ascending, `prefix::snapshot_points`).
+    pauses: Vec<usize>,
 }
 
 impl Active {
+    /// The rows this sequence feeds in the next step given `chunk` (prefill chunk) and
+    /// `budget` rows: its pending feed, up to its next pause.
+    fn rows(&self, chunk: usize, budget: usize) -> usize {
+        let left = self.feed.len() - self.fed;
+        let n = left.min(chunk).min(budget);
+        match self.pauses.first() {
+            Some(&p) => n.min(p - self.kv.len()),
+            None => n,
+        }
+    }
+
     /// Blocks this sequence may still take before it finishes: its pending feed and every
     /// token it may still generate, within the context.
     fn blocks_to_finish(&self, ctx: usize) -> usize {
@@ -680,9 +694,14 @@ impl Decoder {
             // A prompt of its own (no stored prefix) may start from cached blocks.
             let cacheable = r.prefix.is_none() && self.cache.enabled();
             let mut feed = r.prompt_ids.clone();
+            let mut pauses = Vec::new();
             if cacheable {
-                kv = self.cache.lookup(&r.prompt_ids);
+                let matched;
+                (kv, matched) = self.cache.lookup_matched(&r.prompt_ids);
                 feed.drain(..kv.len());
+                if self.model.state_len() > 0 {
+                    pauses = snapshot_points(kv.len(), matched, r.prompt_ids.len());
+                }
             }
             self.stats.add(PrefillStats {
                 computed: feed.len() as u64,
@@ -709,6 +728,7 @@ impl Decoder {
                 history,
                 drafted: 0,
                 draft: SeqDraft::new(k0),
+                pauses,
             });
         }
         if active.is_empty() {
@@ -721,7 +741,7 @@ impl Decoder {
         let mut plan: Vec<(usize, usize, bool)> = Vec::with_capacity(active.len());
         for (a_idx, a) in active.iter().enumerate() {
             let left = a.feed.len() - a.fed;
-            let n = left.min(self.config.prefill_chunk).min(budget);
+            let n = a.rows(self.config.prefill_chunk, budget);
             if n == 0 {
                 continue;
             }
@@ -781,6 +801,13 @@ impl Decoder {
             let a = &mut active[a_idx];
             if !last {
                 a.fed += n;
+                if a.pauses.first() == Some(&a.kv.len()) {
+                    a.pauses.remove(0);
+                    if let Some(prompt) = &a.cached_prompt {
+                        // Its blocks so far, and a snapshot of the state at their end.
+                        self.cache.insert(prompt, &a.kv);
+                    }
+                }
                 continue;
             }
             // Positions before this step's rows; the sequence's own rows returned.
@@ -896,8 +923,7 @@ impl Decoder {
         let mut budget = self.config.max_step_tokens;
         let mut grant = vec![0usize; active.len()];
         for (i, a) in active.iter().enumerate() {
-            let left = a.feed.len() - a.fed;
-            let n = left.min(self.config.prefill_chunk).min(budget);
+            let n = a.rows(self.config.prefill_chunk, budget);
             budget -= n;
             if decoding(a) && a.drafted == 0 && n == 1 {
                 // At most the tokens still to generate after this one, within the context.

@@ -297,6 +297,74 @@ fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
     assert!(e.to_string().contains("rolled back"), "{e}");
 }
 
+/// Prompts sharing a prefix with an earlier one resume from a snapshot of the state where the
+/// shared part ends and every 256 positions (not only where a stored sequence happened to end
+/// on a block boundary), and give the tokens computed from scratch.
+#[test]
+fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
+    let records = tiny_fixture::<TinyRecord>("quant/tiny_hybrid_teacher_forced.jsonl").1;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The fixture's model with room for a 300-token prompt (its context is 256).
+    let mut metadata = hybrid_metadata();
+    for (key, value) in &mut metadata {
+        if key.ends_with(".context_length") {
+            *value = Value::U32(1024);
+        }
+    }
+    let file =
+        crate::moe::write_fixture_model(dir.path(), &records[0], &hybrid_tensors(), &metadata);
+    let model = Arc::new(Model::from(
+        Transformer::from_gguf_path(&file, WeightDType::Native).expect("load"),
+    ));
+    let decoder = |cache: usize| {
+        let cfg = SchedulerConfig {
+            // Not a divisor of 256: the pauses, not the chunks, put the snapshots in place.
+            prefill_chunk: 100,
+            prefix_cache_bytes: cache,
+            ..SchedulerConfig::default()
+        };
+        Decoder::new(Arc::clone(&model), cfg, Vec::new())
+    };
+    let mut rng = SplitMix64::new(5);
+    let mut draw = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
+            .collect()
+    };
+    let req = |ids: &[u32]| {
+        TokenRequest::new(
+            ids.to_vec(),
+            SamplingParams {
+                max_new_tokens: 4,
+                ..SamplingParams::default()
+            },
+        )
+    };
+    // Three branches of a 40-token prefix (blocks 0-31 shared, block 32-47 not), 30 tokens
+    // each; then a 300-token prompt and one sharing its first 280 tokens.
+    let shared = draw(40);
+    let branches: Vec<Vec<u32>> = (0..3)
+        .map(|_| shared.iter().copied().chain(draw(30)).collect())
+        .collect();
+    let long = draw(300);
+    let mut other = long[..280].to_vec();
+    other.extend(draw(20));
+    let mut cached = decoder(64 << 20);
+    let mut fresh = decoder(0);
+    let mut reused = Vec::new();
+    for ids in branches.iter().chain([&long, &other]) {
+        let before = cached.prefill_stats().reused;
+        let a = cached.generate(&[req(ids)], &NoText).expect("cached");
+        let b = fresh.generate(&[req(ids)], &NoText).expect("fresh");
+        assert_eq!(a[0].output_ids, b[0].output_ids, "{} tokens", ids.len());
+        reused.push(cached.prefill_stats().reused - before);
+    }
+    // The first branch snapshots at its last block (64), which the second does not share:
+    // it computes everything and snapshots where the shared part ends (32), which the third
+    // resumes from. The long prompt snapshots at 256, where the other one resumes.
+    assert_eq!(reused, [0, 0, 32, 0, 256]);
+}
+
 /// What a hybrid file gets refused for, naming the key: a missing DeltaNet key, an inner
 /// size that is not the value heads' width, as many multi-token-prediction layers as layers,
 /// and a missing tensor.
