@@ -260,10 +260,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     tmp.as_file().sync_all().context("writing output")?;
     tmp.persist(&args.out)
         .with_context(|| format!("renaming output into {}", args.out.display()))?;
+    let prefill = engine.decoder().prefill_stats();
     eprintln!(
-        "wrote {} replies ({total_out} tokens) to {}",
+        "wrote {} replies ({total_out} tokens) to {}; prompt tokens: {} computed, {} from the \
+         prefix cache",
         replies.len(),
-        args.out.display()
+        args.out.display(),
+        prefill.computed,
+        prefill.reused
     );
     if draft.is_some() {
         eprintln!("drafts: {}", engine.decoder().draft_stats().summary());

@@ -181,8 +181,16 @@ impl PrefixCache {
     }
 
     /// Records the full blocks of `kv`, whose positions hold `ids` (at least `kv.len()` of
-    /// them), evicting the least recently used entries beyond the budget.
+    /// them), evicting the least recently used entries beyond the budget; with a recurrent
+    /// state, a snapshot of `kv`'s state when it ends on a block boundary.
     pub fn insert(&mut self, ids: &[u32], kv: &SeqKv) {
+        let len = crate::model::kv::KvSeq::len(kv);
+        self.insert_with_state(ids, kv, len, crate::model::kv::KvSeq::state(kv));
+    }
+
+    /// [`PrefixCache::insert`] with `state`, the sequence's recurrent state after its first
+    /// `at` positions (a block boundary), as the snapshot.
+    pub fn insert_with_state(&mut self, ids: &[u32], kv: &SeqKv, at: usize, state: &[f32]) {
         if !self.enabled() {
             return;
         }
@@ -218,12 +226,8 @@ impl PrefixCache {
             self.touch(id);
             path.push(id);
             parent = id;
-            // The sequence's state is that of its last position: a snapshot for the entry
-            // ending exactly there.
-            let len = crate::model::kv::KvSeq::len(kv);
-            let state = crate::model::kv::KvSeq::state(kv);
-            if self.state_len > 0 && (k + 1) * BLOCK_TOKENS == len && state.len() == self.state_len
-            {
+            // The snapshot for the entry ending exactly where it was taken.
+            if self.state_len > 0 && (k + 1) * BLOCK_TOKENS == at && state.len() == self.state_len {
                 let e = self.entries.get_mut(&id).expect("entry just found");
                 if e.state.is_none() {
                     e.state = Some(Arc::new(state.to_vec()));

@@ -140,6 +140,9 @@ struct Active {
     /// Positions after which the prefill pauses for the prefix cache to snapshot the
     /// recurrent state (a hybrid model's cached prompt; ascending, `prefix::snapshot_points`).
     pauses: Vec<usize>,
+    /// The recurrent state at the reply's latest block boundary (a hybrid model's cached
+    /// prompt), for the prefix cache when the reply ends: its next turn resumes there.
+    reply_state: Option<(usize, Vec<f32>)>,
 }
 
 impl Active {
@@ -729,6 +732,7 @@ impl Decoder {
                 drafted: 0,
                 draft: SeqDraft::new(k0),
                 pauses,
+                reply_state: None,
             });
         }
         if active.is_empty() {
@@ -810,6 +814,22 @@ impl Decoder {
                 }
                 continue;
             }
+            if a.cached_prompt.is_some()
+                && !a.out.is_empty()
+                && self.model.state_len() > 0
+                && a.kv.len() % BLOCK_TOKENS == 0
+            {
+                // One state copy per block of reply (drafts are off for these models, so
+                // the sequence moved one position).
+                let state = a.kv.state();
+                match &mut a.reply_state {
+                    Some((at, s)) => {
+                        *at = a.kv.len();
+                        s.copy_from_slice(state);
+                    }
+                    None => a.reply_state = Some((a.kv.len(), state.to_vec())),
+                }
+            }
             // Positions before this step's rows; the sequence's own rows returned.
             let base = a.kv.len() - n;
             let drafted = a.drafted;
@@ -870,10 +890,16 @@ impl Decoder {
                     // Rejected drafts' positions are forgotten, not copied.
                     a.kv.truncate(kv_len);
                     if let Some(prompt) = a.cached_prompt.take() {
-                        // Prompt and reply: the next turn of a dialogue extends them.
+                        // Prompt and reply: the next turn of a dialogue extends them (a
+                        // hybrid model's from the reply's last block boundary).
                         let mut ids = prompt;
                         ids.extend_from_slice(&a.out);
-                        self.cache.insert(&ids, &a.kv);
+                        match a.reply_state.take() {
+                            Some((at, state)) if a.kv.len() % BLOCK_TOKENS != 0 => {
+                                self.cache.insert_with_state(&ids, &a.kv, at, &state)
+                            }
+                            _ => self.cache.insert(&ids, &a.kv),
+                        }
                     }
                     finished.push((a.id, reply));
                     retired.push(a_idx);

@@ -363,6 +363,33 @@ fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
     // it computes everything and snapshots where the shared part ends (32), which the third
     // resumes from. The long prompt snapshots at 256, where the other one resumes.
     assert_eq!(reused, [0, 0, 32, 0, 256]);
+    // A dialogue's next turn resumes where the reply's last block ends: a 21-token prompt and
+    // 20 generated tokens hold 40 positions (the last token is not fed); the state at 32 was
+    // kept while decoding, so the next turn reuses 32 (16, the prompt's last block, without).
+    let prompt = draw(21);
+    let turn = |ids: &[u32], n: usize| {
+        TokenRequest::new(
+            ids.to_vec(),
+            SamplingParams {
+                max_new_tokens: n,
+                ..SamplingParams::default()
+            },
+        )
+    };
+    let reply = cached
+        .generate(&[turn(&prompt, 20)], &NoText)
+        .expect("first turn")
+        .remove(0)
+        .output_ids;
+    assert_eq!(reply.len(), 20, "a random model stopped early: {reply:?}");
+    let mut next = prompt.clone();
+    next.extend_from_slice(&reply);
+    next.extend(draw(9));
+    let before = cached.prefill_stats().reused;
+    let a = cached.generate(&[turn(&next, 4)], &NoText).expect("cached");
+    let b = fresh.generate(&[turn(&next, 4)], &NoText).expect("fresh");
+    assert_eq!(a[0].output_ids, b[0].output_ids);
+    assert_eq!(cached.prefill_stats().reused - before, 32);
 }
 
 /// What a hybrid file gets refused for, naming the key: a missing DeltaNet key, an inner
