@@ -817,7 +817,7 @@ impl Decoder {
             if a.cached_prompt.is_some()
                 && !a.out.is_empty()
                 && self.model.state_len() > 0
-                && a.kv.len() % BLOCK_TOKENS == 0
+                && a.kv.len().is_multiple_of(BLOCK_TOKENS)
             {
                 // One state copy per block of reply (drafts are off for these models, so
                 // the sequence moved one position).
@@ -895,7 +895,7 @@ impl Decoder {
                         let mut ids = prompt;
                         ids.extend_from_slice(&a.out);
                         match a.reply_state.take() {
-                            Some((at, state)) if a.kv.len() % BLOCK_TOKENS != 0 => {
+                            Some((at, state)) if !a.kv.len().is_multiple_of(BLOCK_TOKENS) => {
                                 self.cache.insert_with_state(&ids, &a.kv, at, &state)
                             }
                             _ => self.cache.insert(&ids, &a.kv),
