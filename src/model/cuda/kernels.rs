@@ -54,6 +54,71 @@ pub(super) fn dev_err(what: &str, e: impl std::fmt::Display) -> ModelError {
     ModelError::Device(format!("cuda: {what}: {e}"))
 }
 
+/// Whether `CANDOR_CUDA_SYNC` (its value, `None` when unset) asks for a synchronisation after
+/// every launch: `1` does; unset, empty and `0` do not; anything else does not and is reported
+/// (the second value: the warning line).
+pub(super) fn parse_sync(value: Option<&str>) -> (bool, Option<String>) {
+    match value {
+        Some("1") => (true, None),
+        None | Some("" | "0") => (false, None),
+        Some(other) => (
+            false,
+            Some(format!(
+                "CANDOR_CUDA_SYNC={other}: expected 1 (synchronise after every launch) or 0; \
+                 not synchronising"
+            )),
+        ),
+    }
+}
+
+/// Whether this process synchronises after every kernel launch (`CANDOR_CUDA_SYNC=1`), so
+/// that a fault is reported by the launch that caused it; read once.
+pub(super) fn sync_each_launch() -> bool {
+    static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SYNC.get_or_init(|| {
+        let (on, warning) = parse_sync(std::env::var("CANDOR_CUDA_SYNC").ok().as_deref());
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        on
+    })
+}
+
+/// The error of a launch of `kernel` that the driver refused (`synced` false) or that
+/// faulted when the stream was synchronised right after it (`CANDOR_CUDA_SYNC=1`).
+pub(super) fn launch_err(
+    kernel: impl std::fmt::Display,
+    synced: bool,
+    e: impl std::fmt::Display,
+) -> ModelError {
+    if synced {
+        ModelError::Device(format!("cuda: kernel {kernel} faulted: {e}"))
+    } else {
+        ModelError::Device(format!("cuda: launching kernel {kernel}: {e}"))
+    }
+}
+
+/// The error of a step's closing synchronisation: a fault of some launch of the step, which
+/// one unknown without `CANDOR_CUDA_SYNC=1`.
+pub(super) fn step_err(e: impl std::fmt::Display) -> ModelError {
+    if sync_each_launch() {
+        dev_err("step", e)
+    } else {
+        ModelError::Device(format!(
+            "cuda: step: {e} (launches are asynchronous: rerun with CANDOR_CUDA_SYNC=1 to name \
+             the kernel)"
+        ))
+    }
+}
+
+/// Adds where a launch was (`at`, e.g. `layer 3, launch 5 (attn_partial)`) to its error.
+pub(super) fn at_launch(e: ModelError, at: impl std::fmt::Display) -> ModelError {
+    match e {
+        ModelError::Device(m) => ModelError::Device(format!("{m} [at {at}]")),
+        other => other,
+    }
+}
+
 /// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
 /// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
 /// GPU or not.
@@ -338,6 +403,23 @@ pub(super) struct Gpu {
 }
 
 impl Gpu {
+    /// Every kernel launch goes through here: the driver's answer to the launch of `kernel`
+    /// as an error naming it, and with `CANDOR_CUDA_SYNC=1` the stream synchronised at once,
+    /// so that a fault names the kernel that caused it (the caller adds the layer and step).
+    pub(super) fn launched<T>(
+        &self,
+        kernel: impl std::fmt::Display,
+        r: std::result::Result<T, cudarc::driver::DriverError>,
+    ) -> Result<()> {
+        r.map_err(|e| launch_err(&kernel, false, e))?;
+        if sync_each_launch() {
+            self.stream
+                .synchronize()
+                .map_err(|e| launch_err(&kernel, true, e))?;
+        }
+        Ok(())
+    }
+
     pub(super) fn upload<T: cudarc::driver::DeviceRepr>(
         &self,
         what: &str,
@@ -447,7 +529,8 @@ impl Gpu {
                 .arg(&y)
                 .arg(&add_i);
             // SAFETY: x holds m × k floats, y m × n; w holds n × k values of its type.
-            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmf", e))?;
+            let name = MATMUL_TYPES[w.kind as usize];
+            self.launched(format_args!("mmq{mr}_{name}"), unsafe { lb.launch(cfg) })?;
             return Ok(quantized);
         };
         if m * w.k > act.elems {
@@ -461,7 +544,7 @@ impl Gpu {
         }
         let (pq, pd, ps, psum) = act.ptrs(s);
         let (b_off, c_off) = (w.b_off as i64, w.c_off as i64);
-        let (f, cfg) = match (kernel, &self.k.mmt[w.kind as usize]) {
+        let (f, cfg, family) = match (kernel, &self.k.mmt[w.kind as usize]) {
             (IntKernel::Mma, Some(mmt)) if self.k.mma => (
                 mmt,
                 LaunchConfig {
@@ -469,8 +552,9 @@ impl Gpu {
                     block_dim: (MT_THREADS as u32, 1, 1),
                     shared_mem_bytes: 0,
                 },
+                "mmt",
             ),
-            _ => (f, cfg),
+            _ => (f, cfg, if mr == 1 { "mmq1" } else { "mmq8" }),
         };
         let mut lb = s.launch_builder(f);
         lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum).arg(&m_i);
@@ -483,7 +567,8 @@ impl Gpu {
             .arg(&add_i);
         // SAFETY: act holds m × k quantized activations of this kind (just written or
         // written for the same x); w is repacked (regions at b_off, c_off); y holds m × n.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmq", e))?;
+        let name = MATMUL_TYPES[w.kind as usize];
+        self.launched(format_args!("{family}_{name}"), unsafe { lb.launch(cfg) })?;
         Ok(Some(kind))
     }
 
@@ -502,7 +587,7 @@ impl Gpu {
             let mut lb = s.launch_builder(&self.k.quantize_q8k);
             lb.arg(&x).arg(&k_i).arg(&pq).arg(&pd).arg(&psum);
             // SAFETY: x holds m × k floats (k a multiple of 256); act holds m × k (checked).
-            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8k", e))?;
+            self.launched("quantize_q8k", unsafe { lb.launch(cfg) })?;
         } else {
             let mut lb = s.launch_builder(&self.k.quantize_q8);
             lb.arg(&x)
@@ -513,7 +598,7 @@ impl Gpu {
                 .arg(&ps)
                 .arg(&psum);
             // SAFETY: x holds m × k floats (k a multiple of 32); act holds m × k (checked).
-            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8", e))?;
+            self.launched("quantize_q8", unsafe { lb.launch(cfg) })?;
         }
         Ok(())
     }
@@ -542,7 +627,11 @@ impl Gpu {
         };
         // SAFETY: x holds m × k floats and y m × n (the step buffers are sized for the largest
         // projection); w holds n rows of its format.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("matmul", e))?;
+        let wide = if outs > 1 { "wide_" } else { "" };
+        let name = MATMUL_TYPES[w.kind as usize];
+        self.launched(format_args!("matmul_{wide}{name}"), unsafe {
+            lb.launch(cfg)
+        })?;
         Ok(())
     }
 
@@ -561,7 +650,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.rms_norm);
         lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
         // SAFETY: x and y hold rows × dim floats, w dim.
-        unsafe { lb.launch(norm_launch(rows, dim)) }.map_err(|e| dev_err("rms_norm", e))?;
+        self.launched("rms_norm", unsafe { lb.launch(norm_launch(rows, dim)) })?;
         Ok(())
     }
 
@@ -599,7 +688,7 @@ impl Gpu {
         lb.arg(&kind).arg(&pq).arg(&pd).arg(&ps).arg(&psum);
         // SAFETY: x and y hold rows × dim floats, w dim; act holds rows × dim activations
         // (checked), dim a multiple of the block.
-        unsafe { lb.launch(norm_launch(rows, dim)) }.map_err(|e| dev_err("rms_norm_q8", e))?;
+        self.launched("rms_norm_q8", unsafe { lb.launch(norm_launch(rows, dim)) })?;
         Ok(())
     }
 
@@ -644,7 +733,7 @@ impl Gpu {
         let total = a.rows * (c.n_head + 2 * c.n_kv_head) * c.head_dim / 2;
         // SAFETY: q holds rows × q_dim floats, k and v rows × kv_dim, the biases their widths,
         // cs rows × rope_dim; every row's block and slot were given by its sequence's KV.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("rope_kv_write", e))?;
+        self.launched("rope_kv_write", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -661,7 +750,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.add_bias);
         lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
         // SAFETY: x holds total floats, b width.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_bias", e))?;
+        self.launched("add_bias", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -671,7 +760,7 @@ impl Gpu {
         let mut lb = self.stream.launch_builder(&self.k.gated_act_cpu);
         lb.arg(&g).arg(&u).arg(&t).arg(&act);
         // SAFETY: g and u hold total floats.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("gated_act_cpu", e))?;
+        self.launched("gated_act_cpu", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -681,7 +770,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.add_in_place);
         lb.arg(&x).arg(&y).arg(&t);
         // SAFETY: both hold total floats.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_in_place", e))?;
+        self.launched("add_in_place", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -699,7 +788,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.split_cols);
         lb.arg(&src).arg(&wd).arg(&o).arg(&wi).arg(&dst).arg(&t);
         // SAFETY: src holds rows × width floats, dst rows × w.
-        unsafe { lb.launch(ew(rows * w)) }.map_err(|e| dev_err("split_cols", e))?;
+        self.launched("split_cols", unsafe { lb.launch(ew(rows * w)) })?;
         Ok(())
     }
 
@@ -725,7 +814,84 @@ impl Gpu {
             .arg(&rdi)
             .arg(&nx);
         // SAFETY: x holds rows × heads × hd floats, cs rows × rd.
-        unsafe { lb.launch(ew(rows * heads * rd / 2)) }.map_err(|e| dev_err("rope", e))?;
+        self.launched("rope", unsafe { lb.launch(ew(rows * heads * rd / 2)) })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_sync_is_on_for_1_only() {
+        assert_eq!(parse_sync(Some("1")), (true, None));
+        for off in [None, Some(""), Some("0")] {
+            assert_eq!(parse_sync(off), (false, None), "{off:?}");
+        }
+        let (on, warning) = parse_sync(Some("yes"));
+        assert!(!on);
+        let w = warning.expect("a warning for an unknown value");
+        assert!(
+            w.starts_with("CANDOR_CUDA_SYNC=yes: expected 1") && !w.contains('\n'),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn a_fault_names_the_kernel_and_where_it_ran() {
+        let e = launch_err(
+            format_args!("mmq8_{}", "q4_k"),
+            true,
+            "an illegal memory access",
+        );
+        let e = at_launch(e, format_args!("layer 3, launch 2 ({})", "matmul"));
+        assert_eq!(
+            e.to_string(),
+            "cuda: kernel mmq8_q4_k faulted: an illegal memory access \
+             [at layer 3, launch 2 (matmul)]"
+        );
+        let e = launch_err("rope", false, "too many resources requested");
+        assert_eq!(
+            e.to_string(),
+            "cuda: launching kernel rope: too many resources requested"
+        );
+    }
+
+    /// Every kernel launch of the model goes through [`Gpu::launched`] (so that
+    /// `CANDOR_CUDA_SYNC=1` covers it): each `launch(` of a launch builder is that call's
+    /// argument, and there are as many `launched(` calls as launch builders.
+    #[test]
+    fn every_launch_goes_through_launched() {
+        let own = include_str!("kernels.rs");
+        let own = &own[..own.find("\n#[cfg(test)]\nmod tests").expect("tests module")];
+        let sources = [
+            ("kernels.rs", own),
+            ("forward.rs", include_str!("forward.rs")),
+            ("pool.rs", include_str!("pool.rs")),
+            ("timing.rs", include_str!("timing.rs")),
+            ("devices.rs", include_str!("devices.rs")),
+        ];
+        let mut builders = 0;
+        for (file, src) in sources {
+            let count = |pat: &str| src.matches(pat).count();
+            let calls = count(".launched(");
+            assert_eq!(
+                count("launch_builder("),
+                calls,
+                "{file}: a launch builder not launched through Gpu::launched"
+            );
+            for (at, _) in src.match_indices(".launch(") {
+                let before = &src[at.saturating_sub(120)..at];
+                assert!(
+                    before.contains(".launched(") && before.contains("unsafe {"),
+                    "{file}: a launch not inside Gpu::launched: {}",
+                    &src[at.saturating_sub(120)..at + 20]
+                );
+            }
+            builders += calls;
+        }
+        // The kernels of the forward pass, the matmuls and the KV block copy at least.
+        assert!(builders >= 24, "{builders} launch sites");
     }
 }
