@@ -10,8 +10,9 @@
 # Q4_1 mix). In the foreground, each stage under
 # its own timeout, going on after a failing stage, within BUDGET seconds in all (default 510;
 # the last stage gets what is left):
-#   check     the kernels compile; the lib's GPU tests (integer matmuls == CPU bits, legacy
-#             kernels row-invariant)
+#   check     the kernels compile to a cubin and load on the card (`devices --check-kernels`);
+#             the lib's GPU tests (integer matmuls == CPU bits, legacy kernels row-invariant),
+#             not its host emulations
 #   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
 #             integer kernels, against the copy rate measured in the same call
 #   bench     candor bench --device cuda: 8B Q4_K_M (512-token prompts, batch 1/16/64), the
@@ -104,7 +105,9 @@ case $stage in
   check)
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
     "$g/candor" devices --check-kernels
-    "$g/unit" cuda:: --nocapture --test-threads 1 || synced $? "$g/unit" cuda:: --test-threads 1 ;;
+    # The GPU tests only: the host emulations ran here, and the compile was just checked.
+    t=(cuda:: --skip emulate --skip kernels_compile --test-threads 1)
+    "$g/unit" "${t[@]}" --nocapture || synced $? "$g/unit" "${t[@]}" ;;
   kernels)
     KERNELS_GPU=1 KERNELS_BATCHES=1,16,64,512 "$g/kernels" | tee "$out/kernels.jsonl"
     python3 "$root/benches/gpu/table.py" kernels "$out/kernels.jsonl" ;;

@@ -43,10 +43,18 @@ pub(super) const MQ_RO: usize = 4;
 pub(super) const MT_THREADS: usize = 128;
 pub(super) const MT_BM: usize = 64;
 pub(super) const MT_BN: usize = 64;
-/// Steps of at least this many rows take a quantized product on the tensor cores (`mmt.cu`),
-/// fewer on `dp4a` (`mmq.cu`): chosen by the shape alone, and both give the CPU's bits, so
-/// the choice changes no result. At 64 rows one tile of the tensor-core kernel is full.
-pub(super) const MMA_MIN_ROWS: usize = MT_BM;
+/// Fewer rows than this never take the tensor cores (an m16 fragment per warp half-empty).
+pub(super) const MMA_MIN_ROWS: usize = 32;
+
+/// Whether a quantized product of `m` rows and `n` outputs takes the tensor cores (`mmt.cu`)
+/// rather than `dp4a` (`mmq.cu`) on a device of `sms` multiprocessors: from
+/// [`MMA_MIN_ROWS`] rows when its 64 × 64 tiles fill at least half a wave (one block on every
+/// second SM; dp4a launches `m/8 · n/4` blocks and fills the card at any shape). Chosen by the
+/// shape alone, and both kernels give the CPU's bits (`emulate.rs` and `emulate_mmt.rs` each
+/// equal `QWeight::matmul` bit for bit), so the choice changes no result.
+pub(super) fn mma_pays(m: usize, n: usize, sms: usize) -> bool {
+    m >= MMA_MIN_ROWS && 2 * m.div_ceil(MT_BM) * n.div_ceil(MT_BN) >= sms
+}
 
 pub(super) type Result<T> = std::result::Result<T, ModelError>;
 
@@ -119,11 +127,8 @@ pub(super) fn at_launch(e: ModelError, at: impl std::fmt::Display) -> ModelError
     }
 }
 
-/// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
-/// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
-/// GPU or not.
-pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
-    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
+/// NVRTC's options for the kernels, for architecture `arch` (NVRTC's default when `None`).
+fn nvrtc_options(arch: Option<&str>) -> Vec<String> {
     // Fixed numerics: no flush-to-zero, IEEE division and square root.
     let mut options: Vec<String> = [
         "--std=c++17",
@@ -134,13 +139,128 @@ pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
     ]
     .map(String::from)
     .to_vec();
-    if let Some(cc) = cc {
-        options.push(format!("--gpu-architecture={}", versions::arch_name(cc)));
+    if let Some(arch) = arch {
+        options.push(format!("--gpu-architecture={arch}"));
     }
+    options
+}
+
+/// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
+/// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
+/// GPU or not.
+pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
+    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
     nvrtc
-        .compile(KERNELS, &options)
+        .compile(KERNELS, &nvrtc_options(cc.map(versions::arch_name)))
         .map(cudarc::nvrtc::Ptx::from_src)
         .map_err(|e| dev_err("compiling the kernels", e))
+}
+
+/// The kernels compiled for one compute capability, as the driver is given them.
+pub struct CompiledKernels {
+    /// A cubin for the card's `sm_XX` (loaded without the driver's JIT) or, where NVRTC
+    /// could not make one, PTX for `compute_XX`.
+    pub bytes: Vec<u8>,
+    pub cubin: bool,
+    /// The architecture compiled for (`sm_90`, or `compute_90` for PTX).
+    pub arch: String,
+    /// Why there is no cubin (PTX only).
+    pub cubin_error: Option<String>,
+}
+
+impl CompiledKernels {
+    /// The image as the driver takes it.
+    pub fn image(&self) -> cudarc::nvrtc::Ptx {
+        if self.cubin {
+            cudarc::nvrtc::Ptx::from_binary(self.bytes.clone())
+        } else {
+            cudarc::nvrtc::Ptx::from_src(String::from_utf8_lossy(&self.bytes))
+        }
+    }
+}
+
+impl std::fmt::Display for CompiledKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.cubin_error, self.cubin) {
+            (_, true) => write!(f, "a cubin for {}", self.arch),
+            (Some(e), false) => write!(f, "PTX for {} (no cubin: {e})", self.arch),
+            (None, false) => write!(f, "PTX for {}", self.arch),
+        }
+    }
+}
+
+/// The kernels for compute capability `cc`, compiled once per process (each model load and
+/// each test takes the same image): a cubin for `sm_XX` where this NVRTC makes one, else PTX.
+pub fn kernels_for(cc: (i32, i32)) -> Result<Arc<CompiledKernels>> {
+    type Cache = std::sync::Mutex<std::collections::HashMap<(i32, i32), Arc<CompiledKernels>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    // The lock is held while compiling: a second thread waits for the first's image.
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = cache.get(&cc) {
+        return Ok(k.clone());
+    }
+    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
+    let sm = versions::sm_name(cc);
+    let options = nvrtc_options(Some(&sm));
+    let key = format!("{}\n{}\n{}", nvrtc.version, options.join(" "), KERNELS);
+    let dir = crate::weights::panel_file::cache_dir("kernels");
+    let cubin = cached_cubin(dir.as_deref(), &key, || {
+        nvrtc.compile_cubin(KERNELS, &options)
+    });
+    let compiled = match cubin {
+        Ok(bin) => CompiledKernels {
+            bytes: bin,
+            cubin: true,
+            arch: sm,
+            cubin_error: None,
+        },
+        Err(e) => CompiledKernels {
+            bytes: nvrtc
+                .compile(KERNELS, &nvrtc_options(Some(versions::arch_name(cc))))
+                .map_err(|e| dev_err("compiling the kernels", e))?
+                .into_bytes(),
+            cubin: false,
+            arch: versions::arch_name(cc).to_string(),
+            cubin_error: Some(e.lines().next().unwrap_or_default().to_string()),
+        },
+    };
+    let compiled = Arc::new(compiled);
+    cache.insert(cc, compiled.clone());
+    Ok(compiled)
+}
+
+/// A cubin from the kernel cache folder `dir` (`<sha256 of key>.cubin`, `key` naming the
+/// NVRTC version, options and source), else from `compile` and written there for the next
+/// process (each process would otherwise spend NVRTC's and ptxas's ~10–30 s again). A file
+/// that is not an ELF image is compiled again; a failed write only costs the next process.
+fn cached_cubin(
+    dir: Option<&std::path::Path>,
+    key: &str,
+    compile: impl FnOnce() -> std::result::Result<Vec<u8>, String>,
+) -> std::result::Result<Vec<u8>, String> {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(key.as_bytes());
+    let name: String = hash[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.map(|d| d.join(format!("{name}.cubin")));
+    if let Some(bin) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        if bin.starts_with(b"\x7fELF") {
+            return Ok(bin);
+        }
+    }
+    let bin = compile()?;
+    if let (Some(dir), Some(path)) = (dir, &path) {
+        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(&tmp, &bin))
+            .and_then(|_| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(bin)
 }
 
 /// Which matmul kernels a device runs: the integer kernels with the CPU's arithmetic
@@ -191,6 +311,8 @@ pub(super) const MATMUL_TYPES: [&str; 12] = [
 
 /// The compiled kernels.
 pub(super) struct Kernels {
+    /// What the driver loaded (a cubin for `sm_XX`, or PTX and why).
+    pub(super) loaded: String,
     pub(super) matmul: [CudaFunction; 12],
     /// The same products, MM_OUTS outputs per warp (identical bits).
     pub(super) matmul_wide: [CudaFunction; 12],
@@ -231,9 +353,20 @@ pub(super) struct Kernels {
 
 impl Kernels {
     pub(super) fn load(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> Result<Kernels> {
-        let module = ctx
-            .load_module(compile_kernels(Some(cc))?)
-            .map_err(|e| dev_err("loading the kernels", e))?;
+        let compiled = kernels_for(cc)?;
+        let (module, loaded) = match ctx.load_module(compiled.image()) {
+            Ok(m) => (m, compiled.to_string()),
+            // A cubin the driver refuses: the PTX, which the driver compiles itself.
+            Err(e) if compiled.cubin => {
+                let ptx = compile_kernels(Some(cc))?;
+                let m = ctx
+                    .load_module(ptx)
+                    .map_err(|e| dev_err("loading the kernels", e))?;
+                let arch = versions::arch_name(cc);
+                (m, format!("PTX for {arch} (the cubin did not load: {e})"))
+            }
+            Err(e) => return Err(dev_err("loading the kernels", e)),
+        };
         let f = |name: &str| {
             module
                 .load_function(name)
@@ -249,6 +382,7 @@ impl Kernels {
                 .map_err(|_| dev_err(prefix, "one kernel per weight type"))
         };
         Ok(Kernels {
+            loaded,
             matmul: matmuls("matmul_")?,
             matmul_wide: matmuls("matmul_wide_")?,
             mmq1: matmuls("mmq1_")?,
@@ -400,6 +534,8 @@ pub(super) struct Gpu {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     pub(super) k: Kernels,
+    /// Multiprocessors (the tensor-core dispatch weighs tiles against them).
+    pub(super) sms: usize,
 }
 
 impl Gpu {
@@ -458,7 +594,7 @@ impl Gpu {
     /// the path the weight was uploaded for. Integer path: the activations are quantized into
     /// `act` first unless `quantized` says they already are for this kind (q, k and v, or
     /// gate and up, share one quantization); returns the kind now in `act`. A quantized
-    /// product of at least [`MMA_MIN_ROWS`] rows runs on the tensor cores ([`Gpu::int_kernel`]).
+    /// product runs on the tensor cores where its tiles fill the card ([`mma_pays`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn matmul_into(
         &self,
@@ -477,7 +613,7 @@ impl Gpu {
     /// The integer kernel for a quantized product of `m` rows: by the shape alone (and
     /// `CANDOR_CUDA_MATMUL=dp4a`, and whether the device has the int8 MMA).
     pub(super) fn int_kernel(&self, w: &DevWeight, m: usize) -> IntKernel {
-        if self.k.mma && m >= MMA_MIN_ROWS && w.kind.act().is_some() && !dp4a_only() {
+        if self.k.mma && mma_pays(m, w.n, self.sms) && w.kind.act().is_some() && !dp4a_only() {
             IntKernel::Mma
         } else {
             IntKernel::Dp4a
@@ -856,6 +992,90 @@ mod tests {
             e.to_string(),
             "cuda: launching kernel rope: too many resources requested"
         );
+    }
+
+    /// The kernels compile to a cubin for sm_80 and sm_90 (no GPU needed), once per process
+    /// and compute capability.
+    #[test]
+    fn kernels_compile_to_a_cubin_once() {
+        if nvrtc::library().is_err() {
+            // `kernels_compile_with_nvrtc` records the skip.
+            return;
+        }
+        for cc in [(8, 0), (9, 0)] {
+            let k = kernels_for(cc).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
+            assert!(k.cubin, "{cc:?}: {k}");
+            assert_eq!(
+                k.to_string(),
+                format!("a cubin for {}", versions::sm_name(cc))
+            );
+            let again = kernels_for(cc).expect("cached");
+            assert!(Arc::ptr_eq(&k, &again), "{cc:?} compiled twice");
+        }
+        let bin = &kernels_for((9, 0)).expect("cached").bytes;
+        // An ELF image with the kernels' (extern "C") names in its symbol table.
+        assert_eq!(&bin[..4], b"\x7fELF");
+        let has = |name: &str| bin.windows(name.len()).any(|w| w == name.as_bytes());
+        for name in [
+            "mmt_q4_k",
+            "mmq1_q6_k",
+            "attn_partial_gqa",
+            "rms_norm_q8",
+            "moe_route",
+        ] {
+            assert!(has(name), "{name} not in the cubin");
+        }
+    }
+
+    /// The tensor cores from half a wave of 64 × 64 tiles (132 SMs: H100/H200).
+    #[test]
+    fn tensor_cores_by_tiles_against_the_sms() {
+        let sms = 132;
+        // The 8B shape's attn_k/v (1024 outputs), attn_q/o (4096) and ffn_gate (14336).
+        assert!(!mma_pays(16, 14336, sms), "too few rows");
+        assert!(mma_pays(32, 14336, sms), "224 tiles");
+        assert!(!mma_pays(64, 4096, sms), "64 tiles");
+        assert!(mma_pays(128, 4096, sms), "128 tiles");
+        assert!(!mma_pays(256, 1024, sms), "64 tiles");
+        assert!(mma_pays(512, 1024, sms), "128 tiles");
+        assert!(mma_pays(64, 4096, 100), "a smaller card");
+    }
+
+    #[test]
+    fn a_cubin_is_compiled_once_and_then_read_from_the_cache() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let calls = std::cell::Cell::new(0);
+        let compile = |bin: &'static [u8]| {
+            calls.set(calls.get() + 1);
+            Ok::<_, String>(bin.to_vec())
+        };
+        let elf = b"\x7fELF cubin";
+        let d = Some(dir.path());
+        assert_eq!(cached_cubin(d, "k", || compile(elf)).unwrap(), elf);
+        assert_eq!(
+            cached_cubin(d, "k", || compile(b"\x7fELF other")).unwrap(),
+            elf
+        );
+        assert_eq!(calls.get(), 1, "the second process reads the cache");
+        // Another key (NVRTC version, options or source) compiles again.
+        assert_eq!(
+            cached_cubin(d, "k2", || compile(b"\x7fELF 2")).unwrap(),
+            b"\x7fELF 2"
+        );
+        assert_eq!(calls.get(), 2);
+        // A damaged file is compiled again and replaced.
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(files.len(), 2, "no temporary files left");
+        for f in &files {
+            std::fs::write(f.path(), b"junk").unwrap();
+        }
+        assert_eq!(cached_cubin(d, "k", || compile(elf)).unwrap(), elf);
+        assert_eq!(calls.get(), 3);
+        assert_eq!(cached_cubin(d, "k", || compile(b"\x7fELF x")).unwrap(), elf);
+        // No cache folder: always compiled; a compile error is returned.
+        assert_eq!(cached_cubin(None, "k", || compile(elf)).unwrap(), elf);
+        assert_eq!(calls.get(), 4);
+        assert!(cached_cubin(d, "k3", || Err("no".into())).is_err());
     }
 
     /// Every kernel launch of the model goes through [`Gpu::launched`] (so that
