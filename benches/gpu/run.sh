@@ -10,8 +10,9 @@
 # Q4_1 mix). In the foreground, each stage under
 # its own timeout, going on after a failing stage, within BUDGET seconds in all (default 510;
 # the last stage gets what is left):
-#   check     the kernels compile; the lib's GPU tests (integer matmuls == CPU bits, legacy
-#             kernels row-invariant)
+#   check     the kernels compile to a cubin and load on the card (`devices --check-kernels`);
+#             the lib's GPU tests (integer matmuls == CPU bits, legacy kernels row-invariant),
+#             not its host emulations
 #   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
 #             integer kernels, against the copy rate measured in the same call
 #   bench     candor bench --device cuda: 8B Q4_K_M (512-token prompts, batch 1/16/64), the
@@ -94,13 +95,19 @@ built=$(cat "$g/build-root" 2>/dev/null || echo /work/main)
 [[ -e $built ]] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
 # The GPU tests fail instead of skipping when the GPU cannot be used.
 export CANDOR_REQUIRE_GPU=1
-bench() { "$g/candor" bench --device cuda "$@" | grep "^{"; }
+# A failed GPU command again with CANDOR_CUDA_SYNC=1 (a synchronisation after every launch), so
+# that its error names the kernel, layer and launch that faulted; its last lines only.
+synced() { say "failed (exit $1); again with CANDOR_CUDA_SYNC=1 to name the kernel"; shift
+  CANDOR_CUDA_SYNC=1 timeout 60 "$@" 2>&1 | grep -E "faulted|cuda:|panicked|FAILED" | tail -5; }
+bench() { "$g/candor" bench --device cuda "$@" | grep "^{" || synced $? "$g/candor" bench --device cuda "$@"; }
 q4=$m/llama3-8b.Q4_K_M.gguf q8=$m/llama3-8b.Q8_0.gguf small=$m/smollm2.Q4_1.gguf
 case $stage in
   check)
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
     "$g/candor" devices --check-kernels
-    "$g/unit" cuda:: --nocapture --test-threads 1 ;;
+    # The GPU tests only: the host emulations ran here, and the compile was just checked.
+    t=(cuda:: --skip emulate --skip kernels_compile --test-threads 1)
+    "$g/unit" "${t[@]}" --nocapture || synced $? "$g/unit" "${t[@]}" ;;
   kernels)
     KERNELS_GPU=1 KERNELS_BATCHES=1,16,64,512 "$g/kernels" | tee "$out/kernels.jsonl"
     python3 "$root/benches/gpu/table.py" kernels "$out/kernels.jsonl" ;;
@@ -120,7 +127,7 @@ case $stage in
     bench --model "$small" --prompt-tokens 512 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"smollm2-q4_1","path":"integer",/'
     say "bench done" ;;
   tiny)
-    "$g/it" gpu:: --nocapture --test-threads 1 ;;
+    "$g/it" gpu:: --nocapture --test-threads 1 || synced $? "$g/it" gpu:: --test-threads 1 ;;
   llama)
     wait_bg llama-build 60 || { say "llama-build: exit $?"; tail -20 "$bg/llama-build.log"; exit 1; }
     npl=$(echo $BATCHES | tr ' ' ,)

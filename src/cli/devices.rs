@@ -1,12 +1,13 @@
 //! `candor devices`: where this build can run models — the CPU, and with the `cuda` feature
-//! each GPU the driver reports and whether the GPU kernels compile (NVRTC).
+//! each GPU the driver reports and whether the GPU kernels compile (NVRTC) and load on it.
 
 use anyhow::bail;
 
 #[derive(Debug, clap::Args)]
 pub struct DevicesArgs {
-    /// Fail (exit 1) unless the GPU kernels compile here; needs the `cuda` feature and libnvrtc,
-    /// not a GPU (CI uses it to check the CUDA code).
+    /// Fail (exit 1) unless the GPU kernels compile here, and on each GPU present also load
+    /// (the driver takes the module and every kernel is found); needs the `cuda` feature and
+    /// libnvrtc, not a GPU (CI uses it to check the CUDA code).
     #[arg(long)]
     pub check_kernels: bool,
 }
@@ -46,20 +47,25 @@ pub fn run(args: DevicesArgs) -> anyhow::Result<()> {
         for d in &devices {
             println!("{d}");
         }
-        // The kernels are compiled for each device's compute capability; without a device, for
-        // the data-centre GPUs' 8.0 and 9.0.
-        let mut ccs: Vec<(i32, i32)> = devices.iter().map(|d| d.cc).collect();
-        if ccs.is_empty() {
-            ccs = vec![(8, 0), (9, 0)];
-        }
-        ccs.sort();
-        ccs.dedup();
+        // On each device the kernels are compiled for its compute capability and loaded by the
+        // driver, as a model load does; without a device, compiled to PTX for the data-centre
+        // GPUs' 8.0 and 9.0, and not loaded.
         let mut failed = None;
         if let Err(why) = &nvrtc {
             println!("cuda kernels: not compiled (no usable NVRTC)");
             failed = Some(why.clone());
+        } else if !devices.is_empty() {
+            for d in &devices {
+                match cuda::check_kernels(d.ordinal) {
+                    Ok(what) => println!("cuda kernels: {what}"),
+                    Err(e) => {
+                        println!("cuda kernels: cuda:{}: {e}", d.ordinal);
+                        failed = Some(format!("cuda:{}: {e}", d.ordinal));
+                    }
+                }
+            }
         } else {
-            for cc in ccs {
+            for cc in [(8, 0), (9, 0)] {
                 let arch = versions::arch_name(cc);
                 match cuda::compile_kernels(Some(cc)) {
                     Ok(_) => println!("cuda kernels: compile for {arch} (NVRTC)"),
@@ -69,6 +75,7 @@ pub fn run(args: DevicesArgs) -> anyhow::Result<()> {
                     }
                 }
             }
+            println!("cuda kernels: loading not checked (no GPU)");
         }
         if let (true, Some(e)) = (args.check_kernels, failed) {
             bail!("{e}");

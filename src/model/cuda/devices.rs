@@ -137,9 +137,14 @@ pub(super) fn open_gpu(ordinal: usize) -> Result<Arc<Gpu>> {
         let cc = ctx
             .compute_capability()
             .map_err(|e| format!("cuda:{ordinal}: compute capability: {e}"))?;
-        Ok((ctx, cc))
+        let sms = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| format!("cuda:{ordinal}: multiprocessor count: {e}"))?;
+        Ok((ctx, cc, sms.max(1) as usize))
     });
-    let (ctx, cc) = opened.map_err(fail)?;
+    let (ctx, cc, sms) = opened.map_err(fail)?;
     // One stream, raw pointers: ordering comes from the stream alone.
     // SAFETY: every kernel and copy of this model is issued on the one stream below.
     unsafe { ctx.disable_event_tracking() };
@@ -148,5 +153,14 @@ pub(super) fn open_gpu(ordinal: usize) -> Result<Arc<Gpu>> {
         k: Kernels::load(&ctx, cc)?,
         ctx,
         stream,
+        sms,
     }))
+}
+
+/// `candor devices --check-kernels` on a GPU: opens CUDA device `ordinal` as a model load does
+/// (the kernels compiled for its compute capability and loaded by the driver, every kernel
+/// looked up by name); what was loaded, or the one-line error.
+pub fn check_kernels(ordinal: usize) -> std::result::Result<String, String> {
+    let gpu = open_gpu(ordinal).map_err(|e| e.to_string())?;
+    Ok(format!("{} loaded on cuda:{ordinal}", gpu.k.loaded))
 }

@@ -9,7 +9,8 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use super::devices::open_gpu;
 use super::kernels::DevWeight;
 use super::kernels::{
-    dev_err, ew, matmul_path, ptr, ActBufs, Gpu, MatmulPath, Result, RopeKvArgs, ATTN_CHUNK,
+    at_launch, dev_err, ew, matmul_path, ptr, step_err, ActBufs, Gpu, MatmulPath, Result,
+    RopeKvArgs, ATTN_CHUNK,
 };
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_moe, upload_weight, DevLayer, DevMoe};
@@ -418,10 +419,13 @@ impl CudaModel {
         for (l, dl) in self.layers.iter().enumerate() {
             let place = Place::Layer(l);
             let steps = model.plan.layer(l);
-            for (_i, launch) in self.lowering.launches(place).iter().enumerate() {
+            for (i, launch) in self.lowering.launches(place).iter().enumerate() {
                 #[cfg(any(test, feature = "testkit"))]
-                trace::record(trace::Event::Launch(place, _i, launch.kernel.name()));
-                run.layer(launch, steps, l, dl, rows)?;
+                trace::record(trace::Event::Launch(place, i, launch.kernel.name()));
+                run.layer(launch, steps, l, dl, rows).map_err(|e| {
+                    let at = format_args!("layer {l}, launch {i} ({})", launch.kernel.name());
+                    at_launch(e, at)
+                })?;
             }
         }
 
@@ -429,7 +433,7 @@ impl CudaModel {
         let m = wanted.len();
         logits.clear();
         if m == 0 {
-            s.synchronize().map_err(|e| dev_err("step", e))?;
+            s.synchronize().map_err(step_err)?;
             return Ok(());
         }
         let pw = stage(g, &mut b.wanted, "wanted rows", &wanted)?;
@@ -444,16 +448,21 @@ impl CudaModel {
             ..run
         };
         let steps = model.plan.head();
-        for (_i, launch) in self.lowering.launches(Place::Head).iter().enumerate() {
+        for (i, launch) in self.lowering.launches(Place::Head).iter().enumerate() {
             #[cfg(any(test, feature = "testkit"))]
-            trace::record(trace::Event::Launch(Place::Head, _i, launch.kernel.name()));
-            run.head(launch, steps, self, pw, m)?;
+            trace::record(trace::Event::Launch(Place::Head, i, launch.kernel.name()));
+            run.head(launch, steps, self, pw, m).map_err(|e| {
+                at_launch(
+                    e,
+                    format_args!("head, launch {i} ({})", launch.kernel.name()),
+                )
+            })?;
         }
         logits.resize(m * vocab, 0.0);
         g.stream
             .memcpy_dtoh(&out.slice(..m * vocab), logits.as_mut_slice())
             .map_err(|e| dev_err("downloading logits", e))?;
-        s.synchronize().map_err(|e| dev_err("step", e))?;
+        s.synchronize().map_err(step_err)?;
         Ok(())
     }
 
@@ -706,7 +715,7 @@ impl Run<'_> {
                     .arg(&p.block_len);
                 // SAFETY: k and v hold rows × kv_dim values; every row's block and slot were
                 // given by its sequence's KV (grown above, so inside the pool).
-                unsafe { lb.launch(ew(rows * kv_dim)) }.map_err(|e| dev_err("kv_write", e))?;
+                g.launched("kv_write", unsafe { lb.launch(ew(rows * kv_dim)) })?;
                 Ok(())
             }
             (Kernel::AttnPartial { gqa }, Step::Attention { window, .. }) => {
@@ -733,7 +742,7 @@ impl Run<'_> {
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: attn holds rows × q_dim floats; sinks (when given) n_head.
-                unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_combine", e))?;
+                g.launched("attn_combine", unsafe { lb.launch(cfg) })?;
                 Ok(())
             }
             (Kernel::AddInPlace, Step::Residual) => g.add(p.x, p.xb, rows * dim),
@@ -750,7 +759,7 @@ impl Run<'_> {
                 let mut lb = g.stream.launch_builder(&g.k.gated_act);
                 lb.arg(&p.gate).arg(&p.up).arg(&total).arg(&act);
                 // SAFETY: gate and up hold rows × ffn floats.
-                unsafe { lb.launch(ew(rows * ffn)) }.map_err(|e| dev_err("gated_act", e))?;
+                g.launched("gated_act", unsafe { lb.launch(ew(rows * ffn)) })?;
                 Ok(())
             }
             (Kernel::OutBias, Step::OutBias) => {
@@ -784,7 +793,7 @@ impl Run<'_> {
                     .arg(&total);
                 // SAFETY: out holds rows × used grouped rows of dim (Experts wrote them), slot
                 // and weights rows × used entries; xb rows × dim.
-                unsafe { lb.launch(ew(rows * dim)) }.map_err(|e| dev_err("moe_combine", e))?;
+                g.launched("moe_combine", unsafe { lb.launch(ew(rows * dim)) })?;
                 Ok(())
             }
             (kernel, step) => Err(ModelError::Device(format!(
@@ -830,7 +839,7 @@ impl Run<'_> {
         };
         // SAFETY: logits holds rows × experts floats, the bias (when given) experts, chosen
         // and weights rows × used (fit).
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("moe_route", e))?;
+        g.launched("moe_route", unsafe { lb.launch(cfg) })?;
         Ok(())
     }
 
@@ -875,7 +884,7 @@ impl Run<'_> {
         };
         // SAFETY: chosen holds pairs expert indices < experts (moe_route), idx and slot pairs
         // entries, counts experts; one thread per expert (at most 1024, checked at load).
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("moe_group", e))?;
+        g.launched("moe_group", unsafe { lb.launch(cfg) })?;
         let mut counts = vec![0i32; experts];
         g.stream
             .memcpy_dtoh(&b.counts, counts.as_mut_slice())
@@ -886,7 +895,7 @@ impl Run<'_> {
         let mut lb = s.launch_builder(&g.k.gather_rows);
         lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
         // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
-        unsafe { lb.launch(ew(pairs * dim)) }.map_err(|e| dev_err("gather_rows", e))?;
+        g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
         let (pgate, pup, pout) = (ptr(&b.gate, s), ptr(&b.up, s), ptr(&b.out, s));
         let mut off = 0usize;
         for (e, x) in m.experts.iter().enumerate() {
@@ -975,7 +984,7 @@ impl Run<'_> {
         // tables come from the sequences' KV, whose blocks cover every position; the group
         // kernel's tile is 2 × 32 × hd halves (hd <= 256: 32 KiB), its block n_head /
         // n_kv_head warps.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("attn_partial", e))?;
+        g.launched("attn_partial", unsafe { lb.launch(cfg) })?;
         Ok(())
     }
 
@@ -997,7 +1006,7 @@ impl Run<'_> {
                 let mut lb = g.stream.launch_builder(&g.k.gather_rows);
                 lb.arg(&p.x).arg(&wanted).arg(&dim_i).arg(&p.xb).arg(&total);
                 // SAFETY: every wanted index is a row of this step; xb holds rows × dim floats.
-                unsafe { lb.launch(ew(m * dim)) }.map_err(|e| dev_err("gather_rows", e))?;
+                g.launched("gather_rows", unsafe { lb.launch(ew(m * dim)) })?;
                 Ok(())
             }
             (Kernel::RmsNorm { .. }, Step::FinalNorm) => {
@@ -1026,7 +1035,7 @@ impl Run<'_> {
                 let mut lb = g.stream.launch_builder(&g.k.softcap);
                 lb.arg(&p.logits).arg(&cap).arg(&total);
                 // SAFETY: logits holds m × vocab floats.
-                unsafe { lb.launch(ew(m * c.vocab_size)) }.map_err(|e| dev_err("softcap", e))?;
+                g.launched("softcap", unsafe { lb.launch(ew(m * c.vocab_size)) })?;
                 Ok(())
             }
             (kernel, step) => Err(ModelError::Device(format!(
@@ -1523,7 +1532,8 @@ mod tests {
                     lb.arg(&pk).arg(&pv).arg(&pp).arg(&prb).arg(&prs);
                     lb.arg(&rows_i).arg(&kv_i).arg(&l_i).arg(&bt_i).arg(&bl);
                     // SAFETY: as in the forward pass: k, v rows × kv_dim; slots inside the pool.
-                    unsafe { lb.launch(ew(rows * kv_dim)) }.expect("kv_write");
+                    gpu.launched("kv_write", unsafe { lb.launch(ew(rows * kv_dim)) })
+                        .expect("kv_write");
                 }
                 let q: Vec<u32> = s
                     .clone_dtoh(&q)

@@ -43,10 +43,18 @@ pub(super) const MQ_RO: usize = 4;
 pub(super) const MT_THREADS: usize = 128;
 pub(super) const MT_BM: usize = 64;
 pub(super) const MT_BN: usize = 64;
-/// Steps of at least this many rows take a quantized product on the tensor cores (`mmt.cu`),
-/// fewer on `dp4a` (`mmq.cu`): chosen by the shape alone, and both give the CPU's bits, so
-/// the choice changes no result. At 64 rows one tile of the tensor-core kernel is full.
-pub(super) const MMA_MIN_ROWS: usize = MT_BM;
+/// Fewer rows than this never take the tensor cores (an m16 fragment per warp half-empty).
+pub(super) const MMA_MIN_ROWS: usize = 32;
+
+/// Whether a quantized product of `m` rows and `n` outputs takes the tensor cores (`mmt.cu`)
+/// rather than `dp4a` (`mmq.cu`) on a device of `sms` multiprocessors: from
+/// [`MMA_MIN_ROWS`] rows when its 64 × 64 tiles fill at least half a wave (one block on every
+/// second SM; dp4a launches `m/8 · n/4` blocks and fills the card at any shape). Chosen by the
+/// shape alone, and both kernels give the CPU's bits (`emulate.rs` and `emulate_mmt.rs` each
+/// equal `QWeight::matmul` bit for bit), so the choice changes no result.
+pub(super) fn mma_pays(m: usize, n: usize, sms: usize) -> bool {
+    m >= MMA_MIN_ROWS && 2 * m.div_ceil(MT_BM) * n.div_ceil(MT_BN) >= sms
+}
 
 pub(super) type Result<T> = std::result::Result<T, ModelError>;
 
@@ -54,11 +62,73 @@ pub(super) fn dev_err(what: &str, e: impl std::fmt::Display) -> ModelError {
     ModelError::Device(format!("cuda: {what}: {e}"))
 }
 
-/// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
-/// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
-/// GPU or not.
-pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
-    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
+/// Whether `CANDOR_CUDA_SYNC` (its value, `None` when unset) asks for a synchronisation after
+/// every launch: `1` does; unset, empty and `0` do not; anything else does not and is reported
+/// (the second value: the warning line).
+pub(super) fn parse_sync(value: Option<&str>) -> (bool, Option<String>) {
+    match value {
+        Some("1") => (true, None),
+        None | Some("" | "0") => (false, None),
+        Some(other) => (
+            false,
+            Some(format!(
+                "CANDOR_CUDA_SYNC={other}: expected 1 (synchronise after every launch) or 0; \
+                 not synchronising"
+            )),
+        ),
+    }
+}
+
+/// Whether this process synchronises after every kernel launch (`CANDOR_CUDA_SYNC=1`), so
+/// that a fault is reported by the launch that caused it; read once.
+pub(super) fn sync_each_launch() -> bool {
+    static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SYNC.get_or_init(|| {
+        let (on, warning) = parse_sync(std::env::var("CANDOR_CUDA_SYNC").ok().as_deref());
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        on
+    })
+}
+
+/// The error of a launch of `kernel` that the driver refused (`synced` false) or that
+/// faulted when the stream was synchronised right after it (`CANDOR_CUDA_SYNC=1`).
+pub(super) fn launch_err(
+    kernel: impl std::fmt::Display,
+    synced: bool,
+    e: impl std::fmt::Display,
+) -> ModelError {
+    if synced {
+        ModelError::Device(format!("cuda: kernel {kernel} faulted: {e}"))
+    } else {
+        ModelError::Device(format!("cuda: launching kernel {kernel}: {e}"))
+    }
+}
+
+/// The error of a step's closing synchronisation: a fault of some launch of the step, which
+/// one unknown without `CANDOR_CUDA_SYNC=1`.
+pub(super) fn step_err(e: impl std::fmt::Display) -> ModelError {
+    if sync_each_launch() {
+        dev_err("step", e)
+    } else {
+        ModelError::Device(format!(
+            "cuda: step: {e} (launches are asynchronous: rerun with CANDOR_CUDA_SYNC=1 to name \
+             the kernel)"
+        ))
+    }
+}
+
+/// Adds where a launch was (`at`, e.g. `layer 3, launch 5 (attn_partial)`) to its error.
+pub(super) fn at_launch(e: ModelError, at: impl std::fmt::Display) -> ModelError {
+    match e {
+        ModelError::Device(m) => ModelError::Device(format!("{m} [at {at}]")),
+        other => other,
+    }
+}
+
+/// NVRTC's options for the kernels, for architecture `arch` (NVRTC's default when `None`).
+fn nvrtc_options(arch: Option<&str>) -> Vec<String> {
     // Fixed numerics: no flush-to-zero, IEEE division and square root.
     let mut options: Vec<String> = [
         "--std=c++17",
@@ -69,13 +139,128 @@ pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
     ]
     .map(String::from)
     .to_vec();
-    if let Some(cc) = cc {
-        options.push(format!("--gpu-architecture={}", versions::arch_name(cc)));
+    if let Some(arch) = arch {
+        options.push(format!("--gpu-architecture={arch}"));
     }
+    options
+}
+
+/// Compiles the kernels to PTX for compute capability `cc` (NVRTC's default architecture when
+/// `None`); also the build-time check: `cuda::tests` runs it wherever libnvrtc can be loaded,
+/// GPU or not.
+pub fn compile_kernels(cc: Option<(i32, i32)>) -> Result<cudarc::nvrtc::Ptx> {
+    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
     nvrtc
-        .compile(KERNELS, &options)
+        .compile(KERNELS, &nvrtc_options(cc.map(versions::arch_name)))
         .map(cudarc::nvrtc::Ptx::from_src)
         .map_err(|e| dev_err("compiling the kernels", e))
+}
+
+/// The kernels compiled for one compute capability, as the driver is given them.
+pub struct CompiledKernels {
+    /// A cubin for the card's `sm_XX` (loaded without the driver's JIT) or, where NVRTC
+    /// could not make one, PTX for `compute_XX`.
+    pub bytes: Vec<u8>,
+    pub cubin: bool,
+    /// The architecture compiled for (`sm_90`, or `compute_90` for PTX).
+    pub arch: String,
+    /// Why there is no cubin (PTX only).
+    pub cubin_error: Option<String>,
+}
+
+impl CompiledKernels {
+    /// The image as the driver takes it.
+    pub fn image(&self) -> cudarc::nvrtc::Ptx {
+        if self.cubin {
+            cudarc::nvrtc::Ptx::from_binary(self.bytes.clone())
+        } else {
+            cudarc::nvrtc::Ptx::from_src(String::from_utf8_lossy(&self.bytes))
+        }
+    }
+}
+
+impl std::fmt::Display for CompiledKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.cubin_error, self.cubin) {
+            (_, true) => write!(f, "a cubin for {}", self.arch),
+            (Some(e), false) => write!(f, "PTX for {} (no cubin: {e})", self.arch),
+            (None, false) => write!(f, "PTX for {}", self.arch),
+        }
+    }
+}
+
+/// The kernels for compute capability `cc`, compiled once per process (each model load and
+/// each test takes the same image): a cubin for `sm_XX` where this NVRTC makes one, else PTX.
+pub fn kernels_for(cc: (i32, i32)) -> Result<Arc<CompiledKernels>> {
+    type Cache = std::sync::Mutex<std::collections::HashMap<(i32, i32), Arc<CompiledKernels>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    // The lock is held while compiling: a second thread waits for the first's image.
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = cache.get(&cc) {
+        return Ok(k.clone());
+    }
+    let nvrtc = nvrtc::library().map_err(|e| ModelError::Device(format!("cuda: {e}")))?;
+    let sm = versions::sm_name(cc);
+    let options = nvrtc_options(Some(&sm));
+    let key = format!("{}\n{}\n{}", nvrtc.version, options.join(" "), KERNELS);
+    let dir = crate::weights::panel_file::cache_dir("kernels");
+    let cubin = cached_cubin(dir.as_deref(), &key, || {
+        nvrtc.compile_cubin(KERNELS, &options)
+    });
+    let compiled = match cubin {
+        Ok(bin) => CompiledKernels {
+            bytes: bin,
+            cubin: true,
+            arch: sm,
+            cubin_error: None,
+        },
+        Err(e) => CompiledKernels {
+            bytes: nvrtc
+                .compile(KERNELS, &nvrtc_options(Some(versions::arch_name(cc))))
+                .map_err(|e| dev_err("compiling the kernels", e))?
+                .into_bytes(),
+            cubin: false,
+            arch: versions::arch_name(cc).to_string(),
+            cubin_error: Some(e.lines().next().unwrap_or_default().to_string()),
+        },
+    };
+    let compiled = Arc::new(compiled);
+    cache.insert(cc, compiled.clone());
+    Ok(compiled)
+}
+
+/// A cubin from the kernel cache folder `dir` (`<sha256 of key>.cubin`, `key` naming the
+/// NVRTC version, options and source), else from `compile` and written there for the next
+/// process (each process would otherwise spend NVRTC's and ptxas's ~10–30 s again). A file
+/// that is not an ELF image is compiled again; a failed write only costs the next process.
+fn cached_cubin(
+    dir: Option<&std::path::Path>,
+    key: &str,
+    compile: impl FnOnce() -> std::result::Result<Vec<u8>, String>,
+) -> std::result::Result<Vec<u8>, String> {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(key.as_bytes());
+    let name: String = hash[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.map(|d| d.join(format!("{name}.cubin")));
+    if let Some(bin) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        if bin.starts_with(b"\x7fELF") {
+            return Ok(bin);
+        }
+    }
+    let bin = compile()?;
+    if let (Some(dir), Some(path)) = (dir, &path) {
+        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(&tmp, &bin))
+            .and_then(|_| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(bin)
 }
 
 /// Which matmul kernels a device runs: the integer kernels with the CPU's arithmetic
@@ -126,6 +311,8 @@ pub(super) const MATMUL_TYPES: [&str; 12] = [
 
 /// The compiled kernels.
 pub(super) struct Kernels {
+    /// What the driver loaded (a cubin for `sm_XX`, or PTX and why).
+    pub(super) loaded: String,
     pub(super) matmul: [CudaFunction; 12],
     /// The same products, MM_OUTS outputs per warp (identical bits).
     pub(super) matmul_wide: [CudaFunction; 12],
@@ -166,9 +353,20 @@ pub(super) struct Kernels {
 
 impl Kernels {
     pub(super) fn load(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> Result<Kernels> {
-        let module = ctx
-            .load_module(compile_kernels(Some(cc))?)
-            .map_err(|e| dev_err("loading the kernels", e))?;
+        let compiled = kernels_for(cc)?;
+        let (module, loaded) = match ctx.load_module(compiled.image()) {
+            Ok(m) => (m, compiled.to_string()),
+            // A cubin the driver refuses: the PTX, which the driver compiles itself.
+            Err(e) if compiled.cubin => {
+                let ptx = compile_kernels(Some(cc))?;
+                let m = ctx
+                    .load_module(ptx)
+                    .map_err(|e| dev_err("loading the kernels", e))?;
+                let arch = versions::arch_name(cc);
+                (m, format!("PTX for {arch} (the cubin did not load: {e})"))
+            }
+            Err(e) => return Err(dev_err("loading the kernels", e)),
+        };
         let f = |name: &str| {
             module
                 .load_function(name)
@@ -184,6 +382,7 @@ impl Kernels {
                 .map_err(|_| dev_err(prefix, "one kernel per weight type"))
         };
         Ok(Kernels {
+            loaded,
             matmul: matmuls("matmul_")?,
             matmul_wide: matmuls("matmul_wide_")?,
             mmq1: matmuls("mmq1_")?,
@@ -335,9 +534,28 @@ pub(super) struct Gpu {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     pub(super) k: Kernels,
+    /// Multiprocessors (the tensor-core dispatch weighs tiles against them).
+    pub(super) sms: usize,
 }
 
 impl Gpu {
+    /// Every kernel launch goes through here: the driver's answer to the launch of `kernel`
+    /// as an error naming it, and with `CANDOR_CUDA_SYNC=1` the stream synchronised at once,
+    /// so that a fault names the kernel that caused it (the caller adds the layer and step).
+    pub(super) fn launched<T>(
+        &self,
+        kernel: impl std::fmt::Display,
+        r: std::result::Result<T, cudarc::driver::DriverError>,
+    ) -> Result<()> {
+        r.map_err(|e| launch_err(&kernel, false, e))?;
+        if sync_each_launch() {
+            self.stream
+                .synchronize()
+                .map_err(|e| launch_err(&kernel, true, e))?;
+        }
+        Ok(())
+    }
+
     pub(super) fn upload<T: cudarc::driver::DeviceRepr>(
         &self,
         what: &str,
@@ -376,7 +594,7 @@ impl Gpu {
     /// the path the weight was uploaded for. Integer path: the activations are quantized into
     /// `act` first unless `quantized` says they already are for this kind (q, k and v, or
     /// gate and up, share one quantization); returns the kind now in `act`. A quantized
-    /// product of at least [`MMA_MIN_ROWS`] rows runs on the tensor cores ([`Gpu::int_kernel`]).
+    /// product runs on the tensor cores where its tiles fill the card ([`mma_pays`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn matmul_into(
         &self,
@@ -395,7 +613,7 @@ impl Gpu {
     /// The integer kernel for a quantized product of `m` rows: by the shape alone (and
     /// `CANDOR_CUDA_MATMUL=dp4a`, and whether the device has the int8 MMA).
     pub(super) fn int_kernel(&self, w: &DevWeight, m: usize) -> IntKernel {
-        if self.k.mma && m >= MMA_MIN_ROWS && w.kind.act().is_some() && !dp4a_only() {
+        if self.k.mma && mma_pays(m, w.n, self.sms) && w.kind.act().is_some() && !dp4a_only() {
             IntKernel::Mma
         } else {
             IntKernel::Dp4a
@@ -447,7 +665,8 @@ impl Gpu {
                 .arg(&y)
                 .arg(&add_i);
             // SAFETY: x holds m × k floats, y m × n; w holds n × k values of its type.
-            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmf", e))?;
+            let name = MATMUL_TYPES[w.kind as usize];
+            self.launched(format_args!("mmq{mr}_{name}"), unsafe { lb.launch(cfg) })?;
             return Ok(quantized);
         };
         if m * w.k > act.elems {
@@ -461,7 +680,7 @@ impl Gpu {
         }
         let (pq, pd, ps, psum) = act.ptrs(s);
         let (b_off, c_off) = (w.b_off as i64, w.c_off as i64);
-        let (f, cfg) = match (kernel, &self.k.mmt[w.kind as usize]) {
+        let (f, cfg, family) = match (kernel, &self.k.mmt[w.kind as usize]) {
             (IntKernel::Mma, Some(mmt)) if self.k.mma => (
                 mmt,
                 LaunchConfig {
@@ -469,8 +688,9 @@ impl Gpu {
                     block_dim: (MT_THREADS as u32, 1, 1),
                     shared_mem_bytes: 0,
                 },
+                "mmt",
             ),
-            _ => (f, cfg),
+            _ => (f, cfg, if mr == 1 { "mmq1" } else { "mmq8" }),
         };
         let mut lb = s.launch_builder(f);
         lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum).arg(&m_i);
@@ -483,7 +703,8 @@ impl Gpu {
             .arg(&add_i);
         // SAFETY: act holds m × k quantized activations of this kind (just written or
         // written for the same x); w is repacked (regions at b_off, c_off); y holds m × n.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("mmq", e))?;
+        let name = MATMUL_TYPES[w.kind as usize];
+        self.launched(format_args!("{family}_{name}"), unsafe { lb.launch(cfg) })?;
         Ok(Some(kind))
     }
 
@@ -502,7 +723,7 @@ impl Gpu {
             let mut lb = s.launch_builder(&self.k.quantize_q8k);
             lb.arg(&x).arg(&k_i).arg(&pq).arg(&pd).arg(&psum);
             // SAFETY: x holds m × k floats (k a multiple of 256); act holds m × k (checked).
-            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8k", e))?;
+            self.launched("quantize_q8k", unsafe { lb.launch(cfg) })?;
         } else {
             let mut lb = s.launch_builder(&self.k.quantize_q8);
             lb.arg(&x)
@@ -513,7 +734,7 @@ impl Gpu {
                 .arg(&ps)
                 .arg(&psum);
             // SAFETY: x holds m × k floats (k a multiple of 32); act holds m × k (checked).
-            unsafe { lb.launch(cfg) }.map_err(|e| dev_err("quantize_q8", e))?;
+            self.launched("quantize_q8", unsafe { lb.launch(cfg) })?;
         }
         Ok(())
     }
@@ -542,7 +763,11 @@ impl Gpu {
         };
         // SAFETY: x holds m × k floats and y m × n (the step buffers are sized for the largest
         // projection); w holds n rows of its format.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err("matmul", e))?;
+        let wide = if outs > 1 { "wide_" } else { "" };
+        let name = MATMUL_TYPES[w.kind as usize];
+        self.launched(format_args!("matmul_{wide}{name}"), unsafe {
+            lb.launch(cfg)
+        })?;
         Ok(())
     }
 
@@ -561,7 +786,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.rms_norm);
         lb.arg(&x).arg(&pw).arg(&y).arg(&dim_i).arg(&eps);
         // SAFETY: x and y hold rows × dim floats, w dim.
-        unsafe { lb.launch(norm_launch(rows, dim)) }.map_err(|e| dev_err("rms_norm", e))?;
+        self.launched("rms_norm", unsafe { lb.launch(norm_launch(rows, dim)) })?;
         Ok(())
     }
 
@@ -599,7 +824,7 @@ impl Gpu {
         lb.arg(&kind).arg(&pq).arg(&pd).arg(&ps).arg(&psum);
         // SAFETY: x and y hold rows × dim floats, w dim; act holds rows × dim activations
         // (checked), dim a multiple of the block.
-        unsafe { lb.launch(norm_launch(rows, dim)) }.map_err(|e| dev_err("rms_norm_q8", e))?;
+        self.launched("rms_norm_q8", unsafe { lb.launch(norm_launch(rows, dim)) })?;
         Ok(())
     }
 
@@ -644,7 +869,7 @@ impl Gpu {
         let total = a.rows * (c.n_head + 2 * c.n_kv_head) * c.head_dim / 2;
         // SAFETY: q holds rows × q_dim floats, k and v rows × kv_dim, the biases their widths,
         // cs rows × rope_dim; every row's block and slot were given by its sequence's KV.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("rope_kv_write", e))?;
+        self.launched("rope_kv_write", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -661,7 +886,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.add_bias);
         lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
         // SAFETY: x holds total floats, b width.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_bias", e))?;
+        self.launched("add_bias", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -671,7 +896,7 @@ impl Gpu {
         let mut lb = self.stream.launch_builder(&self.k.gated_act_cpu);
         lb.arg(&g).arg(&u).arg(&t).arg(&act);
         // SAFETY: g and u hold total floats.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("gated_act_cpu", e))?;
+        self.launched("gated_act_cpu", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -681,7 +906,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.add_in_place);
         lb.arg(&x).arg(&y).arg(&t);
         // SAFETY: both hold total floats.
-        unsafe { lb.launch(ew(total)) }.map_err(|e| dev_err("add_in_place", e))?;
+        self.launched("add_in_place", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
@@ -699,7 +924,7 @@ impl Gpu {
         let mut lb = s.launch_builder(&self.k.split_cols);
         lb.arg(&src).arg(&wd).arg(&o).arg(&wi).arg(&dst).arg(&t);
         // SAFETY: src holds rows × width floats, dst rows × w.
-        unsafe { lb.launch(ew(rows * w)) }.map_err(|e| dev_err("split_cols", e))?;
+        self.launched("split_cols", unsafe { lb.launch(ew(rows * w)) })?;
         Ok(())
     }
 
@@ -725,7 +950,168 @@ impl Gpu {
             .arg(&rdi)
             .arg(&nx);
         // SAFETY: x holds rows × heads × hd floats, cs rows × rd.
-        unsafe { lb.launch(ew(rows * heads * rd / 2)) }.map_err(|e| dev_err("rope", e))?;
+        self.launched("rope", unsafe { lb.launch(ew(rows * heads * rd / 2)) })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_sync_is_on_for_1_only() {
+        assert_eq!(parse_sync(Some("1")), (true, None));
+        for off in [None, Some(""), Some("0")] {
+            assert_eq!(parse_sync(off), (false, None), "{off:?}");
+        }
+        let (on, warning) = parse_sync(Some("yes"));
+        assert!(!on);
+        let w = warning.expect("a warning for an unknown value");
+        assert!(
+            w.starts_with("CANDOR_CUDA_SYNC=yes: expected 1") && !w.contains('\n'),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn a_fault_names_the_kernel_and_where_it_ran() {
+        let e = launch_err(
+            format_args!("mmq8_{}", "q4_k"),
+            true,
+            "an illegal memory access",
+        );
+        let e = at_launch(e, format_args!("layer 3, launch 2 ({})", "matmul"));
+        assert_eq!(
+            e.to_string(),
+            "cuda: kernel mmq8_q4_k faulted: an illegal memory access \
+             [at layer 3, launch 2 (matmul)]"
+        );
+        let e = launch_err("rope", false, "too many resources requested");
+        assert_eq!(
+            e.to_string(),
+            "cuda: launching kernel rope: too many resources requested"
+        );
+    }
+
+    /// The kernels compile to a cubin for sm_80 and sm_90 (no GPU needed), once per process
+    /// and compute capability.
+    #[test]
+    fn kernels_compile_to_a_cubin_once() {
+        if nvrtc::library().is_err() {
+            // `kernels_compile_with_nvrtc` records the skip.
+            return;
+        }
+        for cc in [(8, 0), (9, 0)] {
+            let k = kernels_for(cc).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
+            assert!(k.cubin, "{cc:?}: {k}");
+            assert_eq!(
+                k.to_string(),
+                format!("a cubin for {}", versions::sm_name(cc))
+            );
+            let again = kernels_for(cc).expect("cached");
+            assert!(Arc::ptr_eq(&k, &again), "{cc:?} compiled twice");
+        }
+        let bin = &kernels_for((9, 0)).expect("cached").bytes;
+        // An ELF image with the kernels' (extern "C") names in its symbol table.
+        assert_eq!(&bin[..4], b"\x7fELF");
+        let has = |name: &str| bin.windows(name.len()).any(|w| w == name.as_bytes());
+        for name in [
+            "mmt_q4_k",
+            "mmq1_q6_k",
+            "attn_partial_gqa",
+            "rms_norm_q8",
+            "moe_route",
+        ] {
+            assert!(has(name), "{name} not in the cubin");
+        }
+    }
+
+    /// The tensor cores from half a wave of 64 × 64 tiles (132 SMs: H100/H200).
+    #[test]
+    fn tensor_cores_by_tiles_against_the_sms() {
+        let sms = 132;
+        // The 8B shape's attn_k/v (1024 outputs), attn_q/o (4096) and ffn_gate (14336).
+        assert!(!mma_pays(16, 14336, sms), "too few rows");
+        assert!(mma_pays(32, 14336, sms), "224 tiles");
+        assert!(!mma_pays(64, 4096, sms), "64 tiles");
+        assert!(mma_pays(128, 4096, sms), "128 tiles");
+        assert!(!mma_pays(256, 1024, sms), "64 tiles");
+        assert!(mma_pays(512, 1024, sms), "128 tiles");
+        assert!(mma_pays(64, 4096, 100), "a smaller card");
+    }
+
+    #[test]
+    fn a_cubin_is_compiled_once_and_then_read_from_the_cache() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let calls = std::cell::Cell::new(0);
+        let compile = |bin: &'static [u8]| {
+            calls.set(calls.get() + 1);
+            Ok::<_, String>(bin.to_vec())
+        };
+        let elf = b"\x7fELF cubin";
+        let d = Some(dir.path());
+        assert_eq!(cached_cubin(d, "k", || compile(elf)).unwrap(), elf);
+        assert_eq!(
+            cached_cubin(d, "k", || compile(b"\x7fELF other")).unwrap(),
+            elf
+        );
+        assert_eq!(calls.get(), 1, "the second process reads the cache");
+        // Another key (NVRTC version, options or source) compiles again.
+        assert_eq!(
+            cached_cubin(d, "k2", || compile(b"\x7fELF 2")).unwrap(),
+            b"\x7fELF 2"
+        );
+        assert_eq!(calls.get(), 2);
+        // A damaged file is compiled again and replaced.
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(files.len(), 2, "no temporary files left");
+        for f in &files {
+            std::fs::write(f.path(), b"junk").unwrap();
+        }
+        assert_eq!(cached_cubin(d, "k", || compile(elf)).unwrap(), elf);
+        assert_eq!(calls.get(), 3);
+        assert_eq!(cached_cubin(d, "k", || compile(b"\x7fELF x")).unwrap(), elf);
+        // No cache folder: always compiled; a compile error is returned.
+        assert_eq!(cached_cubin(None, "k", || compile(elf)).unwrap(), elf);
+        assert_eq!(calls.get(), 4);
+        assert!(cached_cubin(d, "k3", || Err("no".into())).is_err());
+    }
+
+    /// Every kernel launch of the model goes through [`Gpu::launched`] (so that
+    /// `CANDOR_CUDA_SYNC=1` covers it): each `launch(` of a launch builder is that call's
+    /// argument, and there are as many `launched(` calls as launch builders.
+    #[test]
+    fn every_launch_goes_through_launched() {
+        let own = include_str!("kernels.rs");
+        let own = &own[..own.find("\n#[cfg(test)]\nmod tests").expect("tests module")];
+        let sources = [
+            ("kernels.rs", own),
+            ("forward.rs", include_str!("forward.rs")),
+            ("pool.rs", include_str!("pool.rs")),
+            ("timing.rs", include_str!("timing.rs")),
+            ("devices.rs", include_str!("devices.rs")),
+        ];
+        let mut builders = 0;
+        for (file, src) in sources {
+            let count = |pat: &str| src.matches(pat).count();
+            let calls = count(".launched(");
+            assert_eq!(
+                count("launch_builder("),
+                calls,
+                "{file}: a launch builder not launched through Gpu::launched"
+            );
+            for (at, _) in src.match_indices(".launch(") {
+                let before = &src[at.saturating_sub(120)..at];
+                assert!(
+                    before.contains(".launched(") && before.contains("unsafe {"),
+                    "{file}: a launch not inside Gpu::launched: {}",
+                    &src[at.saturating_sub(120)..at + 20]
+                );
+            }
+            builders += calls;
+        }
+        // The kernels of the forward pass, the matmuls and the KV block copy at least.
+        assert!(builders >= 24, "{builders} launch sites");
     }
 }

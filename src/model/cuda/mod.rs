@@ -39,9 +39,9 @@ pub mod versions;
 mod weights;
 
 pub use devices::{cache_identity, numerics_version, GPU_NUMERICS_VERSION};
-pub use devices::{list_devices, DeviceInfo};
+pub use devices::{check_kernels, list_devices, DeviceInfo};
 pub use forward::CudaModel;
-pub use kernels::{compile_kernels, KERNELS};
+pub use kernels::{compile_kernels, kernels_for, CompiledKernels, KERNELS};
 pub use pool::{DeviceBlock, KvPool};
 pub use timing::time_matmuls;
 pub(crate) use weights::release_host_matrices;
@@ -52,7 +52,7 @@ mod tests {
 
     use super::devices::open_gpu;
     use super::emulate::tests::{quantized, QUANTIZED};
-    use super::kernels::{ptr, Gpu, IntKernel, MatmulPath, MMA_MIN_ROWS, MM_OUTS, MM_WIDE_ROWS};
+    use super::kernels::{mma_pays, ptr, Gpu, IntKernel, MatmulPath, MM_OUTS, MM_WIDE_ROWS};
     use super::weights::{device_bytes, upload_weight};
     use super::*;
     use crate::model::quant::tests::noise;
@@ -259,7 +259,7 @@ mod tests {
     /// a partial one (70, 130) or fall below the dispatch threshold (17: the tensor-core
     /// kernel called directly), 67 outputs (a partial output tile), k with a partial last stage
     /// for the blocks of 32, with and without the residual. Checks that `matmul_into`
-    /// dispatches the tensor cores from `MMA_MIN_ROWS` rows on a device that has them.
+    /// dispatches the tensor cores where `mma_pays` on a device that has them.
     #[test]
     fn mmt_equals_the_cpu_matmul() {
         let Some(gpu) = gpu_or_skip("mmt_equals_the_cpu_matmul") else {
@@ -285,8 +285,13 @@ mod tests {
             let f = w.format();
             let dw = upload_weight(&gpu, "w", &w, MatmulPath::Integer).expect("upload");
             for m in [17usize, 64, 70, 130] {
-                if m >= MMA_MIN_ROWS && std::env::var("CANDOR_CUDA_MATMUL").is_err() {
-                    assert_eq!(gpu.int_kernel(&dw, m), IntKernel::Mma, "{f:?} m={m}");
+                if std::env::var("CANDOR_CUDA_MATMUL").is_err() {
+                    let want = if mma_pays(m, n, gpu.sms) {
+                        IntKernel::Mma
+                    } else {
+                        IntKernel::Dp4a
+                    };
+                    assert_eq!(gpu.int_kernel(&dw, m), want, "{f:?} m={m}");
                 }
                 let mut x: Vec<f32> = noise(60 + m as u64, m * k)
                     .iter()

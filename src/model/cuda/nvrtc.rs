@@ -5,7 +5,7 @@
 //! own search), and the newest one no newer than the driver is used, since a driver cannot
 //! load PTX from a newer NVRTC (a 12.x driver refuses NVRTC 13's). Without a driver (a build
 //! machine checking that the kernels compile) the newest is used. Only compiling source to PTX
-//! lives here; loading the PTX is the driver's (`super`).
+//! or a cubin lives here; loading it is the driver's (`super`).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -31,6 +31,9 @@ struct Fns {
     log: unsafe extern "C" fn(Prog, *mut c_char) -> c_int,
     ptx_size: unsafe extern "C" fn(Prog, *mut usize) -> c_int,
     ptx: unsafe extern "C" fn(Prog, *mut c_char) -> c_int,
+    /// `nvrtcGetCUBINSize` / `nvrtcGetCUBIN` (NVRTC 11.1 and newer).
+    cubin_size: Option<unsafe extern "C" fn(Prog, *mut usize) -> c_int>,
+    cubin: Option<unsafe extern "C" fn(Prog, *mut c_char) -> c_int>,
     destroy: unsafe extern "C" fn(*mut Prog) -> c_int,
 }
 
@@ -118,6 +121,8 @@ impl Nvrtc {
                 log: sym(h, "nvrtcGetProgramLog")?,
                 ptx_size: sym(h, "nvrtcGetPTXSize")?,
                 ptx: sym(h, "nvrtcGetPTX")?,
+                cubin_size: sym(h, "nvrtcGetCUBINSize").ok(),
+                cubin: sym(h, "nvrtcGetCUBIN").ok(),
                 destroy: sym(h, "nvrtcDestroyProgram")?,
             },
         })
@@ -125,6 +130,21 @@ impl Nvrtc {
 
     /// Compiles CUDA C++ `src` to PTX with `options`; `Err` holds NVRTC's log.
     pub fn compile(&self, src: &str, options: &[String]) -> Result<String, String> {
+        let ptx = self.build(src, options, false)?;
+        String::from_utf8(ptx).map_err(|_| "NVRTC's PTX is not UTF-8".to_string())
+    }
+
+    /// Compiles CUDA C++ `src` to a cubin with `options` (which name a real architecture,
+    /// `--gpu-architecture=sm_XX`): the driver loads it without compiling PTX itself.
+    pub fn compile_cubin(&self, src: &str, options: &[String]) -> Result<Vec<u8>, String> {
+        if self.fns.cubin.is_none() || self.fns.cubin_size.is_none() {
+            return Err(format!("NVRTC {} has no nvrtcGetCUBIN", self.version));
+        }
+        self.build(src, options, true)
+    }
+
+    /// Compiles `src`; the PTX (trailing NULs removed) or, with `cubin`, the cubin.
+    fn build(&self, src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>, String> {
         let f = &self.fns;
         let src = CString::new(src).map_err(|_| "a NUL in the kernel source".to_string())?;
         let name = CString::new("kernels.cu").expect("name");
@@ -161,6 +181,15 @@ impl Nvrtc {
                     self.path,
                     log.trim_end_matches('\0').trim()
                 ))
+            } else if let (true, Some(size), Some(get)) = (cubin, f.cubin_size, f.cubin) {
+                let mut n = 0usize;
+                let r = size(prog, &mut n);
+                let mut bin = vec![0u8; n];
+                if r != 0 || n == 0 || get(prog, bin.as_mut_ptr().cast()) != 0 {
+                    Err(format!("NVRTC {}: no cubin ({r})", self.version))
+                } else {
+                    Ok(bin)
+                }
             } else {
                 let mut n = 0usize;
                 (f.ptx_size)(prog, &mut n);
@@ -169,7 +198,7 @@ impl Nvrtc {
                 while ptx.last() == Some(&0) {
                     ptx.pop();
                 }
-                String::from_utf8(ptx).map_err(|_| "NVRTC's PTX is not UTF-8".to_string())
+                Ok(ptx)
             };
             (f.destroy)(&mut prog);
             out

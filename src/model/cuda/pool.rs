@@ -112,8 +112,9 @@ impl Clone for DeviceBlock {
         b.arg(&base).arg(&src).arg(&dst).arg(&len);
         // SAFETY: both slots lie inside the pool (slots < capacity) and differ; the kernel
         // reads block_len halves of one and writes the other's.
-        unsafe { b.launch(ew(p.block_len)) }
-            .unwrap_or_else(|e| panic!("CUDA: copying a KV block failed: {e}"));
+        (p.gpu
+            .launched("copy_block", unsafe { b.launch(ew(p.block_len)) }))
+        .unwrap_or_else(|e| panic!("CUDA: copying a KV block failed: {e}"));
         copy
     }
 }

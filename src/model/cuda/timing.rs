@@ -6,6 +6,8 @@
 //! path the line `"path":"integer"` is the kernel `matmul_into` dispatches (`"kernel"`: `dp4a`
 //! or `mma`); from 16 rows the other kernel is timed on the same shape too (`"path":
 //! "integer-dp4a"` or `"integer-mma"`), so one call compares `dp4a` and the tensor cores.
+//! Each timing cycles through copies of the weight totalling at least [`L2_CYCLE_BYTES`], so
+//! that the weights are read from DRAM as in a forward pass, not from the ~50 MB L2.
 
 use std::time::Instant;
 
@@ -14,7 +16,7 @@ use cudarc::driver::CudaSlice;
 use crate::model::quant::{QWeight, WeightFormat};
 
 use super::devices::open_gpu;
-use super::kernels::{dev_err, ptr, Gpu, IntKernel, MatmulPath, Result};
+use super::kernels::{dev_err, ptr, DevWeight, Gpu, IntKernel, MatmulPath, Result};
 use super::weights::{device_bytes, upload_weight};
 
 /// Llama-3-8B's matrices: (name, n, k).
@@ -25,6 +27,34 @@ const SHAPES: [(&str, usize, usize); 5] = [
     ("ffn_down", 4096, 14336),
     ("output", 128256, 4096),
 ];
+
+/// The weight copies one timing cycles through total at least this many bytes: four times an
+/// H100/H200's 50 MB L2, so that no copy is still in L2 when its turn comes again.
+pub(super) const L2_CYCLE_BYTES: usize = 256 << 20;
+
+/// How many copies of a weight of `bytes` the timing cycles through.
+pub(super) fn l2_copies(bytes: usize) -> usize {
+    L2_CYCLE_BYTES.div_ceil(bytes.max(1)).max(1)
+}
+
+/// `count` device copies of `w` (the first is `w`'s own buffer copied too): same layout.
+fn weight_copies(g: &Gpu, w: &DevWeight, count: usize) -> Result<Vec<DevWeight>> {
+    (0..count)
+        .map(|_| {
+            Ok(DevWeight {
+                kind: w.kind,
+                n: w.n,
+                k: w.k,
+                buf: g
+                    .stream
+                    .clone_dtod(&w.buf)
+                    .map_err(|e| dev_err("copying a weight", e))?,
+                b_off: w.b_off,
+                c_off: w.c_off,
+            })
+        })
+        .collect()
+}
 
 /// Deterministic bytes (xorshift64*).
 fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -120,9 +150,13 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
             for path in [MatmulPath::Legacy, MatmulPath::Integer] {
                 let dw = upload_weight(&g, shape, &w, path)?;
                 let wbytes = device_bytes(&w, path);
+                // Weights read from DRAM: each call takes the next of copies totalling at
+                // least L2_CYCLE_BYTES (the output matrix, ~300 MB, is its own cycle).
+                let ws = weight_copies(&g, &dw, l2_copies(dw.buf.len()))?;
+                drop(dw);
                 for &m in batches {
                     let (px, py) = (ptr(&dx, s), ptr(&y, s));
-                    let chosen = g.int_kernel(&dw, m);
+                    let chosen = g.int_kernel(&ws[0], m);
                     // (path name, kernel): the dispatched one, and from 16 rows the other.
                     let mut runs = vec![(
                         match path {
@@ -138,11 +172,16 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
                         });
                     }
                     for (p, kernel) in runs {
-                        let secs = time(&g, || match path {
-                            MatmulPath::Legacy => g.matmul(&dw, px, m, py),
-                            MatmulPath::Integer => g
-                                .matmul_with(&dw, px, m, py, &act, None, false, kernel)
-                                .map(|_| ()),
+                        let mut next = 0;
+                        let secs = time(&g, || {
+                            let dw = &ws[next % ws.len()];
+                            next += 1;
+                            match path {
+                                MatmulPath::Legacy => g.matmul(dw, px, m, py),
+                                MatmulPath::Integer => g
+                                    .matmul_with(dw, px, m, py, &act, None, false, kernel)
+                                    .map(|_| ()),
+                            }
                         })?;
                         let bytes = (wbytes + m * k * 4 + m * n * 4) as f64;
                         let gbps = bytes / secs / 1e9;
@@ -165,4 +204,32 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
         }
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every timed shape cycles through more than 200 MB of weights (4× the L2), and the
+    /// largest matrix is timed without copies.
+    #[test]
+    fn timed_weights_cycle_past_the_l2() {
+        use candle_core::quantized::GgmlDType;
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
+            for (shape, n, k) in SHAPES {
+                let bytes = n * k / dtype.block_size() * dtype.type_size();
+                let copies = l2_copies(bytes);
+                assert!(
+                    copies * bytes > 200 << 20,
+                    "{shape} {dtype:?}: {copies} copies"
+                );
+                assert!(
+                    (copies - 1) * bytes < L2_CYCLE_BYTES,
+                    "{shape}: one copy too many"
+                );
+            }
+        }
+        assert_eq!(l2_copies(128256 * 4096 / 256 * 144), 1);
+        assert_eq!(l2_copies(1024 * 4096 / 256 * 144), 114);
+    }
 }

@@ -85,6 +85,11 @@ pub fn arch_name(cc: (i32, i32)) -> &'static str {
     }
 }
 
+/// NVRTC's name of the real architecture of compute capability `(major, minor)` (a cubin's).
+pub fn sm_name(cc: (i32, i32)) -> String {
+    format!("sm_{}{}", cc.0, cc.1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +125,7 @@ mod tests {
         assert_eq!(arch_name((9, 0)), "compute_90");
         assert_eq!(arch_name((8, 6)), "compute_86");
         assert_eq!(arch_name((11, 0)), "compute_110");
+        assert_eq!(sm_name((9, 0)), "sm_90");
+        assert_eq!(sm_name((12, 0)), "sm_120");
     }
 }
