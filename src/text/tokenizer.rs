@@ -853,68 +853,60 @@ mod tests {
         );
     }
 
-    /// The `gpt-4o` pre-tokenizer (gpt-oss) gives llama.cpp's ids: a vocab-only GGUF whose
-    /// merges would join across the splits it must make (case changes, contractions, digit
-    /// runs, punctuation with `/`), tokenized by `llama-tokenize` into
-    /// `tests/fixtures/gpt4o/expected.json` (written by `make_vocab.py` there). No real o200k
-    /// The `qwen35` pre-tokenizer (Qwen3.5/3.6) gives llama.cpp's ids: a vocab-only GGUF whose
-    /// merges join a letter and the combining marks after it (decomposed accents, Devanagari,
-    /// Thai, Arabic, Hebrew), which Qwen2's profile splits, and would join across the splits
-    /// both make; tokenized by `llama-tokenize` into `tests/fixtures/qwen35/expected.json`
-    /// (written by `make_vocab.py` there). This checks the split, not Qwen3.5's merges.
-    #[test]
-    fn qwen35_pre_tokenizer_tokenizes_like_llama_cpp() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen35");
+    /// The vocab-only GGUF of `tests/fixtures/<name>` gives llama-tokenize's ids for each of
+    /// the `count` texts in `expected.json` there (written by `make_vocab.py` there); returns
+    /// the cases and the same file under Qwen2's pre-tokenizer, to tell a wrong split apart.
+    fn assert_fixture_ids(name: &str, count: usize) -> (Vec<serde_json::Value>, Tokenizer) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
         let tok = Tokenizer::from_gguf_file(&dir.join("vocab.gguf")).unwrap();
         let expected: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
-        let cases = expected["cases"].as_array().unwrap();
-        assert_eq!(cases.len(), 13);
-        for case in cases {
+        let cases = expected["cases"].as_array().unwrap().clone();
+        assert_eq!(cases.len(), count, "{name}");
+        for case in &cases {
             let text = case["text"].as_str().unwrap();
             let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
-            assert_eq!(tok.encode(text).unwrap(), want, "{text:?}");
+            assert_eq!(tok.encode(text).unwrap(), want, "{name}: {text:?}");
         }
-        // Under Qwen2's profile the combining accent is split off its letter: other ids.
         let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
         let mut content = Content::read(&mut f).unwrap();
         content
             .metadata
             .insert("tokenizer.ggml.pre".into(), Value::String("qwen2".into()));
-        let qwen2 = Tokenizer::from_gguf(&content).unwrap();
-        let accents = &cases[1];
-        assert_eq!(accents["text"], "cafe\u{301} cafe\u{301}");
-        let want: Vec<u32> = serde_json::from_value(accents["ids"].clone()).unwrap();
-        assert_ne!(qwen2.encode("cafe\u{301} cafe\u{301}").unwrap(), want);
+        (cases, Tokenizer::from_gguf(&content).unwrap())
     }
 
-    /// vocabulary is available offline: this checks the split, not o200k's merges.
+    /// Under Qwen2's pre-tokenizer, `case`'s text (which must be `text`) gets other ids.
+    fn assert_other_ids(qwen2: &Tokenizer, case: &serde_json::Value, text: &str) {
+        assert_eq!(case["text"], text);
+        let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+        assert_ne!(qwen2.encode(text).unwrap(), want, "{text:?}");
+    }
+
+    /// The `gpt-4o` pre-tokenizer (gpt-oss) gives llama.cpp's ids: a vocab-only GGUF whose
+    /// merges would join across the splits it must make (case changes, contractions, digit
+    /// runs, punctuation with `/`), tokenized by `llama-tokenize` into
+    /// `tests/fixtures/gpt4o/expected.json`. No real o200k vocabulary is available offline:
+    /// this checks the split, not o200k's merges. Under Qwen2's profile the digit runs split
+    /// otherwise.
     #[test]
     fn gpt4o_pre_tokenizer_tokenizes_like_llama_cpp() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt4o");
-        let tok = Tokenizer::from_gguf_file(&dir.join("vocab.gguf")).unwrap();
-        let expected: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
-        let cases = expected["cases"].as_array().unwrap();
-        assert_eq!(cases.len(), 16);
-        for case in cases {
-            let text = case["text"].as_str().unwrap();
-            let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
-            assert_eq!(tok.encode(text).unwrap(), want, "{text:?}");
-        }
-        // The same vocabulary under Qwen2's profile tokenizes the first case otherwise: the
-        // fixture tells a wrong split apart.
-        let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
-        let mut content = Content::read(&mut f).unwrap();
-        content.metadata.insert(
-            "tokenizer.ggml.pre".into(),
-            candle_core::quantized::gguf_file::Value::String("qwen2".into()),
-        );
-        let qwen2 = Tokenizer::from_gguf(&content).unwrap();
-        let digits = &cases[4];
-        assert_eq!(digits["text"], "1234567 12 345");
-        let want: Vec<u32> = serde_json::from_value(digits["ids"].clone()).unwrap();
-        assert_ne!(qwen2.encode("1234567 12 345").unwrap(), want);
+        let (cases, qwen2) = assert_fixture_ids("gpt4o", 16);
+        assert_other_ids(&qwen2, &cases[4], "1234567 12 345");
+    }
+
+    /// The `qwen35` pre-tokenizer (Qwen3.5/3.6) gives llama.cpp's ids: a vocab-only GGUF whose
+    /// merges join a letter and the combining marks after it (decomposed accents, Devanagari,
+    /// Thai, Arabic, Hebrew), which Qwen2's profile splits, and would join across the splits
+    /// both make; tokenized by `llama-tokenize` into `tests/fixtures/qwen35/expected.json`.
+    /// This checks the split, not Qwen3.5's merges. Under Qwen2's profile the combining accent
+    /// is split off its letter.
+    #[test]
+    fn qwen35_pre_tokenizer_tokenizes_like_llama_cpp() {
+        let (cases, qwen2) = assert_fixture_ids("qwen35", 13);
+        assert_other_ids(&qwen2, &cases[1], "cafe\u{301} cafe\u{301}");
     }
 
     #[test]

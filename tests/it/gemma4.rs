@@ -9,12 +9,11 @@
 
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
-use candor::engine::kv::{KvLayout, SeqKv};
-use candor::model::kv::{Logits, SeqStep};
 use candor::model::plan::{trace, Place, RopeTable, Step};
-use candor::model::transformer::{Scratch, Transformer, WeightDType};
+use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
+use crate::hybrid::logits_in_chunks;
 use crate::moe::TinyRecord;
 use crate::quant::{
     agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
@@ -187,31 +186,6 @@ fn tiny_gemma4_models_match_llama_cpp_and_are_batch_invariant() {
     }
     assert_eq!(report.len(), 2, "F32 and Q4_K_M in the fixture");
     assert_verdicts(&report, 0.1);
-}
-
-/// Every position's logits of `ids` fed in chunks of `sizes` (cycled), all rows' logits.
-fn logits_in_chunks(model: &Transformer, ids: &[u32], sizes: &[usize]) -> Vec<f32> {
-    let mut kv = SeqKv::new(KvLayout::of(model));
-    let mut scratch = Scratch::default();
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &n in sizes.iter().cycle() {
-        if at == ids.len() {
-            break;
-        }
-        let n = n.min(ids.len() - at);
-        let logits = model.forward(
-            &mut [SeqStep {
-                tokens: &ids[at..at + n],
-                kv: &mut kv,
-                logits: Logits::All,
-            }],
-            &mut scratch,
-        );
-        out.extend_from_slice(logits);
-        at += n;
-    }
-    out
 }
 
 /// A prompt's logits at every position are the same bits in one prefill, in chunks of 1

@@ -159,12 +159,7 @@ fn tiny_hybrid_models_match_llama_cpp_and_are_batch_invariant() {
 
 /// Every position's logits of `ids` fed in chunks of `sizes` (cycled), all rows' logits.
 pub(crate) fn logits_in_chunks(model: &Transformer, ids: &[u32], sizes: &[usize]) -> Vec<f32> {
-    let c = model.config();
-    let layout = KvLayout {
-        n_layer: c.n_layer,
-        kv_dim: c.kv_dim(),
-    };
-    let mut kv = SeqKv::new(layout).with_state(model.state_len());
+    let mut kv = SeqKv::new(KvLayout::of(model)).with_state(model.state_len());
     let mut scratch = Scratch::default();
     let mut out = Vec::new();
     let mut at = 0;
