@@ -10,7 +10,8 @@
 #   1. a quote-heavy request at batch 1 (`candor generate`: repeat a ~1,000-token passage);
 #   2. FB-Bench checklist judgements and Fennec judge steps at batch 1 (`candor run` with
 #      --judge-draft lookup; needs the data, $CANDOR_DATA);
-#   3. the same runs at batch 16 and 64 (drafting turns itself off there: no slower expected);
+#   3. the same runs at batch 16 and 64, with as many items as the batch holds (at least
+#      SPEC_LIMIT) so the batch is full (drafting turns itself off there: no slower expected);
 #   4. with SPEC_TARGET and SPEC_DRAFT set (e.g. real-shape random GGUFs written by
 #      benches/write_shape_models.py), the quote request on the target with the draft model,
 #      printing the draft time and acceptance that `candor generate` reports (the cost model).
@@ -81,10 +82,11 @@ echo "quote, batch 1: plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc 
 if [ -n "${CANDOR_DATA:-}" ]; then
     for proto in fbbench fennec; do
         for b in 1 16 64; do
+            items=$((b > limit ? b : limit))
             run() { # out extra...
                 local out=$1; shift
                 CANDOR_NO_CACHE=1 CANDOR_OFFLINE=1 "$bin" run "$proto" --model default \
-                    --judge default --limit "$limit" --max-new-tokens 32 \
+                    --judge default --limit "$items" --max-new-tokens 32 \
                     --judge-max-new-tokens 512 --constrain on --batch-size "$b" \
                     --threads "$threads" --out "$out" "$@"
             }
@@ -95,7 +97,7 @@ if [ -n "${CANDOR_DATA:-}" ]; then
             cmp "$tmp/$proto-$b-plain/samples.jsonl" "$tmp/$proto-$b-lookup/samples.jsonl" \
                 || { echo "$proto batch $b: samples differ" >&2; exit 1; }
             acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step}' "$tmp/$proto-$b-lookup/drafts.json")
-            echo "$proto, batch $b: plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
+            echo "$proto, batch $b ($items items): plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
         done
     done
 else
