@@ -326,11 +326,11 @@ fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
             .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
             .collect()
     };
-    let req = |ids: &[u32]| {
+    let req = |ids: &[u32], n: usize| {
         TokenRequest::new(
             ids.to_vec(),
             SamplingParams {
-                max_new_tokens: 4,
+                max_new_tokens: n,
                 ..SamplingParams::default()
             },
         )
@@ -349,8 +349,8 @@ fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
     let mut reused = Vec::new();
     for ids in branches.iter().chain([&long, &other]) {
         let before = cached.prefill_stats().reused;
-        let a = cached.generate(&[req(ids)], &NoText).expect("cached");
-        let b = fresh.generate(&[req(ids)], &NoText).expect("fresh");
+        let a = cached.generate(&[req(ids, 4)], &NoText).expect("cached");
+        let b = fresh.generate(&[req(ids, 4)], &NoText).expect("fresh");
         assert_eq!(a[0].output_ids, b[0].output_ids, "{} tokens", ids.len());
         reused.push(cached.prefill_stats().reused - before);
     }
@@ -362,17 +362,8 @@ fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
     // 20 generated tokens hold 40 positions (the last token is not fed); the state at 32 was
     // kept while decoding, so the next turn reuses 32 (16, the prompt's last block, without).
     let prompt = draw(21);
-    let turn = |ids: &[u32], n: usize| {
-        TokenRequest::new(
-            ids.to_vec(),
-            SamplingParams {
-                max_new_tokens: n,
-                ..SamplingParams::default()
-            },
-        )
-    };
     let reply = cached
-        .generate(&[turn(&prompt, 20)], &NoText)
+        .generate(&[req(&prompt, 20)], &NoText)
         .expect("first turn")
         .remove(0)
         .output_ids;
@@ -381,8 +372,8 @@ fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
     next.extend_from_slice(&reply);
     next.extend(draw(9));
     let before = cached.prefill_stats().reused;
-    let a = cached.generate(&[turn(&next, 4)], &NoText).expect("cached");
-    let b = fresh.generate(&[turn(&next, 4)], &NoText).expect("fresh");
+    let a = cached.generate(&[req(&next, 4)], &NoText).expect("cached");
+    let b = fresh.generate(&[req(&next, 4)], &NoText).expect("fresh");
     assert_eq!(a[0].output_ids, b[0].output_ids);
     assert_eq!(cached.prefill_stats().reused - before, 32);
 }
