@@ -124,6 +124,21 @@ impl Model {
         }
     }
 
+    /// Test support: whether the GPU captures decode steps as CUDA graphs and replays them
+    /// (the default from `CANDOR_CUDA_GRAPHS=1`); the steps replayed so far.
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn set_gpu_graphs(&mut self, on: bool) {
+        if let Some(c) = &mut self.cuda {
+            c.set_graphs(on);
+        }
+    }
+
+    /// Test support: how many GPU steps were replayed from a captured CUDA graph.
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn gpu_graph_replays(&self) -> usize {
+        self.cuda.as_ref().map_or(0, |c| c.graph_replays())
+    }
+
     /// The pool KV blocks must come from, when the KV lives in a device's memory.
     pub fn kv_pool(&self) -> Option<KvPool> {
         #[cfg(feature = "cuda")]

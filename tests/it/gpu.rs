@@ -498,6 +498,10 @@ fn gpu_launches_follow_the_plan_and_fusing_changes_no_token() {
                 }
             };
         unfused.set_gpu_fusion(false);
+        // The trace records launches as they are made: a replayed graph makes none.
+        let mut fused = fused;
+        fused.set_gpu_graphs(false);
+        unfused.set_gpu_graphs(false);
         let (fused, unfused) = (Arc::new(fused), Arc::new(unfused));
         let plan = fused.transformer().plan().clone();
         let lowering: &Lowering = fused.gpu_lowering().expect("a GPU model");
@@ -566,5 +570,53 @@ fn gpu_launches_follow_the_plan_and_fusing_changes_no_token() {
                 "{arch}: teacher-forced argmaxes, fused vs unfused"
             );
         }
+    }
+}
+
+/// Decode steps captured as CUDA graphs and replayed give the tokens of steps launched one by
+/// one, for every architecture's tiny Q4_K_M model at batch sizes 1, 3 and 16 (the batch's
+/// rows, its attention chunks and its buffers change the graph's key), and replays happen.
+#[test]
+fn gpu_graphs_change_no_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for arch in ARCHS {
+        let file = write_tiny_model(dir.path(), arch, "Q4_K_M");
+        let load = || Transformer::from_gguf_path(&file, WeightDType::Native).expect("tiny model");
+        let (mut plain, mut graphs) =
+            match (Model::new(load(), device()), Model::new(load(), device())) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) => {
+                    skip(&e);
+                    return;
+                }
+            };
+        plain.set_gpu_graphs(false);
+        graphs.set_gpu_graphs(true);
+        let (plain, graphs) = (Arc::new(plain), Arc::new(graphs));
+        let reqs = quant::mixed_requests(16, 40, quant::TQ_VOCAB);
+        let run = |model: &Arc<Model>, bs: usize| {
+            let cfg = SchedulerConfig {
+                batch_size: bs,
+                prefill_chunk: 7,
+                ..SchedulerConfig::default()
+            };
+            Decoder::new(Arc::clone(model), cfg, Vec::new())
+                .generate(&reqs, &NoText)
+                .unwrap_or_else(|e| panic!("{arch}: {e}"))
+                .into_iter()
+                .map(|r| r.output_ids)
+                .collect::<Vec<_>>()
+        };
+        for bs in [1, 3, 16] {
+            assert_eq!(
+                run(&graphs, bs),
+                run(&plain, bs),
+                "tiny {arch} Q4_K_M: graphs on vs off at batch size {bs}"
+            );
+        }
+        let replays = graphs.gpu_graph_replays();
+        assert!(replays > 0, "tiny {arch} Q4_K_M: no step was replayed");
+        assert_eq!(plain.gpu_graph_replays(), 0, "tiny {arch}: graphs off");
+        println!("tiny {arch} Q4_K_M: the same tokens with graphs on ({replays} steps replayed)");
     }
 }

@@ -16,14 +16,16 @@ use super::{nvrtc, versions};
 /// `candor-cuda-2`: the integer matmuls with the CPU's arithmetic (`mmq.cu`) and RoPE with the
 /// CPU's expression; a process run with `CANDOR_CUDA_MATMUL=legacy` computes the f32 matmuls
 /// of `candor-cuda-1` instead (with the new RoPE) and says so in its key
-/// ([`numerics_version`]: `candor-cuda-2-legacy-matmul`).
-pub const GPU_NUMERICS_VERSION: &str = "candor-cuda-2";
+/// ([`numerics_version`]: `candor-cuda-3-legacy-matmul`). `candor-cuda-3`: attention's chunks
+/// by each row's position (`attn_chunk_len`: 32 positions up to 1,023, at most 32 chunks;
+/// 256 positions before), so the softmax's partial sums and their combination differ.
+pub const GPU_NUMERICS_VERSION: &str = "candor-cuda-3";
 
 /// The numerics version this process computes (see [`GPU_NUMERICS_VERSION`]).
 pub fn numerics_version() -> &'static str {
     match matmul_path() {
         MatmulPath::Integer => GPU_NUMERICS_VERSION,
-        MatmulPath::Legacy => "candor-cuda-2-legacy-matmul",
+        MatmulPath::Legacy => "candor-cuda-3-legacy-matmul",
     }
 }
 
@@ -148,7 +150,11 @@ pub(super) fn open_gpu(ordinal: usize) -> Result<Arc<Gpu>> {
     // One stream, raw pointers: ordering comes from the stream alone.
     // SAFETY: every kernel and copy of this model is issued on the one stream below.
     unsafe { ctx.disable_event_tracking() };
-    let stream = ctx.default_stream();
+    // A stream of its own, not the legacy default one: CUDA graphs cannot be captured on that
+    // (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, seen on the H200 on 2026-11-27).
+    let stream = ctx
+        .new_stream()
+        .map_err(|e| fail(format!("a stream: {e}")))?;
     Ok(Arc::new(Gpu {
         k: Kernels::load(&ctx, cc)?,
         ctx,

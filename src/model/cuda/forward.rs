@@ -9,8 +9,8 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use super::devices::open_gpu;
 use super::kernels::DevWeight;
 use super::kernels::{
-    at_launch, dev_err, ew, matmul_path, ptr, step_err, ActBufs, Gpu, MatmulPath, Result,
-    RopeKvArgs, ATTN_CHUNK,
+    at_launch, attn_chunks, dev_err, ew, matmul_path, ptr, step_err, sync_each_launch, ActBufs,
+    Gpu, MatmulPath, Result, RopeKvArgs,
 };
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_moe, upload_weight, DevLayer, DevMoe};
@@ -103,6 +103,96 @@ fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     Ok(())
 }
 
+/// Whether decode steps are captured as CUDA graphs and replayed (`CANDOR_CUDA_GRAPHS=1`; off
+/// by default until a card shows that they pay). A replay makes the launches of its capture,
+/// with the same arguments: the key holds every value a launch takes from the host.
+fn graphs_wanted() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CANDOR_CUDA_GRAPHS").as_deref() == Ok("1"))
+}
+
+/// At most this many graphs are kept per model (all dropped when one more is captured):
+/// a decode step's shape changes with the batch's rows and every 256 positions.
+const MAX_GRAPHS: usize = 64;
+
+/// A model's captured decode steps.
+struct Graphs {
+    /// Off without `CANDOR_CUDA_GRAPHS=1`, for models whose layers synchronise with the host
+    /// (Mixture-of-Experts: the expert grouping), and after the driver refused a capture.
+    on: bool,
+    map: std::collections::HashMap<GraphKey, StepGraph>,
+    /// Steps replayed from a graph.
+    replays: usize,
+}
+
+impl Graphs {
+    fn new(on: bool) -> Graphs {
+        Graphs {
+            on,
+            map: Default::default(),
+            replays: 0,
+        }
+    }
+}
+
+/// A captured step. CUDA graphs must not be used from two threads at once; the model's
+/// `graphs` mutex serialises every use.
+struct StepGraph(cudarc::driver::CudaGraph);
+
+// SAFETY: only reached through `CudaModel::graphs`'s mutex (one thread at a time), on the
+// stream and context the graph was captured on, which outlive it.
+unsafe impl Send for StepGraph {}
+
+/// What a step's launches take from the host besides the model's weights: the rows, the
+/// wanted rows, the attention chunks and every buffer's address. Positions, block tables,
+/// embeddings and RoPE tables are uploaded into those buffers before each replay.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct GraphKey {
+    rows: usize,
+    m: usize,
+    chunks: usize,
+    addrs: [u64; 25],
+}
+
+impl GraphKey {
+    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64) -> GraphKey {
+        let p = &run.p;
+        let (aq, ad, asc, asum) = run.act.ptrs(&run.g.stream);
+        GraphKey {
+            rows,
+            m,
+            chunks: run.chunks,
+            addrs: [
+                p.x,
+                p.xb,
+                p.q,
+                p.k,
+                p.v,
+                p.attn,
+                p.gate,
+                p.up,
+                p.fused,
+                p.part,
+                p.pool,
+                p.block_len as u64,
+                p.positions,
+                p.table_offsets,
+                p.tables,
+                p.row_blocks,
+                p.row_slots,
+                p.rope,
+                p.rope_swa.unwrap_or(0),
+                p.logits,
+                wanted,
+                aq,
+                ad,
+                asc,
+                asum,
+            ],
+        }
+    }
+}
+
 /// Whether adjacent plan steps share a launch where a fused kernel exists (the default), or
 /// each step is launched alone (`CANDOR_CUDA_FUSE=0`: the same bits, for timing both).
 fn fused_launches() -> bool {
@@ -126,6 +216,8 @@ pub struct CudaModel {
     /// The model's plan lowered to this device's launches.
     lowering: Lowering,
     buffers: Mutex<Buffers>,
+    /// Decode steps captured as CUDA graphs, by shape (`CANDOR_CUDA_GRAPHS=1`).
+    graphs: Mutex<Graphs>,
 }
 
 impl CudaModel {
@@ -241,6 +333,7 @@ impl CudaModel {
             target,
             lowering,
             buffers: Mutex::new(Buffers::default()),
+            graphs: Mutex::new(Graphs::new(graphs_wanted() && c.moe.is_none())),
         })
     }
 
@@ -264,6 +357,22 @@ impl CudaModel {
     pub fn set_fusion(&mut self, plan: &crate::model::plan::Plan, fuse: bool) {
         self.target.fuse = fuse;
         self.lowering = Lowering::new(plan, &self.target);
+        // The captured launches were the old lowering's.
+        self.graphs.get_mut().expect("CUDA graphs lock").map.clear();
+    }
+
+    /// Whether decode steps are captured as CUDA graphs and replayed (the default from
+    /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host).
+    pub fn set_graphs(&mut self, on: bool) {
+        let moe = self.layers.iter().any(|l| l.moe.is_some());
+        let g = self.graphs.get_mut().expect("CUDA graphs lock");
+        g.on = on && !moe;
+        g.map.clear();
+    }
+
+    /// How many steps were replayed from a captured graph.
+    pub fn graph_replays(&self) -> usize {
+        self.graphs.lock().expect("CUDA graphs lock").replays
     }
 
     /// The model's KV pool (the engine allocates its blocks there).
@@ -342,8 +451,11 @@ impl CudaModel {
             r += n;
         }
         let table: Vec<i32> = table.into_iter().map(|s| s as i32).collect();
-        let max_pos = *pos.iter().max().expect("rows > 0") as usize;
-        let chunks = max_pos / ATTN_CHUNK + 1;
+        let chunks = pos
+            .iter()
+            .map(|&p| attn_chunks(p as usize))
+            .max()
+            .expect("rows > 0");
 
         let g = &self.gpu;
         let s = &*g.stream;
@@ -383,7 +495,6 @@ impl CudaModel {
         );
         let pool = self.pool.base();
         let block_len = self.pool.0.block_len as i64;
-        let act = b.act.as_ref().expect("fit");
 
         let ptrs = Ptrs {
             x: px,
@@ -407,15 +518,82 @@ impl CudaModel {
             rope_swa: pcs_swa,
             logits: 0,
         };
+        // The head's inputs: the wanted rows' indices and room for their logits.
+        let m = wanted.len();
+        let vocab = c.vocab_size;
+        let pw = if m == 0 {
+            0
+        } else {
+            grow(g, &mut b.logits, "logits", m * vocab)?;
+            stage(g, &mut b.wanted, "wanted rows", &wanted)?
+        };
+        let plogits = b.logits.as_ref().map_or(0, |o| ptr(o, s));
+        let act = b.act.as_ref().expect("fit");
         let run = Run {
             g,
             c,
             act,
             moe: b.moe.as_ref(),
-            p: ptrs,
+            p: Ptrs {
+                logits: plogits,
+                ..ptrs
+            },
             chunks,
             bt,
         };
+        // A decode step (one token per sequence) replays the graph captured for its shape
+        // and buffers, or is captured as one; every other step launches as it goes.
+        let decode = seqs.iter().all(|q| q.tokens.len() == 1);
+        let mut graphs = self.graphs.lock().expect("CUDA graphs lock");
+        let key =
+            (graphs.on && decode && !sync_each_launch()).then(|| GraphKey::of(&run, rows, m, pw));
+        match key {
+            Some(key) if graphs.map.contains_key(&key) => {
+                let graph = &graphs.map[&key].0;
+                g.launched("decode_graph", graph.launch())?;
+                graphs.replays += 1;
+            }
+            Some(key) => match self.capture(model, &run, pw, m, rows)? {
+                Some(graph) => {
+                    g.launched("decode_graph", graph.launch())?;
+                    if graphs.map.len() >= MAX_GRAPHS {
+                        graphs.map.clear();
+                    }
+                    graphs.map.insert(key, StepGraph(graph));
+                }
+                None => {
+                    graphs.on = false;
+                    self.launch_step(model, &run, pw, m, rows)?;
+                }
+            },
+            None => self.launch_step(model, &run, pw, m, rows)?,
+        }
+        drop(graphs);
+
+        logits.clear();
+        if m == 0 {
+            s.synchronize().map_err(step_err)?;
+            return Ok(());
+        }
+        let out = b.logits.as_ref().expect("grown");
+        logits.resize(m * vocab, 0.0);
+        g.stream
+            .memcpy_dtoh(&out.slice(..m * vocab), logits.as_mut_slice())
+            .map_err(|e| dev_err("downloading logits", e))?;
+        s.synchronize().map_err(step_err)?;
+        Ok(())
+    }
+
+    /// Every launch of one step: the layers', then the head's on the `m` wanted rows (their
+    /// indices at `pw`).
+    fn launch_step(
+        &self,
+        model: &Transformer,
+        run: &Run<'_>,
+        pw: u64,
+        m: usize,
+        rows: usize,
+    ) -> Result<()> {
         for (l, dl) in self.layers.iter().enumerate() {
             let place = Place::Layer(l);
             let steps = model.plan.layer(l);
@@ -428,25 +606,9 @@ impl CudaModel {
                 })?;
             }
         }
-
-        // The head: final norm and output projection for the wanted rows only.
-        let m = wanted.len();
-        logits.clear();
         if m == 0 {
-            s.synchronize().map_err(step_err)?;
             return Ok(());
         }
-        let pw = stage(g, &mut b.wanted, "wanted rows", &wanted)?;
-        let vocab = c.vocab_size;
-        grow(g, &mut b.logits, "logits", m * vocab)?;
-        let out = b.logits.as_ref().expect("grown");
-        let run = Run {
-            p: Ptrs {
-                logits: ptr(out, s),
-                ..run.p
-            },
-            ..run
-        };
         let steps = model.plan.head();
         for (i, launch) in self.lowering.launches(Place::Head).iter().enumerate() {
             #[cfg(any(test, feature = "testkit"))]
@@ -458,12 +620,40 @@ impl CudaModel {
                 )
             })?;
         }
-        logits.resize(m * vocab, 0.0);
-        g.stream
-            .memcpy_dtoh(&out.slice(..m * vocab), logits.as_mut_slice())
-            .map_err(|e| dev_err("downloading logits", e))?;
-        s.synchronize().map_err(step_err)?;
         Ok(())
+    }
+
+    /// One step's launches captured into a CUDA graph (not run: the caller launches it), or
+    /// `None` where the driver refused the capture (said once; the model then launches each
+    /// step as before). An error of a launch itself is returned as without a graph.
+    fn capture(
+        &self,
+        model: &Transformer,
+        run: &Run<'_>,
+        pw: u64,
+        m: usize,
+        rows: usize,
+    ) -> Result<Option<cudarc::driver::CudaGraph>> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        let s = &run.g.stream;
+        if let Err(e) = s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) {
+            eprintln!("cuda: decode steps are not captured as graphs ({e}); launching each step");
+            return Ok(None);
+        }
+        let launched = self.launch_step(model, run, pw, m, rows);
+        let graph = s.end_capture(CUgraphInstantiate_flags(0));
+        launched?;
+        match graph {
+            Ok(Some(graph)) => Ok(Some(graph)),
+            Ok(None) => {
+                eprintln!("cuda: a decode step's capture held no graph; launching each step");
+                Ok(None)
+            }
+            Err(e) => {
+                eprintln!("cuda: a decode step's capture failed ({e}); launching each step");
+                Ok(None)
+            }
+        }
     }
 
     /// Grows the step buffers to `rows` rows and `chunks` attention chunks.
@@ -1091,6 +1281,55 @@ mod tests {
     }
 
     /// The fused kernels are in the PTX NVRTC compiles (no GPU needed).
+    /// A graph replays its capture's arguments, so its key must hold every buffer address a
+    /// launch takes: each field of `Ptrs` (read from this file's source) and the activation
+    /// scratch are in `GraphKey::of`, and each `Run` field is either there or the model's.
+    #[test]
+    fn the_graph_key_holds_every_buffer_a_launch_takes() {
+        let src = include_str!("forward.rs");
+        let body = |start: &str| {
+            let at = src
+                .find(start)
+                .unwrap_or_else(|| panic!("{start} not found"));
+            let rest = &src[at..];
+            &rest[..rest.find("\n}\n").expect("end")]
+        };
+        let key = body("    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64)");
+        let fields: Vec<&str> = body("struct Ptrs {")
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .filter_map(|l| l.split(':').next())
+            .filter(|f| !f.is_empty())
+            .collect();
+        assert!(fields.len() >= 20, "{fields:?}");
+        let names = |f: &str| {
+            let word = format!("p.{f}");
+            key.match_indices(&word).any(|(i, _)| {
+                let next = key[i + word.len()..].chars().next();
+                !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        };
+        for f in fields {
+            assert!(names(f), "GraphKey::of leaves out Ptrs::{f}");
+        }
+        for f in ["run.chunks", "run.act.ptrs", "rows", "m,", "wanted"] {
+            assert!(key.contains(f), "GraphKey::of leaves out {f}");
+        }
+        // `Run`'s other fields: the device, the configuration, the MoE buffers (models with
+        // experts capture no graph) and the KV block size are the model's for its lifetime.
+        let run: Vec<&str> = body("struct Run<'a> {")
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .filter_map(|l| l.split(':').next())
+            .filter(|f| !f.is_empty())
+            .collect();
+        assert_eq!(run, ["g", "c", "act", "moe", "p", "chunks", "bt"]);
+    }
+
     #[test]
     fn fused_kernels_compile_with_nvrtc() {
         if let Err(e) = nvrtc::library() {

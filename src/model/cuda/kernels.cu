@@ -7,16 +7,18 @@
 //     fixed tree and lane 0's result is the value. A row's sum does not depend on its group or
 //     on how many outputs its warp takes.
 //   * norms: one block per row, fixed strided partial sums and a fixed tree.
-//   * attention: KV positions split into chunks of ATTN_CHUNK absolute positions (so the split
-//     depends on the position only), one warp per (row, head, chunk) with an online softmax
-//     over the chunk in position order, then the chunks combined in order.
+//   * attention: KV positions split into chunks of `attn_chunk_len(p)` absolute positions, a
+//     length that depends on the row's own position p only (32 up to 1,023, then at most 32
+//     chunks), one warp per (row, head, chunk) with an online softmax over the chunk in
+//     position order, then the chunks combined in order.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 
 #define WARP 32
-#define ATTN_CHUNK 256
+#define ATTN_MIN_CHUNK 32
+#define ATTN_MAX_CHUNKS 32
 #define MAX_HD_PER_LANE 8
 #define MM_ROWS 8
 #define MM_OUTS 4
@@ -58,6 +60,15 @@ __device__ __forceinline__ float half_at(const u8* p) {
 }
 
 // Sum of a warp's 32 values in one fixed order, broadcast from lane 0.
+// The attention chunk length of a row at position p: 32 positions while that makes at most 32
+// chunks, else the next power of two above p over 32 (at most 32 chunks). The row's own
+// position alone decides it, never the step's other rows. Same as `attn_chunk_len` in Rust.
+__device__ __forceinline__ int attn_chunk_len(int p) {
+    int np2 = p == 0 ? 1 : 1 << (32 - __clz(p));
+    int len = np2 / ATTN_MAX_CHUNKS;
+    return len > ATTN_MIN_CHUNK ? len : ATTN_MIN_CHUNK;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) {
         v += __shfl_down_sync(0xffffffffu, v, off);
@@ -428,9 +439,10 @@ extern "C" __global__ void attn_partial(const float* q, const u16* pool, const i
     int c = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
     int lane = threadIdx.x;
     int p = pos[r];
+    int cl = attn_chunk_len(p);
     int lo = window > 0 ? (p + 1 > window ? p + 1 - window : 0) : 0;
-    int from = c * ATTN_CHUNK > lo ? c * ATTN_CHUNK : lo;
-    int to = c * ATTN_CHUNK + ATTN_CHUNK - 1 < p ? c * ATTN_CHUNK + ATTN_CHUNK - 1 : p;
+    int from = c * cl > lo ? c * cl : lo;
+    int to = c * cl + cl - 1 < p ? c * cl + cl - 1 : p;
     float* out = part + ((long)(r * heads + h) * chunks + c) * (hd + 2);
     int per = hd / WARP;
     float qv[MAX_HD_PER_LANE], acc[MAX_HD_PER_LANE];
@@ -484,9 +496,10 @@ extern "C" __global__ void attn_partial_gqa(const float* q, const u16* pool, con
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     int h = kvh * group + warp;
     int p = pos[r];
+    int cl = attn_chunk_len(p);
     int lo = window > 0 ? (p + 1 > window ? p + 1 - window : 0) : 0;
-    int from = c * ATTN_CHUNK > lo ? c * ATTN_CHUNK : lo;
-    int to = c * ATTN_CHUNK + ATTN_CHUNK - 1 < p ? c * ATTN_CHUNK + ATTN_CHUNK - 1 : p;
+    int from = c * cl > lo ? c * cl : lo;
+    int to = c * cl + cl - 1 < p ? c * cl + cl - 1 : p;
     float* out = part + ((long)(r * heads + h) * chunks + c) * (hd + 2);
     int per = hd / WARP;
     float qv[MAX_HD_PER_LANE], acc[MAX_HD_PER_LANE];
@@ -500,14 +513,29 @@ extern "C" __global__ void attn_partial_gqa(const float* q, const u16* pool, con
     const int* tab = table + table_off[r];
     u16* ks = kv_tile;
     u16* vs = kv_tile + ATTN_TILE * hd;
+    // Whole 16-byte vectors of a position's keys and values: the pool is allocated aligned, and
+    // every offset into it is a multiple of 8 halves when these are.
+    bool vec16 = (hd % 8) == 0 && (kv_dim % 8) == 0 && (kvo % 8) == 0 && (block_len % 8) == 0;
     for (int t0 = from; t0 <= to; t0 += ATTN_TILE) {
         int nt = to - t0 + 1 < ATTN_TILE ? to - t0 + 1 : ATTN_TILE;
-        for (int i = threadIdx.x; i < nt * hd; i += blockDim.x) {
-            int tt = i / hd, d = i % hd;
-            int t = t0 + tt;
-            long base = (long)tab[t / bt] * block_len;
-            ks[i] = pool[base + ((long)(layer * 2) * bt + t % bt) * kv_dim + kvo + d];
-            vs[i] = pool[base + ((long)(layer * 2 + 1) * bt + t % bt) * kv_dim + kvo + d];
+        if (vec16) {
+            // 16-byte loads, each position's address computed once per 8 halves.
+            int vec = hd / 8;
+            for (int i = threadIdx.x; i < nt * vec; i += blockDim.x) {
+                int tt = i / vec, j = i - tt * vec;
+                int t = t0 + tt;
+                long ko = (long)tab[t / bt] * block_len + ((long)(layer * 2) * bt + t % bt) * kv_dim + kvo + j * 8;
+                ((int4*)ks)[i] = *(const int4*)(pool + ko);
+                ((int4*)vs)[i] = *(const int4*)(pool + ko + (long)bt * kv_dim);
+            }
+        } else {
+            for (int i = threadIdx.x; i < nt * hd; i += blockDim.x) {
+                int tt = i / hd, d = i % hd;
+                int t = t0 + tt;
+                long base = (long)tab[t / bt] * block_len;
+                ks[i] = pool[base + ((long)(layer * 2) * bt + t % bt) * kv_dim + kvo + d];
+                vs[i] = pool[base + ((long)(layer * 2 + 1) * bt + t % bt) * kv_dim + kvo + d];
+            }
         }
         __syncthreads();
         for (int tt = 0; tt < nt; tt++) {
@@ -545,7 +573,7 @@ extern "C" __global__ void attn_combine(const float* part, const int* pos, int h
                                         const float* sinks, float* out) {
     int h = blockIdx.x, r = blockIdx.y;
     int lane = threadIdx.x;
-    int used = pos[r] / ATTN_CHUNK + 1;
+    int used = pos[r] / attn_chunk_len(pos[r]) + 1;
     const float* base = part + (long)(r * heads + h) * chunks * (hd + 2);
     float mx = NEG_INF;
     for (int c = 0; c < used; c++) {

@@ -22,8 +22,21 @@ pub const KERNELS: &str = concat!(
     include_str!("moe.cu")
 );
 
-/// Positions per attention chunk (`ATTN_CHUNK` in the kernels).
-pub(super) const ATTN_CHUNK: usize = 256;
+/// The attention chunk length of a row at position `p` (`attn_chunk_len` in the kernels):
+/// 32 positions while that makes at most 32 chunks, else the next power of two above `p`
+/// over 32. The row's own position alone decides it, so a row's attention does not depend on
+/// the step's other rows; short chunks give a decode step at batch 1 one block per chunk and
+/// KV head (136 blocks at the 8B shape's 512 positions, against 24 with the 256-position
+/// chunks before, which left a 512-position decode at 7.3 ms of attention per token on the
+/// H200), and the bound on chunks bounds the partials' memory.
+pub(super) fn attn_chunk_len(p: usize) -> usize {
+    ((p + 1).next_power_of_two() / 32).max(32)
+}
+
+/// How many chunks a row at position `p` has (positions `0..=p`).
+pub(super) fn attn_chunks(p: usize) -> usize {
+    p / attn_chunk_len(p) + 1
+}
 /// Rows per matmul group (`MM_ROWS` in the kernels).
 pub(super) const MM_ROWS: usize = 8;
 /// Warps per matmul block.
@@ -44,7 +57,10 @@ pub(super) const MT_THREADS: usize = 128;
 pub(super) const MT_BM: usize = 64;
 pub(super) const MT_BN: usize = 64;
 /// Fewer rows than this never take the tensor cores (an m16 fragment per warp half-empty).
-pub(super) const MMA_MIN_ROWS: usize = 32;
+/// 16 since the first H200 call (2026-11-27): at 16 rows the tensor cores took 0.5–1.0× the
+/// time of dp4a wherever the tiles fill half a wave (ffn_gate/up, the output matrix), in
+/// every quantized type timed (Q4_K, Q6_K, Q8_0); 32 before.
+pub(super) const MMA_MIN_ROWS: usize = 16;
 
 /// Whether a quantized product of `m` rows and `n` outputs takes the tensor cores (`mmt.cu`)
 /// rather than `dp4a` (`mmq.cu`) on a device of `sms` multiprocessors: from
@@ -1028,12 +1044,110 @@ mod tests {
     }
 
     /// The tensor cores from half a wave of 64 × 64 tiles (132 SMs: H100/H200).
+    /// The chunk length: the kernels' formula (`1 << (32 - clz(p))` over 32, at least 32) is
+    /// the Rust one; every row has at most 32 chunks, which tile `0..=p` exactly.
+    #[test]
+    fn attention_chunks_by_position_alone() {
+        let kernel_len = |p: u32| {
+            let np2 = if p == 0 {
+                1u32
+            } else {
+                1 << (32 - p.leading_zeros())
+            };
+            (np2 / 32).max(32) as usize
+        };
+        let mut ps: Vec<usize> = (0..5000).collect();
+        ps.extend((13..31).flat_map(|b| [(1usize << b) - 1, 1 << b, (1 << b) + 1]));
+        for p in ps {
+            let len = attn_chunk_len(p);
+            assert_eq!(len, kernel_len(p as u32), "position {p}");
+            let n = attn_chunks(p);
+            assert!(n <= 32, "position {p}: {n} chunks");
+            // Chunk c holds c·len ..= min(c·len + len − 1, p): none empty, all of 0..=p.
+            assert!((n - 1) * len <= p && p < n * len, "position {p}");
+        }
+        assert_eq!((attn_chunk_len(511), attn_chunks(511)), (32, 16));
+        assert_eq!((attn_chunk_len(543), attn_chunks(543)), (32, 17));
+        assert_eq!((attn_chunk_len(1024), attn_chunks(1024)), (64, 17));
+        assert_eq!((attn_chunk_len(32767), attn_chunks(32767)), (1024, 32));
+    }
+
+    /// `attn_partial_gqa`'s two ways of staging a tile of keys and values (16-byte vectors, or
+    /// one half at a time), emulated index for index on a random pool: the same halves land in
+    /// the same places, for head sizes 64, 128 and 256, several KV heads and block sizes.
+    #[test]
+    fn attention_tiles_stage_the_same_halves_with_16_byte_loads() {
+        #[allow(clippy::too_many_arguments)]
+        fn stage(
+            vec16: bool,
+            pool: &[u16],
+            tab: &[i32],
+            (hd, kv_dim, kvo, layer, bt, block_len): (usize, usize, usize, usize, usize, usize),
+            t0: usize,
+            nt: usize,
+            threads: usize,
+        ) -> (Vec<u16>, Vec<u16>) {
+            let (mut ks, mut vs) = (vec![u16::MAX; 32 * hd], vec![u16::MAX; 32 * hd]);
+            for thread in 0..threads {
+                if vec16 {
+                    let vec = hd / 8;
+                    let mut i = thread;
+                    while i < nt * vec {
+                        let (tt, j) = (i / vec, i % vec);
+                        let t = t0 + tt;
+                        let ko = tab[t / bt] as usize * block_len
+                            + ((layer * 2) * bt + t % bt) * kv_dim
+                            + kvo
+                            + j * 8;
+                        ks[i * 8..i * 8 + 8].copy_from_slice(&pool[ko..ko + 8]);
+                        let vo = ko + bt * kv_dim;
+                        vs[i * 8..i * 8 + 8].copy_from_slice(&pool[vo..vo + 8]);
+                        i += threads;
+                    }
+                } else {
+                    let mut i = thread;
+                    while i < nt * hd {
+                        let (tt, d) = (i / hd, i % hd);
+                        let t = t0 + tt;
+                        let base = tab[t / bt] as usize * block_len;
+                        ks[i] = pool[base + ((layer * 2) * bt + t % bt) * kv_dim + kvo + d];
+                        vs[i] = pool[base + ((layer * 2 + 1) * bt + t % bt) * kv_dim + kvo + d];
+                        i += threads;
+                    }
+                }
+            }
+            (ks, vs)
+        }
+        let mut rng = crate::stats::rng::SplitMix64::new(7);
+        for (hd, kv_heads, group, bt) in [(64, 2, 2, 16), (128, 8, 4, 16), (256, 4, 2, 32)] {
+            let (layers, kv_dim) = (3, hd * kv_heads);
+            let block_len = layers * 2 * bt * kv_dim;
+            let blocks = 9;
+            let pool: Vec<u16> = (0..blocks * block_len)
+                .map(|_| (rng.next_u64() % 65535) as u16)
+                .collect();
+            let mut tab: Vec<i32> = (0..blocks as i32).collect();
+            tab.reverse();
+            for kvh in 0..kv_heads {
+                for (t0, nt) in [(0, 32), (32, 7), (96, 32), (100, 1)] {
+                    let args = (hd, kv_dim, kvh * hd, 2, bt, block_len);
+                    let threads = 32 * group;
+                    let a = stage(true, &pool, &tab, args, t0, nt, threads);
+                    let b = stage(false, &pool, &tab, args, t0, nt, threads);
+                    assert_eq!(a, b, "hd {hd}, KV head {kvh}, tile at {t0} of {nt}");
+                    assert!(a.0[..nt * hd].iter().all(|&h| h != u16::MAX), "unwritten");
+                }
+            }
+        }
+    }
+
     #[test]
     fn tensor_cores_by_tiles_against_the_sms() {
         let sms = 132;
         // The 8B shape's attn_k/v (1024 outputs), attn_q/o (4096) and ffn_gate (14336).
-        assert!(!mma_pays(16, 14336, sms), "too few rows");
-        assert!(mma_pays(32, 14336, sms), "224 tiles");
+        assert!(!mma_pays(8, 14336, sms), "too few rows");
+        assert!(mma_pays(16, 14336, sms), "224 tiles");
+        assert!(!mma_pays(16, 4096, sms), "64 tiles");
         assert!(!mma_pays(64, 4096, sms), "64 tiles");
         assert!(mma_pays(128, 4096, sms), "128 tiles");
         assert!(!mma_pays(256, 1024, sms), "64 tiles");
@@ -1096,15 +1210,18 @@ mod tests {
         for (file, src) in sources {
             let count = |pat: &str| src.matches(pat).count();
             let calls = count(".launched(");
+            // A captured CUDA graph's launch is safe (its kernels' were checked at capture).
+            let graphs = count("graph.launch()");
             assert_eq!(
-                count("launch_builder("),
+                count("launch_builder(") + graphs,
                 calls,
-                "{file}: a launch builder not launched through Gpu::launched"
+                "{file}: a launch builder or graph not launched through Gpu::launched"
             );
             for (at, _) in src.match_indices(".launch(") {
                 let before = &src[at.saturating_sub(120)..at];
+                let graph = before.ends_with("graph");
                 assert!(
-                    before.contains(".launched(") && before.contains("unsafe {"),
+                    before.contains(".launched(") && (graph || before.contains("unsafe {")),
                     "{file}: a launch not inside Gpu::launched: {}",
                     &src[at.saturating_sub(120)..at + 20]
                 );
