@@ -1,43 +1,50 @@
 #!/usr/bin/env bash
-# The GPU check of issues #8, #30 and #36 in ONE call of the device tool (at most 8 minutes),
-# after benches/gpu/build.sh here (nothing is built on the GPU machine but llama.cpp):
-#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=570)
-# target/gpu holds bin.tar.xz (candor, the lib's unit tests `unit`, tests/it `it`, the kernel
-# timings `kernels`, stripped) and llama.tar.xz (llama.cpp's source, trimmed).
+# The GPU check of issue #44 (and the MoE part of #42) in ONE call of the device tool, after
+# benches/gpu/build.sh here (nothing is built on the GPU machine but llama.cpp):
+#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=470)
+# The default BUDGET (420 s) and a ~35 s start leave ~7 of a session's 15 device minutes for a
+# second call. target/gpu holds bin.tar.xz (candor, the lib's unit tests `unit`, tests/it
+# `it`, the kernel timings `kernels`, stripped) and llama.tar.xz (llama.cpp's source, trimmed).
 #
 # In the background from the start: llama.cpp's CUDA build (llama-batched-bench) and the
-# random-weight models (Llama-3-8B shape in Q4_K_M and Q8_0, the default model's shape in its
-# Q4_1 mix). In the foreground, each stage under
-# its own timeout, going on after a failing stage, within BUDGET seconds in all (default 510;
-# the last stage gets what is left):
+# random-weight models (MODELS_WHAT, default the Llama-3-8B shape in Q4_K_M and Q8_0; the
+# default model's shape in its Q4_1 mix). In the foreground, each stage under its own timeout,
+# going on after a failing stage, within BUDGET seconds in all (the last stage gets what is
+# left); STAGES (name:seconds …) gives another list. The default list:
 #   check     the kernels compile to a cubin and load on the card (`devices --check-kernels`);
 #             the lib's GPU tests (integer matmuls == CPU bits, legacy kernels row-invariant),
 #             not its host emulations
-#   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
-#             integer kernels, against the copy rate measured in the same call
-#   bench     candor bench --device cuda: 8B Q4_K_M (512-token prompts, batch 1/16/64), the
-#             legacy kernels at batch 1, dp4a without the tensor cores at batch 16 and every
-#             plan step its own launch (CANDOR_CUDA_FUSE=0) at batch 1 for comparison, 8B Q8_0
-#             (batch 1/16), the default model's shape (random weights: the file is not carried)
+#   graphs    decode steps captured as CUDA graphs give the tokens of steps launched one by
+#             one (every architecture's tiny model); where it passes, `bench` and `e2e` run
+#             with CANDOR_CUDA_GRAPHS=1 (unless the variable is set)
+#   bench     candor bench --device cuda: 8B Q4_K_M (512-token prompts, batch 1/16/64), and
+#             the BENCH_EXTRA lines (default `nographs short small`: batch 1/16 without graphs,
+#             16-token prompts at batch 1, the default model's shape at batch 1/16/64; also
+#             `legacy`, `dp4a`, `unfused`, `q8`)
 #   llama     llama.cpp CUDA (llama-batched-bench) on the same files
-#   tiny      tests/it gpu:: — the tiny model of every architecture: batch invariance and
-#             teacher-forced GPU/CPU agreement (the default model's tests skip: not carried)
+#   tiny      tests/it gpu:: but the graphs test — the tiny model of every architecture: batch
+#             invariance, fused = unfused launches, teacher-forced GPU/CPU agreement (the
+#             default model's tests skip: not carried)
+#   e2e       one protocol end to end at the 8B shape: RefuteBench QA (the random 8B Q4_K_M
+#             file given the default model's tokenizer and chat template, as candidate and
+#             judge), E2E_RUNS (default 4 items on the GPU in at most 30 s, the same 4 on the
+#             CPU in at most 45 s); wall time, prompt tokens computed and tokens generated
 #   moe       Mixture-of-Experts on the card (issue #42): tiny random qwen3moe files (F16 and a
 #             Q4_K_M mix) and gpt-oss files (F16 and llama-quantize's MXFP4_MOE mix: MXFP4
 #             experts, the rest Q8_0), written by benches/write_shape_models.py, `candor
 #             generate` greedy on the CPU and on the GPU, and each file's tokens compared:
 #             "moe <file>: greedy tokens equal (n/n)" or where they part
-#   e2e       one protocol end to end at the 8B shape: RefuteBench QA (the random 8B Q4_K_M
-#             file given the default model's tokenizer and chat template, as candidate and
-#             judge), 4 and 64 items on the GPU, the same 4 on the CPU (every core, at most
-#             45 s); wall time, prompt tokens computed and tokens generated per run
-#   table     the issue's target table from the logs above
-# Not in `all` (measured on 2026-11-26, see NOTES.md; run alone when wanted):
-#   hf        transformers bf16 on the same shape (after the `models-bf16` background stage)
+#   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
+#             integer kernels, against the copy rate measured in the same call
+#   table     the issue's target table from the logs above (always, after the stages)
+# Not in the default list (name them in STAGES): ncu (each kernel's device time in a batch-1
+# decode, Nsight Compute, the default model's shape unless NCU_MODEL), copy (the copy rate
+# alone, for a call without `kernels`); and, measured on 2026-11-26 (NOTES.md), hf
+# (transformers bf16 on the same shape, after the `models-bf16` background stage).
 # Progress lines carry the seconds since the start; every stage's exit status is listed
-# before the table. Logs: $OUT/<stage>.log (the device tool brings $OUT back).
-# Single stages: benches/gpu/run.sh <stage> (`models`, `models-bf16` and `llama-build` are the
-# background ones).
+# before the table. Logs: $OUT/<stage>.log, all of them in $OUT/logs.tgz (the device tool
+# brings back at most 8 files). Single stages: benches/gpu/run.sh <stage> (`models`,
+# `models-bf16` and `llama-build` are the background ones).
 set -uo pipefail
 root=$(pwd)
 g=$root/target/gpu
@@ -78,10 +85,18 @@ case $stage in
     for s in llama-build models; do
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
-    budget=${BUDGET:-510}
-    stages check:40 kernels:90 bench:170 llama:70 tiny:60 moe:45 e2e:60
+    budget=${BUDGET:-420}
+    # STAGES: another order or other limits (e.g. a shorter first call that leaves device
+    # time for a second), as name:seconds. The default leaves ~7 of a session's 15 minutes
+    # for a second call.
+    stages ${STAGES:-check:30 graphs:40 bench:100 llama:70 tiny:80 e2e:60 moe:30 kernels:60}
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
+    # The device tool brings back at most 8 files: every log in one archive, beside the few
+    # the table reads.
+    tar -C "$out" -czf /tmp/logs.tgz . && mv /tmp/logs.tgz "$out/logs.tgz" &&
+      find "$out" -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name status.log ! -name bench.log \
+        ! -name llama.log ! -name kernels.jsonl ! -name table.log -exec rm -rf {} +
     exit 0 ;;
 esac
 log=$out/$stage.log
@@ -99,6 +114,18 @@ export CANDOR_REQUIRE_GPU=1
 # that its error names the kernel, layer and launch that faulted; its last lines only.
 synced() { say "failed (exit $1); again with CANDOR_CUDA_SYNC=1 to name the kernel"; shift
   CANDOR_CUDA_SYNC=1 timeout 60 "$@" 2>&1 | grep -E "faulted|cuda:|panicked|FAILED" | tail -5; }
+# llama.cpp's background build shares the cores with the bench stage: on 2026-11-27 the
+# batch-1 decode read 76.6 tok/s beside the build on all 16 cores and 76.6 on 8 cores kept
+# from it, so the build does not bound it (pinned to the other 8, the build missed its stage).
+# Decode steps as CUDA graphs where the `graphs` stage of this call passed (or as
+# CANDOR_CUDA_GRAPHS says when set): the bench's main lines and the end-to-end runs.
+graphs_ok() {
+  if [[ -z ${CANDOR_CUDA_GRAPHS:-} ]]; then
+    grep -q "test result: ok" "$out/graphs.log" 2>/dev/null && export CANDOR_CUDA_GRAPHS=1 ||
+      export CANDOR_CUDA_GRAPHS=0
+  fi
+  say "CUDA graphs: CANDOR_CUDA_GRAPHS=$CANDOR_CUDA_GRAPHS"
+}
 bench() { "$g/candor" bench --device cuda "$@" | grep "^{" || synced $? "$g/candor" bench --device cuda "$@"; }
 q4=$m/llama3-8b.Q4_K_M.gguf q8=$m/llama3-8b.Q8_0.gguf small=$m/smollm2.Q4_1.gguf
 case $stage in
@@ -113,21 +140,85 @@ case $stage in
     python3 "$root/benches/gpu/table.py" kernels "$out/kernels.jsonl" ;;
   bench)
     wait_bg models 120 || say "models: exit $?"
+    graphs_ok
     say "8B Q4_K_M, integer kernels"
-    bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"8b-q4_k_m","path":"integer",/'
-    say "8B Q4_K_M, legacy kernels, batch 1"
-    CANDOR_CUDA_MATMUL=legacy bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"legacy",/'
-    say "8B Q4_K_M, dp4a only (no tensor cores), batch 16"
-    CANDOR_CUDA_MATMUL=dp4a bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 16 | sed 's/^{/{"file":"8b-q4_k_m","path":"dp4a",/'
-    say "8B Q4_K_M, every plan step its own launch, batch 1"
-    CANDOR_CUDA_FUSE=0 bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"unfused",/'
-    say "8B Q8_0"
-    bench --model "$q8" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"8b-q8_0","path":"integer",/'
-    say "default model's shape (Q4_1)"
-    bench --model "$small" --prompt-tokens 512 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"smollm2-q4_1","path":"integer",/'
+    bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"8b-q4_k_m","path":"integer","graphs":"'"${CANDOR_CUDA_GRAPHS:-0}"'",/'
+    # BENCH_EXTRA: the comparison lines, by name.
+    extra=" ${BENCH_EXTRA:-nographs short small} "
+    if [[ $extra == *" nographs "* ]]; then
+      say "8B Q4_K_M, every step launched (no CUDA graphs), batch 1 and 16"
+      CANDOR_CUDA_GRAPHS=0 bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"8b-q4_k_m","path":"nographs",/'
+    fi
+    if [[ $extra == *" short "* ]]; then
+      say "8B Q4_K_M, 16-token prompts (attention's share), batch 1"
+      bench --model "$q4" --prompt-tokens 16 --new-tokens 32 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"short",/'
+    fi
+    [[ $extra == *" legacy "* ]] || { say "(no legacy, dp4a, unfused or Q8_0 lines)"; }
+    [[ $extra == *" legacy "* ]] && { say "8B Q4_K_M, legacy kernels, batch 1"
+    CANDOR_CUDA_MATMUL=legacy bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"legacy",/'; }
+    [[ $extra == *" dp4a "* ]] && {     say "8B Q4_K_M, dp4a only (no tensor cores), batch 16"
+    CANDOR_CUDA_MATMUL=dp4a bench --model "$q4" --prompt-tokens 512 --new-tokens 16 --batch-size 16 | sed 's/^{/{"file":"8b-q4_k_m","path":"dp4a",/'; }
+    [[ $extra == *" unfused "* ]] && {     say "8B Q4_K_M, every plan step its own launch, batch 1"
+    CANDOR_CUDA_FUSE=0 bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size 1 | sed 's/^{/{"file":"8b-q4_k_m","path":"unfused",/'; }
+    [[ $extra == *" q8 "* ]] && { say "8B Q8_0"
+    bench --model "$q8" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"8b-q8_0","path":"integer",/'; }
+    [[ $extra == *" small "* ]] && { say "default model's shape (Q4_1)"
+    bench --model "$small" --prompt-tokens 512 --new-tokens 64 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"smollm2-q4_1","path":"integer",/'; }
     say "bench done" ;;
+  graphs)
+    # Decode steps as CUDA graphs (issue #44 item 2): the same tokens as launched one by one.
+    "$g/it" gpu::gpu_graphs_change_no_token --nocapture --test-threads 1 ||
+      synced $? "$g/it" gpu::gpu_graphs_change_no_token --test-threads 1 ;;
+  ncu)
+    # Each kernel's device time (Nsight Compute, one metric, clocks as found) in a batch-1
+    # decode at the 8B shape: 512-token prompt, 8 new tokens; summed by kernel and grid, so
+    # that decode's launches (one per step and layer) stand apart from the prefill's.
+    wait_bg models 60 || say "models: exit $?"
+    n=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [[ -n $n ]] || { say "no ncu"; exit 1; }
+    # (On 2026-11-27 the 8B file under ncu did not finish in 60 s: the default model's shape
+    # by default, and at most 4,000 launches.)
+    "$n" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+      --launch-count 4000 --log-file /tmp/ncu.csv env CANDOR_CUDA_GRAPHS=0 "$g/candor" bench \
+      --device cuda --model "${NCU_MODEL:-$small}" --prompt-tokens 512 --new-tokens 8 \
+      --batch-size "${NCU_BATCH:-1}" | grep "^{"
+    python3 - /tmp/ncu.csv <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
+        if r.get("Metric Name") == "gpu__time_duration.sum"]
+by = {}
+for r in rows:
+    k = (r["Kernel Name"].split("(")[0], r["Grid Size"], r["Block Size"])
+    n, t = by.get(k, (0, 0.0))
+    by[k] = (n + 1, t + float(r["Metric Value"].replace(",", "")))
+total = sum(t for _, t in by.values())
+print(f"{len(rows)} launches, {total / 1e6:.2f} ms of kernel time in all")
+print(f"{'kernel':28} {'grid':>16} {'block':>12} {'count':>6} {'total us':>10} {'mean us':>8}")
+for (name, grid, block), (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:40]:
+    print(f"{name[:28]:28} {grid:>16} {block:>12} {n:>6} {t / 1e3:>10.1f} {t / n / 1e3:>8.2f}")
+PY
+    ;;
+  copy)
+    # The device-to-device copy rate (read + write), for the bandwidth target.
+    python3 - <<'PY' | tee -a "$out/kernels.jsonl"
+import json, torch
+n = 2 << 30
+a, b = torch.empty(n, dtype=torch.uint8, device="cuda"), torch.empty(n, dtype=torch.uint8, device="cuda")
+a.random_(0, 255)
+for _ in range(3):
+    b.copy_(a)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ts = []
+for _ in range(10):
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+ts.sort()
+print(json.dumps({"copy_gbps": round(2 * n / (ts[len(ts) // 2] / 1e3) / 1e9, 1)}))
+PY
+    ;;
   tiny)
-    "$g/it" gpu:: --nocapture --test-threads 1 || synced $? "$g/it" gpu:: --test-threads 1 ;;
+    # The graphs test ran in its own stage.
+    t=(gpu:: --skip gpu_graphs --test-threads 1)
+    "$g/it" "${t[@]}" --nocapture || synced $? "$g/it" "${t[@]}" ;;
   llama)
     wait_bg llama-build 60 || { say "llama-build: exit $?"; tail -20 "$bg/llama-build.log"; exit 1; }
     npl=$(echo $BATCHES | tr ' ' ,)
@@ -143,6 +234,7 @@ case $stage in
     python3 benches/gpu/hf_bench.py $m/llama3-8b-bf16 --prompt-tokens 512 --new-tokens 64 --batch-size $BATCHES ;;
   e2e)
     wait_bg models 60 || say "models: exit $?"
+    graphs_ok
     chat=$m/llama3-8b-chat.Q4_K_M.gguf data=/tmp/candor-data
     [[ -e $chat ]] || { xz -dc "$g/vocab.gguf.xz" > /tmp/vocab.gguf &&
       python3 "$root/benches/gpu/retokenize.py" apply "$q4" /tmp/vocab.gguf "$chat"; } || exit 1
@@ -175,9 +267,10 @@ PY
       tail -3 "$dir.err"
     }
     # The CPU run last and under its own limit: a timed-out run still reports its tokens so far.
-    e2e cuda 4 30
-    e2e cuda 64 30
-    e2e cpu 4 45 ;;
+    for r in ${E2E_RUNS:-cuda:4:30 cpu:4:45}; do
+      IFS=: read -r dev items secs <<< "$r"
+      e2e "$dev" "$items" "$secs"
+    done ;;
   moe)
     d=/tmp/candor-moe
     mkdir -p $d
@@ -213,7 +306,7 @@ PY
   table)
     python3 "$root/benches/gpu/table.py" targets "$out" ;;
   models)
-    python3 benches/gpu/write_models.py $m --what q4_k_m,q8_0
+    python3 benches/gpu/write_models.py $m --what "${MODELS_WHAT:-q4_k_m,q8_0}"
     python3 benches/gpu/write_models.py $m --shape smollm2 --what q4_1 ;;
   models-bf16)
     python3 benches/gpu/write_models.py $m --what bf16 ;;

@@ -85,17 +85,29 @@ def targets(out):
         for b in (1, 16, 64):
             r = cand(cf, "integer", b)
             cells.append(f"{fmt(r and r['prefill_tok_s'])} / {fmt(r and r['decode_tok_s'])}")
-        print(f"| {cf} | Candor (integer kernels) | " + " | ".join(cells) + " |")
+        r = cand(cf, "integer", 1) or {}
+        how = ", CUDA graphs" if r.get("graphs") == "1" else ""
+        print(f"| {cf} | Candor (integer kernels{how}) | " + " | ".join(cells) + " |")
         if cf == "8b-q4_k_m":
+            for path, label in (("nographs", "Candor (no CUDA graphs)"),
+                                ("short", "Candor (16-token prompts)")):
+                rs = [cand(cf, path, b) for b in (1, 16, 64)]
+                if any(rs):
+                    print(f"| {cf} | {label} | " + " | ".join(
+                        f"{fmt(r['prefill_tok_s'])} / {fmt(r['decode_tok_s'])}" if r else ""
+                        for r in rs) + " |")
             r = cand(cf, "legacy", 1)
-            print(f"| {cf} | Candor (legacy kernels) | {fmt(r and r['prefill_tok_s'])} / "
-                  f"{fmt(r and r['decode_tok_s'])} | | |")
+            if r:
+                print(f"| {cf} | Candor (legacy kernels) | {fmt(r['prefill_tok_s'])} / "
+                      f"{fmt(r['decode_tok_s'])} | | |")
             r = cand(cf, "unfused", 1)
-            print(f"| {cf} | Candor (each plan step its own launch) | "
-                  f"{fmt(r and r['prefill_tok_s'])} / {fmt(r and r['decode_tok_s'])} | | |")
+            if r:
+                print(f"| {cf} | Candor (each plan step its own launch) | "
+                      f"{fmt(r['prefill_tok_s'])} / {fmt(r['decode_tok_s'])} | | |")
             r = cand(cf, "dp4a", 16)
-            print(f"| {cf} | Candor (dp4a, no tensor cores) | | {fmt(r and r['prefill_tok_s'])} / "
-                  f"{fmt(r and r['decode_tok_s'])} | |")
+            if r:
+                print(f"| {cf} | Candor (dp4a, no tensor cores) | | {fmt(r['prefill_tok_s'])} / "
+                      f"{fmt(r['decode_tok_s'])} | |")
         cells = []
         for b in (1, 16, 64):
             r = ll(lf, b)
