@@ -13,6 +13,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::Parser;
 
+use crate::store::samples::parse_log;
 use crate::store::shard::{check_shards, ReplayPool, ShardDir};
 
 use super::run::{run_config, RunArgs, RunConfig};
@@ -49,6 +50,13 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let run_args = check_shards(&shards)?;
     let pool = Arc::new(ReplayPool::new(&shards));
+    // A merge being finished (or done again) already holds some steps: the run resumes past
+    // them without asking.
+    let merged = args.out.join("samples.jsonl");
+    if let Ok(bytes) = std::fs::read(&merged) {
+        let (logged, _) = parse_log(&merged, &bytes)?;
+        pool.already_merged(logged.iter().map(|l| &l.sample));
+    }
     let mut argv = vec!["candor".to_string(), "run".to_string()];
     argv.extend(run_args.iter().cloned());
     argv.push("--out".into());

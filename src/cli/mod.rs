@@ -14,6 +14,7 @@ mod launch;
 mod merge;
 mod models;
 mod options;
+mod replicas;
 mod report;
 mod run;
 mod score;

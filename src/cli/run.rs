@@ -132,8 +132,11 @@ pub struct RunArgs {
 
     /// Where the models run: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
     /// A GPU's tokens are deterministic but need not equal the CPU's; the manifest records it.
-    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
-    pub device: DeviceSpec,
+    /// A list (`cuda:0,cuda:1`, `cuda:all`, `cpu,cpu`) runs one replica per device on a
+    /// fixed share of the items and merges them into the bytes of a one-device run; the
+    /// devices' throughput goes to `devices.json`.
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_devices)]
+    pub device: super::replicas::Devices,
 
     /// Base seed: per-item seeds of sampled steps and of the bootstrap intervals derive from it.
     #[arg(long, value_name = "S", default_value_t = 0)]
@@ -198,6 +201,11 @@ pub struct RunArgs {
 
 /// `--device`: `cpu`, `cuda` or `cuda:N`.
 pub fn parse_device(s: &str) -> Result<DeviceSpec, String> {
+    s.parse()
+}
+
+/// `run --device`: one device or a list of them (`cuda:all`).
+fn parse_devices(s: &str) -> Result<super::replicas::Devices, String> {
     s.parse()
 }
 
@@ -278,7 +286,8 @@ impl RunConfig {
         if args.limit == Some(0) {
             bail!("--limit must be at least 1");
         }
-        args.device.check_built()?;
+        let device = args.device.first();
+        device.check_built()?;
         let threads = match args.threads {
             Some(0) => bail!("--threads must be at least 1"),
             Some(n) => n,
@@ -316,7 +325,7 @@ impl RunConfig {
             batch_size: args.batch_size,
             kv_cache_mb: args.kv_cache_mb,
             threads,
-            device: args.device,
+            device,
             seed: args.seed,
             data: args.data.unwrap_or_else(crate::store::data::default_root),
             chat_template: args.chat_template,
@@ -336,7 +345,14 @@ impl RunConfig {
     }
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<()> {
+pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
+    if !args.device.is_one() {
+        let devices = args.device.expand()?;
+        if devices.len() > 1 {
+            return super::replicas::run(&args, &devices);
+        }
+        args.device = super::replicas::Devices::one(devices[0]);
+    }
     let mut cfg = RunConfig::from_args(args)?;
     if let Some(shard) = &mut cfg.shard {
         let argv: Vec<String> = std::env::args().skip(2).collect();

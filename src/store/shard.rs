@@ -220,6 +220,17 @@ impl ReplayPool {
         }
     }
 
+    /// Forgets one logged outcome per sample the merged directory already holds (a merge
+    /// being finished, or done again): the run does not ask for those steps again, so they
+    /// must not count as unused.
+    pub fn already_merged<'a>(&self, samples: impl IntoIterator<Item = &'a Sample>) {
+        if let Ok(mut map) = self.outcomes.lock() {
+            for s in samples {
+                take(&mut map, &request_key(&s.messages, &s.params), s.actor);
+            }
+        }
+    }
+
     /// Logged samples no request asked for (0 after a complete merge).
     pub fn unused(&self) -> usize {
         self.outcomes

@@ -28,7 +28,8 @@ fn ok(args: &[&str]) -> Output {
     out
 }
 
-fn toy(out: &Path, model: &str, extra: &[&str]) -> Output {
+/// `candor run toy` of 9 items with `model` as candidate into `out`, then `extra`.
+fn toy_args(out: &Path, model: &str, extra: &[&str]) -> Vec<String> {
     let o = out.display().to_string();
     let mut args = vec![
         "run",
@@ -47,7 +48,12 @@ fn toy(out: &Path, model: &str, extra: &[&str]) -> Output {
         &o,
     ];
     args.extend_from_slice(extra);
-    ok(&args)
+    args.into_iter().map(String::from).collect()
+}
+
+fn toy(out: &Path, model: &str, extra: &[&str]) -> Output {
+    let args = toy_args(out, model, extra);
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 fn read(dir: &Path, name: &str) -> Vec<u8> {
@@ -550,6 +556,131 @@ fn sharded_runs_merge_to_the_unsharded_bytes() {
     refuse(&[&dirs[0], &dirs[1], &other], "differ in");
     let unsharded = refuse;
     unsharded(&[&whole], "not a shard");
+}
+
+/// `--device cpu,cpu,cpu`: three replicas on shares of the items, merged into the bytes of the
+/// one-device run (samples, results, report, the manifest's identity), each device's share in
+/// devices.json; the same command again resumes and changes nothing; a list mixing the CPU and
+/// a GPU, or one with --shard, is refused.
+#[test]
+fn device_replicas_write_the_one_device_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole");
+    toy(&whole, "fake:alpha", &[]);
+    let rep = tmp.path().join("replicas");
+    for round in 0..2 {
+        toy(&rep, "fake:alpha", &["--device", "cpu,cpu,cpu"]);
+        for name in ["samples.jsonl", "results.json", "report.md", "report.html"] {
+            assert!(
+                read(&whole, name) == read(&rep, name),
+                "round {round}: {name} differs from the one-device run's"
+            );
+        }
+        let wm: serde_json::Value = serde_json::from_slice(&read(&whole, "manifest.json")).unwrap();
+        let rm: serde_json::Value = serde_json::from_slice(&read(&rep, "manifest.json")).unwrap();
+        assert_eq!(wm["identity"], rm["identity"], "round {round}");
+        let devices: serde_json::Value =
+            serde_json::from_slice(&read(&rep, "devices.json")).unwrap();
+        let rows = devices.as_array().expect("a list");
+        assert_eq!(rows.len(), 3);
+        let items: u64 = rows.iter().map(|r| r["items"].as_u64().unwrap()).sum();
+        assert_eq!(items, 9, "{devices}");
+        assert!(rows.iter().all(|r| r["device"] == "cpu" && r["items"] == 3));
+    }
+    let refused = |device: &str, extra: &[&str], want: &str| {
+        let out = candor()
+            .args([
+                "run",
+                "toy",
+                "--model",
+                "fake:alpha",
+                "--judge",
+                "fake:judge",
+            ])
+            .args(["--limit", "9", "--device", device, "--out"])
+            .arg(tmp.path().join("refused"))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{device}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{device}: {err}");
+    };
+    refused(
+        "cpu,cpu",
+        &["--shard", "0/2"],
+        "the replicas are the shards",
+    );
+    refused("cpu,cuda:0", &[], "mixes the CPU and GPUs");
+}
+
+/// Replicas killed mid-run with their parent (SIGKILL to `candor run --device cpu,cpu`): the
+/// replicas stop with it, and the same command again resumes them and writes the one-device
+/// run's bytes.
+#[test]
+fn device_replicas_resume_after_the_run_is_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole");
+    toy(&whole, "fake:alpha", &[]);
+    let rep = tmp.path().join("replicas");
+    let args = |delay: &str| {
+        toy_args(
+            &rep,
+            "fake:alpha",
+            &["--device", "cpu,cpu", "--fake-delay-ms", delay],
+        )
+    };
+    let mut child = candor()
+        .args(args("500"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once a replica has logged a step.
+    let shard_log = tmp.path().join("replicas.shards/0/samples.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read(&shard_log).map_or(true, |b| !b.contains(&b'\n')) {
+        assert!(t0.elapsed().as_secs() < 60, "no replica logged a step");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !rep.join("results.json").exists(),
+        "killed before the merge"
+    );
+    // The replicas got SIGTERM with their parent: their logs stop growing (a live replica
+    // logs a batch every 500 ms).
+    let logs = || {
+        (0..2)
+            .map(|i| {
+                let p = tmp
+                    .path()
+                    .join(format!("replicas.shards/{i}/samples.jsonl"));
+                std::fs::metadata(p).map_or(0, |m| m.len())
+            })
+            .collect::<Vec<_>>()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = logs();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        logs(),
+        before,
+        "a replica ran on after its parent was killed"
+    );
+    // The same command (the delay is one of the shards' recorded arguments).
+    let out = candor().args(args("500")).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["samples.jsonl", "results.json", "report.md"] {
+        assert!(
+            read(&whole, name) == read(&rep, name),
+            "{name} differs from the one-device run's"
+        );
+    }
 }
 
 #[test]
