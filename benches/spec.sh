@@ -15,7 +15,8 @@
 #   4. with SPEC_TARGET and SPEC_DRAFT set (e.g. real-shape random GGUFs written by
 #      benches/write_shape_models.py), the quote request on the target with the draft model,
 #      printing the draft time and acceptance that `candor generate` reports (the cost model).
-# Settings: SPEC_MAX_LOAD (1.0), SPEC_WAIT (1800), SPEC_THREADS (2), SPEC_LIMIT (2 items).
+# Settings: SPEC_MAX_LOAD (1.0), SPEC_WAIT (1800), SPEC_THREADS (2), SPEC_LIMIT (2 items),
+# SPEC_BATCHES (the protocol runs' batch sizes, "1 16 64").
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -61,7 +62,9 @@ sentences = [
     "The mayor promised a public hearing on the bus routes before the summer.",
 ]
 passage = " ".join(sentences[i % len(sentences)] + f" (item {i})" for i in range(60))
-msg = "Quote the following passage exactly, word for word:\n\n" + passage
+# (Asked to "quote the following passage", the default model stops after two sentences; asked
+# to repeat the text above, it copies for all of its 512 tokens.)
+msg = passage + "\n\nRepeat all of the text above, word for word, from the first sentence to the last."
 with open(sys.argv[1], "w") as f:
     f.write(json.dumps({"id": "quote", "messages": [{"role": "user", "content": msg}]}) + "\n")
 PY
@@ -77,11 +80,17 @@ d=$(secs gen "$tmp/lookup.jsonl" --draft lookup)
 drafts=$(grep '^drafts:' "$tmp/last.err" || true)
 cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/lookup.jsonl")
 echo "quote, batch 1: plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $drafts"
+# The same without the draft length's cost cap (CANDOR_DRAFT_COST=0), in the same sitting.
+quiet
+u=$(CANDOR_DRAFT_COST=0 secs gen "$tmp/uncapped.jsonl" --draft lookup)
+drafts=$(grep '^drafts:' "$tmp/last.err" || true)
+cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/uncapped.jsonl")
+echo "quote, batch 1, no cost cap: lookup ${u}s, speed-up $(echo "$p / $u" | bc -l | cut -c1-5)x; $drafts"
 
 # 2-3. Judge steps in protocol runs.
 if [ -n "${CANDOR_DATA:-}" ]; then
     for proto in fbbench fennec; do
-        for b in 1 16 64; do
+        for b in ${SPEC_BATCHES:-1 16 64}; do
             items=$((b > limit ? b : limit))
             run() { # out extra...
                 local out=$1; shift
@@ -98,6 +107,14 @@ if [ -n "${CANDOR_DATA:-}" ]; then
                 || { echo "$proto batch $b: samples differ" >&2; exit 1; }
             acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step}' "$tmp/$proto-$b-lookup/drafts.json")
             echo "$proto, batch $b ($items items): plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
+            if [ "$b" = 1 ]; then
+                quiet
+                u=$(CANDOR_DRAFT_COST=0 secs run "$tmp/$proto-$b-uncapped" --judge-draft lookup)
+                cmp "$tmp/$proto-$b-plain/samples.jsonl" "$tmp/$proto-$b-uncapped/samples.jsonl" \
+                    || { echo "$proto batch $b (no cost cap): samples differ" >&2; exit 1; }
+                acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step}' "$tmp/$proto-$b-uncapped/drafts.json")
+                echo "$proto, batch $b, no cost cap: lookup ${u}s, speed-up $(echo "$p / $u" | bc -l | cut -c1-5)x; $acc"
+            fi
         done
     done
 else

@@ -20,7 +20,9 @@ use std::time::Instant;
 use super::constraint::{
     masked_argmax, masked_logits, Allowed, ConstraintCompiler, ConstraintState,
 };
-use super::draft::{lookup, DraftAsk, DraftConfig, DraftModel, DraftSource, DraftStats, SeqDraft};
+use super::draft::{
+    lookup, DraftAsk, DraftConfig, DraftModel, DraftSource, DraftStats, SeqDraft, StepCosts,
+};
 use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::logprobs::{token_logprob, TokenLogprob};
 use super::prefix::{snapshot_points, PrefillStats, PrefixCache};
@@ -211,6 +213,8 @@ pub struct Decoder {
     /// Speculative drafting, when on.
     drafting: Option<Drafting>,
     draft_stats: DraftStats,
+    /// Decode steps' time against their rows (drafting's length follows it).
+    step_costs: StepCosts,
     /// Where the draft statistics are copied after each step, for a caller that no longer
     /// holds the decoder (a run's notes).
     draft_sink: Option<Arc<std::sync::Mutex<DraftStats>>>,
@@ -250,6 +254,7 @@ impl Decoder {
             logprobs: Default::default(),
             drafting: None,
             draft_stats: DraftStats::default(),
+            step_costs: StepCosts::default(),
             draft_sink: None,
             stored_ids: Default::default(),
         }
@@ -774,6 +779,10 @@ impl Decoder {
                 return Err(EngineError::KvFull { want: first, free });
             }
         }
+        let decode = self.drafting.is_some()
+            && plan
+                .iter()
+                .all(|&(i, n, last)| last && n == active[i].drafted + 1);
         let mut steps: Vec<SeqStep<'_, SeqKv>> = Vec::with_capacity(plan.len());
         let mut planned = plan.iter().peekable();
         for (a_idx, a) in active.iter_mut().enumerate() {
@@ -794,8 +803,16 @@ impl Decoder {
                 },
             });
         }
+        // Decode steps (every sequence's last rows: its token and any drafts) are timed for
+        // drafting's cost model.
+        let (seqs, rows) = (steps.len(), plan.iter().map(|&(_, n, _)| n).sum::<usize>());
+        let t0 = Instant::now();
         let logits = self.model.forward(&mut steps, &mut self.scratch)?;
         drop(steps);
+        if decode {
+            self.step_costs
+                .observe(seqs, rows, t0.elapsed().as_secs_f64());
+        }
 
         // Sample for every sequence that fed its last pending token: one token per row
         // returned, in order, while the drafted tokens fed equal the tokens picked.
@@ -881,7 +898,8 @@ impl Decoder {
                 });
                 if let Some(d) = &self.drafting {
                     if d.config.adaptive {
-                        a.draft.adapt(drafted, accepted, d.config.tokens);
+                        let row_cost = self.step_costs.row_cost(seqs).filter(|_| draft_cost_on());
+                        a.draft.adapt(drafted, accepted, d.config.tokens, row_cost);
                     }
                 }
             }
@@ -1145,6 +1163,14 @@ impl ChatReply {
             reasoning: None,
         }
     }
+}
+
+/// Whether a draft's length is capped by the measured cost of a verified row (the default);
+/// `CANDOR_DRAFT_COST=0` keeps the length rule alone, for measuring the two side by side.
+/// Tokens do not depend on it.
+fn draft_cost_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CANDOR_DRAFT_COST").as_deref() != Ok("0"))
 }
 
 #[cfg(test)]

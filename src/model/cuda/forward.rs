@@ -1294,15 +1294,19 @@ mod tests {
             let rest = &src[at..];
             &rest[..rest.find("\n}\n").expect("end")]
         };
+        // A struct's field names, from its definition.
+        let fields_of = |start: &str| -> Vec<&str> {
+            body(start)
+                .lines()
+                .skip(1)
+                .map(str::trim)
+                .filter(|l| !l.starts_with("//"))
+                .filter_map(|l| l.split(':').next())
+                .filter(|f| !f.is_empty())
+                .collect()
+        };
         let key = body("    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64)");
-        let fields: Vec<&str> = body("struct Ptrs {")
-            .lines()
-            .skip(1)
-            .map(str::trim)
-            .filter(|l| !l.starts_with("//"))
-            .filter_map(|l| l.split(':').next())
-            .filter(|f| !f.is_empty())
-            .collect();
+        let fields = fields_of("struct Ptrs {");
         assert!(fields.len() >= 20, "{fields:?}");
         let names = |f: &str| {
             let word = format!("p.{f}");
@@ -1319,15 +1323,10 @@ mod tests {
         }
         // `Run`'s other fields: the device, the configuration, the MoE buffers (models with
         // experts capture no graph) and the KV block size are the model's for its lifetime.
-        let run: Vec<&str> = body("struct Run<'a> {")
-            .lines()
-            .skip(1)
-            .map(str::trim)
-            .filter(|l| !l.starts_with("//"))
-            .filter_map(|l| l.split(':').next())
-            .filter(|f| !f.is_empty())
-            .collect();
-        assert_eq!(run, ["g", "c", "act", "moe", "p", "chunks", "bt"]);
+        assert_eq!(
+            fields_of("struct Run<'a> {"),
+            ["g", "c", "act", "moe", "p", "chunks", "bt"]
+        );
     }
 
     #[test]
