@@ -48,11 +48,16 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
         .iter()
         .map(|d| ShardDir::open(d))
         .collect::<Result<Vec<_>, _>>()?;
-    let run_args = check_shards(&shards)?;
-    let pool = Arc::new(ReplayPool::new(&shards));
+    merge(&shards, &args.out)
+}
+
+/// Joins the opened `shards` into `out` (what `candor merge` does once it read them).
+pub fn merge(shards: &[ShardDir], out: &std::path::Path) -> anyhow::Result<()> {
+    let run_args = check_shards(shards)?;
+    let pool = Arc::new(ReplayPool::new(shards));
     // A merge being finished (or done again) already holds some steps: the run resumes past
     // them without asking.
-    let merged = args.out.join("samples.jsonl");
+    let merged = out.join("samples.jsonl");
     if let Ok(bytes) = std::fs::read(&merged) {
         let (logged, _) = parse_log(&merged, &bytes)?;
         pool.already_merged(logged.iter().map(|l| &l.sample));
@@ -60,7 +65,7 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
     let mut argv = vec!["candor".to_string(), "run".to_string()];
     argv.extend(run_args.iter().cloned());
     argv.push("--out".into());
-    argv.push(args.out.display().to_string());
+    argv.push(out.display().to_string());
     let parsed = RunCommandLine::try_parse_from(&argv)
         .with_context(|| format!("the shards' run arguments: {}", run_args.join(" ")))?;
     let RunOnly::Run(run) = parsed.command;
@@ -73,9 +78,9 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
         bail!(
             "{unused} logged samples of the shards were not part of the run: the shards are \
              not from this run's items (the merged files in {} are not to be trusted)",
-            args.out.display()
+            out.display()
         );
     }
-    println!("merged {} shards into {}", shards.len(), args.out.display());
+    println!("merged {} shards into {}", shards.len(), out.display());
     Ok(())
 }

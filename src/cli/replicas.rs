@@ -227,11 +227,12 @@ pub fn run(args: &RunArgs, devices: &[DeviceSpec]) -> anyhow::Result<()> {
             failed.join("\n")
         );
     }
-    super::merge::run(super::merge::MergeArgs {
-        shards: replicas.iter().map(|r| r.dir.clone()).collect(),
-        out: args.out.clone(),
-    })?;
-    write_devices(&args.out, &replicas)
+    let opened = replicas
+        .iter()
+        .map(|r| ShardDir::open(&r.dir))
+        .collect::<Result<Vec<_>, _>>()?;
+    super::merge::merge(&opened, &args.out)?;
+    write_devices(&args.out, &replicas, &opened)
 }
 
 /// A replica ends when this process does (killed, or its terminal closed): it is stopped
@@ -290,10 +291,9 @@ fn wait_all(replicas: &mut [Replica]) -> anyhow::Result<()> {
 
 /// `OUT/devices.json`: per replica its device, items, steps, tokens generated, seconds and
 /// tokens per second (also printed).
-fn write_devices(out: &Path, replicas: &[Replica]) -> anyhow::Result<()> {
+fn write_devices(out: &Path, replicas: &[Replica], shards: &[ShardDir]) -> anyhow::Result<()> {
     let mut rows = Vec::new();
-    for (i, r) in replicas.iter().enumerate() {
-        let shard = ShardDir::open(&r.dir)?;
+    for (i, (r, shard)) in replicas.iter().zip(shards).enumerate() {
         let items: std::collections::BTreeSet<&str> =
             shard.samples.iter().map(|s| s.item.as_str()).collect();
         let tokens: usize = shard

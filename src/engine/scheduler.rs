@@ -806,10 +806,10 @@ impl Decoder {
         // Decode steps (every sequence's last rows: its token and any drafts) are timed for
         // drafting's cost model.
         let (seqs, rows) = (steps.len(), plan.iter().map(|&(_, n, _)| n).sum::<usize>());
-        let t0 = Instant::now();
+        let t0 = decode.then(Instant::now);
         let logits = self.model.forward(&mut steps, &mut self.scratch)?;
         drop(steps);
-        if decode {
+        if let Some(t0) = t0 {
             self.step_costs
                 .observe(seqs, rows, t0.elapsed().as_secs_f64());
         }
