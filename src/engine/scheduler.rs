@@ -58,6 +58,11 @@ pub struct TokenRequest {
     /// The reply's reasoning block (thinking models): its budget, and where the grammar
     /// starts to apply.
     pub reasoning: Option<ReasoningGate>,
+    /// Most tokens drafted per verify step for this request, in place of the decoder's
+    /// [`DraftConfig::tokens`] (`Some(0)`: no drafts for it). Only the speed changes: the
+    /// tokens are those without drafts. A positive value needs drafting on
+    /// ([`Decoder::set_drafting`]).
+    pub draft_tokens: Option<usize>,
 }
 
 impl TokenRequest {
@@ -67,6 +72,7 @@ impl TokenRequest {
             params,
             prefix: None,
             reasoning: None,
+            draft_tokens: None,
         }
     }
 }
@@ -139,6 +145,8 @@ struct Active {
     /// Drafted tokens at the end of `feed`, verified by this step.
     drafted: usize,
     draft: SeqDraft,
+    /// Most tokens drafted per step for this sequence (its request's, else the decoder's).
+    draft_max: usize,
     /// Positions after which the prefill pauses for the prefix cache to snapshot the
     /// recurrent state (a hybrid model's cached prompt; ascending, `prefix::snapshot_points`).
     pauses: Vec<usize>,
@@ -608,6 +616,14 @@ impl Decoder {
             return Err(EngineError::EmptyPrompt { index });
         }
         self.check_ids(&r.prompt_ids)?;
+        if let Some(k) = r.draft_tokens.filter(|&k| k > 0) {
+            if self.drafting.is_none() {
+                return Err(EngineError::DraftsRefused(format!(
+                    "request {index} asks for up to {k} drafted tokens per step, but this \
+                     decoder drafts nothing (start it with --draft lookup or --draft MODEL)"
+                )));
+            }
+        }
         if let Some(p) = r.prefix {
             if self.store.get(p).is_none() {
                 return Err(EngineError::UnknownSequence(p));
@@ -720,7 +736,10 @@ impl Decoder {
                 None => Vec::new(),
             };
             history.extend_from_slice(&r.prompt_ids);
-            let k0 = self.drafting.as_ref().map_or(0, |d| d.config.tokens);
+            let k0 = self
+                .drafting
+                .as_ref()
+                .map_or(0, |d| r.draft_tokens.unwrap_or(d.config.tokens));
             active.push(Active {
                 id,
                 kv,
@@ -736,6 +755,7 @@ impl Decoder {
                 history,
                 drafted: 0,
                 draft: SeqDraft::new(k0),
+                draft_max: k0,
                 pauses,
                 reply_state: None,
             });
@@ -899,7 +919,7 @@ impl Decoder {
                 if let Some(d) = &self.drafting {
                     if d.config.adaptive {
                         let row_cost = self.step_costs.row_cost(seqs).filter(|_| draft_cost_on());
-                        a.draft.adapt(drafted, accepted, d.config.tokens, row_cost);
+                        a.draft.adapt(drafted, accepted, a.draft_max, row_cost);
                     }
                 }
             }

@@ -67,6 +67,10 @@ pub struct Sampling {
     pub frequency_penalty: Option<f32>,
     pub presence_penalty: Option<f32>,
     pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// Most tokens drafted per verify step for this request (llama.cpp server's name); 0:
+    /// none. Only the speed changes: the tokens are those without drafts.
+    #[serde(rename = "speculative.n_max")]
+    pub speculative_n_max: Option<u64>,
 }
 
 /// A `/v1/chat/completions` body.
@@ -117,6 +121,8 @@ pub struct Plan {
     pub logprobs: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    /// `speculative.n_max`: this request's draft length, in place of the server's.
+    pub draft_tokens: Option<usize>,
 }
 
 impl Plan {
@@ -210,6 +216,9 @@ impl Sampling {
             logprobs: None,
             stream,
             include_usage,
+            draft_tokens: self
+                .speculative_n_max
+                .map(|k| usize::try_from(k).unwrap_or(usize::MAX)),
         })
     }
 }

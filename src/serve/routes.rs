@@ -69,6 +69,7 @@ async fn start(
                 logprobs: plan.logprobs,
                 stream: plan.stream,
                 choice: p * plan.n + j,
+                draft_tokens: plan.draft_tokens,
                 events: tx.clone(),
             })?;
         }

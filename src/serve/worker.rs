@@ -45,6 +45,8 @@ pub struct Job {
     pub stream: bool,
     /// The choice's index in its request (events carry it back).
     pub choice: usize,
+    /// Most tokens drafted per verify step (`speculative.n_max`), in place of the server's.
+    pub draft_tokens: Option<usize>,
     pub events: UnboundedSender<(usize, Event)>,
 }
 
@@ -352,6 +354,7 @@ impl Serving {
         self.next_id += 1;
         let request = TokenRequest {
             reasoning: gate,
+            draft_tokens: job.draft_tokens,
             ..TokenRequest::new(ids, params)
         };
         let submitted = match job.logprobs {
@@ -363,6 +366,10 @@ impl Serving {
                 EngineError::Constraint { msg, .. } => ApiError::invalid_param(
                     "response_format",
                     format!("the schema cannot be used: {msg}"),
+                ),
+                EngineError::DraftsRefused(msg) => ApiError::invalid_param(
+                    "speculative.n_max",
+                    format!("`speculative.n_max` cannot be used here: {msg}"),
                 ),
                 other => ApiError::bad_request(crate_error_chain(&other)),
             };

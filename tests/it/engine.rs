@@ -353,6 +353,7 @@ fn tiny_model_forked_sequence_decodes_like_a_fresh_one() {
             params: greedy(12),
             prefix: Some(id),
             reasoning: None,
+            draft_tokens: None,
         });
     }
     let from_forks = dec.generate(&forked, &NoText).expect("forked");
@@ -717,6 +718,7 @@ fn forked_prefix_decodes_like_a_fresh_prompt_on_the_default_model() {
         params: greedy(16),
         prefix: Some(id),
         reasoning: None,
+        draft_tokens: None,
     });
     let from_forks = eng.generate_tokens(&forked).expect("forks");
     let fresh = eng

@@ -162,6 +162,7 @@ fn gpu_forks_and_prefix_cache_change_no_token() {
             params: greedy.clone(),
             prefix: Some(dec.fork(base).expect("fork")),
             reasoning: None,
+            draft_tokens: None,
         })
         .collect();
     let from_forks = dec.generate(&forked, &NoText).expect("forked");

@@ -739,3 +739,60 @@ fn serve_returns_reasoning_content_and_takes_template_kwargs() {
     assert_eq!(status, 400, "{err}");
     assert_eq!(err["error"]["param"], "reasoning_effort", "{err}");
 }
+
+/// `speculative.n_max` (llama.cpp server's name) sets one request's draft length: `0` makes
+/// it decode plainly on a drafting server, a positive value drafts; the reply is the same
+/// text either way and without the field. A server started without `--draft` refuses a
+/// positive value with a 400 naming the field, and takes `0`.
+#[test]
+fn serve_per_request_draft_length_changes_no_token() {
+    let Some(s) = Server::start(&["--draft", "lookup", "--draft-tokens", "6"]) else {
+        return;
+    };
+    let passage = "The lighthouse keeper climbed the spiral stairs every evening at dusk, \
+                   lit the great lamp, and wrote the weather in a small blue book.";
+    let quote = |n_max: Option<u64>| {
+        let mut b = json!({"model": "default", "temperature": 0, "max_tokens": 48,
+            "messages": user(&format!("{passage}\n\nRepeat the text above word for word."))});
+        if let Some(k) = n_max {
+            b["speculative.n_max"] = json!(k);
+        }
+        b
+    };
+    let drafted = || {
+        let v = parse(&respond(ureq::get(&s.url("/health")).call()).2);
+        v["models"][0]["drafts"]["drafted"].as_u64().unwrap_or(0)
+    };
+    let before = drafted();
+    let plain = content(&s.chat(&quote(Some(0))), 0);
+    assert_eq!(drafted(), before, "speculative.n_max 0 drafted");
+    assert!(!plain.is_empty());
+    let four = content(&s.chat(&quote(Some(4))), 0);
+    let after_four = drafted();
+    assert!(after_four > before, "speculative.n_max 4 drafted nothing");
+    assert_eq!(four, plain);
+    assert_eq!(content(&s.chat(&quote(None)), 0), plain);
+    assert!(
+        drafted() > after_four,
+        "the server's own draft length drafted nothing"
+    );
+    let (status, err) = s.post("/v1/chat/completions", &{
+        let mut b = quote(None);
+        b["speculative.n_max"] = json!("four");
+        b
+    });
+    assert_eq!(
+        (status, &err["error"]["param"]),
+        (400, &json!("speculative.n_max")),
+        "{err}"
+    );
+    drop(s);
+
+    let s = Server::start(&[]).expect("the model was there a moment ago");
+    assert_eq!(content(&s.chat(&quote(Some(0))), 0), plain);
+    let (status, err) = s.post("/v1/chat/completions", &quote(Some(3)));
+    assert_eq!(status, 400, "{err}");
+    assert_eq!(err["error"]["param"], "speculative.n_max", "{err}");
+    let msg = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("--draft"), "{msg}");
+}
