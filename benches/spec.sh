@@ -9,7 +9,8 @@
 # the script fails):
 #   1. a quote-heavy request at batch 1 (`candor generate`: repeat a ~1,000-token passage);
 #   2. FB-Bench checklist judgements and Fennec judge steps at batch 1 (`candor run` with
-#      --judge-draft lookup; needs the data, $CANDOR_DATA);
+#      --judge-draft lookup; needs the data, $CANDOR_DATA), then the judge steps alone:
+#      replayed one by one through `candor generate`, decode time only;
 #   3. the same runs at batch 16 and 64, with as many items as the batch holds (at least
 #      SPEC_LIMIT) so the batch is full (drafting turns itself off there: no slower expected);
 #   4. with SPEC_TARGET and SPEC_DRAFT set (e.g. real-shape random GGUFs written by
@@ -87,6 +88,37 @@ drafts=$(grep '^drafts:' "$tmp/last.err" || true)
 cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/uncapped.jsonl")
 echo "quote, batch 1, no cost cap: lookup ${u}s, speed-up $(echo "$p / $u" | bc -l | cut -c1-5)x; $drafts"
 
+# The judge steps of a finished run alone, replayed one at a time (`candor generate` with each
+# step's recorded messages and params), plain and with lookup drafts: decode time only (the
+# prefill and the candidates' replies left out). Every replayed reply must equal the run's.
+judge_steps() { # proto run-dir
+    local proto=$1 dir=$2
+    jq -c 'select(.actor == "judge") | {id: (.item + "|" + .key), messages, params}' \
+        "$dir/samples.jsonl" >"$tmp/$proto-judge.jsonl"
+    jq -r 'select(.actor == "judge") | .output.text' "$dir/samples.jsonl" >"$tmp/$proto-judge-run.txt"
+    replay() { # out extra...
+        local out=$1; shift
+        "$bin" generate --prompts "$tmp/$proto-judge.jsonl" --batch-size 1 --threads "$threads" \
+            --out "$out" "$@"
+    }
+    quiet
+    secs replay "$tmp/$proto-judge-plain.jsonl" >/dev/null
+    quiet
+    secs replay "$tmp/$proto-judge-lookup.jsonl" --draft lookup >/dev/null
+    local drafts
+    drafts=$(grep '^drafts:' "$tmp/last.err" || true)
+    cmp <(jq -r '.text' "$tmp/$proto-judge-plain.jsonl") "$tmp/$proto-judge-run.txt" \
+        || { echo "$proto judge steps: the replay differs from the run" >&2; exit 1; }
+    cmp <(jq -c '.output_ids' "$tmp/$proto-judge-plain.jsonl") \
+        <(jq -c '.output_ids' "$tmp/$proto-judge-lookup.jsonl") \
+        || { echo "$proto judge steps: drafted replies differ" >&2; exit 1; }
+    local sum='[.[] | {ms: .decode_ms, n: ((.output_ids | length) - 1)}] | {ms: (map(.ms) | add), n: (map(.n) | add), steps: length}'
+    local pl dl
+    pl=$(jq -s -c "$sum" "$tmp/$proto-judge-plain.jsonl")
+    dl=$(jq -s -c "$sum" "$tmp/$proto-judge-lookup.jsonl")
+    echo "$proto judge steps alone, batch 1: $(jq -r '"\(.steps) steps, \(.n) decoded tokens"' <<<"$pl"); decode plain $(jq -r '.ms / 1000' <<<"$pl")s, lookup $(jq -r '.ms / 1000' <<<"$dl")s, speed-up $(echo "$(jq -r .ms <<<"$pl") / $(jq -r .ms <<<"$dl")" | bc -l | cut -c1-5)x; $drafts"
+}
+
 # 2-3. Judge steps in protocol runs.
 if [ -n "${CANDOR_DATA:-}" ]; then
     for proto in fbbench fennec; do
@@ -108,6 +140,7 @@ if [ -n "${CANDOR_DATA:-}" ]; then
             acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step}' "$tmp/$proto-$b-lookup/drafts.json")
             echo "$proto, batch $b ($items items): plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
             if [ "$b" = 1 ]; then
+                judge_steps "$proto" "$tmp/$proto-$b-plain"
                 quiet
                 u=$(CANDOR_DRAFT_COST=0 secs run "$tmp/$proto-$b-uncapped" --judge-draft lookup)
                 cmp "$tmp/$proto-$b-plain/samples.jsonl" "$tmp/$proto-$b-uncapped/samples.jsonl" \

@@ -32,7 +32,8 @@ pub struct GenerateArgs {
     pub model: String,
     /// Input JSONL: one `{"id": ..., "messages": [{"role": ..., "content": ...}]}` (a chat) or
     /// `{"id": ..., "prompt": "raw text"}` (no template; BOS as the model's metadata says)
-    /// per line.
+    /// per line; a line's `"params"` (as a run's samples.jsonl records them) replace the
+    /// sampling options below for it.
     #[arg(long)]
     pub prompts: PathBuf,
     /// A Jinja chat template file for `messages` lines: replaces the model's own, or gives a
@@ -82,6 +83,11 @@ struct PromptLine {
     prompt: Option<String>,
     #[serde(default)]
     seed: Option<u64>,
+    /// Sampling parameters as a run records them (`samples.jsonl`'s `params`: temperature,
+    /// top-p, seed, new-token limit, stop strings, constraint), used as they are in place of
+    /// the command's: a run's steps replayed (`benches/spec.sh` times its judge steps so).
+    #[serde(default)]
+    params: Option<SamplingParams>,
 }
 
 /// A conversation (or raw prompt) to answer, with its id as written in the input.
@@ -140,6 +146,20 @@ fn parse_prompts(
         };
         if !seen.insert(p.id.to_string()) {
             bail!("{}: duplicate id {}", at(), p.id);
+        }
+        if let Some(params) = p.params {
+            if p.seed.is_some() {
+                bail!("{}: give `seed` or `params`, not both", at());
+            }
+            if params.max_new_tokens == 0 {
+                bail!("{}: `params.max_new_tokens` must be at least 1", at());
+            }
+            prompts.push(Prompt {
+                id: p.id,
+                raw,
+                request: ChatRequest::new(messages, params),
+            });
+            continue;
         }
         let seed = p
             .seed
@@ -314,6 +334,28 @@ mod tests {
         assert_eq!(p[1].request.params.seed, 3);
         assert_eq!(p[0].request.params.temperature, 0.7);
         assert_ne!(id_hash(&json!("a")), id_hash(&json!("b")));
+    }
+
+    #[test]
+    fn a_runs_recorded_params_replace_the_commands() {
+        let a = args(&["--seed", "5", "--max-new-tokens", "9"]);
+        let text =
+            "{\"id\": \"x/judge\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \
+                    \"params\": {\"temperature\": 0.0, \"top_p\": 1.0, \"seed\": 42, \
+                    \"max_new_tokens\": 300, \"stop_strings\": [\"END\"]}}\n";
+        let p = parse(text, &a).expect("valid");
+        let params = &p[0].request.params;
+        assert_eq!(
+            (params.seed, params.max_new_tokens, params.temperature),
+            (42, 300, 0.0)
+        );
+        assert_eq!(params.stop_strings, ["END"]);
+        let both = text.replace("\"params\"", "\"seed\": 1, \"params\"");
+        let err = format!("{:#}", parse(&both, &a).expect_err("seed and params"));
+        assert!(
+            err.contains("in.jsonl:1") && err.contains("not both"),
+            "{err}"
+        );
     }
 
     #[test]
