@@ -86,9 +86,22 @@ pub enum Step {
     /// projection, activation and down projection, each row times `sigmoid(xb · g)` (`g` the
     /// shared expert's gate vector), kept apart until [`Step::AddShared`].
     SharedExpert(Activation),
-    /// `xb +=` the gated shared expert's output: the routed experts' sum first, then the
-    /// shared expert added to it (llama.cpp's `moe_out + ffn_shexp`).
+    /// `xb +=` what was kept apart: the gated shared expert's output (Qwen3.5-MoE: the routed
+    /// experts' sum first, then the shared expert added to it, llama.cpp's
+    /// `moe_out + ffn_shexp`), or the dense MLP's set aside by [`Step::SetAside`] (Gemma 4:
+    /// `cur_mlp + cur_moe`, the same bits in either order).
     AddShared,
+    /// `aside = rms_norm(xb) · w`: the dense MLP's output under its own post-norm
+    /// (`post_ffw_norm_1`), kept apart while the experts run (Gemma 4's MoE layers).
+    SetAside,
+    /// `xb = rms_norm(x) · (1/sqrt(dim)) · s`: the router's input, the residual stream
+    /// RMS-normed without weight, scaled, times `ffn_gate_inp.scale` (Gemma 4).
+    RouterNorm,
+    /// `xb = rms_norm(x) · w`: the experts' own pre-norm (`pre_ffw_norm_2`, Gemma 4).
+    ExpertNorm,
+    /// `xb = rms_norm(xb) · w`: the experts' weighted sum under its own post-norm
+    /// (`post_ffw_norm_2`, Gemma 4).
+    ExpertPostNorm,
     /// A linear-attention layer's input projections of `xb` (Qwen3.5's Gated DeltaNet): the
     /// fused q|k|v channels, the output gate `z`, and per value head β's and the decay's
     /// logits.
@@ -158,6 +171,9 @@ pub struct LayerParts {
     pub out_gate: bool,
     /// A shared expert with a sigmoid gate beside the routed experts (Qwen3.5-MoE).
     pub shared_expert: bool,
+    /// A dense MLP beside the routed experts, each branch with its own norms, and a router
+    /// on the residual stream's own RMS norm (Gemma 4's MoE layers).
+    pub mlp_beside: bool,
     /// The values are the keys' projection (Gemma 4 layers without `attn_v`).
     pub key_as_value: bool,
     /// Values RMS-normed per head without weight (Gemma 4).
@@ -252,6 +268,21 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     }
     s.extend([Step::Residual, Step::Norm(Block::Ffn)]);
     match c.moe.filter(|_| p.moe) {
+        // llama.cpp's gemma4.cpp: `ffn_post_norm(post_norm_1(mlp(ffn_norm(x))) +
+        // post_norm_2(experts(pre_norm_2(x))))`, routed by `rms_norm(x) / sqrt(dim) · s`.
+        Some(moe) if p.mlp_beside => s.extend([
+            Step::Project(Matrix::GateUp),
+            Step::Gated(c.activation),
+            Step::Project(Matrix::Down),
+            Step::SetAside,
+            Step::RouterNorm,
+            Step::Route(moe.gating),
+            Step::ExpertNorm,
+            Step::Experts(c.activation),
+            Step::Combine,
+            Step::ExpertPostNorm,
+            Step::AddShared,
+        ]),
         Some(moe) if p.shared_expert => s.extend([
             Step::Route(moe.gating),
             Step::Experts(c.activation),
