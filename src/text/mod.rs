@@ -9,6 +9,7 @@ pub mod message;
 pub mod pre_tokenizer;
 pub mod reasoning;
 pub mod spm;
+pub mod spm_bpe;
 pub mod template_date;
 pub mod template_size;
 pub mod tokenizer;
