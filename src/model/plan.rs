@@ -765,6 +765,70 @@ mod tests {
         assert_eq!(p.layer(1), want);
     }
 
+    /// Gemma 4's MoE layers: the dense MLP's output set aside, the router on its own norm, the
+    /// experts on theirs, their post-norm, the two branches added before the feed-forward
+    /// post-norm; a layer without a router keeps the dense block.
+    #[test]
+    fn a_gemma4_moe_layer_runs_the_mlp_beside_its_experts() {
+        use crate::model::arch::MoeConfig;
+        let gating = Gating::SoftmaxTopK { normalize: true };
+        let act = Activation::GeluTanhF16;
+        let mut c = config(Arch::Gemma4, act, Some(8), Some(30.0));
+        c.moe = Some(MoeConfig {
+            experts: 8,
+            used: 2,
+            ffn_dim: 32,
+            gating,
+            shared_ffn: None,
+        });
+        let moe = LayerParts {
+            qk_norm: true,
+            post_norms: true,
+            moe: true,
+            mlp_beside: true,
+            v_norm: true,
+            ..LayerParts::default()
+        };
+        let dense = LayerParts {
+            moe: false,
+            mlp_beside: false,
+            ..moe
+        };
+        let p = Plan::new(&c, [moe, dense]);
+        let at = |l: usize| p.layer(l).iter().position(|&s| s == Norm(Ffn)).unwrap();
+        assert_eq!(
+            p.layer(0)[at(0)..],
+            [
+                Norm(Ffn),
+                Project(GateUp),
+                Gated(act),
+                Project(Down),
+                SetAside,
+                RouterNorm,
+                Route(gating),
+                ExpertNorm,
+                Experts(act),
+                Combine,
+                ExpertPostNorm,
+                AddShared,
+                PostNorm(Ffn),
+                Residual,
+            ]
+        );
+        assert_eq!(
+            p.layer(1)[at(1)..],
+            [
+                Norm(Ffn),
+                Project(GateUp),
+                Gated(act),
+                Project(Down),
+                PostNorm(Ffn),
+                Residual,
+            ]
+        );
+        assert_eq!(p.layer(0)[..at(0)], p.layer(1)[..at(1)]);
+    }
+
     #[test]
     fn the_trace_records_only_while_started() {
         trace::record(trace::Event::Step(Place::Head, Gather));
