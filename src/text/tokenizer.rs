@@ -1064,6 +1064,13 @@ mod tests {
         let turn = tok.token_to_id("<|turn>").unwrap();
         assert_eq!(tok.token_kind(turn), Some(TokenKind::Control));
         assert_eq!(tok.encode_plain("<|turn>").unwrap(), [turn]);
+        // A chat ends at the end of its turn, `<turn|>`, as well as at EOS.
+        let src =
+            std::fs::read_to_string(dir.join("../templates/google-gemma-4-31B-it.jinja")).unwrap();
+        let t = crate::text::chat_template::ChatTemplate::new(src, "<bos>", "<eos>").unwrap();
+        let mut stops = vec![tok.eos_token_id(), tok.token_to_id("<turn|>").unwrap()];
+        stops.sort_unstable();
+        assert_eq!(t.stop_token_ids(&tok), stops);
 
         let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
         let mut content = Content::read(&mut f).unwrap();
