@@ -1122,6 +1122,27 @@ mod tests {
                 .collect();
             assert_eq!(tok.encode_plain(text).unwrap(), want, "{text:?}");
         }
+        // The file's metadata is 26B-A4B's: Candor reads its geometry and its experts.
+        use crate::model::arch::ModelConfig;
+        use crate::model::gemma4::PerLayer;
+        let mut f = std::fs::File::open(&path).unwrap();
+        let mut content = Content::read(&mut f).unwrap();
+        // A vocab-only file: the embedding the vocabulary size is read from, as the model's.
+        content.tensor_infos.insert(
+            "token_embd.weight".into(),
+            candle_core::quantized::gguf_file::TensorInfo {
+                ggml_dtype: candle_core::quantized::GgmlDType::F16,
+                shape: (262144, 2816).into(),
+                offset: 0,
+            },
+        );
+        let c = ModelConfig::from_gguf(&content).unwrap();
+        let moe = c.moe.expect("experts");
+        assert_eq!((moe.experts, moe.used, moe.ffn_dim), (128, 8, 704));
+        let p = PerLayer::from_gguf(&content, &c)
+            .unwrap()
+            .expect("per-layer geometry");
+        assert_eq!((p.layers.len(), p.kv_layers, p.ple_dim), (30, 30, 0));
     }
 
     #[test]
