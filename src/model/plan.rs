@@ -773,7 +773,8 @@ mod tests {
         use crate::model::arch::MoeConfig;
         let gating = Gating::SoftmaxTopK { normalize: true };
         let act = Activation::GeluTanhF16;
-        let mut c = config(Arch::Gemma4, act, Some(8), Some(30.0));
+        // No window: both layers' attention blocks are the same.
+        let mut c = config(Arch::Gemma4, act, None, Some(30.0));
         c.moe = Some(MoeConfig {
             experts: 8,
             used: 2,
