@@ -4,6 +4,10 @@
 //! to it) and [`Moe::combine`] (the weighted sum). llama.cpp's `build_moe_ffn`
 //! (`src/llama-graph.cpp`) is the reference for the order of operations.
 //!
+//! Gemma 4's MoE layers add [`MlpBeside`]: the dense MLP every row also runs, set aside
+//! under its own post-norm, the router's own input (`Moe::router_norm`), the experts' pre- and
+//! post-norms, and each expert's output scale (`Moe::down_scale`).
+//!
 //! Invariance: a row's experts, weights and outputs depend on that row alone. Ties in the
 //! router's ranking go to the lower expert index; rows are grouped by expert for the matmuls,
 //! whose every output row is computed as if it were alone (`QWeight::matmul`); each row's

@@ -1,6 +1,7 @@
 //! The tokenizer: text to token ids and back, built from a GGUF file's `tokenizer.ggml.*`
-//! metadata (byte-level BPE, `gpt2` model; or SentencePiece-style with byte fallback, `llama`
-//! model, see [`super::spm`]) or from a Hugging Face `tokenizer.json`.
+//! metadata (byte-level BPE, `gpt2` model; SentencePiece-style with byte fallback, `llama`
+//! model, see [`super::spm`]; or Gemma 4's SentencePiece-style BPE, `gemma4` model, see
+//! [`super::spm_bpe`]) or from a Hugging Face `tokenizer.json`.
 //!
 //! llama.cpp is the reference. Its byte-level BPE pre-tokenizes with a profile named by
 //! `tokenizer.ggml.pre`: an ordered list of regexes, each splitting every piece left by the
