@@ -426,6 +426,10 @@ pub enum MoeSpec {
     /// Always experts, with this gating; their width is `expert_feed_forward_length`, else
     /// `feed_forward_length / expert_used_count` (llama.cpp's Qwen3-MoE loader).
     Always(Gating),
+    /// Experts when `expert_count` > 1, with this gating; their width is
+    /// `expert_feed_forward_length`, required (Gemma 4, whose `feed_forward_length` is the
+    /// width of the dense MLP beside the experts).
+    IfDeclaredOwnWidth(Gating),
 }
 
 const BASE: ArchSpec = ArchSpec {
@@ -612,7 +616,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gemma: true,
         llama3_rope: false,
         hf_tie_default: true,
-        moe: MoeSpec::Never,
+        moe: MoeSpec::IfDeclaredOwnWidth(Gating::SoftmaxTopK { normalize: true }),
         per_layer: true,
         gguf_attn_scale: Some(1.0),
         ..BASE
@@ -1063,10 +1067,11 @@ pub const MAX_EXPERTS: usize = 512;
 /// `llama` file declaring at most one expert, as llama.cpp), else the expert count, how many
 /// each token uses and their width.
 fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeConfig>> {
-    let (gating, always) = match spec.moe {
+    let (gating, always, own_width) = match spec.moe {
         MoeSpec::Never => return Ok(None),
-        MoeSpec::IfDeclared(g) => (g, false),
-        MoeSpec::Always(g) => (g, true),
+        MoeSpec::IfDeclared(g) => (g, false, false),
+        MoeSpec::Always(g) => (g, true, false),
+        MoeSpec::IfDeclaredOwnWidth(g) => (g, false, true),
     };
     let experts = f.usize(Field::Experts)?.unwrap_or(0);
     if experts <= 1 {
@@ -1094,7 +1099,9 @@ fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeC
             format!("{used} experts used per token of {experts}"),
         ));
     }
-    let width = if always {
+    let width = if own_width {
+        f.need(Field::ExpertFfn)?
+    } else if always {
         match f.usize(Field::ExpertFfn)? {
             Some(w) => w,
             None if f.present(Field::Ffn) => ffn_dim / used,
@@ -1410,7 +1417,7 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
     match spec.moe {
         MoeSpec::Never => {}
         MoeSpec::IfDeclared(_) => keys.extend(["expert_count", "expert_used_count"]),
-        MoeSpec::Always(_) => keys.extend([
+        MoeSpec::Always(_) | MoeSpec::IfDeclaredOwnWidth(_) => keys.extend([
             "expert_count",
             "expert_used_count",
             "expert_feed_forward_length",

@@ -292,7 +292,7 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
             "linear attention (Gated DeltaNet: conv, delta rule, gated norm) or the output gate",
         );
     }
-    if has(|s| matches!(s, Step::SharedExpert(_) | Step::AddShared)) {
+    if has(|s| matches!(s, Step::SharedExpert(_))) {
         missing.push("the shared expert");
     }
     if has(|s| {
@@ -304,11 +304,15 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
                 | Step::PerLayerInputs
                 | Step::PerLayerEmbed
                 | Step::LayerScale
+                | Step::SetAside
+                | Step::RouterNorm
+                | Step::ExpertNorm
+                | Step::ExpertPostNorm
         )
     }) {
         missing.push(
             "Gemma 4's layers (value norm, values from keys, per-layer head sizes, shared KV, \
-             per-layer embeddings, layer scales)",
+             per-layer embeddings, layer scales, the MLP beside the experts and their norms)",
         );
     }
     (!missing.is_empty()).then(|| {
@@ -472,7 +476,11 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::AttendShared { .. }
             | Step::PerLayerInputs
             | Step::PerLayerEmbed
-            | Step::LayerScale => {}
+            | Step::LayerScale
+            | Step::SetAside
+            | Step::RouterNorm
+            | Step::ExpertNorm
+            | Step::ExpertPostNorm => {}
         }
         i += span;
     }

@@ -4,6 +4,10 @@
 //! to it) and [`Moe::combine`] (the weighted sum). llama.cpp's `build_moe_ffn`
 //! (`src/llama-graph.cpp`) is the reference for the order of operations.
 //!
+//! Gemma 4's MoE layers add [`MlpBeside`]: the dense MLP every row also runs, set aside
+//! under its own post-norm, the router's own input (`Moe::router_norm`), the experts' pre- and
+//! post-norms, and each expert's output scale (`Moe::down_scale`).
+//!
 //! Invariance: a row's experts, weights and outputs depend on that row alone. Ties in the
 //! router's ranking go to the lower expert index; rows are grouped by expert for the matmuls,
 //! whose every output row is computed as if it were alone (`QWeight::matmul`); each row's
@@ -33,6 +37,27 @@ pub(super) struct Moe {
     pub(super) config: MoeConfig,
     /// The shared expert every row also runs (Qwen3.5-MoE; boxed: most layers have none).
     pub(super) shared: Option<Box<SharedExpert>>,
+    /// Each expert's output scale, its down product times it (`ffn_down_exps.scale`, Gemma
+    /// 4's `per_expert_scale`).
+    pub(super) down_scale: Option<Vec<f32>>,
+    /// The dense MLP beside the experts and the norms of both branches (Gemma 4).
+    pub(super) beside: Option<Box<MlpBeside>>,
+}
+
+/// Gemma 4's MoE layer beyond its experts (llama.cpp's `gemma4.cpp`): the dense MLP every
+/// row runs beside them (`ffn_{gate,up,down}`, after the layer's `ffn_norm`), each branch's
+/// own norms and the scale of the router's input.
+pub(super) struct MlpBeside {
+    pub(super) gate_up: super::transformer::GateUp,
+    pub(super) down: QWeight,
+    /// `post_ffw_norm_1`: the MLP's output norm.
+    pub(super) post_norm: Vec<f32>,
+    /// `pre_ffw_norm_2`: the experts' input norm.
+    pub(super) experts_norm: Vec<f32>,
+    /// `post_ffw_norm_2`: the experts' output norm.
+    pub(super) experts_post_norm: Vec<f32>,
+    /// `ffn_gate_inp.scale`: the router input's scale per channel.
+    pub(super) router_scale: Vec<f32>,
 }
 
 /// A shared expert (`ffn_{gate,up,down}_shexp`) and its gate (`ffn_gate_inp_shexp`, one
@@ -77,7 +102,8 @@ pub struct MoeScratch {
     shared_up: Vec<f32>,
     /// The shared expert's gate logit of each row.
     shared_logit: Vec<f32>,
-    /// The shared expert's gated output, `rows × dim`.
+    /// The shared expert's gated output, or the dense MLP's normed output set aside
+    /// (Gemma 4), `rows × dim`.
     shared_out: Vec<f32>,
 }
 
@@ -209,8 +235,13 @@ impl Moe {
             QWeight::matmul_gathered(&s.gate, ffn_dim, &mut jobs);
         }
         for &(e, start, n) in &s.spans {
+            let out = &mut s.out[start * dim..(start + n) * dim];
+            // ggml's `mul` of the down product by the expert's scale, before any bias.
+            if let Some(scale) = &self.down_scale {
+                out.iter_mut().for_each(|v| *v *= scale[e]);
+            }
             if let Some([_, _, bd]) = &self.experts[e].bias {
-                super::transformer::add_rows(&mut s.out[start * dim..(start + n) * dim], bd);
+                super::transformer::add_rows(out, bd);
             }
         }
     }
@@ -275,10 +306,55 @@ impl Moe {
         }
     }
 
-    /// `Step::AddShared`: `xb += ` the gated shared expert's output, after [`Moe::combine`].
+    /// `Step::AddShared`: `xb += ` the gated shared expert's output, or the dense MLP's set
+    /// aside, after [`Moe::combine`].
     pub(super) fn add_shared(&self, xb: &mut [f32], rows: usize, s: &MoeScratch) {
         let dim = self.router.cols();
         super::transformer::add_in_place(xb, &s.shared_out[..rows * dim]);
+    }
+
+    fn beside(&self) -> &MlpBeside {
+        self.beside
+            .as_deref()
+            .expect("plan: a Gemma 4 MoE step on a layer with the MLP beside its experts")
+    }
+
+    /// `Step::SetAside`: the dense MLP's output `xb` RMS-normed by its own post-norm, kept
+    /// for [`Moe::add_shared`].
+    pub(super) fn set_aside(&self, xb: &[f32], rows: usize, eps: f32, s: &mut MoeScratch) {
+        let b = self.beside();
+        let dim = b.post_norm.len();
+        s.shared_out.resize(rows * dim, 0.0);
+        super::transformer::rms_norm_rows(xb, &b.post_norm, eps, &mut s.shared_out[..rows * dim]);
+    }
+
+    /// `Step::RouterNorm`: `xb = rms_norm(x) · (1/sqrt(dim)) · s`, each product rounded to
+    /// f32 in that order (ggml's `rms_norm`, `scale`, `mul`).
+    pub(super) fn router_norm(&self, x: &[f32], xb: &mut [f32], eps: f32) {
+        let b = self.beside();
+        let dim = b.router_scale.len();
+        let inv = 1.0 / (dim as f32).sqrt();
+        for (xr, or) in x.chunks_exact(dim).zip(xb.chunks_exact_mut(dim)) {
+            let scale = super::transformer::rms_scale(xr, eps);
+            for ((o, &v), &g) in or.iter_mut().zip(xr).zip(&b.router_scale) {
+                *o = v * scale * inv * g;
+            }
+        }
+    }
+
+    /// `Step::ExpertNorm`: `xb = rms_norm(x) · w`, the experts' own pre-norm.
+    pub(super) fn expert_norm(&self, x: &[f32], xb: &mut [f32], eps: f32) {
+        super::transformer::rms_norm_rows(x, &self.beside().experts_norm, eps, xb);
+    }
+
+    /// `Step::ExpertPostNorm`: the experts' weighted sum `xb` RMS-normed by their post-norm.
+    pub(super) fn expert_post_norm(&self, xb: &mut [f32], eps: f32) {
+        super::transformer::rms_norm_in_place(xb, &self.beside().experts_post_norm, eps);
+    }
+
+    /// The dense MLP's matrices (Gemma 4).
+    pub(super) fn mlp(&self) -> Option<(&super::transformer::GateUp, &QWeight)> {
+        self.beside.as_deref().map(|b| (&b.gate_up, &b.down))
     }
 }
 
@@ -380,6 +456,8 @@ mod tests {
                 shared_ffn: None,
             },
             shared: None,
+            down_scale: None,
+            beside: None,
         };
         let rows = 7;
         let x = crate::model::quant::tests::noise(99, rows * dim);

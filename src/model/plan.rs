@@ -86,9 +86,22 @@ pub enum Step {
     /// projection, activation and down projection, each row times `sigmoid(xb · g)` (`g` the
     /// shared expert's gate vector), kept apart until [`Step::AddShared`].
     SharedExpert(Activation),
-    /// `xb +=` the gated shared expert's output: the routed experts' sum first, then the
-    /// shared expert added to it (llama.cpp's `moe_out + ffn_shexp`).
+    /// `xb +=` what was kept apart: the gated shared expert's output (Qwen3.5-MoE: the routed
+    /// experts' sum first, then the shared expert added to it, llama.cpp's
+    /// `moe_out + ffn_shexp`), or the dense MLP's set aside by [`Step::SetAside`] (Gemma 4:
+    /// `cur_mlp + cur_moe`, the same bits in either order).
     AddShared,
+    /// `aside = rms_norm(xb) · w`: the dense MLP's output under its own post-norm
+    /// (`post_ffw_norm_1`), kept apart while the experts run (Gemma 4's MoE layers).
+    SetAside,
+    /// `xb = rms_norm(x) · (1/sqrt(dim)) · s`: the router's input, the residual stream
+    /// RMS-normed without weight, scaled, times `ffn_gate_inp.scale` (Gemma 4).
+    RouterNorm,
+    /// `xb = rms_norm(x) · w`: the experts' own pre-norm (`pre_ffw_norm_2`, Gemma 4).
+    ExpertNorm,
+    /// `xb = rms_norm(xb) · w`: the experts' weighted sum under its own post-norm
+    /// (`post_ffw_norm_2`, Gemma 4).
+    ExpertPostNorm,
     /// A linear-attention layer's input projections of `xb` (Qwen3.5's Gated DeltaNet): the
     /// fused q|k|v channels, the output gate `z`, and per value head β's and the decay's
     /// logits.
@@ -158,6 +171,9 @@ pub struct LayerParts {
     pub out_gate: bool,
     /// A shared expert with a sigmoid gate beside the routed experts (Qwen3.5-MoE).
     pub shared_expert: bool,
+    /// A dense MLP beside the routed experts, each branch with its own norms, and a router
+    /// on the residual stream's own RMS norm (Gemma 4's MoE layers).
+    pub mlp_beside: bool,
     /// The values are the keys' projection (Gemma 4 layers without `attn_v`).
     pub key_as_value: bool,
     /// Values RMS-normed per head without weight (Gemma 4).
@@ -252,6 +268,21 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     }
     s.extend([Step::Residual, Step::Norm(Block::Ffn)]);
     match c.moe.filter(|_| p.moe) {
+        // llama.cpp's gemma4.cpp: `ffn_post_norm(post_norm_1(mlp(ffn_norm(x))) +
+        // post_norm_2(experts(pre_norm_2(x))))`, routed by `rms_norm(x) / sqrt(dim) · s`.
+        Some(moe) if p.mlp_beside => s.extend([
+            Step::Project(Matrix::GateUp),
+            Step::Gated(c.activation),
+            Step::Project(Matrix::Down),
+            Step::SetAside,
+            Step::RouterNorm,
+            Step::Route(moe.gating),
+            Step::ExpertNorm,
+            Step::Experts(c.activation),
+            Step::Combine,
+            Step::ExpertPostNorm,
+            Step::AddShared,
+        ]),
         Some(moe) if p.shared_expert => s.extend([
             Step::Route(moe.gating),
             Step::Experts(c.activation),
@@ -732,6 +763,71 @@ mod tests {
         ];
         want.extend(ffn);
         assert_eq!(p.layer(1), want);
+    }
+
+    /// Gemma 4's MoE layers: the dense MLP's output set aside, the router on its own norm, the
+    /// experts on theirs, their post-norm, the two branches added before the feed-forward
+    /// post-norm; a layer without a router keeps the dense block.
+    #[test]
+    fn a_gemma4_moe_layer_runs_the_mlp_beside_its_experts() {
+        use crate::model::arch::MoeConfig;
+        let gating = Gating::SoftmaxTopK { normalize: true };
+        let act = Activation::GeluTanhF16;
+        // No window: both layers' attention blocks are the same.
+        let mut c = config(Arch::Gemma4, act, None, Some(30.0));
+        c.moe = Some(MoeConfig {
+            experts: 8,
+            used: 2,
+            ffn_dim: 32,
+            gating,
+            shared_ffn: None,
+        });
+        let moe = LayerParts {
+            qk_norm: true,
+            post_norms: true,
+            moe: true,
+            mlp_beside: true,
+            v_norm: true,
+            ..LayerParts::default()
+        };
+        let dense = LayerParts {
+            moe: false,
+            mlp_beside: false,
+            ..moe
+        };
+        let p = Plan::new(&c, [moe, dense]);
+        let at = |l: usize| p.layer(l).iter().position(|&s| s == Norm(Ffn)).unwrap();
+        assert_eq!(
+            p.layer(0)[at(0)..],
+            [
+                Norm(Ffn),
+                Project(GateUp),
+                Gated(act),
+                Project(Down),
+                SetAside,
+                RouterNorm,
+                Route(gating),
+                ExpertNorm,
+                Experts(act),
+                Combine,
+                ExpertPostNorm,
+                AddShared,
+                PostNorm(Ffn),
+                Residual,
+            ]
+        );
+        assert_eq!(
+            p.layer(1)[at(1)..],
+            [
+                Norm(Ffn),
+                Project(GateUp),
+                Gated(act),
+                Project(Down),
+                PostNorm(Ffn),
+                Residual,
+            ]
+        );
+        assert_eq!(p.layer(0)[..at(0)], p.layer(1)[..at(1)]);
     }
 
     #[test]

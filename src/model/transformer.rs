@@ -27,7 +27,7 @@ use super::expf::exp_shifted_in_place;
 use super::gemma4::{LayerDims, LayerEmbedding, PerLayer, PerLayerEmbedding};
 use super::kv::{KvSeq, Logits, SeqStep};
 use super::memory::{ExpertPanels, Placement};
-use super::moe::{Expert, Moe, MoeScratch, SharedExpert};
+use super::moe::{Expert, MlpBeside, Moe, MoeScratch, SharedExpert};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
 use super::plan::{Block, LayerParts, Matrix, Plan, RopeTable, Step};
@@ -104,6 +104,18 @@ fn load_moe(
     let name = |suffix: &str| format!("blk.{l}.{suffix}");
     let (dim, ffn, n) = (c.dim, moe.ffn_dim, moe.experts);
     let router = build_matrix(src, &name("ffn_gate_inp.weight"), &[n, dim], dtype)?;
+    for t in [
+        "ffn_gate_exps.scale",
+        "ffn_up_exps.scale",
+        "ffn_gate_up_exps.weight",
+    ] {
+        if src.has_tensor(&name(t)) {
+            return Err(ModelError::UnsupportedTensorType {
+                name: name(t),
+                dtype: "expert gate/up scales and fused gate|up experts are not implemented".into(),
+            });
+        }
+    }
     let mut matrices = |suffix: &str, rows: usize, cols: usize| {
         expert_matrices(src, &name(suffix), n, rows, cols, dtype, panels)
     };
@@ -119,6 +131,10 @@ fn load_moe(
         to_f32_vec(&n, &src.read_tensor(&n, shape)?).map(Some)
     };
     let router_bias = vector("ffn_gate_inp.bias", &[n])?;
+    // Each expert's output scale (llama.cpp's `ffn_down_exps_s`, Gemma 4's
+    // `per_expert_scale`); the gate and up scales llama.cpp also reads have no converter
+    // writing them for a model Candor runs.
+    let down_scale = vector("ffn_down_exps.scale", &[n])?;
     let biases = [
         vector("ffn_gate_exps.bias", &[n, ffn])?,
         vector("ffn_up_exps.bias", &[n, ffn])?,
@@ -177,6 +193,8 @@ fn load_moe(
         experts,
         config: moe,
         shared,
+        down_scale,
+        beside: None,
     })
 }
 
@@ -368,9 +386,25 @@ impl Layer {
                 if let Some(sh) = &moe.shared {
                     ms.extend([&sh.gate, &sh.up, &sh.down, &sh.gate_inp]);
                 }
+                if let Some((gate_up, down)) = moe.mlp() {
+                    match gate_up {
+                        GateUp::Split { gate, up } => ms.extend([gate, up]),
+                        GateUp::Fused(m) => ms.push(m),
+                    }
+                    ms.push(down);
+                }
             }
         }
         ms
+    }
+
+    /// The dense MLP's gate/up and down matrices: a dense layer's, or the one beside a
+    /// Gemma 4 layer's experts.
+    fn mlp(&self) -> Option<(&GateUp, &QWeight)> {
+        match &self.ffn {
+            Ffn::Dense { gate_up, down } => Some((gate_up, down)),
+            Ffn::Moe(moe) => moe.mlp(),
+        }
     }
 
     /// The dense feed-forward block's gate/up and down matrices (`None` for experts).
@@ -396,6 +430,7 @@ impl Layer {
             linear: self.delta.is_some(),
             out_gate: self.out_gate,
             shared_expert: matches!(&self.ffn, Ffn::Moe(m) if m.shared.is_some()),
+            mlp_beside: matches!(&self.ffn, Ffn::Moe(m) if m.beside.is_some()),
             key_as_value: matches!(self.qkv, Qkv::QueryKey { .. }),
             v_norm: self.v_norm,
             kv_from: self.kv_from,
@@ -604,7 +639,15 @@ impl Transformer {
                 (c.dim, d.q_dim(), d.kv_dim(), d.ffn_dim, d.head_dim);
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
             if let Some(p) = &per_layer {
-                layers.push(Self::load_gemma4_layer(src, c, p, ple.as_ref(), i, dtype)?);
+                layers.push(Self::load_gemma4_layer(
+                    src,
+                    c,
+                    p,
+                    ple.as_ref(),
+                    i,
+                    dtype,
+                    panels,
+                )?);
                 continue;
             }
             let linear = hybrid.as_ref().filter(|h| h.linear[i]);
@@ -766,9 +809,11 @@ impl Transformer {
     /// Layer `i` of a Gemma 4 model (llama.cpp's `llama_model_gemma4::load_arch_tensors`):
     /// queries, and unless the layer reads an earlier layer's KV its keys and (without
     /// `attn_v`: the keys' projection) values; q/k norms, post-norms, the dense GELU
-    /// feed-forward block of the layer's width, its per-layer embedding and output scale.
+    /// feed-forward block of the layer's width (with a router `ffn_gate_inp`: beside the
+    /// layer's experts, see [`MlpBeside`]), its per-layer embedding and output scale.
     /// A sharing layer's k/v projections and key norm, which llama.cpp loads when present and
     /// never uses, are read and dropped.
+    #[allow(clippy::too_many_arguments)]
     fn load_gemma4_layer(
         src: &mut dyn TensorSource,
         c: &ModelConfig,
@@ -776,6 +821,7 @@ impl Transformer {
         ple: Option<&PerLayerEmbedding>,
         i: usize,
         dtype: WeightDType,
+        panels: &Placement,
     ) -> Result<Layer> {
         let d = p.layers[i];
         let (dim, q_dim, hd, ffn) = (c.dim, d.q_dim(), d.head_dim, d.ffn_dim);
@@ -818,12 +864,35 @@ impl Transformer {
             false => Vec::new(),
         };
         let wo = mat(src, "attn_output.weight", &[dim, q_dim])?;
-        let ffn = Ffn::Dense {
-            gate_up: GateUp::Split {
-                gate: mat(src, "ffn_gate.weight", &[ffn, dim])?,
-                up: mat(src, "ffn_up.weight", &[ffn, dim])?,
-            },
-            down: mat(src, "ffn_down.weight", &[dim, ffn])?,
+        let gate_up = GateUp::Split {
+            gate: mat(src, "ffn_gate.weight", &[ffn, dim])?,
+            up: mat(src, "ffn_up.weight", &[ffn, dim])?,
+        };
+        let down = mat(src, "ffn_down.weight", &[dim, ffn])?;
+        // llama.cpp: a layer with a router is a MoE layer, its dense MLP beside the experts.
+        let ffn = match (src.has_tensor(&name("ffn_gate_inp.weight")), c.moe) {
+            (false, _) => Ffn::Dense { gate_up, down },
+            (true, None) => {
+                return Err(ModelError::Metadata {
+                    key: format!("{}.expert_count", c.architecture),
+                    msg: format!(
+                        "missing or at most 1, yet {} holds a router",
+                        name("ffn_gate_inp.weight")
+                    ),
+                })
+            }
+            (true, Some(moe)) => {
+                let mut m = load_moe(src, i, c, moe, dtype, panels)?;
+                m.beside = Some(Box::new(MlpBeside {
+                    gate_up,
+                    down,
+                    post_norm: vector(src, "post_ffw_norm_1.weight", dim)?,
+                    experts_norm: vector(src, "pre_ffw_norm_2.weight", dim)?,
+                    experts_post_norm: vector(src, "post_ffw_norm_2.weight", dim)?,
+                    router_scale: vector(src, "ffn_gate_inp.scale", dim)?,
+                }));
+                Ffn::Moe(m)
+            }
         };
         let out_scale = match src.has_tensor(&name("layer_output_scale.weight")) {
             true => Some(vector(src, "layer_output_scale.weight", 1)?[0]),
@@ -956,6 +1025,16 @@ impl Transformer {
                         [&sh.gate, &sh.up, &sh.down, &sh.gate_inp]
                             .into_iter()
                             .for_each(|m| add(m, false));
+                    }
+                    // Gemma 4's dense MLP beside the experts, which every token reads.
+                    if let Some((gate_up, down)) = moe.mlp() {
+                        match gate_up {
+                            GateUp::Split { gate, up } => {
+                                [gate, up].into_iter().for_each(|m| add(m, false))
+                            }
+                            GateUp::Fused(m) => add(m, false),
+                        }
+                        add(down, false);
                     }
                 }
             }
@@ -1331,7 +1410,7 @@ impl Transformer {
             Step::Residual => add_in_place(&mut s.x, &s.xb[..rows * dim]),
             Step::Project(Matrix::GateUp) => {
                 let xb = &s.xb[..rows * dim];
-                let Ffn::Dense { gate_up, .. } = &layer.ffn else {
+                let Some((gate_up, _)) = layer.mlp() else {
                     missing("a dense feed-forward block")
                 };
                 match gate_up {
@@ -1359,7 +1438,7 @@ impl Transformer {
                 &s.up[..rows * d.ffn_dim],
             ),
             Step::Project(Matrix::Down) => {
-                let Ffn::Dense { down, .. } = &layer.ffn else {
+                let Some((_, down)) = layer.mlp() else {
                     missing("a dense feed-forward block")
                 };
                 down.matmul(&s.gate[..rows * d.ffn_dim], rows, &mut s.xb[..rows * dim]);
@@ -1383,6 +1462,18 @@ impl Transformer {
                         moe.shared_expert(act, &s.xb[..rows * dim], rows, &mut s.moe)
                     }
                     _ => moe.add_shared(&mut s.xb[..rows * dim], rows, &s.moe),
+                }
+            }
+            Step::SetAside | Step::RouterNorm | Step::ExpertNorm | Step::ExpertPostNorm => {
+                let Ffn::Moe(moe) = &layer.ffn else {
+                    missing("experts")
+                };
+                let (xb, eps) = (&mut s.xb[..rows * dim], c.rms_eps);
+                match step {
+                    Step::SetAside => moe.set_aside(xb, rows, eps, &mut s.moe),
+                    Step::RouterNorm => moe.router_norm(&s.x[..rows * dim], xb, eps),
+                    Step::ExpertNorm => moe.expert_norm(&s.x[..rows * dim], xb, eps),
+                    _ => moe.expert_post_norm(xb, eps),
                 }
             }
             Step::Project(Matrix::Logits)
@@ -1649,14 +1740,14 @@ impl Scratch {
 
 /// `1 / sqrt(mean(x²) + eps)` as ggml's `rms_norm` computes it: each square in f32, summed
 /// in f64 in order, the mean rounded to f32, then `1 / sqrtf(mean + eps)` in f32.
-fn rms_scale(x: &[f32], eps: f32) -> f32 {
+pub(super) fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let ss: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
     let mean = (ss / x.len() as f64) as f32;
     1.0 / (mean + eps).sqrt()
 }
 
 /// RMS norm of each row (as ggml computes it: [`rms_scale`]), times the weight.
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub(super) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         let scale = rms_scale(xr, eps);

@@ -91,6 +91,8 @@ const END_OF_TURN: &[&str] = &[
     "<|eot_id|>",
     "<|end|>",
     "<end_of_turn>",
+    // Gemma 4 (llama.cpp counts it among the end-of-generation tokens).
+    "<turn|>",
     "</s>",
     "<|endoftext|>",
     "<|end_of_text|>",

@@ -1,4 +1,5 @@
-//! Text: the tokenizer (byte-level BPE with its pre-tokenizers, SentencePiece), chat messages
+//! Text: the tokenizer (byte-level BPE with its pre-tokenizers, SentencePiece, Gemma 4's
+//! SentencePiece-style BPE), chat messages
 //! and the model's chat template with its size checks.
 //!
 //! Turns messages into prompt tokens and tokens back into text; knows no weights and no kernel.
@@ -9,6 +10,7 @@ pub mod message;
 pub mod pre_tokenizer;
 pub mod reasoning;
 pub mod spm;
+pub mod spm_bpe;
 pub mod template_date;
 pub mod template_size;
 pub mod tokenizer;

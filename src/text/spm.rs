@@ -113,40 +113,8 @@ impl Spm {
 
     /// Tokenizes `text`; special tokens in it are recognised when `parse_special`.
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
-        // Fragments: raw text (byte ranges) or a special token id.
-        enum Frag {
-            Text(usize, usize),
-            Token(u32),
-        }
-        let mut frags = vec![Frag::Text(0, text.len())];
-        if parse_special {
-            for (sp, id, rstrip) in &self.specials {
-                let mut out = Vec::with_capacity(frags.len());
-                for f in frags {
-                    let Frag::Text(mut start, end) = f else {
-                        out.push(f);
-                        continue;
-                    };
-                    while let Some(pos) = text[start..end].find(sp.as_str()) {
-                        let m = start + pos;
-                        if m > start {
-                            out.push(Frag::Text(start, m));
-                        }
-                        out.push(Frag::Token(*id));
-                        start = m + sp.len();
-                        if *rstrip {
-                            while start < end && text.as_bytes()[start].is_ascii_whitespace() {
-                                start += 1;
-                            }
-                        }
-                    }
-                    if start < end {
-                        out.push(Frag::Text(start, end));
-                    }
-                }
-                frags = out;
-            }
-        }
+        let specials: &[(String, u32, bool)] = if parse_special { &self.specials } else { &[] };
+        let frags = partition(text, specials);
         let mut output = Vec::new();
         let mut prev_special = true;
         for f in frags {
@@ -291,6 +259,47 @@ impl Spm {
             }
         }
     }
+}
+
+/// A fragment of a text split at its special tokens: raw text (a byte range) or a special
+/// token's id.
+pub(super) enum Frag {
+    Text(usize, usize),
+    Token(u32),
+}
+
+/// `text` split at every occurrence of the special tokens `specials` (text, id, whether
+/// whitespace after it is stripped), longest first, as llama.cpp's `tokenizer_st_partition`:
+/// each special token in turn splits every text fragment the previous ones left.
+pub(super) fn partition(text: &str, specials: &[(String, u32, bool)]) -> Vec<Frag> {
+    let mut frags = vec![Frag::Text(0, text.len())];
+    for (sp, id, rstrip) in specials {
+        let mut out = Vec::with_capacity(frags.len());
+        for f in frags {
+            let Frag::Text(mut start, end) = f else {
+                out.push(f);
+                continue;
+            };
+            while let Some(pos) = text[start..end].find(sp.as_str()) {
+                let m = start + pos;
+                if m > start {
+                    out.push(Frag::Text(start, m));
+                }
+                out.push(Frag::Token(*id));
+                start = m + sp.len();
+                if *rstrip {
+                    while start < end && text.as_bytes()[start].is_ascii_whitespace() {
+                        start += 1;
+                    }
+                }
+            }
+            if start < end {
+                out.push(Frag::Text(start, end));
+            }
+        }
+        frags = out;
+    }
+    frags
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The tokenizer: text to token ids and back, built from a GGUF file's `tokenizer.ggml.*`
-//! metadata (byte-level BPE, `gpt2` model; or SentencePiece-style with byte fallback, `llama`
-//! model, see [`super::spm`]) or from a Hugging Face `tokenizer.json`.
+//! metadata (byte-level BPE, `gpt2` model; SentencePiece-style with byte fallback, `llama`
+//! model, see [`super::spm`]; or Gemma 4's SentencePiece-style BPE, `gemma4` model, see
+//! [`super::spm_bpe`]) or from a Hugging Face `tokenizer.json`.
 //!
 //! llama.cpp is the reference. Its byte-level BPE pre-tokenizes with a profile named by
 //! `tokenizer.ggml.pre`: an ordered list of regexes, each splitting every piece left by the
@@ -28,6 +29,7 @@ use tokenizers::AddedToken;
 use super::error::{Result, TextError};
 use super::pre_tokenizer::{byte_level_bytes, PreTokenizer};
 use super::spm::{Spm, SpmToken};
+use super::spm_bpe::SpmBpe;
 
 /// The kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,6 +80,8 @@ pub struct Tokenizer {
     sha256: String,
     /// Set for SentencePiece-style (`llama`) vocabularies, which encode through it.
     spm: Option<Spm>,
+    /// Set for SentencePiece-style BPE (`gemma4`) vocabularies, which encode through it.
+    spm_bpe: Option<Box<SpmBpe>>,
 }
 
 impl Tokenizer {
@@ -88,9 +92,12 @@ impl Tokenizer {
         if model == "llama" {
             return Self::from_gguf_spm(content);
         }
+        if model == "gemma4" {
+            return Self::from_gguf_gemma4(content);
+        }
         if model != "gpt2" {
             return Err(TextError::Tokenizer(format!(
-                "unsupported tokenizer model `{model}` (supported: gpt2 byte-level BPE, llama SentencePiece)"
+                "unsupported tokenizer model `{model}` (supported: gpt2 byte-level BPE, llama SentencePiece, gemma4 SentencePiece-style BPE)"
             )));
         }
         let pre_name = match meta.get("tokenizer.ggml.pre") {
@@ -283,6 +290,110 @@ impl Tokenizer {
             add_eos,
             sha256,
             spm: Some(spm),
+            spm_bpe: None,
+        })
+    }
+
+    /// A Gemma 4 vocabulary (`tokenizer.ggml.model = "gemma4"`): tokens, types and merges,
+    /// BPE on raw UTF-8 with `▁` for spaces and `<0xXX>` byte fallback ([`SpmBpe`]). As
+    /// llama.cpp, any `tokenizer.ggml.pre` is ignored (the model implies its pre-tokenizer)
+    /// and BOS is always added (llama.cpp overrides a false `add_bos_token` for Gemma 4).
+    fn from_gguf_gemma4(content: &Content) -> Result<Self> {
+        let meta = &content.metadata;
+        let tokens = meta_strings(meta, "tokenizer.ggml.tokens")?;
+        let merges = meta_strings(meta, "tokenizer.ggml.merges")?;
+        let n = tokens.len();
+        let kinds = match meta.get("tokenizer.ggml.token_type") {
+            Some(Value::Array(vs)) => vs
+                .iter()
+                .map(|v| value_i64(v).and_then(TokenKind::from_gguf))
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => return Err(bad_key("tokenizer.ggml.token_type", "not an array")),
+            None => vec![TokenKind::Normal; n],
+        };
+        if kinds.len() != n {
+            return Err(TextError::Tokenizer(format!(
+                "{} token types for {n} tokens",
+                kinds.len()
+            )));
+        }
+        let in_vocab = |what: &str, id: Option<u32>| -> Result<Option<u32>> {
+            match id {
+                Some(i) if i as usize >= n => Err(TextError::Tokenizer(format!(
+                    "{what} token id {i} is outside the vocabulary of {n}"
+                ))),
+                other => Ok(other),
+            }
+        };
+        let eos = in_vocab("eos", meta_u32(meta, "tokenizer.ggml.eos_token_id")?)?
+            .ok_or_else(|| bad_key("tokenizer.ggml.eos_token_id", "missing"))?;
+        let bos = in_vocab("bos", meta_u32(meta, "tokenizer.ggml.bos_token_id")?)?;
+        let add_bos = true;
+        let add_eos = meta_bool(meta, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+        let special = |k: &TokenKind| {
+            matches!(
+                k,
+                TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown
+            )
+        };
+        let bpe = SpmBpe::new(
+            tokens
+                .iter()
+                .zip(&kinds)
+                .map(|(t, k)| (t.as_str(), special(k))),
+            &merges,
+        )
+        .map_err(TextError::Tokenizer)?;
+        // llama.cpp's `token_to_piece` for this vocabulary: `▁` is a space in normal tokens,
+        // byte tokens are their byte, special ones their text, unused ones nothing.
+        let pieces: Vec<Vec<u8>> = tokens
+            .iter()
+            .zip(&kinds)
+            .map(|(t, k)| match k {
+                TokenKind::Byte => t
+                    .strip_prefix("<0x")
+                    .and_then(|h| h.strip_suffix('>'))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .map_or_else(|| t.as_bytes().to_vec(), |b| vec![b]),
+                TokenKind::Normal => t.replace('\u{2581}', " ").into_bytes(),
+                TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => {
+                    t.as_bytes().to_vec()
+                }
+                TokenKind::Unused => Vec::new(),
+            })
+            .collect();
+        let mut hasher = Sha256::new();
+        hasher.update(b"candor-gguf-tokenizer-v1\0gemma4\0");
+        for (t, k) in tokens.iter().zip(&kinds) {
+            hasher.update([0u8, *k as u8]);
+            hasher.update(t.as_bytes());
+        }
+        for m in &merges {
+            hasher.update([1u8]);
+            hasher.update(m.as_bytes());
+        }
+        hasher.update(format!(
+            "\0bos={bos:?} eos={eos} add_bos={add_bos} add_eos={add_eos}"
+        ));
+        let sha256 = hex::encode(hasher.finalize());
+        // `inner` serves nothing here (ids come from `spm_bpe`): an empty vocabulary.
+        let empty = BPE::builder()
+            .cache_capacity(0)
+            .build()
+            .map_err(|e| TextError::Tokenizer(format!("building the vocabulary: {e}")))?;
+        Ok(Tokenizer {
+            inner: tokenizers::Tokenizer::new(empty),
+            tokens,
+            kinds,
+            pieces,
+            byte_level: true,
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+            sha256,
+            spm: None,
+            spm_bpe: Some(Box::new(bpe)),
         })
     }
 
@@ -364,6 +475,7 @@ impl Tokenizer {
             add_eos: spec.add_eos,
             sha256,
             spm: None,
+            spm_bpe: None,
         })
     }
 
@@ -461,6 +573,7 @@ impl Tokenizer {
             add_eos,
             sha256,
             spm: None,
+            spm_bpe: None,
         })
     }
 
@@ -485,6 +598,9 @@ impl Tokenizer {
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
         if let Some(spm) = &self.spm {
             return Ok(spm.encode(text, true));
+        }
+        if let Some(bpe) = &self.spm_bpe {
+            return Ok(bpe.encode(text));
         }
         let enc = self
             .inner
@@ -546,6 +662,9 @@ impl Tokenizer {
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         if let Some(spm) = &self.spm {
             return spm.token_id(token);
+        }
+        if let Some(bpe) = &self.spm_bpe {
+            return bpe.token_id(token);
         }
         self.inner.token_to_id(token)
     }
@@ -907,6 +1026,124 @@ mod tests {
     fn qwen35_pre_tokenizer_tokenizes_like_llama_cpp() {
         let (cases, qwen2) = assert_fixture_ids("qwen35", 13);
         assert_other_ids(&qwen2, &cases[1], "cafe\u{301} cafe\u{301}");
+    }
+
+    /// Gemma 4's vocabulary (`tokenizer.ggml.model = gemma4`) gives llama.cpp's ids: a
+    /// vocab-only GGUF cut from the real Gemma 4 vocabulary (llama.cpp's
+    /// `models/ggml-vocab-gemma-4.gguf`, see `tests/fixtures/gemma4/make_vocab.py`),
+    /// tokenized by `llama-tokenize` into `tests/fixtures/gemma4/expected.json`: spaces as `▁`,
+    /// whitespace runs, newline runs that are tokens, numbers, code, unicode, emoji, the chat
+    /// turn markers as special tokens, and characters the vocabulary lacks as byte tokens.
+    /// Every case decodes back to its text; BOS is added even where the file says not to, as
+    /// llama.cpp does for Gemma 4.
+    #[test]
+    fn gemma4_vocabulary_tokenizes_like_llama_cpp() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma4");
+        let tok = Tokenizer::from_gguf_file(&dir.join("vocab.gguf")).unwrap();
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let cases = expected["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 13);
+        let bos = tok.bos_token_id().unwrap();
+        assert_eq!(tok.bos_token(), "<bos>");
+        let mut bytes = 0;
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+            let got = tok.encode(text).unwrap();
+            assert_eq!(got, want, "{text:?}");
+            assert_eq!(got[0], bos);
+            assert_eq!(tok.decode(&got[1..]), text);
+            bytes += got
+                .iter()
+                .filter(|&&id| tok.token_kind(id) == Some(TokenKind::Byte))
+                .count();
+        }
+        assert!(bytes > 0, "no case falls back to byte tokens");
+        let nl3 = tok.token_to_id("\n\n\n").unwrap();
+        assert_eq!(tok.encode_plain("\n\n\n").unwrap(), [nl3]);
+        let turn = tok.token_to_id("<|turn>").unwrap();
+        assert_eq!(tok.token_kind(turn), Some(TokenKind::Control));
+        assert_eq!(tok.encode_plain("<|turn>").unwrap(), [turn]);
+        // A chat ends at the end of its turn, `<turn|>`, as well as at EOS.
+        let src =
+            std::fs::read_to_string(dir.join("../templates/google-gemma-4-31B-it.jinja")).unwrap();
+        let t = crate::text::chat_template::ChatTemplate::new(src, "<bos>", "<eos>").unwrap();
+        let mut stops = vec![tok.eos_token_id(), tok.token_to_id("<turn|>").unwrap()];
+        stops.sort_unstable();
+        assert_eq!(t.stop_token_ids(&tok), stops);
+
+        let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
+        let mut content = Content::read(&mut f).unwrap();
+        content
+            .metadata
+            .insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(false));
+        let forced = Tokenizer::from_gguf(&content).unwrap();
+        assert!(forced.add_bos_token());
+        assert_eq!(
+            forced.encode("Hello world").unwrap(),
+            cases[0]["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect::<Vec<_>>()
+        );
+        content.metadata.insert(
+            "tokenizer.ggml.merges".into(),
+            Value::Array(vec![Value::String("nospace".into())]),
+        );
+        let err = Tokenizer::from_gguf(&content).unwrap_err().to_string();
+        assert!(err.contains("merge 0 `nospace` has no space"), "{err}");
+    }
+
+    /// The whole real Gemma 4 vocabulary against llama.cpp's own tokenizer test for it
+    /// (`models/ggml-vocab-gemma-4.gguf` with its `.inp` texts and `.out` ids, 15 MB, not
+    /// committed): run with `CANDOR_GEMMA4_VOCAB=<llama.cpp>/models/ggml-vocab-gemma-4.gguf
+    /// cargo test --lib gemma4_real -- --ignored`.
+    #[test]
+    #[ignore = "needs llama.cpp's ggml-vocab-gemma-4.gguf (CANDOR_GEMMA4_VOCAB)"]
+    fn gemma4_real_vocabulary_passes_llama_cpp_vocab_test() {
+        let path = std::env::var("CANDOR_GEMMA4_VOCAB").expect("CANDOR_GEMMA4_VOCAB");
+        let tok = Tokenizer::from_gguf_file(Path::new(&path)).unwrap();
+        let inp = std::fs::read_to_string(format!("{path}.inp")).unwrap();
+        let out = std::fs::read_to_string(format!("{path}.out")).unwrap();
+        let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+        let ids: Vec<&str> = out.lines().collect();
+        assert!(
+            texts.len() >= ids.len() && ids.len() > 30,
+            "{} {}",
+            texts.len(),
+            ids.len()
+        );
+        for (text, want) in texts.iter().zip(&ids) {
+            let want: Vec<u32> = want
+                .split_whitespace()
+                .map(|t| t.parse().unwrap())
+                .collect();
+            assert_eq!(tok.encode_plain(text).unwrap(), want, "{text:?}");
+        }
+        // The file's metadata is 26B-A4B's: Candor reads its geometry and its experts.
+        use crate::model::arch::ModelConfig;
+        use crate::model::gemma4::PerLayer;
+        let mut f = std::fs::File::open(&path).unwrap();
+        let mut content = Content::read(&mut f).unwrap();
+        // A vocab-only file: the embedding the vocabulary size is read from, as the model's.
+        content.tensor_infos.insert(
+            "token_embd.weight".into(),
+            candle_core::quantized::gguf_file::TensorInfo {
+                ggml_dtype: candle_core::quantized::GgmlDType::F16,
+                shape: (262144, 2816).into(),
+                offset: 0,
+            },
+        );
+        let c = ModelConfig::from_gguf(&content).unwrap();
+        let moe = c.moe.expect("experts");
+        assert_eq!((moe.experts, moe.used, moe.ffn_dim), (128, 8, 704));
+        let p = PerLayer::from_gguf(&content, &c)
+            .unwrap()
+            .expect("per-layer geometry");
+        assert_eq!((p.layers.len(), p.kv_layers, p.ple_dim), (30, 30, 0));
     }
 
     #[test]

@@ -423,6 +423,8 @@ mod tests {
                 shared_ffn: None,
             },
             shared: None,
+            down_scale: None,
+            beside: None,
         }
     }
 

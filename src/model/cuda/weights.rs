@@ -52,6 +52,13 @@ pub(super) struct DevMoe {
 /// Uploads layer `i`'s Mixture-of-Experts block.
 pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Result<DevMoe> {
     let n = |s: &str| format!("blk.{i}.{s}");
+    if m.down_scale.is_some() || m.beside.is_some() {
+        return Err(ModelError::Device(format!(
+            "{}: per-expert output scales and the MLP beside the experts have no GPU kernels yet; \
+             run this model with --device cpu",
+            n("ffn_down_exps.scale")
+        )));
+    }
     let experts = (m.experts.iter().enumerate())
         .map(|(e, x)| {
             let w = |s: &str, w: &QWeight| upload_weight(gpu, &n(&format!("{s}[{e}]")), w, path);
