@@ -282,6 +282,18 @@ impl PrefixCache {
 /// this many positions before the difference.
 pub const SNAPSHOT_EVERY: usize = 256;
 
+/// Where a prompt `later` resumes once `prompt` is in the cache (a model without a recurrent
+/// state, or one holding a snapshot there): the block-aligned end of the two prompts' common
+/// prefix, leaving `later` at least one token to feed ([`PrefixCache::lookup`]'s rule).
+pub fn resume_point(prompt: &[u32], later: &[u32]) -> usize {
+    let common = prompt
+        .chunks(BLOCK_TOKENS)
+        .zip(later.chunks(BLOCK_TOKENS))
+        .take_while(|(a, b)| a == b)
+        .count();
+    (common * BLOCK_TOKENS).min(later.len().saturating_sub(1)) / BLOCK_TOKENS * BLOCK_TOKENS
+}
+
 /// The positions after which a cached prompt of `prompt_len` tokens, resuming from position
 /// `resume` with `matched` positions of it found in the cache, pauses its prefill for a
 /// snapshot of its recurrent state (a model with one; ascending, each block-aligned, in
@@ -289,17 +301,26 @@ pub const SNAPSHOT_EVERY: usize = 256;
 /// - every [`SNAPSHOT_EVERY`] absolute positions;
 /// - the end of the part shared with an earlier prompt (`matched`), where the next prompt
 ///   sharing it branches off too (the judge chains' branches, a dataset's common instructions);
+/// - `known`: where each other prompt the engine already holds (queued or running) resumes
+///   from this one ([`resume_point`]), so that one finds a snapshot exactly where a model
+///   without a state would resume it;
 /// - the prompt's last block boundary, where its next turn (prompt, reply, new message)
 ///   resumes (a block-aligned prompt is snapshotted at its end when it is computed).
 ///
 /// Where a sequence's prefill pauses changes no bit: a row's numbers do not depend on how the
 /// prompt is split (`tests/it/hybrid.rs`).
-pub fn snapshot_points(resume: usize, matched: usize, prompt_len: usize) -> Vec<usize> {
+pub fn snapshot_points(
+    resume: usize,
+    matched: usize,
+    prompt_len: usize,
+    known: impl IntoIterator<Item = usize>,
+) -> Vec<usize> {
     let last_block = prompt_len / BLOCK_TOKENS * BLOCK_TOKENS;
     let mut at: Vec<usize> = (resume / SNAPSHOT_EVERY + 1..)
         .map(|k| k * SNAPSHOT_EVERY)
         .take_while(|&p| p < prompt_len)
         .chain([matched, last_block])
+        .chain(known)
         .filter(|&p| p > resume && p < prompt_len)
         .collect();
     at.sort_unstable();
@@ -315,15 +336,43 @@ mod tests {
     #[test]
     fn snapshot_points_are_every_256_positions_the_shared_end_and_the_last_block() {
         // A 600-token prompt from scratch, nothing shared: 256, 512, and 592 (its last block).
-        assert_eq!(snapshot_points(0, 0, 600), [256, 512, 592]);
+        assert_eq!(snapshot_points(0, 0, 600, []), [256, 512, 592]);
         // Resuming at 256 with 320 positions shared: 320 (the shared end), 512, 592.
-        assert_eq!(snapshot_points(256, 320, 600), [320, 512, 592]);
+        assert_eq!(snapshot_points(256, 320, 600, []), [320, 512, 592]);
+        // Where other known prompts resume from it, once each, within the prompt.
+        assert_eq!(
+            snapshot_points(256, 320, 600, [48, 400, 512, 400, 600]),
+            [320, 400, 512, 592]
+        );
         // A block-aligned prompt needs no last-block pause (it is snapshotted at its end), and
         // no point is at or before the resume point or at the prompt's end.
-        assert_eq!(snapshot_points(0, 0, 512), [256]);
-        assert_eq!(snapshot_points(496, 496, 512), Vec::<usize>::new());
-        assert_eq!(snapshot_points(0, 16, 17), [16]);
-        assert_eq!(snapshot_points(0, 0, 16), Vec::<usize>::new());
+        assert_eq!(snapshot_points(0, 0, 512, []), [256]);
+        assert_eq!(snapshot_points(496, 496, 512, []), Vec::<usize>::new());
+        assert_eq!(snapshot_points(0, 16, 17, []), [16]);
+        assert_eq!(snapshot_points(0, 0, 16, []), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_later_prompt_resumes_at_the_last_whole_block_it_shares() {
+        let a = ids(100, 1);
+        // 40 tokens shared: two whole blocks.
+        let mut b = a[..40].to_vec();
+        b.extend(ids(30, 2));
+        assert_eq!(resume_point(&a, &b), 32);
+        // A prefix of `a` keeps a token to feed: 48 tokens resume at 32, 49 at 48.
+        assert_eq!(resume_point(&a, &a[..48]), 32);
+        assert_eq!(resume_point(&a, &a[..49]), 48);
+        // An extension of a 40-token prompt: its two whole blocks (the third is partial).
+        let mut c = a[..40].to_vec();
+        c.push(7);
+        assert_eq!(resume_point(&a[..40], &c), 32);
+        assert_eq!(resume_point(&a, &ids(100, 2)), 0);
+        // The same positions a dense model's cache lookup gives.
+        let mut dense = PrefixCache::new(L, KvStorage::Host, 1 << 20);
+        dense.insert(&a, &seq(&a));
+        for later in [&b[..], &a[..48], &a[..49], &c[..]] {
+            assert_eq!(dense.lookup(later).len(), resume_point(&a, later));
+        }
     }
 
     const L: KvLayout = KvLayout {

@@ -25,7 +25,7 @@ use super::draft::{
 };
 use super::kv::{KvLayout, KvStorage, KvStore, SeqId, SeqKv, BLOCK_TOKENS};
 use super::logprobs::{token_logprob, TokenLogprob};
-use super::prefix::{snapshot_points, PrefillStats, PrefixCache};
+use super::prefix::{resume_point, snapshot_points, PrefillStats, PrefixCache};
 use super::reasoning::{GateState, ReasoningGate};
 use super::sampling::{argmax, Sampler};
 use super::{ChatReply, EngineError, SamplingParams, StopReason};
@@ -724,7 +724,16 @@ impl Decoder {
                 (kv, matched) = self.cache.lookup_matched(&r.prompt_ids);
                 feed.drain(..kv.len());
                 if self.model.state_len() > 0 {
-                    pauses = snapshot_points(kv.len(), matched, r.prompt_ids.len());
+                    // Where the other prompts held now (queued, or running with a prompt
+                    // of their own) resume from this one: each finds a snapshot there.
+                    let known = flight
+                        .queue
+                        .iter()
+                        .filter(|q| q.req.prefix.is_none())
+                        .map(|q| &q.req.prompt_ids)
+                        .chain(active.iter().filter_map(|a| a.cached_prompt.as_ref()))
+                        .map(|other| resume_point(&r.prompt_ids, other));
+                    pauses = snapshot_points(kv.len(), matched, r.prompt_ids.len(), known);
                 }
             }
             self.stats.add(PrefillStats {

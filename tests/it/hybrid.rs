@@ -11,6 +11,7 @@ use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candor::engine::draft::{DraftConfig, DraftSource};
 use candor::engine::kv::{KvLayout, SeqKv};
+use candor::engine::prefix::resume_point;
 use candor::engine::{Decoder, NoText, SamplingParams, SchedulerConfig, TokenRequest};
 use candor::model::kv::{Logits, SeqStep};
 use candor::model::runner::Model;
@@ -292,25 +293,28 @@ fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
     assert!(e.to_string().contains("rolled back"), "{e}");
 }
 
-/// Prompts sharing a prefix with an earlier one resume from a snapshot of the state where the
-/// shared part ends and every 256 positions (not only where a stored sequence happened to end
-/// on a block boundary), and give the tokens computed from scratch.
-#[test]
-fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
+/// The fixture's model with room for a 300-token prompt (its context is 256).
+fn long_context_model(dir: &std::path::Path) -> Arc<Model> {
     let records = tiny_fixture::<TinyRecord>("quant/tiny_hybrid_teacher_forced.jsonl").1;
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The fixture's model with room for a 300-token prompt (its context is 256).
     let mut metadata = hybrid_metadata();
     for (key, value) in &mut metadata {
         if key.ends_with(".context_length") {
             *value = Value::U32(1024);
         }
     }
-    let file =
-        crate::moe::write_fixture_model(dir.path(), &records[0], &hybrid_tensors(), &metadata);
-    let model = Arc::new(Model::from(
+    let file = crate::moe::write_fixture_model(dir, &records[0], &hybrid_tensors(), &metadata);
+    Arc::new(Model::from(
         Transformer::from_gguf_path(&file, WeightDType::Native).expect("load"),
-    ));
+    ))
+}
+
+/// Prompts sharing a prefix with an earlier one resume from a snapshot of the state where the
+/// shared part ends and every 256 positions (not only where a stored sequence happened to end
+/// on a block boundary), and give the tokens computed from scratch.
+#[test]
+fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = long_context_model(dir.path());
     let decoder = |cache: usize| {
         let cfg = SchedulerConfig {
             // Not a divisor of 256: the pauses, not the chunks, put the snapshots in place.
@@ -376,6 +380,104 @@ fn hybrid_prompts_resume_at_shared_prefix_ends_and_every_256_positions() {
     let b = fresh.generate(&[req(&next, 4)], &NoText).expect("fresh");
     assert_eq!(a[0].output_ids, b[0].output_ids);
     assert_eq!(cached.prefill_stats().reused - before, 32);
+}
+
+/// Prompts the engine holds together (one `generate` call, or submitted while another runs)
+/// resume where a model without a recurrent state would: a prompt's prefill also pauses
+/// where each other prompt held resumes from it ([`resume_point`]), so the first prompt to
+/// share a prefix finds a snapshot at its end, and the tokens are those computed from scratch.
+#[test]
+fn hybrid_prompts_held_together_resume_where_a_dense_model_would() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = long_context_model(dir.path());
+    let decoder_of = |batch_size: usize, cache: usize| {
+        let cfg = SchedulerConfig {
+            batch_size,
+            // Small chunks: a prompt is still prefilling when the next one is admitted.
+            prefill_chunk: 8,
+            prefix_cache_bytes: cache,
+            ..SchedulerConfig::default()
+        };
+        Decoder::new(Arc::clone(&model), cfg, Vec::new())
+    };
+    let decoder = |cache: usize| decoder_of(1, cache);
+    let mut rng = SplitMix64::new(5);
+    let mut draw = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
+            .collect()
+    };
+    let req = |ids: &[u32]| {
+        TokenRequest::new(
+            ids.to_vec(),
+            SamplingParams {
+                max_new_tokens: 4,
+                ..SamplingParams::default()
+            },
+        )
+    };
+    // Three branches of a 40-token prefix, a 300-token prompt and one sharing its first 280
+    // tokens, and a prompt that is the first 49 tokens of the first branch.
+    let shared = draw(40);
+    let mut prompts: Vec<Vec<u32>> = (0..3)
+        .map(|_| shared.iter().copied().chain(draw(30)).collect())
+        .collect();
+    let long = draw(300);
+    let mut other = long[..280].to_vec();
+    other.extend(draw(20));
+    let head = prompts[0][..49].to_vec();
+    prompts.extend([long, other, head]);
+    // A dense model resumes each at the last whole block it shares with an earlier prompt.
+    let dense: Vec<u64> = (0..prompts.len())
+        .map(|i| {
+            (0..i)
+                .map(|j| resume_point(&prompts[j], &prompts[i]) as u64)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(dense, [0, 32, 32, 0, 272, 48]);
+    // All submitted at once, one at a time in the batch: each reply's prompt reuse.
+    let mut cached = decoder(64 << 20);
+    for (i, ids) in prompts.iter().enumerate() {
+        cached.submit(i as u64, req(ids)).expect("submit");
+    }
+    let mut reused = vec![0; prompts.len()];
+    let mut outputs = vec![Vec::new(); prompts.len()];
+    let mut before = 0;
+    while cached.in_flight() > 0 {
+        for (id, reply) in cached.step(&NoText).expect("step") {
+            let now = cached.prefill_stats().reused;
+            reused[id as usize] = now - before;
+            before = now;
+            outputs[id as usize] = reply.output_ids;
+        }
+    }
+    assert_eq!(reused, dense);
+    let fresh = decoder(0)
+        .generate(&prompts.iter().map(|p| req(p)).collect::<Vec<_>>(), &NoText)
+        .expect("fresh");
+    for (i, f) in fresh.iter().enumerate() {
+        assert_eq!(outputs[i], f.output_ids, "prompt {i}");
+    }
+    // Two prompts running side by side (the second submitted while the first prefills): the
+    // second pauses where it shares with the first, so a third sharing the same 50 tokens
+    // resumes at 48 (as a dense model) and not from nothing.
+    let shared = draw(50);
+    let [a, b, c] =
+        [0; 3].map(|_| -> Vec<u32> { shared.iter().copied().chain(draw(30)).collect() });
+    let mut side = decoder_of(2, 64 << 20);
+    side.submit(0, req(&a)).expect("a");
+    side.step(&NoText).expect("a admitted");
+    side.submit(1, req(&b)).expect("b");
+    while side.in_flight() > 0 {
+        side.step(&NoText).expect("step");
+    }
+    let before = side.prefill_stats().reused;
+    let got = side.generate(&[req(&c)], &NoText).expect("c");
+    assert_eq!(side.prefill_stats().reused - before, 48);
+    let want = decoder(0).generate(&[req(&c)], &NoText).expect("fresh c");
+    assert_eq!(got[0].output_ids, want[0].output_ids);
 }
 
 /// What a hybrid file gets refused for, naming the key: a missing DeltaNet key, an inner
