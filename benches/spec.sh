@@ -81,6 +81,8 @@ d=$(secs gen "$tmp/lookup.jsonl" --draft lookup)
 drafts=$(grep '^drafts:' "$tmp/last.err" || true)
 cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/lookup.jsonl")
 echo "quote, batch 1: plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $drafts"
+pd=$(jq -r .decode_ms "$tmp/plain.jsonl"); dd=$(jq -r .decode_ms "$tmp/lookup.jsonl")
+echo "quote, batch 1, decode alone: plain ${pd} ms, lookup ${dd} ms, speed-up $(echo "$pd / $dd" | bc -l | cut -c1-5)x"
 # The same without the draft length's cost cap (CANDOR_DRAFT_COST=0), in the same sitting.
 quiet
 u=$(CANDOR_DRAFT_COST=0 secs gen "$tmp/uncapped.jsonl" --draft lookup)
