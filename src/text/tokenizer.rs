@@ -180,14 +180,7 @@ impl Tokenizer {
             Some(_) => return Err(bad_key("tokenizer.ggml.scores", "not an array")),
             None => vec![0.0; n],
         };
-        let kinds = match meta.get("tokenizer.ggml.token_type") {
-            Some(Value::Array(vs)) => vs
-                .iter()
-                .map(|v| value_i64(v).and_then(TokenKind::from_gguf))
-                .collect::<Result<Vec<_>>>()?,
-            Some(_) => return Err(bad_key("tokenizer.ggml.token_type", "not an array")),
-            None => vec![TokenKind::Normal; n],
-        };
+        let kinds = token_kinds(meta, n)?;
         if kinds.len() != n || scores.len() != n {
             return Err(TextError::Tokenizer(format!(
                 "{} token types and {} scores for {n} tokens",
@@ -195,14 +188,7 @@ impl Tokenizer {
                 scores.len()
             )));
         }
-        let in_vocab = |what: &str, id: Option<u32>| -> Result<Option<u32>> {
-            match id {
-                Some(i) if i as usize >= n => Err(TextError::Tokenizer(format!(
-                    "{what} token id {i} is outside the vocabulary of {n}"
-                ))),
-                other => Ok(other),
-            }
-        };
+        let in_vocab = |what: &str, id: Option<u32>| in_vocab(what, id, n);
         let eos = in_vocab("eos", meta_u32(meta, "tokenizer.ggml.eos_token_id")?)?
             .ok_or_else(|| bad_key("tokenizer.ggml.eos_token_id", "missing"))?;
         let bos = in_vocab("bos", meta_u32(meta, "tokenizer.ggml.bos_token_id")?)?;
@@ -303,28 +289,14 @@ impl Tokenizer {
         let tokens = meta_strings(meta, "tokenizer.ggml.tokens")?;
         let merges = meta_strings(meta, "tokenizer.ggml.merges")?;
         let n = tokens.len();
-        let kinds = match meta.get("tokenizer.ggml.token_type") {
-            Some(Value::Array(vs)) => vs
-                .iter()
-                .map(|v| value_i64(v).and_then(TokenKind::from_gguf))
-                .collect::<Result<Vec<_>>>()?,
-            Some(_) => return Err(bad_key("tokenizer.ggml.token_type", "not an array")),
-            None => vec![TokenKind::Normal; n],
-        };
+        let kinds = token_kinds(meta, n)?;
         if kinds.len() != n {
             return Err(TextError::Tokenizer(format!(
                 "{} token types for {n} tokens",
                 kinds.len()
             )));
         }
-        let in_vocab = |what: &str, id: Option<u32>| -> Result<Option<u32>> {
-            match id {
-                Some(i) if i as usize >= n => Err(TextError::Tokenizer(format!(
-                    "{what} token id {i} is outside the vocabulary of {n}"
-                ))),
-                other => Ok(other),
-            }
-        };
+        let in_vocab = |what: &str, id: Option<u32>| in_vocab(what, id, n);
         let eos = in_vocab("eos", meta_u32(meta, "tokenizer.ggml.eos_token_id")?)?
             .ok_or_else(|| bad_key("tokenizer.ggml.eos_token_id", "missing"))?;
         let bos = in_vocab("bos", meta_u32(meta, "tokenizer.ggml.bos_token_id")?)?;
@@ -748,6 +720,28 @@ fn config_token(config: &serde_json::Value, name: &str) -> Option<String> {
         serde_json::Value::String(s) => Some(s.clone()),
         serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
         _ => None,
+    }
+}
+
+/// `tokenizer.ggml.token_type` of an `n`-token vocabulary (all normal when absent).
+fn token_kinds(meta: &HashMap<String, Value>, n: usize) -> Result<Vec<TokenKind>> {
+    match meta.get("tokenizer.ggml.token_type") {
+        Some(Value::Array(vs)) => vs
+            .iter()
+            .map(|v| value_i64(v).and_then(TokenKind::from_gguf))
+            .collect(),
+        Some(_) => Err(bad_key("tokenizer.ggml.token_type", "not an array")),
+        None => Ok(vec![TokenKind::Normal; n]),
+    }
+}
+
+/// A special token's id (`what`: eos, bos, …), refused outside an `n`-token vocabulary.
+fn in_vocab(what: &str, id: Option<u32>, n: usize) -> Result<Option<u32>> {
+    match id {
+        Some(i) if i as usize >= n => Err(TextError::Tokenizer(format!(
+            "{what} token id {i} is outside the vocabulary of {n}"
+        ))),
+        other => Ok(other),
     }
 }
 

@@ -162,13 +162,30 @@ fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
 /// miss at 0.042; llama.cpp's own paths 878–880.
 #[test]
 fn tiny_gemma4_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<TinyRecord>("quant/tiny_gemma4_teacher_forced.jsonl");
+    match_llama_cpp(
+        "quant/tiny_gemma4_teacher_forced.jsonl",
+        write_model,
+        0.1,
+        0.05,
+    );
+}
+
+/// The fixture's models against llama.cpp's teacher-forced argmaxes (see the two tests): every
+/// miss below a top-2 gap of `near_tie` (Q8_0: 97% and below `q8_near_tie`), Q4_K_M batch-
+/// invariant.
+fn match_llama_cpp(
+    fixture: &str,
+    write: fn(&std::path::Path, &TinyRecord) -> std::path::PathBuf,
+    near_tie: f32,
+    q8_near_tie: f32,
+) {
+    let (head, records) = tiny_fixture::<TinyRecord>(fixture);
     let seqs = head.seqs();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut report = Vec::new();
     for t in &records {
         let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write_model(dir.path(), t);
+        let file = write(dir.path(), t);
         // Batch invariance on the richest mix only (Q4_K and Q6_K beside F32 tensors): the
         // F32 and Q8_0 kernels are the other architectures' (`quant.rs`), and CI time is
         // short.
@@ -179,14 +196,17 @@ fn tiny_gemma4_models_match_llama_cpp_and_are_batch_invariant() {
         let v = Verdict::new(&label, &a, &t.llama_cpp_paths);
         if t.ftype == "Q8_0" {
             assert!(a.agree * 100 >= a.total * 97, "{label}: below 97%");
-            assert!(a.widest_miss < 0.05, "{label}: a miss beyond a near tie");
+            assert!(
+                a.widest_miss < q8_near_tie,
+                "{label}: a miss beyond a near tie"
+            );
         } else {
             report.push(v);
         }
         std::fs::remove_file(&file).ok();
     }
     assert_eq!(report.len(), 2, "F32 and Q4_K_M in the fixture");
-    assert_verdicts(&report, 0.1);
+    assert_verdicts(&report, near_tie);
 }
 
 /// A prompt's logits at every position are the same bits in one prefill, in chunks of 1
@@ -485,28 +505,7 @@ const MOE_FIXTURE: &str = "quant/tiny_gemma4_moe_teacher_forced.jsonl";
 /// above): 861/880, its widest miss at 0.261, llama.cpp's own paths 878–880.
 #[test]
 fn tiny_gemma4_moe_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<TinyRecord>(MOE_FIXTURE);
-    let seqs = head.seqs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut report = Vec::new();
-    for t in &records {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write_moe_model(dir.path(), t);
-        if t.ftype == "Q4_K_M" {
-            assert_batch_invariant(&file, TQ_VOCAB, &label);
-        }
-        let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        let v = Verdict::new(&label, &a, &t.llama_cpp_paths);
-        if t.ftype == "Q8_0" {
-            assert!(a.agree * 100 >= a.total * 97, "{label}: below 97%");
-            assert!(a.widest_miss < 0.5, "{label}: a miss beyond a near tie");
-        } else {
-            report.push(v);
-        }
-        std::fs::remove_file(&file).ok();
-    }
-    assert_eq!(report.len(), 2, "F32 and Q4_K_M in the fixture");
-    assert_verdicts(&report, 0.5);
+    match_llama_cpp(MOE_FIXTURE, write_moe_model, 0.5, 0.5);
 }
 
 /// The MoE model's plan runs the dense MLP, sets it aside, routes on the router's own norm,
