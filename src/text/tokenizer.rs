@@ -131,21 +131,14 @@ impl Tokenizer {
         let add_bos = meta_bool(meta, "tokenizer.ggml.add_bos_token")?.unwrap_or(false);
         let add_eos = meta_bool(meta, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
 
-        let mut hasher = Sha256::new();
-        hasher.update(b"candor-gguf-tokenizer-v1\0gpt2\0");
-        hasher.update(pre_name.map(String::as_str).unwrap_or("default").as_bytes());
-        for (t, k) in tokens.iter().zip(&kinds) {
-            hasher.update([0u8, *k as u8]);
-            hasher.update(t.as_bytes());
-        }
-        for m in &merges {
-            hasher.update([1u8]);
-            hasher.update(m.as_bytes());
-        }
-        hasher.update(format!(
-            "\0bos={bos:?} eos={eos} add_bos={add_bos} add_eos={add_eos}"
-        ));
-        let sha256 = hex::encode(hasher.finalize());
+        let pre_key = pre_name.map(String::as_str).unwrap_or("default");
+        let sha256 = vocab_sha256(
+            &[b"candor-gguf-tokenizer-v1\0gpt2\0", pre_key.as_bytes()],
+            &tokens,
+            &kinds,
+            &merges,
+            &format!("\0bos={bos:?} eos={eos} add_bos={add_bos} add_eos={add_eos}"),
+        );
 
         Self::from_vocab(
             VocabSpec {
@@ -334,20 +327,13 @@ impl Tokenizer {
                 TokenKind::Unused => Vec::new(),
             })
             .collect();
-        let mut hasher = Sha256::new();
-        hasher.update(b"candor-gguf-tokenizer-v1\0gemma4\0");
-        for (t, k) in tokens.iter().zip(&kinds) {
-            hasher.update([0u8, *k as u8]);
-            hasher.update(t.as_bytes());
-        }
-        for m in &merges {
-            hasher.update([1u8]);
-            hasher.update(m.as_bytes());
-        }
-        hasher.update(format!(
-            "\0bos={bos:?} eos={eos} add_bos={add_bos} add_eos={add_eos}"
-        ));
-        let sha256 = hex::encode(hasher.finalize());
+        let sha256 = vocab_sha256(
+            &[b"candor-gguf-tokenizer-v1\0gemma4\0"],
+            &tokens,
+            &kinds,
+            &merges,
+            &format!("\0bos={bos:?} eos={eos} add_bos={add_bos} add_eos={add_eos}"),
+        );
         // `inner` serves nothing here (ids come from `spm_bpe`): an empty vocabulary.
         let empty = BPE::builder()
             .cache_capacity(0)
@@ -721,6 +707,31 @@ fn config_token(config: &serde_json::Value, name: &str) -> Option<String> {
         serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
         _ => None,
     }
+}
+
+/// The sha256 of a merges vocabulary as the manifest records it: `header`, each token's type
+/// and text, each merge, then `tail` (its special tokens and flags).
+fn vocab_sha256(
+    header: &[&[u8]],
+    tokens: &[String],
+    kinds: &[TokenKind],
+    merges: &[String],
+    tail: &str,
+) -> String {
+    let mut hasher = Sha256::new();
+    for h in header {
+        hasher.update(h);
+    }
+    for (t, k) in tokens.iter().zip(kinds) {
+        hasher.update([0u8, *k as u8]);
+        hasher.update(t.as_bytes());
+    }
+    for m in merges {
+        hasher.update([1u8]);
+        hasher.update(m.as_bytes());
+    }
+    hasher.update(tail);
+    hex::encode(hasher.finalize())
 }
 
 /// `tokenizer.ggml.token_type` of an `n`-token vocabulary (all normal when absent).
