@@ -17,7 +17,9 @@
 #      benches/write_shape_models.py), the quote request on the target with the draft model,
 #      printing the draft time and acceptance that `candor generate` reports (the cost model).
 # Settings: SPEC_MAX_LOAD (1.0), SPEC_WAIT (1800), SPEC_THREADS (2), SPEC_LIMIT (2 items),
-# SPEC_BATCHES (the protocol runs' batch sizes, "1 16 64").
+# SPEC_BATCHES (the protocol runs' batch sizes, "1 16 64"), SPEC_PROTOCOLS ("fbbench fennec"),
+# SPEC_REPEATS (1: each protocol run plain then drafted this many times, alternating; the
+# medians and every pair are printed), SPEC_QUOTE (1; 0 skips case 1).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -74,6 +76,7 @@ gen() { # out extra...
     "$bin" generate --prompts "$tmp/quote.jsonl" --max-new-tokens 512 --batch-size 1 \
         --threads "$threads" --out "$out" "$@"
 }
+if [ "${SPEC_QUOTE:-1}" = 1 ]; then
 quiet
 p=$(secs gen "$tmp/plain.jsonl")
 quiet
@@ -89,6 +92,8 @@ u=$(CANDOR_DRAFT_COST=0 secs gen "$tmp/uncapped.jsonl" --draft lookup)
 drafts=$(grep '^drafts:' "$tmp/last.err" || true)
 cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/uncapped.jsonl")
 echo "quote, batch 1, no cost cap: lookup ${u}s, speed-up $(echo "$p / $u" | bc -l | cut -c1-5)x; $drafts"
+fi
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # The judge steps of a finished run alone, replayed one at a time (`candor generate` with each
 # step's recorded messages and params), plain and with lookup drafts: decode time only (the
@@ -123,7 +128,7 @@ judge_steps() { # proto run-dir
 
 # 2-3. Judge steps in protocol runs.
 if [ -n "${CANDOR_DATA:-}" ]; then
-    for proto in fbbench fennec; do
+    for proto in ${SPEC_PROTOCOLS:-fbbench fennec}; do
         for b in ${SPEC_BATCHES:-1 16 64}; do
             items=$((b > limit ? b : limit))
             run() { # out extra...
@@ -133,14 +138,20 @@ if [ -n "${CANDOR_DATA:-}" ]; then
                     --judge-max-new-tokens 512 --constrain on --batch-size "$b" \
                     --threads "$threads" --out "$out" "$@"
             }
-            quiet
-            p=$(secs run "$tmp/$proto-$b-plain")
-            quiet
-            d=$(secs run "$tmp/$proto-$b-lookup" --judge-draft lookup)
-            cmp "$tmp/$proto-$b-plain/samples.jsonl" "$tmp/$proto-$b-lookup/samples.jsonl" \
-                || { echo "$proto batch $b: samples differ" >&2; exit 1; }
-            acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step}' "$tmp/$proto-$b-lookup/drafts.json")
-            echo "$proto, batch $b ($items items): plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
+            ps=(); ds=()
+            for r in $(seq "${SPEC_REPEATS:-1}"); do
+                rm -rf "$tmp/$proto-$b-plain" "$tmp/$proto-$b-lookup"
+                quiet
+                ps+=("$(secs run "$tmp/$proto-$b-plain")")
+                quiet
+                ds+=("$(secs run "$tmp/$proto-$b-lookup" --judge-draft lookup)")
+                cmp "$tmp/$proto-$b-plain/samples.jsonl" "$tmp/$proto-$b-lookup/samples.jsonl" \
+                    || { echo "$proto batch $b: samples differ" >&2; exit 1; }
+                echo "$proto, batch $b, pair $r: plain ${ps[-1]}s, lookup ${ds[-1]}s, ratio $(echo "${ps[-1]} / ${ds[-1]}" | bc -l | cut -c1-5)"
+            done
+            p=$(median "${ps[@]}"); d=$(median "${ds[@]}")
+            acc=$(jq -c '.[0] | {acceptance_rate, tokens_per_verify_step, verify_steps, drafted, accepted, steps_without_drafts_for_batch_size}' "$tmp/$proto-$b-lookup/drafts.json")
+            echo "$proto, batch $b ($items items, median of ${#ps[@]}): plain ${p}s, lookup ${d}s, speed-up $(echo "$p / $d" | bc -l | cut -c1-5)x; $acc"
             if [ "$b" = 1 ]; then
                 judge_steps "$proto" "$tmp/$proto-$b-plain"
                 quiet
