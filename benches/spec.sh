@@ -7,7 +7,9 @@
 # (giving up after $SPEC_WAIT seconds), prints the load before each measurement, then times
 # with the default model, each case plain and with drafts (the outputs must be identical, or
 # the script fails):
-#   1. a quote-heavy request at batch 1 (`candor generate`: repeat a ~1,000-token passage);
+#   1. a quote-heavy request at batch 1 (`candor generate`: repeat a ~1,000-token passage), then
+#      the same kind of request through `candor serve` end to end (benches/spec_serve.py: one
+#      server with --draft lookup, requests alternately with `"speculative.n_max": 0`);
 #   2. FB-Bench checklist judgements and Fennec judge steps at batch 1 (`candor run` with
 #      --judge-draft lookup; needs the data, $CANDOR_DATA), then the judge steps alone:
 #      replayed one by one through `candor generate`, decode time only;
@@ -92,6 +94,8 @@ u=$(CANDOR_DRAFT_COST=0 secs gen "$tmp/uncapped.jsonl" --draft lookup)
 drafts=$(grep '^drafts:' "$tmp/last.err" || true)
 cmp <(jq -c '.output_ids' "$tmp/plain.jsonl") <(jq -c '.output_ids' "$tmp/uncapped.jsonl")
 echo "quote, batch 1, no cost cap: lookup ${u}s, speed-up $(echo "$p / $u" | bc -l | cut -c1-5)x; $drafts"
+quiet
+python3 benches/spec_serve.py "$bin" --threads "$threads"
 fi
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
