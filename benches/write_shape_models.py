@@ -2,7 +2,7 @@
 """Random-weight models of real shapes for CPU speed measurements (issue #26), written from a
 seed and quantized by llama.cpp's own `llama-quantize`, as the files users download are.
 
-  write_shape_models.py OUT_DIR [--shape qwen2.5-1.5b|llama3-8b|qwen3-30b-a3b-4l|gpt-oss-20b-4l|...]
+  write_shape_models.py OUT_DIR [--shape qwen2.5-1.5b|llama3-8b|llama3.2-1b|qwen3-30b-a3b-4l|gpt-oss-20b-4l|qwen3.5-4b|...]
                         [--types Q4_K_M,Q8_0] [--llama-bin DIR] [--seed N] [--layers N] [--random-blocks]
 
 writes OUT_DIR/<shape>.F16.gguf (every matrix F16, norms F32, biases F32 where the architecture
@@ -38,6 +38,11 @@ SHAPES = {
     # Llama-3-8B-Instruct.
     "llama3-8b": dict(arch="llama", dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
                       vocab=128256, ctx=8192, theta=500000.0, eps=1e-5, tied=False, bias=False),
+    # Llama-3.2-1B-Instruct, the usual draft model for Llama-3-8B (issue #45): the same
+    # vocabulary, head 64, tied embeddings.
+    "llama3.2-1b": dict(arch="llama", dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192,
+                        vocab=128256, ctx=131072, theta=500000.0, eps=1e-5, tied=True,
+                        bias=False),
     # Qwen3-30B-A3B's per-layer shape (issue #42) with 4 of its 48 layers (the per-layer
     # ratio against llama.cpp is the same): head 128 (q 4096 wide), q/k norms, 128 experts of
     # FFN 768, 8 used per token.
@@ -53,6 +58,24 @@ SHAPES = {
                            ffn=2880, experts=32, used=4, expert_ffn=2880, vocab=201088,
                            ctx=131072, theta=150000.0, eps=1e-5, tied=False, bias=True,
                            oss=True, window=128, yarn=(32.0, 4096)),
+    # Qwen3.5-4B (issue #43): 32 layers, 3 of every 4 Gated DeltaNet (16 key heads and 32 value
+    # heads of 128, conv of 4 taps), every 4th full attention (16/4 heads of 256, the query
+    # projection twice as wide for its output gate, q/k norms, RoPE over a quarter of each head
+    # in sections [11, 11, 10]), FFN 9216, tied embeddings, a 248,320-token vocabulary.
+    "qwen3.5-4b": dict(arch="qwen35", dim=2560, layers=32, heads=16, kv_heads=4, head_dim=256,
+                       ffn=9216, qk_norm=True, vocab=248320, ctx=262144, theta=10000000.0,
+                       eps=1e-6, tied=True, bias=False,
+                       linear=dict(interval=4, conv=4, state=128, k_heads=16, v_heads=32),
+                       rope_dim=64, sections=[11, 11, 10, 0]),
+    # Qwen3.5-35B-A3B's per-layer shape (issue #43), 40 layers in the real file: those layers
+    # (16/2 heads of 256) with 256 experts of FFN 512, 8 used, and a shared expert of FFN 512
+    # behind a sigmoid gate; untied. Use --layers 4 or 8 (one or two groups of four).
+    "qwen3.5-35b-a3b": dict(arch="qwen35moe", dim=2048, layers=40, heads=16, kv_heads=2,
+                            head_dim=256, ffn=512, experts=256, used=8, expert_ffn=512,
+                            shared_ffn=512, qk_norm=True, vocab=248320, ctx=262144,
+                            theta=10000000.0, eps=1e-6, tied=False, bias=False,
+                            linear=dict(interval=4, conv=4, state=128, k_heads=16, v_heads=32),
+                            rope_dim=64, sections=[11, 11, 10, 0]),
     # A tiny qwen3moe of the same layout, for checking the script itself in seconds.
     "tiny-qwen3moe": dict(arch="qwen3moe", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64,
                           ffn=512, experts=8, used=2, expert_ffn=256, qk_norm=True, vocab=1024,
@@ -107,9 +130,14 @@ def tensors(s):
     hd = s.get("head_dim", d // s["heads"])
     qd, kvd = s["heads"] * hd, s["kv_heads"] * hd
     out = [("token_embd.weight", (s["vocab"], d), "matrix")]
+    lin = s.get("linear")
     for i in range(s["layers"]):
         p = f"blk.{i}."
         out.append((p + "attn_norm.weight", (d,), "norm"))
+        if lin:
+            out += hybrid_attention(s, p, i)
+            out += feed_forward(s, p)
+            continue
         for name, rows in (("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)):
             out.append((p + name + ".weight", (rows, d), "matrix"))
             if s["bias"]:
@@ -123,23 +151,67 @@ def tensors(s):
             out += [(p + "attn_output.bias", (d,), "bias"),
                     (p + "attn_sinks.weight", (s["heads"],), "bias")]
         out.append((p + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), (d,), "norm"))
-        if "experts" in s:
-            e, f = s["experts"], s["expert_ffn"]
-            mats = [("ffn_gate_inp", (e, d)), ("ffn_gate_exps", (e, f, d)),
-                    ("ffn_up_exps", (e, f, d)), ("ffn_down_exps", (e, d, f))]
-            for name, shape in mats:
-                out.append((p + name + ".weight", shape, "matrix"))
-                if oss:  # gpt-oss: router and expert biases
-                    out.append((p + name + ".bias", shape[:-1], "bias"))
-        else:
-            out += [
-                (p + "ffn_gate.weight", (s["ffn"], d), "matrix"),
-                (p + "ffn_up.weight", (s["ffn"], d), "matrix"),
-                (p + "ffn_down.weight", (d, s["ffn"]), "matrix"),
-            ]
+        out += feed_forward(s, p)
     out.append(("output_norm.weight", (d,), "norm"))
     if not s["tied"]:
         out.append(("output.weight", (s["vocab"], d), "matrix"))
+    return out
+
+
+def hybrid_attention(s, p, i):
+    """A qwen35 layer's attention block (as llama.cpp's qwen35.cpp reads it): Gated DeltaNet on
+    three of every `interval` layers, gated full attention on the last; then the FFN pre-norm
+    `post_attention_norm`."""
+    d, lin = s["dim"], s["linear"]
+    hd = s["head_dim"]
+    qd, kvd = s["heads"] * hd, s["kv_heads"] * hd
+    if (i + 1) % lin["interval"] != 0:
+        key_dim, value_dim = lin["state"] * lin["k_heads"], lin["state"] * lin["v_heads"]
+        vh = lin["v_heads"]
+        out = [(p + "attn_qkv.weight", (2 * key_dim + value_dim, d), "matrix"),
+               (p + "attn_gate.weight", (value_dim, d), "matrix"),
+               (p + "ssm_beta.weight", (vh, d), "matrix"),
+               (p + "ssm_alpha.weight", (vh, d), "matrix"),
+               (p + "ssm_conv1d.weight", (2 * key_dim + value_dim, lin["conv"]), "bias"),
+               (p + "ssm_dt.bias", (vh,), "bias"),
+               (p + "ssm_a", (vh,), "negative"),
+               (p + "ssm_norm.weight", (lin["state"],), "norm"),
+               (p + "ssm_out.weight", (d, value_dim), "matrix")]
+    else:
+        out = [(p + "attn_q.weight", (2 * qd, d), "matrix"),
+               (p + "attn_k.weight", (kvd, d), "matrix"),
+               (p + "attn_v.weight", (kvd, d), "matrix"),
+               (p + "attn_q_norm.weight", (hd,), "norm"),
+               (p + "attn_k_norm.weight", (hd,), "norm"),
+               (p + "attn_output.weight", (d, qd), "matrix")]
+    return out + [(p + "post_attention_norm.weight", (d,), "norm")]
+
+
+def feed_forward(s, p):
+    """The layer's FFN: dense, or routed experts (gpt-oss: with biases), with a sigmoid-gated
+    shared expert where the shape has one (qwen35moe)."""
+    d, out = s["dim"], []
+    oss = s.get("oss", False)
+    if "experts" in s:
+        e, f = s["experts"], s["expert_ffn"]
+        mats = [("ffn_gate_inp", (e, d)), ("ffn_gate_exps", (e, f, d)),
+                ("ffn_up_exps", (e, f, d)), ("ffn_down_exps", (e, d, f))]
+        for name, shape in mats:
+            out.append((p + name + ".weight", shape, "matrix"))
+            if oss:  # gpt-oss: router and expert biases
+                out.append((p + name + ".bias", shape[:-1], "bias"))
+    else:
+        out += [
+            (p + "ffn_gate.weight", (s["ffn"], d), "matrix"),
+            (p + "ffn_up.weight", (s["ffn"], d), "matrix"),
+            (p + "ffn_down.weight", (d, s["ffn"]), "matrix"),
+        ]
+    if "shared_ffn" in s:
+        f = s["shared_ffn"]
+        out += [(p + "ffn_gate_inp_shexp.weight", (d,), "bias"),
+                (p + "ffn_gate_shexp.weight", (f, d), "matrix"),
+                (p + "ffn_up_shexp.weight", (f, d), "matrix"),
+                (p + "ffn_down_shexp.weight", (d, f), "matrix")]
     return out
 
 
@@ -163,6 +235,18 @@ def metadata(s, name, file_type=1):
         extra += [kv(f"{a}.expert_count", 4, s["experts"]),
                   kv(f"{a}.expert_used_count", 4, s["used"]),
                   kv(f"{a}.expert_feed_forward_length", 4, s["expert_ffn"])]
+    if "shared_ffn" in s:
+        extra.append(kv(f"{a}.expert_shared_feed_forward_length", 4, s["shared_ffn"]))
+    if "linear" in s:
+        lin = s["linear"]
+        extra += [kv(f"{a}.full_attention_interval", 4, lin["interval"]),
+                  kv(f"{a}.ssm.conv_kernel", 4, lin["conv"]),
+                  kv(f"{a}.ssm.inner_size", 4, lin["state"] * lin["v_heads"]),
+                  kv(f"{a}.ssm.state_size", 4, lin["state"]),
+                  kv(f"{a}.ssm.time_step_rank", 4, lin["v_heads"]),
+                  kv(f"{a}.ssm.group_count", 4, lin["k_heads"]),
+                  kv(f"{a}.rope.dimension_count", 4, s["rope_dim"]),
+                  kv(f"{a}.rope.dimension_sections", 9, (5, s["sections"]))]
     if "window" in s:
         extra.append(kv(f"{a}.attention.sliding_window", 4, s["window"]))
     if "yarn" in s:
@@ -271,6 +355,9 @@ def write_gguf(path, s, seed, matrix_type, file_type):
         for (name, shape, kind), nbytes, t in zip(ts, sizes, types):
             if kind == "norm":
                 f.write((1.0 + 0.1 * rng.standard_normal(shape[0], dtype=np.float32)).tobytes())
+            elif kind == "negative":  # ssm_a = -exp(A_log)
+                n = int(np.prod(shape))
+                f.write((-np.exp(0.5 * rng.standard_normal(n, dtype=np.float32))).tobytes())
             elif kind == "bias":
                 n = int(np.prod(shape))
                 f.write((0.1 * rng.standard_normal(n, dtype=np.float32)).tobytes())
