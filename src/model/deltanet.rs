@@ -611,7 +611,11 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let v = ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0;
-            v * if (seed >> 20) % 5 == 0 { 1e4 } else { 1.0 }
+            v * if (seed >> 20).is_multiple_of(5) {
+                1e4
+            } else {
+                1.0
+            }
         };
         let rows: Vec<f32> = (0..DOT_ROWS * s).map(|_| draw()).collect();
         let x: Vec<f32> = (0..s).map(|_| draw()).collect();
