@@ -292,6 +292,18 @@ fn write_tiny_model(dir: &std::path::Path, arch: &'static str, ftype: &str) -> s
     file
 }
 
+/// `model` on the GPU, or `None` (skipped, said loudly) without one.
+#[track_caller]
+fn load_on_gpu(model: Transformer, label: &str) -> Option<Arc<Model>> {
+    match Model::new(model, device()) {
+        Ok(m) => Some(Arc::new(m)),
+        Err(e) => {
+            skip(&format_args!("{label}: {e}"));
+            None
+        }
+    }
+}
+
 /// The same requests give the same tokens on the GPU `model` at batch sizes 1, 3, 16 and 64
 /// and with other neighbours (reversed order); every fourth request samples, seeded.
 fn assert_gpu_batch_invariant(model: &Arc<Model>, vocab: usize, label: &str) {
@@ -358,12 +370,8 @@ fn gpu_tiny_models_of_every_architecture_in_q4_k_m_q8_0_bf16() {
             Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
         };
-        let gpu = match Model::new(load(), device()) {
-            Ok(m) => Arc::new(m),
-            Err(e) => {
-                skip(&e);
-                return;
-            }
+        let Some(gpu) = load_on_gpu(load(), &label) else {
+            return;
         };
         assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
         let cpu = Arc::new(Model::from(load()));
@@ -665,12 +673,8 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
             Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
         };
-        let gpu = match Model::new(load(), device()) {
-            Ok(m) => Arc::new(m),
-            Err(e) => {
-                skip(&e);
-                return;
-            }
+        let Some(gpu) = load_on_gpu(load(), &label) else {
+            return;
         };
         let plan = load().plan().clone();
         let lowering = gpu.gpu_lowering().expect("a GPU model");
