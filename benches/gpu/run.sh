@@ -32,7 +32,8 @@
 #   moe       Mixture-of-Experts on the card (issue #42): tiny random qwen3moe files (F16 and a
 #             Q4_K_M mix) and gpt-oss files (F16 and llama-quantize's MXFP4_MOE mix: MXFP4
 #             experts, the rest Q8_0), written by benches/write_shape_models.py, `candor
-#             generate` greedy on the CPU and on the GPU, and each file's tokens compared:
+#             generate` greedy on the CPU and on the GPU, and each file's tokens compared (also
+#             the tiny hybrid qwen35, benches/write_tiny_hybrid_chat.py):
 #             "moe <file>: greedy tokens equal (n/n)" or where they part
 #   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
 #             integer kernels, against the copy rate measured in the same call
@@ -279,6 +280,11 @@ PY
         python3 "$root/benches/write_shape_models.py" $d --shape $s --random-blocks > /dev/null ||
         { say "moe: writing $s failed"; continue; }
     done
+    # The tiny qwen35 (the tests' seeded F32 weights: linear attention and its state on the
+    # card) with the default model's vocabulary and template, llama.cpp's gguf-py.
+    [[ -e /tmp/vocab.gguf ]] || xz -dc "$g/vocab.gguf.xz" > /tmp/vocab.gguf
+    python3 "$root/benches/write_tiny_hybrid_chat.py" /tmp/vocab.gguf $d/tiny-qwen35.F32.gguf \
+      --src /tmp/llama > /dev/null || say "moe: writing tiny-qwen35 failed"
     printf '%s\n' '{"id":"a","prompt":"The experts of a mixture"}' '{"id":"b","prompt":"x"}' \
       '{"id":"c","prompt":"A longer prompt, so that the batch has rows of several lengths and experts."}' > $d/prompts.jsonl
     for f in $d/*.gguf; do

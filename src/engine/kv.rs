@@ -9,13 +9,15 @@
 //! A hybrid model's sequence also holds a fixed-size recurrent state (its linear-attention
 //! layers' conv inputs and delta-rule matrices) at its current length: small next to the KV of
 //! a long context, so a fork copies it whole. It cannot be rolled back: a sequence with a state
-//! is only ever truncated to nothing.
+//! is only ever truncated to nothing. It lives where the blocks do: in host memory, or in the
+//! device's memory beside its KV pool ([`DeviceState`]), copied to the host only for a
+//! snapshot ([`SeqKv::state_snapshot`]) and back for a resume.
 //! This module stores numbers; it does not know what a token or a request is.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::model::device::{DeviceBlock, KvPool};
+use crate::model::device::{DeviceBlock, DeviceState, KvPool};
 use crate::model::kv::KvSeq;
 
 /// Positions per block (the models' block size on every device).
@@ -105,6 +107,42 @@ impl Block {
     }
 }
 
+/// A sequence's recurrent state, where its blocks are (cloning a device state copies it on
+/// the device).
+#[derive(Debug, Clone)]
+enum State {
+    Host(Vec<f32>),
+    Device(DeviceState),
+}
+
+impl State {
+    /// A zero state of `len` floats in `storage` (`len` 0: none).
+    // Without the `cuda` feature device states are uninhabited: that arm is dead code there.
+    #[cfg_attr(not(feature = "cuda"), allow(unreachable_code))]
+    fn zeros(storage: &KvStorage, len: usize) -> State {
+        match storage {
+            KvStorage::Device(pool) if len > 0 => State::Device(pool.new_state(len)),
+            _ => State::Host(vec![0.0; len]),
+        }
+    }
+
+    /// The state `v` in `storage`.
+    #[cfg_attr(not(feature = "cuda"), allow(unreachable_code))]
+    fn from_host(storage: &KvStorage, v: Vec<f32>) -> State {
+        match storage {
+            KvStorage::Device(pool) if !v.is_empty() => State::Device(pool.state_from(&v)),
+            _ => State::Host(v),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            State::Host(v) => v.len(),
+            State::Device(d) => d.len(),
+        }
+    }
+}
+
 /// The KV state of one sequence.
 #[derive(Debug, Clone)]
 pub struct SeqKv {
@@ -113,7 +151,7 @@ pub struct SeqKv {
     blocks: Vec<Arc<Block>>,
     len: usize,
     /// The recurrent state after `len` positions (empty for models without one).
-    state: Vec<f32>,
+    state: State,
 }
 
 impl SeqKv {
@@ -129,20 +167,29 @@ impl SeqKv {
             storage,
             blocks: Vec::new(),
             len: 0,
-            state: Vec::new(),
+            state: State::Host(Vec::new()),
         }
     }
 
     /// The same empty sequence with a zero recurrent state of `len` floats (a hybrid
-    /// model's `state_len`).
+    /// model's `state_len`), kept where its blocks are.
     pub fn with_state(mut self, len: usize) -> SeqKv {
-        self.state = vec![0.0; len];
+        self.state = State::zeros(&self.storage, len);
         self
     }
 
     /// Bytes of recurrent state this sequence holds.
     pub fn state_bytes(&self) -> usize {
         self.state.len() * std::mem::size_of::<f32>()
+    }
+
+    /// A host copy of the recurrent state after `len` positions (read back from the device
+    /// when it is kept there): the prefix cache's snapshot. Empty without one.
+    pub fn state_snapshot(&self) -> Vec<f32> {
+        match &self.state {
+            State::Host(v) => v.clone(),
+            State::Device(d) => d.to_host(),
+        }
     }
 
     /// A sequence made of whole, already written blocks (`blocks.len() * BLOCK_TOKENS`
@@ -153,11 +200,12 @@ impl SeqKv {
             storage,
             len: blocks.len() * BLOCK_TOKENS,
             blocks,
-            state: Vec::new(),
+            state: State::Host(Vec::new()),
         }
     }
 
-    /// [`SeqKv::from_blocks`] with the recurrent state at exactly the blocks' last position.
+    /// [`SeqKv::from_blocks`] with the recurrent state at exactly the blocks' last position
+    /// (uploaded when the blocks are a device's).
     pub fn from_blocks_with_state(
         layout: KvLayout,
         storage: KvStorage,
@@ -165,7 +213,7 @@ impl SeqKv {
         state: Vec<f32>,
     ) -> SeqKv {
         SeqKv {
-            state,
+            state: State::from_host(&storage, state),
             ..SeqKv::from_blocks(layout, storage, blocks)
         }
     }
@@ -190,12 +238,15 @@ impl SeqKv {
     /// When a sequence with a recurrent state is cut to a length other than 0: the state
     /// of an earlier position is gone (callers refuse what would need it, such as drafts).
     pub fn truncate(&mut self, len: usize) {
-        if len < self.len && !self.state.is_empty() {
+        if len < self.len && self.state.len() > 0 {
             assert_eq!(
                 len, 0,
                 "a recurrent state cannot be rolled back to position {len}"
             );
-            self.state.fill(0.0);
+            match &mut self.state {
+                State::Host(v) => v.fill(0.0),
+                State::Device(d) => d.zero(),
+            }
         }
         if len < self.len {
             self.len = len;
@@ -300,12 +351,26 @@ impl KvSeq for SeqKv {
         }));
     }
 
+    // A device state is read and written by the device's forward pass (`device_state`).
     fn state(&self) -> &[f32] {
-        &self.state
+        match &self.state {
+            State::Host(v) => v,
+            State::Device(_) => &[],
+        }
     }
 
     fn state_mut(&mut self) -> &mut [f32] {
-        &mut self.state
+        match &mut self.state {
+            State::Host(v) => v,
+            State::Device(_) => &mut [],
+        }
+    }
+
+    fn device_state(&self) -> Option<u64> {
+        match &self.state {
+            State::Host(_) => None,
+            State::Device(d) => Some(d.addr()),
+        }
     }
 }
 

@@ -185,7 +185,14 @@ impl PrefixCache {
     /// state, a snapshot of `kv`'s state when it ends on a block boundary.
     pub fn insert(&mut self, ids: &[u32], kv: &SeqKv) {
         let len = crate::model::kv::KvSeq::len(kv);
-        self.insert_with_state(ids, kv, len, crate::model::kv::KvSeq::state(kv));
+        // The state is copied (read back from a device) only where a snapshot can be taken.
+        let snapshot = self.enabled() && self.state_len > 0 && len.is_multiple_of(BLOCK_TOKENS);
+        let state = if snapshot {
+            kv.state_snapshot()
+        } else {
+            Vec::new()
+        };
+        self.insert_with_state(ids, kv, len, &state);
     }
 
     /// [`PrefixCache::insert`] with `state`, the sequence's recurrent state after its first

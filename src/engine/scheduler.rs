@@ -866,15 +866,8 @@ impl Decoder {
                 && a.kv.len().is_multiple_of(BLOCK_TOKENS)
             {
                 // One state copy per block of reply (drafts are off for these models, so
-                // the sequence moved one position).
-                let state = a.kv.state();
-                match &mut a.reply_state {
-                    Some((at, s)) => {
-                        *at = a.kv.len();
-                        s.copy_from_slice(state);
-                    }
-                    None => a.reply_state = Some((a.kv.len(), state.to_vec())),
-                }
+                // the sequence moved one position; a device's state is read back).
+                a.reply_state = Some((a.kv.len(), a.kv.state_snapshot()));
             }
             // Positions before this step's rows; the sequence's own rows returned.
             let base = a.kv.len() - n;

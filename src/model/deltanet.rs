@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use super::arch::{ArchSpec, ModelConfig, TensorSource};
 use super::error::{ModelError, Result};
-use super::expf::{exp_f32, exp_shifted_in_place};
+use super::expf::{exp_f32, exp_shifted_in_place, log_f32};
 use super::kv::{KvSeq, SeqStep};
 use super::quant::QWeight;
 use super::transformer::WeightDType;
@@ -161,7 +161,7 @@ impl Hybrid {
         2 * self.key_dim() + self.value_dim()
     }
 
-    fn conv_state_len(&self) -> usize {
+    pub(super) fn conv_state_len(&self) -> usize {
         (self.conv_kernel - 1) * self.conv_dim()
     }
 
@@ -176,7 +176,7 @@ impl Hybrid {
     }
 
     /// Where layer `l`'s state starts in a sequence's state.
-    fn state_offset(&self, l: usize) -> usize {
+    pub(super) fn state_offset(&self, l: usize) -> usize {
         self.linear[..l].iter().filter(|&&x| x).count() * self.layer_state_len()
     }
 
@@ -257,11 +257,11 @@ impl DeltaNet {
 #[derive(Debug, Default)]
 pub struct DeltaScratch {
     /// The mixed q|k|v channels (`conv_dim` per row), then their convolution.
-    mixed: Vec<f32>,
-    conv: Vec<f32>,
-    z: Vec<f32>,
-    beta: Vec<f32>,
-    alpha: Vec<f32>,
+    pub(super) mixed: Vec<f32>,
+    pub(super) conv: Vec<f32>,
+    pub(super) z: Vec<f32>,
+    pub(super) beta: Vec<f32>,
+    pub(super) alpha: Vec<f32>,
     /// The full-attention layers' output gate (`q_dim` per row).
     pub(super) gate: Vec<f32>,
 }
@@ -298,12 +298,13 @@ pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp_f32(-x))
 }
 
-/// ggml's `softplus`: `x` above 20, else `logf(1 + expf(x))`.
-fn softplus(x: f32) -> f32 {
+/// ggml's `softplus`: `x` above 20, else `logf(1 + expf(x))` (glibc's `logf`, the same bits
+/// everywhere: [`log_f32`]).
+pub(super) fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
     } else {
-        (1.0 + exp_f32(x)).ln()
+        log_f32(1.0 + exp_f32(x))
     }
 }
 

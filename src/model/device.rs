@@ -3,7 +3,8 @@
 //!
 //! The engine keeps deciding which blocks a sequence has, which it shares with forks and the
 //! prefix cache, and when one is copied before a write; on a GPU a block is a slot of one KV
-//! pool in device memory ([`DeviceBlock`]) instead of host numbers. Without the `cuda`
+//! pool in device memory ([`DeviceBlock`]) instead of host numbers, and a hybrid model's
+//! recurrent state a buffer there ([`DeviceState`]). Without the `cuda`
 //! feature the device types are uninhabited, so host-only builds carry no device code paths.
 
 use std::fmt;
@@ -71,7 +72,7 @@ impl FromStr for DeviceSpec {
 }
 
 #[cfg(feature = "cuda")]
-pub use super::cuda::{DeviceBlock, KvPool};
+pub use super::cuda::{DeviceBlock, DeviceState, KvPool};
 
 /// A block of KV positions in a device's memory (uninhabited: this build has no devices).
 #[cfg(not(feature = "cuda"))]
@@ -82,6 +83,40 @@ pub enum DeviceBlock {}
 #[cfg(not(feature = "cuda"))]
 #[derive(Debug, Clone)]
 pub enum KvPool {}
+
+/// A sequence's recurrent state in a device's memory (uninhabited: this build has no
+/// devices).
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug, Clone)]
+pub enum DeviceState {}
+
+#[cfg(not(feature = "cuda"))]
+impl DeviceState {
+    /// Floats held.
+    pub fn len(&self) -> usize {
+        match *self {}
+    }
+
+    /// Whether it holds no floats.
+    pub fn is_empty(&self) -> bool {
+        match *self {}
+    }
+
+    /// The device address the kernels update.
+    pub fn addr(&self) -> u64 {
+        match *self {}
+    }
+
+    /// The state, read back.
+    pub fn to_host(&self) -> Vec<f32> {
+        match *self {}
+    }
+
+    /// Sets every float to zero.
+    pub fn zero(&mut self) {
+        match *self {}
+    }
+}
 
 #[cfg(not(feature = "cuda"))]
 impl KvPool {
@@ -96,6 +131,16 @@ impl KvPool {
 
     /// Blocks not in use.
     pub fn free_blocks(&self) -> usize {
+        match *self {}
+    }
+
+    /// A zero recurrent state of `len` floats on the pool's device.
+    pub fn new_state(&self, _len: usize) -> DeviceState {
+        match *self {}
+    }
+
+    /// The recurrent state `v`, uploaded to the pool's device.
+    pub fn state_from(&self, _v: &[f32]) -> DeviceState {
         match *self {}
     }
 }

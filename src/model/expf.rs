@@ -1,4 +1,5 @@
-//! `expf` for the attention softmax, the same bits on every machine and instruction set.
+//! `expf` for the attention softmax (and `logf` for the delta rule's softplus), the same bits
+//! on every machine and instruction set.
 //!
 //! The algorithm is the one glibc's x86-64 `expf` runs on CPUs with FMA (its `__expf_fma`,
 //! from Arm's optimized-routines): `x · 32 / ln 2 = k + r` in double precision, `2^(k/32)`
@@ -9,6 +10,12 @@
 //! bits it had with libm, and elsewhere (a CPU without FMA, where glibc picks another variant;
 //! another libm) it no longer depends on libm. The AVX2 version computes four doubles at a
 //! time with the same operations, so it gives the portable version's bits.
+//!
+//! [`log_f32`] is glibc's `logf` in the same way (Arm's optimized-routines `logf.c`, its FMA
+//! variant): a 16-entry table of `1/c` and `log c`, a cubic in `r = z/c − 1`, in double
+//! precision, rounded once. It equals this workplace's glibc on every 7th f32 from 0 to
+//! infinity (305,585,006 inputs checked, no difference). The GPU kernels compute both with
+//! the same operations (`moe.cu`, `deltanet.cu`).
 
 /// `2^(i/32)` as f64 bits, minus `i << 47` (so that adding `k << 47` scales by `2^(k/32)`).
 /// Computed with 60-digit decimal arithmetic and rounded to nearest.
@@ -79,6 +86,67 @@ pub fn exp_f32(x: f32) -> f32 {
     let r2 = r * r;
     let y = C2.mul_add(r, 1.0);
     (z.mul_add(r2, y) * s) as f32
+}
+
+/// `1/c` and `log c` (f64 bits) of [`log_f32`]'s 16 subintervals (glibc's `__logf_data.tab`).
+pub(crate) const LOG_TABLE: [(u64, u64); 16] = [
+    (0x3ff661ec79f8f3be, 0xbfd57bf7808caade),
+    (0x3ff571ed4aaf883d, 0xbfd2bef0a7c06ddb),
+    (0x3ff49539f0f010b0, 0xbfd01eae7f513a67),
+    (0x3ff3c995b0b80385, 0xbfcb31d8a68224e9),
+    (0x3ff30d190c8864a5, 0xbfc6574f0ac07758),
+    (0x3ff25e227b0b8ea0, 0xbfc1aa2bc79c8100),
+    (0x3ff1bb4a4a1a343f, 0xbfba4e76ce8c0e5e),
+    (0x3ff12358f08ae5ba, 0xbfb1973c5a611ccc),
+    (0x3ff0953f419900a7, 0xbfa252f438e10c1e),
+    (0x3ff0000000000000, 0x0000000000000000),
+    (0x3fee608cfd9a47ac, 0x3faaa5aa5df25984),
+    (0x3feca4b31f026aa0, 0x3fbc5e53aa362eb4),
+    (0x3feb2036576afce6, 0x3fc526e57720db08),
+    (0x3fe9c2d163a1aa2d, 0x3fcbc2860d224770),
+    (0x3fe886e6037841ed, 0x3fd1058bc8a07ee1),
+    (0x3fe767dcf5534862, 0x3fd4043057b6ee09),
+];
+/// `ln 2` and the cubic's coefficients of `r³`, `r²`, `r` less the first (glibc's
+/// `__logf_data.ln2` and `.poly`), as f64 bits.
+pub(crate) const LOG_LN2: u64 = 0x3fe62e42fefa39ef;
+pub(crate) const LOG_POLY: [u64; 3] = [0xbfd00ea348b88334, 0x3fd5575b0be00b6a, 0xbfdffffef20a4123];
+
+/// `ln x` rounded to f32 (see the module doc): `x = 2^k z` with `z` near a table point `c`,
+/// `ln x = log1p(z/c − 1) + ln c + k ln 2`. Zero gives −∞, a negative number or NaN gives NaN.
+pub fn log_f32(x: f32) -> f32 {
+    let mut ix = x.to_bits();
+    if ix == 0x3f80_0000 {
+        return 0.0;
+    }
+    if ix.wrapping_sub(0x0080_0000) >= 0x7f80_0000 - 0x0080_0000 {
+        if ix.wrapping_mul(2) == 0 {
+            return f32::NEG_INFINITY;
+        }
+        if ix == 0x7f80_0000 {
+            return x;
+        }
+        if ix & 0x8000_0000 != 0 || ix.wrapping_mul(2) >= 0xff00_0000 {
+            return f32::NAN;
+        }
+        // A subnormal, normalized.
+        ix = (x * 8_388_608.0).to_bits().wrapping_sub(23 << 23);
+    }
+    let tmp = ix.wrapping_sub(0x3f33_0000);
+    let i = ((tmp >> 19) % 16) as usize;
+    let k = (tmp as i32) >> 23;
+    let z = f32::from_bits(ix.wrapping_sub(tmp & 0xff80_0000)) as f64;
+    let (invc, logc) = (
+        f64::from_bits(LOG_TABLE[i].0),
+        f64::from_bits(LOG_TABLE[i].1),
+    );
+    let [a0, a1, a2] = LOG_POLY.map(f64::from_bits);
+    let r = z.mul_add(invc, -1.0);
+    let y0 = (k as f64).mul_add(f64::from_bits(LOG_LN2), logc);
+    let r2 = r * r;
+    let y = a1.mul_add(r, a2);
+    let y = a0.mul_add(r2, y);
+    y.mul_add(r2, y0 + r) as f32
 }
 
 /// `xs[i] = e^(xs[i] - shift)` for every element (the subtraction in f32), eight at a time
@@ -218,6 +286,53 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `log_f32` against this machine's libm on 200,000 spread inputs and the edges (glibc's
+    /// algorithm: equal on x86-64 glibc; elsewhere within an ulp).
+    #[test]
+    fn log_matches_libm() {
+        let glibc = cfg!(all(target_arch = "x86_64", target_env = "gnu"));
+        let mut xs: Vec<f32> = (0..200_000u32)
+            .map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761) % 0x7f80_0000))
+            .collect();
+        xs.extend([
+            1.0,
+            2.0,
+            0.5,
+            1e-45,
+            f32::MIN_POSITIVE,
+            f32::MAX,
+            1.0 + f32::EPSILON,
+        ]);
+        for x in xs {
+            let (got, want) = (log_f32(x), x.ln());
+            if glibc {
+                assert_eq!(got.to_bits(), want.to_bits(), "ln {x:e}");
+            } else {
+                assert!(
+                    (got - want).abs() <= want.abs() * 2.0 * f32::EPSILON,
+                    "ln {x:e}"
+                );
+            }
+        }
+        assert_eq!(log_f32(0.0), f32::NEG_INFINITY);
+        assert_eq!(log_f32(-0.0), f32::NEG_INFINITY);
+        assert_eq!(log_f32(f32::INFINITY), f32::INFINITY);
+        assert!(log_f32(-1.0).is_nan() && log_f32(f32::NAN).is_nan());
+    }
+
+    /// Every positive finite f32 against this machine's libm (x86-64 glibc: no difference).
+    #[test]
+    #[ignore = "exhaustive; compares with this machine's libm"]
+    fn log_matches_libm_everywhere() {
+        let differ = (1..0x7f80_0000u32)
+            .filter(|&b| {
+                let x = f32::from_bits(b);
+                log_f32(x).to_bits() != x.ln().to_bits()
+            })
+            .count();
+        assert_eq!(differ, 0, "inputs where libm's logf differs");
     }
 
     /// Every f32 in [-105, 88] against this machine's libm (about a minute in release). On

@@ -34,6 +34,12 @@ pub trait KvSeq: Sync {
     fn state_mut(&mut self) -> &mut [f32] {
         &mut []
     }
+    /// For a recurrent state kept in a device's memory: its device address (the state the
+    /// device's forward pass updates in place; [`KvSeq::state`] is then empty). Host state
+    /// has none (a device forward pass refuses a hybrid model's sequence without one).
+    fn device_state(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Which logits a sequence wants back from a step.

@@ -170,6 +170,26 @@ pub enum Kernel {
     Experts,
     /// `moe_combine`: the weighted sum of each row's expert outputs in rank order.
     Combine,
+    /// A linear layer's four input projections of `xb` (q|k|v, `z`, β, the decay), each
+    /// matmul quantizing its input unless the one before left the blocks it reads.
+    DeltaProject,
+    /// `delta_conv`: each sequence's causal conv1d and SiLU, its kept inputs updated.
+    Conv,
+    /// `delta_prep`: the q/k L2 norms, β's sigmoid and the decay's softplus.
+    DeltaPrep,
+    /// `delta_rule`: each sequence's value heads through their state matrices.
+    DeltaRule,
+    /// `gated_norm`.
+    GatedNorm,
+    /// `split_cols` of the query projection's query (`part` 0) or gate (1) halves.
+    SplitGate { part: usize },
+    /// `out_gate`.
+    OutGate,
+    /// The shared expert: its gate/up matmuls, `gated_act_cpu`, down matmul, the gate's
+    /// matmul and `shared_gate`.
+    SharedExpert,
+    /// `add_in_place`: `xb +=` the shared expert's output.
+    AddShared,
 }
 
 impl Kernel {
@@ -194,15 +214,28 @@ impl Kernel {
             Kernel::Route => "moe_route",
             Kernel::Experts => "moe_experts",
             Kernel::Combine => "moe_combine",
+            Kernel::DeltaProject => "delta_project",
+            Kernel::Conv => "delta_conv",
+            Kernel::DeltaPrep => "delta_prep",
+            Kernel::DeltaRule => "delta_rule",
+            Kernel::GatedNorm => "gated_norm",
+            Kernel::SplitGate { .. } => "split_cols",
+            Kernel::OutGate => "out_gate",
+            Kernel::SharedExpert => "shared_expert",
+            Kernel::AddShared => "add_in_place",
         }
     }
 
     /// Kernel launches on the device (a matmul that quantizes its input first takes two;
     /// the router's matmul and routing two). `Experts` counts its two fixed launches only:
-    /// each routed expert adds its matmuls, biases and activation, known at run time.
+    /// each routed expert adds its matmuls, biases and activation, known at run time; the
+    /// linear layer's projections and the shared expert count their matmuls and kernels,
+    /// not their quantizations.
     pub fn device_launches(self) -> usize {
         match self {
             Kernel::Route | Kernel::Experts => 2,
+            Kernel::DeltaProject => 4,
+            Kernel::SharedExpert => 6,
             Kernel::Matmul {
                 act: Some(_),
                 quantized: false,
@@ -258,9 +291,10 @@ impl Lowering {
 
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
 /// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
-/// Candor loads lowers ([`Lowering::new`]) but a hybrid model's (qwen35, qwen35moe): what is
-/// named here is a step, or a variant of one, without a kernel: linear attention and the output
-/// gate, the shared expert, experts with a GELU activation (no architecture has them).
+/// Candor loads lowers ([`Lowering::new`]), Qwen3.5's linear attention, output gate and shared
+/// expert included, but Gemma 4's: what is named here is a step, or a variant of one, without
+/// a kernel: Gemma 4's layers, experts with a GELU activation (no architecture has them), a
+/// shared expert with a GELU activation (likewise).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
     steps_not_lowered(model.plan())
 }
@@ -280,20 +314,10 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
     if has(|s| {
         matches!(
             s,
-            Step::DeltaProject
-                | Step::Conv
-                | Step::DeltaRule
-                | Step::GatedNorm
-                | Step::SplitGate
-                | Step::OutGate
+            Step::SharedExpert(Activation::GeluTanh | Activation::GeluTanhF16)
         )
     }) {
-        missing.push(
-            "linear attention (Gated DeltaNet: conv, delta rule, gated norm) or the output gate",
-        );
-    }
-    if has(|s| matches!(s, Step::SharedExpert(_))) {
-        missing.push("the shared expert");
+        missing.push("a GELU shared expert");
     }
     if has(|s| {
         matches!(
@@ -462,16 +486,26 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::Route(_) => push(Kernel::Route, i..i + 1),
             Step::Experts(_) => push(Kernel::Experts, i..i + 1),
             Step::Combine => push(Kernel::Combine, i..i + 1),
+            Step::DeltaProject => {
+                quantized = None;
+                push(Kernel::DeltaProject, i..i + 1);
+            }
+            Step::Conv => push(Kernel::Conv, i..i + 1),
+            Step::DeltaRule => {
+                push(Kernel::DeltaPrep, i..i + 1);
+                push(Kernel::DeltaRule, i..i + 1);
+            }
+            Step::GatedNorm => push(Kernel::GatedNorm, i..i + 1),
+            Step::SplitGate => {
+                for part in 0..2 {
+                    push(Kernel::SplitGate { part }, i..i + 1);
+                }
+            }
+            Step::OutGate => push(Kernel::OutGate, i..i + 1),
+            Step::SharedExpert(_) => push(Kernel::SharedExpert, i..i + 1),
+            Step::AddShared => push(Kernel::AddShared, i..i + 1),
             // Refused by `not_lowered`: no launch.
-            Step::DeltaProject
-            | Step::Conv
-            | Step::DeltaRule
-            | Step::GatedNorm
-            | Step::SplitGate
-            | Step::OutGate
-            | Step::SharedExpert(_)
-            | Step::AddShared
-            | Step::KeyAsValue
+            Step::KeyAsValue
             | Step::VNorm
             | Step::AttendShared { .. }
             | Step::PerLayerInputs
@@ -636,7 +670,7 @@ mod tests {
             let dense = Plan::new(&c, [LayerParts::default()]);
             assert_eq!(steps_not_lowered(&dense), None, "{act:?}");
         }
-        // qwen35's layers: Gated DeltaNet, and full attention with its output gate.
+        // qwen35's layers: Gated DeltaNet, and full attention with its output gate, lower.
         let c = config(None);
         for parts in [
             LayerParts {
@@ -645,11 +679,15 @@ mod tests {
             },
             LayerParts {
                 out_gate: true,
+                qk_norm: true,
                 ..LayerParts::default()
             },
         ] {
-            let why = steps_not_lowered(&Plan::new(&c, [parts])).expect("refused");
-            assert!(why.contains("linear attention"), "{why}");
+            assert_eq!(
+                steps_not_lowered(&Plan::new(&c, [parts])),
+                None,
+                "{parts:?}"
+            );
         }
         // gemma4's layers: each of its features alone is refused, in one line.
         let gemma4 = [
@@ -679,17 +717,96 @@ mod tests {
             assert!(why.contains("Gemma 4's layers"), "{parts:?}: {why}");
             assert_eq!(why.lines().count(), 1, "{why}");
         }
-        // qwen35moe's shared expert, alone in an otherwise lowered MoE layer, in one line.
+        // qwen35moe's shared expert lowers with SiLU; with GELU (no architecture has it) it is
+        // refused in one line.
         let (mut c, oss) = gpt_oss();
         c.activation = Activation::Silu;
         let shared = LayerParts {
             shared_expert: true,
+            linear: true,
             ..oss
         };
-        assert_eq!(
-            steps_not_lowered(&Plan::new(&c, [shared])).as_deref(),
-            Some("the GPU path has no kernels yet for the shared expert; run this model with --device cpu")
+        assert_eq!(steps_not_lowered(&Plan::new(&c, [shared])), None);
+        c.activation = Activation::GeluTanh;
+        let why = steps_not_lowered(&Plan::new(&c, [shared])).expect("refused");
+        assert!(
+            why.contains("a GELU shared expert") && !why.contains('\n'),
+            "{why}"
         );
+    }
+
+    /// Qwen3.5's layers lower every step, in order, on every target: a linear layer's
+    /// projections, conv, delta rule (its two launches) and gated norm; a full-attention
+    /// layer's query | gate split (two launches) and output gate; qwen35moe's shared expert
+    /// between the routed experts and their combine, and its add after it.
+    #[test]
+    fn hybrid_layers_lower_every_step() {
+        let (mut c, _) = gpt_oss();
+        c.activation = Activation::Silu;
+        c.n_layer = 2;
+        c.swa_layers = vec![false, false];
+        let linear = LayerParts {
+            linear: true,
+            moe: true,
+            shared_expert: true,
+            ..LayerParts::default()
+        };
+        let full = LayerParts {
+            linear: false,
+            qk_norm: true,
+            out_gate: true,
+            ..linear
+        };
+        let dense = Plan::new(
+            &config(None),
+            [LayerParts {
+                linear: true,
+                ..LayerParts::default()
+            }],
+        );
+        let p = Plan::new(&c, [linear, full]);
+        for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
+            let t = moe_only(target(integer, fuse, true, true));
+            let mut t1 = target(integer, fuse, true, true);
+            t1.layers[0].qkv = vec![Some(ActBlocks::Q8_0)];
+            for (plan, t) in [(&p, &t), (&dense, &t1)] {
+                let low = Lowering::new(plan, t);
+                for (place, steps) in plan.places() {
+                    let got = covered(steps, low.launches(place))
+                        .unwrap_or_else(|e| panic!("{place:?} integer {integer} fuse {fuse}: {e}"));
+                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                }
+            }
+            let low = Lowering::new(&p, &t);
+            let names = |l: usize| -> Vec<&str> {
+                low.launches(Place::Layer(l))
+                    .iter()
+                    .map(|x| x.kernel.name())
+                    .collect()
+            };
+            let (l0, l1) = (names(0), names(1));
+            let at = |n: &[&str], k: &str| n.iter().position(|&x| x == k).expect(k);
+            assert_eq!(
+                l0[1..6],
+                [
+                    "delta_project",
+                    "delta_conv",
+                    "delta_prep",
+                    "delta_rule",
+                    "gated_norm"
+                ]
+            );
+            assert!(at(&l0, "moe_experts") < at(&l0, "shared_expert"));
+            assert!(at(&l0, "shared_expert") < at(&l0, "moe_combine"));
+            assert_eq!(l0[at(&l0, "moe_combine") + 1], "add_in_place");
+            assert_eq!(
+                l1.iter().filter(|&&n| n == "split_cols").count(),
+                2,
+                "{l1:?}"
+            );
+            assert!(at(&l1, "attn_combine") < at(&l1, "out_gate"));
+            assert_eq!(l1[at(&l1, "out_gate") + 1], "matmul");
+        }
     }
 
     /// `t` with two layers whose feed-forward is all experts (no dense gate/up or down).

@@ -2,7 +2,8 @@
 //! replies independent of batch size, neighbours and runs; forks and the prefix cache change
 //! no token — and the GPU's teacher-forced agreement with the CPU is measured, on the default
 //! model and on the tiny seeded models of every architecture (llama, qwen2, qwen3, phi3,
-//! gemma2, gemma3) in a Q4_K_M mix, Q8_0 and BF16 (and on llama in every other type). CI
+//! gemma2, gemma3) in a Q4_K_M mix, Q8_0 and BF16 (and on llama in every other type), and on
+//! the tiny hybrid models (qwen35, qwen35moe: linear attention and its state on the device). CI
 //! compiles these tests (`cargo test --features cuda --no-run` in `.ci/run`) but has no GPU:
 //! every test then says loudly `*** SKIPPED (gpu): no GPU: … ***`, is counted in the skip
 //! summary ([`candor::skip`]) and passes, unless a GPU is expected (`CANDOR_REQUIRE_GPU=1`, as
@@ -291,6 +292,18 @@ fn write_tiny_model(dir: &std::path::Path, arch: &'static str, ftype: &str) -> s
     file
 }
 
+/// `model` on the GPU, or `None` (skipped, said loudly) without one.
+#[track_caller]
+fn load_on_gpu(model: Transformer, label: &str) -> Option<Arc<Model>> {
+    match Model::new(model, device()) {
+        Ok(m) => Some(Arc::new(m)),
+        Err(e) => {
+            skip(&format_args!("{label}: {e}"));
+            None
+        }
+    }
+}
+
 /// The same requests give the same tokens on the GPU `model` at batch sizes 1, 3, 16 and 64
 /// and with other neighbours (reversed order); every fourth request samples, seeded.
 fn assert_gpu_batch_invariant(model: &Arc<Model>, vocab: usize, label: &str) {
@@ -357,12 +370,8 @@ fn gpu_tiny_models_of_every_architecture_in_q4_k_m_q8_0_bf16() {
             Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
         };
-        let gpu = match Model::new(load(), device()) {
-            Ok(m) => Arc::new(m),
-            Err(e) => {
-                skip(&e);
-                return;
-            }
+        let Some(gpu) = load_on_gpu(load(), &label) else {
+            return;
         };
         assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
         let cpu = Arc::new(Model::from(load()));
@@ -619,5 +628,129 @@ fn gpu_graphs_change_no_token() {
         assert!(replays > 0, "tiny {arch} Q4_K_M: no step was replayed");
         assert_eq!(plain.gpu_graph_replays(), 0, "tiny {arch}: graphs off");
         println!("tiny {arch} Q4_K_M: the same tokens with graphs on ({replays} steps replayed)");
+    }
+}
+
+/// Qwen3.5's tiny seeded models on the GPU (`qwen35`: Gated DeltaNet layers between gated
+/// full-attention layers; `qwen35moe`: with a shared expert beside the routed ones), each in
+/// F32, Q8_0 and llama-quantize's Q4_K_M mix, their recurrent states on the device: the
+/// launches cover the plan; replies do not depend on batch size or neighbours (prompts
+/// prefilled in chunks of 7, the prefix cache on: states snapshotted to the host and resumed
+/// from it); a prompt prefilled whole, in chunks of 5 or token by token gives the same tokens;
+/// forks of a stored prefix (the state copied on the device) give a fresh prompt's tokens; and
+/// the teacher-forced argmax agrees with the CPU's at 90% or more.
+#[test]
+fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
+    use candor::model::lowering::covered;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut files = Vec::new();
+    for (arch, fixture) in [
+        ("qwen35", "quant/tiny_hybrid_teacher_forced.jsonl"),
+        ("qwen35moe", "quant/tiny_hybrid_moe_teacher_forced.jsonl"),
+    ] {
+        let (head, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
+        for t in &records {
+            let file = match arch {
+                "qwen35" => crate::hybrid::write_model(dir.path(), t),
+                _ => crate::hybrid_moe::write_model(dir.path(), t),
+            };
+            let seqs: Vec<Vec<u32>> = head.sequences.clone();
+            files.push((format!("tiny {arch} {}", t.ftype), file, seqs, head.start));
+        }
+    }
+    assert_eq!(files.len(), 6, "three types of each architecture");
+    let greedy = |ids: Vec<u32>, n: usize| {
+        TokenRequest::new(
+            ids,
+            SamplingParams {
+                max_new_tokens: n,
+                ..SamplingParams::default()
+            },
+        )
+    };
+    for (label, file, seqs, start) in files {
+        let load = || {
+            Transformer::from_gguf_path(&file, WeightDType::Native)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+        };
+        let Some(gpu) = load_on_gpu(load(), &label) else {
+            return;
+        };
+        let plan = load().plan().clone();
+        let lowering = gpu.gpu_lowering().expect("a GPU model");
+        for (place, steps) in plan.places() {
+            covered(steps, lowering.launches(place))
+                .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
+        }
+        assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
+
+        let mut rng = SplitMix64::new(11);
+        let mut draw = |n: usize| -> Vec<u32> {
+            (0..n)
+                .map(|_| (rng.next_u64() % quant::TQ_VOCAB as u64) as u32)
+                .collect()
+        };
+        // Every split of a prompt: the same tokens.
+        let prompts: Vec<TokenRequest> = [23, 3, 40].map(|n| greedy(draw(n), 10)).to_vec();
+        let split = |chunk: usize| {
+            let cfg = SchedulerConfig {
+                prefill_chunk: chunk,
+                prefix_cache_bytes: 0,
+                ..SchedulerConfig::default()
+            };
+            Decoder::new(Arc::clone(&gpu), cfg, Vec::new())
+                .generate(&prompts, &NoText)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+                .into_iter()
+                .map(|r| r.output_ids)
+                .collect::<Vec<_>>()
+        };
+        let whole = split(512);
+        for chunk in [5, 1] {
+            assert_eq!(split(chunk), whole, "{label}: prefill in chunks of {chunk}");
+        }
+
+        // Forks of a stored 21-token prefix against the same prompts fed whole.
+        let prefix = draw(21);
+        let tails: Vec<Vec<u32>> = vec![draw(2), draw(1), draw(9)];
+        let mut dec = Decoder::new(Arc::clone(&gpu), SchedulerConfig::default(), Vec::new());
+        let base = dec.prefill(&prefix).expect("prefill");
+        let forked: Vec<TokenRequest> = tails
+            .iter()
+            .map(|t| TokenRequest {
+                prefix: Some(dec.fork(base).expect("fork")),
+                ..greedy(t.clone(), 12)
+            })
+            .collect();
+        let from_forks = dec.generate(&forked, &NoText).expect("forked");
+        let fresh: Vec<TokenRequest> = tails
+            .iter()
+            .map(|t| greedy([prefix.clone(), t.clone()].concat(), 12))
+            .collect();
+        let from_scratch = dec.generate(&fresh, &NoText).expect("fresh");
+        for (a, b) in from_forks.iter().zip(&from_scratch) {
+            assert_eq!(a.output_ids, b.output_ids, "{label}: fork vs fresh prompt");
+        }
+
+        // Teacher-forced next-token argmax against the CPU's.
+        let cpu = Arc::new(Model::from(load()));
+        let mut on_gpu = Decoder::new(gpu, SchedulerConfig::default(), Vec::new());
+        let mut on_cpu = Decoder::new(cpu, SchedulerConfig::default(), Vec::new());
+        let (mut total, mut agree) = (0usize, 0usize);
+        for ids in &seqs {
+            let a = on_gpu.next_token_argmax(ids, start - 1).expect("gpu");
+            let b = on_cpu.next_token_argmax(ids, start - 1).expect("cpu");
+            total += a.len();
+            agree += a.iter().zip(&b).filter(|(x, y)| x == y).count();
+        }
+        println!(
+            "{label}: GPU and CPU agree on {agree}/{total} ({:.1}%) teacher-forced argmaxes",
+            100.0 * agree as f64 / total.max(1) as f64
+        );
+        assert!(
+            agree * 10 >= total * 9,
+            "{label}: {agree}/{total}, below 90%"
+        );
+        std::fs::remove_file(&file).ok();
     }
 }

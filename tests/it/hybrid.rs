@@ -130,7 +130,7 @@ fn f32_tensors() -> Vec<(String, QTensor)> {
 
 /// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes
 /// checked against llama-quantize's) into `dir`.
-fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
+pub(crate) fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
     crate::moe::write_fixture_model(dir, t, &hybrid_tensors(), &hybrid_metadata())
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::devices::open_gpu;
+use super::hybrid::{upload_delta, HybridBufs, SeqArgs};
 use super::kernels::DevWeight;
 use super::kernels::{
     at_launch, attn_chunks, dev_err, ew, matmul_path, ptr, step_err, sync_each_launch, ActBufs,
@@ -15,6 +16,7 @@ use super::kernels::{
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_moe, upload_weight, DevLayer, DevMoe};
 use crate::model::arch::{Activation, Gating, ModelConfig};
+use crate::model::deltanet::Hybrid;
 use crate::model::device::DeviceSpec;
 use crate::model::error::ModelError;
 use crate::model::kv::{KvSeq, Logits, SeqStep};
@@ -57,6 +59,9 @@ struct Buffers {
     /// and weights, the grouping (grouped position → row, (row, rank) → grouped position,
     /// rows per expert), and the grouped rows' input, gate, up and output.
     moe: Option<MoeBufs>,
+    /// Hybrid models (qwen35, qwen35moe): the linear layers', output gate's and shared
+    /// expert's buffers, and the step's sequences for the linear-attention kernels.
+    hybrid: Option<HybridBufs>,
 }
 
 struct MoeBufs {
@@ -110,6 +115,10 @@ fn graphs_wanted() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("CANDOR_CUDA_GRAPHS").as_deref() == Ok("1"))
 }
+
+/// Recurrent states of a hybrid model's sequences the KV pool leaves room for beside it (a
+/// batch of 64; more are allocated while memory lasts).
+const STATE_RESERVE: usize = 64;
 
 /// At most this many graphs are kept per model (all dropped when one more is captured):
 /// a decode step's shape changes with the batch's rows and every 256 positions.
@@ -239,6 +248,12 @@ impl CudaModel {
                 c.head_dim
             )));
         }
+        if let Some(h) = model.hybrid.as_ref().filter(|h| h.head_dim > 1024) {
+            return Err(ModelError::Device(format!(
+                "cuda: linear-attention heads of {} are not supported on the GPU (at most 1024)",
+                h.head_dim
+            )));
+        }
         let gpu = open_gpu(ordinal)?;
         let name = gpu.ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         check_fits(&gpu, ordinal, &name, model)?;
@@ -305,6 +320,11 @@ impl CudaModel {
                 out_bias: opt("attn_output.bias", &l.out_bias)?,
                 sinks: opt("attn_sinks", &l.sinks)?,
                 moe,
+                delta: l
+                    .delta
+                    .as_ref()
+                    .map(|d| upload_delta(&gpu, i, d, path))
+                    .transpose()?,
             });
         }
         let output = match &model.output {
@@ -312,7 +332,14 @@ impl CudaModel {
             None => mat("token_embd.weight".into(), &model.embedding)?,
         };
         let output_norm = gpu.upload("output_norm", &model.output_norm)?;
-        let pool = new_pool(&gpu, c.n_layer * 2 * block_tokens * c.kv_dim(), kv_limit)?;
+        // Room beside the pool for the recurrent states of a hybrid model's sequences.
+        let reserve = model.state_len() * 4 * STATE_RESERVE;
+        let pool = new_pool(
+            &gpu,
+            c.n_layer * 2 * block_tokens * c.kv_dim(),
+            kv_limit,
+            reserve,
+        )?;
         let target = target_of(model, path == MatmulPath::Integer, fused_launches());
         let lowering = Lowering::new(model.plan(), &target);
         // Every plan step launched, in order (checked once per model; the tests check it for
@@ -333,7 +360,9 @@ impl CudaModel {
             target,
             lowering,
             buffers: Mutex::new(Buffers::default()),
-            graphs: Mutex::new(Graphs::new(graphs_wanted() && c.moe.is_none())),
+            graphs: Mutex::new(Graphs::new(
+                graphs_wanted() && c.moe.is_none() && model.hybrid.is_none(),
+            )),
         })
     }
 
@@ -362,9 +391,13 @@ impl CudaModel {
     }
 
     /// Whether decode steps are captured as CUDA graphs and replayed (the default from
-    /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host).
+    /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host, nor for
+    /// hybrid models, whose kernels read the step's sequences and states).
     pub fn set_graphs(&mut self, on: bool) {
-        let moe = self.layers.iter().any(|l| l.moe.is_some());
+        let moe = self
+            .layers
+            .iter()
+            .any(|l| l.moe.is_some() || l.delta.is_some());
         let g = self.graphs.get_mut().expect("CUDA graphs lock");
         g.on = on && !moe;
         g.map.clear();
@@ -411,8 +444,21 @@ impl CudaModel {
         );
         let mut table: Vec<u32> = Vec::new();
         let mut wanted: Vec<i32> = Vec::new();
+        // Hybrid models: each sequence's (first row, rows) and recurrent state.
+        let (mut spans, mut states) = (Vec::new(), Vec::new());
         let mut r = 0;
         for seq in seqs.iter_mut() {
+            if model.hybrid.is_some() {
+                let state = seq.kv.device_state().ok_or_else(|| {
+                    ModelError::Device(
+                        "cuda: a sequence of a hybrid model without a recurrent state on the \
+                         device (host KV given to a GPU model?)"
+                            .into(),
+                    )
+                })?;
+                spans.extend([r as i32, seq.tokens.len() as i32]);
+                states.push(state);
+            }
             let p0 = seq.kv.len();
             seq.kv.grow(seq.tokens.len());
             let off = table.len();
@@ -460,8 +506,16 @@ impl CudaModel {
         let g = &self.gpu;
         let s = &*g.stream;
         let mut bufs = self.buffers.lock().expect("CUDA buffers lock");
-        self.fit(&mut bufs, c, rows, chunks)?;
+        self.fit(&mut bufs, model, rows, chunks)?;
         let b = &mut *bufs;
+        let seq_args = match b.hybrid.as_mut() {
+            Some(hb) => Some(SeqArgs {
+                spans: stage(g, &mut hb.spans, "sequence spans", &spans)?,
+                states: stage(g, &mut hb.states, "recurrent states", &states)?,
+                seqs: states.len(),
+            }),
+            None => None,
+        };
         let (ppos, ptoff, ptab, prb, prs) = (
             stage(g, &mut b.positions, "positions", &pos)?,
             stage(g, &mut b.table_offsets, "table offsets", &table_off)?,
@@ -529,11 +583,16 @@ impl CudaModel {
         };
         let plogits = b.logits.as_ref().map_or(0, |o| ptr(o, s));
         let act = b.act.as_ref().expect("fit");
+        let hybrid = match (b.hybrid.as_ref(), seq_args, model.hybrid.as_ref()) {
+            (Some(hb), Some(q), Some(h)) => Some(HybridRun { b: hb, q, h }),
+            _ => None,
+        };
         let run = Run {
             g,
             c,
             act,
             moe: b.moe.as_ref(),
+            hybrid,
             p: Ptrs {
                 logits: plogits,
                 ..ptrs
@@ -657,15 +716,25 @@ impl CudaModel {
     }
 
     /// Grows the step buffers to `rows` rows and `chunks` attention chunks.
-    fn fit(&self, b: &mut Buffers, c: &ModelConfig, rows: usize, chunks: usize) -> Result<()> {
+    fn fit(&self, b: &mut Buffers, model: &Transformer, rows: usize, chunks: usize) -> Result<()> {
+        let c = &model.config;
         if rows <= b.rows && chunks <= b.chunks && b.x.is_some() {
             return Ok(());
         }
         let rows = rows.max(b.rows).next_power_of_two();
         let chunks = chunks.max(b.chunks);
         let g = &self.gpu;
-        let wide = c.dim.max(c.q_dim());
+        let h = model.hybrid.as_ref();
+        // A linear layer's value width, the width its output projection reads.
+        let vd = h.map_or(0, Hybrid::value_dim);
+        let wide = c.dim.max(c.q_dim()).max(vd);
         let fused = (c.q_dim() + 2 * c.kv_dim()).max(2 * c.ffn_dim);
+        // The full-attention layers' query | gate halves (hybrid models).
+        let fused_rows = match (c.arch.fused(), h) {
+            (true, _) => fused,
+            (false, Some(_)) => 2 * c.q_dim(),
+            (false, None) => 0,
+        };
         b.x = Some(g.zeros("x", rows * c.dim)?);
         b.xb = Some(g.zeros("xb", rows * c.dim)?);
         b.q = Some(g.zeros("q", rows * c.q_dim())?);
@@ -674,12 +743,17 @@ impl CudaModel {
         b.attn = Some(g.zeros("attn", rows * wide)?);
         b.gate = Some(g.zeros("gate", rows * c.ffn_dim)?);
         b.up = Some(g.zeros("up", rows * c.ffn_dim)?);
-        b.fused = Some(g.zeros("fused", if c.arch.fused() { rows * fused } else { 1 })?);
+        b.fused = Some(g.zeros("fused", (rows * fused_rows).max(1))?);
         b.part = Some(g.zeros(
             "attention partials",
             rows * c.n_head * chunks * (c.head_dim + 2),
         )?);
-        let mut act_elems = rows * c.dim.max(c.q_dim()).max(c.ffn_dim).next_multiple_of(256);
+        let shared = c.moe.and_then(|m| m.shared_ffn).unwrap_or(0);
+        let mut act_elems = rows * wide.max(c.ffn_dim).max(shared).next_multiple_of(256);
+        b.hybrid = match h {
+            Some(h) => Some(HybridBufs::new(g, rows, c.dim, c.q_dim(), h, shared)?),
+            None => None,
+        };
         if let Some(m) = c.moe {
             let pairs = rows * m.used;
             b.moe = Some(MoeBufs {
@@ -738,9 +812,20 @@ struct Run<'a> {
     act: &'a ActBufs,
     /// The Mixture-of-Experts buffers (models with experts).
     moe: Option<&'a MoeBufs>,
+    /// The hybrid layers' buffers, sequences and geometry (hybrid models).
+    hybrid: Option<HybridRun<'a>>,
     p: Ptrs,
     chunks: usize,
     bt: usize,
+}
+
+/// What the hybrid layers' launches of one step need: their buffers, the step's sequences
+/// and the model's linear-attention geometry.
+#[derive(Clone, Copy)]
+struct HybridRun<'a> {
+    b: &'a HybridBufs,
+    q: SeqArgs,
+    h: &'a Hybrid,
 }
 
 impl Run<'_> {
@@ -816,6 +901,10 @@ impl Run<'_> {
             ) => {
                 let (w, x, y) = match m {
                     Matrix::Qkv if dl.qkv.len() == 1 => (&dl.qkv[0], p.xb, p.fused),
+                    // The queries with their gate halves, to be split (Qwen3.5).
+                    Matrix::Qkv if part == 0 && steps.contains(&Step::SplitGate) => {
+                        (&dl.qkv[0], p.xb, p.fused)
+                    }
                     Matrix::Qkv => (&dl.qkv[part], p.xb, [p.q, p.k, p.v][part]),
                     Matrix::GateUp if dl.gate_up.len() == 1 => (&dl.gate_up[0], p.xb, p.fused),
                     Matrix::GateUp => (&dl.gate_up[part], p.xb, [p.gate, p.up][part]),
@@ -985,6 +1074,115 @@ impl Run<'_> {
                 // and weights rows × used entries; xb rows × dim.
                 g.launched("moe_combine", unsafe { lb.launch(ew(rows * dim)) })?;
                 Ok(())
+            }
+            (
+                Kernel::DeltaProject
+                | Kernel::Conv
+                | Kernel::DeltaPrep
+                | Kernel::DeltaRule
+                | Kernel::GatedNorm
+                | Kernel::SplitGate { .. }
+                | Kernel::OutGate
+                | Kernel::SharedExpert
+                | Kernel::AddShared,
+                _,
+            ) => {
+                let hy = self
+                    .hybrid
+                    .ok_or_else(|| missing("a hybrid model's buffers"))?;
+                self.hybrid_launch((launch.kernel, step), l, dl, hy, rows, &missing)
+            }
+            (kernel, step) => Err(ModelError::Device(format!(
+                "cuda: no launch of {kernel:?} for plan step {step:?} in a layer"
+            ))),
+        }
+    }
+
+    /// One launch of a hybrid layer's steps (linear attention, the output gate, the shared
+    /// expert) of layer `l`, on `rows` rows; `lacks` names what the layer lacks.
+    fn hybrid_launch(
+        &self,
+        (kernel, step): (Kernel, Step),
+        l: usize,
+        dl: &DevLayer,
+        hy: HybridRun<'_>,
+        rows: usize,
+        lacks: &dyn Fn(&str) -> ModelError,
+    ) -> Result<()> {
+        let (g, c, p) = (self.g, self.c, &self.p);
+        let (b, h) = (hy.b, hy.h);
+        let s = &*g.stream;
+        let delta = || dl.delta.as_ref().ok_or_else(|| lacks("linear attention"));
+        let shared = || {
+            dl.moe
+                .as_ref()
+                .and_then(|m| m.shared.as_ref())
+                .ok_or_else(|| lacks("a shared expert"))
+        };
+        match (kernel, step) {
+            (Kernel::DeltaProject, Step::DeltaProject) => {
+                let d = delta()?;
+                let w = dl.qkv.first().ok_or_else(|| lacks("a q|k|v projection"))?;
+                // One quantization of xb for the four while their blocks agree.
+                let mut q = None;
+                for (w, y) in [
+                    (w, &b.mixed),
+                    (&d.z, &b.z),
+                    (&d.beta, &b.beta),
+                    (&d.alpha, &b.alpha),
+                ] {
+                    q = g.matmul_into(w, p.xb, rows, ptr(y, s), self.act, q, false)?;
+                }
+                Ok(())
+            }
+            (Kernel::Conv, Step::Conv) => {
+                let (mixed, conv) = (ptr(&b.mixed, s), ptr(&b.conv, s));
+                g.delta_conv(mixed, conv, hy.q, h, l, &delta()?.conv)
+            }
+            (Kernel::DeltaPrep, Step::DeltaRule) => g.delta_prep(b, delta()?, h, rows, c.rms_eps),
+            (Kernel::DeltaRule, Step::DeltaRule) => {
+                delta()?;
+                g.delta_rule(b, hy.q, h, l, p.attn)
+            }
+            (Kernel::GatedNorm, Step::GatedNorm) => {
+                g.gated_norm(p.attn, &b.z, &delta()?.norm, h, rows, c.rms_eps)
+            }
+            (Kernel::SplitGate { part }, Step::SplitGate) => {
+                let hd = c.head_dim;
+                let dst = [p.q, ptr(&b.gate, s)][part];
+                g.split(p.fused, 2 * hd, part * hd, hd, dst, rows * c.n_head)
+            }
+            (Kernel::OutGate, Step::OutGate) => g.out_gate(p.attn, &b.gate, rows * c.q_dim()),
+            (Kernel::SharedExpert, Step::SharedExpert(act)) => {
+                let sh = shared()?;
+                let code = match act {
+                    Activation::SwigluOai => 0,
+                    Activation::Silu => 1,
+                    Activation::GeluTanh | Activation::GeluTanhF16 => {
+                        return Err(ModelError::Device(
+                            "cuda: a GELU shared expert has no GPU kernel; run this model with \
+                             --device cpu"
+                                .into(),
+                        ))
+                    }
+                };
+                let f = sh.down.k;
+                let (sg, su, so, sl) = (
+                    ptr(&b.shared_gate, s),
+                    ptr(&b.shared_up, s),
+                    ptr(&b.shared_out, s),
+                    ptr(&b.shared_logit, s),
+                );
+                let q = g.matmul_into(&sh.gate, p.xb, rows, sg, self.act, None, false)?;
+                g.matmul_into(&sh.up, p.xb, rows, su, self.act, q, false)?;
+                g.gated_cpu(sg, su, rows * f, code)?;
+                g.matmul_into(&sh.down, sg, rows, so, self.act, None, false)?;
+                g.matmul_into(&sh.gate_inp, p.xb, rows, sl, self.act, None, false)?;
+                g.shared_gate(b, c.dim, rows)
+            }
+            (Kernel::AddShared, Step::AddShared) => {
+                shared()?;
+                g.add(p.xb, ptr(&b.shared_out, s), rows * c.dim)
             }
             (kernel, step) => Err(ModelError::Device(format!(
                 "cuda: no launch of {kernel:?} for plan step {step:?} in a layer"
@@ -1321,11 +1519,12 @@ mod tests {
         for f in ["run.chunks", "run.act.ptrs", "rows", "m,", "wanted"] {
             assert!(key.contains(f), "GraphKey::of leaves out {f}");
         }
-        // `Run`'s other fields: the device, the configuration, the MoE buffers (models with
-        // experts capture no graph) and the KV block size are the model's for its lifetime.
+        // `Run`'s other fields: the device, the configuration, the MoE and hybrid buffers
+        // (models with experts or linear attention capture no graph) and the KV block size
+        // are the model's for its lifetime.
         assert_eq!(
             fields_of("struct Run<'a> {"),
-            ["g", "c", "act", "moe", "p", "chunks", "bt"]
+            ["g", "c", "act", "moe", "hybrid", "p", "chunks", "bt"]
         );
     }
 

@@ -19,7 +19,8 @@ pub const KERNELS: &str = concat!(
     include_str!("mmq.cu"),
     include_str!("mmt.cu"),
     include_str!("fused.cu"),
-    include_str!("moe.cu")
+    include_str!("moe.cu"),
+    include_str!("deltanet.cu")
 );
 
 /// The attention chunk length of a row at position `p` (`attn_chunk_len` in the kernels):
@@ -365,6 +366,13 @@ pub(super) struct Kernels {
     pub(super) moe_group: CudaFunction,
     pub(super) moe_combine: CudaFunction,
     pub(super) gated_act_cpu: CudaFunction,
+    /// `deltanet.cu`: Qwen3.5's linear attention, output gate and shared expert's gate.
+    pub(super) delta_conv: CudaFunction,
+    pub(super) delta_prep: CudaFunction,
+    pub(super) delta_rule: CudaFunction,
+    pub(super) gated_norm: CudaFunction,
+    pub(super) out_gate: CudaFunction,
+    pub(super) shared_gate: CudaFunction,
 }
 
 impl Kernels {
@@ -435,6 +443,12 @@ impl Kernels {
             moe_group: f("moe_group")?,
             moe_combine: f("moe_combine")?,
             gated_act_cpu: f("gated_act_cpu")?,
+            delta_conv: f("delta_conv")?,
+            delta_prep: f("delta_prep")?,
+            delta_rule: f("delta_rule")?,
+            gated_norm: f("gated_norm")?,
+            out_gate: f("out_gate")?,
+            shared_gate: f("shared_gate")?,
         })
     }
 }
@@ -1038,6 +1052,7 @@ mod tests {
             "attn_partial_gqa",
             "rms_norm_q8",
             "moe_route",
+            "delta_rule",
         ] {
             assert!(has(name), "{name} not in the cubin");
         }

@@ -26,10 +26,13 @@ mod devices;
 #[cfg(test)]
 mod emulate;
 #[cfg(test)]
+mod emulate_deltanet;
+#[cfg(test)]
 mod emulate_mmt;
 #[cfg(test)]
 mod emulate_moe;
 mod forward;
+mod hybrid;
 mod kernels;
 pub mod nvrtc;
 mod pool;
@@ -41,6 +44,7 @@ mod weights;
 pub use devices::{cache_identity, numerics_version, GPU_NUMERICS_VERSION};
 pub use devices::{check_kernels, list_devices, DeviceInfo};
 pub use forward::CudaModel;
+pub use hybrid::DeviceState;
 pub use kernels::{compile_kernels, kernels_for, CompiledKernels, KERNELS};
 pub use pool::{DeviceBlock, KvPool};
 pub use timing::time_matmuls;
@@ -137,6 +141,12 @@ mod tests {
             "moe_group",
             "moe_combine",
             "gated_act_cpu",
+            "delta_conv",
+            "delta_prep",
+            "delta_rule",
+            "gated_norm",
+            "out_gate",
+            "shared_gate",
         ] {
             assert!(src.contains(name), "PTX lacks {name}");
         }

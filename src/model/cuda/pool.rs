@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
+use super::hybrid::DeviceState;
 use super::kernels::{dev_err, ew, ptr, Gpu, Result};
 use crate::model::error::ModelError;
 
@@ -72,6 +73,18 @@ impl KvPool {
         self.0.block_len * 2
     }
 
+    /// A zero recurrent state of `len` floats on the pool's device (a hybrid model's
+    /// sequence; allocated beside the pool, which leaves room for them).
+    pub fn new_state(&self, len: usize) -> DeviceState {
+        DeviceState::zeros(&self.0.gpu, len)
+    }
+
+    /// The recurrent state `v`, uploaded to the pool's device (a prefix cache snapshot
+    /// resumed).
+    pub fn state_from(&self, v: &[f32]) -> DeviceState {
+        DeviceState::from_host(&self.0.gpu, v)
+    }
+
     pub(super) fn base(&self) -> u64 {
         ptr(&self.0.buf, &self.0.gpu.stream)
     }
@@ -128,13 +141,25 @@ impl Drop for DeviceBlock {
 }
 
 /// A KV pool of blocks of `block_len` halves: 90% of the memory left on the device after the
-/// weights, less 1 GiB for step buffers.
-pub(super) fn new_pool(gpu: &Arc<Gpu>, block_len: usize, limit: Option<usize>) -> Result<KvPool> {
+/// weights, less 1 GiB for step buffers and `reserve` bytes (a hybrid model's recurrent
+/// states, allocated beside the pool).
+pub(super) fn new_pool(
+    gpu: &Arc<Gpu>,
+    block_len: usize,
+    limit: Option<usize>,
+    reserve: usize,
+) -> Result<KvPool> {
     let (free, _total) = gpu
         .ctx
         .mem_get_info()
         .map_err(|e| dev_err("reading free memory", e))?;
-    let budget = (free.saturating_sub(1 << 30)) / 10 * 9;
+    // The reserve at most a quarter of what is free (a state larger than that is refused
+    // when it is allocated).
+    let budget = (free
+        .saturating_sub(1 << 30)
+        .saturating_sub(reserve.min(free / 4)))
+        / 10
+        * 9;
     let budget = limit.map_or(budget, |l| l.min(budget));
     let capacity = (budget / (block_len * 2)).min(u32::MAX as usize);
     if capacity == 0 {

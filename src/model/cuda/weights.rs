@@ -9,6 +9,7 @@ use crate::model::moe::Moe;
 use crate::model::quant::{QWeight, Stored, WeightFormat};
 use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
+use super::hybrid::{upload_shared, DevDelta, DevShared};
 use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
 use super::repack::layout;
 
@@ -31,6 +32,8 @@ pub(super) struct DevLayer {
     pub(super) sinks: Option<CudaSlice<f32>>,
     /// A Mixture-of-Experts layer's router and experts.
     pub(super) moe: Option<DevMoe>,
+    /// A linear-attention layer's weights beside its q|k|v and output projections.
+    pub(super) delta: Option<DevDelta>,
 }
 
 /// One expert's matrices and biases on the device.
@@ -47,6 +50,8 @@ pub(super) struct DevMoe {
     pub(super) router_bias: Option<CudaSlice<f32>>,
     pub(super) experts: Vec<DevExpert>,
     pub(super) config: MoeConfig,
+    /// The shared expert beside the routed ones (qwen35moe).
+    pub(super) shared: Option<DevShared>,
 }
 
 /// Uploads layer `i`'s Mixture-of-Experts block.
@@ -86,6 +91,11 @@ pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Resu
             .transpose()?,
         experts,
         config: m.config,
+        shared: m
+            .shared
+            .as_deref()
+            .map(|s| upload_shared(gpu, i, s, path))
+            .transpose()?,
     })
 }
 
