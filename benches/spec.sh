@@ -58,14 +58,8 @@ secs() { # command... -> prints wall seconds, output of the command to $tmp/last
 # 1. Quote a ~1,000-token passage.
 python3 - "$tmp/quote.jsonl" <<'PY'
 import json, sys
-sentences = [
-    "The committee met on Tuesday to review the budget for the coming year.",
-    "It approved the library's new roof and postponed the park renovation until spring.",
-    "The treasurer was asked to report on the water utility's rising costs by March.",
-    "Two members objected to the delay, citing safety concerns at the playground.",
-    "Residents who spoke at the meeting asked for longer opening hours at the pool.",
-    "The mayor promised a public hearing on the bus routes before the summer.",
-]
+sys.path.insert(0, "benches")
+from spec_serve import SENTENCES as sentences  # the same passage as the serve case
 passage = " ".join(sentences[i % len(sentences)] + f" (item {i})" for i in range(60))
 # (Asked to "quote the following passage", the default model stops after two sentences; asked
 # to repeat the text above, it copies for all of its 512 tokens.)
