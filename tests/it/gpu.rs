@@ -659,15 +659,6 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
         }
     }
     assert_eq!(files.len(), 6, "three types of each architecture");
-    let greedy = |ids: Vec<u32>, n: usize| {
-        TokenRequest::new(
-            ids,
-            SamplingParams {
-                max_new_tokens: n,
-                ..SamplingParams::default()
-            },
-        )
-    };
     for (label, file, seqs, start) in files {
         let load = || {
             Transformer::from_gguf_path(&file, WeightDType::Native)
@@ -691,7 +682,9 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
                 .collect()
         };
         // Every split of a prompt: the same tokens.
-        let prompts: Vec<TokenRequest> = [23, 3, 40].map(|n| greedy(draw(n), 10)).to_vec();
+        let prompts: Vec<TokenRequest> = [23, 3, 40]
+            .map(|n| util::greedy_request(draw(n), 10))
+            .to_vec();
         let split = |chunk: usize| {
             let cfg = SchedulerConfig {
                 prefill_chunk: chunk,
@@ -719,13 +712,13 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
             .iter()
             .map(|t| TokenRequest {
                 prefix: Some(dec.fork(base).expect("fork")),
-                ..greedy(t.clone(), 12)
+                ..util::greedy_request(t.clone(), 12)
             })
             .collect();
         let from_forks = dec.generate(&forked, &NoText).expect("forked");
         let fresh: Vec<TokenRequest> = tails
             .iter()
-            .map(|t| greedy([prefix.clone(), t.clone()].concat(), 12))
+            .map(|t| util::greedy_request([prefix.clone(), t.clone()].concat(), 12))
             .collect();
         let from_scratch = dec.generate(&fresh, &NoText).expect("fresh");
         for (a, b) in from_forks.iter().zip(&from_scratch) {

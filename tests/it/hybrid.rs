@@ -239,15 +239,6 @@ fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
     let model = Arc::new(Model::from(
         Transformer::from_gguf_path(&file, WeightDType::Native).expect("load"),
     ));
-    let greedy = |ids: Vec<u32>, n: usize| {
-        TokenRequest::new(
-            ids,
-            SamplingParams {
-                max_new_tokens: n,
-                ..SamplingParams::default()
-            },
-        )
-    };
     let decoder = |cache: usize| {
         let cfg = SchedulerConfig {
             prefill_chunk: 5,
@@ -270,14 +261,14 @@ fn prefix_cache_resumes_a_hybrid_model_only_from_its_state() {
     let mut fresh = decoder(0);
     for (prompt, n) in [(p1, 13), (p2, 7)] {
         let first = cached
-            .generate(&[greedy(prompt.clone(), n)], &NoText)
+            .generate(&[crate::util::greedy_request(prompt.clone(), n)], &NoText)
             .expect("generate")
             .remove(0)
             .output_ids;
         let mut next = prompt.clone();
         next.extend_from_slice(&first);
         next.extend(draw(9));
-        let reqs = [greedy(next.clone(), 8)];
+        let reqs = [crate::util::greedy_request(next.clone(), 8)];
         let a = cached.generate(&reqs, &NoText).expect("cached");
         let b = fresh.generate(&reqs, &NoText).expect("fresh");
         assert_eq!(a[0].output_ids, b[0].output_ids, "{n}");

@@ -273,3 +273,14 @@ pub fn write_gguf_raw(
     let mut f = std::fs::File::create(path).expect("create gguf");
     f.write_all(&out).expect("write gguf");
 }
+
+/// A greedy request for `n` new tokens after `ids`.
+pub fn greedy_request(ids: Vec<u32>, n: usize) -> candor::engine::TokenRequest {
+    candor::engine::TokenRequest::new(
+        ids,
+        candor::engine::SamplingParams {
+            max_new_tokens: n,
+            ..candor::engine::SamplingParams::default()
+        },
+    )
+}
