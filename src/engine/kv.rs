@@ -186,9 +186,20 @@ impl SeqKv {
     /// A host copy of the recurrent state after `len` positions (read back from the device
     /// when it is kept there): the prefix cache's snapshot. Empty without one.
     pub fn state_snapshot(&self) -> Vec<f32> {
+        let mut out = Vec::new();
+        self.state_snapshot_into(&mut out);
+        out
+    }
+
+    /// [`SeqKv::state_snapshot`] into `out`, reusing its allocation where the state is the
+    /// host's (the scheduler keeps one per sequence and refreshes it every block of a reply).
+    pub fn state_snapshot_into(&self, out: &mut Vec<f32>) {
         match &self.state {
-            State::Host(v) => v.clone(),
-            State::Device(d) => d.to_host(),
+            State::Host(v) => {
+                out.clear();
+                out.extend_from_slice(v);
+            }
+            State::Device(d) => *out = d.to_host(),
         }
     }
 

@@ -867,7 +867,14 @@ impl Decoder {
             {
                 // One state copy per block of reply (drafts are off for these models, so
                 // the sequence moved one position; a device's state is read back).
-                a.reply_state = Some((a.kv.len(), a.kv.state_snapshot()));
+                let at = a.kv.len();
+                match &mut a.reply_state {
+                    Some((pos, state)) => {
+                        *pos = at;
+                        a.kv.state_snapshot_into(state);
+                    }
+                    None => a.reply_state = Some((at, a.kv.state_snapshot())),
+                }
             }
             // Positions before this step's rows; the sequence's own rows returned.
             let base = a.kv.len() - n;
