@@ -15,11 +15,12 @@
 #
 # Settings (environment): AB_DIR (default target/ab), AB_MODEL (a GGUF instead of the random
 # file), AB_LAYERS (8), AB_ROUNDS (3), AB_THREADS (2), AB_PROMPT (128), AB_NEW (32),
-# AB_BATCH (1,16), AB_MAX_LOAD (1.0), AB_WAIT (1800).
+# AB_BATCH (1,16), AB_DTYPE (native; f32 dequantizes every weight: the float kernels),
+# AB_MAX_LOAD (1.0), AB_WAIT (1800).
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 root=$(git rev-parse --show-toplevel)
@@ -66,7 +67,7 @@ wait_quiet() {
 
 out="$dir/runs-${old:0:12}-${new:0:12}.jsonl"
 : >"$out"
-echo "model $model, $threads threads, P ${AB_PROMPT:-128}, N ${AB_NEW:-32}, batches ${AB_BATCH:-1,16}, $rounds rounds"
+echo "model $model (${AB_DTYPE:-native}), $threads threads, P ${AB_PROMPT:-128}, N ${AB_NEW:-32}, batches ${AB_BATCH:-1,16}, $rounds rounds"
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi
     for which in $order; do
@@ -77,7 +78,7 @@ for r in $(seq 1 "$rounds"); do
         # by other processes than the rates, though not immune to them (shared caches).
         /usr/bin/time -f '%U %S' -o "$dir/cpu" "$dir/bin/candor-$sha" bench --model "$model" \
             --threads "$threads" --prompt-tokens "${AB_PROMPT:-128}" \
-            --new-tokens "${AB_NEW:-32}" --batch-size "${AB_BATCH:-1,16}" 2>/dev/null |
+            --new-tokens "${AB_NEW:-32}" --batch-size "${AB_BATCH:-1,16}" --dtype "${AB_DTYPE:-native}" 2>/dev/null |
             grep '^{' >"$dir/lines"
         cpu=$(awk '{ print $1 + $2 }' "$dir/cpu")
         while read -r line; do

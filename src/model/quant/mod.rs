@@ -625,22 +625,13 @@ impl QWeight {
                 self.quantized_matmul(isa, p, &acts, m, out);
             }
             Storage::F32(w) => self.run_panels(m, out, &|panels, out| {
-                let w = w.as_slice();
-                float_panels(panels, n, k, x, out, |xi, j| {
-                    dot_f32(isa, xi, &w[j * k..(j + 1) * k])
-                })
+                float_panels(isa, panels, n, k, x, FloatRows::F32(w.as_slice()), out)
             }),
             Storage::F16(w) => self.run_panels(m, out, &|panels, out| {
-                let w = w.as_slice();
-                float_panels(panels, n, k, x, out, |xi, j| {
-                    dot_f16(isa, xi, &w[j * k..(j + 1) * k])
-                })
+                float_panels(isa, panels, n, k, x, FloatRows::F16(w.as_slice()), out)
             }),
             Storage::BF16(w) => self.run_panels(m, out, &|panels, out| {
-                let w = w.as_slice();
-                float_panels(panels, n, k, x, out, |xi, j| {
-                    dot_bf16(isa, xi, &w[j * k..(j + 1) * k])
-                })
+                float_panels(isa, panels, n, k, x, FloatRows::BF16(w.as_slice()), out)
             }),
         }
     }
@@ -888,26 +879,93 @@ fn check_len(got: usize, want: usize) -> Result<(), QuantError> {
     }
 }
 
-/// Writes the float dot products of `panels` into `out`.
+/// A float weight matrix's rows, `k` values each, for the float kernels.
+#[derive(Clone, Copy)]
+pub(crate) enum FloatRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+    BF16(&'a [u16]),
+}
+
+/// Writes the float dot products of `panels` into `out`: rows three at a time against one
+/// or two columns at a time ([`x86::float_block`], each dot product with the bits of a lone
+/// `scalar::dot_f32`), so each load serves several multiply-adds.
 fn float_panels(
+    isa: Isa,
     panels: Range<usize>,
     n: usize,
     k: usize,
     x: &[f32],
+    w: FloatRows<'_>,
     out: &PanelOut,
-    dot: impl Fn(&[f32], usize) -> f32,
 ) {
+    let m = x.len() / k.max(1);
     for pi in panels {
-        for (i, xi) in x.chunks_exact(k).enumerate() {
-            let mut values = [0f32; PANEL];
-            for (lane, v) in values.iter_mut().enumerate() {
-                let j = pi * PANEL + lane;
-                if j < n {
-                    *v = dot(xi, j);
+        let mut i = 0;
+        while i < m {
+            let rows = (m - i).min(3);
+            let mut values = [[0f32; PANEL]; 3];
+            match rows {
+                3 => float_rows::<3>(isa, w, n, k, x, i, pi, &mut values),
+                2 => float_rows::<2>(isa, w, n, k, x, i, pi, &mut values),
+                _ => float_rows::<1>(isa, w, n, k, x, i, pi, &mut values),
+            }
+            for (r, v) in values[..rows].iter().enumerate() {
+                // SAFETY: `run_panels` gave this worker panel `pi`.
+                unsafe { out.put(i + r, pi, v) };
+            }
+            i += rows;
+        }
+    }
+}
+
+/// Rows `first..first + R` of `x` against panel `pi`'s columns, into `values[..R]`.
+#[allow(clippy::too_many_arguments)]
+fn float_rows<const R: usize>(
+    isa: Isa,
+    w: FloatRows<'_>,
+    n: usize,
+    k: usize,
+    x: &[f32],
+    first: usize,
+    pi: usize,
+    values: &mut [[f32; PANEL]; 3],
+) {
+    let xs: [&[f32]; R] = std::array::from_fn(|r| &x[(first + r) * k..(first + r + 1) * k]);
+    match isa {
+        Isa::Scalar => {
+            for (r, xr) in xs.iter().enumerate() {
+                for (lane, v) in values[r].iter_mut().enumerate() {
+                    let j = pi * PANEL + lane;
+                    if j < n {
+                        *v = match w {
+                            FloatRows::F32(w) => scalar::dot_f32(xr, &w[j * k..(j + 1) * k]),
+                            FloatRows::F16(w) => scalar::dot_f16(xr, &w[j * k..(j + 1) * k]),
+                            FloatRows::BF16(w) => scalar::dot_bf16(xr, &w[j * k..(j + 1) * k]),
+                        };
+                    }
                 }
             }
-            // SAFETY: `run_panels` gave this worker panel `pi`.
-            unsafe { out.put(i, pi, &values) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // Columns past `n` repeat the last one; their results are dropped by `put`.
+            let col = |lane: usize| (pi * PANEL + lane).min(n - 1);
+            if isa.wide() {
+                for lane in (0..PANEL).step_by(2) {
+                    let got = x86::float_block(w, k, xs, [col(lane), col(lane + 1)]);
+                    for (r, g) in got.iter().enumerate() {
+                        values[r][lane..lane + 2].copy_from_slice(g);
+                    }
+                }
+            } else {
+                for lane in 0..PANEL {
+                    let got = x86::float_block(w, k, xs, [col(lane)]);
+                    for (r, g) in got.iter().enumerate() {
+                        values[r][lane] = g[0];
+                    }
+                }
+            }
         }
     }
 }
@@ -967,30 +1025,6 @@ fn panel_dot<const R: usize>(
         Isa::Scalar => acts.map(|a| scalar::panel_dot(format, panel, nb, a)),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::panel_dot(format, panel, nb, acts),
-    }
-}
-
-fn dot_f32(isa: Isa, x: &[f32], w: &[f32]) -> f32 {
-    match isa {
-        Isa::Scalar => scalar::dot_f32(x, w),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::dot_f32(x, w),
-    }
-}
-
-fn dot_f16(isa: Isa, x: &[f32], w: &[u16]) -> f32 {
-    match isa {
-        Isa::Scalar => scalar::dot_f16(x, w),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::dot_f16(x, w),
-    }
-}
-
-fn dot_bf16(isa: Isa, x: &[f32], w: &[u16]) -> f32 {
-    match isa {
-        Isa::Scalar => scalar::dot_bf16(x, w),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::dot_bf16(x, w),
     }
 }
 
@@ -1073,6 +1107,69 @@ pub(crate) mod tests {
         let mut out = vec![f32::NAN; m * w.rows()];
         w.matmul_with(isa, x, m, &mut out);
         out
+    }
+
+    /// The blocked float products (rows three at a time, one or two columns at a time) give
+    /// each output the bits of the portable lone dot product, for F32, F16 and BF16 weights,
+    /// at every kernel level, with tails past 32 lanes, single columns, and a last panel and
+    /// row group cut short.
+    #[test]
+    fn float_blocks_equal_lone_dot_products() {
+        for (n, k) in [(1, 1), (3, 31), (13, 45), (17, 109), (9, 576)] {
+            let v = noise(11, n * k);
+            let f16: Vec<u16> = v
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect();
+            let bf16: Vec<u16> = v
+                .iter()
+                .map(|&x| half::bf16::from_f32(x).to_bits())
+                .collect();
+            let le = |h: &[u16]| h.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
+            let ws = [
+                ("F32", QWeight::from_f32(n, k, v.clone())),
+                (
+                    "F16",
+                    QWeight::from_bytes(GgmlDType::F16, n, k, &le(&f16)).unwrap(),
+                ),
+                (
+                    "BF16",
+                    QWeight::from_bytes(GgmlDType::BF16, n, k, &le(&bf16)).unwrap(),
+                ),
+            ];
+            let x = noise(12, 7 * k);
+            for (name, w) in &ws {
+                let want: Vec<f32> = (0..7 * n)
+                    .map(|o| {
+                        let (i, j) = (o / n, o % n);
+                        let xi = &x[i * k..(i + 1) * k];
+                        match name {
+                            &"F32" => scalar::dot_f32(xi, &v[j * k..(j + 1) * k]),
+                            &"F16" => scalar::dot_f16(xi, &f16[j * k..(j + 1) * k]),
+                            _ => scalar::dot_bf16(xi, &bf16[j * k..(j + 1) * k]),
+                        }
+                    })
+                    .collect();
+                for level in [0u8, 1] {
+                    #[cfg(target_arch = "x86_64")]
+                    x86::cap_level(level);
+                    for m in 1..=7 {
+                        for isa in [Isa::Scalar, Isa::detect()] {
+                            let got = run(w, isa, &x[..m * k], m);
+                            let bits =
+                                |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&got),
+                                bits(&want[..m * n]),
+                                "{name} {n}x{k} m={m} {isa:?} level {level}"
+                            );
+                        }
+                    }
+                }
+                #[cfg(target_arch = "x86_64")]
+                x86::cap_level(u8::MAX);
+            }
+        }
     }
 
     /// A gathered product (rows out of order, repeated, an empty job, two weights) equals

@@ -18,6 +18,7 @@ use super::layout::{
     Q5_0_QS, Q5_1_QH, Q5_1_QS, Q8_0_QS, QK, QK_K,
 };
 use super::scalar;
+use super::FloatRows;
 
 /// Whether this CPU runs the kernels of this file.
 pub(crate) fn available() -> bool {
@@ -75,36 +76,6 @@ pub(crate) fn panel_dot<const R: usize>(
     unsafe { quant_panel(format, panel, nb, acts) }
 }
 
-/// F32 dot product (see `scalar::dot_f32`).
-pub(crate) fn dot_f32(x: &[f32], w: &[f32]) -> f32 {
-    assert_eq!(x.len(), w.len());
-    if !available() {
-        return scalar::dot_f32(x, w);
-    }
-    // SAFETY: features checked; lengths equal.
-    unsafe { dot_f32_avx(x, w) }
-}
-
-/// F16-weight dot product (see `scalar::dot_f16`).
-pub(crate) fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
-    assert_eq!(x.len(), w.len());
-    if !available() {
-        return scalar::dot_f16(x, w);
-    }
-    // SAFETY: features checked; lengths equal.
-    unsafe { dot_f16_avx(x, w) }
-}
-
-/// BF16-weight dot product (see `scalar::dot_bf16`).
-pub(crate) fn dot_bf16(x: &[f32], w: &[u16]) -> f32 {
-    assert_eq!(x.len(), w.len());
-    if !available() {
-        return scalar::dot_bf16(x, w);
-    }
-    // SAFETY: features checked; lengths equal.
-    unsafe { dot_bf16_avx(x, w) }
-}
-
 /// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
 /// so this runs into the next panels; prefetching never faults, even past the end). Far ahead
 /// and into L2 only: at one row (decoding) a record is used once, so the stream is bounded by
@@ -143,50 +114,131 @@ unsafe fn at<T: Copy>(s: &[T], i: usize) -> T {
     }
 }
 
-/// Generates a float dot product over weights of element type `$t`, read 8 at a time with
-/// `$load(ptr)` and one at a time with `$get(value)`, in `scalar::dot_f32`'s order.
-macro_rules! float_dot {
-    ($name:ident, $t:ty, $load:expr, $get:expr) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
+/// The float dot products of `R` activation rows (`k` values each) against weight rows `cols`
+/// of `w`: `out[r][c] = dot(x[r], w[cols[c]])`, each pair bit-identical to `scalar::dot_f32`
+/// (or `dot_f16`, `dot_bf16`): every pair keeps its own four accumulators, in the same lane
+/// order and reduction. Each 8-value load of a weight row serves `R` rows and each activation
+/// load `C` columns, where a lone dot product makes two loads per multiply-add.
+pub(crate) fn float_block<const R: usize, const C: usize>(
+    w: FloatRows<'_>,
+    k: usize,
+    x: [&[f32]; R],
+    cols: [usize; C],
+) -> [[f32; C]; R] {
+    for xr in x {
+        assert_eq!(
+            xr.len(),
+            k,
+            "float_block: an activation row is not {k} long"
+        );
+    }
+    let rows = match w {
+        FloatRows::F32(w) => w.len(),
+        FloatRows::F16(w) | FloatRows::BF16(w) => w.len(),
+    };
+    for c in cols {
+        assert!(
+            (c + 1) * k <= rows,
+            "float_block: weight row {c} out of range"
+        );
+    }
+    if !available() {
+        return x.map(|xr| {
+            cols.map(|c| match w {
+                FloatRows::F32(w) => scalar::dot_f32(xr, &w[c * k..(c + 1) * k]),
+                FloatRows::F16(w) => scalar::dot_f16(xr, &w[c * k..(c + 1) * k]),
+                FloatRows::BF16(w) => scalar::dot_bf16(xr, &w[c * k..(c + 1) * k]),
+            })
+        });
+    }
+    let wide = wide();
+    // SAFETY: the features are present (checked above: AVX-512 by `wide`) and the asserts bound
+    // every read.
+    unsafe {
+        match (w, wide) {
+            (FloatRows::F32(w), false) => block_f32_avx2(w, k, x, cols),
+            (FloatRows::F32(w), true) => block_f32_wide(w, k, x, cols),
+            (FloatRows::F16(w), false) => block_f16_avx2(w, k, x, cols),
+            (FloatRows::F16(w), true) => block_f16_wide(w, k, x, cols),
+            (FloatRows::BF16(w), false) => block_bf16_avx2(w, k, x, cols),
+            (FloatRows::BF16(w), true) => block_bf16_wide(w, k, x, cols),
+        }
+    }
+}
+
+/// Generates a [`float_block`] kernel for weights of element type `$t`, read 8 at a time with
+/// `$load(ptr)` and one at a time with `$get(value)`, in `scalar::dot_f32`'s order, built for
+/// the features `$features` (AVX-512's only gain here: 32 registers, so more accumulators stay
+/// in them).
+macro_rules! float_block_kernel {
+    ($name:ident, $features:literal, $t:ty, $load:expr, $get:expr) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize, const C: usize>(
+            w: &[$t],
+            k: usize,
+            x: [&[f32]; R],
+            cols: [usize; C],
+        ) -> [[f32; C]; R] {
             unsafe {
-                let n = w.len();
-                let full = n / scalar::F_LANES * scalar::F_LANES;
-                let (xp, wp) = (x.as_ptr(), w.as_ptr());
-                let mut acc = [_mm256_setzero_ps(); 4];
+                let full = k / scalar::F_LANES * scalar::F_LANES;
+                let wp: [*const $t; C] = cols.map(|c| w.as_ptr().add(c * k));
+                let xp: [*const f32; R] = x.map(|r| r.as_ptr());
+                let mut acc = [[[_mm256_setzero_ps(); 4]; C]; R];
                 let mut c = 0;
                 while c < full {
-                    for (q, acc) in acc.iter_mut().enumerate() {
+                    for q in 0..4 {
                         let t = c + 8 * q;
-                        *acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(t)), $load(wp.add(t)), *acc);
+                        let wv: [__m256; C] = std::array::from_fn(|j| $load(wp[j].add(t)));
+                        for r in 0..R {
+                            let xv = _mm256_loadu_ps(xp[r].add(t));
+                            for j in 0..C {
+                                acc[r][j][q] = _mm256_fmadd_ps(xv, wv[j], acc[r][j][q]);
+                            }
+                        }
                     }
                     c += scalar::F_LANES;
                 }
-                let mut sum = reduce(acc);
-                for (&xt, &wt) in x[full..].iter().zip(&w[full..]) {
-                    sum = xt.mul_add($get(wt), sum);
+                let mut out = [[0f32; C]; R];
+                for r in 0..R {
+                    for j in 0..C {
+                        let mut sum = reduce(acc[r][j]);
+                        for t in full..k {
+                            sum = (*xp[r].add(t)).mul_add($get(*wp[j].add(t)), sum);
+                        }
+                        out[r][j] = sum;
+                    }
                 }
-                sum
+                out
             }
         }
     };
 }
 
-float_dot!(
-    dot_f32_avx,
+/// [`float_block_kernel`] for AVX2 and for AVX-512's registers, for one element type.
+macro_rules! float_block_kernels {
+    ($avx2:ident, $wide:ident, $t:ty, $load:expr, $get:expr) => {
+        float_block_kernel!($avx2, "avx2,fma,f16c", $t, $load, $get);
+        float_block_kernel!($wide, "avx2,fma,f16c,avx512f,avx512vl", $t, $load, $get);
+    };
+}
+
+float_block_kernels!(
+    block_f32_avx2,
+    block_f32_wide,
     f32,
     |p: *const f32| _mm256_loadu_ps(p),
     |v: f32| v
 );
-float_dot!(
-    dot_f16_avx,
+float_block_kernels!(
+    block_f16_avx2,
+    block_f16_wide,
     u16,
     |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
     |v: u16| half::f16::from_bits(v).to_f32()
 );
-
-float_dot!(
-    dot_bf16_avx,
+float_block_kernels!(
+    block_bf16_avx2,
+    block_bf16_wide,
     u16,
     |p: *const u16| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
         _mm_loadu_si128(p as *const __m128i)
