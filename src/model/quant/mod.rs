@@ -954,15 +954,15 @@ fn float_rows<const R: usize>(
             if isa.wide() {
                 for lane in (0..PANEL).step_by(2) {
                     let got = x86::float_block(w, k, xs, [col(lane), col(lane + 1)]);
-                    for (r, g) in got.iter().enumerate() {
-                        values[r][lane..lane + 2].copy_from_slice(g);
+                    for (v, g) in values.iter_mut().zip(&got) {
+                        v[lane..lane + 2].copy_from_slice(g);
                     }
                 }
             } else {
                 for lane in 0..PANEL {
                     let got = x86::float_block(w, k, xs, [col(lane)]);
-                    for (r, g) in got.iter().enumerate() {
-                        values[r][lane] = g[0];
+                    for (v, g) in values.iter_mut().zip(&got) {
+                        v[lane] = g[0];
                     }
                 }
             }
@@ -1143,9 +1143,9 @@ pub(crate) mod tests {
                     .map(|o| {
                         let (i, j) = (o / n, o % n);
                         let xi = &x[i * k..(i + 1) * k];
-                        match name {
-                            &"F32" => scalar::dot_f32(xi, &v[j * k..(j + 1) * k]),
-                            &"F16" => scalar::dot_f16(xi, &f16[j * k..(j + 1) * k]),
+                        match *name {
+                            "F32" => scalar::dot_f32(xi, &v[j * k..(j + 1) * k]),
+                            "F16" => scalar::dot_f16(xi, &f16[j * k..(j + 1) * k]),
                             _ => scalar::dot_bf16(xi, &bf16[j * k..(j + 1) * k]),
                         }
                     })
