@@ -887,6 +887,18 @@ pub(crate) enum FloatRows<'a> {
     BF16(&'a [u16]),
 }
 
+impl FloatRows<'_> {
+    /// The portable dot product of `x` (`k` values) with weight row `j`: the bits every float
+    /// kernel gives.
+    pub(crate) fn scalar_dot(self, x: &[f32], j: usize, k: usize) -> f32 {
+        match self {
+            FloatRows::F32(w) => scalar::dot_f32(x, &w[j * k..(j + 1) * k]),
+            FloatRows::F16(w) => scalar::dot_f16(x, &w[j * k..(j + 1) * k]),
+            FloatRows::BF16(w) => scalar::dot_bf16(x, &w[j * k..(j + 1) * k]),
+        }
+    }
+}
+
 /// Writes the float dot products of `panels` into `out`: rows three at a time against one
 /// or two columns at a time ([`x86::float_block`], each dot product with the bits of a lone
 /// `scalar::dot_f32`), so each load serves several multiply-adds.
@@ -938,11 +950,7 @@ fn float_rows<const R: usize>(
                 for (lane, v) in values[r].iter_mut().enumerate() {
                     let j = pi * PANEL + lane;
                     if j < n {
-                        *v = match w {
-                            FloatRows::F32(w) => scalar::dot_f32(xr, &w[j * k..(j + 1) * k]),
-                            FloatRows::F16(w) => scalar::dot_f16(xr, &w[j * k..(j + 1) * k]),
-                            FloatRows::BF16(w) => scalar::dot_bf16(xr, &w[j * k..(j + 1) * k]),
-                        };
+                        *v = w.scalar_dot(xr, j, k);
                     }
                 }
             }
@@ -1143,11 +1151,12 @@ pub(crate) mod tests {
                     .map(|o| {
                         let (i, j) = (o / n, o % n);
                         let xi = &x[i * k..(i + 1) * k];
-                        match *name {
-                            "F32" => scalar::dot_f32(xi, &v[j * k..(j + 1) * k]),
-                            "F16" => scalar::dot_f16(xi, &f16[j * k..(j + 1) * k]),
-                            _ => scalar::dot_bf16(xi, &bf16[j * k..(j + 1) * k]),
-                        }
+                        let rows = match *name {
+                            "F32" => FloatRows::F32(&v),
+                            "F16" => FloatRows::F16(&f16),
+                            _ => FloatRows::BF16(&bf16),
+                        };
+                        rows.scalar_dot(xi, j, k)
                     })
                     .collect();
                 for level in [0u8, 1] {

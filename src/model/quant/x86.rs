@@ -143,13 +143,7 @@ pub(crate) fn float_block<const R: usize, const C: usize>(
         );
     }
     if !available() {
-        return x.map(|xr| {
-            cols.map(|c| match w {
-                FloatRows::F32(w) => scalar::dot_f32(xr, &w[c * k..(c + 1) * k]),
-                FloatRows::F16(w) => scalar::dot_f16(xr, &w[c * k..(c + 1) * k]),
-                FloatRows::BF16(w) => scalar::dot_bf16(xr, &w[c * k..(c + 1) * k]),
-            })
-        });
+        return x.map(|xr| cols.map(|c| w.scalar_dot(xr, c, k)));
     }
     let wide = wide();
     // SAFETY: the features are present (checked above: AVX-512 by `wide`) and the asserts bound
