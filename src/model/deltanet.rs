@@ -6,7 +6,7 @@
 //!
 //! A linear-attention layer keeps, per sequence, a fixed-size recurrent state instead of
 //! keys and values: the last `taps − 1` inputs of its causal conv1d and one `S × S` matrix
-//! per value head. That state belongs to the engine (behind `KvSeq::state`); this module
+//! per value head (row-major, a row per key index). That state belongs to the engine (behind `KvSeq::state`); this module
 //! reads and updates it. There is ONE recurrence for every path: each new row is folded into
 //! the state by the same per-token update in the same arithmetic order (llama.cpp's fused
 //! `gated_delta_net` CPU op), whether it arrives in a prefill chunk of any size, after a
@@ -316,11 +316,6 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
     1.0 / (mean + eps).sqrt()
 }
 
-/// Dot product in index order.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y)
-}
-
 /// One token of the gated delta rule through one value head's state (see [`DeltaNet::rule`]).
 struct Token<'a> {
     k: &'a [f32],
@@ -332,82 +327,102 @@ struct Token<'a> {
 }
 
 impl Token<'_> {
-    /// `M ← M · decay`, `δ = (v − M k) · β`, `M ← M + k δᵀ`, `o = M q · inv`; `m` is the
-    /// state transposed (row j of `m` is column j of S). On x86-64 with AVX2 and FMA it runs as
-    /// code compiled for them (the fused multiply-add one instruction, not a libm call per
-    /// element; the loops vectorized); the operations, and so the bits, are the same.
-    fn through(&self, m: &mut [f32], delta: &mut [f32], o: &mut [f32]) {
+    /// `S ← S · decay`, `δ = (v − Sᵀk) · β`, `S ← S + k δᵀ`, `o = Sᵀq · inv`; `m` is `S`
+    /// row-major (`m[i·S + j]`: key index `i`, value index `j`), so a state row is one value
+    /// per output column and the columns' sums run side by side in vector lanes. Each column
+    /// `j` is [`column`]'s arithmetic, its sums in index order, whatever block it falls in.
+    /// On x86-64 with AVX2 and FMA it runs as code compiled for them (the fused multiply-add
+    /// one instruction, not a libm call per element; the loops vectorized); the operations,
+    /// and so the bits, are the same.
+    fn through(&self, m: &mut [f32], o: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { self.through_avx2(m, delta, o) };
+            return unsafe { self.through_avx2(m, o) };
         }
-        self.through_any(m, delta, o)
+        self.through_any(m, o)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn through_avx2(&self, m: &mut [f32], delta: &mut [f32], o: &mut [f32]) {
-        self.through_any(m, delta, o)
+    unsafe fn through_avx2(&self, m: &mut [f32], o: &mut [f32]) {
+        self.through_any(m, o)
     }
 
-    /// Two passes over the state, a block of rows at a time decayed (then updated) and dotted
-    /// while in cache: the same operations on each element as one pass per operation.
+    /// Blocks of [`COLS`] columns (then 8, then one), each through both of its passes while
+    /// in cache: columns are independent, so the block sizes change no bit.
     #[inline(always)]
-    fn through_any(&self, m: &mut [f32], delta: &mut [f32], o: &mut [f32]) {
+    fn through_any(&self, m: &mut [f32], o: &mut [f32]) {
         let s = o.len();
-        let (k, q, val) = (&self.k[..s], &self.q[..s], &self.val[..s]);
-        for j0 in (0..s).step_by(DOT_ROWS) {
-            let rows = &mut m[j0 * s..(j0 + DOT_ROWS).min(s) * s];
-            for x in rows.iter_mut() {
+        let mut j0 = 0;
+        while j0 + COLS <= s {
+            self.block::<COLS>(m, j0, o);
+            j0 += COLS;
+        }
+        while j0 + 8 <= s {
+            self.block::<8>(m, j0, o);
+            j0 += 8;
+        }
+        while j0 < s {
+            self.block::<1>(m, j0, o);
+            j0 += 1;
+        }
+    }
+
+    /// Columns `j0..j0 + W` of the state: [`column`] for each, the columns in lanes.
+    #[inline(always)]
+    fn block<const W: usize>(&self, m: &mut [f32], j0: usize, o: &mut [f32]) {
+        let s = o.len();
+        let (k, q) = (&self.k[..s], &self.q[..s]);
+        let mut acc = [0f32; W];
+        for (i, &ki) in k.iter().enumerate() {
+            let row: &mut [f32; W] = (&mut m[i * s + j0..i * s + j0 + W]).try_into().unwrap();
+            for (x, a) in row.iter_mut().zip(acc.iter_mut()) {
                 *x *= self.decay;
-            }
-            let dots = dots_in_order(rows, s, k);
-            for (u, d) in dots.iter().take(rows.len() / s).enumerate() {
-                delta[j0 + u] = (val[j0 + u] - d) * self.beta;
+                *a += *x * ki;
             }
         }
-        for j0 in (0..s).step_by(DOT_ROWS) {
-            let rows = &mut m[j0 * s..(j0 + DOT_ROWS).min(s) * s];
-            for (row, &dj) in rows.chunks_exact_mut(s).zip(&delta[j0..]) {
-                for (x, &ki) in row.iter_mut().zip(k) {
-                    *x = ki.mul_add(dj, *x);
-                }
+        let mut delta = [0f32; W];
+        for ((d, &v), &a) in delta.iter_mut().zip(&self.val[j0..j0 + W]).zip(&acc) {
+            *d = (v - a) * self.beta;
+        }
+        let mut acc = [0f32; W];
+        for (i, (&ki, &qi)) in k.iter().zip(q).enumerate() {
+            let row: &mut [f32; W] = (&mut m[i * s + j0..i * s + j0 + W]).try_into().unwrap();
+            for ((x, a), &d) in row.iter_mut().zip(acc.iter_mut()).zip(&delta) {
+                *x = ki.mul_add(d, *x);
+                *a += *x * qi;
             }
-            let dots = dots_in_order(rows, s, q);
-            for (u, d) in dots.iter().take(rows.len() / s).enumerate() {
-                o[j0 + u] = d * self.inv;
-            }
+        }
+        for (o, &a) in o[j0..j0 + W].iter_mut().zip(&acc) {
+            *o = a * self.inv;
         }
     }
 }
 
-/// Rows of the delta rule's state whose dot products [`dots_in_order`] runs side by side.
-const DOT_ROWS: usize = 8;
+/// Columns of the delta rule's state that one block of [`Token::through`] runs side by side:
+/// 64 floats, eight AVX2 registers of sums, so that the additions of one column (a chain in
+/// index order) wait on no other's.
+const COLS: usize = 64;
 
-/// The dot products of the (up to [`DOT_ROWS`]) `s`-wide rows of `rows` with `x`, each in index
-/// order, the bits of [`dot`] row by row. A full block's sums are interleaved: each is a chain
-/// of dependent additions, and one at a time the core waits on every addition (the recurrence
-/// spent most of a Qwen3.5 prefill there).
-#[inline(always)]
-fn dots_in_order(rows: &[f32], s: usize, x: &[f32]) -> [f32; DOT_ROWS] {
-    let mut acc = [0f32; DOT_ROWS];
-    let n = rows.len() / s;
-    if n == DOT_ROWS {
-        let x = &x[..s];
-        let r: [&[f32]; DOT_ROWS] = std::array::from_fn(|u| &rows[u * s..(u + 1) * s]);
-        for (i, &xi) in x.iter().enumerate() {
-            for (a, row) in acc.iter_mut().zip(&r) {
-                *a += row[i] * xi;
-            }
-        }
-    } else {
-        for (a, row) in acc.iter_mut().zip(rows.chunks_exact(s)) {
-            *a = dot(row, x);
-        }
+/// Column `j` of one token through the state, one element at a time: the arithmetic every
+/// block of [`Token::through`] does for it (the reference of its test).
+#[cfg(test)]
+fn column(t: &Token<'_>, m: &mut [f32], j: usize) -> f32 {
+    let s = t.k.len();
+    let mut dot = 0f32;
+    for i in 0..s {
+        m[i * s + j] *= t.decay;
+        dot += m[i * s + j] * t.k[i];
     }
-    acc
+    let d = (t.val[j] - dot) * t.beta;
+    let mut o = 0f32;
+    for i in 0..s {
+        m[i * s + j] = t.k[i].mul_add(d, m[i * s + j]);
+        o += m[i * s + j] * t.q[i];
+    }
+    o * t.inv
 }
 
 /// `attn = attn · sigmoid(gate)`, element by element (the full-attention output gate).
@@ -481,8 +496,8 @@ impl DeltaNet {
 
     /// `Step::DeltaRule`: the queries and keys L2-normed (llama.cpp's `rms_norm` with
     /// `eps / S` times `1 / sqrt(S)`), β = sigmoid, the decay `g = softplus(α + dt) · a`; then
-    /// per sequence and value head, one token at a time: `M ← M · e^g`,
-    /// `δ = (v − M k) · β`, `M ← M + k δᵀ`, `out = M q / sqrt(S)` (value head `h` reads
+    /// per sequence and value head, one token at a time: `S ← S · e^g`,
+    /// `δ = (v − Sᵀk) · β`, `S ← S + k δᵀ`, `out = Sᵀq / sqrt(S)` (value head `h` reads
     /// key head `h mod k_heads`, as llama.cpp's broadcast). Output into `out` (value width
     /// per row).
     #[allow(clippy::too_many_arguments)]
@@ -522,7 +537,6 @@ impl DeltaNet {
                 .map(|(v, m)| {
                     let kh = v % h.k_heads;
                     let mut o = vec![0f32; n * s];
-                    let mut delta = vec![0f32; s];
                     for t in 0..n {
                         let row = &d.conv[(r0 + t) * cd..(r0 + t + 1) * cd];
                         let q = &row[kh * s..(kh + 1) * s];
@@ -539,7 +553,7 @@ impl DeltaNet {
                             decay,
                             inv,
                         };
-                        step.through(m, &mut delta, o);
+                        step.through(m, o);
                     }
                     o
                 })
@@ -601,11 +615,11 @@ mod tests {
         assert_eq!(f, [false, false, false, false, false, false, true, true]);
     }
 
-    /// The interleaved dots are `dot` row by row, to the bit, in full and partial blocks, on
-    /// values whose sums depend on the order of the additions.
+    /// The blocked recurrence is [`column`] column by column, to the bit, for head sizes that
+    /// take every block width (64, 8 and single columns), over several tokens, on values whose
+    /// sums depend on the order of the additions; and the order does matter for them.
     #[test]
-    fn dots_in_order_are_dot_row_by_row() {
-        let s = 24;
+    fn blocked_recurrence_is_the_column_by_column_one() {
         let mut seed = 7u64;
         let mut draw = move || {
             seed = seed
@@ -618,21 +632,45 @@ mod tests {
                 1.0
             }
         };
-        let rows: Vec<f32> = (0..DOT_ROWS * s).map(|_| draw()).collect();
-        let x: Vec<f32> = (0..s).map(|_| draw()).collect();
-        for n in [DOT_ROWS, 3, 1] {
-            let got = dots_in_order(&rows[..n * s], s, &x);
-            for u in 0..n {
-                let want = dot(&rows[u * s..(u + 1) * s], &x);
-                assert_eq!(got[u].to_bits(), want.to_bits(), "block of {n}, row {u}");
+        for s in [128, 75, 24, 5] {
+            let mut got: Vec<f32> = (0..s * s).map(|_| draw()).collect();
+            let mut want = got.clone();
+            for t in 0..3 {
+                let (k, q, val): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+                    (0..s).map(|_| draw()).collect(),
+                    (0..s).map(|_| draw()).collect(),
+                    (0..s).map(|_| draw()).collect(),
+                );
+                let tok = Token {
+                    k: &k,
+                    q: &q,
+                    val: &val,
+                    beta: 0.7,
+                    decay: 0.9,
+                    inv: 0.125,
+                };
+                let mut o = vec![0f32; s];
+                tok.through(&mut got, &mut o);
+                for (j, &o) in o.iter().enumerate() {
+                    let w = column(&tok, &mut want, j);
+                    assert_eq!(o.to_bits(), w.to_bits(), "S {s}, token {t}, column {j}");
+                }
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "S {s}, token {t}: the states differ");
             }
         }
-        // The order matters for these values: summed backwards, some row differs.
-        assert!((0..DOT_ROWS).any(|u| {
-            let row = &rows[u * s..(u + 1) * s];
-            let back = row.iter().zip(&x).rev().fold(0.0f32, |a, (r, v)| a + r * v);
-            back.to_bits() != dot(row, &x).to_bits()
-        }));
+        // The order matters for such values: a column's dot summed backwards differs.
+        let s = 128;
+        let (m, k): (Vec<f32>, Vec<f32>) = (
+            (0..s).map(|_| draw()).collect(),
+            (0..s).map(|_| draw()).collect(),
+        );
+        let fwd = m.iter().zip(&k).fold(0f32, |a, (x, y)| a + x * y);
+        let back = m.iter().zip(&k).rev().fold(0f32, |a, (x, y)| a + x * y);
+        assert_ne!(fwd.to_bits(), back.to_bits());
     }
 
     #[test]

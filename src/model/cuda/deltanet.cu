@@ -122,9 +122,10 @@ extern "C" __global__ void delta_prep(float* conv, float* beta, float* alpha, co
 }
 
 // Step::DeltaRule, one block of s threads per (value head, sequence): the head's state matrix
-// (row j of `m`, thread j's, is column j of S), one token at a time: M <- M e^g,
-// delta = (v - M k) beta, M <- M + k delta^T (an fma per element, as the CPU's `mul_add`),
-// out = M q / sqrt(s); each row's sums in index order. Value head v reads key head
+// S, row-major (m[i * s + j]: key index i, value index j; thread j owns column j, so a warp's
+// loads of one row are coalesced), one token at a time: S <- S e^g, delta = (v - S^T k) beta,
+// S <- S + k delta^T (an fma per element, as the CPU's `mul_add`), out = S^T q / sqrt(s); each
+// column's sums in index order. Value head v reads key head
 // v % k_heads. The token's q, k and v are staged in shared memory (3 s floats).
 extern "C" __global__ void delta_rule(const float* conv, const float* beta, const float* alpha,
                                       const unsigned long long* states, long off, const int* spans, int cd, int kd,
@@ -133,7 +134,7 @@ extern "C" __global__ void delta_rule(const float* conv, const float* beta, cons
     int v = blockIdx.x, q = blockIdx.y, j = threadIdx.x;
     int r0 = spans[2 * q], n = spans[2 * q + 1];
     int kh = v % k_heads;
-    float* m = (float*)states[q] + off + ((long)v * s + j) * s;
+    float* m = (float*)states[q] + off + (long)v * s * s + j;
     float *sq = staged, *sk = staged + s, *sv = staged + 2 * s;
     for (int t = 0; t < n; t++) {
         const float* row = conv + (long)(r0 + t) * cd;
@@ -145,15 +146,15 @@ extern "C" __global__ void delta_rule(const float* conv, const float* beta, cons
         float b = beta[bi], decay = cpu_expf(alpha[bi]);
         float dot = 0.0f;
         for (int i = 0; i < s; i++) {
-            float x = __fmul_rn(m[i], decay);
-            m[i] = x;
+            float x = __fmul_rn(m[(long)i * s], decay);
+            m[(long)i * s] = x;
             dot = __fadd_rn(dot, __fmul_rn(x, sk[i]));
         }
         float d = __fmul_rn(__fsub_rn(sv[j], dot), b);
         float o = 0.0f;
         for (int i = 0; i < s; i++) {
-            float x = __fmaf_rn(sk[i], d, m[i]);
-            m[i] = x;
+            float x = __fmaf_rn(sk[i], d, m[(long)i * s]);
+            m[(long)i * s] = x;
             o = __fadd_rn(o, __fmul_rn(x, sq[i]));
         }
         out[(long)(r0 + t) * v_heads * s + (long)v * s + j] = __fmul_rn(o, inv);

@@ -182,21 +182,21 @@ pub(crate) fn rule(
                 let (sq, rest) = staged.split_at(s);
                 let (sk, sv) = rest.split_at(s);
                 for j in 0..s {
-                    let at = off + (v * s + j) * s;
-                    let m = &mut states[q][at..at + s];
+                    let at = off + v * s * s + j;
+                    let m = &mut states[q][at..];
                     let bi = (r0 + t) * v_heads + v;
                     let (b, decay) = (beta[bi], cpu_expf(alpha[bi]));
                     let mut dot = 0f32;
                     for i in 0..s {
-                        let x = m[i] * decay;
-                        m[i] = x;
+                        let x = m[i * s] * decay;
+                        m[i * s] = x;
                         dot += x * sk[i];
                     }
                     let d = (sv[j] - dot) * b;
                     let mut o = 0f32;
                     for i in 0..s {
-                        let x = sk[i].mul_add(d, m[i]);
-                        m[i] = x;
+                        let x = sk[i].mul_add(d, m[i * s]);
+                        m[i * s] = x;
                         o += x * sq[i];
                     }
                     out[(r0 + t) * v_heads * s + v * s + j] = o * inv;
