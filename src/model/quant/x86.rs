@@ -11,7 +11,7 @@
 //! kernel instead when the CPU lacks AVX2, FMA or F16C (same bits, slower).
 
 use std::arch::x86_64::*;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use super::layout::{
     k_rec, ActRow, QFormat, KVALUES_MXFP4, MXFP4_QS, PANEL, Q4_0_QS, Q4_1_MS, Q4_1_QS, Q5_0_QH,
@@ -77,19 +77,42 @@ pub(crate) fn panel_dot<const R: usize>(
 }
 
 /// Bytes ahead of the current weight record that the kernels prefetch (panels are contiguous,
-/// so this runs into the next panels; prefetching never faults, even past the end). Far ahead
-/// and into L2 only: at one row (decoding) a record is used once, so the stream is bounded by
-/// how many lines are in flight, and a near prefetch into L1 kept too few of them in flight
-/// (a Qwen2.5-1.5B shape in Q4_K_M decoded 26 vs 36 tok/s with 2 KiB into L1 vs 16 KiB into
-/// L2 on an AVX-512 EPYC; 8–32 KiB into L2 were within noise of each other).
+/// so this runs into the next panels; prefetching never faults, even past the end), into L2
+/// only: at one row (decoding) a record is used once, so the stream is bounded by how many
+/// lines are in flight, and a near prefetch into L1 kept too few of them in flight (a
+/// Qwen2.5-1.5B shape in Q4_K_M decoded 26 vs 36 tok/s with 2 KiB into L1 vs 16 KiB into L2 on
+/// an AVX-512 EPYC; 8–32 KiB into L2 were within noise of each other). On a host without
+/// AVX-512 (an AVX2 EPYC) 4 KiB decoded faster than 16 KiB in every one of eight interleaved
+/// pairs, 8–23% (docs/speed-history.md, 2026-11-28): [`prefetch_ahead`] picks by host.
 const PREFETCH: usize = 16384;
+/// [`PREFETCH`] on hosts without AVX-512.
+const PREFETCH_AVX2: usize = 4096;
 
-/// Prefetches the `len` bytes `PREFETCH` bytes after `r` into L2.
+/// The prefetch distance of this host, once decided (0 until then).
+static AHEAD: AtomicUsize = AtomicUsize::new(0);
+
+/// [`PREFETCH`], or [`PREFETCH_AVX2`] on a host without AVX-512 registers.
+#[inline]
+fn prefetch_ahead() -> usize {
+    match AHEAD.load(Ordering::Relaxed) {
+        0 => {
+            let avx512 = is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512bw");
+            let d = if avx512 { PREFETCH } else { PREFETCH_AVX2 };
+            AHEAD.store(d, Ordering::Relaxed);
+            d
+        }
+        d => d,
+    }
+}
+
+/// Prefetches the `len` bytes [`prefetch_ahead`] bytes after `r` into L2.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn prefetch(r: *const u8, len: usize) {
     unsafe {
-        prefetch_l2(r.wrapping_add(PREFETCH), len);
+        prefetch_l2(r.wrapping_add(prefetch_ahead()), len);
     }
 }
 
