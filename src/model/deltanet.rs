@@ -6,12 +6,12 @@
 //!
 //! A linear-attention layer keeps, per sequence, a fixed-size recurrent state instead of
 //! keys and values: the last `taps − 1` inputs of its causal conv1d and one `S × S` matrix
-//! per value head (row-major, a row per key index). That state belongs to the engine (behind `KvSeq::state`); this module
-//! reads and updates it. There is ONE recurrence for every path: each new row is folded into
-//! the state by the same per-token update in the same arithmetic order (llama.cpp's fused
-//! `gated_delta_net` CPU op), whether it arrives in a prefill chunk of any size, after a
-//! prefix-cache resume or in a decode step; sequences and heads are independent, so neither
-//! the batch nor the thread count changes a bit.
+//! per value head (row-major, a row per key index). That state belongs to the engine (behind
+//! `KvSeq::state`); this module reads and updates it. There is ONE recurrence for every path:
+//! each new row is folded into the state by the same per-token update in the same arithmetic
+//! order (llama.cpp's fused `gated_delta_net` CPU op), whether it arrives in a prefill chunk of
+//! any size, after a prefix-cache resume or in a decode step; sequences and heads are
+//! independent, so neither the batch nor the thread count changes a bit.
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use rayon::prelude::*;
@@ -330,7 +330,7 @@ impl Token<'_> {
     /// `S ← S · decay`, `δ = (v − Sᵀk) · β`, `S ← S + k δᵀ`, `o = Sᵀq · inv`; `m` is `S`
     /// row-major (`m[i·S + j]`: key index `i`, value index `j`), so a state row is one value
     /// per output column and the columns' sums run side by side in vector lanes. Each column
-    /// `j` is [`column`]'s arithmetic, its sums in index order, whatever block it falls in.
+    /// `j` is `column`'s arithmetic (the test's reference), its sums in index order, whatever block it falls in.
     /// On x86-64 with AVX2 and FMA it runs as code compiled for them (the fused multiply-add
     /// one instruction, not a libm call per element; the loops vectorized); the operations,
     /// and so the bits, are the same.
@@ -370,7 +370,7 @@ impl Token<'_> {
         }
     }
 
-    /// Columns `j0..j0 + W` of the state: [`column`] for each, the columns in lanes.
+    /// Columns `j0..j0 + W` of the state: `column`'s arithmetic for each, the columns in lanes.
     #[inline(always)]
     fn block<const W: usize>(&self, m: &mut [f32], j0: usize, o: &mut [f32]) {
         let s = o.len();
