@@ -1616,6 +1616,54 @@ pub(crate) mod tests {
         x86::cap_level(u8::MAX);
     }
 
+    /// The AVX2 k-quant kernels add up to 8 (Q4_K), 4 (Q5_K) or 2 (Q6_K) `maddubs` products in
+    /// i16 before widening; the bound that keeps them from saturating holds at the extremes:
+    /// every quant at its largest (all bits set) against activations of magnitude 127, every
+    /// kernel level equal to the portable kernel.
+    #[test]
+    fn k_quant_extremes_do_not_saturate_the_i16_sums() {
+        let (n, k) = (16, 512);
+        let one = half::f16::from_f32(1.0).to_le_bytes();
+        let blocks = |dtype: GgmlDType| -> Vec<u8> {
+            let (size, d_at, dmin_at, scales) = match dtype {
+                GgmlDType::Q4K => (144, 0, Some(2), 4..16),
+                GgmlDType::Q5K => (176, 0, Some(2), 4..16),
+                _ => (210, 208, None, 192..208),
+            };
+            let mut b = vec![0xFFu8; size];
+            b[d_at..d_at + 2].copy_from_slice(&one);
+            if let Some(at) = dmin_at {
+                b[at..at + 2].copy_from_slice(&one);
+            }
+            if dtype == GgmlDType::Q6K {
+                // i8 scales: 127, the largest.
+                b[scales].fill(0x7F);
+            }
+            b.repeat(n * k / 256)
+        };
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            let w = QWeight::from_bytes(dtype, n, k, &blocks(dtype)).expect("weight");
+            let mut x = vec![-1.0f32; k];
+            x.extend(vec![1.0f32; k]);
+            x.extend((0..k).map(|i| if i % 3 == 0 { 1.0 } else { -1.0 }));
+            let m = x.len() / k;
+            let want = run(&w, Isa::Scalar, &x, m);
+            assert!(want.iter().all(|v| v.is_finite() && *v != 0.0), "{dtype:?}");
+            for level in 0..4 {
+                #[cfg(target_arch = "x86_64")]
+                x86::cap_level(level);
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = level;
+                for rows in [1, m] {
+                    let got = run(&w, Isa::detect(), &x[..rows * k], rows);
+                    assert_eq!(got, want[..rows * n], "{dtype:?} level {level} m={rows}");
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            x86::cap_level(u8::MAX);
+        }
+    }
+
     /// Our quantized and float paths agree with candle's own `QMatMul` on the same tensors.
     #[test]
     fn agrees_with_candle_qmatmul() {

@@ -100,6 +100,10 @@ fn prefetch_ahead() -> usize {
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512bw");
             let d = if avx512 { PREFETCH } else { PREFETCH_AVX2 };
+            let d = std::env::var("XPF")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d);
             AHEAD.store(d, Ordering::Relaxed);
             d
         }
@@ -112,7 +116,10 @@ fn prefetch_ahead() -> usize {
 #[inline]
 unsafe fn prefetch(r: *const u8, len: usize) {
     unsafe {
-        prefetch_l2(r.wrapping_add(prefetch_ahead()), len);
+        let d = prefetch_ahead();
+        if d > 1 {
+            prefetch_l2(r.wrapping_add(d), len);
+        }
     }
 }
 
@@ -596,8 +603,12 @@ const fn k_format(f: u8) -> QFormat {
 /// `legacy_panel!`), each sub-block's i32 lane sums are multiplied by the lanes' sub-block
 /// scales and added, so the i32 lanes end as the rows' exact scaled block sums; then
 /// `scalar::block_update`'s float expression lane-wise. `$vnni`: `dpbusd` per group and
-/// `mullo` per sub-block; else `maddubs`, then `madd` with the scale in both i16 halves.
-/// Neither can saturate (quants below 64 against |q_x| <= 127 in pairs).
+/// `mullo` per sub-block; else `maddubs` per group, the i16 products of a run of groups with
+/// one scale added in i16 (Q4_K: all 8, Q5_K: 4, Q6_K: 2), then one `madd` with the scale in
+/// both i16 halves. Nothing saturates: a `maddubs` lane is at most 2 · 15 · 128 = 3,840 (Q4_K),
+/// 2 · 31 · 128 = 7,936 (Q5_K) or 2 · 63 · 128 = 16,128 (Q6_K), so a run's i16 sum stays
+/// within 32,256 (`k_quant_extremes_do_not_saturate_the_i16_sums`); the integer sums, exact,
+/// are those of one `madd` per group.
 macro_rules! k_panel {
     ($features:literal, $name:ident, $vnni:literal) => {
         #[target_feature(enable = $features)]
@@ -614,14 +625,32 @@ macro_rules! k_panel {
                 for b in 0..nb {
                     let r = panel.as_ptr().add(b * rec);
                     prefetch(r, rec);
-                    let (sc, coef) = k_scales(q6, r);
-                    let pairs = k_coef_pairs(&coef);
-                    let scv = |j: usize| _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i);
+                    // Q6_K's scales are read straight from the record's bytes; Q4_K's and
+                    // Q5_K's bit fields are decoded once per block.
+                    let (sc, coef) = if q6 { Default::default() } else { k_scales(r) };
+                    let pairs = if q6 {
+                        q6_coef_pairs(r)
+                    } else {
+                        k_coef_pairs(&coef)
+                    };
+                    let scv = |j: usize| {
+                        if q6 {
+                            _mm256_cvtepi8_epi32(q6_scale_bytes(r, j))
+                        } else {
+                            _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i)
+                        }
+                    };
                     // `madd` operand: lane l's scale in both of its i16 halves.
                     let sc16 = |j: usize| {
-                        let v = scv(j);
-                        let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-                        _mm256_or_si256(lo, _mm256_slli_epi32::<16>(v))
+                        if q6 {
+                            let twice =
+                                _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+                            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(q6_scale_bytes(r, j), twice))
+                        } else {
+                            let v = scv(j);
+                            let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+                            _mm256_or_si256(lo, _mm256_slli_epi32::<16>(v))
+                        }
                     };
                     let mut sums = [_mm256_setzero_si256(); R];
                     for s in 0..8 {
@@ -654,12 +683,29 @@ macro_rules! k_panel {
                             let (s0, s1) = (sc16(j0), sc16(j1));
                             for (i, sum) in sums.iter_mut().enumerate() {
                                 let a = acts[i].qs.as_ptr().add(b * QK_K + 32 * s) as *const i32;
-                                for (g, &w) in w.iter().enumerate() {
-                                    let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
-                                    let p = _mm256_maddubs_epi16(w, ag);
-                                    let p = _mm256_madd_epi16(p, if g < 4 { s0 } else { s1 });
-                                    *sum = _mm256_add_epi32(*sum, p);
-                                }
+                                // The i16 products of groups `g0..g0 + len`, added in i16.
+                                let run = |g0: usize, len: usize| {
+                                    let prod = |g: usize| {
+                                        let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                        _mm256_maddubs_epi16(w[g], ag)
+                                    };
+                                    let mut p = prod(g0);
+                                    for g in g0 + 1..g0 + len {
+                                        p = _mm256_add_epi16(p, prod(g));
+                                    }
+                                    p
+                                };
+                                let (m0, m1) =
+                                    (|v| _mm256_madd_epi16(v, s0), |v| _mm256_madd_epi16(v, s1));
+                                let t = match F {
+                                    K_Q4 => m0(run(0, 8)),
+                                    K_Q5 => _mm256_add_epi32(m0(run(0, 4)), m0(run(4, 4))),
+                                    _ => _mm256_add_epi32(
+                                        _mm256_add_epi32(m0(run(0, 2)), m0(run(2, 2))),
+                                        _mm256_add_epi32(m1(run(4, 2)), m1(run(6, 2))),
+                                    ),
+                                };
+                                *sum = _mm256_add_epi32(*sum, t);
                             }
                         }
                     }
@@ -692,55 +738,73 @@ macro_rules! k_panel {
 
 three_builds!(k_panel, panel_k, panel_k_512, panel_k_vnni);
 
-/// A k-quant record's sub-block scales per lane (Q6_K: 16 of 16 elements) and the
-/// coefficients of the activation sums for `k_extra` (Q4_K/Q5_K: mins; Q6_K: the scales),
-/// decoded eight lanes at a time from the record's byte-spread scale bytes (see `layout.rs`):
-/// for Q4_K/Q5_K `scale_min_k4`'s bit fields, for Q6_K the i8 scales widened.
+/// A Q4_K / Q5_K record's sub-block scales per lane and the coefficients of the activation
+/// sums for `k_extra` (the mins), decoded eight lanes at a time from the record's byte-spread
+/// `scale_min_k4` bit fields (see `layout.rs`); entries 8..16 stay zero.
 ///
 /// # Safety
-/// `r` points at a whole record of the format (`q6`: Q6_K, else Q4_K / Q5_K).
+/// `r` points at a whole Q4_K or Q5_K record.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn k_scales(q6: bool, r: *const u8) -> ([[i32; PANEL]; 16], [[i32; PANEL]; 16]) {
+unsafe fn k_scales(r: *const u8) -> ([[i32; PANEL]; 16], [[i32; PANEL]; 16]) {
     unsafe {
         let mut sc = [[0i32; PANEL]; 16];
         let mut coef = [[0i32; PANEL]; 16];
         let store = |to: &mut [i32; PANEL], v: __m256i| {
             _mm256_storeu_si256(to.as_mut_ptr() as *mut __m256i, v);
         };
-        if q6 {
-            for g in 0..16 {
-                let b = _mm_loadl_epi64(r.add(k_rec::Q6_SCALES + PANEL * g) as *const __m128i);
-                let v = _mm256_cvtepi8_epi32(b);
-                store(&mut sc[g], v);
-                store(&mut coef[g], v);
-            }
-        } else {
-            // Byte i of the eight rows' 12 scale bytes, widened.
-            let q = |i: usize| {
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                    r.add(k_rec::SCALES + PANEL * i) as *const __m128i
-                ))
-            };
-            let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
-            for j in 0..4 {
-                store(&mut sc[j], _mm256_and_si256(q(j), m63));
-                store(&mut coef[j], _mm256_and_si256(q(j + 4), m63));
-            }
-            for j in 4..8 {
-                let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
-                let hi = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
-                store(
-                    &mut sc[j],
-                    _mm256_or_si256(_mm256_and_si256(lo, m15), hi(s_hi)),
-                );
-                store(
-                    &mut coef[j],
-                    _mm256_or_si256(_mm256_srli_epi32::<4>(lo), hi(m_hi)),
-                );
-            }
+        // Byte i of the eight rows' 12 scale bytes, widened.
+        let q = |i: usize| {
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                r.add(k_rec::SCALES + PANEL * i) as *const __m128i
+            ))
+        };
+        let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
+        for j in 0..4 {
+            store(&mut sc[j], _mm256_and_si256(q(j), m63));
+            store(&mut coef[j], _mm256_and_si256(q(j + 4), m63));
+        }
+        for j in 4..8 {
+            let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
+            let hi = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
+            store(
+                &mut sc[j],
+                _mm256_or_si256(_mm256_and_si256(lo, m15), hi(s_hi)),
+            );
+            store(
+                &mut coef[j],
+                _mm256_or_si256(_mm256_srli_epi32::<4>(lo), hi(m_hi)),
+            );
         }
         (sc, coef)
+    }
+}
+
+/// The eight lanes' i8 scales of 16-element sub-block `j` of the Q6_K record at `r`, in the
+/// low eight bytes.
+///
+/// # Safety
+/// `r` points at a whole Q6_K record and `j < 16`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_scale_bytes(r: *const u8, j: usize) -> __m128i {
+    unsafe { _mm_loadl_epi64(r.add(k_rec::Q6_SCALES + PANEL * j) as *const __m128i) }
+}
+
+/// [`k_coef_pairs`] of a Q6_K record, from its scale bytes: the sixteen bytes of sub-blocks
+/// `2t` and `2t + 1` interleaved lane by lane, then widened to i16.
+///
+/// # Safety
+/// `r` points at a whole Q6_K record.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_coef_pairs(r: *const u8) -> [__m256i; 8] {
+    unsafe {
+        let zip = _mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+        std::array::from_fn(|t| {
+            let b = _mm_loadu_si128(r.add(k_rec::Q6_SCALES + 2 * PANEL * t) as *const __m128i);
+            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(b, zip))
+        })
     }
 }
 
