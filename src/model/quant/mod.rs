@@ -1616,39 +1616,52 @@ pub(crate) mod tests {
         x86::cap_level(u8::MAX);
     }
 
-    /// The AVX2 k-quant kernels add up to 8 (Q4_K), 4 (Q5_K) or 2 (Q6_K) `maddubs` products in
-    /// i16 before widening; the bound that keeps them from saturating holds at the extremes:
-    /// every quant at its largest (all bits set) against activations of magnitude 127, every
-    /// kernel level equal to the portable kernel.
+    /// Without VNNI the kernels add a run of `maddubs` products in i16 before widening: 8
+    /// groups for Q4_0, Q4_1, MXFP4 and Q4_K, 4 for Q5_0, Q5_1 and Q5_K, 2 for Q6_K, 1 for
+    /// Q8_0. The bound that keeps those sums from saturating holds at the extremes: every quant
+    /// at its largest magnitude against activations of magnitude 127, at every kernel level,
+    /// equal to the portable kernel.
     #[test]
-    fn k_quant_extremes_do_not_saturate_the_i16_sums() {
+    fn extreme_quants_do_not_saturate_the_i16_sums() {
         let (n, k) = (16, 512);
         let one = half::f16::from_f32(1.0).to_le_bytes();
-        let blocks = |dtype: GgmlDType| -> Vec<u8> {
-            let (size, d_at, dmin_at, scales) = match dtype {
-                GgmlDType::Q4K => (144, 0, Some(2), 4..16),
-                GgmlDType::Q5K => (176, 0, Some(2), 4..16),
-                _ => (210, 208, None, 192..208),
-            };
-            let mut b = vec![0xFFu8; size];
-            b[d_at..d_at + 2].copy_from_slice(&one);
-            if let Some(at) = dmin_at {
+        // (type, block bytes, offsets of f16 ones, a byte range of i8 scales, quant byte)
+        let kinds: [(StoredType, usize, &[usize], std::ops::Range<usize>, u8); 9] = [
+            (StoredType::Ggml(GgmlDType::Q4_0), 18, &[0], 0..0, 0xFF),
+            (StoredType::Ggml(GgmlDType::Q4_1), 20, &[0, 2], 0..0, 0xFF),
+            (StoredType::Ggml(GgmlDType::Q5_0), 22, &[0], 0..0, 0xFF),
+            (StoredType::Ggml(GgmlDType::Q5_1), 24, &[0, 2], 0..0, 0xFF),
+            (StoredType::Ggml(GgmlDType::Q8_0), 34, &[0], 0..0, 0x80),
+            (StoredType::Mxfp4, 17, &[], 0..0, 0x77),
+            (StoredType::Ggml(GgmlDType::Q4K), 144, &[0, 2], 0..0, 0xFF),
+            (StoredType::Ggml(GgmlDType::Q5K), 176, &[0, 2], 0..0, 0xFF),
+            // Q6_K's i8 scales at 127, the largest.
+            (
+                StoredType::Ggml(GgmlDType::Q6K),
+                210,
+                &[208],
+                192..208,
+                0xFF,
+            ),
+        ];
+        for (stored, size, ones, scales, quant) in kinds {
+            let mut b = vec![quant; size];
+            for &at in ones {
                 b[at..at + 2].copy_from_slice(&one);
             }
-            if dtype == GgmlDType::Q6K {
-                // i8 scales: 127, the largest.
-                b[scales].fill(0x7F);
+            b[scales].fill(0x7F);
+            if stored == StoredType::Mxfp4 {
+                b[0] = 127; // the E8M0 scale, 2^0
             }
-            b.repeat(n * k / 256)
-        };
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
-            let w = QWeight::from_bytes(dtype, n, k, &blocks(dtype)).expect("weight");
+            let per = stored.block_size();
+            let w =
+                QWeight::from_stored_bytes(stored, n, k, &b.repeat(n * k / per)).expect("weight");
             let mut x = vec![-1.0f32; k];
             x.extend(vec![1.0f32; k]);
             x.extend((0..k).map(|i| if i % 3 == 0 { 1.0 } else { -1.0 }));
             let m = x.len() / k;
             let want = run(&w, Isa::Scalar, &x, m);
-            assert!(want.iter().all(|v| v.is_finite() && *v != 0.0), "{dtype:?}");
+            assert!(want.iter().all(|v| v.is_finite() && *v != 0.0), "{stored}");
             for level in 0..4 {
                 #[cfg(target_arch = "x86_64")]
                 x86::cap_level(level);
@@ -1656,7 +1669,7 @@ pub(crate) mod tests {
                 let _ = level;
                 for rows in [1, m] {
                     let got = run(&w, Isa::detect(), &x[..rows * k], rows);
-                    assert_eq!(got, want[..rows * n], "{dtype:?} level {level} m={rows}");
+                    assert_eq!(got, want[..rows * n], "{stored} level {level} m={rows}");
                 }
             }
             #[cfg(target_arch = "x86_64")]

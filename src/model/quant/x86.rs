@@ -389,8 +389,11 @@ unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
 /// the eight rows' exact block sums directly; then the scalar kernel's float expression,
 /// lane-wise. `$vnni`: `dpbusd` (unsigned × signed, i32 accumulate), with Q8_0's (and MXFP4's)
 /// signed weights made unsigned by flipping their sign bit (`+128`, taken back as
-/// `128 · Σ q_x`); else `maddubs` and `madd`, with their sign moved onto the activations. Neither can saturate (weights
-/// below 32, or |w| <= 128 against |q_x| <= 127 in pairs), so both give the exact sums.
+/// `128 · Σ q_x`); else `maddubs`, with their sign moved onto the activations, the i16
+/// products of a run of groups added in i16, then one `madd` per run. Nothing saturates: a
+/// `maddubs` lane is at most 2 · 15 · 128 = 3,840 (Q4_0, Q4_1; runs of 8), 2 · 12 · 128
+/// (MXFP4; 8), 2 · 31 · 128 = 7,936 (Q5_0, Q5_1; 4) or 2 · 128 · 127 = 32,512 (Q8_0; runs
+/// of 1), so every run stays below 32,768 and all give the exact sums.
 macro_rules! legacy_panel {
     ($features:literal, $name:ident, $vnni:literal) => {
         #[target_feature(enable = $features)]
@@ -413,6 +416,13 @@ macro_rules! legacy_panel {
                 let with_min = F == L_Q4_1 || F == L_Q5_1;
                 let rec = format.record();
                 let ones = _mm256_set1_epi16(1);
+                // Groups whose `maddubs` products are added in i16 before one `madd` (see
+                // above): |w| <= 15 (Q4_0, Q4_1), 12 (MXFP4) or 31 (Q5_0, Q5_1); Q8_0 alone.
+                let run = match F {
+                    L_Q8_0 => 1,
+                    L_Q5_0 | L_Q5_1 => 4,
+                    _ => 8,
+                };
                 let mut acc = [_mm256_setzero_ps(); R];
                 for b in 0..nb {
                     let r = panel.as_ptr().add(b * rec);
@@ -434,19 +444,25 @@ macro_rules! legacy_panel {
                     for (i, acc) in acc.iter_mut().enumerate() {
                         let a = acts[i].qs.as_ptr().add(b * QK) as *const i32;
                         let mut sum = _mm256_setzero_si256();
-                        for g in 0..8 {
-                            let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
-                            sum = if $vnni {
-                                _mm256_dpbusd_epi32(sum, wu[g], ag)
-                            } else {
-                                let ag = if signed {
-                                    _mm256_sign_epi8(ag, w[g])
-                                } else {
-                                    ag
-                                };
-                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[g], ag), ones);
-                                _mm256_add_epi32(sum, p)
-                            };
+                        if $vnni {
+                            for g in 0..8 {
+                                let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                sum = _mm256_dpbusd_epi32(sum, wu[g], ag);
+                            }
+                        } else {
+                            for g0 in (0..8).step_by(run) {
+                                let mut p = _mm256_setzero_si256();
+                                for g in g0..g0 + run {
+                                    let ag = _mm256_set1_epi32(a.add(g).read_unaligned());
+                                    let ag = if signed {
+                                        _mm256_sign_epi8(ag, w[g])
+                                    } else {
+                                        ag
+                                    };
+                                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wu[g], ag));
+                                }
+                                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
+                            }
                         }
                         if offset != 0 {
                             let off = _mm256_set1_epi32(offset * at(acts[i].bsums, b));
@@ -607,7 +623,7 @@ const fn k_format(f: u8) -> QFormat {
 /// one scale added in i16 (Q4_K: all 8, Q5_K: 4, Q6_K: 2), then one `madd` with the scale in
 /// both i16 halves. Nothing saturates: a `maddubs` lane is at most 2 · 15 · 128 = 3,840 (Q4_K),
 /// 2 · 31 · 128 = 7,936 (Q5_K) or 2 · 63 · 128 = 16,128 (Q6_K), so a run's i16 sum stays
-/// within 32,256 (`k_quant_extremes_do_not_saturate_the_i16_sums`); the integer sums, exact,
+/// within 32,256 (`extreme_quants_do_not_saturate_the_i16_sums`); the integer sums, exact,
 /// are those of one `madd` per group.
 macro_rules! k_panel {
     ($features:literal, $name:ident, $vnni:literal) => {
