@@ -1625,8 +1625,15 @@ pub(crate) mod tests {
     fn extreme_quants_do_not_saturate_the_i16_sums() {
         let (n, k) = (16, 512);
         let one = half::f16::from_f32(1.0).to_le_bytes();
-        // (type, block bytes, offsets of f16 ones, a byte range of i8 scales, quant byte)
-        let kinds: [(StoredType, usize, &[usize], std::ops::Range<usize>, u8); 9] = [
+        /// (type, block bytes, offsets of f16 ones, a byte range of i8 scales, quant byte)
+        type Extreme = (
+            StoredType,
+            usize,
+            &'static [usize],
+            std::ops::Range<usize>,
+            u8,
+        );
+        let kinds: [Extreme; 9] = [
             (StoredType::Ggml(GgmlDType::Q4_0), 18, &[0], 0..0, 0xFF),
             (StoredType::Ggml(GgmlDType::Q4_1), 20, &[0, 2], 0..0, 0xFF),
             (StoredType::Ggml(GgmlDType::Q5_0), 22, &[0], 0..0, 0xFF),
