@@ -1617,8 +1617,8 @@ pub(crate) mod tests {
     }
 
     /// Without VNNI the kernels add a run of `maddubs` products in i16 before widening: 8
-    /// groups for Q4_0, Q4_1, MXFP4 and Q4_K, 4 for Q5_0, Q5_1 and Q5_K, 2 for Q6_K, 1 for
-    /// Q8_0. The bound that keeps those sums from saturating holds at the extremes: every quant
+    /// groups for Q4_0, Q4_1 and Q4_K, 4 for Q5_0, Q5_1, MXFP4 (its values plus 12) and Q5_K,
+    /// 2 for Q6_K, 1 for Q8_0. The bound that keeps those sums from saturating holds at the extremes: every quant
     /// at its largest magnitude against activations of magnitude 127, at every kernel level,
     /// equal to the portable kernel.
     #[test]

@@ -329,10 +329,25 @@ unsafe fn e8m0_half_x8(r: *const u8) -> __m256 {
     }
 }
 
+/// What the kernels add to MXFP4's values (`-12..=12`) to make them unsigned `maddubs` and
+/// `dpbusd` operands, taken back as `12 · Σ q_x` (as Q4_0's 8).
+const MXFP4_OFFSET: i32 = 12;
+
+/// [`KVALUES_MXFP4`] plus [`MXFP4_OFFSET`]: `0..=24`.
+const MXFP4_PLUS_OFFSET: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (KVALUES_MXFP4[i] as i32 + MXFP4_OFFSET) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// The eight groups of four quants of a 32-element record at `r` (see the layout module
 /// doc): group `g`'s 32 bytes, lane `l`'s four at bytes `4l..4l + 4`, as stored (Q8_0: i8;
-/// MXFP4: its codes' i8 values, looked up 16 at a time with `pshufb` as ggml does; the others
-/// unsigned, without Q4_0's / Q5_0's offset).
+/// MXFP4: its codes' values plus [`MXFP4_OFFSET`], unsigned, looked up 16 at a time with
+/// `pshufb`; the others unsigned, without Q4_0's / Q5_0's offset).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
@@ -345,7 +360,7 @@ unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
         if F == L_MXFP4 {
             // Word c of a row's codes holds elements 4c..4c + 4 (low) and 16 + 4c.. (high).
             let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                KVALUES_MXFP4.as_ptr() as *const __m128i
+                MXFP4_PLUS_OFFSET.as_ptr() as *const __m128i
             ));
             let low = _mm256_set1_epi8(0x0F);
             let mut out = [_mm256_setzero_si256(); 8];
@@ -387,13 +402,14 @@ unsafe fn groups<const F: u8>(r: *const u8) -> [__m256i; 8] {
 /// `$features`. Per block, each activation row's group `g` (4 quants) is broadcast and
 /// multiplied with the weights' group `g` of all eight lanes, so the i32 lanes accumulate
 /// the eight rows' exact block sums directly; then the scalar kernel's float expression,
-/// lane-wise. `$vnni`: `dpbusd` (unsigned × signed, i32 accumulate), with Q8_0's (and MXFP4's)
-/// signed weights made unsigned by flipping their sign bit (`+128`, taken back as
-/// `128 · Σ q_x`); else `maddubs`, with their sign moved onto the activations, the i16
-/// products of a run of groups added in i16, then one `madd` per run. Nothing saturates: a
-/// `maddubs` lane is at most 2 · 15 · 128 = 3,840 (Q4_0, Q4_1; runs of 8), 2 · 12 · 128
-/// (MXFP4; 8), 2 · 31 · 128 = 7,936 (Q5_0, Q5_1; 4) or 2 · 128 · 127 = 32,512 (Q8_0; runs
-/// of 1), so every run stays below 32,768 and all give the exact sums.
+/// lane-wise. MXFP4's values come with [`MXFP4_OFFSET`] added, unsigned. `$vnni`: `dpbusd`
+/// (unsigned × signed, i32 accumulate), with Q8_0's signed weights made unsigned by flipping
+/// their sign bit (`+128`, taken back as `128 · Σ q_x`); else `maddubs`, Q8_0's sign moved onto
+/// the activations, the i16 products of a run of groups added in i16, then one `madd` per run.
+/// Nothing saturates: a `maddubs` lane is at most 2 · 15 · 128 = 3,840 (Q4_0, Q4_1; runs of
+/// 8), 2 · 24 · 128 = 6,144 (MXFP4; 4), 2 · 31 · 128 = 7,936 (Q5_0, Q5_1; 4) or
+/// 2 · 128 · 127 = 32,512 (Q8_0; runs of 1), so every run stays below 32,768 and all give the
+/// exact sums.
 macro_rules! legacy_panel {
     ($features:literal, $name:ident, $vnni:literal) => {
         #[target_feature(enable = $features)]
@@ -408,19 +424,19 @@ macro_rules! legacy_panel {
                     L_Q4_0 => (QFormat::Q4_0, 8),
                     L_Q4_1 => (QFormat::Q4_1, 0),
                     L_Q5_0 => (QFormat::Q5_0, 16),
-                    L_MXFP4 => (QFormat::Mxfp4, if $vnni { 128 } else { 0 }),
+                    L_MXFP4 => (QFormat::Mxfp4, MXFP4_OFFSET),
                     _ => (QFormat::Q5_1, 0),
                 };
-                // Signed weights (Q8_0, MXFP4's values) take the sign trick below.
-                let signed = F == L_Q8_0 || F == L_MXFP4;
+                // Signed weights (Q8_0's) take the sign trick below.
+                let signed = F == L_Q8_0;
                 let with_min = F == L_Q4_1 || F == L_Q5_1;
                 let rec = format.record();
                 let ones = _mm256_set1_epi16(1);
                 // Groups whose `maddubs` products are added in i16 before one `madd` (see
-                // above): |w| <= 15 (Q4_0, Q4_1), 12 (MXFP4) or 31 (Q5_0, Q5_1); Q8_0 alone.
+                // above): |w| <= 15 (Q4_0, Q4_1), 24 (MXFP4) or 31 (Q5_0, Q5_1); Q8_0 alone.
                 let run = match F {
                     L_Q8_0 => 1,
-                    L_Q5_0 | L_Q5_1 => 4,
+                    L_Q5_0 | L_Q5_1 | L_MXFP4 => 4,
                     _ => 8,
                 };
                 let mut acc = [_mm256_setzero_ps(); R];
