@@ -100,10 +100,6 @@ fn prefetch_ahead() -> usize {
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512bw");
             let d = if avx512 { PREFETCH } else { PREFETCH_AVX2 };
-            let d = std::env::var("XPF")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(d);
             AHEAD.store(d, Ordering::Relaxed);
             d
         }
@@ -116,10 +112,7 @@ fn prefetch_ahead() -> usize {
 #[inline]
 unsafe fn prefetch(r: *const u8, len: usize) {
     unsafe {
-        let d = prefetch_ahead();
-        if d > 1 {
-            prefetch_l2(r.wrapping_add(d), len);
-        }
+        prefetch_l2(r.wrapping_add(prefetch_ahead()), len);
     }
 }
 
