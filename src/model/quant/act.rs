@@ -5,7 +5,7 @@
 use half::f16;
 use rayon::prelude::*;
 
-use super::layout::{round_even, ActKind, QuantizedRows};
+use super::layout::{round_even, ActKind, QuantizedRows, BS16};
 
 impl QuantizedRows {
     /// Quantizes the `m × k` rows of `x` to `kind` blocks.
@@ -34,6 +34,7 @@ impl QuantizedRows {
             d: vec![0.0; m * nb],
             s: vec![0.0; m * s_row],
             bsums: vec![0; m * sums_row],
+            bs16: Vec::new(),
         };
         // Rows are independent: blocks of rows go to rayon's threads when there are enough
         // (a prefill's activations), the same values whatever the split.
@@ -76,6 +77,19 @@ impl QuantizedRows {
             parts.into_par_iter().for_each(run);
         } else {
             parts.into_iter().for_each(run);
+        }
+        if kind == ActKind::Q8K {
+            out.bs16 = out
+                .bsums
+                .chunks_exact(16)
+                .flat_map(|s| {
+                    // |sum of 16 quants| <= 2,048: exact in i16, pairs too.
+                    let pair = |j: usize| (s[2 * j] + s[2 * j + 1]) as i16;
+                    let all: [i16; BS16] =
+                        std::array::from_fn(|t| if t < 16 { s[t] as i16 } else { pair(t - 16) });
+                    all
+                })
+                .collect();
         }
         out
     }

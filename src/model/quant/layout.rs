@@ -600,7 +600,14 @@ pub(crate) struct QuantizedRows {
     /// Integer sums of quants: `m × k / 16` sums of 16 consecutive quants (Q8_K), `m × nb`
     /// block sums (Q8_0, for the weight offsets of Q4_0 / Q5_0), else empty.
     pub(crate) bsums: Vec<i32>,
+    /// Q8_K only (else empty): per block, its 16 `bsums` as i16, then the 8 sums of their
+    /// pairs (`bsums[2j] + bsums[2j + 1]`), [`BS16`] per block: the AVX2 k-quant kernels read
+    /// them as they are, where they were packed and permuted for every panel and row group.
+    pub(crate) bs16: Vec<i16>,
 }
+
+/// Entries of [`QuantizedRows::bs16`] per Q8_K block.
+pub(crate) const BS16: usize = 24;
 
 impl QuantizedRows {
     /// Row `i`'s blocks.
@@ -619,6 +626,10 @@ impl QuantizedRows {
                 ActKind::Q8_0 => &self.bsums[i * self.nb..(i + 1) * self.nb],
                 ActKind::Q8_1 => &[],
             },
+            bs16: match self.kind {
+                ActKind::Q8K => &self.bs16[i * self.nb * BS16..(i + 1) * self.nb * BS16],
+                _ => &[],
+            },
         }
     }
 }
@@ -632,6 +643,8 @@ pub(crate) struct ActRow<'a> {
     pub(crate) d: &'a [f32],
     pub(crate) s: &'a [f32],
     pub(crate) bsums: &'a [i32],
+    /// [`QuantizedRows::bs16`] of this row.
+    pub(crate) bs16: &'a [i16],
 }
 
 #[cfg(test)]

@@ -207,6 +207,7 @@ mod tests {
             d: &[0.25],
             s: &[],
             bsums: &[],
+            bs16: &[],
         };
         let out = panel_dot(QFormat::Q8_0, rec, 1, act);
         for (lane, &o) in out.iter().enumerate() {
