@@ -572,11 +572,10 @@ unsafe fn k_extra16(format: QFormat, pairs: &[__m256i; 8], bs16: &[i16]) -> __m2
             }
             _mm256_slli_epi32::<5>(e)
         } else {
-            let mut e = _mm256_madd_epi16(pairs[0], dword(8));
-            for (t, c) in pairs.iter().enumerate().take(4).skip(1) {
-                e = _mm256_add_epi32(e, _mm256_madd_epi16(*c, dword(8 + t)));
-            }
-            e
+            let e = _mm256_madd_epi16(pairs[0], dword(8));
+            let e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[1], dword(9)));
+            let e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[2], dword(10)));
+            _mm256_add_epi32(e, _mm256_madd_epi16(pairs[3], dword(11)))
         }
     }
 }
