@@ -509,50 +509,18 @@ three_builds!(
     panel_legacy_vnni
 );
 
-/// Each lane's integer correction for one activation row's block sums `bs` (16 sums of 16
-/// quants): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
-/// coefficients in pairs as [`k_coef_pairs`] packs them, two products per `madd`: every
-/// coefficient fits 7 signed bits and every (pair) sum 13, so the i16 operands and the i32
-/// sums are exact, and integer sums are exact in any order.
-///
-/// # Safety
-/// `bs` holds at least 16 sums.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn k_extra(format: QFormat, pairs: &[__m256i; 8], bs: &[i32]) -> __m256i {
-    unsafe {
-        debug_assert!(bs.len() >= 16);
-        let b0 = _mm256_loadu_si256(bs.as_ptr() as *const __m256i);
-        let b1 = _mm256_loadu_si256(bs.as_ptr().add(8) as *const __m256i);
-        let pick =
-            |v: __m256i, dword: i32| _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(dword));
-        if format == QFormat::Q6K {
-            // i16 bs[0..16] in order: dword t = (bs[2t], bs[2t + 1]).
-            let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1));
-            let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
-            for (t, c) in pairs.iter().enumerate().skip(1) {
-                e = _mm256_add_epi32(e, _mm256_madd_epi16(*c, pick(v, t as i32)));
-            }
-            _mm256_slli_epi32::<5>(e)
-        } else {
-            // P_j = bs[2j] + bs[2j + 1] (i32: P0 P1 P4 P5 | P2 P3 P6 P7), reordered to P0..P7, then
-            // i16 pairs: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
-            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
-            let v = _mm256_packs_epi32(p, p);
-            let mut e = _mm256_madd_epi16(pairs[0], pick(v, 0));
-            for (t, dword) in [(1, 1), (2, 4), (3, 5)] {
-                e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[t], pick(v, dword)));
-            }
-            e
-        }
-    }
-}
-
-/// [`k_extra`] from the row's `bs16` (the same sums and pair sums, already i16 and in order,
-/// each dword broadcast straight from memory, where `k_extra` packs and permutes the i32 sums
-/// for every panel and row group): the same integers. For two rows or more: on an AVX2 EPYC
-/// one thread's Q4_K product at 256 rows ran 40 → 45 GMAC/s and Q6_K's 30 → 35. One row (a
-/// decode step, bound by memory) keeps `k_extra`, measured as it is.
+/// Each lane's integer correction for one activation row's block sums (16 sums of 16 quants,
+/// `bs`): Q4_K/Q5_K `Σ_j m_j · (bs[2j] + bs[2j+1])`, Q6_K `32 · Σ_g sc_g · bs[g]`, with the
+/// coefficients in pairs, two products per `madd` (lane `l` of pair `t` holds coefficient `2t`
+/// of lane `l` in its low i16 and `2t + 1` in its high; Q6_K: 8 pairs of the 16 scales, from
+/// [`q6_coef_pairs`]; Q4_K/Q5_K: 4 pairs of the 8 mins, from [`k_min_pairs`]). The sums come
+/// from the row's `bs16`: already i16 and in order (Q6_K the 16 sums; Q4_K/Q5_K, past them, the
+/// pair sums `bs[2j] + bs[2j + 1]`), each dword broadcast straight from memory. Every
+/// coefficient fits 7 signed bits and every (pair) sum 13, so the i16 operands and the i32 sums
+/// are exact, and integer sums are exact in any order. Before `bs16`, the kernel packed and
+/// permuted the i32 sums for every panel and row group: on an AVX2 EPYC one thread's Q4_K
+/// product at 256 rows ran 40 → 45 GMAC/s with this and Q6_K's 30 → 35; at one row (with
+/// [`k_scale_bytes`]) Q4_K from L3 33 → 35.
 ///
 /// # Safety
 /// `bs16` holds at least [`BS16`] entries.
@@ -577,21 +545,6 @@ unsafe fn k_extra16(format: QFormat, pairs: &[__m256i; 8], bs16: &[i16]) -> __m2
             let e = _mm256_add_epi32(e, _mm256_madd_epi16(pairs[2], dword(10)));
             _mm256_add_epi32(e, _mm256_madd_epi16(pairs[3], dword(11)))
         }
-    }
-}
-
-/// The `madd` operands of [`k_extra`]: lane `l` of pair `t` holds `coef[2t][l]` in its low
-/// i16 and `coef[2t + 1][l]` in its high i16 (Q6_K: 8 pairs of the 16 scales; Q4_K/Q5_K: 4
-/// pairs of the 8 mins, the rest unused).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn k_coef_pairs(coef: &[[i32; PANEL]; 16]) -> [__m256i; 8] {
-    unsafe {
-        let c = |j: usize| _mm256_loadu_si256(coef[j].as_ptr() as *const __m256i);
-        std::array::from_fn(|t| {
-            let lo = _mm256_and_si256(c(2 * t), _mm256_set1_epi32(0xFFFF));
-            _mm256_or_si256(lo, _mm256_slli_epi32::<16>(c(2 * t + 1)))
-        })
     }
 }
 
@@ -709,17 +662,20 @@ macro_rules! k_panel {
                     prefetch(r, rec);
                     // Q6_K's scales are read straight from the record's bytes; Q4_K's and
                     // Q5_K's bit fields are decoded once per block.
-                    let (sc, coef) = if q6 { Default::default() } else { k_scales(r) };
+                    let mut kb = [0u8; 128];
+                    if !q6 {
+                        k_scale_bytes(r, &mut kb);
+                    }
                     let pairs = if q6 {
                         q6_coef_pairs(r)
                     } else {
-                        k_coef_pairs(&coef)
+                        k_min_pairs(&kb)
                     };
                     let scv = |j: usize| {
                         if q6 {
                             _mm256_cvtepi8_epi32(q6_scale_bytes(r, j))
                         } else {
-                            _mm256_loadu_si256(sc[j].as_ptr() as *const __m256i)
+                            k_scale32(&kb, j)
                         }
                     };
                     // `madd` operand: lane l's scale in both of its i16 halves.
@@ -729,9 +685,7 @@ macro_rules! k_panel {
                                 _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
                             _mm256_cvtepi8_epi16(_mm_shuffle_epi8(q6_scale_bytes(r, j), twice))
                         } else {
-                            let v = scv(j);
-                            let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-                            _mm256_or_si256(lo, _mm256_slli_epi32::<16>(v))
+                            k_scale16(&kb, j)
                         }
                     };
                     let mut sums = [_mm256_setzero_si256(); R];
@@ -797,12 +751,7 @@ macro_rules! k_panel {
                     let dmv = half8(k_rec::DMIN);
                     for (i, acc) in acc.iter_mut().enumerate() {
                         let sum = sums[i];
-                        let ex =
-                            if R == 1 {
-                                k_extra(format, &pairs, acts[i].bsums.get_unchecked(b * QK_K / 16..))
-                            } else {
-                                k_extra16(format, &pairs, acts[i].bs16.get_unchecked(b * BS16..))
-                            };
+                        let ex = k_extra16(format, &pairs, acts[i].bs16.get_unchecked(b * BS16..));
                         let dx = _mm256_set1_ps(at(acts[i].d, b));
                         let v = if q6 {
                             let sumi = _mm256_sub_epi32(sum, ex);
@@ -824,45 +773,86 @@ macro_rules! k_panel {
 
 three_builds!(k_panel, panel_k, panel_k_512, panel_k_vnni);
 
-/// A Q4_K / Q5_K record's sub-block scales per lane and the coefficients of the activation
-/// sums for `k_extra` (the mins), decoded eight lanes at a time from the record's byte-spread
-/// `scale_min_k4` bit fields (see `layout.rs`); entries 8..16 stay zero.
+/// A Q4_K / Q5_K record's sub-block scales and mins, decoded from its byte-spread
+/// `scale_min_k4` bit fields (see `layout.rs`) 32 bytes at a time into `out`: scale `j` of
+/// lane `l` at byte `8j + l`, min `j` at `64 + 8j + l` (six bits each). The record's bytes
+/// 0..4, 4..8 and 8..12 of the eight lanes are three 32-byte loads; scales and mins 0..4 are
+/// the low six bits of the first two, 4..8 a nibble of the third with the first two's top
+/// bits above it.
 ///
 /// # Safety
 /// `r` points at a whole Q4_K or Q5_K record.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn k_scales(r: *const u8) -> ([[i32; PANEL]; 16], [[i32; PANEL]; 16]) {
+unsafe fn k_scale_bytes(r: *const u8, out: &mut [u8; 128]) {
     unsafe {
-        let mut sc = [[0i32; PANEL]; 16];
-        let mut coef = [[0i32; PANEL]; 16];
-        let store = |to: &mut [i32; PANEL], v: __m256i| {
-            _mm256_storeu_si256(to.as_mut_ptr() as *mut __m256i, v);
-        };
-        // Byte i of the eight rows' 12 scale bytes, widened.
-        let q = |i: usize| {
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                r.add(k_rec::SCALES + PANEL * i) as *const __m128i
-            ))
-        };
-        let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
-        for j in 0..4 {
-            store(&mut sc[j], _mm256_and_si256(q(j), m63));
-            store(&mut coef[j], _mm256_and_si256(q(j + 4), m63));
+        let load = |i: usize| _mm256_loadu_si256(r.add(k_rec::SCALES + 32 * i) as *const __m256i);
+        let (a, b, c) = (load(0), load(1), load(2));
+        let (m63, m15) = (_mm256_set1_epi8(63), _mm256_set1_epi8(15));
+        // Bits 6 and 7 of each byte as bits 4 and 5 (what the 16-bit shift brings in from the
+        // next byte is masked off).
+        let top = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16::<2>(v), _mm256_set1_epi8(0x30));
+        let parts = [
+            _mm256_and_si256(a, m63),
+            _mm256_or_si256(_mm256_and_si256(c, m15), top(a)),
+            _mm256_and_si256(b, m63),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(c), m15), top(b)),
+        ];
+        for (i, v) in parts.into_iter().enumerate() {
+            _mm256_storeu_si256(out.as_mut_ptr().add(32 * i) as *mut __m256i, v);
         }
-        for j in 4..8 {
-            let (lo, s_hi, m_hi) = (q(j + 4), q(j - 4), q(j));
-            let hi = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
-            store(
-                &mut sc[j],
-                _mm256_or_si256(_mm256_and_si256(lo, m15), hi(s_hi)),
-            );
-            store(
-                &mut coef[j],
-                _mm256_or_si256(_mm256_srli_epi32::<4>(lo), hi(m_hi)),
-            );
-        }
-        (sc, coef)
+    }
+}
+
+/// The `madd` operand of sub-block `j`'s scales from [`k_scale_bytes`]: lane `l`'s scale in
+/// both i16 halves of dword `l` (the eight bytes broadcast, then spread and zero-extended).
+///
+/// # Safety
+/// `j < 8`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_scale16(kb: &[u8; 128], j: usize) -> __m256i {
+    unsafe {
+        let v = _mm256_set1_epi64x((kb.as_ptr().add(8 * j) as *const i64).read_unaligned());
+        #[rustfmt::skip]
+        let twice = _mm256_setr_epi8(
+            0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+            4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
+        );
+        _mm256_shuffle_epi8(v, twice)
+    }
+}
+
+/// Sub-block `j`'s scales from [`k_scale_bytes`] as eight i32 lanes.
+///
+/// # Safety
+/// `j < 8`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_scale32(kb: &[u8; 128], j: usize) -> __m256i {
+    unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(kb.as_ptr().add(8 * j) as *const __m128i)) }
+}
+
+/// [`k_extra16`]'s pairs of a Q4_K / Q5_K record, from [`k_scale_bytes`]: pair `t` holds lane `l`'s
+/// mins `2t` and `2t + 1` as the i16 halves of dword `l` (their sixteen bytes broadcast to
+/// both 128-bit halves, then interleaved and zero-extended); pairs 4..8 are zero.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_min_pairs(kb: &[u8; 128]) -> [__m256i; 8] {
+    unsafe {
+        #[rustfmt::skip]
+        let zip = _mm256_setr_epi8(
+            0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,
+            4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1,
+        );
+        std::array::from_fn(|t| {
+            if t < 4 {
+                let b = _mm_loadu_si128(kb.as_ptr().add(64 + 16 * t) as *const __m128i);
+                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b), zip)
+            } else {
+                _mm256_setzero_si256()
+            }
+        })
     }
 }
 
@@ -877,7 +867,7 @@ unsafe fn q6_scale_bytes(r: *const u8, j: usize) -> __m128i {
     unsafe { _mm_loadl_epi64(r.add(k_rec::Q6_SCALES + PANEL * j) as *const __m128i) }
 }
 
-/// [`k_coef_pairs`] of a Q6_K record, from its scale bytes: the sixteen bytes of sub-blocks
+/// [`k_extra16`]'s pairs of a Q6_K record, from its scale bytes: the sixteen bytes of sub-blocks
 /// `2t` and `2t + 1` interleaved lane by lane, then widened to i16.
 ///
 /// # Safety
@@ -1015,7 +1005,8 @@ unsafe fn k_groups_pair<const F: u8>(a: *const u8, b: *const u8, s: usize) -> [_
     }
 }
 
-/// [`k_scales`] of records `a` and `b` (lanes 0..8 and 8..16).
+/// The sub-block scales and [`k_extra16`]'s coefficients of records `a` and `b` (lanes 0..8 and
+/// 8..16) as i32 lanes (Q4_K / Q5_K: entries 8..16 zero).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn k_scales_pair(
@@ -1059,7 +1050,7 @@ unsafe fn k_scales_pair(
     }
 }
 
-/// [`k_coef_pairs`] on sixteen lanes.
+/// [`k_extra16`]'s pairs on sixteen lanes, from `k_scales_pair`'s coefficients.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn k_coef_pairs_zmm(coef: &[[i32; 2 * PANEL]; 16]) -> [__m512i; 8] {
@@ -1072,7 +1063,7 @@ unsafe fn k_coef_pairs_zmm(coef: &[[i32; 2 * PANEL]; 16]) -> [__m512i; 8] {
     }
 }
 
-/// [`k_extra`] on sixteen lanes: the activation row's packed pair sums are the same for every
+/// [`k_extra16`] on sixteen lanes: the activation row's packed pair sums are the same for every
 /// lane, so each is broadcast into one `dpwssd` (`madd` and add in one instruction; exact).
 ///
 /// # Safety
@@ -1096,7 +1087,8 @@ unsafe fn k_extra_zmm(format: QFormat, pairs: &[__m512i; 8], bs: &[i32]) -> __m5
             }
             _mm512_slli_epi32::<5>(e)
         } else {
-            // As `k_extra`: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
+            // P_j = bs[2j] + bs[2j + 1] (i32: P0 P1 P4 P5 | P2 P3 P6 P7), reordered to P0..P7,
+            // then i16 pairs: dwords 0, 1, 4, 5 hold (P0, P1), (P2, P3), (P4, P5), (P6, P7).
             let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
             _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, _mm256_packs_epi32(p, p));
             let mut e = z;
