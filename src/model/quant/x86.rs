@@ -125,9 +125,10 @@ unsafe fn prefetch(r: *const u8, len: usize) {
 /// AVX2 EPYC, one process alternating the two on the same 32,768 × 2,560 matrices at one row,
 /// two threads, 5 rounds (medians): Q4_K 11.9 → 15.0 GB/s, Q6_K 6.1 → 9.7 (without software
 /// prefetch: 12.3 and 4.2). With more rows a record is reused from the caches and the burst
-/// stays.
+/// stays. Kept out of line: inlined, the compiler moved the parts back together and
+/// Qwen3.5-35B-A3B-4l decoded 16.5 against 20.5 tok/s (6 pairs; docs/speed-history.md).
 #[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
+#[inline(never)]
 unsafe fn prefetch_part(r: *const u8, len: usize, s: usize) {
     unsafe {
         let lines = len.div_ceil(64);
