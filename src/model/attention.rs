@@ -105,7 +105,8 @@ pub(super) fn attend<K: KvSeq>(
 /// keys in blocks of [`KEY_BLOCK`] positions and scores every row of the pass against a block
 /// before the next, then the values in blocks of [`VALUE_BLOCK`] positions, each block added
 /// into every row: a block is read from memory once per pass and reused from the L1 cache by
-/// every row and head, where a row at a time streamed the whole context once per row. Each
+/// every row and head (copied side by side first, [`stage`]: in place, the rows of a block
+/// evicted each other), where a row at a time streamed the whole context once per row. Each
 /// output element still adds its positions in order (across blocks through its f32 slot),
 /// so the blocking changes no bit.
 #[cfg(target_arch = "x86_64")]
@@ -158,10 +159,9 @@ fn attend_avx2<K: KvSeq>(
     let mut vmax = vec![_mm256_set1_ps(f32::NEG_INFINITY); pass * nh];
     let mut sum = vec![0f32; nh];
     let mut inv = vec![0f32; pass * nh];
-    let decode = ni <= 2;
     let vscale = _mm256_set1_ps(scale);
-    let mut keys: [&[f32]; KEY_BLOCK] = [&[]; KEY_BLOCK];
-    let mut rows: [&[f32]; VALUE_BLOCK] = [&[]; VALUE_BLOCK];
+    // The thread's staging buffers: a block's rows of this KV head, copied side by side.
+    let (mut kbuf, mut vbuf) = (KEY_STAGE.take(), VALUE_STAGE.take());
     for a0 in (0..ni).step_by(pass) {
         let a1 = (a0 + pass).min(ni);
         let (first, last) = (lo(a0), ctx(a1 - 1));
@@ -170,9 +170,9 @@ fn attend_avx2<K: KvSeq>(
         // Scores, a block of keys against every row of the pass.
         for kb in (first..last).step_by(KEY_BLOCK) {
             let ke = (kb + KEY_BLOCK).min(last);
-            for (slot, p) in keys.iter_mut().zip(kb..ke) {
-                *slot = &kv.key(layer, p)[kvo..kvo + hd];
-            }
+            let keys: [_; KEY_BLOCK] = stage(&mut kbuf, hd, kb..ke, last, |p| {
+                &kv.key(layer, p)[kvo..kvo + hd]
+            });
             for i in a0..a1 {
                 let (s, e) = (kb.max(lo(i)), ke.min(ctx(i)));
                 if s >= e {
@@ -183,12 +183,6 @@ fn attend_avx2<K: KvSeq>(
                 let base = (i - a0) * nh;
                 let mut p = s;
                 while p + 8 <= e {
-                    if decode {
-                        // Decoding streams each key once: ask for those a few positions on.
-                        for a in (p + PREFETCH..p + PREFETCH + 8).take_while(|&a| a < last) {
-                            prefetch_row(&kv.key(layer, a)[kvo..kvo + hd]);
-                        }
-                    }
                     let k8: &[&[f32]; 8] = keys[p - kb..p - kb + 8].try_into().unwrap();
                     for hh in 0..nh {
                         // SAFETY: AVX2 is available here; the query head is `hd` floats, a
@@ -252,14 +246,9 @@ fn attend_avx2<K: KvSeq>(
         // Values, a block of positions added into every row of the pass.
         for pb in (first..last).step_by(VALUE_BLOCK) {
             let pe = (pb + VALUE_BLOCK).min(last);
-            for (slot, p) in rows.iter_mut().zip(pb..pe) {
-                *slot = &kv.value(layer, p)[kvo..kvo + hd];
-            }
-            if decode {
-                for a in pe..(pe + VALUE_BLOCK).min(last) {
-                    prefetch_row(&kv.value(layer, a)[kvo..kvo + hd]);
-                }
-            }
+            let rows: [_; VALUE_BLOCK] = stage(&mut vbuf, hd, pb..pe, last, |p| {
+                &kv.value(layer, p)[kvo..kvo + hd]
+            });
             for i in a0..a1 {
                 let (s, e) = (pb.max(lo(i)), pe.min(ctx(i)));
                 if s >= e {
@@ -304,13 +293,57 @@ fn attend_avx2<K: KvSeq>(
         }
     }
     SCORES.set(buffer);
+    KEY_STAGE.set(kbuf);
+    VALUE_STAGE.set(vbuf);
     out
+}
+
+/// Copies the rows `row(p)` for `p` in `block` (each `hd` floats) side by side into `buf`,
+/// from a 64-byte boundary, and returns them. In the KV store a position's row holds every KV
+/// head, so one head's rows lie a whole row apart (2 KiB for 4 heads of 128): with a stride
+/// that is a multiple of 1 KiB, a block's rows fall into a few of the L1 cache's sets and
+/// evict each other while every query row and head of the pass reads them again. Side by
+/// side they stay. A copy changes no value. Each copy also prefetches the row
+/// [`PREFETCH`] positions on (up to `end`), so the next block streams in while this one is
+/// read.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn stage<'b, 'k, const N: usize>(
+    buf: &'b mut Vec<f32>,
+    hd: usize,
+    block: std::ops::Range<usize>,
+    end: usize,
+    row: impl Fn(usize) -> &'k [f32],
+) -> [&'b [f32]; N] {
+    const ALIGN: usize = 16;
+    debug_assert!(block.len() <= N);
+    let need = block.len() * hd + ALIGN;
+    if buf.len() < need {
+        buf.resize(need, 0.0);
+    }
+    let skip = buf.as_ptr().align_offset(64).min(ALIGN - 1);
+    let dst = &mut buf[skip..skip + block.len() * hd];
+    for (p, d) in block.clone().zip(dst.chunks_exact_mut(hd)) {
+        if p + PREFETCH < end {
+            prefetch_row(row(p + PREFETCH));
+        }
+        d.copy_from_slice(row(p));
+    }
+    let mut rows: [&[f32]; N] = [&[]; N];
+    for (slot, r) in rows.iter_mut().zip(dst.chunks_exact(hd)) {
+        *slot = r;
+    }
+    rows
 }
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// [`attend_avx2`]'s score buffer on this thread.
     static SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// [`attend_avx2`]'s staged keys on this thread ([`stage`]).
+    static KEY_STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// [`attend_avx2`]'s staged values on this thread.
+    static VALUE_STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Scores (floats) one pass of [`attend_avx2`] may hold: 512 KiB, within a core's L2 cache.
