@@ -160,8 +160,9 @@ fn attend_avx2<K: KvSeq>(
     let mut sum = vec![0f32; nh];
     let mut inv = vec![0f32; pass * nh];
     let vscale = _mm256_set1_ps(scale);
-    // The thread's staging buffers: a block's rows of this KV head, copied side by side.
-    let (mut kbuf, mut vbuf) = (KEY_STAGE.take(), VALUE_STAGE.take());
+    // The thread's staging buffer: a block's keys, later its values, of this KV head side by
+    // side (the two phases never hold a block at once).
+    let mut staged = STAGE.take();
     for a0 in (0..ni).step_by(pass) {
         let a1 = (a0 + pass).min(ni);
         let (first, last) = (lo(a0), ctx(a1 - 1));
@@ -170,7 +171,7 @@ fn attend_avx2<K: KvSeq>(
         // Scores, a block of keys against every row of the pass.
         for kb in (first..last).step_by(KEY_BLOCK) {
             let ke = (kb + KEY_BLOCK).min(last);
-            let keys: [_; KEY_BLOCK] = stage(&mut kbuf, hd, kb..ke, last, |p| {
+            let keys: [_; KEY_BLOCK] = stage(&mut staged, hd, kb..ke, last, |p| {
                 &kv.key(layer, p)[kvo..kvo + hd]
             });
             for i in a0..a1 {
@@ -246,7 +247,7 @@ fn attend_avx2<K: KvSeq>(
         // Values, a block of positions added into every row of the pass.
         for pb in (first..last).step_by(VALUE_BLOCK) {
             let pe = (pb + VALUE_BLOCK).min(last);
-            let rows: [_; VALUE_BLOCK] = stage(&mut vbuf, hd, pb..pe, last, |p| {
+            let rows: [_; VALUE_BLOCK] = stage(&mut staged, hd, pb..pe, last, |p| {
                 &kv.value(layer, p)[kvo..kvo + hd]
             });
             for i in a0..a1 {
@@ -293,8 +294,7 @@ fn attend_avx2<K: KvSeq>(
         }
     }
     SCORES.set(buffer);
-    KEY_STAGE.set(kbuf);
-    VALUE_STAGE.set(vbuf);
+    STAGE.set(staged);
     out
 }
 
@@ -340,10 +340,8 @@ fn stage<'b, 'k, const N: usize>(
 thread_local! {
     /// [`attend_avx2`]'s score buffer on this thread.
     static SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-    /// [`attend_avx2`]'s staged keys on this thread ([`stage`]).
-    static KEY_STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-    /// [`attend_avx2`]'s staged values on this thread.
-    static VALUE_STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// [`attend_avx2`]'s staged keys or values on this thread ([`stage`]).
+    static STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Scores (floats) one pass of [`attend_avx2`] may hold: 512 KiB, within a core's L2 cache.
