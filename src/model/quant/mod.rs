@@ -774,41 +774,48 @@ fn quantized_panels(
     out: &PanelOut,
 ) {
     let eight = isa.wide();
-    let pairs = isa.pairs(p.format);
     let m = acts.len();
+    // Two panels at once where a kernel takes them (same bits as one by one), for groups of
+    // sixteen rows only: each weight block is then read from memory once per sixteen rows (a
+    // decode step of sixteen sequences reads it once). With fewer rows the one-panel kernels
+    // were as fast or faster on a 2-core AMD EPYC (Zen 5, AVX-512 VNNI), one process
+    // alternating the two on Q4_K / Q6_K matrices above the L3, two threads, medians of 7, GB/s:
+    // 2 rows 37.9 → 60.6 / 29.3 → 55.1, 4 rows 33.2 → 40.6 / 26.5 → 41.9, 8 rows 24.1 → 22.7 /
+    // 18.6 → 26.0, and at one row the `maddubs` kernel (see `x86::quant_panel`) 42.9 → 56.0 /
+    // 36.3 → 50.7 (docs/speed-history.md, 2026-11-29).
+    let pairs = isa.pairs(p.format) && m >= 16;
     let mut pi = panels.start;
     while pi < panels.end {
-        // Two panels at once where a kernel takes them (same bits as one by one), one row
-        // included: at one row (batch-1 decode, an expert's lone row) the wider kernel decoded
-        // 5–12% faster on a 2-core AVX-512 EPYC (docs/speed-history.md, 2026-11-27).
         let two = pairs && pi + 1 < panels.end;
-        let these = if two {
-            Panel::Two(p.panel(pi), p.panel(pi + 1))
-        } else {
-            Panel::One(p.panel(pi))
-        };
-        // Rows in groups: each weight block is unpacked once for all rows of a group.
         let mut i = 0;
-        // Two panels take sixteen rows at once: each weight block is read from memory
-        // once per sixteen rows (a decode step of sixteen sequences reads it once).
-        while two && i + 16 <= m {
-            group::<16>(isa, p, these, pi, acts, i, out);
-            i += 16;
+        if two {
+            let both = Panel::Two(p.panel(pi), p.panel(pi + 1));
+            while i + 16 <= m {
+                group::<16>(isa, p, both, pi, acts, i, out);
+                i += 16;
+            }
         }
-        while eight && i + 8 <= m {
-            group::<8>(isa, p, these, pi, acts, i, out);
-            i += 8;
-        }
-        while i + 4 <= m {
-            group::<4>(isa, p, these, pi, acts, i, out);
-            i += 4;
-        }
-        if i + 2 <= m {
-            group::<2>(isa, p, these, pi, acts, i, out);
-            i += 2;
-        }
-        if i < m {
-            group::<1>(isa, p, these, pi, acts, i, out);
+        // The other rows in groups of 8, 4, 2, 1, panel by panel: each weight block is
+        // unpacked once for all rows of a group.
+        let done = i;
+        for q in pi..pi + if two { 2 } else { 1 } {
+            let one = Panel::One(p.panel(q));
+            let mut i = done;
+            while eight && i + 8 <= m {
+                group::<8>(isa, p, one, q, acts, i, out);
+                i += 8;
+            }
+            while i + 4 <= m {
+                group::<4>(isa, p, one, q, acts, i, out);
+                i += 4;
+            }
+            if i + 2 <= m {
+                group::<2>(isa, p, one, q, acts, i, out);
+                i += 2;
+            }
+            if i < m {
+                group::<1>(isa, p, one, q, acts, i, out);
+            }
         }
         pi += if two { 2 } else { 1 };
     }

@@ -1209,7 +1209,8 @@ unsafe fn panel_k_pair<const R: usize, const F: u8>(
 }
 
 /// The panel of `format` on the widest build of its kernel this CPU runs (all give the same
-/// bits).
+/// bits), but for a k-quant at one row, which takes the `maddubs` build even where VNNI is
+/// there.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quant_panel<const R: usize>(
     format: QFormat,
@@ -1218,9 +1219,17 @@ unsafe fn quant_panel<const R: usize>(
     acts: &[ActRow<'_>; R],
 ) -> [[f32; PANEL]; R] {
     unsafe {
+        // A k-quant at one activation row (batch-1 decoding, an expert's lone row): the
+        // `maddubs` build's i16 sums and one `madd` per sub-block are fewer dependent steps
+        // than `dpbusd` chains and a `mullo`, and the unrolled VNNI copy spilled to the stack.
+        // On a 2-core AMD EPYC (Zen 5, AVX-512 VNNI, 70 GB/s read), one process alternating
+        // the two on 14,336 × 4,096 Q4_K and 4,096 × 14,336 Q6_K matrices (above the L3), two
+        // threads, medians of 7: Q4_K 42.9 → 56.0 GB/s, Q6_K 36.3 → 50.7 (docs/speed-history.md,
+        // 2026-11-29). The legacy formats keep VNNI (Q8_0 44.7 against 40.1 GB/s).
+        let k_one_row = R == 1 && matches!(format, QFormat::Q4K | QFormat::Q5K | QFormat::Q6K);
         macro_rules! pick {
             ($vnni:ident, $wide:ident, $avx2:ident, $f:expr) => {
-                if vnni() {
+                if vnni() && !k_one_row {
                     $vnni::<R, { $f }>(panel, nb, acts)
                 } else if R >= 8 && wide() {
                     $wide::<R, { $f }>(panel, nb, acts)
