@@ -1223,8 +1223,9 @@ unsafe fn quant_panel<const R: usize>(
         // `maddubs` build's i16 sums and one `madd` per sub-block are fewer dependent steps
         // than `dpbusd` chains and a `mullo`, and the unrolled VNNI copy spilled to the stack.
         // On a 2-core AMD EPYC (Zen 5, AVX-512 VNNI, 70 GB/s read), one process alternating
-        // the two on 14,336 × 4,096 Q4_K and 4,096 × 14,336 Q6_K matrices (above the L3), two
-        // threads, medians of 7: Q4_K 42.9 → 56.0 GB/s, Q6_K 36.3 → 50.7 (docs/speed-history.md,
+        // the kernels on 14,336 × 4,096 Q4_K and 4,096 × 14,336 Q6_K matrices (above the L3),
+        // two threads, medians of 7: Q4_K 56.0 GB/s against 42.9 (two-panel VNNI, as before)
+        // and 34.2 (one-panel VNNI), Q6_K 50.7 against 36.3 and 39.9 (docs/speed-history.md,
         // 2026-11-29). The legacy formats keep VNNI (Q8_0 44.7 against 40.1 GB/s).
         let k_one_row = R == 1 && matches!(format, QFormat::Q4K | QFormat::Q5K | QFormat::Q6K);
         macro_rules! pick {
