@@ -205,7 +205,9 @@ pub(super) struct DeltaNet {
     pub(super) beta: QWeight,
     /// The decay's logits per value head (`ssm_alpha`).
     pub(super) alpha: QWeight,
-    /// The conv1d's taps, `conv_dim × taps`, oldest input first (`ssm_conv1d`).
+    /// The conv1d's taps (`ssm_conv1d`, `conv_dim × taps` in the file) held tap by tap,
+    /// `taps × conv_dim`, oldest input first: the layout of the row-by-row conv
+    /// ([`transpose`] gives the file's back, as the GPU's kernel reads it).
     pub(super) conv: Vec<f32>,
     /// The decay's bias per value head (`ssm_dt.bias`).
     pub(super) dt_bias: Vec<f32>,
@@ -232,15 +234,16 @@ impl DeltaNet {
             let q = src.read_tensor(&n, shape)?;
             super::transformer::to_f32_vec(&n, &q)
         };
+        let conv = vector(
+            src,
+            name("ssm_conv1d.weight"),
+            &[h.conv_dim(), h.conv_kernel],
+        )?;
         Ok(DeltaNet {
             z: mat(src, &name("attn_gate.weight"), &[h.value_dim(), dim])?,
             beta: mat(src, &name("ssm_beta.weight"), &[h.v_heads, dim])?,
             alpha: mat(src, &name("ssm_alpha.weight"), &[h.v_heads, dim])?,
-            conv: vector(
-                src,
-                name("ssm_conv1d.weight"),
-                &[h.conv_dim(), h.conv_kernel],
-            )?,
+            conv: transpose(&conv, h.conv_dim(), h.conv_kernel),
             dt_bias: vector(src, name("ssm_dt.bias"), &[h.v_heads])?,
             a: vector(src, name("ssm_a"), &[h.v_heads])?,
             norm: vector(src, name("ssm_norm.weight"), &[h.head_dim])?,
@@ -251,6 +254,18 @@ impl DeltaNet {
     pub(super) fn matrices(&self) -> [&QWeight; 3] {
         [&self.z, &self.beta, &self.alpha]
     }
+}
+
+/// A row-major `rows × cols` matrix transposed (`cols × rows`).
+pub(super) fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    debug_assert_eq!(m.len(), rows * cols);
+    let mut out = vec![0f32; m.len()];
+    for (r, row) in m.chunks_exact(cols).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
 }
 
 /// The linear-attention steps' buffers (and the full-attention output gate's).
@@ -264,6 +279,8 @@ pub struct DeltaScratch {
     pub(super) alpha: Vec<f32>,
     /// The full-attention layers' output gate (`q_dim` per row).
     pub(super) gate: Vec<f32>,
+    /// A sequence's kept conv inputs, `(taps − 1) × conv_dim`, oldest first.
+    pub(super) kept: Vec<f32>,
 }
 
 impl DeltaScratch {
@@ -275,6 +292,7 @@ impl DeltaScratch {
         fit(&mut self.beta, rows * h.v_heads);
         fit(&mut self.alpha, rows * h.v_heads);
         fit(&mut self.gate, rows * q_dim);
+        fit(&mut self.kept, (h.conv_kernel - 1) * h.conv_dim());
     }
 }
 
@@ -477,15 +495,11 @@ impl DeltaNet {
         // channel at a time read and wrote one value per cache line. 512-token prefill on a
         // 2-core Zen 5 EPYC, the two builds alternated: Qwen3.5-4B-8l 224.7 → 256.0 tok/s,
         // Qwen3.5-35B-A3B-16l 145.5 → 177.2 (docs/speed-history.md, 2026-11-29).
-        // The taps transposed, `taps × cd`, and the kept inputs, `(taps − 1) × cd`, oldest first.
-        let mut w = vec![0f32; taps * cd];
-        for (c, ws) in self.conv.chunks_exact(taps).enumerate() {
-            for (t, &v) in ws.iter().enumerate() {
-                w[t * cd + c] = v;
-            }
-        }
-        let mut prev = vec![0f32; kept_len * cd];
-        let DeltaScratch { mixed, conv, .. } = &mut *d;
+        let w = &self.conv;
+        let DeltaScratch {
+            mixed, conv, kept, ..
+        } = &mut *d;
+        let prev = &mut kept[..kept_len * cd];
         for (seq, &(r0, n, _)) in seqs.iter_mut().zip(spans) {
             let state = &mut seq.kv.state_mut()[off..off + h.conv_state_len()];
             for c in 0..cd {

@@ -335,11 +335,12 @@ mod tests {
         let scaled = |s: u64, n: usize, by: f32| -> Vec<f32> {
             noise(s, n).iter().map(|v| v * by).collect()
         };
+        let conv = scaled(seed + 4, h.conv_dim() * h.conv_kernel, 0.5);
         let d = DeltaNet {
             z: quantized(Some(dtype), h.value_dim(), dim, seed + 1),
             beta: quantized(Some(dtype), h.v_heads, dim, seed + 2),
             alpha: quantized(Some(dtype), h.v_heads, dim, seed + 3),
-            conv: scaled(seed + 4, h.conv_dim() * h.conv_kernel, 0.5),
+            conv: crate::model::deltanet::transpose(&conv, h.conv_dim(), h.conv_kernel),
             dt_bias: scaled(seed + 5, h.v_heads, 0.5),
             a: noise(seed + 6, h.v_heads)
                 .iter()
@@ -380,7 +381,7 @@ mod tests {
             spans,
             cd,
             h.conv_kernel,
-            &d.conv,
+            &crate::model::deltanet::transpose(&d.conv, h.conv_kernel, cd),
         );
         let (n_eps, inv) = (eps / s as f32, 1.0 / (s as f32).sqrt());
         prep(

@@ -323,7 +323,10 @@ impl CudaModel {
                 delta: l
                     .delta
                     .as_ref()
-                    .map(|d| upload_delta(&gpu, i, d, path))
+                    .map(|d| {
+                        let taps = model.hybrid.as_ref().map_or(1, |h| h.conv_kernel);
+                        upload_delta(&gpu, i, d, taps, path)
+                    })
                     .transpose()?,
             });
         }

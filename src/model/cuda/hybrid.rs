@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::kernels::{dev_err, ew, ptr, DevWeight, Gpu, MatmulPath, Result};
 use super::weights::upload_weight;
-use crate::model::deltanet::{DeltaNet, Hybrid};
+use crate::model::deltanet::{transpose, DeltaNet, Hybrid};
 use crate::model::moe::SharedExpert;
 
 /// A linear-attention layer's weights beside its q|k|v and output projections.
@@ -28,11 +28,13 @@ pub(super) struct DevDelta {
     pub(super) norm: CudaSlice<f32>,
 }
 
-/// Uploads layer `i`'s linear-attention weights.
+/// Uploads layer `i`'s linear-attention weights (its conv of `taps` taps channel by channel,
+/// as in the file, the layout the kernel reads).
 pub(super) fn upload_delta(
     gpu: &Gpu,
     i: usize,
     d: &DeltaNet,
+    taps: usize,
     path: MatmulPath,
 ) -> Result<DevDelta> {
     let n = |s: &str| format!("blk.{i}.{s}");
@@ -40,7 +42,7 @@ pub(super) fn upload_delta(
         z: upload_weight(gpu, &n("attn_gate.weight"), &d.z, path)?,
         beta: upload_weight(gpu, &n("ssm_beta.weight"), &d.beta, path)?,
         alpha: upload_weight(gpu, &n("ssm_alpha.weight"), &d.alpha, path)?,
-        conv: gpu.upload("ssm_conv1d", &d.conv)?,
+        conv: gpu.upload("ssm_conv1d", &transpose(&d.conv, taps, d.conv.len() / taps))?,
         dt_bias: gpu.upload("ssm_dt.bias", &d.dt_bias)?,
         a: gpu.upload("ssm_a", &d.a)?,
         norm: gpu.upload("ssm_norm", &d.norm)?,
