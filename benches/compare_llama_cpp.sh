@@ -8,10 +8,13 @@
 # Usage: benches/compare_llama_cpp.sh [MODEL.gguf] [REPEATS] [LLAMA_BIN_DIR]
 # (defaults: the default model, 3 repeats, /work/tools/llama-build/bin)
 # The machine's limits (`candor bench --limits-only`: read bandwidth over all threads, the
-# kernels' integer dot-product peak) are measured once first, and each row gains the fraction
-# of them reached: decode = bytes of weights and KV read per step / step time against the
+# kernels' integer dot-product peak) are measured first, and each row gains the fraction of
+# them reached: decode = bytes of weights and KV read per step / step time against the
 # bandwidth, prefill = integer multiply-adds per token x tok/s against the peak; the same
-# bytes and multiply-adds (Candor's count for the file) for both engines.
+# bytes and multiply-adds (Candor's count for the file) for both engines. A shared VM's read
+# bandwidth moves within minutes (43-70 GB/s on one host in one hour), so it is measured again
+# between the runs (0.4 s each): each run's decode fraction is against the mean of the
+# measurements just before and just after it, and the row gives the median of those.
 # Environment: NEW_TOKENS (default 64), THREADS (default 2),
 # PROMPTS (default "128 1024"), BATCHES (default "1 4 16"),
 # CANDOR_BIN (an already built candor binary; else `cargo build --release` builds it).
@@ -39,13 +42,20 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 limits=$("$CANDOR_BIN" bench --limits --limits-only --threads "$threads")
 bw=$(json_field read_gb_s "$limits"); peak=$(json_field int8_gmac_s "$limits")
 pct() { awk -v x="$1" -v l="$2" 'BEGIN { printf "%.0f%%", (l > 0 ? 100 * x / l : 0) }'; }
-rows=()
+read_bw() { json_field read_gb_s "$("$CANDOR_BIN" bench --limits --limits-only --threads "$threads")"; }
+# A run's decode GB/s (bytes per step x steps/s, steps/s = aggregate tok/s / batch) over the
+# mean of the bandwidths measured around it: frac TOK_S BW_BEFORE BW_AFTER.
+frac() { awk -v s="$step_bytes" -v t="$1" -v b="$b" -v x="$2" -v y="$3" \
+             'BEGIN { print s * t / b / 1e9 / ((x + y) / 2) }'; }
+rows=(); bws=("$bw")
 for pp in $prompts; do
   for b in $batches; do
-    c_pp=(); c_tg=(); l_pp=(); l_tg=()
+    c_pp=(); c_tg=(); l_pp=(); l_tg=(); c_df=(); l_df=()
     for i in $(seq "$repeats"); do
+      bw0=$(read_bw)
       line=$("$CANDOR_BIN" bench --model "$model" --prompt-tokens "$pp" --new-tokens "$ntg" \
              --batch-size "$b" --threads "$threads" | head -1)
+      bw1=$(read_bw)
       cline=$line
       c_pp+=("$(json_field prefill_tok_s "$line")"); c_tg+=("$(json_field decode_tok_s "$line")")
       step_bytes=$(json_field decode_bytes_per_step "$line"); macs=$(json_field int_macs_per_token "$line")
@@ -54,23 +64,25 @@ for pp in $prompts; do
              -ntg "$ntg" -npl "$b" -t "$threads" -tb "$threads" --output-format jsonl 2>/dev/null \
              | grep '"speed_pp"' | tail -1)
       l_pp+=("$(json_field speed_pp "$line")"); l_tg+=("$(json_field speed_tg "$line")")
+      bw2=$(read_bw); bws+=("$bw0" "$bw1" "$bw2")
+      c_df+=("$(frac "${c_tg[-1]}" "$bw0" "$bw1")"); l_df+=("$(frac "${l_tg[-1]}" "$bw1" "$bw2")")
       echo "prompt $pp batch $b run $i: candor prefill ${c_pp[-1]} decode ${c_tg[-1]}" \
            "| llama.cpp prefill ${l_pp[-1]} decode ${l_tg[-1]}" >&2
     done
     cp=$(median "${c_pp[@]}"); ct=$(median "${c_tg[@]}")
     lp=$(median "${l_pp[@]}"); lt=$(median "${l_tg[@]}")
-    # Fractions: prefill GMAC/s = macs * tok/s / 1e9; decode GB/s = bytes per step * steps/s / 1e9,
-    # steps/s = aggregate tok/s / batch.
+    # Prefill GMAC/s = macs * tok/s / 1e9 against the peak; decode: the runs' fractions (frac).
     pf() { pct "$(awk -v m="$macs" -v t="$1" 'BEGIN { print m * t / 1e9 }')" "$peak"; }
-    df() { pct "$(awk -v s="$step_bytes" -v t="$1" -v b="$b" 'BEGIN { print s * t / b / 1e9 }')" "$bw"; }
-    rows+=("| $pp | $b | $cp | $lp | $(ratio "$cp" "$lp") | $(pf "$cp") / $(pf "$lp") | $ct | $lt | $(ratio "$ct" "$lt") | $(df "$ct") / $(df "$lt") |")
+    df() { awk -v f="$(median "$@")" 'BEGIN { printf "%.0f%%", 100 * f }'; }
+    rows+=("| $pp | $b | $cp | $lp | $(ratio "$cp" "$lp") | $(pf "$cp") / $(pf "$lp") | $ct | $lt | $(ratio "$ct" "$lt") | $(df "${c_df[@]}") / $(df "${l_df[@]}") |")
   done
 done
 echo
-limits_end=$("$CANDOR_BIN" bench --limits --limits-only --threads "$threads")
 echo "$(basename "$model"), $threads threads, $ntg decoded tokens, median of $repeats; load: $(uptime | sed 's/.*load average: //')"
-echo "read bandwidth measured again after the runs: $(json_field read_gb_s "$limits_end") GB/s (the fractions use the first measurement)"
-echo "limits ($threads threads): read ${bw} GB/s, int8 dot peak ${peak} GMAC/s ($(json_field int8_gmac_s_per_thread "$limits") per thread, $(sed -E 's/.*"dot_instruction":"([^"]*)".*/\1/' <<<"$limits")); weights $(json_field layer_weight_bytes "$cline") + $(json_field output_weight_bytes "$cline") bytes, $(json_field int_macs_per_token "$cline") integer MACs per token"
+lo=$(printf '%s\n' "${bws[@]}" | sort -g | head -1); hi=$(printf '%s\n' "${bws[@]}" | sort -g | tail -1)
+printf 'read bandwidth measured %d times, between the runs: %.1f GB/s median, %.1f to %.1f (each run'"'"'s decode fraction is against the measurements around it)\n' \
+  "${#bws[@]}" "$(median "${bws[@]}")" "$lo" "$hi"
+echo "limits ($threads threads): read ${bw} GB/s first, int8 dot peak ${peak} GMAC/s ($(json_field int8_gmac_s_per_thread "$limits") per thread, $(sed -E 's/.*"dot_instruction":"([^"]*)".*/\1/' <<<"$limits")); weights $(json_field layer_weight_bytes "$cline") + $(json_field output_weight_bytes "$cline") bytes, $(json_field int_macs_per_token "$cline") integer MACs per token"
 echo
 echo "| prompt tokens | batch | Candor prefill tok/s | llama.cpp prefill tok/s | ratio | % of int8 peak (Candor / llama.cpp) | Candor decode tok/s | llama.cpp decode tok/s | ratio | % of read bandwidth (Candor / llama.cpp) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
