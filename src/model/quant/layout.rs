@@ -285,7 +285,7 @@ pub(crate) struct Panels {
 /// ([`crate::weights::panel_file`]), read in place.
 #[derive(Debug, Clone)]
 pub(crate) enum PanelBytes {
-    Owned(Vec<u8>),
+    Owned(OwnedBytes),
     Mapped(MappedBytes),
 }
 
@@ -296,6 +296,64 @@ impl std::ops::Deref for PanelBytes {
         match self {
             PanelBytes::Owned(v) => v,
             PanelBytes::Mapped(m) => m.bytes(),
+        }
+    }
+}
+
+/// Panels repacked into this process's memory, zeroed when made. From [`HUGE_MIN`] bytes up, an
+/// anonymous map advised as huge pages before its first touch, so that its pages are 2 MiB where
+/// the kernel has them free (with transparent huge pages in `madvise` mode, the common default,
+/// nothing else gets them): the one-row kernels stream every weight once per decode step, and
+/// on a 2-core AMD EPYC (Zen 5) Llama-3-8B-4l decoded 48.6–50.0 tok/s against 39.8–45.0 from a
+/// `Vec` in 4 KiB pages, Qwen3.5-4B-8l 43.0–43.5 against 38.1–40.3 (3 pairs, alternated), prefill
+/// the same. Smaller ones, and where no map can be made, a `Vec`.
+#[derive(Debug)]
+pub(crate) enum OwnedBytes {
+    Small(Vec<u8>),
+    Large(memmap2::MmapMut),
+}
+
+/// The size from which [`OwnedBytes`] takes an anonymous map: one huge page.
+pub(crate) const HUGE_MIN: usize = 2 << 20;
+
+impl OwnedBytes {
+    /// `len` zero bytes.
+    pub(crate) fn zeroed(len: usize) -> OwnedBytes {
+        if len >= HUGE_MIN {
+            if let Ok(m) = memmap2::MmapMut::map_anon(len) {
+                #[cfg(target_os = "linux")]
+                let _ = m.advise(memmap2::Advice::HugePage);
+                return OwnedBytes::Large(m);
+            }
+        }
+        OwnedBytes::Small(vec![0u8; len])
+    }
+}
+
+impl Clone for OwnedBytes {
+    fn clone(&self) -> OwnedBytes {
+        let mut c = OwnedBytes::zeroed(self.len());
+        c.copy_from_slice(self);
+        c
+    }
+}
+
+impl std::ops::Deref for OwnedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            OwnedBytes::Small(v) => v,
+            OwnedBytes::Large(m) => m,
+        }
+    }
+}
+
+impl std::ops::DerefMut for OwnedBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            OwnedBytes::Small(v) => v,
+            OwnedBytes::Large(m) => m,
         }
     }
 }
@@ -319,7 +377,7 @@ impl Panels {
         k: usize,
     ) -> Result<Panels, QuantError> {
         let (nb, len) = Panels::size(format, n, k)?;
-        let mut data = vec![0u8; len];
+        let mut data = OwnedBytes::zeroed(len);
         Panels::repack(format, raw, n, k, &mut data)?;
         Ok(Panels {
             format,
@@ -668,6 +726,28 @@ mod tests {
                 block: 256
             })
         ));
+    }
+
+    #[test]
+    fn large_panels_are_a_huge_page_map_with_the_same_bytes() {
+        // 67 rows (nine panels, the last padded) of 1,024 Q8_0 blocks: 2.5 MB of panels.
+        let (n, k) = (67, 1024 * 32);
+        let raw: Vec<u8> = (0..n * (k / 32) * 34)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let p = Panels::from_gguf(QFormat::Q8_0, &raw, n, k).expect("valid");
+        let PanelBytes::Owned(owned) = &p.data else {
+            panic!("repacked panels are owned");
+        };
+        assert!(owned.len() >= HUGE_MIN);
+        assert!(matches!(owned, OwnedBytes::Large(_)));
+        let mut want = vec![0u8; owned.len()];
+        Panels::repack(QFormat::Q8_0, &raw, n, k, &mut want).expect("valid");
+        assert_eq!(&p.data[..], &want[..]);
+        assert_eq!(&p.clone().data[..], &want[..]);
+        // Below a huge page: a vector, zeroed as well.
+        let small = OwnedBytes::zeroed(HUGE_MIN - 1);
+        assert!(matches!(small, OwnedBytes::Small(_)) && small.iter().all(|&b| b == 0));
     }
 
     #[test]
