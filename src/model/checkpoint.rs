@@ -87,6 +87,8 @@ impl Checkpoint {
             // SAFETY: mapped read-only; like every mmap reader we rely on the file not being
             // truncated or rewritten while the model is in use.
             let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?);
+            // Its float weights are read in place from it, as a GGUF file's.
+            crate::weights::mapped::advise_huge_pages(&map);
             // The data section is the file's last `data_len` bytes (checked by `read_header`).
             let data_start = map
                 .len()

@@ -166,11 +166,8 @@ impl GgufFile {
         // SAFETY: mapped read-only; like every mmap reader (llama.cpp's, candle's) we rely on
         // the file not being truncated or rewritten while the model is in use.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| WeightsError::io(path, e))?;
-        // Float weights are read in place from this map (and quantized ones once, to repack
-        // them): asked before any page is read, the pages it reads come in 2 MiB folios where
-        // the kernel and file system can, and are mapped with 2 MiB pages. A hint only.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
+        // Float weights are read in place from this map (quantized ones once, to repack them).
+        super::mapped::advise_huge_pages(&map);
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,

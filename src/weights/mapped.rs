@@ -4,6 +4,19 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
+/// Asks the kernel for 2 MiB pages on a read-only file map, before any of its pages is read:
+/// the pages the map then reads from the disk come in 2 MiB folios where the kernel and file
+/// system can, and are mapped with 2 MiB pages (fewer TLB misses in the kernels' streams). A
+/// hint, without effect off Linux. Weights read in place streamed faster with it: from a cold
+/// page cache, a Qwen2.5-1.5B-8l F16 GGUF decoded 25.8–26.0 tok/s against 23.6–24.2 (1.15 of
+/// 1.22 GB in 2 MiB pages against 0.30) on a 2-core AMD EPYC (Zen 5).
+pub fn advise_huge_pages(map: &Mmap) {
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    #[cfg(not(target_os = "linux"))]
+    let _ = map;
+}
+
 /// A byte range of a read-only memory map of a model file, shared by every weight read from
 /// that file (the map lives as long as the last of them).
 #[derive(Clone)]
