@@ -153,9 +153,9 @@ fn map_existing(path: &Path, len: usize, populate: bool) -> io::Result<Option<Ar
     // complete; none is written after it has its final name, so the map's bytes do not change
     // under it (a user editing the cache by hand is outside this contract, as for model files).
     let map = unsafe { memmap2::MmapOptions::new().map(&f)? };
-    // Before the pages are read, `MAP_POPULATE`'s reads included: on a cold page cache,
-    // Qwen3-30B-A3B-16l's experts came in 2 MiB pages for 5.31 GB of 5.3 with the advice first,
-    // 3.35 GB with it after `MAP_POPULATE`.
+    // The advice before any page is read, `populate`'s included: from a cold page cache all
+    // 5.31 GB of Qwen3-30B-A3B-16l's experts were then mapped with 2 MiB pages, against 3.35 GB
+    // with the advice given after `MAP_POPULATE`.
     crate::weights::mapped::advise_huge_pages(&map);
     if populate {
         populate_read(&map);
