@@ -783,8 +783,10 @@ mod tests {
         }
     }
 
-    /// Qwen3, gpt-oss (Harmony), QwQ (a template that opens `<think>` itself) and Qwen3.5
-    /// (which opens `<think>` unless `enable_thinking` is false) render every
+    /// Qwen3, gpt-oss (Harmony), QwQ (a template that opens `<think>` itself), Qwen3.5
+    /// (which opens `<think>` unless `enable_thinking` is false), Ministral 3 Reasoning
+    /// (`[THINK]`, asked for by its default system prompt) and Mistral Small 3.2 (`strftime_now`
+    /// in its default system prompt) render every
     /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
     /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
     /// the cases for `strftime_now`. The expected prompts were written by
@@ -798,6 +800,8 @@ mod tests {
             "openai-gpt-oss-120b",
             "Qwen-QwQ-32B",
             "Qwen-Qwen3.5-4B",
+            "mistralai-Ministral-3-14B-Reasoning-2512",
+            "Mistral-Small-3.2-24B-Instruct-2506",
         ] {
             let path = dir.join(format!("rendered/{name}.json"));
             let text = std::fs::read_to_string(&path).unwrap();
@@ -829,7 +833,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 17);
+        assert_eq!(checked, 21);
         // Another date renders another prompt: the date is what the template stamps.
         let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
         let t = ChatTemplate::new(src, "", "").unwrap();

@@ -2,9 +2,10 @@
 //! its answer, the per-role switch that turns it on or off ([`Thinking`]), and the split of a
 //! generated reply into reasoning and answer ([`ReasoningFormat::split`]).
 //!
-//! Two families are known: `<think>…</think>` (Qwen3, DeepSeek-R1 and the templates that open
-//! `<think>` themselves at the end of the generation prompt) and OpenAI's Harmony format
-//! (gpt-oss: an `analysis` channel, then the `final` channel). The family is read from the
+//! Three families are known: `<think>…</think>` (Qwen3, DeepSeek-R1 and the templates that open
+//! `<think>` themselves at the end of the generation prompt), Mistral's `[THINK]…[/THINK]`
+//! (Magistral, Ministral 3 Reasoning: control tokens the model writes itself) and OpenAI's
+//! Harmony format (gpt-oss: an `analysis` channel, then the `final` channel). The family is read from the
 //! template's source, never guessed from a reply. This module neither generates nor scores:
 //! the engine splits its replies here, and callers only ever parse the answer.
 
@@ -15,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
+const MISTRAL_OPEN: &str = "[THINK]";
+const MISTRAL_CLOSE: &str = "[/THINK]";
 const CHANNEL: &str = "<|channel|>";
 const MESSAGE: &str = "<|message|>";
 const START: &str = "<|start|>";
@@ -30,6 +33,9 @@ pub enum ReasoningFormat {
     Plain,
     /// `<think>reasoning</think>answer`; the generation prompt may open `<think>` itself.
     Think,
+    /// `[THINK]reasoning[/THINK]answer` (Mistral's reasoning models), nothing between the
+    /// close and the answer.
+    Mistral,
     /// Harmony channels: `<|channel|>analysis<|message|>…<|end|>` messages, then
     /// `<|start|>assistant<|channel|>final<|message|>answer`.
     Harmony,
@@ -51,6 +57,8 @@ impl ReasoningFormat {
             ReasoningFormat::Harmony
         } else if source.contains(THINK_OPEN) || source.contains(THINK_CLOSE) {
             ReasoningFormat::Think
+        } else if source.contains(MISTRAL_OPEN) && source.contains(MISTRAL_CLOSE) {
+            ReasoningFormat::Mistral
         } else {
             ReasoningFormat::Plain
         }
@@ -63,15 +71,17 @@ impl ReasoningFormat {
         match self {
             ReasoningFormat::Plain => false,
             ReasoningFormat::Think => prompt.trim_end().ends_with(THINK_OPEN),
+            ReasoningFormat::Mistral => prompt.trim_end().ends_with(MISTRAL_OPEN),
             ReasoningFormat::Harmony => true,
         }
     }
 
-    /// The text that opens a reasoning block when the reply must open it itself (`<think>`);
-    /// `None` when there is none to wait for.
+    /// The text that opens a reasoning block when the reply must open it itself (`<think>`,
+    /// `[THINK]`); `None` when there is none to wait for.
     pub fn open_marker(self) -> Option<&'static str> {
         match self {
             ReasoningFormat::Think => Some(THINK_OPEN),
+            ReasoningFormat::Mistral => Some(MISTRAL_OPEN),
             _ => None,
         }
     }
@@ -81,6 +91,7 @@ impl ReasoningFormat {
         match self {
             ReasoningFormat::Plain => None,
             ReasoningFormat::Think => Some(THINK_CLOSE),
+            ReasoningFormat::Mistral => Some(MISTRAL_CLOSE),
             ReasoningFormat::Harmony => Some("<|channel|>final<|message|>"),
         }
     }
@@ -91,6 +102,7 @@ impl ReasoningFormat {
         match self {
             ReasoningFormat::Plain => None,
             ReasoningFormat::Think => Some("</think>\n\n"),
+            ReasoningFormat::Mistral => Some(MISTRAL_CLOSE),
             ReasoningFormat::Harmony => {
                 Some("<|end|><|start|>assistant<|channel|>final<|message|>")
             }
@@ -102,6 +114,7 @@ impl ReasoningFormat {
     pub fn undecided(self, head: &str, starts_open: bool) -> bool {
         match self {
             ReasoningFormat::Think if !starts_open => THINK_OPEN.starts_with(head.trim_start()),
+            ReasoningFormat::Mistral if !starts_open => MISTRAL_OPEN.starts_with(head.trim_start()),
             ReasoningFormat::Harmony => !head.is_empty() && CHANNEL.starts_with(head),
             _ => head.is_empty(),
         }
@@ -115,17 +128,21 @@ impl ReasoningFormat {
                 reasoning: None,
                 answer: Some(reply.to_string()),
             },
-            ReasoningFormat::Think => split_think(reply, starts_open),
+            ReasoningFormat::Think => split_block(reply, starts_open, THINK_OPEN, THINK_CLOSE),
+            ReasoningFormat::Mistral => {
+                split_block(reply, starts_open, MISTRAL_OPEN, MISTRAL_CLOSE)
+            }
             ReasoningFormat::Harmony => split_harmony(reply),
         }
     }
 }
 
-fn split_think(reply: &str, starts_open: bool) -> Split {
+/// A reply of a block family: `open` reasoning `close` answer.
+fn split_block(reply: &str, starts_open: bool, open: &str, close: &str) -> Split {
     let body = if starts_open {
         reply
     } else {
-        match reply.trim_start().strip_prefix(THINK_OPEN) {
+        match reply.trim_start().strip_prefix(open) {
             Some(rest) => rest,
             None => {
                 return Split {
@@ -135,10 +152,10 @@ fn split_think(reply: &str, starts_open: bool) -> Split {
             }
         }
     };
-    match body.find(THINK_CLOSE) {
+    match body.find(close) {
         Some(at) => Split {
             reasoning: Some(body[..at].trim().to_string()),
-            answer: Some(body[at + THINK_CLOSE.len()..].trim_start().to_string()),
+            answer: Some(body[at + close.len()..].trim_start().to_string()),
         },
         None => Split {
             reasoning: Some(body.trim().to_string()),
@@ -264,6 +281,11 @@ mod tests {
     const GPT_OSS: &str = include_str!("../../tests/fixtures/templates/openai-gpt-oss-120b.jinja");
     const QWEN25: &str =
         include_str!("../../tests/fixtures/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    const MINISTRAL3: &str = include_str!(
+        "../../tests/fixtures/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja"
+    );
+    const MISTRAL_SMALL: &str =
+        include_str!("../../tests/fixtures/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja");
 
     fn split(f: ReasoningFormat, reply: &str, open: bool) -> (Option<String>, Option<String>) {
         let s = f.split(reply, open);
@@ -288,6 +310,46 @@ mod tests {
             ReasoningFormat::from_template(QWEN25),
             ReasoningFormat::Plain
         );
+        assert_eq!(
+            ReasoningFormat::from_template(MINISTRAL3),
+            ReasoningFormat::Mistral
+        );
+        assert_eq!(
+            ReasoningFormat::from_template(MISTRAL_SMALL),
+            ReasoningFormat::Plain
+        );
+    }
+
+    #[test]
+    fn mistral_think_blocks_split_from_the_answer() {
+        let m = ReasoningFormat::Mistral;
+        // Ministral 3 Reasoning writes `[THINK]` itself: its prompt never opens the block.
+        assert!(!m.starts_open("[INST]Hi[/INST]"));
+        assert_eq!(
+            split(m, "[THINK]score: 1? No.[/THINK]score: 9", false),
+            want(Some("score: 1? No."), Some("score: 9"))
+        );
+        assert_eq!(split(m, "Yes.", false), want(None, Some("Yes.")));
+        // Cut inside the reasoning: no answer, never a verdict read from the reasoning.
+        assert_eq!(
+            split(m, "[THINK]score: 3, or", false),
+            want(Some("score: 3, or"), None)
+        );
+        // The other families' markers are answer text here, and the reverse.
+        assert_eq!(
+            split(m, "<think>a</think>b", false),
+            want(None, Some("<think>a</think>b"))
+        );
+        assert_eq!(
+            split(ReasoningFormat::Think, "[THINK]a[/THINK]b", false),
+            want(None, Some("[THINK]a[/THINK]b"))
+        );
+        // The budget closes the block with the close marker alone, and a streamed reply is
+        // undecided while its head could still become `[THINK]`.
+        assert_eq!(m.forced_close(), Some("[/THINK]"));
+        assert_eq!(m.open_marker(), Some("[THINK]"));
+        assert!(m.undecided("[TH", false));
+        assert!(!m.undecided("The", false));
     }
 
     #[test]
