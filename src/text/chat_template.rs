@@ -27,7 +27,7 @@ use minijinja::{Environment, ErrorKind};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Result, TextError};
-use super::message::Message;
+use super::message::{Message, Role};
 use super::reasoning::ReasoningFormat;
 use super::template_date::TemplateDate;
 use super::template_size;
@@ -111,6 +111,10 @@ pub struct ChatTemplate {
     /// The model has no template and none was given ([`ChatTemplate::missing`]): every render
     /// is [`TextError::NoChatTemplate`].
     missing: bool,
+    /// The template writes a leading system message's content (Gemma 2's raises instead):
+    /// where it does not, a render folds that message into the next one, as llama.cpp does
+    /// ([`ChatTemplate::fold_system`]).
+    system_role: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -177,14 +181,45 @@ impl ChatTemplate {
             || env.add_template_owned(TEMPLATE_NAME, source.clone()),
         )?
         .map_err(|e| TextError::Template(describe(&e)))?;
-        Ok(ChatTemplate {
+        let mut t = ChatTemplate {
             source,
             origin,
             env,
             bos_token,
             eos_token,
             missing: false,
-        })
+            system_role: true,
+        };
+        t.system_role = t.writes_system_content();
+        Ok(t)
+    }
+
+    /// Whether a render of a system and a user message writes the system message's content:
+    /// llama.cpp's `supports_system_role` capability (it watches the content being read; a
+    /// template that raises on a system message, or drops it, does not support one).
+    fn writes_system_content(&self) -> bool {
+        const PROBE: &str = "System message";
+        let probe = [Message::system(PROBE), Message::user("User message")];
+        matches!(
+            self.render_counted_with(&probe, true, &TemplateArgs::default()),
+            Ok((text, _)) if text.contains(PROBE)
+        )
+    }
+
+    /// llama.cpp's workaround for templates without a system role
+    /// (`system_message_not_supported`): a leading system message is prepended to the next
+    /// message's content with a newline, or dropped when it is the only one.
+    fn fold_system<'m>(&self, messages: &'m [Message]) -> std::borrow::Cow<'m, [Message]> {
+        match messages {
+            [first, rest @ ..] if !self.system_role && first.role == Role::System => {
+                let mut folded = rest.to_vec();
+                if let Some(next) = folded.first_mut() {
+                    next.content = format!("{}\n{}", first.content, next.content);
+                }
+                std::borrow::Cow::Owned(folded)
+            }
+            _ => std::borrow::Cow::Borrowed(messages),
+        }
     }
 
     /// A Jinja template file (`--chat-template FILE`), with the tokenizer's BOS/EOS strings,
@@ -344,6 +379,7 @@ impl ChatTemplate {
         if self.missing {
             return Err(TextError::NoChatTemplate);
         }
+        let messages = &*self.fold_system(messages);
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -369,15 +405,23 @@ impl ChatTemplate {
             cap: max_output,
             over: false,
         };
-        let date = args.date.unwrap_or_else(TemplateDate::today).to_string();
+        let date = args.date.unwrap_or_else(TemplateDate::today);
+        // llama.cpp's extra context: the render's date as `date_string` (Llama 3.x's "Today
+        // Date") and `datetime`; the kwargs may replace them, as in llama.cpp.
+        let mut extra = BTreeMap::new();
+        for (name, format) in [("date_string", "%d %b %Y"), ("datetime", "%b %d %Y")] {
+            let text = date.strftime(format).map_err(TextError::Template)?;
+            extra.insert(name.to_string(), serde_json::Value::String(text));
+        }
+        extra.extend(args.kwargs.iter().map(|(k, v)| (k.clone(), v.clone())));
         // Named variables win over the kwargs (minijinja's `..` is a fallback).
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-            __candor_template_date => date,
-            ..minijinja::Value::from_serialize(&args.kwargs)
+            __candor_template_date => date.to_string(),
+            ..minijinja::Value::from_serialize(&extra)
         };
         let max_cpu =
             MAX_CPU_FIXED + MAX_CPU_PER_INPUT_MIB.mul_f64(input as f64 / (1 << 20) as f64);
@@ -655,14 +699,68 @@ mod tests {
 
     #[test]
     fn raise_exception_is_typed() {
-        let src = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}ok";
+        let src = "{% if messages[0]['content'] == 'boom' %}{{ raise_exception('No boom') }}{% endif %}ok";
         let t = ChatTemplate::new(src, "", "").unwrap();
         assert_eq!(t.render(&[Message::user("x")], true).unwrap(), "ok");
-        let err = t.render(&[Message::system("x")], true).unwrap_err();
+        let err = t.render(&[Message::user("boom")], true).unwrap_err();
         match err {
-            TextError::TemplateRaised(msg) => assert_eq!(msg, "System role not supported"),
+            TextError::TemplateRaised(msg) => assert_eq!(msg, "No boom"),
             other => panic!("expected TemplateRaised, got {other:?}"),
         }
+    }
+
+    /// A template without a system role (Gemma 2's raises on one; others drop it) gets the
+    /// system message folded into the next one, as llama.cpp does; templates that write it
+    /// get it as it is.
+    #[test]
+    fn a_system_message_is_folded_where_the_template_has_no_system_role() {
+        let each = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        let raises = format!(
+            "{{% if messages[0]['role'] == 'system' %}}{{{{ raise_exception('System role not supported') }}}}{{% endif %}}{each}"
+        );
+        let drops = "{% for m in messages %}{% if m.role != 'system' %}<{{ m.role }}>{{ m.content }}{% endif %}{% endfor %}";
+        let conv = [
+            Message::system("Be brief."),
+            Message::user("Hi"),
+            Message::assistant("Hello"),
+        ];
+        for src in [raises.as_str(), drops] {
+            let t = ChatTemplate::new(src, "", "").unwrap();
+            assert_eq!(
+                t.render(&conv, false).unwrap(),
+                "<user>Be brief.\nHi<assistant>Hello",
+                "{src}"
+            );
+        }
+        // Alone, the system message is dropped.
+        let t = ChatTemplate::new(drops, "", "").unwrap();
+        assert_eq!(t.render(&conv[..1], false).unwrap(), "");
+        let t = ChatTemplate::new(each, "", "").unwrap();
+        assert_eq!(
+            t.render(&conv, false).unwrap(),
+            "<system>Be brief.<user>Hi<assistant>Hello"
+        );
+    }
+
+    /// llama.cpp's `date_string` and `datetime` carry the render's date (Llama 3.x's "Today
+    /// Date"); a kwarg of the same name replaces them.
+    #[test]
+    fn date_string_and_datetime_are_the_render_date() {
+        let t = ChatTemplate::new("{{ date_string }}|{{ datetime }}", "", "").unwrap();
+        let mut args = TemplateArgs {
+            date: Some("2024-07-09".parse().unwrap()),
+            ..TemplateArgs::default()
+        };
+        assert_eq!(
+            t.render_with(&[], false, &args).unwrap(),
+            "09 Jul 2024|Jul 09 2024"
+        );
+        args.kwargs
+            .insert("date_string".into(), serde_json::Value::from("then"));
+        assert_eq!(
+            t.render_with(&[], false, &args).unwrap(),
+            "then|Jul 09 2024"
+        );
     }
 
     #[test]
@@ -785,8 +883,9 @@ mod tests {
 
     /// Qwen3, gpt-oss (Harmony), QwQ (a template that opens `<think>` itself), Qwen3.5
     /// (which opens `<think>` unless `enable_thinking` is false), Ministral 3 Reasoning
-    /// (`[THINK]`, asked for by its default system prompt) and Mistral Small 3.2 (`strftime_now`
-    /// in its default system prompt) render every
+    /// (`[THINK]`, asked for by its default system prompt), Mistral Small 3.2 (`strftime_now`
+    /// in its default system prompt), Llama 3.1 (llama.cpp's `date_string`) and Gemma 2 (no
+    /// system role: the system message folded into the first user message) render every
     /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
     /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
     /// the cases for `strftime_now`. The expected prompts were written by
@@ -802,6 +901,8 @@ mod tests {
             "Qwen-Qwen3.5-4B",
             "mistralai-Ministral-3-14B-Reasoning-2512",
             "Mistral-Small-3.2-24B-Instruct-2506",
+            "meta-llama-Llama-3.1-8B-Instruct",
+            "google-gemma-2-2b-it",
         ] {
             let path = dir.join(format!("rendered/{name}.json"));
             let text = std::fs::read_to_string(&path).unwrap();
@@ -833,7 +934,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 21);
+        assert_eq!(checked, 25);
         // Another date renders another prompt: the date is what the template stamps.
         let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
         let t = ChatTemplate::new(src, "", "").unwrap();
