@@ -178,7 +178,7 @@ impl ChatTemplate {
             "compiling",
             MAX_MEMORY_FIXED,
             MAX_CPU_FIXED,
-            || env.add_template_owned(TEMPLATE_NAME, source.clone()),
+            || env.add_template_owned(TEMPLATE_NAME, generation_blocks(&source)),
         )?
         .map_err(|e| TextError::Template(describe(&e)))?;
         let mut t = ChatTemplate {
@@ -486,6 +486,25 @@ impl ChatTemplate {
     }
 }
 
+/// transformers' `{% generation %}…{% endgeneration %}` (it marks the assistant's tokens for
+/// training masks and renders its body as it is; LFM2.5's and Laguna's templates use it),
+/// which minijinja does not know: as `{% if true %}…{% endif %}`, each tag's whitespace control
+/// kept.
+fn generation_blocks(source: &str) -> String {
+    static TAG: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}").expect("valid regex")
+    });
+    TAG.replace_all(source, |c: &regex::Captures| {
+        let body = if c.get(2).is_some() {
+            "endif"
+        } else {
+            "if true"
+        };
+        format!("{{%{} {body} {}%}}", &c[1], &c[3])
+    })
+    .into_owned()
+}
+
 /// transformers' `strftime_now(format)`, formatting the render's date ([`TemplateArgs::date`])
 /// instead of the clock.
 fn strftime_now(
@@ -739,6 +758,29 @@ mod tests {
         assert_eq!(
             t.render(&conv, false).unwrap(),
             "<system>Be brief.<user>Hi<assistant>Hello"
+        );
+    }
+
+    /// transformers' `{% generation %}` blocks render their body, whitespace control kept;
+    /// `{% break %}` and `{% continue %}` work as in Jinja (LFM2.5's, Kimi's and Command
+    /// R7B's templates use them).
+    #[test]
+    fn generation_blocks_and_loop_controls() {
+        let src = "{%- for m in messages -%}{%- if m.content == 'skip' %}{% continue %}{% endif -%}\n[{%- generation -%}\n {{ m.content }} \n{%- endgeneration -%}]{% if loop.index == 3 %}{% break %}{% endif %}{%- endfor %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let conv = [
+            Message::user("skip"),
+            Message::assistant("a"),
+            Message::user("b"),
+            Message::assistant("c"),
+        ];
+        // The first message is skipped, the loop stops after its third: "b".
+        assert_eq!(t.render(&conv, false).unwrap(), "[a][b]");
+        // The source is kept as given (manifests hash it).
+        assert!(t.source().contains("{%- generation -%}"));
+        assert_eq!(
+            generation_blocks("{% generation %}x{%+ endgeneration -%}"),
+            "{% if true %}x{%+ endif -%}"
         );
     }
 
