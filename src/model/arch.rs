@@ -27,7 +27,7 @@ use crate::weights::stored::StoredType;
 /// Architectures the forward pass implements, by their GGUF `general.architecture` name.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss",
-    "gemma4",
+    "gemma4", "mistral3",
 ];
 
 /// A supported architecture.
@@ -59,6 +59,11 @@ pub enum Arch {
     /// embeddings (E2B/E4B); values RMS-normed, attention scale 1 (the per-layer geometry:
     /// `model::gemma4::PerLayer`).
     Gemma4,
+    /// Mistral's 2025 models as llama.cpp converts them (GGUF `mistral3`: Ministral 3,
+    /// Mistral Small 3.1/3.2): llama's layers with YaRN RoPE read from the file's own keys
+    /// (`yarn_log_multiplier`, betas) and Llama-4-style attention temperature tuning
+    /// ([`AttnTemp`]).
+    Mistral3,
 }
 
 impl Arch {
@@ -195,8 +200,35 @@ pub struct ModelConfig {
     /// The Mixture-of-Experts feed-forward block of every layer, when the model has one
     /// (else every layer has the dense gate/up/down block of `ffn_dim`).
     pub moe: Option<MoeConfig>,
-    /// YaRN RoPE scaling (gpt-oss), with `rope_scale` its factor.
+    /// YaRN RoPE scaling (gpt-oss, mistral3), with `rope_scale` its factor.
     pub yarn: Option<Yarn>,
+    /// Attention temperature tuning: the queries scaled by their position (mistral3).
+    pub attn_temp: Option<AttnTemp>,
+}
+
+/// Llama 4's attention temperature tuning as llama.cpp's `mistral3` applies it
+/// (`llm_graph_input_attn_temp`): every query of a token at position `p`, after RoPE, times
+/// [`AttnTemp::factor`]`(p)`, which grows with the logarithm of `p / floor_scale` and is 1 for
+/// the first `floor_scale` positions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemp {
+    /// `attention.temperature_scale` (transformers' `llama_4_scaling_beta`).
+    pub scale: f32,
+    /// Positions per step of the factor: llama.cpp's `n_attn_temp_floor_scale`, which
+    /// `mistral3` sets to the original context (`rope.scaling.original_context_length`,
+    /// else `context_length`).
+    pub floor_scale: usize,
+}
+
+impl AttnTemp {
+    /// `1 + scale · ln(1 + ⌊p / floor_scale⌋)` with llama.cpp's types: the position, its
+    /// quotient and floor in f32, then the logarithm, product and sum in f64, rounded to f32
+    /// (libllama is built without FMA contraction: each operation rounds).
+    pub fn factor(&self, pos: usize) -> f32 {
+        // llama.cpp adds its offset, 0 for mistral3, to the f32 position first: no change.
+        let steps = (pos as f32 / self.floor_scale as f32).floor();
+        ((f64::from(steps) + 1.0).ln() * f64::from(self.scale) + 1.0) as f32
+    }
 }
 
 /// YaRN's parameters as llama.cpp derives them for a GGUF with `rope.scaling.type = yarn`
@@ -396,8 +428,15 @@ pub struct ArchSpec {
     /// Mixture-of-Experts feed-forward blocks: never, when the file declares experts
     /// (Mixtral is a `llama` file with `expert_count`), or always.
     pub moe: MoeSpec,
-    /// GGUF `rope.scaling.type = yarn` is implemented (gpt-oss).
+    /// GGUF `rope.scaling.type = yarn` is implemented (gpt-oss, mistral3).
     pub yarn: bool,
+    /// The GGUF's `rope.scaling.yarn_beta_fast`, `yarn_beta_slow` and `yarn_log_multiplier`
+    /// are read (llama.cpp's `mistral3` loader); elsewhere llama.cpp reads none of them, so a
+    /// value other than its default is refused.
+    pub yarn_keys: bool,
+    /// `attention.temperature_scale` is read: Llama 4's attention temperature tuning
+    /// ([`AttnTemp`], mistral3).
+    pub attn_temp: bool,
     /// Gated DeltaNet layers between full-attention ones (Qwen3.5): the GGUF's `ssm.*`,
     /// `full_attention_interval` and `rope.dimension_sections` keys are read
     /// (`model::deltanet::Hybrid::from_gguf`).
@@ -454,6 +493,8 @@ const BASE: ArchSpec = ArchSpec {
     hf_tie_default: false,
     moe: MoeSpec::IfDeclared(Gating::SoftmaxTopK { normalize: true }),
     yarn: false,
+    yarn_keys: false,
+    attn_temp: false,
     hybrid: false,
     shared_expert: false,
     per_layer: false,
@@ -619,6 +660,20 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         moe: MoeSpec::IfDeclaredOwnWidth(Gating::SoftmaxTopK { normalize: true }),
         per_layer: true,
         gguf_attn_scale: Some(1.0),
+        ..BASE
+    },
+    // GGUF only (Ministral 3's and Mistral Small 3.x's checkpoints are FP8 or multimodal:
+    // convert to GGUF). llama.cpp's mistral3.cpp: llama's layers and experts (softmax,
+    // top-k, renormalised), adjacent RoPE pairs, no sliding window; YaRN with its keys; the
+    // attention temperature. Its loader reads no `attention.scale` (refused as unread).
+    ArchSpec {
+        arch: Arch::Mistral3,
+        gguf_name: "mistral3",
+        hf_model_types: &[],
+        llama3_rope: false,
+        yarn: true,
+        yarn_keys: true,
+        attn_temp: true,
         ..BASE
     },
 ];
@@ -971,6 +1026,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
     };
     let (sliding_window, swa_layers) = sliding(spec, f, n_layer)?;
     let moe = moe_config(spec, f, ffn_dim)?;
+    let attn_temp = gguf_attn_temp(spec, f)?;
     let config = ModelConfig {
         architecture: arch.gguf_name().to_string(),
         arch,
@@ -1019,6 +1075,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         swa_layers,
         moe,
         yarn,
+        attn_temp,
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),
@@ -1170,25 +1227,44 @@ fn gguf_rope(
         "none" => Ok((rope_dim, 1.0, None)),
         "linear" => Ok((rope_dim, scale, None)),
         "yarn" if spec.yarn => {
-            // llama.cpp: the original context defaults to the training context; the betas are
-            // its defaults (it reads no yarn_* key for these architectures: their values are
-            // checked by `check_gguf_keys`); ext_factor 1; the attention factor
-            // `get_mscale(factor)` cancelled by `1 / (1 + 0.1 ln factor)`.
+            // llama.cpp: the original context defaults to the training context; the betas
+            // and `yarn_log_multiplier` are the file's where the loader reads them
+            // (`spec.yarn_keys`), else its defaults (their values are checked by
+            // `check_gguf_keys`); ext_factor 1; the attention factor (llama-context.cpp)
+            // `get_mscale(factor, 1)`, or with a log multiplier `m`
+            // `get_mscale(factor, 1) / get_mscale(factor, m)`, then times
+            // `1 / (1 + 0.1 ln factor)`, which cancels the scale ggml's rope multiplies by.
             let orig_ctx = match opt_usize("rope.scaling.original_context_length")? {
-                Some(c) => c,
-                None => md_usize(content, &key("context_length"))?,
+                Some(c) if c > 0 => c,
+                // llama.cpp's context takes the training context for 0 as for none.
+                _ => md_usize(content, &key("context_length"))?,
             };
+            let read = |k: &str, default: f32| -> Result<f32> {
+                match spec.yarn_keys && content.metadata.contains_key(&key(k)) {
+                    true => Ok(md_f32(content, &key(k))?),
+                    false => Ok(default),
+                }
+            };
+            let log_mul = read("rope.scaling.yarn_log_multiplier", 0.0)?;
             let factor = 1.0 / (1.0 / scale);
-            let mut attn_factor = if factor <= 1.0 {
-                1.0
-            } else {
-                0.1f32.mul_add(factor.ln(), 1.0)
+            // libllama is built without FMA contraction: each operation rounds.
+            let mscale = |m: f32| {
+                if factor <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * factor.ln() + 1.0
+                }
             };
-            attn_factor *= 1.0 / 0.1f32.mul_add(factor.ln(), 1.0);
+            let mut attn_factor = if log_mul != 0.0 {
+                mscale(1.0) / mscale(log_mul)
+            } else {
+                mscale(1.0)
+            };
+            attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
             let yarn = Yarn {
                 orig_ctx,
-                beta_fast: YARN_BETA_FAST,
-                beta_slow: YARN_BETA_SLOW,
+                beta_fast: read("rope.scaling.yarn_beta_fast", YARN_BETA_FAST)?,
+                beta_slow: read("rope.scaling.yarn_beta_slow", YARN_BETA_SLOW)?,
                 ext_factor: 1.0,
                 attn_factor,
             };
@@ -1205,10 +1281,43 @@ fn gguf_rope(
     }
 }
 
-/// llama.cpp's YaRN betas (`llama-hparams.h`), the values a GGUF's `rope.scaling.yarn_beta_*`
-/// keys may carry (they are not read for the architectures Candor runs with YaRN).
+/// llama.cpp's YaRN betas (`llama-hparams.h`): a file's `rope.scaling.yarn_beta_*` where the
+/// loader reads them (`ArchSpec::yarn_keys`), else the only values those keys may carry.
 const YARN_BETA_FAST: f32 = 32.0;
 const YARN_BETA_SLOW: f32 = 1.0;
+
+/// GGUF `attention.temperature_scale` where `spec` reads it (mistral3; absent or 0: none),
+/// its steps the original context as llama.cpp's loader sets `n_ctx_orig_yarn`
+/// (`rope.scaling.original_context_length`, else `context_length`), which must not be 0.
+fn gguf_attn_temp(spec: &ArchSpec, f: &Fields) -> Result<Option<AttnTemp>> {
+    let Fields::Gguf { content, prefix } = f else {
+        return Ok(None);
+    };
+    let key = |k: &str| format!("{prefix}.{k}");
+    let scale_key = key("attention.temperature_scale");
+    if !spec.attn_temp || !content.metadata.contains_key(&scale_key) {
+        return Ok(None);
+    }
+    let scale = md_f32(content, &scale_key)?;
+    if scale == 0.0 {
+        return Ok(None);
+    }
+    let orig_key = match content
+        .metadata
+        .contains_key(&key("rope.scaling.original_context_length"))
+    {
+        true => key("rope.scaling.original_context_length"),
+        false => key("context_length"),
+    };
+    let floor_scale = md_usize(content, &orig_key)?;
+    if floor_scale == 0 {
+        return Err(f.err_key(
+            &orig_key,
+            format!("0: the attention temperature ({scale_key} = {scale}) steps by it"),
+        ));
+    }
+    Ok(Some(AttnTemp { scale, floor_scale }))
+}
 
 /// `config.json` `rope_scaling`: `default`, `linear` (its factor), or `llama3` where the
 /// architecture implements it (frequency factors, see [`llama3_rope_factors`]).
@@ -1352,7 +1461,7 @@ fn swa_pattern(f: &Fields, n_layer: usize, n: usize) -> Result<Vec<bool>> {
 
 /// GGUF keys (after the architecture prefix) every architecture's reader takes or that do
 /// not change the arithmetic (`vocab_size`: the embedding's rows count; the original context
-/// and `finetuned` only matter to YaRN, which is refused).
+/// and `finetuned` only matter to YaRN and the attention temperature, read where implemented).
 const GGUF_KEYS: &[&str] = &[
     "block_count",
     "context_length",
@@ -1425,6 +1534,16 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
     }
     if spec.shared_expert {
         keys.push("expert_shared_feed_forward_length");
+    }
+    if spec.yarn_keys {
+        keys.extend([
+            "rope.scaling.yarn_beta_fast",
+            "rope.scaling.yarn_beta_slow",
+            "rope.scaling.yarn_log_multiplier",
+        ]);
+    }
+    if spec.attn_temp {
+        keys.push("attention.temperature_scale");
     }
     keys
 }
@@ -1708,6 +1827,24 @@ mod tests {
             [true, true, true, true, true, false, true]
         );
         assert_eq!(pattern_layers(2, 0), [true, true]);
+    }
+
+    /// The attention temperature is exactly 1 for the first `floor_scale` positions, then
+    /// `1 + scale · ln(1 + ⌊p / floor_scale⌋)` rounded once to f32, constant within each step.
+    #[test]
+    fn the_attention_temperature_steps_with_the_log_of_the_position() {
+        let t = AttnTemp {
+            scale: 0.1,
+            floor_scale: 16,
+        };
+        for p in 0..16 {
+            assert_eq!(t.factor(p).to_bits(), 1f32.to_bits(), "{p}");
+        }
+        for (p, step) in [(16, 1), (31, 1), (32, 2), (63, 3), (16384, 1024)] {
+            let want = (1.0 + f64::from(0.1f32) * (1.0 + step as f64).ln()) as f32;
+            assert_eq!(t.factor(p).to_bits(), want.to_bits(), "{p}");
+        }
+        assert!(t.factor(16) > 1.069 && t.factor(16) < 1.07);
     }
 
     #[test]

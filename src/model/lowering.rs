@@ -145,6 +145,8 @@ pub enum Kernel {
     Rope { part: usize },
     /// `kv_write`.
     KvWrite,
+    /// `scale_rows` of q by each row's attention temperature.
+    QueryTemp,
     /// `rope_kv_write`: q, k, v plus their biases (with `bias`), RoPE of q and k, and the
     /// keys and values stored into the KV pool, in one launch.
     RopeKv { bias: bool },
@@ -203,6 +205,7 @@ impl Kernel {
             Kernel::AddBias { .. } => "add_bias",
             Kernel::Rope { .. } => "rope",
             Kernel::KvWrite => "kv_write",
+            Kernel::QueryTemp => "scale_rows",
             Kernel::RopeKv { .. } => "rope_kv_write",
             Kernel::AttnPartial { .. } => "attn_partial",
             Kernel::AttnCombine => "attn_combine",
@@ -473,6 +476,7 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
                 }
             }
             Step::KvWrite => push(Kernel::KvWrite, i..i + 1),
+            Step::QueryTemp => push(Kernel::QueryTemp, i..i + 1),
             Step::Attention { .. } => {
                 push(Kernel::AttnPartial { gqa: t.integer }, i..i + 1);
                 push(Kernel::AttnCombine, i..i + 1);
@@ -559,6 +563,7 @@ mod tests {
             swa_layers: vec![false],
             moe: None,
             yarn: None,
+            attn_temp: None,
         }
     }
 
@@ -976,6 +981,46 @@ mod tests {
         assert!(l
             .iter()
             .any(|x| gemma.layer(0)[x.steps.start] == Step::PostNorm(Block::Ffn)));
+    }
+
+    /// The attention temperature (mistral3) is a `scale_rows` launch of its own between the
+    /// KV write (still in RoPE's `rope_kv_write` when fused, biases or not) and attention, on
+    /// every target.
+    #[test]
+    fn the_attention_temperature_lowers_to_scale_rows_before_attention() {
+        use crate::model::arch::AttnTemp;
+        let mut c = config(None);
+        c.attn_temp = Some(AttnTemp {
+            scale: 0.1,
+            floor_scale: 16,
+        });
+        for bias in [false, true] {
+            let p = Plan::new(
+                &c,
+                [LayerParts {
+                    bias,
+                    ..LayerParts::default()
+                }],
+            );
+            assert_eq!(steps_not_lowered(&p), None);
+            for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
+                let low = Lowering::new(&p, &target(integer, fuse, true, false));
+                for (place, steps) in p.places() {
+                    let got = covered(steps, low.launches(place))
+                        .unwrap_or_else(|e| panic!("{place:?} fuse {fuse}: {e}"));
+                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                }
+                let l = low.launches(Place::Layer(0));
+                let at = l.iter().position(|x| x.kernel == Kernel::QueryTemp);
+                let at = at.expect("a scale_rows launch");
+                assert_eq!(p.layer(0)[l[at].steps.clone()], [Step::QueryTemp]);
+                let before = if fuse { "rope_kv_write" } else { "kv_write" };
+                assert_eq!(
+                    (l[at - 1].kernel.name(), l[at + 1].kernel.name()),
+                    (before, "attn_partial")
+                );
+            }
+        }
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub enum Step {
     Rope(RopeTable),
     /// The keys and values stored at their positions in each sequence's KV.
     KvWrite,
+    /// `q *=` each row's attention temperature factor, from its position
+    /// ([`AttnTemp`](super::arch::AttnTemp), mistral3): llama.cpp scales the queries right
+    /// after RoPE; only the queries change, so the step follows the KV write, which stays in
+    /// RoPE's launch on the GPU.
+    QueryTemp,
     /// Causal attention over each sequence's KV into `attn`, over the last `window`
     /// positions when the layer has a sliding window; with `sinks`, each head's learned sink
     /// logit joins its softmax (gpt-oss).
@@ -345,23 +350,23 @@ fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     } else {
         RopeTable::Full
     };
-    match p.kv_from {
-        Some(layer) => s.extend([
-            Step::Rope(table),
-            Step::AttendShared {
-                window: c.window(l),
-                layer,
-            },
-        ]),
-        None => s.extend([
-            Step::Rope(table),
-            Step::KvWrite,
-            Step::Attention {
-                window: c.window(l),
-                sinks: p.sinks,
-            },
-        ]),
+    s.push(Step::Rope(table));
+    if p.kv_from.is_none() {
+        s.push(Step::KvWrite);
     }
+    if c.attn_temp.is_some() {
+        s.push(Step::QueryTemp);
+    }
+    s.push(match p.kv_from {
+        Some(layer) => Step::AttendShared {
+            window: c.window(l),
+            layer,
+        },
+        None => Step::Attention {
+            window: c.window(l),
+            sinks: p.sinks,
+        },
+    });
     if p.out_gate {
         s.push(Step::OutGate);
     }
@@ -449,6 +454,7 @@ mod tests {
             swa_layers: vec![true, false],
             moe: None,
             yarn: None,
+            attn_temp: None,
         }
     }
 
@@ -828,6 +834,48 @@ mod tests {
             ]
         );
         assert_eq!(p.layer(0)[..at(0)], p.layer(1)[..at(1)]);
+    }
+
+    /// mistral3's attention temperature: the queries scaled after RoPE and the KV write, right
+    /// before attention (or before a shared-KV layer's attention, after RoPE); nothing else
+    /// changes.
+    #[test]
+    fn the_attention_temperature_scales_the_queries_before_attention() {
+        use crate::model::arch::AttnTemp;
+        let mut c = config(Arch::Mistral3, Activation::Silu, None, None);
+        let shared = LayerParts {
+            kv_from: Some(0),
+            ..LayerParts::default()
+        };
+        let plain = Plan::new(&c, [LayerParts::default(), shared]);
+        c.attn_temp = Some(AttnTemp {
+            scale: 0.1,
+            floor_scale: 16,
+        });
+        let p = Plan::new(&c, [LayerParts::default(), shared]);
+        for l in 0..2 {
+            let at = plain
+                .layer(l)
+                .iter()
+                .position(|s| matches!(s, Attention { .. } | AttendShared { .. }));
+            let at = at.expect("attention");
+            let mut want = plain.layer(l).to_vec();
+            want.insert(at, QueryTemp);
+            assert_eq!(p.layer(l), want, "layer {l}");
+        }
+        assert_eq!(
+            p.layer(0)[2..6],
+            [
+                Rope(RopeTable::Full),
+                KvWrite,
+                QueryTemp,
+                Attention {
+                    window: None,
+                    sinks: false
+                }
+            ]
+        );
+        assert_eq!(p.head(), plain.head());
     }
 
     #[test]

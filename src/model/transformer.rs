@@ -1120,6 +1120,9 @@ impl Transformer {
                 if let Some(f) = &self.rope_swa_freqs {
                     f.cos_sin(start_pos + i, &mut s.rope_swa[(row + i) * rd..][..rd]);
                 }
+                if let Some(t) = &c.attn_temp {
+                    s.temp[row + i] = t.factor(start_pos + i);
+                }
             }
             row += seq.tokens.len();
         }
@@ -1332,6 +1335,7 @@ impl Transformer {
                     }
                 }
             }
+            Step::QueryTemp => scale_rows(&mut s.q[..rows * q_dim], &s.temp[..rows], q_dim),
             Step::KvWrite => {
                 let (k, v) = (&s.k[..rows * kv_dim], &s.v[..rows * kv_dim]);
                 for (seq, &(r0, n, p0)) in seqs.iter_mut().zip(&s.seq_spans) {
@@ -1633,6 +1637,14 @@ pub(super) fn add_rows(x: &mut [f32], b: &[f32]) {
     }
 }
 
+/// Multiplies each `width`-wide row of `x` by its factor in `s` (one per row): the attention
+/// temperature of the queries, an f32 product as ggml's broadcast `ggml_mul`.
+pub(super) fn scale_rows(x: &mut [f32], s: &[f32], width: usize) {
+    for (row, &f) in x.chunks_exact_mut(width).zip(s) {
+        row.iter_mut().for_each(|v| *v *= f);
+    }
+}
+
 /// RMS norm of every `w.len()`-wide slice of `x` in place (per head for q/k norms).
 pub(super) fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let d = w.len();
@@ -1660,6 +1672,8 @@ pub struct Scratch {
     fused: Vec<f32>,
     rope: Vec<f32>,
     rope_swa: Vec<f32>,
+    /// Each row's attention temperature factor (models with [`AttnTemp`](super::arch::AttnTemp)).
+    temp: Vec<f32>,
     logits: Vec<f32>,
     seq_spans: Vec<(usize, usize, usize)>,
     /// The Mixture-of-Experts steps' buffers.
@@ -1700,6 +1714,9 @@ impl Scratch {
         }
         fit(&mut self.rope, rows * c.rope_dim);
         fit(&mut self.rope_swa, rows * c.rope_dim);
+        if c.attn_temp.is_some() {
+            fit(&mut self.temp, rows);
+        }
     }
 
     /// The buffers a model with per-layer geometry (Gemma 4) needs beyond

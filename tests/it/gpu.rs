@@ -3,7 +3,8 @@
 //! no token — and the GPU's teacher-forced agreement with the CPU is measured, on the default
 //! model and on the tiny seeded models of every architecture (llama, qwen2, qwen3, phi3,
 //! gemma2, gemma3) in a Q4_K_M mix, Q8_0 and BF16 (and on llama in every other type), and on
-//! the tiny hybrid models (qwen35, qwen35moe: linear attention and its state on the device). CI
+//! the tiny hybrid models (qwen35, qwen35moe: linear attention and its state on the device) and
+//! the tiny mistral3 models (the queries' attention temperature on the device). CI
 //! compiles these tests (`cargo test --features cuda --no-run` in `.ci/run`) but has no GPU:
 //! every test then says loudly `*** SKIPPED (gpu): no GPU: … ***`, is counted in the skip
 //! summary ([`candor::skip`]) and passes, unless a GPU is expected (`CANDOR_REQUIRE_GPU=1`, as
@@ -733,6 +734,126 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
         for ids in &seqs {
             let a = on_gpu.next_token_argmax(ids, start - 1).expect("gpu");
             let b = on_cpu.next_token_argmax(ids, start - 1).expect("cpu");
+            total += a.len();
+            agree += a.iter().zip(&b).filter(|(x, y)| x == y).count();
+        }
+        println!(
+            "{label}: GPU and CPU agree on {agree}/{total} ({:.1}%) teacher-forced argmaxes",
+            100.0 * agree as f64 / total.max(1) as f64
+        );
+        assert!(
+            agree * 10 >= total * 9,
+            "{label}: {agree}/{total}, below 90%"
+        );
+        std::fs::remove_file(&file).ok();
+    }
+}
+
+/// The tiny `mistral3` models (`tests/it/mistral3.rs`: Ministral 3's YaRN and attention
+/// temperature, Mistral Small 3's plain RoPE, the MoE branch) in F32, Q8_0 and the Q4_K_M mix
+/// on the GPU: the launches cover the plan, the temperature as one `scale_rows` per layer
+/// exactly where the model has one; replies do not depend on batch size or neighbours; a
+/// prompt prefilled whole, in chunks of 5 or token by token gives the same tokens (each row's
+/// factor comes from its position); decode steps replayed as CUDA graphs give the tokens of
+/// steps launched one by one (the factors are uploaded before each replay; dense models: MoE
+/// layers capture no graph); and the teacher-forced argmax agrees with the CPU's at 90% or
+/// more.
+#[test]
+fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
+    use candor::model::lowering::covered;
+    use candor::model::plan::{Place, Step};
+    let (head, records) =
+        quant::tiny_fixture::<crate::moe::TinyRecord>("quant/tiny_mistral3_teacher_forced.jsonl");
+    assert_eq!(records.len(), 9, "three models in three types");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for t in &records {
+        let label = format!("tiny {} {}", t.arch, t.ftype);
+        let file = crate::mistral3::write_model(dir.path(), t);
+        let load = || {
+            Transformer::from_gguf_path(&file, WeightDType::Native)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+        };
+        let cpu_model = load();
+        let temp = cpu_model.config().attn_temp.is_some();
+        let dense = cpu_model.config().moe.is_none();
+        let Some(gpu) = load_on_gpu(load(), &label) else {
+            return;
+        };
+        let plan = cpu_model.plan().clone();
+        let lowering = gpu.gpu_lowering().expect("a GPU model");
+        for (place, steps) in plan.places() {
+            covered(steps, lowering.launches(place))
+                .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
+        }
+        let scales = lowering
+            .launches(Place::Layer(0))
+            .iter()
+            .filter(|l| l.kernel.name() == "scale_rows")
+            .count();
+        assert_eq!(scales, usize::from(temp), "{label}");
+        assert_eq!(plan.layer(0).contains(&Step::QueryTemp), temp, "{label}");
+        assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
+
+        let mut rng = SplitMix64::new(11);
+        let mut draw = |n: usize| -> Vec<u32> {
+            (0..n)
+                .map(|_| (rng.next_u64() % quant::TQ_VOCAB as u64) as u32)
+                .collect()
+        };
+        let prompts: Vec<TokenRequest> = [23, 3, 40]
+            .map(|n| util::greedy_request(draw(n), 10))
+            .to_vec();
+        let split = |model: &Arc<Model>, chunk: usize| {
+            let cfg = SchedulerConfig {
+                prefill_chunk: chunk,
+                prefix_cache_bytes: 0,
+                ..SchedulerConfig::default()
+            };
+            Decoder::new(Arc::clone(model), cfg, Vec::new())
+                .generate(&prompts, &NoText)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+                .into_iter()
+                .map(|r| r.output_ids)
+                .collect::<Vec<_>>()
+        };
+        let whole = split(&gpu, 512);
+        for chunk in [5, 1] {
+            assert_eq!(
+                split(&gpu, chunk),
+                whole,
+                "{label}: prefill in chunks of {chunk}"
+            );
+        }
+        if dense {
+            let (mut plain, mut graphs) =
+                match (Model::new(load(), device()), Model::new(load(), device())) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _) | (_, Err(e)) => panic!("{label}: {e}"),
+                };
+            plain.set_gpu_graphs(false);
+            graphs.set_gpu_graphs(true);
+            let (plain, graphs) = (Arc::new(plain), Arc::new(graphs));
+            assert_eq!(
+                split(&graphs, 7),
+                split(&plain, 7),
+                "{label}: graphs on vs off"
+            );
+            assert!(
+                graphs.gpu_graph_replays() > 0,
+                "{label}: no step was replayed"
+            );
+        }
+
+        let mut on_gpu = Decoder::new(gpu, SchedulerConfig::default(), Vec::new());
+        let mut on_cpu = Decoder::new(
+            Arc::new(Model::from(cpu_model)),
+            SchedulerConfig::default(),
+            Vec::new(),
+        );
+        let (mut total, mut agree) = (0usize, 0usize);
+        for ids in &head.sequences {
+            let a = on_gpu.next_token_argmax(ids, head.start - 1).expect("gpu");
+            let b = on_cpu.next_token_argmax(ids, head.start - 1).expect("cpu");
             total += a.len();
             agree += a.iter().zip(&b).filter(|(x, y)| x == y).count();
         }

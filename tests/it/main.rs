@@ -21,6 +21,7 @@ mod hostile;
 mod hybrid;
 mod hybrid_moe;
 mod memory;
+mod mistral3;
 mod moe;
 mod own_data;
 mod panel;

@@ -54,6 +54,8 @@ struct Buffers {
     wanted: Option<CudaSlice<i32>>,
     rope: Option<CudaSlice<f32>>,
     rope_swa: Option<CudaSlice<f32>>,
+    /// Each row's attention temperature factor (models with one).
+    temp: Option<CudaSlice<f32>>,
     logits: Option<CudaSlice<f32>>,
     /// Mixture-of-Experts layers: the router's logits (rows × experts), each row's experts
     /// and weights, the grouping (grouped position → row, (row, rank) → grouped position,
@@ -160,7 +162,7 @@ struct GraphKey {
     rows: usize,
     m: usize,
     chunks: usize,
-    addrs: [u64; 25],
+    addrs: [u64; 26],
 }
 
 impl GraphKey {
@@ -191,6 +193,7 @@ impl GraphKey {
                 p.row_slots,
                 p.rope,
                 p.rope_swa.unwrap_or(0),
+                p.temp.unwrap_or(0),
                 p.logits,
                 wanted,
                 aq,
@@ -439,6 +442,8 @@ impl CudaModel {
         // Sliding-window layers' own RoPE table, only for models that have one.
         let swa_len = model.rope_swa_freqs.as_ref().map_or(0, |_| rows * rd);
         let mut cs_swa = vec![0f32; swa_len];
+        // The queries' attention temperature per row, computed as the CPU's (`AttnTemp`).
+        let mut temp = Vec::new();
         let (mut pos, mut table_off, mut row_block, mut row_slot) = (
             Vec::with_capacity(rows),
             Vec::with_capacity(rows),
@@ -484,6 +489,9 @@ impl CudaModel {
                 model.rope_freqs.cos_sin(p, &mut cs[(r + i) * rd..][..rd]);
                 if let Some(f) = &model.rope_swa_freqs {
                     f.cos_sin(p, &mut cs_swa[(r + i) * rd..][..rd]);
+                }
+                if let Some(t) = &c.attn_temp {
+                    temp.push(t.factor(p));
                 }
                 pos.push(p as i32);
                 table_off.push(off as i32);
@@ -532,6 +540,11 @@ impl CudaModel {
         } else {
             Some(stage(g, &mut b.rope_swa, "rope", &cs_swa)?)
         };
+        let ptemp = if temp.is_empty() {
+            None
+        } else {
+            Some(stage(g, &mut b.temp, "attention temperatures", &temp)?)
+        };
         let bx = b.x.as_mut().expect("fit");
         g.stream
             .memcpy_htod(&x, bx)
@@ -573,6 +586,7 @@ impl CudaModel {
             row_slots: prs,
             rope: pcs,
             rope_swa: pcs_swa,
+            temp: ptemp,
             logits: 0,
         };
         // The head's inputs: the wanted rows' indices and room for their logits.
@@ -803,6 +817,8 @@ struct Ptrs {
     rope: u64,
     /// The sliding-window layers' RoPE table, for models that have one.
     rope_swa: Option<u64>,
+    /// Each row's attention temperature factor, for models that have one.
+    temp: Option<u64>,
     logits: u64,
 }
 
@@ -980,6 +996,10 @@ impl Run<'_> {
                     bt: self.bt,
                     block_len: p.block_len,
                 })
+            }
+            (Kernel::QueryTemp, Step::QueryTemp) => {
+                let t = p.temp.ok_or_else(|| missing("attention temperatures"))?;
+                g.scale_rows(p.q, t, q_dim, rows * q_dim)
             }
             (Kernel::KvWrite, Step::KvWrite) => {
                 let (rows_i, kv_i, l_i, bt_i) =
@@ -1478,6 +1498,7 @@ mod tests {
             swa_layers: vec![false; 3],
             moe: None,
             yarn: None,
+            attn_temp: None,
         }
     }
 
@@ -1681,6 +1702,40 @@ mod tests {
             }
             assert_eq!(pool, want, "pool, neox {neox} rd {rd}");
         }
+    }
+
+    /// `scale_rows`' threads on the host: thread `i` multiplies value `i` by its row's factor
+    /// (`__fmul_rn`, Rust's f32 `*`).
+    fn emulate_scale_rows(x: &mut [f32], s: &[f32], width: usize) {
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= s[i / width];
+        }
+    }
+
+    /// `scale_rows`, emulated, gives the CPU's query temperature bits, factors from rows at
+    /// positions on both sides of the temperature's steps.
+    #[test]
+    fn scale_rows_emulated_gives_the_cpu_query_temperature() {
+        use crate::model::arch::AttnTemp;
+        use crate::model::transformer::scale_rows;
+        let c = config(4, 2, 64, 64, false);
+        let (rows, q_dim) = (6, c.q_dim());
+        let t = AttnTemp {
+            scale: 0.1,
+            floor_scale: 2,
+        };
+        let s: Vec<f32> = (0..rows).map(|r| t.factor(3 * r)).collect();
+        let q = noise(1, rows * q_dim);
+        let (mut cpu, mut gpu) = (q.clone(), q.clone());
+        scale_rows(&mut cpu, &s, q_dim);
+        emulate_scale_rows(&mut gpu, &s, q_dim);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&gpu), bits(&cpu));
+        assert_ne!(
+            bits(&cpu),
+            bits(&q),
+            "the factors above 1 change the queries"
+        );
     }
 
     /// `rms_norm`'s scale of one row as its block of `threads` threads computes it: strided

@@ -346,6 +346,12 @@ extern "C" __global__ void add_bias(float* x, const float* b, int width, long to
     if (i < total) x[i] += b[i % width];
 }
 
+// x[i] *= s[i / width]: each row times its own factor (the queries' attention temperature).
+extern "C" __global__ void scale_rows(float* x, const float* s, int width, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] = __fmul_rn(x[i], s[i / width]);
+}
+
 // x[i] += y[i].
 extern "C" __global__ void add_in_place(float* x, const float* y, long total) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;

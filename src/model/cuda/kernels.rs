@@ -345,6 +345,7 @@ pub(super) struct Kernels {
     pub(super) quantize_q8k: CudaFunction,
     pub(super) rms_norm: CudaFunction,
     pub(super) add_bias: CudaFunction,
+    pub(super) scale_rows: CudaFunction,
     pub(super) add_in_place: CudaFunction,
     pub(super) gated_act: CudaFunction,
     pub(super) softcap: CudaFunction,
@@ -426,6 +427,7 @@ impl Kernels {
             quantize_q8k: f("quantize_q8k")?,
             rms_norm: f("rms_norm")?,
             add_bias: f("add_bias")?,
+            scale_rows: f("scale_rows")?,
             add_in_place: f("add_in_place")?,
             gated_act: f("gated_act")?,
             softcap: f("softcap")?,
@@ -917,6 +919,16 @@ impl Gpu {
         lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
         // SAFETY: x holds total floats, b width.
         self.launched("add_bias", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// `scale_rows`: each `width`-wide row of `x` (`total` values) times its factor in `s`.
+    pub(super) fn scale_rows(&self, x: u64, s: u64, width: usize, total: usize) -> Result<()> {
+        let (w_i, t) = (width as i32, total as i64);
+        let mut lb = self.stream.launch_builder(&self.k.scale_rows);
+        lb.arg(&x).arg(&s).arg(&w_i).arg(&t);
+        // SAFETY: x holds total floats, s one per row of width.
+        self.launched("scale_rows", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 

@@ -147,6 +147,7 @@ mod tests {
             "gated_norm",
             "out_gate",
             "shared_gate",
+            "scale_rows",
         ] {
             assert!(src.contains(name), "PTX lacks {name}");
         }
