@@ -24,11 +24,15 @@ use crate::weights::gguf::{md_f32, md_string, md_usize, GgufFile};
 use crate::weights::mapped::MappedBytes;
 use crate::weights::stored::StoredType;
 
-/// Architectures the forward pass implements, by their GGUF `general.architecture` name.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss",
-    "gemma4", "mistral3",
-];
+/// Architectures the forward pass implements, by their GGUF `general.architecture` name, for
+/// messages: read from [`ARCH_SPECS`], the one list.
+pub fn supported_architectures() -> String {
+    ARCH_SPECS
+        .iter()
+        .map(|s| s.gguf_name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// A supported architecture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1818,6 +1822,21 @@ impl TensorSource for GgufFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unknown architecture's error names every one Candor runs (the list comes from the
+    /// specs, so a new architecture cannot be missing from it).
+    #[test]
+    fn an_unknown_architecture_lists_every_supported_one() {
+        let msg = Arch::from_gguf_name("deepseek2").unwrap_err().to_string();
+        for spec in ARCH_SPECS {
+            assert!(
+                msg.contains(&format!(" {}", spec.gguf_name)),
+                "{} missing from: {msg}",
+                spec.gguf_name
+            );
+        }
+        assert!(msg.contains("`deepseek2`"), "{msg}");
+    }
 
     #[test]
     fn swa_patterns_match_llama_cpp() {

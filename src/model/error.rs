@@ -40,7 +40,10 @@ pub enum ModelError {
     Safetensors { path: PathBuf, msg: String },
 
     /// The model's architecture (GGUF `general.architecture`) is not implemented.
-    #[error("unsupported model architecture `{0}` (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)")]
+    #[error(
+        "unsupported model architecture `{0}` (supported: {supported})",
+        supported = super::arch::supported_architectures()
+    )]
     UnsupportedArchitecture(String),
 
     /// A tensor is stored in a type the loader cannot use.
