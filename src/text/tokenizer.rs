@@ -1061,7 +1061,8 @@ mod tests {
     /// runs, accented, Greek, Cyrillic and CJK letters, combining marks, other scripts' digits,
     /// emoji, Unicode whitespace, letters newer than llama.cpp's Unicode tables, the control
     /// tokens as Mistral's templates write them). This checks the split, ignore_merges and the
-    /// special tokens, not Mistral's merges (its vocabulary is too large to commit).
+    /// special tokens; Mistral's own vocabulary and merges, too large to commit, are checked by
+    /// the ignored `tekken_real_vocabulary_tokenizes_like_llama_cpp` (tests/it/tokenizer.rs).
     #[test]
     fn tekken_pre_tokenizer_tokenizes_like_llama_cpp() {
         use crate::text::message::Message;
