@@ -34,6 +34,16 @@ const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'
 /// what llama.cpp's splitter matches, and `[\r\n/]*` follows punctuation.
 const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Tekken's pre-tokenizer regex (llama.cpp `tekken`: Mistral Nemo, Mistral Small 3.x,
+/// Ministral 3, Magistral, Devstral) as llama.cpp writes it: the letter classes rewritten as
+/// o200k's are (so a letter outside ASCII is both upper and lower case, and a combining mark is
+/// not a letter but joins the punctuation runs), every digit alone, no contraction rule.
+const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The Unicode version of llama.cpp's category tables (`unicode-data.cpp`): its letters and
+/// numbers are those of Unicode 15.1, while the `regex` crate's are Unicode 16's.
+const LLAMA_CPP_UNICODE: &str = "15.1";
+
 /// Qwen3.5's pre-tokenizer regex (llama.cpp `qwen35`): Qwen2's, with the combining marks
 /// (`\p{M}`) joining the letter runs and left out of the punctuation runs.
 const QWEN35_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -55,6 +65,8 @@ pub enum PreTokenizer {
     Gpt4o,
     /// `qwen35` (Qwen3.5/3.6).
     Qwen35,
+    /// `tekken` (Mistral Nemo, Mistral Small 3.x, Ministral 3, Magistral, Devstral).
+    Tekken,
 }
 
 impl PreTokenizer {
@@ -68,6 +80,7 @@ impl PreTokenizer {
             Some("qwen2") | Some("deepseek-r1-qwen") => Ok(PreTokenizer::Qwen2),
             Some("gpt-4o") | Some("llama4") => Ok(PreTokenizer::Gpt4o),
             Some("qwen35") => Ok(PreTokenizer::Qwen35),
+            Some("tekken") => Ok(PreTokenizer::Tekken),
             Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
@@ -86,18 +99,48 @@ impl PreTokenizer {
             PreTokenizer::Qwen2 => &[QWEN2_REGEX],
             PreTokenizer::Gpt4o => &[GPT4O_REGEX],
             PreTokenizer::Qwen35 => &[QWEN35_REGEX],
+            PreTokenizer::Tekken => &[TEKKEN_REGEX],
         }
     }
 
+    /// Whether a piece found whole in the vocabulary is taken as one token without merging.
     pub(crate) fn ignore_merges(self) -> bool {
-        self == PreTokenizer::Llama3
+        matches!(self, PreTokenizer::Llama3 | PreTokenizer::Tekken)
+    }
+
+    /// Whether BOS is added when the file does not say (`tokenizer.ggml.add_bos_token`, which
+    /// llama.cpp honours when present).
+    pub(crate) fn adds_bos_by_default(self) -> bool {
+        self == PreTokenizer::Tekken
+    }
+
+    /// The regex as the `regex` crate must read it to split as llama.cpp does. llama.cpp has no
+    /// hand-written splitter for tekken's regex: it runs it with `std::regex` over the text with
+    /// each code point above ASCII replaced by its category in llama.cpp's tables (whitespace
+    /// by `\v`; letter, number, punctuation, mark, symbol by a byte each; anything else by a
+    /// byte no class names). Those categories are Unicode 15.1's and their whitespace is
+    /// Unicode's `White_Space`, as the `regex` crate's `\s`; so only a letter or digit added in
+    /// Unicode 16 (Cyrillic tje U+1C89, the Garay digits) tells them apart, and limiting
+    /// `\p{L}` and `\p{N}` to what Unicode 15.1 assigned makes it, as llama.cpp, neither.
+    fn pattern(self, re: &str) -> String {
+        if self != PreTokenizer::Tekken {
+            return re.to_string();
+        }
+        re.replace(
+            r"\p{L}",
+            &format!(r"[\p{{L}}&&\p{{Age={LLAMA_CPP_UNICODE}}}]"),
+        )
+        .replace(
+            r"\p{N}",
+            &format!(r"[\p{{N}}&&\p{{Age={LLAMA_CPP_UNICODE}}}]"),
+        )
     }
 
     pub(crate) fn build(self) -> Result<PreTokenizerWrapper> {
         let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
         for re in self.regexes() {
             let split = Split::new(
-                SplitPattern::Regex((*re).to_string()),
+                SplitPattern::Regex(self.pattern(re)),
                 SplitDelimiterBehavior::Isolated,
                 false,
             )
@@ -188,13 +231,58 @@ mod tests {
         );
         let err = PreTokenizer::from_name(Some("qwen9")).unwrap_err();
         assert!(err.to_string().contains("`qwen9`"), "{err}");
+        assert_eq!(
+            PreTokenizer::from_name(Some("tekken")).unwrap(),
+            PreTokenizer::Tekken
+        );
         for p in [
             PreTokenizer::Smollm,
             PreTokenizer::Gpt2,
             PreTokenizer::Default,
             PreTokenizer::Llama3,
+            PreTokenizer::Qwen2,
+            PreTokenizer::Gpt4o,
+            PreTokenizer::Qwen35,
+            PreTokenizer::Tekken,
         ] {
             p.build().unwrap();
         }
+    }
+
+    /// The pieces `p` cuts `text` into, as text.
+    fn pieces(p: PreTokenizer, text: &str) -> Vec<String> {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer as _};
+        let mut s = PreTokenizedString::from(text);
+        p.build().unwrap().pre_tokenize(&mut s).unwrap();
+        s.get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(_, (a, b), _)| text[a..b].to_string())
+            .collect()
+    }
+
+    /// Tekken's splits as llama-tokenize makes them (`tests/fixtures/tekken`): a letter outside
+    /// ASCII is both cases, a combining mark joins punctuation, digits go one by one, and a
+    /// letter Unicode 16 added (U+1C89) is no letter, as in llama.cpp's Unicode 15.1 tables.
+    #[test]
+    fn tekken_splits_as_llama_cpp() {
+        let t = PreTokenizer::Tekken;
+        assert_eq!(
+            pieces(t, "HelloWorld don't"),
+            ["Hello", "World", " don", "'t"]
+        );
+        assert_eq!(
+            pieces(t, "ÉA aÉb 123"),
+            ["É", "A", " aÉb", " ", "1", "2", "3"]
+        );
+        assert_eq!(pieces(t, "cafe\u{301}!/\n"), ["cafe", "\u{301}!/\n"]);
+        assert_eq!(pieces(t, "a\u{1c89}b"), ["a", "\u{1c89}b"]);
+        assert_eq!(
+            pieces(t, "\u{10d40}\u{10d41} \u{663}"),
+            ["\u{10d40}\u{10d41}", " ", "\u{663}"]
+        );
+        // The `regex` crate alone (Unicode 16) calls them a letter and a digit.
+        assert!(regex::Regex::new(r"^\p{L}\p{N}$")
+            .unwrap()
+            .is_match("\u{1c89}\u{10d40}"));
     }
 }

@@ -128,7 +128,8 @@ impl Tokenizer {
         let eos = meta_u32(meta, "tokenizer.ggml.eos_token_id")?
             .ok_or_else(|| bad_key("tokenizer.ggml.eos_token_id", "missing"))?;
         let bos = meta_u32(meta, "tokenizer.ggml.bos_token_id")?;
-        let add_bos = meta_bool(meta, "tokenizer.ggml.add_bos_token")?.unwrap_or(false);
+        let add_bos =
+            meta_bool(meta, "tokenizer.ggml.add_bos_token")?.unwrap_or(pre.adds_bos_by_default());
         let add_eos = meta_bool(meta, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
 
         let pre_key = pre_name.map(String::as_str).unwrap_or("default");
@@ -979,34 +980,51 @@ mod tests {
 
     /// The vocab-only GGUF of `tests/fixtures/<name>` gives llama-tokenize's ids for each of
     /// the `count` texts in `expected.json` there (written by `make_vocab.py` there); returns
-    /// the cases and the same file under Qwen2's pre-tokenizer, to tell a wrong split apart.
-    fn assert_fixture_ids(name: &str, count: usize) -> (Vec<serde_json::Value>, Tokenizer) {
+    /// the whole `expected.json` and the file's metadata, to build it otherwise.
+    fn assert_fixture_ids(name: &str, count: usize) -> (serde_json::Value, Content) {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
             .join(name);
         let tok = Tokenizer::from_gguf_file(&dir.join("vocab.gguf")).unwrap();
         let expected: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
-        let cases = expected["cases"].as_array().unwrap().clone();
+        let cases = expected["cases"].as_array().unwrap();
         assert_eq!(cases.len(), count, "{name}");
-        for case in &cases {
+        for case in cases {
             let text = case["text"].as_str().unwrap();
-            let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
-            assert_eq!(tok.encode(text).unwrap(), want, "{name}: {text:?}");
+            assert_eq!(tok.encode(text).unwrap(), ids(case), "{name}: {text:?}");
         }
         let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
-        let mut content = Content::read(&mut f).unwrap();
-        content
-            .metadata
-            .insert("tokenizer.ggml.pre".into(), Value::String("qwen2".into()));
-        (cases, Tokenizer::from_gguf(&content).unwrap())
+        (expected, Content::read(&mut f).unwrap())
     }
 
-    /// Under Qwen2's pre-tokenizer, `case`'s text (which must be `text`) gets other ids.
-    fn assert_other_ids(qwen2: &Tokenizer, case: &serde_json::Value, text: &str) {
+    /// A case's expected ids.
+    fn ids(case: &serde_json::Value) -> Vec<u32> {
+        serde_json::from_value(case["ids"].clone()).unwrap()
+    }
+
+    /// The tokenizer of `content` with one metadata key set otherwise.
+    fn with_key(content: &Content, key: &str, value: Value) -> Tokenizer {
+        let mut metadata = content.metadata.clone();
+        metadata.insert(key.into(), value);
+        Tokenizer::from_gguf(&Content {
+            magic: candle_core::quantized::gguf_file::VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: HashMap::new(),
+            tensor_data_offset: 0,
+        })
+        .unwrap()
+    }
+
+    /// The tokenizer of `content` under another pre-tokenizer.
+    fn with_pre(content: &Content, pre: &str) -> Tokenizer {
+        with_key(content, "tokenizer.ggml.pre", Value::String(pre.into()))
+    }
+
+    /// Under a wrong pre-tokenizer, `case`'s text (which must be `text`) gets other ids.
+    fn assert_other_ids(wrong: &Tokenizer, case: &serde_json::Value, text: &str) {
         assert_eq!(case["text"], text);
-        let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
-        assert_ne!(qwen2.encode(text).unwrap(), want, "{text:?}");
+        assert_ne!(wrong.encode(text).unwrap(), ids(case), "{text:?}");
     }
 
     /// The `gpt-4o` pre-tokenizer (gpt-oss) gives llama.cpp's ids: a vocab-only GGUF whose
@@ -1017,8 +1035,9 @@ mod tests {
     /// otherwise.
     #[test]
     fn gpt4o_pre_tokenizer_tokenizes_like_llama_cpp() {
-        let (cases, qwen2) = assert_fixture_ids("gpt4o", 16);
-        assert_other_ids(&qwen2, &cases[4], "1234567 12 345");
+        let (expected, content) = assert_fixture_ids("gpt4o", 16);
+        let qwen2 = with_pre(&content, "qwen2");
+        assert_other_ids(&qwen2, &expected["cases"][4], "1234567 12 345");
     }
 
     /// The `qwen35` pre-tokenizer (Qwen3.5/3.6) gives llama.cpp's ids: a vocab-only GGUF whose
@@ -1029,8 +1048,66 @@ mod tests {
     /// is split off its letter.
     #[test]
     fn qwen35_pre_tokenizer_tokenizes_like_llama_cpp() {
-        let (cases, qwen2) = assert_fixture_ids("qwen35", 13);
-        assert_other_ids(&qwen2, &cases[1], "cafe\u{301} cafe\u{301}");
+        let (expected, content) = assert_fixture_ids("qwen35", 13);
+        let qwen2 = with_pre(&content, "qwen2");
+        assert_other_ids(&qwen2, &expected["cases"][1], "cafe\u{301} cafe\u{301}");
+    }
+
+    /// The `tekken` pre-tokenizer (Mistral Nemo, Mistral Small 3.x, Ministral 3, Magistral,
+    /// Devstral) gives llama.cpp's ids: a vocab-only GGUF with Mistral's control tokens first,
+    /// merges that would join across the splits tekken must make, and whole words no merge
+    /// builds, tokenized by `llama-tokenize` into `tests/fixtures/tekken/expected.json` (57
+    /// texts: case changes, contractions, digits, punctuation with `/` and newlines, whitespace
+    /// runs, accented, Greek, Cyrillic and CJK letters, combining marks, other scripts' digits,
+    /// emoji, Unicode whitespace, letters newer than llama.cpp's Unicode tables, the control
+    /// tokens as Mistral's templates write them). This checks the split, ignore_merges and the
+    /// special tokens; Mistral's own vocabulary and merges, too large to commit, are checked by
+    /// the ignored `tekken_real_vocabulary_tokenizes_like_llama_cpp` (tests/it/tokenizer.rs).
+    #[test]
+    fn tekken_pre_tokenizer_tokenizes_like_llama_cpp() {
+        use crate::text::message::Message;
+        let (expected, content) = assert_fixture_ids("tekken", 57);
+        let cases = expected["cases"].as_array().unwrap();
+        let case = |text: &str| cases.iter().find(|c| c["text"] == text).unwrap();
+        // o200k's profile keeps contractions and up to three digits together.
+        let gpt4o = with_pre(&content, "gpt-4o");
+        assert_other_ids(&gpt4o, case("don't DON'T I'm"), "don't DON'T I'm");
+        assert_other_ids(&gpt4o, case("1234567 12 345"), "1234567 12 345");
+        // Qwen2's profile splits these words alike but merges them: only ignore_merges finds
+        // the whole words the vocabulary holds without a merge path.
+        let tok = Tokenizer::from_gguf(&content).unwrap();
+        let mistral = [1, tok.token_to_id("Mistral").unwrap()];
+        assert_eq!(ids(case("Mistral Tekken"))[..2], mistral);
+        let qwen2 = with_pre(&content, "qwen2");
+        assert_other_ids(&qwen2, case("Mistral Tekken"), "Mistral Tekken");
+
+        // The file does not say whether to add BOS: llama.cpp adds it for tekken, and honours
+        // `add_bos_token = false` (`make_vocab.py` tokenized that too).
+        assert!(tok.add_bos_token());
+        assert!(ids(case("Hello World")).starts_with(&[1]));
+        let nobos = &expected["add_bos_token_false"];
+        let said = with_key(&content, "tokenizer.ggml.add_bos_token", Value::Bool(false));
+        assert_eq!(
+            said.encode(nobos["text"].as_str().unwrap()).unwrap(),
+            ids(nobos)
+        );
+
+        // Mistral Nemo's template writes `<s>` itself: the prompt gets one BOS, as llama.cpp's
+        // chat path (which strips the template's BOS before tokenizing) gives it.
+        let src = include_str!(
+            "../../tests/fixtures/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"
+        );
+        let t = crate::text::chat_template::ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        let chat = [
+            Message::user("Hi there"),
+            Message::assistant("Hello!"),
+            Message::user("Bonjour, ça va?"),
+        ];
+        let rendered = t.render(&chat, true).unwrap();
+        let turns = "[INST]Hi there[/INST]Hello!</s>[INST]Bonjour, ça va?[/INST]";
+        assert_eq!(rendered, format!("<s>{turns}"));
+        assert_eq!(tok.encode(&rendered).unwrap(), ids(case(turns)));
+        assert_eq!(t.stop_token_ids(&tok), [2]);
     }
 
     /// Gemma 4's vocabulary (`tokenizer.ggml.model = gemma4`) gives llama.cpp's ids: a

@@ -178,40 +178,62 @@ fn llama_cpp_vocab_tests_tokenize_identically() {
     );
     let mut failures = Vec::new();
     for name in LLAMA_CPP_VOCABS {
-        let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
-        let inp = std::fs::read_to_string(gguf.with_extension("gguf.inp")).expect("inp");
-        let out = std::fs::read_to_string(gguf.with_extension("gguf.out")).expect("out");
-        // As test-tokenizer-0.cpp splits them.
-        let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
-        let texts = match texts.last() {
-            Some(&"") => &texts[..texts.len() - 1],
-            _ => &texts[..],
-        };
-        let ids: Vec<Vec<u32>> = out
-            .lines()
-            .map(|l| {
-                l.split_whitespace()
-                    .map(|t| t.parse().expect("id"))
-                    .collect()
-            })
-            .collect();
-        assert_eq!(texts.len(), ids.len(), "{name}: .inp vs .out");
-        let tok = Tokenizer::from_gguf_file(&gguf).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let mut same = 0;
-        for (text, want) in texts.iter().zip(&ids) {
-            let got = tok.encode_plain(text).expect("encode");
-            if &got == want {
-                same += 1;
-            } else {
-                failures.push(format!(
-                    "{name}: {text:?}: candor {got:?}, llama.cpp {want:?}"
-                ));
-            }
-        }
-        println!(
-            "ggml-vocab-{name}: {same}/{} texts tokenized identically to llama.cpp's test",
-            texts.len()
-        );
+        failures.extend(vocab_test_failures(
+            &dir.join(format!("ggml-vocab-{name}.gguf")),
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A real Mistral tekken vocabulary (mistral-common's `tekken_240911.json`, 131072 tokens)
+/// against llama-tokenize, in the format of llama.cpp's tokenizer test: written by
+/// `tests/fixtures/tekken/make_real_vocab.py` (8 MB, not committed) with llama.cpp's test
+/// texts and the tekken fixture's. `CANDOR_TEKKEN_VOCAB` names its `ggml-vocab-tekken.gguf`.
+#[test]
+#[ignore = "needs CANDOR_TEKKEN_VOCAB (tests/fixtures/tekken/make_real_vocab.py); run with --ignored"]
+fn tekken_real_vocabulary_tokenizes_like_llama_cpp() {
+    let gguf = crate::util::reference_dir(
+        "CANDOR_TEKKEN_VOCAB",
+        "set it to the ggml-vocab-tekken.gguf tests/fixtures/tekken/make_real_vocab.py writes",
+    );
+    let failures = vocab_test_failures(&gguf);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The texts of a vocab-only GGUF's `.inp` whose ids differ from its `.out`, without BOS.
+fn vocab_test_failures(gguf: &Path) -> Vec<String> {
+    let name = gguf.file_name().unwrap().to_string_lossy();
+    let inp = std::fs::read_to_string(gguf.with_extension("gguf.inp")).expect("inp");
+    let out = std::fs::read_to_string(gguf.with_extension("gguf.out")).expect("out");
+    // As test-tokenizer-0.cpp splits them.
+    let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+    let texts = match texts.last() {
+        Some(&"") => &texts[..texts.len() - 1],
+        _ => &texts[..],
+    };
+    let ids: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| t.parse().expect("id"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(texts.len(), ids.len(), "{name}: .inp vs .out");
+    let tok = Tokenizer::from_gguf_file(gguf).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut failures = Vec::new();
+    for (text, want) in texts.iter().zip(&ids) {
+        let got = tok.encode_plain(text).expect("encode");
+        if &got != want {
+            failures.push(format!(
+                "{name}: {text:?}: candor {got:?}, llama.cpp {want:?}"
+            ));
+        }
+    }
+    println!(
+        "{name}: {}/{} texts tokenized identically to llama.cpp's",
+        texts.len() - failures.len(),
+        texts.len()
+    );
+    failures
 }
