@@ -76,7 +76,11 @@ impl PreTokenizer {
             None | Some("default") => Ok(PreTokenizer::Default),
             Some("smollm") => Ok(PreTokenizer::Smollm),
             Some("gpt2") => Ok(PreTokenizer::Gpt2),
-            Some("llama-bpe") | Some("llama3") | Some("llama-v3") => Ok(PreTokenizer::Llama3),
+            // Pixtral's vocabulary (Mistral Small 3.1 files converted from it): Llama 3's profile
+            // in llama.cpp.
+            Some("llama-bpe") | Some("llama3") | Some("llama-v3") | Some("pixtral") => {
+                Ok(PreTokenizer::Llama3)
+            }
             Some("qwen2") | Some("deepseek-r1-qwen") => Ok(PreTokenizer::Qwen2),
             Some("gpt-4o") | Some("llama4") => Ok(PreTokenizer::Gpt4o),
             Some("qwen35") => Ok(PreTokenizer::Qwen35),
@@ -109,9 +113,10 @@ impl PreTokenizer {
     }
 
     /// Whether BOS is added when the file does not say (`tokenizer.ggml.add_bos_token`, which
-    /// llama.cpp honours when present).
+    /// llama.cpp honours when present): llama.cpp's `add_bos = true` for its Llama 3 and tekken
+    /// profiles.
     pub(crate) fn adds_bos_by_default(self) -> bool {
-        self == PreTokenizer::Tekken
+        matches!(self, PreTokenizer::Tekken | PreTokenizer::Llama3)
     }
 
     /// The regex as the `regex` crate must read it to split as llama.cpp does. llama.cpp has no

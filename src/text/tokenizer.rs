@@ -1085,6 +1085,15 @@ mod tests {
         // `add_bos_token = false` (`make_vocab.py` tokenized that too).
         assert!(tok.add_bos_token());
         assert!(ids(case("Hello World")).starts_with(&[1]));
+        // So does it for its Llama 3 profile (Pixtral's name included), and for no other.
+        for (pre, bos) in [
+            ("llama-bpe", true),
+            ("pixtral", true),
+            ("gpt2", false),
+            ("qwen2", false),
+        ] {
+            assert_eq!(with_pre(&content, pre).add_bos_token(), bos, "{pre}");
+        }
         let nobos = &expected["add_bos_token_false"];
         let said = with_key(&content, "tokenizer.ggml.add_bos_token", Value::Bool(false));
         assert_eq!(
