@@ -68,6 +68,9 @@ pub enum Arch {
     /// (`yarn_log_multiplier`, betas) and Llama-4-style attention temperature tuning
     /// ([`AttnTemp`]).
     Mistral3,
+    /// SmolLM3 (GGUF `smollm3`): llama's layers, every fourth of which attends without RoPE
+    /// (`ModelConfig::nope_layers`).
+    Smollm3,
 }
 
 impl Arch {
@@ -208,6 +211,9 @@ pub struct ModelConfig {
     pub yarn: Option<Yarn>,
     /// Attention temperature tuning: the queries scaled by their position (mistral3).
     pub attn_temp: Option<AttnTemp>,
+    /// Per layer, whether it attends without RoPE (SmolLM3's NoPE layers); a layer past the
+    /// end rotates.
+    pub nope_layers: Vec<bool>,
 }
 
 /// Llama 4's attention temperature tuning as llama.cpp's `mistral3` applies it
@@ -257,6 +263,11 @@ impl ModelConfig {
     /// Width of one token's queries across all heads.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+
+    /// Whether layer `l` rotates its queries and keys (every layer but SmolLM3's NoPE ones).
+    pub fn rope(&self, l: usize) -> bool {
+        !self.nope_layers.get(l).copied().unwrap_or(false)
     }
 
     /// The attention window of layer `l` (`None`: the whole context).
@@ -456,6 +467,9 @@ pub struct ArchSpec {
     pub per_layer: bool,
     /// The GGUF attention scale when it is fixed (Gemma 4: 1), else `1/sqrt(head_dim)`.
     pub gguf_attn_scale: Option<f32>,
+    /// Every `n`-th layer (`(l + 1) % n == 0`) attends without RoPE: llama.cpp's
+    /// `n_no_rope_layer_step`, which its smollm3 loader fixes at 4 (no GGUF key sets it).
+    pub no_rope_step: Option<usize>,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -503,6 +517,7 @@ const BASE: ArchSpec = ArchSpec {
     shared_expert: false,
     per_layer: false,
     gguf_attn_scale: None,
+    no_rope_step: None,
 };
 
 /// One description per supported architecture.
@@ -678,6 +693,19 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         yarn: true,
         yarn_keys: true,
         attn_temp: true,
+        ..BASE
+    },
+    // GGUF only (a checkpoint's `no_rope_layers` is not read: convert to GGUF). llama.cpp's
+    // smollm3.cpp: llama's layers (adjacent RoPE pairs, its converter permutes q/k as
+    // llama's), RoPE skipped on every fourth layer, the output tied to the embedding when the
+    // file has none; no experts, no window, no YaRN.
+    ArchSpec {
+        arch: Arch::Smollm3,
+        gguf_name: "smollm3",
+        hf_model_types: &[],
+        llama3_rope: false,
+        moe: MoeSpec::Never,
+        no_rope_step: Some(4),
         ..BASE
     },
 ];
@@ -1080,6 +1108,9 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         moe,
         yarn,
         attn_temp,
+        nope_layers: (0..n_layer)
+            .map(|l| spec.no_rope_step.is_some_and(|n| (l + 1) % n == 0))
+            .collect(),
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),

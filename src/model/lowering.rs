@@ -564,6 +564,7 @@ mod tests {
             moe: None,
             yarn: None,
             attn_temp: None,
+            nope_layers: Vec::new(),
         }
     }
 
@@ -1019,6 +1020,42 @@ mod tests {
                     (l[at - 1].kernel.name(), l[at + 1].kernel.name()),
                     (before, "attn_partial")
                 );
+            }
+        }
+    }
+
+    /// A NoPE layer (SmolLM3) has no RoPE launch: its keys and values go to the KV by
+    /// `kv_write` alone, after the biases' own launches when it has biases, on every target;
+    /// every step is covered in order.
+    #[test]
+    fn a_nope_layer_writes_its_kv_without_a_rope_launch() {
+        let mut c = config(None);
+        c.nope_layers = vec![true];
+        for bias in [false, true] {
+            let parts = LayerParts {
+                bias,
+                ..LayerParts::default()
+            };
+            let p = Plan::new(&c, [parts]);
+            assert_eq!(steps_not_lowered(&p), None);
+            for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
+                let low = Lowering::new(&p, &target(integer, fuse, true, false));
+                for (place, steps) in p.places() {
+                    let got = covered(steps, low.launches(place))
+                        .unwrap_or_else(|e| panic!("{place:?} fuse {fuse}: {e}"));
+                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                }
+                let names: Vec<_> = low
+                    .launches(Place::Layer(0))
+                    .iter()
+                    .map(|x| x.kernel.name())
+                    .collect();
+                assert!(!names.iter().any(|n| n.starts_with("rope")), "{names:?}");
+                let at = names.iter().position(|&n| n == "kv_write");
+                let at = at.expect("a kv_write launch");
+                assert_eq!(names[at + 1], "attn_partial");
+                let biases = names.iter().filter(|&&n| n == "add_bias").count();
+                assert_eq!(biases, if bias { 3 } else { 0 });
             }
         }
     }

@@ -350,7 +350,11 @@ fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     } else {
         RopeTable::Full
     };
-    s.push(Step::Rope(table));
+    // SmolLM3's NoPE layers store and attend over their keys unrotated (llama.cpp skips
+    // `ggml_rope_ext` on q and k alike).
+    if c.rope(l) {
+        s.push(Step::Rope(table));
+    }
     if p.kv_from.is_none() {
         s.push(Step::KvWrite);
     }
@@ -455,6 +459,7 @@ mod tests {
             moe: None,
             yarn: None,
             attn_temp: None,
+            nope_layers: Vec::new(),
         }
     }
 
@@ -876,6 +881,33 @@ mod tests {
             ]
         );
         assert_eq!(p.head(), plain.head());
+    }
+
+    /// SmolLM3's NoPE layers: the layer named in `nope_layers` is the other's steps without
+    /// RoPE (biases and q/k norms kept, the KV still written), and nothing
+    /// else changes.
+    #[test]
+    fn a_nope_layer_is_the_same_layer_without_rope() {
+        let mut c = config(Arch::Smollm3, Activation::Silu, None, None);
+        c.nope_layers = vec![false, true];
+        for parts in [
+            LayerParts::default(),
+            LayerParts {
+                bias: true,
+                qk_norm: true,
+                ..LayerParts::default()
+            },
+        ] {
+            let p = Plan::new(&c, [parts, parts]);
+            let mut want = p.layer(0).to_vec();
+            let at = want.iter().position(|s| matches!(s, Rope(_)));
+            want.remove(at.expect("layer 0 rotates"));
+            assert_eq!(p.layer(1), want);
+            assert_eq!(p.layer(1)[at.unwrap()], KvWrite);
+            let plain = Plan::new(&config(Arch::Llama, Activation::Silu, None, None), [parts]);
+            assert_eq!((p.layer(0), p.head()), (plain.layer(0), plain.head()));
+        }
+        assert!(c.rope(0) && !c.rope(1) && c.rope(2), "past the end: RoPE");
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod reliability;
 mod report;
 mod run;
 mod serve;
+mod smollm3;
 mod spec;
 mod thinking;
 mod tokenizer;

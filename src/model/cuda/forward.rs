@@ -1499,6 +1499,7 @@ mod tests {
             moe: None,
             yarn: None,
             attn_temp: None,
+            nope_layers: Vec::new(),
         }
     }
 
