@@ -67,6 +67,9 @@ pub enum PreTokenizer {
     Qwen35,
     /// `tekken` (Mistral Nemo, Mistral Small 3.x, Ministral 3, Magistral, Devstral).
     Tekken,
+    /// `smaug-bpe` (SmolLM3): Llama 3's regex, but a piece found whole in the vocabulary is
+    /// still merged, and BOS is not added unless the file says so.
+    Smaug,
 }
 
 impl PreTokenizer {
@@ -75,7 +78,8 @@ impl PreTokenizer {
         match name {
             None | Some("default") => Ok(PreTokenizer::Default),
             Some("smollm") => Ok(PreTokenizer::Smollm),
-            Some("gpt2") => Ok(PreTokenizer::Gpt2),
+            // llama.cpp's names for GPT-2's regex are `gpt-2` and `phi-2`.
+            Some("gpt2") | Some("gpt-2") | Some("phi-2") => Ok(PreTokenizer::Gpt2),
             // Pixtral's vocabulary (Mistral Small 3.1 files converted from it): Llama 3's profile
             // in llama.cpp.
             Some("llama-bpe") | Some("llama3") | Some("llama-v3") | Some("pixtral") => {
@@ -85,6 +89,7 @@ impl PreTokenizer {
             Some("gpt-4o") | Some("llama4") => Ok(PreTokenizer::Gpt4o),
             Some("qwen35") => Ok(PreTokenizer::Qwen35),
             Some("tekken") => Ok(PreTokenizer::Tekken),
+            Some("smaug-bpe") => Ok(PreTokenizer::Smaug),
             Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
@@ -99,7 +104,7 @@ impl PreTokenizer {
                 r"\p{N}+",
                 r"[0-9][0-9][0-9]",
             ],
-            PreTokenizer::Llama3 => &[LLAMA3_REGEX],
+            PreTokenizer::Llama3 | PreTokenizer::Smaug => &[LLAMA3_REGEX],
             PreTokenizer::Qwen2 => &[QWEN2_REGEX],
             PreTokenizer::Gpt4o => &[GPT4O_REGEX],
             PreTokenizer::Qwen35 => &[QWEN35_REGEX],
@@ -119,26 +124,22 @@ impl PreTokenizer {
         matches!(self, PreTokenizer::Tekken | PreTokenizer::Llama3)
     }
 
-    /// The regex as the `regex` crate must read it to split as llama.cpp does. llama.cpp has no
-    /// hand-written splitter for tekken's regex: it runs it with `std::regex` over the text with
-    /// each code point above ASCII replaced by its category in llama.cpp's tables (whitespace
-    /// by `\v`; letter, number, punctuation, mark, symbol by a byte each; anything else by a
-    /// byte no class names). Those categories are Unicode 15.1's and their whitespace is
-    /// Unicode's `White_Space`, as the `regex` crate's `\s`; so only a letter or digit added in
-    /// Unicode 16 (Cyrillic tje U+1C89, the Garay digits) tells them apart, and limiting
-    /// `\p{L}` and `\p{N}` to what Unicode 15.1 assigned makes it, as llama.cpp, neither.
+    /// The regex as the `regex` crate must read it to split as llama.cpp does. llama.cpp's
+    /// splitters (its hand-written ones for the GPT-2 and Llama 3 regexes, and `std::regex`
+    /// over the text with each code point above ASCII replaced by its category, e.g. for
+    /// tekken's) read the categories from its own tables, which are Unicode 15.1's; their
+    /// whitespace is Unicode's `White_Space`, as the `regex` crate's `\s`. So only a code point
+    /// assigned in Unicode 16 (Cyrillic tje U+1C89, the Garay digits) tells them apart: to
+    /// llama.cpp it has no category. Limiting every `\p{..}` class to what Unicode 15.1
+    /// assigned makes it so here too.
     fn pattern(self, re: &str) -> String {
-        if self != PreTokenizer::Tekken {
-            return re.to_string();
-        }
-        re.replace(
-            r"\p{L}",
-            &format!(r"[\p{{L}}&&\p{{Age={LLAMA_CPP_UNICODE}}}]"),
-        )
-        .replace(
-            r"\p{N}",
-            &format!(r"[\p{{N}}&&\p{{Age={LLAMA_CPP_UNICODE}}}]"),
-        )
+        static CLASS: std::sync::LazyLock<regex::Regex> =
+            std::sync::LazyLock::new(|| regex::Regex::new(r"\\p\{([A-Za-z]+)\}").expect("valid"));
+        CLASS
+            .replace_all(re, |c: &regex::Captures| {
+                format!(r"[\p{{{}}}&&\p{{Age={LLAMA_CPP_UNICODE}}}]", &c[1])
+            })
+            .into_owned()
     }
 
     pub(crate) fn build(self) -> Result<PreTokenizerWrapper> {
@@ -249,6 +250,7 @@ mod tests {
             PreTokenizer::Gpt4o,
             PreTokenizer::Qwen35,
             PreTokenizer::Tekken,
+            PreTokenizer::Smaug,
         ] {
             p.build().unwrap();
         }

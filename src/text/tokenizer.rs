@@ -1085,10 +1085,37 @@ mod tests {
         // `add_bos_token = false` (`make_vocab.py` tokenized that too).
         assert!(tok.add_bos_token());
         assert!(ids(case("Hello World")).starts_with(&[1]));
+        // The same vocabulary under Llama 3's and SmolLM3's pre-tokenizers, tokenized by
+        // llama.cpp: one regex, but `llama-bpe` takes a whole word found in the vocabulary as
+        // one token and adds BOS, `smaug-bpe` merges it and adds none.
+        let texts: Vec<&str> = expected["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["text"].as_str().unwrap())
+            .collect();
+        for pre in ["llama-bpe", "smaug-bpe"] {
+            let other = with_pre(&content, pre);
+            let want = expected["other_pre"][pre].as_array().unwrap();
+            assert_eq!(want.len(), texts.len());
+            for (text, want) in texts.iter().zip(want) {
+                let want: Vec<u32> = serde_json::from_value(want.clone()).unwrap();
+                assert_eq!(other.encode(text).unwrap(), want, "{pre}: {text:?}");
+            }
+        }
+        let (llama, smaug) = (
+            with_pre(&content, "llama-bpe"),
+            with_pre(&content, "smaug-bpe"),
+        );
+        assert_ne!(
+            llama.encode("HelloWorld").unwrap(),
+            smaug.encode("HelloWorld").unwrap()
+        );
         // So does it for its Llama 3 profile (Pixtral's name included), and for no other.
         for (pre, bos) in [
             ("llama-bpe", true),
             ("pixtral", true),
+            ("smaug-bpe", false),
             ("gpt2", false),
             ("qwen2", false),
         ] {

@@ -161,7 +161,14 @@ fn default_model_special_tokens() {
 }
 
 /// The vocabularies whose pre-tokenizers Candor implements, as llama.cpp names its test files.
-const LLAMA_CPP_VOCABS: [&str; 3] = ["llama-bpe", "qwen2", "llama-spm"];
+const LLAMA_CPP_VOCABS: [&str; 6] = [
+    "llama-bpe",
+    "qwen2",
+    "llama-spm",
+    "gpt-2",
+    "qwen35",
+    "phi-3",
+];
 
 /// Candor against llama.cpp's own tokenizer test (`tests/test-tokenizer-0.cpp`): the
 /// vocab-only `models/ggml-vocab-<name>.gguf` of llama.cpp's source tree with its `.inp`
