@@ -1111,7 +1111,8 @@ mod tests {
             llama.encode("HelloWorld").unwrap(),
             smaug.encode("HelloWorld").unwrap()
         );
-        // So does it for its Llama 3 profile (Pixtral's name included), and for no other.
+        // Without the key llama.cpp also adds BOS for its Llama 3 profile (Pixtral's name
+        // included), and for no other here.
         for (pre, bos) in [
             ("llama-bpe", true),
             ("pixtral", true),
