@@ -111,10 +111,11 @@ pub struct ChatTemplate {
     /// The model has no template and none was given ([`ChatTemplate::missing`]): every render
     /// is [`TextError::NoChatTemplate`].
     missing: bool,
-    /// The template writes a leading system message's content (Gemma 2's raises instead):
-    /// where it does not, a render folds that message into the next one, as llama.cpp does
-    /// ([`ChatTemplate::fold_system`]).
-    system_role: bool,
+    /// Whether the template writes a leading system message's content (Gemma 2's raises
+    /// instead): where it does not, a render folds that message into the next one, as
+    /// llama.cpp does ([`ChatTemplate::fold_system`]). Probed at the first render that has a
+    /// system message, under the origin the template is known by then.
+    system_role: std::sync::OnceLock<bool>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -181,16 +182,15 @@ impl ChatTemplate {
             || env.add_template_owned(TEMPLATE_NAME, generation_blocks(&source)),
         )?
         .map_err(|e| TextError::Template(describe(&e)))?;
-        let mut t = ChatTemplate {
+        let t = ChatTemplate {
             source,
             origin,
             env,
             bos_token,
             eos_token,
             missing: false,
-            system_role: true,
+            system_role: std::sync::OnceLock::new(),
         };
-        t.system_role = t.writes_system_content();
         Ok(t)
     }
 
@@ -201,7 +201,7 @@ impl ChatTemplate {
         const PROBE: &str = "System message";
         let probe = [Message::system(PROBE), Message::user("User message")];
         matches!(
-            self.render_counted_with(&probe, true, &TemplateArgs::default()),
+            self.render_as_given(&probe, true, &TemplateArgs::default()),
             Ok((text, _)) if text.contains(PROBE)
         )
     }
@@ -211,7 +211,12 @@ impl ChatTemplate {
     /// message's content with a newline, or dropped when it is the only one.
     fn fold_system<'m>(&self, messages: &'m [Message]) -> std::borrow::Cow<'m, [Message]> {
         match messages {
-            [first, rest @ ..] if !self.system_role && first.role == Role::System => {
+            [first, rest @ ..]
+                if first.role == Role::System
+                    && !*self
+                        .system_role
+                        .get_or_init(|| self.writes_system_content()) =>
+            {
                 let mut folded = rest.to_vec();
                 if let Some(next) = folded.first_mut() {
                     next.content = format!("{}\n{}", first.content, next.content);
@@ -379,7 +384,16 @@ impl ChatTemplate {
         if self.missing {
             return Err(TextError::NoChatTemplate);
         }
-        let messages = &*self.fold_system(messages);
+        self.render_as_given(&self.fold_system(messages), add_generation_prompt, args)
+    }
+
+    /// [`ChatTemplate::render_counted_with`] of `messages` as they are (no system fold).
+    fn render_as_given(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        args: &TemplateArgs,
+    ) -> Result<(String, u64)> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
