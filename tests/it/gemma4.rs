@@ -14,7 +14,7 @@ use candor::model::plan::{trace, Block, Matrix, Place, RopeTable, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
-use crate::hybrid::logits_in_chunks;
+use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
 use crate::quant::{
     agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
@@ -227,19 +227,12 @@ fn every_split_of_a_gemma4_prompt_gives_the_same_bits() {
     let ids: Vec<u32> = (0..40)
         .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
         .collect();
-    let whole = logits_in_chunks(&model, &ids, &[ids.len()]);
-    assert_eq!(whole.len(), ids.len() * TQ_VOCAB);
-    for sizes in [&[1][..], &[3], &[16], &[5, 1, 11, 2]] {
-        for threads in [1, 2] {
-            let got = crate::quant::pool(threads).install(|| logits_in_chunks(&model, &ids, sizes));
-            assert!(
-                got.iter()
-                    .zip(&whole)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "chunks {sizes:?} on {threads} threads differ from one prefill"
-            );
-        }
-    }
+    assert_chunks_give_one_prefills_bits(
+        &model,
+        &ids,
+        &[&[1], &[3], &[16], &[5, 1, 11, 2]],
+        "gemma4",
+    );
 }
 
 /// The tiny model's plan shows each Gemma 4 feature where llama.cpp's graph has it, the CPU
@@ -576,18 +569,7 @@ fn the_gemma4_moe_plan_has_its_steps_and_every_split_gives_the_same_bits() {
     let ids: Vec<u32> = (0..40)
         .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
         .collect();
-    let whole = logits_in_chunks(&model, &ids, &[ids.len()]);
-    for sizes in [&[1][..], &[16], &[5, 1, 11, 2]] {
-        for threads in [1, 2] {
-            let got = crate::quant::pool(threads).install(|| logits_in_chunks(&model, &ids, sizes));
-            assert!(
-                got.iter()
-                    .zip(&whole)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "chunks {sizes:?} on {threads} threads differ from one prefill"
-            );
-        }
-    }
+    assert_chunks_give_one_prefills_bits(&model, &ids, &[&[1], &[16], &[5, 1, 11, 2]], "gemma4");
 
     let why = candor::model::lowering::not_lowered(&model).expect("refused on a GPU");
     assert!(

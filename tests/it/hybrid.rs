@@ -183,6 +183,30 @@ pub(crate) fn logits_in_chunks(model: &Transformer, ids: &[u32], sizes: &[usize]
     out
 }
 
+/// `ids` fed in chunks of each of `splits` (cycled), on 1 and 2 threads, give every position
+/// the logits of one prefill, bit for bit (`label` names the model); returns those logits.
+pub(crate) fn assert_chunks_give_one_prefills_bits(
+    model: &Transformer,
+    ids: &[u32],
+    splits: &[&[usize]],
+    label: &str,
+) -> Vec<f32> {
+    let whole = logits_in_chunks(model, ids, &[ids.len()]);
+    assert_eq!(whole.len(), ids.len() * TQ_VOCAB, "{label}");
+    for sizes in splits {
+        for threads in [1, 2] {
+            let got = crate::quant::pool(threads).install(|| logits_in_chunks(model, ids, sizes));
+            assert!(
+                got.iter()
+                    .zip(&whole)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{label}: chunks {sizes:?} on {threads} threads differ from one prefill"
+            );
+        }
+    }
+    whole
+}
+
 /// The determinism contract for recurrence: a prompt's logits at every position are the same
 /// bits in one prefill, in chunks of 1 (token by token), 2, 3, 7, 16 and uneven sizes, and on
 /// 1 or 2 threads; a fork of the sequence continued elsewhere does not disturb it.
@@ -209,19 +233,12 @@ pub(crate) fn assert_every_split_gives_the_same_bits(model: &Transformer, label:
     let ids: Vec<u32> = (0..45)
         .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
         .collect();
-    let whole = logits_in_chunks(model, &ids, &[ids.len()]);
-    assert_eq!(whole.len(), ids.len() * TQ_VOCAB);
-    for sizes in [&[1][..], &[2], &[3], &[7], &[16], &[5, 1, 11, 2]] {
-        for threads in [1, 2] {
-            let got = crate::quant::pool(threads).install(|| logits_in_chunks(model, &ids, sizes));
-            assert!(
-                got.iter()
-                    .zip(&whole)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{label}: chunks {sizes:?} on {threads} threads differ from one prefill"
-            );
-        }
-    }
+    let whole = assert_chunks_give_one_prefills_bits(
+        model,
+        &ids,
+        &[&[1], &[2], &[3], &[7], &[16], &[5, 1, 11, 2]],
+        label,
+    );
     // The state matters: a model fed the prompt's second half alone predicts otherwise.
     let half = logits_in_chunks(model, &ids[20..], &[25]);
     assert_ne!(&half[..], &whole[20 * TQ_VOCAB..], "{label}");

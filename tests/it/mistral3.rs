@@ -15,7 +15,7 @@ use candor::model::plan::{trace, Place, RopeTable, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
-use crate::hybrid::logits_in_chunks;
+use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
 use crate::quant::{
     agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, tiny_tensors, TinyTensor,
@@ -167,19 +167,12 @@ fn every_split_of_a_ministral3_prompt_gives_the_same_bits() {
         .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
         .collect();
     assert!(ids.len() > 2 * ORIG_CTX);
-    let whole = logits_in_chunks(&model, &ids, &[ids.len()]);
-    assert_eq!(whole.len(), ids.len() * TQ_VOCAB);
-    for sizes in [&[1][..], &[3], &[16], &[5, 1, 11, 2]] {
-        for threads in [1, 2] {
-            let got = crate::quant::pool(threads).install(|| logits_in_chunks(&model, &ids, sizes));
-            assert!(
-                got.iter()
-                    .zip(&whole)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "chunks {sizes:?} on {threads} threads differ from one prefill"
-            );
-        }
-    }
+    assert_chunks_give_one_prefills_bits(
+        &model,
+        &ids,
+        &[&[1], &[3], &[16], &[5, 1, 11, 2]],
+        "mistral3",
+    );
 }
 
 /// What each model's file says is read: Ministral 3's YaRN with the file's betas and the

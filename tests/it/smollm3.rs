@@ -13,7 +13,7 @@ use candor::model::plan::{trace, Place, RopeTable, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
-use crate::hybrid::logits_in_chunks;
+use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
 use crate::quant::{
     agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
@@ -179,19 +179,12 @@ fn every_split_of_a_smollm3_prompt_gives_the_same_bits() {
     let ids: Vec<u32> = (0..40)
         .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
         .collect();
-    let whole = logits_in_chunks(&model, &ids, &[ids.len()]);
-    assert_eq!(whole.len(), ids.len() * TQ_VOCAB);
-    for sizes in [&[1][..], &[3], &[16], &[5, 1, 11, 2]] {
-        for threads in [1, 2] {
-            let got = crate::quant::pool(threads).install(|| logits_in_chunks(&model, &ids, sizes));
-            assert!(
-                got.iter()
-                    .zip(&whole)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "chunks {sizes:?} on {threads} threads differ from one prefill"
-            );
-        }
-    }
+    assert_chunks_give_one_prefills_bits(
+        &model,
+        &ids,
+        &[&[1], &[3], &[16], &[5, 1, 11, 2]],
+        "smollm3",
+    );
 }
 
 /// What each model's file says is read (its RoPE base, a tied or separate output); the
