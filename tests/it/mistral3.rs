@@ -321,3 +321,53 @@ fn mistral3_metadata_errors_name_the_key() {
         assert!(e.contains(key), "{key}: {e}");
     }
 }
+
+/// A Ministral-3-like file as users get them, end to end against llama.cpp: GGUF `mistral3`
+/// with Ministral 3's keys (YaRN with its own betas and log multiplier, the attention
+/// temperature from position 64, growing inside the longer prompt), Mistral's tekken tokenizer with
+/// its control tokens, and Ministral 3 Reasoning's chat template read from the file (its
+/// default system prompt, `[THINK]` and all, or a given one). Candor's prompt ids equal what
+/// llama-server renders and tokenizes, and its 12 greedy tokens equal llama-server's
+/// (`tests/fixtures/tekken/make_mini_model.py`), at batch 1 and together.
+#[test]
+fn a_ministral3_file_renders_tokenizes_and_generates_as_llama_server_does() {
+    use candor::engine::{ChatRequest, Engine, EngineOptions, Generate, SamplingParams};
+    use candor::text::message::Message;
+    use candor::weights::source::ModelFiles;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tekken");
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("mini_expected.json")).unwrap()).unwrap();
+    let files = ModelFiles {
+        weights: dir.join("mini-ministral3.gguf"),
+        checkpoint: false,
+        tokenizer_json: None,
+        tokenizer_config: None,
+        generation_config: None,
+        chat_template: None,
+    };
+    let mut eng = Engine::from_files(&files, EngineOptions::default()).expect("load");
+    let cases = expected["cases"].as_array().unwrap();
+    let requests: Vec<ChatRequest> = cases
+        .iter()
+        .map(|c| ChatRequest {
+            messages: serde_json::from_value::<Vec<Message>>(c["messages"].clone()).unwrap(),
+            params: SamplingParams {
+                max_new_tokens: 12,
+                ..SamplingParams::default()
+            },
+            template: Default::default(),
+            max_thinking_tokens: None,
+        })
+        .collect();
+    let together = eng.generate_chat(&requests).unwrap();
+    for (i, case) in cases.iter().enumerate() {
+        let want = |k: &str| serde_json::from_value::<Vec<u32>>(case[k].clone()).unwrap();
+        let alone = eng.generate_chat(&requests[i..=i]).unwrap().remove(0);
+        for r in [&alone, &together[i]] {
+            assert_eq!(r.prompt_ids, want("prompt_ids"), "case {i}");
+            assert_eq!(r.output_ids, want("tokens"), "case {i}");
+        }
+    }
+    // The longer prompt reaches past the original context: the temperature is not 1 there.
+    assert!(cases[0]["prompt_ids"].as_array().unwrap().len() > 64);
+}
