@@ -940,8 +940,9 @@ mod tests {
     /// Qwen3, gpt-oss (Harmony), QwQ (a template that opens `<think>` itself), Qwen3.5
     /// (which opens `<think>` unless `enable_thinking` is false), Ministral 3 Reasoning
     /// (`[THINK]`, asked for by its default system prompt), Mistral Small 3.2 (`strftime_now`
-    /// in its default system prompt), Llama 3.1 (llama.cpp's `date_string`) and Gemma 2 (no
-    /// system role: the system message folded into the first user message) render every
+    /// in its default system prompt), Llama 3.1 (llama.cpp's `date_string`), Gemma 2 (no
+    /// system role: the system message folded into the first user message) and SmolLM3
+    /// (`/think`, `/no_think`) render every
     /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
     /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
     /// the cases for `strftime_now`. The expected prompts were written by
@@ -959,6 +960,7 @@ mod tests {
             "Mistral-Small-3.2-24B-Instruct-2506",
             "meta-llama-Llama-3.1-8B-Instruct",
             "google-gemma-2-2b-it",
+            "HuggingFaceTB-SmolLM3-3B",
         ] {
             let path = dir.join(format!("rendered/{name}.json"));
             let text = std::fs::read_to_string(&path).unwrap();
@@ -990,7 +992,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 25);
+        assert_eq!(checked, 31);
         // Another date renders another prompt: the date is what the template stamps.
         let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
         let t = ChatTemplate::new(src, "", "").unwrap();
