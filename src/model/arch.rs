@@ -214,6 +214,31 @@ pub struct ModelConfig {
     /// Per layer, whether it attends without RoPE (SmolLM3's NoPE layers); a layer past the
     /// end rotates.
     pub nope_layers: Vec<bool>,
+    /// LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini), when the file has its two sets of
+    /// frequency factors.
+    pub long_rope: Option<LongRope>,
+}
+
+/// Phi-3's LongRoPE as llama.cpp runs it: two sets of per-pair frequency factors (GGUF
+/// `rope_factors_long`/`rope_factors_short`), of which a context longer than the original
+/// takes the long set (llama.cpp's `get_rope_factors`: `n_ctx_seq > n_ctx_orig_yarn`; a
+/// Candor sequence may run to `context_len`, as llama.cpp's with its default context), and
+/// every cosine and sine of RoPE times `attn_factor` (GGUF `rope.scaling.attn_factor`,
+/// llama.cpp's `rope_attn_factor`; ggml's `rope_yarn` without extrapolation). The choice
+/// depends on the file alone, never on a prompt's length, so a prompt's keys never change
+/// as it grows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LongRope {
+    /// `rope.scaling.original_context_length` (`original_max_position_embeddings`).
+    pub orig_ctx: usize,
+    pub attn_factor: f32,
+}
+
+impl LongRope {
+    /// Whether a model of `context_len` runs with the long factors.
+    pub fn long(&self, context_len: usize) -> bool {
+        context_len > self.orig_ctx
+    }
 }
 
 /// Llama 4's attention temperature tuning as llama.cpp's `mistral3` applies it
@@ -362,6 +387,7 @@ impl ModelConfig {
             factors: factors.map(|f| f[..self.rope_dim / 2].to_vec()),
             yarn,
             fixed: None,
+            mscale: self.long_rope.map_or(1.0, |l| l.attn_factor),
         }
     }
 }
@@ -470,6 +496,10 @@ pub struct ArchSpec {
     /// Every `n`-th layer (`(l + 1) % n == 0`) attends without RoPE: llama.cpp's
     /// `n_no_rope_layer_step`, which its smollm3 loader fixes at 4 (no GGUF key sets it).
     pub no_rope_step: Option<usize>,
+    /// LongRoPE ([`LongRope`]) is read: the GGUF's `rope_factors_long`/`_short` tensors and
+    /// `rope.scaling.attn_factor` (llama.cpp's phi3 loader), a `config.json`'s `rope_scaling`
+    /// of type `longrope` (or `su`).
+    pub long_rope: bool,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -518,6 +548,7 @@ const BASE: ArchSpec = ArchSpec {
     per_layer: false,
     gguf_attn_scale: None,
     no_rope_step: None,
+    long_rope: false,
 };
 
 /// One description per supported architecture.
@@ -618,6 +649,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Never,
+        long_rope: true,
         ..BASE
     },
     // GGUF only (a checkpoint's MXFP4 blocks are not read: convert to GGUF).
@@ -1056,6 +1088,10 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             )
         }
     };
+    let long_rope = match f {
+        Fields::Gguf { content, .. } => gguf_long_rope(spec, f, content)?,
+        Fields::Hf { .. } => hf_long_rope(spec, f, context_len)?,
+    };
     let (sliding_window, swa_layers) = sliding(spec, f, n_layer)?;
     let moe = moe_config(spec, f, ffn_dim)?;
     let attn_temp = gguf_attn_temp(spec, f)?;
@@ -1111,6 +1147,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         nope_layers: (0..n_layer)
             .map(|l| spec.no_rope_step.is_some_and(|n| (l + 1) % n == 0))
             .collect(),
+        long_rope,
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),
@@ -1368,16 +1405,118 @@ fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<f32> {
     match ty {
         "default" => Ok(1.0),
         "llama3" if spec.llama3_rope => Ok(1.0),
+        "longrope" | "su" if spec.long_rope => Ok(1.0),
         "linear" => Ok(rs.get("factor").and_then(Json::as_f64).unwrap_or(1.0) as f32),
         other => Err(f.err_key(
             "rope_scaling",
             format!(
-                "type `{other}` is not supported for {} (supported: default, linear{})",
+                "type `{other}` is not supported for {} (supported: default, linear{}{})",
                 spec.arch.gguf_name(),
-                if spec.llama3_rope { ", llama3" } else { "" }
+                if spec.llama3_rope { ", llama3" } else { "" },
+                if spec.long_rope { ", longrope" } else { "" }
             ),
         )),
     }
+}
+
+/// A GGUF's LongRoPE ([`LongRope`]) where `spec` reads it, as llama.cpp's phi3 loader: the
+/// factor tensors `rope_factors_long.weight` and `rope_factors_short.weight` (both or
+/// neither; their shapes are checked where they are read), the original context (else the
+/// training context, as `n_ctx_orig_yarn`) and `rope.scaling.attn_factor` (else 1). Without
+/// the factors the attention factor must be 1.
+fn gguf_long_rope(spec: &ArchSpec, f: &Fields, content: &Content) -> Result<Option<LongRope>> {
+    let Fields::Gguf { prefix, .. } = f else {
+        unreachable!("GGUF fields")
+    };
+    if !spec.long_rope {
+        return Ok(None);
+    }
+    let key = |k: &str| format!("{prefix}.{k}");
+    let attn_key = key("rope.scaling.attn_factor");
+    let attn_factor = match content.metadata.contains_key(&attn_key) {
+        true => md_f32(content, &attn_key)?,
+        false => 1.0,
+    };
+    let has = |t: &str| content.tensor_infos.contains_key(t);
+    match (has(LONG_ROPE_FACTORS[0]), has(LONG_ROPE_FACTORS[1])) {
+        (false, false) if attn_factor == 1.0 => Ok(None),
+        (false, false) => Err(f.err_key(
+            &attn_key,
+            format!("{attn_factor} without LongRoPE's factor tensors `rope_factors_long`/`_short`"),
+        )),
+        (true, true) => {
+            let orig_key = key("rope.scaling.original_context_length");
+            let orig_ctx = match content.metadata.contains_key(&orig_key) {
+                true => md_usize(content, &orig_key)?,
+                false => 0,
+            };
+            let orig_ctx = match orig_ctx {
+                0 => md_usize(content, &key("context_length"))?,
+                c => c,
+            };
+            Ok(Some(LongRope {
+                orig_ctx,
+                attn_factor,
+            }))
+        }
+        // The other one is missing: llama.cpp would run without factors where it picks it.
+        (long, _) => Err(ModelError::MissingTensor(
+            LONG_ROPE_FACTORS[usize::from(long)].into(),
+        )),
+    }
+}
+
+/// The GGUF names of LongRoPE's factor tensors: long, short.
+pub const LONG_ROPE_FACTORS: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
+
+/// A `config.json`'s LongRoPE (`rope_scaling` of type `longrope`, or its old name `su`) where
+/// `spec` reads it, as llama.cpp's converter writes it into a GGUF: the original context from
+/// `original_max_position_embeddings` (in `rope_scaling`, else beside it: required), and the
+/// attention factor `sqrt(1 + ln(s) / ln(original))` for `s = max_position_embeddings /
+/// original` above 1, else 1 (computed in f64, stored as f32, as the converter writes it).
+/// An explicit `attention_factor`, which transformers would use and the converter ignores,
+/// is refused. The factor lists themselves are read with the weights
+/// ([`TensorSource::rope_factors`]).
+fn hf_long_rope(spec: &ArchSpec, f: &Fields, context_len: usize) -> Result<Option<LongRope>> {
+    let Some(rs) = f.json("rope_scaling") else {
+        return Ok(None);
+    };
+    let ty = rs
+        .get("rope_type")
+        .or_else(|| rs.get("type"))
+        .and_then(Json::as_str);
+    if !spec.long_rope || !matches!(ty, Some("longrope" | "su")) {
+        return Ok(None);
+    }
+    if rs.get("attention_factor").is_some_and(|v| !v.is_null()) {
+        return Err(f.err_key(
+            "rope_scaling",
+            "an explicit `attention_factor` is not supported (llama.cpp's converter computes \
+             its own)"
+                .into(),
+        ));
+    }
+    let orig_ctx = rs
+        .get("original_max_position_embeddings")
+        .filter(|v| !v.is_null())
+        .or_else(|| f.json("original_max_position_embeddings"))
+        .and_then(Json::as_u64)
+        .filter(|&c| c > 0)
+        .ok_or_else(|| {
+            f.err_key(
+                "original_max_position_embeddings",
+                "missing: LongRoPE needs the original context".into(),
+            )
+        })? as usize;
+    let scale = context_len as f64 / orig_ctx as f64;
+    let attn_factor = match scale > 1.0 {
+        true => (1.0 + scale.ln() / (orig_ctx as f64).ln()).sqrt() as f32,
+        false => 1.0,
+    };
+    Ok(Some(LongRope {
+        orig_ctx,
+        attn_factor,
+    }))
 }
 
 /// The sliding window and which layers use it, as `spec.swa` says.
@@ -1577,6 +1716,9 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "rope.scaling.yarn_log_multiplier",
         ]);
     }
+    if spec.long_rope {
+        keys.push("rope.scaling.attn_factor");
+    }
     if spec.attn_temp {
         keys.push("attention.temperature_scale");
     }
@@ -1689,6 +1831,9 @@ pub struct RopeFreqs {
     /// Pairs that stay at position 0 (angle 0: not rotated): multi-section RoPE's fourth
     /// section, whose position llama.cpp sets to 0 for text (Qwen3.5; `None`: none).
     pub fixed: Option<Vec<bool>>,
+    /// The magnitude scale of cosines and sines without YaRN (LongRoPE's attention factor;
+    /// 1 elsewhere, which changes no bit).
+    pub mscale: f32,
 }
 
 /// YaRN's per-model constants of ggml's `rope_yarn`.
@@ -1717,7 +1862,10 @@ impl RopeFreqs {
             let extrap = theta / ff;
             let interp = self.freq_scale * extrap;
             let (sin, cos) = match &self.yarn {
-                None => interp.sin_cos(),
+                None => {
+                    let (s, c) = interp.sin_cos();
+                    (s * self.mscale, c * self.mscale)
+                }
                 Some(y) => {
                     let ramp = (i as f32 - y.corr[0]) / (y.corr[1] - y.corr[0]).max(0.001);
                     let mix = (1.0 - ramp.clamp(0.0, 1.0)) * y.ext_factor;
@@ -1812,6 +1960,16 @@ pub trait TensorSource {
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>>;
 }
 
+impl GgufFile {
+    /// A RoPE frequency-factor tensor (one per rotated pair) as f32.
+    fn read_factors(&mut self, name: &str, config: &ModelConfig) -> Result<Vec<f32>> {
+        let q = self.tensor(name, &[config.rope_dim / 2])?;
+        Ok(q.dequantize(&candle_core::Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
+    }
+}
+
 impl TensorSource for GgufFile {
     fn source_path(&self) -> &Path {
         self.path()
@@ -1838,15 +1996,20 @@ impl TensorSource for GgufFile {
     }
 
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {
-        if !GgufFile::has_tensor(self, "rope_freqs.weight") {
-            return Ok(None);
+        if let Some(lr) = config.long_rope {
+            // Both are read (their shapes checked); the context picks one.
+            let [long, short] = LONG_ROPE_FACTORS;
+            let long = self.read_factors(long, config)?;
+            let short = self.read_factors(short, config)?;
+            return Ok(Some(match lr.long(config.context_len) {
+                true => long,
+                false => short,
+            }));
         }
-        let q = self.tensor("rope_freqs.weight", &[config.rope_dim / 2])?;
-        let v = q
-            .dequantize(&candle_core::Device::Cpu)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        Ok(Some(v))
+        match GgufFile::has_tensor(self, "rope_freqs.weight") {
+            true => Ok(Some(self.read_factors("rope_freqs.weight", config)?)),
+            false => Ok(None),
+        }
     }
 }
 

@@ -280,13 +280,42 @@ impl TensorSource for Checkpoint {
     }
 
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>> {
+        let rs = self.json.get("rope_scaling").filter(|v| !v.is_null());
+        if let (Some(lr), Some(rs)) = (config.long_rope, rs) {
+            // LongRoPE's factor lists, as llama.cpp's converter writes them (f32).
+            let key = match lr.long(config.context_len) {
+                true => "long_factor",
+                false => "short_factor",
+            };
+            let bad = |msg: String| ModelError::Config {
+                path: self.dir.join("config.json"),
+                key: format!("rope_scaling.{key}"),
+                msg,
+            };
+            let list = rs
+                .get(key)
+                .and_then(Json::as_array)
+                .ok_or_else(|| bad("missing".into()))?;
+            if list.len() != config.rope_dim / 2 {
+                return Err(bad(format!(
+                    "{} factors for {} rotated pairs",
+                    list.len(),
+                    config.rope_dim / 2
+                )));
+            }
+            return list
+                .iter()
+                .map(|v| {
+                    v.as_f64()
+                        .map(|x| x as f32)
+                        .ok_or_else(|| bad(format!("{v} is not a number")))
+                })
+                .collect::<Result<Vec<f32>>>()
+                .map(Some);
+        }
         if config.arch != Arch::Llama && config.arch != Arch::Mistral {
             return Ok(None);
         }
-        Ok(self
-            .json
-            .get("rope_scaling")
-            .filter(|v| !v.is_null())
-            .and_then(|rs| llama3_rope_factors(config, rs)))
+        Ok(rs.and_then(|rs| llama3_rope_factors(config, rs)))
     }
 }

@@ -207,6 +207,7 @@ impl PerLayer {
             factors: None,
             yarn: None,
             fixed: None,
+            mscale: 1.0,
         };
         Ok(Some(PerLayer {
             layers,

@@ -964,6 +964,11 @@ impl Transformer {
         &self.config
     }
 
+    /// The RoPE angles of the full-attention layers.
+    pub fn rope_freqs(&self) -> &RopeFreqs {
+        &self.rope_freqs
+    }
+
     pub fn dtype(&self) -> WeightDType {
         self.dtype
     }

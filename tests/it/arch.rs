@@ -554,8 +554,9 @@ fn checkpoints_refuse_what_the_pass_would_ignore() {
         ),
         (
             "phi3",
+            // LongRoPE runs the short factors at this context: they must be there.
             |c| c["rope_scaling"] = serde_json::json!({"type": "longrope", "long_factor": [1.0]}),
-            "longrope",
+            "rope_scaling.short_factor",
         ),
         (
             "llama",

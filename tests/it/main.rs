@@ -25,6 +25,7 @@ mod mistral3;
 mod moe;
 mod own_data;
 mod panel;
+mod phi3;
 mod quant;
 mod realmistake;
 mod refutebench;

@@ -1500,6 +1500,7 @@ mod tests {
             yarn: None,
             attn_temp: None,
             nope_layers: Vec::new(),
+            long_rope: None,
         }
     }
 
