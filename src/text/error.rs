@@ -30,7 +30,7 @@ pub enum TextError {
 
     /// The tokenizer's pre-tokenizer profile (GGUF `tokenizer.ggml.pre`) is not implemented.
     #[error(
-        "unsupported pre-tokenizer `{0}` (supported: smollm, gpt2, llama-bpe, qwen2, qwen35, gpt-4o, tekken, smaug-bpe, default)"
+        "unsupported pre-tokenizer `{0}` (supported: smollm, gpt2, llama-bpe, qwen2, qwen35, gpt-4o, tekken, smaug-bpe, dbrx, default)"
     )]
     UnsupportedPreTokenizer(String),
 

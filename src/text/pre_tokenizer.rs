@@ -67,8 +67,8 @@ pub enum PreTokenizer {
     Qwen35,
     /// `tekken` (Mistral Nemo, Mistral Small 3.x, Ministral 3, Magistral, Devstral).
     Tekken,
-    /// `smaug-bpe` (SmolLM3): Llama 3's regex, but a piece found whole in the vocabulary is
-    /// still merged, and BOS is not added unless the file says so.
+    /// `smaug-bpe` (SmolLM3) and `dbrx` (Phi-4): Llama 3's regex, but a piece found whole in
+    /// the vocabulary is still merged, and BOS is not added unless the file says so.
     Smaug,
 }
 
@@ -89,7 +89,9 @@ impl PreTokenizer {
             Some("gpt-4o") | Some("llama4") => Ok(PreTokenizer::Gpt4o),
             Some("qwen35") => Ok(PreTokenizer::Qwen35),
             Some("tekken") => Ok(PreTokenizer::Tekken),
-            Some("smaug-bpe") => Ok(PreTokenizer::Smaug),
+            // llama.cpp's `dbrx` (cl100k: DBRX, and Phi-4 as its converter names it) is
+            // `smaug-bpe`'s profile under another name.
+            Some("smaug-bpe") | Some("dbrx") => Ok(PreTokenizer::Smaug),
             Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }

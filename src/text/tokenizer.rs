@@ -1094,9 +1094,15 @@ mod tests {
             .iter()
             .map(|c| c["text"].as_str().unwrap())
             .collect();
-        for pre in ["llama-bpe", "smaug-bpe"] {
+        // llama.cpp's `dbrx` (Phi-4) is `smaug-bpe` under another name (one case of its
+        // `tokenizer_pre` switch).
+        for (pre, as_pre) in [
+            ("llama-bpe", "llama-bpe"),
+            ("smaug-bpe", "smaug-bpe"),
+            ("dbrx", "smaug-bpe"),
+        ] {
             let other = with_pre(&content, pre);
-            let want = expected["other_pre"][pre].as_array().unwrap();
+            let want = expected["other_pre"][as_pre].as_array().unwrap();
             assert_eq!(want.len(), texts.len());
             for (text, want) in texts.iter().zip(want) {
                 let want: Vec<u32> = serde_json::from_value(want.clone()).unwrap();
@@ -1117,6 +1123,7 @@ mod tests {
             ("llama-bpe", true),
             ("pixtral", true),
             ("smaug-bpe", false),
+            ("dbrx", false),
             ("gpt2", false),
             ("qwen2", false),
         ] {
