@@ -16,10 +16,7 @@ use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
-use crate::quant::{
-    agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
-    TQ_VOCAB,
-};
+use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
 
 const DIM: usize = 256;
 const HEADS: usize = 4;
@@ -179,32 +176,20 @@ fn match_llama_cpp(
     near_tie: f32,
     q8_near_tie: f32,
 ) {
-    let (head, records) = tiny_fixture::<TinyRecord>(fixture);
-    let seqs = head.seqs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut report = Vec::new();
-    for t in &records {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write(dir.path(), t);
-        // Batch invariance on the richest mix only (Q4_K and Q6_K beside F32 tensors): the
-        // F32 and Q8_0 kernels are the other architectures' (`quant.rs`), and CI time is
-        // short.
-        if t.ftype == "Q4_K_M" {
-            assert_batch_invariant(&file, TQ_VOCAB, &label);
-        }
-        let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        let v = Verdict::new(&label, &a, &t.llama_cpp_paths);
-        if t.ftype == "Q8_0" {
-            assert!(a.agree * 100 >= a.total * 97, "{label}: below 97%");
-            assert!(
-                a.widest_miss < q8_near_tie,
-                "{label}: a miss beyond a near tie"
-            );
-        } else {
-            report.push(v);
-        }
-        std::fs::remove_file(&file).ok();
+    // Batch invariance on the richest mix only (Q4_K and Q6_K beside F32 tensors): the F32
+    // and Q8_0 kernels are the other architectures' (`quant.rs`), and CI time is short.
+    let measured = crate::moe::against_llama_cpp(fixture, |t| t.ftype == "Q4_K_M", write);
+    let (q8, report): (Vec<_>, Vec<_>) =
+        measured.into_iter().partition(|m| m.record.ftype == "Q8_0");
+    for m in &q8 {
+        let (a, label) = (&m.agreement, format!("tiny {} Q8_0", m.record.arch));
+        assert!(a.agree * 100 >= a.total * 97, "{label}: below 97%");
+        assert!(
+            a.widest_miss < q8_near_tie,
+            "{label}: a miss beyond a near tie"
+        );
     }
+    let report = crate::moe::verdicts(report);
     assert_eq!(report.len(), 2, "F32 and Q4_K_M in the fixture");
     assert_verdicts(&report, near_tie);
 }
@@ -222,11 +207,8 @@ fn every_split_of_a_gemma4_prompt_gives_the_same_bits() {
         .expect("a Q4_K_M record");
     let file = write_model(dir.path(), t);
     let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
-    let mut rng = SplitMix64::new(11);
     // Longer than the window, so the sliding layers forget.
-    let ids: Vec<u32> = (0..40)
-        .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
-        .collect();
+    let ids = crate::quant::random_ids(40, 11);
     assert_chunks_give_one_prefills_bits(
         &model,
         &ids,
@@ -565,10 +547,7 @@ fn the_gemma4_moe_plan_has_its_steps_and_every_split_gives_the_same_bits() {
     logits_in_chunks(&model, &[1, 5, 9], &[3]);
     assert_eq!(trace::take(), want, "the CPU's steps");
 
-    let mut rng = SplitMix64::new(11);
-    let ids: Vec<u32> = (0..40)
-        .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
-        .collect();
+    let ids = crate::quant::random_ids(40, 11);
     assert_chunks_give_one_prefills_bits(&model, &ids, &[&[1], &[16], &[5, 1, 11, 2]], "gemma4");
 
     let why = candor::model::lowering::not_lowered(&model).expect("refused on a GPU");

@@ -19,10 +19,7 @@ use candor::model::transformer::{Scratch, Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
 use crate::moe::TinyRecord;
-use crate::quant::{
-    agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
-    TQ_VOCAB,
-};
+use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
 
 const DIM: usize = 256;
 const HEADS: usize = 4;
@@ -142,18 +139,11 @@ pub(crate) fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::P
 /// threads.
 #[test]
 fn tiny_hybrid_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<TinyRecord>("quant/tiny_hybrid_teacher_forced.jsonl");
-    let seqs = head.seqs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut report = Vec::new();
-    for t in &records {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write_model(dir.path(), t);
-        assert_batch_invariant(&file, TQ_VOCAB, &label);
-        let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
-        std::fs::remove_file(&file).ok();
-    }
+    let report = crate::moe::verdicts(crate::moe::against_llama_cpp(
+        "quant/tiny_hybrid_teacher_forced.jsonl",
+        |_| true,
+        write_model,
+    ));
     assert_eq!(report.len(), 3, "models in the fixture");
     assert_verdicts(&report, 0.1);
 }
@@ -229,10 +219,7 @@ pub(crate) fn assert_every_split_gives_the_same_bits(model: &Transformer, label:
         model.state_len() > 0,
         "{label}: a hybrid model holds a state"
     );
-    let mut rng = SplitMix64::new(11);
-    let ids: Vec<u32> = (0..45)
-        .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
-        .collect();
+    let ids = crate::quant::random_ids(45, 11);
     let whole = assert_chunks_give_one_prefills_bits(
         model,
         &ids,

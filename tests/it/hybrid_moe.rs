@@ -18,10 +18,7 @@ use candor::weights::gguf::GgufFile;
 
 use crate::hybrid::{assert_every_split_gives_the_same_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
-use crate::quant::{
-    agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, Verdict,
-    TQ_VOCAB,
-};
+use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
 
 const FIXTURE: &str = "quant/tiny_hybrid_moe_teacher_forced.jsonl";
 const DIM: usize = 256;
@@ -167,18 +164,11 @@ fn record(ftype: &str) -> TinyRecord {
 /// below 0.1); and decoding does not depend on batch size, neighbours or threads.
 #[test]
 fn tiny_hybrid_moe_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<TinyRecord>(FIXTURE);
-    let seqs = head.seqs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut report = Vec::new();
-    for t in &records {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write_model(dir.path(), t);
-        assert_batch_invariant(&file, TQ_VOCAB, &label);
-        let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
-        std::fs::remove_file(&file).ok();
-    }
+    let report = crate::moe::verdicts(crate::moe::against_llama_cpp(
+        FIXTURE,
+        |_| true,
+        write_model,
+    ));
     assert_eq!(report.len(), 3, "models in the fixture");
     assert_verdicts(&report, 0.1);
 }

@@ -13,14 +13,10 @@ use candor::model::arch::AttnTemp;
 use candor::model::lowering::{covered, not_lowered, target_of, Lowering};
 use candor::model::plan::{trace, Place, RopeTable, Step};
 use candor::model::transformer::{Transformer, WeightDType};
-use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
-use crate::quant::{
-    agreement, assert_batch_invariant, assert_verdicts, q, tiny_fixture, tiny_tensors, TinyTensor,
-    Verdict, TQ_VOCAB,
-};
+use crate::quant::{assert_verdicts, q, random_ids, tiny_fixture, tiny_tensors, TinyTensor};
 
 const FIXTURE: &str = "quant/tiny_mistral3_teacher_forced.jsonl";
 /// The script's YaRN and temperature keys: factor, original context, betas, log multiplier,
@@ -122,31 +118,17 @@ pub(crate) fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::P
 /// flash-attention path misses too.
 #[test]
 fn tiny_mistral3_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<TinyRecord>(FIXTURE);
-    let seqs = head.seqs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mut dense, mut moe) = (Vec::new(), Vec::new());
-    for t in &records {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write_model(dir.path(), t);
-        if t.ftype == "Q4_K_M" {
-            assert_batch_invariant(&file, TQ_VOCAB, &label);
-        }
-        let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        let v = Verdict::new(&label, &a, &t.llama_cpp_paths);
-        match variant(&t.arch).0 {
-            0 => dense.push(v),
-            _ => moe.push(v),
-        }
-        std::fs::remove_file(&file).ok();
-    }
+    let measured = crate::moe::against_llama_cpp(FIXTURE, |t| t.ftype == "Q4_K_M", write_model);
+    let (moe, dense): (Vec<_>, Vec<_>) = measured
+        .into_iter()
+        .partition(|m| variant(&m.record.arch).0 > 0);
     assert_eq!(
         (dense.len(), moe.len()),
         (6, 3),
         "three models in three types"
     );
-    assert_verdicts(&dense, 0.1);
-    assert_verdicts(&moe, 0.65);
+    assert_verdicts(&crate::moe::verdicts(dense), 0.1);
+    assert_verdicts(&crate::moe::verdicts(moe), 0.65);
 }
 
 /// A prompt's logits at every position are the same bits in one prefill, in chunks of 1
@@ -162,10 +144,7 @@ fn every_split_of_a_ministral3_prompt_gives_the_same_bits() {
         .expect("a Q4_K_M ministral3 record");
     let file = write_model(dir.path(), t);
     let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
-    let mut rng = SplitMix64::new(11);
-    let ids: Vec<u32> = (0..40)
-        .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
-        .collect();
+    let ids = random_ids(40, 11);
     assert!(ids.len() > 2 * ORIG_CTX);
     assert_chunks_give_one_prefills_bits(
         &model,

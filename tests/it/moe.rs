@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::quant::{
     agreement, assert_batch_invariant, assert_verdicts, ggml_type, hash16_bytes, kquants, mxfp4, q,
-    tiny_fixture, Draw, TinyTensor, Verdict, TQ_VOCAB,
+    tiny_fixture, Agreement, Draw, TinyTensor, Verdict, TQ_VOCAB,
 };
 use crate::util::{write_gguf_raw, RawTensor};
 
@@ -214,6 +214,51 @@ pub(crate) fn write_fixture_model(
     file
 }
 
+/// One record of a tiny fixture run against llama.cpp ([`against_llama_cpp`]).
+pub(crate) struct Measured {
+    pub(crate) record: TinyRecord,
+    pub(crate) agreement: Agreement,
+    pub(crate) verdict: Verdict,
+}
+
+/// Every record of the tiny fixture `fixture` (`make_tiny_*_reference.py`) against llama.cpp:
+/// its model written by `write` into a temporary folder (removed after), decoded at batch
+/// sizes and neighbours that must not change its tokens where `invariant` says, and Candor's
+/// teacher-forced argmax compared with llama.cpp's; the caller holds the verdicts to their
+/// bounds.
+pub(crate) fn against_llama_cpp(
+    fixture: &str,
+    invariant: impl Fn(&TinyRecord) -> bool,
+    mut write: impl FnMut(&Path, &TinyRecord) -> PathBuf,
+) -> Vec<Measured> {
+    let (head, records) = tiny_fixture::<TinyRecord>(fixture);
+    let seqs = head.seqs();
+    let dir = tempfile::tempdir().expect("tempdir");
+    records
+        .into_iter()
+        .map(|t| {
+            let label = format!("tiny {} {}", t.arch, t.ftype);
+            let file = write(dir.path(), &t);
+            if invariant(&t) {
+                assert_batch_invariant(&file, TQ_VOCAB, &label);
+            }
+            let agreement = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
+            let verdict = Verdict::new(&label, &agreement, &t.llama_cpp_paths);
+            std::fs::remove_file(&file).ok();
+            Measured {
+                record: t,
+                agreement,
+                verdict,
+            }
+        })
+        .collect()
+}
+
+/// The verdicts of `measured`, for [`crate::quant::assert_verdicts`].
+pub(crate) fn verdicts(measured: Vec<Measured>) -> Vec<Verdict> {
+    measured.into_iter().map(|m| m.verdict).collect()
+}
+
 /// The MoE fixture's model of record `t`, written into `dir`.
 fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
     write_fixture_model(dir, t, &moe_tensors(&t.arch), &moe_metadata(&t.arch))
@@ -236,18 +281,11 @@ fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
 /// dense models' bound is 0.1.
 #[test]
 fn tiny_moe_models_match_llama_cpp_and_are_batch_invariant() {
-    let (head, records) = tiny_fixture::<TinyRecord>("quant/tiny_moe_teacher_forced.jsonl");
-    let seqs = head.seqs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut report = Vec::new();
-    for t in records {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = write_record(dir.path(), &t);
-        assert_batch_invariant(&file, TQ_VOCAB, &label);
-        let a = agreement(&file, &seqs, &t.argmax, &t.top2_gap);
-        report.push(Verdict::new(&label, &a, &t.llama_cpp_paths));
-        std::fs::remove_file(&file).ok();
-    }
+    let report = verdicts(against_llama_cpp(
+        "quant/tiny_moe_teacher_forced.jsonl",
+        |_| true,
+        write_record,
+    ));
     // Three architectures in F32, Q8_0 and Q4_K_M, and gpt-oss as published (MXFP4 experts).
     assert_eq!(report.len(), 3 * 3 + 1, "models in the fixture");
     assert_verdicts(&report, 0.5);

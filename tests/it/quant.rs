@@ -584,6 +584,31 @@ fn teacher_forced_agreement_on_tiny_models_per_quant_type() {
     assert_verdicts(&report, 0.1);
 }
 
+/// A mutation check's verdict: the model `label` with something taken away, compared with
+/// llama.cpp's argmax (`a`), must fail what [`assert_verdicts`] requires: below 98% (llama.cpp's
+/// own paths reach 880/880 on F32) with a miss that is no near tie (a top-2 gap of 0.1 or more).
+pub(crate) fn assert_disagrees(label: &str, a: &Agreement) {
+    println!(
+        "{label}: {}/{}, the widest miss at a gap of {:.3}",
+        a.agree, a.total, a.widest_miss
+    );
+    assert!(
+        a.agree * 50 < a.total * 49 && a.widest_miss >= 0.1,
+        "{label}: {}/{}, widest {}",
+        a.agree,
+        a.total,
+        a.widest_miss
+    );
+}
+
+/// `n` token ids below [`TQ_VOCAB`] from a `SplitMix64` stream of seed `seed`.
+pub(crate) fn random_ids(n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n)
+        .map(|_| (rng.next_u64() % TQ_VOCAB as u64) as u32)
+        .collect()
+}
+
 /// A tiny-model fixture of `make_tiny_*_reference.py`: its first line (the sequences), then
 /// one record per model and type.
 pub(crate) fn tiny_fixture<T: for<'de> Deserialize<'de>>(rel: &str) -> (TinySequences, Vec<T>) {
