@@ -199,14 +199,11 @@ fn match_llama_cpp(
 /// shared KV and the per-layer inputs depend on positions, never on the split.
 #[test]
 fn every_split_of_a_gemma4_prompt_gives_the_same_bits() {
-    let records = tiny_fixture::<TinyRecord>("quant/tiny_gemma4_teacher_forced.jsonl").1;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = records
-        .iter()
-        .find(|t| t.ftype == "Q4_K_M")
-        .expect("a Q4_K_M record");
-    let file = write_model(dir.path(), t);
-    let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
+    let (_dir, model) = crate::moe::fixture_model(
+        "quant/tiny_gemma4_teacher_forced.jsonl",
+        |t| t.ftype == "Q4_K_M",
+        write_model,
+    );
     // Longer than the window, so the sliding layers forget.
     let ids = crate::quant::random_ids(40, 11);
     assert_chunks_give_one_prefills_bits(

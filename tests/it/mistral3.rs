@@ -136,14 +136,11 @@ fn tiny_mistral3_models_match_llama_cpp_and_are_batch_invariant() {
 /// a row's position, never on the split (the prompt crosses two of its steps).
 #[test]
 fn every_split_of_a_ministral3_prompt_gives_the_same_bits() {
-    let records = tiny_fixture::<TinyRecord>(FIXTURE).1;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = records
-        .iter()
-        .find(|t| t.arch == "ministral3" && t.ftype == "Q4_K_M")
-        .expect("a Q4_K_M ministral3 record");
-    let file = write_model(dir.path(), t);
-    let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
+    let (_dir, model) = crate::moe::fixture_model(
+        FIXTURE,
+        |t| t.arch == "ministral3" && t.ftype == "Q4_K_M",
+        write_model,
+    );
     let ids = random_ids(40, 11);
     assert!(ids.len() > 2 * ORIG_CTX);
     assert_chunks_give_one_prefills_bits(

@@ -254,6 +254,24 @@ pub(crate) fn against_llama_cpp(
         .collect()
 }
 
+/// The model of the first record of the tiny fixture `fixture` that `pick` chooses, written by
+/// `write` into a temporary folder (returned with it) and loaded.
+pub(crate) fn fixture_model(
+    fixture: &str,
+    pick: impl Fn(&TinyRecord) -> bool,
+    write: impl FnOnce(&Path, &TinyRecord) -> PathBuf,
+) -> (tempfile::TempDir, Transformer) {
+    let records = tiny_fixture::<TinyRecord>(fixture).1;
+    let t = records
+        .iter()
+        .find(|t| pick(t))
+        .unwrap_or_else(|| panic!("{fixture}: no such record"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = write(dir.path(), t);
+    let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
+    (dir, model)
+}
+
 /// The verdicts of `measured`, for [`crate::quant::assert_verdicts`].
 pub(crate) fn verdicts(measured: Vec<Measured>) -> Vec<Verdict> {
     measured.into_iter().map(|m| m.verdict).collect()

@@ -238,14 +238,11 @@ fn the_file_picks_the_factor_set_and_the_attention_factor() {
 /// (token by token), 3, 16 and uneven sizes, and on 1 or 2 threads.
 #[test]
 fn every_split_of_a_longrope_prompt_gives_the_same_bits() {
-    let records = tiny_fixture::<TinyRecord>(FIXTURE).1;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = records
-        .iter()
-        .find(|t| t.arch == "phi4-mini" && t.ftype == "Q4_K_M")
-        .expect("a Q4_K_M phi4-mini record");
-    let file = write_model(dir.path(), t, &phi3_metadata(&t.arch));
-    let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
+    let (_dir, model) = crate::moe::fixture_model(
+        FIXTURE,
+        |t| t.arch == "phi4-mini" && t.ftype == "Q4_K_M",
+        |dir, t| write_model(dir, t, &phi3_metadata(&t.arch)),
+    );
     let ids = random_ids(40, 11);
     assert_chunks_give_one_prefills_bits(
         &model,

@@ -145,14 +145,11 @@ fn the_same_weights_with_rope_on_every_layer_disagree_with_llama_cpp() {
 /// unrotated keys are stored and read back like any other's.
 #[test]
 fn every_split_of_a_smollm3_prompt_gives_the_same_bits() {
-    let records = tiny_fixture::<TinyRecord>(FIXTURE).1;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = records
-        .iter()
-        .find(|t| t.arch == "smollm3" && t.ftype == "Q4_K_M")
-        .expect("a Q4_K_M smollm3 record");
-    let file = write_model(dir.path(), t, "smollm3");
-    let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
+    let (_dir, model) = crate::moe::fixture_model(
+        FIXTURE,
+        |t| t.arch == "smollm3" && t.ftype == "Q4_K_M",
+        |dir, t| write_model(dir, t, "smollm3"),
+    );
     let ids = random_ids(40, 11);
     assert_chunks_give_one_prefills_bits(
         &model,
