@@ -58,6 +58,11 @@ pub enum Arch {
     /// Mixture-of-Experts feed-forward block in every layer (softmax, top-k, renormalised) and
     /// beside it a shared expert gated by a sigmoid.
     Qwen35Moe,
+    /// Qwen3-Next (GGUF `qwen3next`, 80B-A3B): qwen35moe's layers with its own linear-attention
+    /// layout (value heads grouped by key head, β and α fused in `ssm_ba`, older files' fused
+    /// q|k|v|z `ssm_in`) and plain partial RoPE instead of multi-section RoPE
+    /// ([`ArchSpec::grouped_ssm`]).
+    Qwen3Next,
     /// Gemma 4 (GGUF `gemma4`): sliding-window layers named per layer, with head sizes, KV
     /// heads and RoPE of their own; layers that read an earlier layer's KV; per-layer token
     /// embeddings (E2B/E4B); values RMS-normed, attention scale 1 (the per-layer geometry:
@@ -112,7 +117,9 @@ impl Arch {
     /// post-attention norm (as its checkpoint's `post_attention_layernorm`).
     pub fn ffn_norm_tensor(self) -> &'static str {
         match self {
-            Arch::GptOss | Arch::Qwen35 | Arch::Qwen35Moe => "post_attention_norm.weight",
+            Arch::GptOss | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => {
+                "post_attention_norm.weight"
+            }
             _ => "ffn_norm.weight",
         }
     }
@@ -496,6 +503,12 @@ pub struct ArchSpec {
     /// Every `n`-th layer (`(l + 1) % n == 0`) attends without RoPE: llama.cpp's
     /// `n_no_rope_layer_step`, which its smollm3 loader fixes at 4 (no GGUF key sets it).
     pub no_rope_step: Option<usize>,
+    /// Qwen3-Next's linear-attention layout (llama.cpp's qwen3next.cpp): value head `h` reads
+    /// key head `h / (v_heads / k_heads)` (its repeat-interleave; Qwen3.5's converter reorders
+    /// the value heads so that qwen35 tiles them, `h mod k_heads`), β and α come fused per key
+    /// head in `ssm_ba`, an older file's q|k|v|z come fused per key head in `ssm_in`, and the
+    /// full-attention layers use plain RoPE (no `rope.dimension_sections`).
+    pub grouped_ssm: bool,
     /// LongRoPE ([`LongRope`]) is read: the GGUF's `rope_factors_long`/`_short` tensors and
     /// `rope.scaling.attn_factor` (llama.cpp's phi3 loader), a `config.json`'s `rope_scaling`
     /// of type `longrope` (or `su`).
@@ -548,6 +561,7 @@ const BASE: ArchSpec = ArchSpec {
     per_layer: false,
     gguf_attn_scale: None,
     no_rope_step: None,
+    grouped_ssm: false,
     long_rope: false,
 };
 
@@ -692,6 +706,21 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
         hybrid: true,
         shared_expert: true,
+        ..BASE
+    },
+    // GGUF only: qwen35moe's blocks in Qwen3-Next's layout (llama.cpp's qwen3next.cpp).
+    ArchSpec {
+        arch: Arch::Qwen3Next,
+        gguf_name: "qwen3next",
+        hf_model_types: &[],
+        hf_context_len: 262144,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
+        hybrid: true,
+        shared_expert: true,
+        grouped_ssm: true,
         ..BASE
     },
     // GGUF only (the per-layer geometry is read from GGUF keys). Norm weights are used as
@@ -1693,9 +1722,11 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "ssm.group_count",
             "full_attention_interval",
             "attention.recurrent_layers",
-            "rope.dimension_sections",
             "nextn_predict_layers",
         ]);
+        if !spec.grouped_ssm {
+            keys.push("rope.dimension_sections");
+        }
     }
     match spec.moe {
         MoeSpec::Never => {}

@@ -38,8 +38,12 @@ pub struct Hybrid {
     /// Per layer, whether it is linear attention (llama.cpp: `attention.recurrent_layers`,
     /// else all but every `full_attention_interval`-th layer, default 4).
     pub linear: Vec<bool>,
-    /// `rope.dimension_sections` of the full-attention layers' multi-section RoPE.
-    pub sections: [usize; 4],
+    /// `rope.dimension_sections` of the full-attention layers' multi-section RoPE (`None`:
+    /// plain RoPE, Qwen3-Next).
+    pub sections: Option<[usize; 4]>,
+    /// Value heads grouped by key head (Qwen3-Next: value head `h` reads key head
+    /// `h / (v_heads / k_heads)`), else tiled (Qwen3.5: `h mod k_heads`).
+    pub grouped: bool,
 }
 
 fn meta_err(key: &str, msg: String) -> ModelError {
@@ -113,8 +117,11 @@ impl Hybrid {
         if interval == 0 {
             return Err(meta_err(&key("full_attention_interval"), "0".into()));
         }
+        let grouped = ArchSpec::of(c.arch).grouped_ssm;
         let sk = key("rope.dimension_sections");
         let sections = match content.metadata.get(&sk) {
+            // Not read (`check_gguf_keys` refuses the key for such an architecture).
+            _ if grouped => None,
             Some(Value::Array(a)) if a.len() == 4 => {
                 let mut s = [0usize; 4];
                 for (o, v) in s.iter_mut().zip(a) {
@@ -125,16 +132,18 @@ impl Hybrid {
                         .map_err(|e| meta_err(&sk, e.to_string()))?;
                     *o = usize::try_from(n).map_err(|_| meta_err(&sk, format!("{n}")))?;
                 }
-                s
+                Some(s)
             }
             Some(_) => return Err(meta_err(&sk, "expected an array of 4 integers".into())),
             None => return Err(meta_err(&sk, "missing".into())),
         };
-        if sections.iter().sum::<usize>() * 2 > c.head_dim || sections[..3] == [0, 0, 0] {
-            return Err(meta_err(
-                &sk,
-                format!("{sections:?} do not fit heads of {}", c.head_dim),
-            ));
+        if let Some(sections) = sections {
+            if sections.iter().sum::<usize>() * 2 > c.head_dim || sections[..3] == [0, 0, 0] {
+                return Err(meta_err(
+                    &sk,
+                    format!("{sections:?} do not fit heads of {}", c.head_dim),
+                ));
+            }
         }
         Ok(Some(Hybrid {
             conv_kernel,
@@ -143,7 +152,37 @@ impl Hybrid {
             head_dim,
             linear: linear_layers(content, c, interval)?,
             sections,
+            grouped,
         }))
+    }
+
+    /// Qwen3-Next's fused rows, `widths[j]` rows of part `j` after each other per key head,
+    /// split: each part's rows over all key heads, in order.
+    pub fn grouped_rows<const N: usize>(&self, widths: [usize; N]) -> [Vec<usize>; N] {
+        let per: usize = widths.iter().sum();
+        let mut at = 0;
+        widths.map(|w| {
+            let part = (0..self.k_heads)
+                .flat_map(|g| g * per + at..g * per + at + w)
+                .collect();
+            at += w;
+            part
+        })
+    }
+
+    /// The key (and query) head value head `v` reads: `v / (v_heads / k_heads)` when the value
+    /// heads are grouped by key head, else `v mod k_heads`.
+    pub fn k_head(&self, v: usize) -> usize {
+        (v / self.k_div()) % self.k_heads
+    }
+
+    /// Value heads per step of the key head: `v_heads / k_heads` when grouped, else 1
+    /// ([`Hybrid::k_head`] is `(v / k_div) mod k_heads`, the GPU kernel's arithmetic).
+    pub fn k_div(&self) -> usize {
+        match self.grouped {
+            true => self.v_heads / self.k_heads,
+            false => 1,
+        }
     }
 
     /// Width of the keys (and of the queries).
@@ -184,15 +223,18 @@ impl Hybrid {
     /// (`ggml_mrope_cache_init`, `is_imrope`) gives pair `i` the position of section `i % 3`
     /// while `i < 3 · sections[i % 3]`, else the fourth section's, which is 0 for text tokens
     /// (`llm_graph_input_pos::set_input`); the first three are the token's position.
-    pub fn fixed_pairs(&self, pairs: usize) -> Vec<bool> {
-        let s = self.sections;
+    /// `None` without sections (plain RoPE).
+    pub fn fixed_pairs(&self, pairs: usize) -> Option<Vec<bool>> {
+        let s = self.sections?;
         let dims: usize = s.iter().sum();
-        (0..pairs)
-            .map(|i| {
-                let sector = i % dims.max(1);
-                sector >= 3 * s[sector % 3]
-            })
-            .collect()
+        Some(
+            (0..pairs)
+                .map(|i| {
+                    let sector = i % dims.max(1);
+                    sector >= 3 * s[sector % 3]
+                })
+                .collect(),
+        )
     }
 }
 
@@ -218,17 +260,57 @@ pub(super) struct DeltaNet {
 }
 
 impl DeltaNet {
-    /// Layer `l`'s tensors, matrices held as `dtype` says.
+    /// Layer `l`'s tensors, matrices held as `dtype` says, and its fused q|k|v projection
+    /// (`attn_qkv`). Qwen3-Next's layout ([`Hybrid::grouped`]) is split into the same
+    /// matrices: β and α from `ssm_ba` (per key head, its value heads' β then their α), and
+    /// in an older file without `attn_qkv` q|k|v and `z` from `ssm_in` (per key head, its q,
+    /// k, then its value heads' v and z), their rows gathered in the order the other layout
+    /// stores them (llama.cpp's views of the fused products; a row's products depend on that
+    /// row alone, so the bits are the same).
     pub(super) fn load(
         src: &mut dyn TensorSource,
         l: usize,
         h: &Hybrid,
         dim: usize,
         dtype: WeightDType,
-    ) -> Result<DeltaNet> {
+    ) -> Result<(DeltaNet, QWeight)> {
         let name = |s: &str| format!("blk.{l}.{s}");
         let mat = |src: &mut dyn TensorSource, n: &str, shape: &[usize]| {
             super::transformer::build_matrix(src, n, shape, dtype)
+        };
+        let rows = |src: &mut dyn TensorSource, n: &str, shape: &[usize], rows: &[usize]| {
+            super::transformer::build_matrix_rows(src, n, shape, rows, dtype)
+        };
+        let (s, r) = (h.head_dim, h.v_heads / h.k_heads);
+        let legacy = h.grouped
+            && !src.has_tensor(&name("attn_qkv.weight"))
+            && src.has_tensor(&name("ssm_in.weight"));
+        let (qkv, z) = if legacy {
+            let [q, k, v, z] = h.grouped_rows([s, s, r * s, r * s]);
+            let shape = [h.conv_dim() + h.value_dim(), dim];
+            let qkv: Vec<usize> = [q, k, v].concat();
+            (
+                rows(src, &name("ssm_in.weight"), &shape, &qkv)?,
+                rows(src, &name("ssm_in.weight"), &shape, &z)?,
+            )
+        } else {
+            (
+                mat(src, &name("attn_qkv.weight"), &[h.conv_dim(), dim])?,
+                mat(src, &name("attn_gate.weight"), &[h.value_dim(), dim])?,
+            )
+        };
+        let (beta, alpha) = if h.grouped {
+            let [b, a] = h.grouped_rows([r, r]);
+            let shape = [2 * h.v_heads, dim];
+            (
+                rows(src, &name("ssm_ba.weight"), &shape, &b)?,
+                rows(src, &name("ssm_ba.weight"), &shape, &a)?,
+            )
+        } else {
+            (
+                mat(src, &name("ssm_beta.weight"), &[h.v_heads, dim])?,
+                mat(src, &name("ssm_alpha.weight"), &[h.v_heads, dim])?,
+            )
         };
         let vector = |src: &mut dyn TensorSource, n: String, shape: &[usize]| {
             let q = src.read_tensor(&n, shape)?;
@@ -239,15 +321,16 @@ impl DeltaNet {
             name("ssm_conv1d.weight"),
             &[h.conv_dim(), h.conv_kernel],
         )?;
-        Ok(DeltaNet {
-            z: mat(src, &name("attn_gate.weight"), &[h.value_dim(), dim])?,
-            beta: mat(src, &name("ssm_beta.weight"), &[h.v_heads, dim])?,
-            alpha: mat(src, &name("ssm_alpha.weight"), &[h.v_heads, dim])?,
+        let delta = DeltaNet {
+            z,
+            beta,
+            alpha,
             conv: transpose(&conv, h.conv_dim(), h.conv_kernel),
             dt_bias: vector(src, name("ssm_dt.bias"), &[h.v_heads])?,
             a: vector(src, name("ssm_a"), &[h.v_heads])?,
             norm: vector(src, name("ssm_norm.weight"), &[h.head_dim])?,
-        })
+        };
+        Ok((delta, qkv))
     }
 
     /// Every matrix besides the layer's q|k|v and output projections.
@@ -542,8 +625,9 @@ impl DeltaNet {
     /// `eps / S` times `1 / sqrt(S)`), β = sigmoid, the decay `g = softplus(α + dt) · a`; then
     /// per sequence and value head, one token at a time: `S ← S · e^g`,
     /// `δ = (v − Sᵀk) · β`, `S ← S + k δᵀ`, `out = Sᵀq / sqrt(S)` (value head `h` reads
-    /// key head `h mod k_heads`, as llama.cpp's broadcast). Output into `out` (value width
-    /// per row).
+    /// key head [`Hybrid::k_head`]: `h mod k_heads` as llama.cpp's broadcast, or Qwen3-Next's
+    /// `h / (v_heads / k_heads)` as its repeat-interleave). Output into `out` (value width per
+    /// row).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rule<K: KvSeq>(
         &self,
@@ -579,7 +663,7 @@ impl DeltaNet {
                 .par_chunks_mut(s * s)
                 .enumerate()
                 .map(|(v, m)| {
-                    let kh = v % h.k_heads;
+                    let kh = h.k_head(v);
                     let mut o = vec![0f32; n * s];
                     for t in 0..n {
                         let row = &d.conv[(r0 + t) * cd..(r0 + t + 1) * cd];
@@ -641,12 +725,13 @@ mod tests {
 
     fn hybrid(sections: [usize; 4]) -> Hybrid {
         Hybrid {
+            grouped: false,
             conv_kernel: 4,
             k_heads: 2,
             v_heads: 4,
             head_dim: 8,
             linear: vec![true, false, true, false],
-            sections,
+            sections: Some(sections),
         }
     }
 
@@ -654,8 +739,9 @@ mod tests {
     /// token's position; a fourth section's pairs stay at 0.
     #[test]
     fn imrope_pairs_at_position_zero_are_the_fourth_sections() {
-        assert!(hybrid([11, 11, 10, 0]).fixed_pairs(32).iter().all(|f| !f));
-        let f = hybrid([2, 2, 2, 2]).fixed_pairs(8);
+        let f = hybrid([11, 11, 10, 0]).fixed_pairs(32).unwrap();
+        assert!(f.iter().all(|f| !f));
+        let f = hybrid([2, 2, 2, 2]).fixed_pairs(8).unwrap();
         assert_eq!(f, [false, false, false, false, false, false, true, true]);
     }
 

@@ -91,6 +91,47 @@ pub(super) fn build_matrix(
     }
 }
 
+/// Rows `rows` (in that order) of the `shape` matrix `name`, as one matrix held as `dtype`
+/// says: a tensor that fuses several matrices row-wise, split (Qwen3-Next's `ssm_ba` and
+/// `ssm_in`). Each row keeps the file's bytes, so each output of the split matrices is the
+/// fused matrix's (a row's products depend on that row alone).
+pub(super) fn build_matrix_rows(
+    src: &mut dyn TensorSource,
+    name: &str,
+    shape: &[usize],
+    rows: &[usize],
+    dtype: WeightDType,
+) -> Result<QWeight> {
+    let (stored, bytes) = src.read_mapped(name, shape)?;
+    let err = |e: String| ModelError::UnsupportedTensorType {
+        name: name.into(),
+        dtype: format!("{stored:?} ({e})"),
+    };
+    let &[n, k] = shape else {
+        return Err(err(format!(
+            "expected a 2-d weight matrix, got shape {shape:?}"
+        )));
+    };
+    let raw = bytes.bytes();
+    let row = raw.len() / n.max(1);
+    let mut picked = Vec::with_capacity(rows.len() * row);
+    for &r in rows {
+        picked.extend_from_slice(&raw[r * row..(r + 1) * row]);
+    }
+    match dtype {
+        WeightDType::F32 => {
+            QWeight::dequantized_stored(StoredType::Ggml(stored), rows.len(), k, &picked)
+        }
+        WeightDType::Native if has_native_kernel(stored) => {
+            QWeight::from_bytes(stored, rows.len(), k, &picked)
+        }
+        WeightDType::Native => {
+            return Err(err("no quantized kernel; load with --dtype f32".into()));
+        }
+    }
+    .map_err(|e| err(e.to_string()))
+}
+
 /// Layer `l`'s Mixture-of-Experts block: the router (`ffn_gate_inp`) and each expert's
 /// matrices, sliced out of the 3-d `ffn_{gate,up,down}_exps` tensors (experts outermost).
 fn load_moe(
@@ -651,9 +692,12 @@ impl Transformer {
                 continue;
             }
             let linear = hybrid.as_ref().filter(|h| h.linear[i]);
-            let delta = match linear {
-                Some(h) => Some(DeltaNet::load(src, i, h, dim, dtype)?),
-                None => None,
+            let (delta, linear_qkv) = match linear {
+                Some(h) => {
+                    let (delta, qkv) = DeltaNet::load(src, i, h, dim, dtype)?;
+                    (Some(delta), Some(qkv))
+                }
+                None => (None, None),
             };
             let mut mat = |suffix: &str, shape: &[usize]| -> Result<QWeight> {
                 build_matrix(src, &name(suffix), shape, dtype)
@@ -661,8 +705,8 @@ impl Transformer {
 
             // Qwen3.5's full-attention queries carry an output gate per head.
             let out_gate = hybrid.is_some() && linear.is_none();
-            let qkv = if let Some(h) = linear {
-                Qkv::Fused(mat("attn_qkv.weight", &[h.conv_dim(), dim])?)
+            let qkv = if let Some(qkv) = linear_qkv {
+                Qkv::Fused(qkv)
             } else if c.arch.fused() {
                 Qkv::Fused(mat("attn_qkv.weight", &[q_dim + 2 * kv_dim, dim])?)
             } else {
@@ -777,7 +821,7 @@ impl Transformer {
             None
         };
         let factors = src.rope_factors(c)?;
-        let fixed = hybrid.as_ref().map(|h| h.fixed_pairs(c.rope_dim / 2));
+        let fixed = hybrid.as_ref().and_then(|h| h.fixed_pairs(c.rope_dim / 2));
         let freqs = |swa: bool| RopeFreqs {
             fixed: fixed.clone(),
             ..c.rope_freqs(swa, factors.as_deref())
@@ -962,6 +1006,11 @@ impl Transformer {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The linear-attention geometry of a hybrid model (`None` for the others).
+    pub fn hybrid(&self) -> Option<&Hybrid> {
+        self.hybrid.as_ref()
     }
 
     /// The RoPE angles of the full-attention layers.

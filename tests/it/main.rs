@@ -27,6 +27,7 @@ mod own_data;
 mod panel;
 mod phi3;
 mod quant;
+mod qwen3next;
 mod realmistake;
 mod refutebench;
 mod refutebench_lang;

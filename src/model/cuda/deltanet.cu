@@ -125,15 +125,16 @@ extern "C" __global__ void delta_prep(float* conv, float* beta, float* alpha, co
 // S, row-major (m[i * s + j]: key index i, value index j; thread j owns column j, so a warp's
 // loads of one row are coalesced), one token at a time: S <- S e^g, delta = (v - S^T k) beta,
 // S <- S + k delta^T (an fma per element, as the CPU's `mul_add`), out = S^T q / sqrt(s); each
-// column's sums in index order. Value head v reads key head
-// v % k_heads. The token's q, k and v are staged in shared memory (3 s floats).
+// column's sums in index order. Value head v reads key head (v / k_div) % k_heads: k_div 1
+// tiles the key heads (Qwen3.5), k_div = v_heads / k_heads groups the value heads by key head
+// (Qwen3-Next). The token's q, k and v are staged in shared memory (3 s floats).
 extern "C" __global__ void delta_rule(const float* conv, const float* beta, const float* alpha,
                                       const unsigned long long* states, long off, const int* spans, int cd, int kd,
-                                      int s, int k_heads, int v_heads, float inv, float* out) {
+                                      int s, int k_div, int k_heads, int v_heads, float inv, float* out) {
     extern __shared__ float staged[];
     int v = blockIdx.x, q = blockIdx.y, j = threadIdx.x;
     int r0 = spans[2 * q], n = spans[2 * q + 1];
-    int kh = v % k_heads;
+    int kh = (v / k_div) % k_heads;
     float* m = (float*)states[q] + off + (long)v * s * s + j;
     float *sq = staged, *sk = staged + s, *sv = staged + 2 * s;
     for (int t = 0; t < n; t++) {

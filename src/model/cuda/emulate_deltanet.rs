@@ -162,7 +162,7 @@ pub(crate) fn rule(
     off: usize,
     spans: &[(usize, usize)],
     (cd, kd, s): (usize, usize, usize),
-    k_heads: usize,
+    (k_div, k_heads): (usize, usize),
     v_heads: usize,
     inv: f32,
     out: &mut [f32],
@@ -170,7 +170,7 @@ pub(crate) fn rule(
     for q in 0..spans.len() {
         for v in 0..v_heads {
             let (r0, n) = spans[q];
-            let kh = v % k_heads;
+            let kh = (v / k_div) % k_heads;
             let mut staged = vec![f32::NAN; 3 * s];
             for t in 0..n {
                 let row = &conv[(r0 + t) * cd..(r0 + t + 1) * cd];
@@ -327,7 +327,8 @@ mod tests {
             v_heads: 4,
             head_dim: 16,
             linear: vec![true, false, true],
-            sections: [2, 2, 2, 0],
+            sections: Some([2, 2, 2, 0]),
+            grouped: false,
         }
     }
 
@@ -402,7 +403,17 @@ mod tests {
         let off = off + h.conv_state_len();
         let dims = (cd, kd, s);
         rule(
-            &c, &beta, &alpha, states, off, spans, dims, h.k_heads, h.v_heads, inv, &mut out,
+            &c,
+            &beta,
+            &alpha,
+            states,
+            off,
+            spans,
+            dims,
+            (h.k_div(), h.k_heads),
+            h.v_heads,
+            inv,
+            &mut out,
         );
         gated_norm(&mut out, &z, &d.norm, s, rows * h.v_heads, eps);
         out
@@ -447,14 +458,23 @@ mod tests {
     /// Three sequences through five steps of both linear layers, the emulated kernels beside
     /// the CPU: prefills of 5 and 2 rows (fewer than the taps: the kept inputs are partly the
     /// zero start), a sequence sitting a step out (0 rows), a chunk of 7 after a decode step,
-    /// decode steps of all three; F32 and Q8_0 projections. Every step's output and every
+    /// decode steps of all three; F32 and Q8_0 projections; value heads tiled over the key
+    /// heads (Qwen3.5) and grouped by key head (Qwen3-Next). Every step's output and every
     /// sequence's state (conv inputs and matrices of both layers) equal bit for bit.
     #[test]
     fn the_emulated_linear_attention_equals_the_cpu() {
-        let h = hybrid();
         let (dim, eps) = (64, 1e-6);
         let steps: [&[usize]; 5] = [&[5, 2, 0], &[1, 1, 3], &[7, 0, 1], &[1, 1, 1], &[2, 6, 1]];
-        for dtype in [GgmlDType::F32, GgmlDType::Q8_0] {
+        for (grouped, dtype) in [
+            (false, GgmlDType::F32),
+            (false, GgmlDType::Q8_0),
+            (true, GgmlDType::F32),
+            (true, GgmlDType::Q8_0),
+        ] {
+            let h = Hybrid {
+                grouped,
+                ..hybrid()
+            };
             let layers = [layer(&h, dim, dtype, 10), layer(&h, dim, dtype, 20)];
             let mut seqs: Vec<State> = (0..3)
                 .map(|_| State {
@@ -478,7 +498,11 @@ mod tests {
                     let got = emulated(&h, l, w, &xb, &spans, &mut states, eps);
                     let want = cpu(&h, l, w, &xb, &spans, &mut seqs, eps);
                     assert!(want.iter().all(|v| v.is_finite()), "step {k}");
-                    assert_eq!(bits(&got), bits(&want), "{dtype:?} step {k} layer {l}");
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{dtype:?} grouped {grouped} step {k} layer {l}"
+                    );
                 }
                 for (q, &n) in seqs.iter_mut().zip(lens.iter()) {
                     q.grow(n);

@@ -210,10 +210,11 @@ impl Gpu {
         let (pc, pb, pa) = (ptr(&b.conv, s), ptr(&b.beta, s), ptr(&b.alpha, s));
         let sd = h.head_dim;
         let off = (h.state_offset(l) + h.conv_state_len()) as i64;
-        let (cd, kd, s_i, kh, vh) = (
+        let (cd, kd, s_i, k_div, kh, vh) = (
             h.conv_dim() as i32,
             h.key_dim() as i32,
             sd as i32,
+            h.k_div() as i32,
             h.k_heads as i32,
             h.v_heads as i32,
         );
@@ -228,6 +229,7 @@ impl Gpu {
         lb.arg(&cd)
             .arg(&kd)
             .arg(&s_i)
+            .arg(&k_div)
             .arg(&kh)
             .arg(&vh)
             .arg(&inv)
