@@ -122,7 +122,9 @@ pub fn residency(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanels) ->
                     | candle_core::quantized::GgmlDType::BF16
             )
         );
-        if !quantized {
+        // Float weights are read in place, except those split by rows into new matrices
+        // (Qwen3-Next's fused `ssm_in` and `ssm_ba`: copied).
+        if !quantized && !split_by_rows(&name) {
             continue;
         }
         if is_expert_tensor(&name) && experts.folder(len as usize).is_some() {
@@ -132,6 +134,12 @@ pub fn residency(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanels) ->
         }
     }
     Ok(r)
+}
+
+/// Whether the loader copies a tensor's rows into matrices of their own
+/// (`model::deltanet::DeltaNet::load`), so that even a float one is held in memory.
+fn split_by_rows(name: &str) -> bool {
+    name.ends_with(".ssm_in.weight") || name.ends_with(".ssm_ba.weight")
 }
 
 /// Where the experts go ([`ExpertPanels`]) and whether their panel files are mapped at once

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candor::model::lowering::not_lowered;
+use candor::model::memory::{residency, ExpertPanels};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
@@ -258,11 +259,19 @@ fn the_legacy_ssm_in_layout_is_the_same_model() {
                 arch != "qwen3next"
             );
             let file = write_model(dir.path(), t);
-            (
-                t,
-                Transformer::from_gguf_path(&file, WeightDType::Native).expect("load"),
-            )
+            let gguf = candor::weights::gguf::GgufFile::open(&file).expect("open");
+            let resident = residency(&gguf, WeightDType::Native, &ExpertPanels::Memory)
+                .expect("residency")
+                .resident;
+            let model = Transformer::from_gguf_path(&file, WeightDType::Native).expect("load");
+            (t, model, resident)
         });
+        // A float `ssm_in`, split into new matrices, is held in memory, and counted so at
+        // load; the newer file's float `attn_qkv` and `attn_gate` are read in place.
+        let ssm_in = (2 * (2 * STATE * K_HEADS + 2 * STATE * V_HEADS) * DIM * 4) as u64;
+        if ftype == "F32" {
+            assert_eq!(old.2 - new.2, ssm_in);
+        }
         assert_eq!(new.0.argmax, old.0.argmax, "llama.cpp's own {ftype}");
         let h = new.1.hybrid().expect("a hybrid model");
         assert!(h.grouped && h.sections.is_none());
