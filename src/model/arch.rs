@@ -46,6 +46,10 @@ pub enum Arch {
     Gemma2,
     Gemma3,
     Phi3,
+    /// Phi-3.5-MoE (GGUF `phimoe`) as llama.cpp runs it: phi3's graph with separate q/k/v
+    /// carrying biases, biases on every norm, on the attention output and on the logits, and
+    /// Mixtral-style experts (softmax, top-k, renormalised).
+    PhiMoe,
     /// OpenAI's gpt-oss: attention sinks, alternating sliding-window layers, YaRN RoPE, q/k/v
     /// and output biases, experts with biases and SwiGLU-OAI.
     GptOss,
@@ -224,6 +228,8 @@ pub struct ModelConfig {
     /// LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini), when the file has its two sets of
     /// frequency factors.
     pub long_rope: Option<LongRope>,
+    /// Biases after every norm and on the logits ([`ArchSpec::norm_bias`], phimoe).
+    pub norm_bias: bool,
 }
 
 /// Phi-3's LongRoPE as llama.cpp runs it: two sets of per-pair frequency factors (GGUF
@@ -509,6 +515,10 @@ pub struct ArchSpec {
     /// head in `ssm_ba`, an older file's q|k|v|z come fused per key head in `ssm_in`, and the
     /// full-attention layers use plain RoPE (no `rope.dimension_sections`).
     pub grouped_ssm: bool,
+    /// Every RMS norm is followed by a bias (`attn_norm.bias`, `ffn_norm.bias`,
+    /// `output_norm.bias`, required), and the logits by one (`output.bias`): llama.cpp's
+    /// phimoe (its `build_norm` with a bias after the weight).
+    pub norm_bias: bool,
     /// LongRoPE ([`LongRope`]) is read: the GGUF's `rope_factors_long`/`_short` tensors and
     /// `rope.scaling.attn_factor` (llama.cpp's phi3 loader), a `config.json`'s `rope_scaling`
     /// of type `longrope` (or `su`).
@@ -561,6 +571,7 @@ const BASE: ArchSpec = ArchSpec {
     per_layer: false,
     gguf_attn_scale: None,
     no_rope_step: None,
+    norm_bias: false,
     grouped_ssm: false,
     long_rope: false,
 };
@@ -663,6 +674,21 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Never,
+        long_rope: true,
+        ..BASE
+    },
+    // GGUF only: llama.cpp's phimoe (phi3's graph; its norms RMS norms with biases).
+    ArchSpec {
+        arch: Arch::PhiMoe,
+        gguf_name: "phimoe",
+        hf_model_types: &[],
+        hf_rms_eps: 1e-5,
+        hf_context_len: 4096,
+        swa: Swa::Disabled,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::IfDeclared(Gating::SoftmaxTopK { normalize: true }),
+        norm_bias: true,
         long_rope: true,
         ..BASE
     },
@@ -1177,6 +1203,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             .map(|l| spec.no_rope_step.is_some_and(|n| (l + 1) % n == 0))
             .collect(),
         long_rope,
+        norm_bias: spec.norm_bias,
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),

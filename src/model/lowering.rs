@@ -342,6 +342,9 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
              per-layer embeddings, layer scales, the MLP beside the experts and their norms)",
         );
     }
+    if has(|s| matches!(s, Step::NormBias(_) | Step::FinalNormBias | Step::LogitBias)) {
+        missing.push("phimoe's norm and logit biases");
+    }
     (!missing.is_empty()).then(|| {
         format!(
             "the GPU path has no kernels yet for {}; run this model with --device cpu",
@@ -518,7 +521,10 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::SetAside
             | Step::RouterNorm
             | Step::ExpertNorm
-            | Step::ExpertPostNorm => {}
+            | Step::ExpertPostNorm
+            | Step::NormBias(_)
+            | Step::FinalNormBias
+            | Step::LogitBias => {}
         }
         i += span;
     }
@@ -566,6 +572,7 @@ mod tests {
             attn_temp: None,
             nope_layers: Vec::new(),
             long_rope: None,
+            norm_bias: false,
         }
     }
 

@@ -75,6 +75,12 @@ pub enum Step {
     PostNorm(Block),
     /// `xb += b`, the attention output projection's bias (gpt-oss).
     OutBias,
+    /// `xb += b`, the bias after the block's pre-norm (phimoe).
+    NormBias(Block),
+    /// Head: the bias after the final norm (phimoe).
+    FinalNormBias,
+    /// Head: `logits += b`, the output projection's bias (phimoe).
+    LogitBias,
     /// `x += xb`.
     Residual,
     /// `gate = act(gate) · up`.
@@ -189,6 +195,8 @@ pub struct LayerParts {
     pub per_layer_input: bool,
     /// The layer's output is scaled (Gemma 4's `layer_output_scale`).
     pub out_scale: bool,
+    /// A bias after each pre-norm (phimoe).
+    pub norm_bias: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -214,6 +222,10 @@ impl Plan {
             .map(|(l, p)| layer_steps(c, l, p))
             .collect();
         let mut head = vec![Step::Gather, Step::FinalNorm, Step::Project(Matrix::Logits)];
+        if c.norm_bias {
+            head.insert(2, Step::FinalNormBias);
+            head.push(Step::LogitBias);
+        }
         if c.final_softcap.is_some() {
             head.push(Step::Softcap);
         }
@@ -272,6 +284,9 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
         s.push(Step::PostNorm(Block::Attn));
     }
     s.extend([Step::Residual, Step::Norm(Block::Ffn)]);
+    if p.norm_bias {
+        s.push(Step::NormBias(Block::Ffn));
+    }
     match c.moe.filter(|_| p.moe) {
         // llama.cpp's gemma4.cpp: `ffn_post_norm(post_norm_1(mlp(ffn_norm(x))) +
         // post_norm_2(experts(pre_norm_2(x))))`, routed by `rms_norm(x) / sqrt(dim) · s`.
@@ -326,7 +341,11 @@ fn layer_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
 
 /// The attention block's steps up to its output projection (and bias).
 fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
-    let mut s = vec![Step::Norm(Block::Attn), Step::Project(Matrix::Qkv)];
+    let mut s = vec![Step::Norm(Block::Attn)];
+    if p.norm_bias {
+        s.push(Step::NormBias(Block::Attn));
+    }
+    s.push(Step::Project(Matrix::Qkv));
     if p.out_gate {
         s.push(Step::SplitGate);
     }
@@ -461,6 +480,7 @@ mod tests {
             attn_temp: None,
             nope_layers: Vec::new(),
             long_rope: None,
+            norm_bias: false,
         }
     }
 

@@ -397,6 +397,8 @@ pub(super) struct Layer {
     pub(super) ple: Option<LayerEmbedding>,
     /// The layer's output scale (Gemma 4's `layer_output_scale`).
     pub(super) out_scale: Option<f32>,
+    /// The biases after the attention and feed-forward pre-norms (phimoe).
+    pub(super) norm_bias: Option<[Vec<f32>; 2]>,
 }
 
 impl Layer {
@@ -477,6 +479,7 @@ impl Layer {
             kv_from: self.kv_from,
             per_layer_input: self.ple.is_some(),
             out_scale: self.out_scale.is_some(),
+            norm_bias: self.norm_bias.is_some(),
         }
     }
 }
@@ -516,6 +519,8 @@ pub struct Transformer {
     pub(super) output_norm: Vec<f32>,
     /// `None` when tied to the embedding.
     pub(super) output: Option<QWeight>,
+    /// The biases after the final norm and on the logits (phimoe).
+    pub(super) head_bias: Option<[Vec<f32>; 2]>,
     /// The RoPE angles of full-attention layers (Llama 3 frequency factors and linear scaling
     /// applied).
     pub(super) rope_freqs: RopeFreqs,
@@ -784,6 +789,13 @@ impl Transformer {
             } else {
                 None
             };
+            let norm_bias = match c.norm_bias {
+                true => Some([
+                    vector("attn_norm.bias", dim)?,
+                    vector("ffn_norm.bias", dim)?,
+                ]),
+                false => None,
+            };
             layers.push(Layer {
                 attn_norm,
                 qkv,
@@ -803,12 +815,23 @@ impl Transformer {
                 kv_from: None,
                 ple: None,
                 out_scale: None,
+                norm_bias,
             });
         }
         let output_norm = to_f32_vec(
             "output_norm.weight",
             &src.read_tensor("output_norm.weight", &[c.dim])?,
         )?;
+        let head_bias = match c.norm_bias {
+            true => {
+                let mut vector = |n: &str, len: usize| to_f32_vec(n, &src.read_tensor(n, &[len])?);
+                Some([
+                    vector("output_norm.bias", c.dim)?,
+                    vector("output.bias", c.vocab_size)?,
+                ])
+            }
+            false => None,
+        };
         // Tied embeddings exactly when there is no `output.weight`.
         let output = if src.has_tensor("output.weight") {
             Some(build_matrix(
@@ -840,6 +863,7 @@ impl Transformer {
             layers,
             output_norm,
             output,
+            head_bias,
             rope_freqs,
             rope_swa_freqs,
             plan,
@@ -965,6 +989,7 @@ impl Transformer {
             kv_from: (!owns).then_some(d.kv_layer),
             ple,
             out_scale,
+            norm_bias: None,
         })
     }
 
@@ -1222,6 +1247,15 @@ impl Transformer {
                         &mut s.logits,
                     );
                 }
+                Step::FinalNormBias | Step::LogitBias => {
+                    let Some([norm_b, logit_b]) = &self.head_bias else {
+                        unreachable!("plan: {step:?} without head biases")
+                    };
+                    match step {
+                        Step::FinalNormBias => add_rows(&mut s.attn[..m * dim], norm_b),
+                        _ => add_rows(&mut s.logits[..m * c.vocab_size], logit_b),
+                    }
+                }
                 Step::Softcap => {
                     let cap = c.final_softcap.expect("plan: a softcap step has a cap");
                     for v in s.logits.iter_mut() {
@@ -1414,6 +1448,16 @@ impl Transformer {
                 let attn = &mut s.attn[..rows * q_dim];
                 self.attention(l, geo, seqs, &s.seq_spans, &s.q[..rows * q_dim], attn);
             }
+            Step::NormBias(block) => {
+                let Some([attn_b, ffn_b]) = &layer.norm_bias else {
+                    missing("norm biases")
+                };
+                let b = match block {
+                    Block::Attn => attn_b,
+                    Block::Ffn => ffn_b,
+                };
+                add_rows(&mut s.xb[..rows * dim], b);
+            }
             Step::OutBias => {
                 let Some(b) = &layer.out_bias else {
                     missing("an output bias")
@@ -1538,6 +1582,8 @@ impl Transformer {
             | Step::Split(_)
             | Step::Gather
             | Step::FinalNorm
+            | Step::FinalNormBias
+            | Step::LogitBias
             | Step::Softcap => unreachable!("plan: {step:?} in a layer"),
         }
     }

@@ -26,6 +26,7 @@ mod moe;
 mod own_data;
 mod panel;
 mod phi3;
+mod phimoe;
 mod quant;
 mod qwen3next;
 mod realmistake;
