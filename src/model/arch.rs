@@ -43,6 +43,13 @@ pub enum Arch {
     Qwen3,
     /// Qwen3's attention with a Mixture-of-Experts feed-forward block in every layer.
     Qwen3Moe,
+    /// Qwen3-VL's language model (GGUF `qwen3vl`) on text: qwen3's layers with interleaved
+    /// multi-section RoPE (`ModelConfig::rope_sections`). Its deepstack inputs are zero for
+    /// text tokens (llama.cpp pads a token's embedding with zeros), so text needs nothing more.
+    Qwen3Vl,
+    /// Qwen3-VL-MoE's language model (GGUF `qwen3vlmoe`, e.g. 30B-A3B) on text: qwen3moe's
+    /// layers with Qwen3-VL's RoPE.
+    Qwen3VlMoe,
     Gemma2,
     Gemma3,
     Phi3,
@@ -228,6 +235,9 @@ pub struct ModelConfig {
     /// LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini), when the file has its two sets of
     /// frequency factors.
     pub long_rope: Option<LongRope>,
+    /// `rope.dimension_sections` of interleaved multi-section RoPE (Qwen3.5, Qwen3-VL;
+    /// [`ArchSpec::mrope`]).
+    pub rope_sections: Option<[usize; 4]>,
     /// Biases after every norm and on the logits ([`ArchSpec::norm_bias`], phimoe).
     pub norm_bias: bool,
 }
@@ -303,6 +313,15 @@ impl ModelConfig {
         self.n_head * self.head_dim
     }
 
+    /// The RoPE pairs that stay at position 0 for text (`None` without sections): llama.cpp's
+    /// interleaved M-RoPE (`ggml_mrope_cache_init`, `is_imrope`) gives pair `i` the position
+    /// of section `i % 3` while `i < 3 · sections[i % 3]`, else the fourth section's, which is
+    /// 0 for text tokens (`llm_graph_input_pos::set_input`); the first three are the token's
+    /// position.
+    pub fn fixed_pairs(&self) -> Option<Vec<bool>> {
+        Some(imrope_fixed_pairs(self.rope_sections?, self.rope_dim / 2))
+    }
+
     /// Whether layer `l` rotates its queries and keys (every layer but SmolLM3's NoPE ones).
     pub fn rope(&self, l: usize) -> bool {
         !self.nope_layers.get(l).copied().unwrap_or(false)
@@ -362,6 +381,14 @@ impl ModelConfig {
                     self.rope_dim, self.head_dim
                 ),
             ));
+        }
+        if let Some(s) = self.rope_sections {
+            if s.iter().sum::<usize>() * 2 > self.head_dim || s[..3] == [0, 0, 0] {
+                return Err((
+                    "rope.dimension_sections",
+                    format!("{s:?} do not fit heads of {}", self.head_dim),
+                ));
+            }
         }
         if self.n_layer == 0 || self.dim == 0 || self.ffn_dim == 0 || self.vocab_size == 0 {
             return Err(("block_count", "a zero dimension".into()));
@@ -519,6 +546,10 @@ pub struct ArchSpec {
     /// `output_norm.bias`, required), and the logits by one (`output.bias`): llama.cpp's
     /// phimoe (its `build_norm` with a bias after the weight).
     pub norm_bias: bool,
+    /// Interleaved multi-section RoPE: the GGUF's `rope.dimension_sections` (required) says
+    /// which pairs take which of a token's positions (Qwen3.5, Qwen3-VL; llama.cpp's
+    /// `LLAMA_ROPE_TYPE_IMROPE`).
+    pub mrope: bool,
     /// LongRoPE ([`LongRope`]) is read: the GGUF's `rope_factors_long`/`_short` tensors and
     /// `rope.scaling.attn_factor` (llama.cpp's phi3 loader), a `config.json`'s `rope_scaling`
     /// of type `longrope` (or `su`).
@@ -571,6 +602,7 @@ const BASE: ArchSpec = ArchSpec {
     per_layer: false,
     gguf_attn_scale: None,
     no_rope_step: None,
+    mrope: false,
     norm_bias: false,
     grouped_ssm: false,
     long_rope: false,
@@ -621,6 +653,31 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
+        ..BASE
+    },
+    // GGUF only: the language models of Qwen3-VL (text only).
+    ArchSpec {
+        arch: Arch::Qwen3Vl,
+        gguf_name: "qwen3vl",
+        hf_model_types: &[],
+        hf_context_len: 262144,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Never,
+        mrope: true,
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Qwen3VlMoe,
+        gguf_name: "qwen3vlmoe",
+        hf_model_types: &[],
+        hf_context_len: 262144,
+        swa: Swa::Qwen,
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
+        mrope: true,
         ..BASE
     },
     ArchSpec {
@@ -717,6 +774,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         llama3_rope: false,
         moe: MoeSpec::Never,
         hybrid: true,
+        mrope: true,
         ..BASE
     },
     // GGUF only: qwen35's layers, qwen3moe's routing (llama.cpp's qwen35moe.cpp: softmax,
@@ -732,6 +790,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
         hybrid: true,
         shared_expert: true,
+        mrope: true,
         ..BASE
     },
     // GGUF only: qwen35moe's blocks in Qwen3-Next's layout (llama.cpp's qwen3next.cpp).
@@ -1203,6 +1262,10 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             .map(|l| spec.no_rope_step.is_some_and(|n| (l + 1) % n == 0))
             .collect(),
         long_rope,
+        rope_sections: match f {
+            Fields::Gguf { content, .. } if spec.mrope => Some(gguf_rope_sections(f, content)?),
+            _ => None,
+        },
         norm_bias: spec.norm_bias,
     };
     config.check().map_err(|(k, msg)| match f {
@@ -1575,6 +1638,47 @@ fn hf_long_rope(spec: &ArchSpec, f: &Fields, context_len: usize) -> Result<Optio
     }))
 }
 
+/// [`ModelConfig::fixed_pairs`] of `pairs` rotated pairs under `sections`.
+fn imrope_fixed_pairs(s: [usize; 4], pairs: usize) -> Vec<bool> {
+    let dims: usize = s.iter().sum();
+    (0..pairs)
+        .map(|i| {
+            let sector = i % dims.max(1);
+            sector >= 3 * s[sector % 3]
+        })
+        .collect()
+}
+
+/// A GGUF's `rope.dimension_sections`: four section sizes in rotated pairs (int or uint
+/// elements), the first three not all 0, no more pairs than a head has (checked by
+/// [`ModelConfig::check`] against the head size).
+fn gguf_rope_sections(f: &Fields, content: &Content) -> Result<[usize; 4]> {
+    let Fields::Gguf { prefix, .. } = f else {
+        unreachable!("GGUF fields")
+    };
+    let sk = format!("{prefix}.rope.dimension_sections");
+    let bad = |msg: String| f.err_key(&sk, msg);
+    let Some(candle_core::quantized::gguf_file::Value::Array(a)) = content.metadata.get(&sk) else {
+        return Err(match content.metadata.contains_key(&sk) {
+            true => bad("expected an array of 4 integers".into()),
+            false => bad("missing".into()),
+        });
+    };
+    if a.len() != 4 {
+        return Err(bad("expected an array of 4 integers".into()));
+    }
+    let mut s = [0usize; 4];
+    for (o, v) in s.iter_mut().zip(a) {
+        let n = v
+            .to_i32()
+            .map(i64::from)
+            .or_else(|_| v.to_u32().map(i64::from))
+            .map_err(|e| bad(e.to_string()))?;
+        *o = usize::try_from(n).map_err(|_| bad(format!("{n}")))?;
+    }
+    Ok(s)
+}
+
 /// The sliding window and which layers use it, as `spec.swa` says.
 fn sliding(spec: &ArchSpec, f: &Fields, n_layer: usize) -> Result<(Option<usize>, Vec<bool>)> {
     let gguf = f.gguf();
@@ -1751,9 +1855,13 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "attention.recurrent_layers",
             "nextn_predict_layers",
         ]);
-        if !spec.grouped_ssm {
-            keys.push("rope.dimension_sections");
-        }
+    }
+    if spec.mrope {
+        keys.push("rope.dimension_sections");
+    }
+    if matches!(spec.arch, Arch::Qwen3Vl | Arch::Qwen3VlMoe) {
+        // Deepstack inputs: zero for text tokens (see [`Arch::Qwen3Vl`]).
+        keys.push("n_deepstack_layers");
     }
     match spec.moe {
         MoeSpec::Never => {}
@@ -2074,6 +2182,20 @@ impl TensorSource for GgufFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// llama.cpp's interleaved M-RoPE for text: with Qwen3.5's sections every pair takes the
+    /// token's position; a fourth section's pairs stay at 0, and so do the pairs past three
+    /// times a section (Qwen3-VL's [24, 20, 20, 0]: pairs 61 and 62 of 64).
+    #[test]
+    fn imrope_pairs_at_position_zero() {
+        assert!(imrope_fixed_pairs([11, 11, 10, 0], 32).iter().all(|f| !f));
+        let f = imrope_fixed_pairs([2, 2, 2, 2], 8);
+        assert_eq!(f, [false, false, false, false, false, false, true, true]);
+        let fixed: Vec<usize> = (0..64)
+            .filter(|&i| imrope_fixed_pairs([24, 20, 20, 0], 64)[i])
+            .collect();
+        assert_eq!(fixed, [61, 62]);
+    }
 
     /// An unknown architecture's error names every one Candor runs (the list comes from the
     /// specs, so a new architecture cannot be missing from it).

@@ -38,9 +38,6 @@ pub struct Hybrid {
     /// Per layer, whether it is linear attention (llama.cpp: `attention.recurrent_layers`,
     /// else all but every `full_attention_interval`-th layer, default 4).
     pub linear: Vec<bool>,
-    /// `rope.dimension_sections` of the full-attention layers' multi-section RoPE (`None`:
-    /// plain RoPE, Qwen3-Next).
-    pub sections: Option<[usize; 4]>,
     /// Value heads grouped by key head (Qwen3-Next: value head `h` reads key head
     /// `h / (v_heads / k_heads)`), else tiled (Qwen3.5: `h mod k_heads`).
     pub grouped: bool,
@@ -118,40 +115,12 @@ impl Hybrid {
             return Err(meta_err(&key("full_attention_interval"), "0".into()));
         }
         let grouped = ArchSpec::of(c.arch).grouped_ssm;
-        let sk = key("rope.dimension_sections");
-        let sections = match content.metadata.get(&sk) {
-            // Not read (`check_gguf_keys` refuses the key for such an architecture).
-            _ if grouped => None,
-            Some(Value::Array(a)) if a.len() == 4 => {
-                let mut s = [0usize; 4];
-                for (o, v) in s.iter_mut().zip(a) {
-                    let n = v
-                        .to_i32()
-                        .map(i64::from)
-                        .or_else(|_| v.to_u32().map(i64::from))
-                        .map_err(|e| meta_err(&sk, e.to_string()))?;
-                    *o = usize::try_from(n).map_err(|_| meta_err(&sk, format!("{n}")))?;
-                }
-                Some(s)
-            }
-            Some(_) => return Err(meta_err(&sk, "expected an array of 4 integers".into())),
-            None => return Err(meta_err(&sk, "missing".into())),
-        };
-        if let Some(sections) = sections {
-            if sections.iter().sum::<usize>() * 2 > c.head_dim || sections[..3] == [0, 0, 0] {
-                return Err(meta_err(
-                    &sk,
-                    format!("{sections:?} do not fit heads of {}", c.head_dim),
-                ));
-            }
-        }
         Ok(Some(Hybrid {
             conv_kernel,
             k_heads,
             v_heads,
             head_dim,
             linear: linear_layers(content, c, interval)?,
-            sections,
             grouped,
         }))
     }
@@ -217,24 +186,6 @@ impl Hybrid {
     /// Where layer `l`'s state starts in a sequence's state.
     pub(super) fn state_offset(&self, l: usize) -> usize {
         self.linear[..l].iter().filter(|&&x| x).count() * self.layer_state_len()
-    }
-
-    /// The RoPE pairs that stay at position 0 for text: llama.cpp's interleaved M-RoPE
-    /// (`ggml_mrope_cache_init`, `is_imrope`) gives pair `i` the position of section `i % 3`
-    /// while `i < 3 · sections[i % 3]`, else the fourth section's, which is 0 for text tokens
-    /// (`llm_graph_input_pos::set_input`); the first three are the token's position.
-    /// `None` without sections (plain RoPE).
-    pub fn fixed_pairs(&self, pairs: usize) -> Option<Vec<bool>> {
-        let s = self.sections?;
-        let dims: usize = s.iter().sum();
-        Some(
-            (0..pairs)
-                .map(|i| {
-                    let sector = i % dims.max(1);
-                    sector >= 3 * s[sector % 3]
-                })
-                .collect(),
-        )
     }
 }
 
@@ -723,7 +674,7 @@ impl DeltaNet {
 mod tests {
     use super::*;
 
-    fn hybrid(sections: [usize; 4]) -> Hybrid {
+    fn hybrid() -> Hybrid {
         Hybrid {
             grouped: false,
             conv_kernel: 4,
@@ -731,18 +682,7 @@ mod tests {
             v_heads: 4,
             head_dim: 8,
             linear: vec![true, false, true, false],
-            sections: Some(sections),
         }
-    }
-
-    /// llama.cpp's interleaved M-RoPE for text: with Qwen3.5's sections every pair takes the
-    /// token's position; a fourth section's pairs stay at 0.
-    #[test]
-    fn imrope_pairs_at_position_zero_are_the_fourth_sections() {
-        let f = hybrid([11, 11, 10, 0]).fixed_pairs(32).unwrap();
-        assert!(f.iter().all(|f| !f));
-        let f = hybrid([2, 2, 2, 2]).fixed_pairs(8).unwrap();
-        assert_eq!(f, [false, false, false, false, false, false, true, true]);
     }
 
     /// The blocked recurrence is [`column`] column by column, to the bit, for head sizes that
@@ -805,7 +745,7 @@ mod tests {
 
     #[test]
     fn state_sizes_and_offsets() {
-        let h = hybrid([1, 1, 1, 0]);
+        let h = hybrid();
         assert_eq!(h.conv_dim(), 2 * 16 + 32);
         let per = 3 * 64 + 4 * 64;
         assert_eq!(h.state_len(), 2 * per);

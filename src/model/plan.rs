@@ -480,6 +480,7 @@ mod tests {
             attn_temp: None,
             nope_layers: Vec::new(),
             long_rope: None,
+            rope_sections: None,
             norm_bias: false,
         }
     }

@@ -844,7 +844,7 @@ impl Transformer {
             None
         };
         let factors = src.rope_factors(c)?;
-        let fixed = hybrid.as_ref().and_then(|h| h.fixed_pairs(c.rope_dim / 2));
+        let fixed = c.fixed_pairs();
         let freqs = |swa: bool| RopeFreqs {
             fixed: fixed.clone(),
             ..c.rope_freqs(swa, factors.as_deref())

@@ -29,6 +29,7 @@ mod phi3;
 mod phimoe;
 mod quant;
 mod qwen3next;
+mod qwen3vl;
 mod realmistake;
 mod refutebench;
 mod refutebench_lang;

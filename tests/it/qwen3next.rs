@@ -274,7 +274,7 @@ fn the_legacy_ssm_in_layout_is_the_same_model() {
         }
         assert_eq!(new.0.argmax, old.0.argmax, "llama.cpp's own {ftype}");
         let h = new.1.hybrid().expect("a hybrid model");
-        assert!(h.grouped && h.sections.is_none());
+        assert!(h.grouped && new.1.config().rope_sections.is_none());
         assert_eq!((h.k_head(1), h.k_head(2)), (0, 1));
         assert_eq!(new.1.config().rope_dim, ROPE_DIM);
         assert_eq!(new.1.rope_freqs().fixed, None);

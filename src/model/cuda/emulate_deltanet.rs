@@ -327,7 +327,6 @@ mod tests {
             v_heads: 4,
             head_dim: 16,
             linear: vec![true, false, true],
-            sections: Some([2, 2, 2, 0]),
             grouped: false,
         }
     }
