@@ -162,7 +162,8 @@ pub enum Kernel {
     GatherRows,
     /// `softcap`.
     Softcap,
-    /// `add_bias` of the attention output projection (`xb += b`).
+    /// `add_bias`: the attention output projection's bias (`xb += b`), and phimoe's after a
+    /// pre-norm (`xb`), after the final norm (the normed head rows) and on the logits.
     OutBias,
     /// The router's matmul (a float or integer kernel) and `moe_route`: each row's experts
     /// and weights in rank order.
@@ -342,9 +343,6 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
              per-layer embeddings, layer scales, the MLP beside the experts and their norms)",
         );
     }
-    if has(|s| matches!(s, Step::NormBias(_) | Step::FinalNormBias | Step::LogitBias)) {
-        missing.push("phimoe's norm and logit biases");
-    }
     (!missing.is_empty()).then(|| {
         format!(
             "the GPU path has no kernels yet for {}; run this model with --device cpu",
@@ -489,7 +487,9 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::Gated(_) => push(Kernel::GatedAct, i..i + 1),
             Step::Gather => push(Kernel::GatherRows, i..i + 1),
             Step::Softcap => push(Kernel::Softcap, i..i + 1),
-            Step::OutBias => push(Kernel::OutBias, i..i + 1),
+            Step::OutBias | Step::NormBias(_) | Step::FinalNormBias | Step::LogitBias => {
+                push(Kernel::OutBias, i..i + 1)
+            }
             Step::Route(_) => push(Kernel::Route, i..i + 1),
             Step::Experts(_) => push(Kernel::Experts, i..i + 1),
             Step::Combine => push(Kernel::Combine, i..i + 1),
@@ -521,10 +521,7 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::SetAside
             | Step::RouterNorm
             | Step::ExpertNorm
-            | Step::ExpertPostNorm
-            | Step::NormBias(_)
-            | Step::FinalNormBias
-            | Step::LogitBias => {}
+            | Step::ExpertPostNorm => {}
         }
         i += span;
     }

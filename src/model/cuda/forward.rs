@@ -218,6 +218,8 @@ pub struct CudaModel {
     name: String,
     layers: Vec<DevLayer>,
     output_norm: CudaSlice<f32>,
+    /// The biases after the final norm and on the logits (phimoe).
+    head_bias: Option<[CudaSlice<f32>; 2]>,
     /// The output projection (the embedding when tied).
     output: DevWeight,
     pool: KvPool,
@@ -321,6 +323,10 @@ impl CudaModel {
                 w_down,
                 post_ffn_norm: opt("post_ffw_norm", &l.post_ffn_norm)?,
                 out_bias: opt("attn_output.bias", &l.out_bias)?,
+                norm_bias: match &l.norm_bias {
+                    Some([a, f]) => Some([vec("attn_norm.bias", a)?, vec("ffn_norm.bias", f)?]),
+                    None => None,
+                },
                 sinks: opt("attn_sinks", &l.sinks)?,
                 moe,
                 delta: l
@@ -338,6 +344,13 @@ impl CudaModel {
             None => mat("token_embd.weight".into(), &model.embedding)?,
         };
         let output_norm = gpu.upload("output_norm", &model.output_norm)?;
+        let head_bias = match &model.head_bias {
+            Some([n, o]) => Some([
+                gpu.upload("output_norm.bias", n)?,
+                gpu.upload("output.bias", o)?,
+            ]),
+            None => None,
+        };
         // Room beside the pool for the recurrent states of a hybrid model's sequences.
         let reserve = model.state_len() * 4 * STATE_RESERVE;
         let pool = new_pool(
@@ -360,6 +373,7 @@ impl CudaModel {
             name,
             layers,
             output_norm,
+            head_bias,
             output,
             pool,
             block_tokens,
@@ -1071,6 +1085,17 @@ impl Run<'_> {
                     .ok_or_else(|| missing("an output bias"))?;
                 g.add_bias(p.xb, b, dim, rows * dim)
             }
+            (Kernel::OutBias, Step::NormBias(block)) => {
+                let [a, f] = dl
+                    .norm_bias
+                    .as_ref()
+                    .ok_or_else(|| missing("norm biases"))?;
+                let b = match block {
+                    Block::Attn => a,
+                    Block::Ffn => f,
+                };
+                g.add_bias(p.xb, b, dim, rows * dim)
+            }
             (Kernel::Route, Step::Route(gating)) => {
                 let (m, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
                 self.route(m, b, gating, rows)
@@ -1437,6 +1462,15 @@ impl Run<'_> {
                 let q = Self::quantized(act, quantized);
                 g.matmul_into(&model.output, p.attn, m, p.logits, self.act, q, false)?;
                 Ok(())
+            }
+            (Kernel::OutBias, step @ (Step::FinalNormBias | Step::LogitBias)) => {
+                let [n, o] = model.head_bias.as_ref().ok_or_else(|| {
+                    ModelError::Device("cuda: a head bias step without head biases".into())
+                })?;
+                match step {
+                    Step::FinalNormBias => g.add_bias(p.attn, n, dim, m * dim),
+                    _ => g.add_bias(p.logits, o, c.vocab_size, m * c.vocab_size),
+                }
             }
             (Kernel::Softcap, Step::Softcap) => {
                 let cap = c.final_softcap.ok_or_else(|| {

@@ -28,6 +28,8 @@ pub(super) struct DevLayer {
     pub(super) post_ffn_norm: Option<CudaSlice<f32>>,
     /// The attention output projection's bias (gpt-oss).
     pub(super) out_bias: Option<CudaSlice<f32>>,
+    /// The biases after the attention and feed-forward pre-norms (phimoe).
+    pub(super) norm_bias: Option<[CudaSlice<f32>; 2]>,
     /// Per query head, the attention sink logit (gpt-oss).
     pub(super) sinks: Option<CudaSlice<f32>>,
     /// A Mixture-of-Experts layer's router and experts.
