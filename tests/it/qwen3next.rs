@@ -17,6 +17,10 @@ use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
+use crate::hybrid_moe::{
+    draw_hybrid_moe_layer, SsmLayout, CONV, DIM, EXPERTS, EXPERT_FFN, FFN, HEADS, INTERVAL,
+    KV_HEADS, K_HEADS, SHARED_FFN, STATE, USED, V_HEADS,
+};
 use crate::moe::TinyRecord;
 use crate::quant::{
     agreement, assert_disagrees, assert_verdicts, q, random_ids, tiny_fixture, Draw, TinyTensor,
@@ -24,24 +28,9 @@ use crate::quant::{
 };
 
 const FIXTURE: &str = "quant/tiny_qwen3next_teacher_forced.jsonl";
-const DIM: usize = 256;
-const HEADS: usize = 4;
-const KV_HEADS: usize = 2;
-/// Layers 0 and 2 linear attention, 1 and 3 full attention.
+/// Layers 0 and 2 linear attention, 1 and 3 full attention (the MoE hybrid fixture's layers,
+/// `hybrid_moe.rs`'s geometry, twice).
 const LAYERS: usize = 4;
-const INTERVAL: usize = 2;
-/// `feed_forward_length`, which no block of the model uses.
-const FFN: usize = 512;
-/// Routed experts, used per token, their width; the shared expert's width.
-const EXPERTS: usize = 8;
-const USED: usize = 2;
-const EXPERT_FFN: usize = 256;
-const SHARED_FFN: usize = 256;
-/// Gated DeltaNet: conv taps, state (head) size, key heads, value heads.
-const CONV: usize = 4;
-const STATE: usize = 64;
-const K_HEADS: usize = 2;
-const V_HEADS: usize = 4;
 /// RoPE over the first 16 of the 64 head dimensions.
 const ROPE_DIM: usize = 16;
 
@@ -66,68 +55,33 @@ fn legacy_ssm_in(qkv: &[f32], z: &[f32]) -> Vec<f32> {
 /// The script's `qwen3next_tensors`: drawn in the same order from the same `SplitMix64` stream
 /// (the legacy model's `ssm_in` in its `attn_qkv`'s place).
 fn qwen3next_tensors(name: &str) -> Vec<TinyTensor> {
-    let hd = DIM / HEADS;
-    let kv = hd * KV_HEADS;
-    let (key_dim, value_dim) = (STATE * K_HEADS, STATE * V_HEADS);
     let mut w = Draw {
         rng: SplitMix64::new(7),
         out: Vec::new(),
     };
-    let scale = |k: usize| 1.5f32 / (k as f32).sqrt();
     w.add("token_embd.weight".into(), vec![TQ_VOCAB, DIM], 1.0, None);
     for i in 0..LAYERS {
-        let b = |s: &str| format!("blk.{i}.{s}");
-        w.norm(b("attn_norm.weight"), DIM);
-        if (i + 1) % INTERVAL != 0 {
-            w.mat(b("attn_qkv.weight"), 2 * key_dim + value_dim, DIM);
-            w.mat(b("attn_gate.weight"), value_dim, DIM);
-            if name == "qwen3next-legacy" {
-                let z = w.out.pop().expect("attn_gate").2;
-                let qkv = w.out.pop().expect("attn_qkv").2;
-                let fused = legacy_ssm_in(&qkv, &z);
-                w.out
-                    .push((b("ssm_in.weight"), vec![fused.len() / DIM, DIM], fused));
-            }
-            w.mat(b("ssm_ba.weight"), 2 * V_HEADS, DIM);
-            w.add(
-                b("ssm_conv1d.weight"),
-                vec![2 * key_dim + value_dim, CONV],
-                0.5,
-                None,
-            );
-            w.add(b("ssm_dt.bias"), vec![V_HEADS], 0.5, None);
-            w.add(b("ssm_a"), vec![V_HEADS], 0.5, Some(-1.0));
-            w.norm(b("ssm_norm.weight"), STATE);
-            w.mat(b("ssm_out.weight"), DIM, value_dim);
-        } else {
-            w.mat(b("attn_q.weight"), 2 * DIM, DIM);
-            w.mat(b("attn_k.weight"), kv, DIM);
-            w.mat(b("attn_v.weight"), kv, DIM);
-            w.norm(b("attn_q_norm.weight"), hd);
-            w.norm(b("attn_k_norm.weight"), hd);
-            w.mat(b("attn_output.weight"), DIM, DIM);
-        }
-        w.norm(b("post_attention_norm.weight"), DIM);
-        w.mat(b("ffn_gate_inp.weight"), EXPERTS, DIM);
-        for (m, rows, cols) in [
-            ("gate", EXPERT_FFN, DIM),
-            ("up", EXPERT_FFN, DIM),
-            ("down", DIM, EXPERT_FFN),
-        ] {
-            w.add(
-                b(&format!("ffn_{m}_exps.weight")),
-                vec![EXPERTS, rows, cols],
-                scale(cols),
-                None,
-            );
-        }
-        w.add(b("ffn_gate_inp_shexp.weight"), vec![DIM], scale(DIM), None);
-        w.mat(b("ffn_gate_shexp.weight"), SHARED_FFN, DIM);
-        w.mat(b("ffn_up_shexp.weight"), SHARED_FFN, DIM);
-        w.mat(b("ffn_down_shexp.weight"), DIM, SHARED_FFN);
+        draw_hybrid_moe_layer(&mut w, i, INTERVAL, SsmLayout::Qwen3Next);
     }
     w.norm("output_norm.weight".into(), DIM);
     w.mat("output.weight".into(), TQ_VOCAB, DIM);
+    if name == "qwen3next-legacy" {
+        // `attn_qkv` and `attn_gate` become one `ssm_in` in `attn_qkv`'s place.
+        for i in (0..LAYERS).filter(|i| (i + 1) % INTERVAL != 0) {
+            let at = |n: &str| w.out.iter().position(|t| t.0 == format!("blk.{i}.{n}"));
+            let (q, z) = (
+                at("attn_qkv.weight").unwrap(),
+                at("attn_gate.weight").unwrap(),
+            );
+            let fused = legacy_ssm_in(&w.out[q].2, &w.out[z].2);
+            w.out[q] = (
+                format!("blk.{i}.ssm_in.weight"),
+                vec![fused.len() / DIM, DIM],
+                fused,
+            );
+            w.out.remove(z);
+        }
+    }
     w.out
 }
 
