@@ -76,7 +76,7 @@ pub(crate) fn draw_hybrid_moe_layer(w: &mut Draw, i: usize, interval: usize, lay
     let scale = |k: usize| 1.5f32 / (k as f32).sqrt();
     let b = |s: &str| format!("blk.{i}.{s}");
     w.norm(b("attn_norm.weight"), DIM);
-    if (i + 1) % interval != 0 {
+    if !(i + 1).is_multiple_of(interval) {
         w.mat(b("attn_qkv.weight"), 2 * key_dim + value_dim, DIM);
         w.mat(b("attn_gate.weight"), value_dim, DIM);
         match layout {
