@@ -118,6 +118,8 @@ pub(super) fn build_matrix_rows(
     for &r in rows {
         picked.extend_from_slice(&raw[r * row..(r + 1) * row]);
     }
+    // Copied: the file's pages need not stay in this process's memory (as `from_mapped`).
+    bytes.release();
     match dtype {
         WeightDType::F32 => {
             QWeight::dequantized_stored(StoredType::Ggml(stored), rows.len(), k, &picked)
