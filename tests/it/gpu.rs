@@ -293,6 +293,18 @@ fn write_tiny_model(dir: &std::path::Path, arch: &'static str, ftype: &str) -> s
     file
 }
 
+/// The model `load` gives, on the GPU twice: decode steps launched one by one, and replayed as
+/// CUDA graphs.
+fn plain_and_graphed(
+    load: impl Fn() -> Transformer,
+) -> candor::model::error::Result<(Arc<Model>, Arc<Model>)> {
+    let mut plain = Model::new(load(), device())?;
+    let mut graphs = Model::new(load(), device())?;
+    plain.set_gpu_graphs(false);
+    graphs.set_gpu_graphs(true);
+    Ok((Arc::new(plain), Arc::new(graphs)))
+}
+
 /// `model` on the GPU, or `None` (skipped, said loudly) without one.
 #[track_caller]
 fn load_on_gpu(model: Transformer, label: &str) -> Option<Arc<Model>> {
@@ -593,17 +605,13 @@ fn gpu_graphs_change_no_token() {
     for arch in ARCHS {
         let file = write_tiny_model(dir.path(), arch, "Q4_K_M");
         let load = || Transformer::from_gguf_path(&file, WeightDType::Native).expect("tiny model");
-        let (mut plain, mut graphs) =
-            match (Model::new(load(), device()), Model::new(load(), device())) {
-                (Ok(a), Ok(b)) => (a, b),
-                (Err(e), _) | (_, Err(e)) => {
-                    skip(&e);
-                    return;
-                }
-            };
-        plain.set_gpu_graphs(false);
-        graphs.set_gpu_graphs(true);
-        let (plain, graphs) = (Arc::new(plain), Arc::new(graphs));
+        let (plain, graphs) = match plain_and_graphed(load) {
+            Ok(pair) => pair,
+            Err(e) => {
+                skip(&e);
+                return;
+            }
+        };
         let reqs = quant::mixed_requests(16, 40, quant::TQ_VOCAB);
         let run = |model: &Arc<Model>, bs: usize| {
             let cfg = SchedulerConfig {
@@ -825,14 +833,8 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
             );
         }
         if dense {
-            let (mut plain, mut graphs) =
-                match (Model::new(load(), device()), Model::new(load(), device())) {
-                    (Ok(a), Ok(b)) => (a, b),
-                    (Err(e), _) | (_, Err(e)) => panic!("{label}: {e}"),
-                };
-            plain.set_gpu_graphs(false);
-            graphs.set_gpu_graphs(true);
-            let (plain, graphs) = (Arc::new(plain), Arc::new(graphs));
+            let (plain, graphs) =
+                plain_and_graphed(load).unwrap_or_else(|e| panic!("{label}: {e}"));
             assert_eq!(
                 split(&graphs, 7),
                 split(&plain, 7),

@@ -21,57 +21,31 @@ use candor::stats::rng::SplitMix64;
 use crate::moe::TinyRecord;
 use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
 
-const DIM: usize = 256;
-const HEADS: usize = 4;
-const KV_HEADS: usize = 2;
+pub(crate) const DIM: usize = 256;
+pub(crate) const HEADS: usize = 4;
+pub(crate) const KV_HEADS: usize = 2;
 const LAYERS: usize = 4;
-const FFN: usize = 512;
+pub(crate) const FFN: usize = 512;
 /// Every `INTERVAL`-th layer is full attention.
-const INTERVAL: usize = 2;
+pub(crate) const INTERVAL: usize = 2;
 /// Gated DeltaNet: conv taps, state (head) size, key heads, value heads.
-const CONV: usize = 4;
-const STATE: usize = 64;
-const K_HEADS: usize = 2;
-const V_HEADS: usize = 4;
-const ROPE_DIM: u32 = 16;
-const SECTIONS: [i32; 4] = [2, 2, 2, 2];
+pub(crate) const CONV: usize = 4;
+pub(crate) const STATE: usize = 64;
+pub(crate) const K_HEADS: usize = 2;
+pub(crate) const V_HEADS: usize = 4;
+pub(crate) const ROPE_DIM: u32 = 16;
+pub(crate) const SECTIONS: [i32; 4] = [2, 2, 2, 2];
 
 /// The script's `tensors()`: drawn in the same order from the same `SplitMix64` stream.
 fn hybrid_tensors() -> Vec<TinyTensor> {
-    let hd = DIM / HEADS;
-    let kv = hd * KV_HEADS;
-    let (key_dim, value_dim) = (STATE * K_HEADS, STATE * V_HEADS);
     let mut w = Draw {
         rng: SplitMix64::new(7),
         out: Vec::new(),
     };
     w.add("token_embd.weight".into(), vec![TQ_VOCAB, DIM], 1.0, None);
     for i in 0..LAYERS {
+        draw_hybrid_attention(&mut w, i, INTERVAL, SsmLayout::Qwen35);
         let b = |s: &str| format!("blk.{i}.{s}");
-        w.norm(b("attn_norm.weight"), DIM);
-        if (i + 1) % INTERVAL != 0 {
-            w.mat(b("attn_qkv.weight"), 2 * key_dim + value_dim, DIM);
-            w.mat(b("attn_gate.weight"), value_dim, DIM);
-            w.mat(b("ssm_beta.weight"), V_HEADS, DIM);
-            w.mat(b("ssm_alpha.weight"), V_HEADS, DIM);
-            w.add(
-                b("ssm_conv1d.weight"),
-                vec![2 * key_dim + value_dim, CONV],
-                0.5,
-                None,
-            );
-            w.add(b("ssm_dt.bias"), vec![V_HEADS], 0.5, None);
-            w.add(b("ssm_a"), vec![V_HEADS], 0.5, Some(-1.0));
-            w.norm(b("ssm_norm.weight"), STATE);
-            w.mat(b("ssm_out.weight"), DIM, value_dim);
-        } else {
-            w.mat(b("attn_q.weight"), 2 * DIM, DIM);
-            w.mat(b("attn_k.weight"), kv, DIM);
-            w.mat(b("attn_v.weight"), kv, DIM);
-            w.norm(b("attn_q_norm.weight"), hd);
-            w.norm(b("attn_k_norm.weight"), hd);
-            w.mat(b("attn_output.weight"), DIM, DIM);
-        }
         w.norm(b("post_attention_norm.weight"), DIM);
         w.mat(b("ffn_gate.weight"), FFN, DIM);
         w.mat(b("ffn_up.weight"), FFN, DIM);
@@ -80,6 +54,54 @@ fn hybrid_tensors() -> Vec<TinyTensor> {
     w.norm("output_norm.weight".into(), DIM);
     w.mat("output.weight".into(), TQ_VOCAB, DIM);
     w.out
+}
+
+/// How a linear-attention layer's β and α are stored.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SsmLayout {
+    /// `ssm_beta`, `ssm_alpha` (Qwen3.5).
+    Qwen35,
+    /// One `ssm_ba` (Qwen3-Next).
+    Qwen3Next,
+}
+
+/// The attention half of layer `i` of the hybrid fixtures, drawn in their scripts' order (the
+/// fixtures' shared geometry): the pre-norm, then linear attention unless
+/// `(i + 1) % interval == 0`, else gated full attention.
+pub(crate) fn draw_hybrid_attention(w: &mut Draw, i: usize, interval: usize, layout: SsmLayout) {
+    let hd = DIM / HEADS;
+    let kv = hd * KV_HEADS;
+    let (key_dim, value_dim) = (STATE * K_HEADS, STATE * V_HEADS);
+    let b = |s: &str| format!("blk.{i}.{s}");
+    w.norm(b("attn_norm.weight"), DIM);
+    if !(i + 1).is_multiple_of(interval) {
+        w.mat(b("attn_qkv.weight"), 2 * key_dim + value_dim, DIM);
+        w.mat(b("attn_gate.weight"), value_dim, DIM);
+        match layout {
+            SsmLayout::Qwen35 => {
+                w.mat(b("ssm_beta.weight"), V_HEADS, DIM);
+                w.mat(b("ssm_alpha.weight"), V_HEADS, DIM);
+            }
+            SsmLayout::Qwen3Next => w.mat(b("ssm_ba.weight"), 2 * V_HEADS, DIM),
+        }
+        w.add(
+            b("ssm_conv1d.weight"),
+            vec![2 * key_dim + value_dim, CONV],
+            0.5,
+            None,
+        );
+        w.add(b("ssm_dt.bias"), vec![V_HEADS], 0.5, None);
+        w.add(b("ssm_a"), vec![V_HEADS], 0.5, Some(-1.0));
+        w.norm(b("ssm_norm.weight"), STATE);
+        w.mat(b("ssm_out.weight"), DIM, value_dim);
+    } else {
+        w.mat(b("attn_q.weight"), 2 * DIM, DIM);
+        w.mat(b("attn_k.weight"), kv, DIM);
+        w.mat(b("attn_v.weight"), kv, DIM);
+        w.norm(b("attn_q_norm.weight"), hd);
+        w.norm(b("attn_k_norm.weight"), hd);
+        w.mat(b("attn_output.weight"), DIM, DIM);
+    }
 }
 
 /// The script's GGUF metadata (without the vocabulary, which these ids-only tests do not
@@ -210,6 +232,20 @@ fn every_split_of_a_prompt_gives_the_same_bits() {
         assert_every_split_gives_the_same_bits(&model, &format!("{} {}", t.arch, t.ftype));
     }
 }
+
+/// The dense architectures' split check: a 40-token prompt (`random_ids(40, 11)`) in chunks
+/// of 1, 3, 16 and uneven sizes, on 1 and 2 threads, gives the bits of one prefill.
+pub(crate) fn assert_dense_splits_give_one_prefills_bits(model: &Transformer, label: &str) {
+    assert_chunks_give_one_prefills_bits(
+        model,
+        &crate::quant::random_ids(DENSE_SPLIT_TOKENS, 11),
+        &[&[1], &[3], &[16], &[5, 1, 11, 2]],
+        label,
+    );
+}
+
+/// The prompt length of [`assert_dense_splits_give_one_prefills_bits`].
+pub(crate) const DENSE_SPLIT_TOKENS: usize = 40;
 
 /// [`every_split_of_a_prompt_gives_the_same_bits`] for one hybrid model (`label` names it):
 /// a 45-token prompt's logits in chunks of every size listed, on 1 and 2 threads, are the

@@ -16,31 +16,21 @@ use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 use candor::weights::gguf::GgufFile;
 
-use crate::hybrid::{assert_every_split_gives_the_same_bits, logits_in_chunks};
+use crate::hybrid::{
+    assert_every_split_gives_the_same_bits, draw_hybrid_attention, logits_in_chunks, SsmLayout,
+    CONV, DIM, FFN, HEADS, INTERVAL, KV_HEADS, K_HEADS, ROPE_DIM, SECTIONS, STATE, V_HEADS,
+};
 use crate::moe::TinyRecord;
 use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
 
 const FIXTURE: &str = "quant/tiny_hybrid_moe_teacher_forced.jsonl";
-pub(crate) const DIM: usize = 256;
-pub(crate) const HEADS: usize = 4;
-pub(crate) const KV_HEADS: usize = 2;
 /// Layer 0 linear attention, layer 1 full attention.
 const LAYERS: usize = 2;
-pub(crate) const INTERVAL: usize = 2;
-/// `feed_forward_length`, which no block of the model uses.
-pub(crate) const FFN: usize = 512;
 /// Routed experts, used per token, their width; the shared expert's width.
 pub(crate) const EXPERTS: usize = 8;
 pub(crate) const USED: usize = 2;
 pub(crate) const EXPERT_FFN: usize = 256;
 pub(crate) const SHARED_FFN: usize = 256;
-/// Gated DeltaNet: conv taps, state (head) size, key heads, value heads.
-pub(crate) const CONV: usize = 4;
-pub(crate) const STATE: usize = 64;
-pub(crate) const K_HEADS: usize = 2;
-pub(crate) const V_HEADS: usize = 4;
-const ROPE_DIM: u32 = 16;
-const SECTIONS: [i32; 4] = [2, 2, 2, 2];
 
 /// The script's `tensors()`: drawn in the same order from the same `SplitMix64` stream.
 fn hybrid_moe_tensors() -> Vec<TinyTensor> {
@@ -57,53 +47,12 @@ fn hybrid_moe_tensors() -> Vec<TinyTensor> {
     w.out
 }
 
-/// How a linear-attention layer's β/α (and q|k|v|z) are stored.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SsmLayout {
-    /// `ssm_beta`, `ssm_alpha` (Qwen3.5).
-    Qwen35,
-    /// One `ssm_ba` (Qwen3-Next).
-    Qwen3Next,
-}
-
-/// Layer `i` of the MoE hybrid fixtures, drawn in their scripts' order (the fixtures' shared
-/// geometry): linear attention unless `(i + 1) % interval == 0`, then gated full attention;
-/// the routed experts and the shared expert.
+/// Layer `i` of the MoE hybrid fixtures, drawn in their scripts' order: the attention half
+/// ([`draw_hybrid_attention`]), then the routed experts and the shared expert.
 pub(crate) fn draw_hybrid_moe_layer(w: &mut Draw, i: usize, interval: usize, layout: SsmLayout) {
-    let hd = DIM / HEADS;
-    let kv = hd * KV_HEADS;
-    let (key_dim, value_dim) = (STATE * K_HEADS, STATE * V_HEADS);
+    draw_hybrid_attention(w, i, interval, layout);
     let scale = |k: usize| 1.5f32 / (k as f32).sqrt();
     let b = |s: &str| format!("blk.{i}.{s}");
-    w.norm(b("attn_norm.weight"), DIM);
-    if !(i + 1).is_multiple_of(interval) {
-        w.mat(b("attn_qkv.weight"), 2 * key_dim + value_dim, DIM);
-        w.mat(b("attn_gate.weight"), value_dim, DIM);
-        match layout {
-            SsmLayout::Qwen35 => {
-                w.mat(b("ssm_beta.weight"), V_HEADS, DIM);
-                w.mat(b("ssm_alpha.weight"), V_HEADS, DIM);
-            }
-            SsmLayout::Qwen3Next => w.mat(b("ssm_ba.weight"), 2 * V_HEADS, DIM),
-        }
-        w.add(
-            b("ssm_conv1d.weight"),
-            vec![2 * key_dim + value_dim, CONV],
-            0.5,
-            None,
-        );
-        w.add(b("ssm_dt.bias"), vec![V_HEADS], 0.5, None);
-        w.add(b("ssm_a"), vec![V_HEADS], 0.5, Some(-1.0));
-        w.norm(b("ssm_norm.weight"), STATE);
-        w.mat(b("ssm_out.weight"), DIM, value_dim);
-    } else {
-        w.mat(b("attn_q.weight"), 2 * DIM, DIM);
-        w.mat(b("attn_k.weight"), kv, DIM);
-        w.mat(b("attn_v.weight"), kv, DIM);
-        w.norm(b("attn_q_norm.weight"), hd);
-        w.norm(b("attn_k_norm.weight"), hd);
-        w.mat(b("attn_output.weight"), DIM, DIM);
-    }
     w.norm(b("post_attention_norm.weight"), DIM);
     w.mat(b("ffn_gate_inp.weight"), EXPERTS, DIM);
     for (m, rows, cols) in [

@@ -14,9 +14,9 @@ use candor::model::lowering::{covered, not_lowered, target_of, Lowering};
 use candor::model::plan::{trace, Place, RopeTable, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 
-use crate::hybrid::{assert_chunks_give_one_prefills_bits, logits_in_chunks};
+use crate::hybrid::{assert_dense_splits_give_one_prefills_bits, logits_in_chunks};
 use crate::moe::TinyRecord;
-use crate::quant::{assert_verdicts, q, random_ids, tiny_fixture, tiny_tensors, TinyTensor};
+use crate::quant::{assert_verdicts, q, tiny_fixture, tiny_tensors, TinyTensor};
 
 const FIXTURE: &str = "quant/tiny_mistral3_teacher_forced.jsonl";
 /// The script's YaRN and temperature keys: factor, original context, betas, log multiplier,
@@ -141,14 +141,8 @@ fn every_split_of_a_ministral3_prompt_gives_the_same_bits() {
         |t| t.arch == "ministral3" && t.ftype == "Q4_K_M",
         write_model,
     );
-    let ids = random_ids(40, 11);
-    assert!(ids.len() > 2 * ORIG_CTX);
-    assert_chunks_give_one_prefills_bits(
-        &model,
-        &ids,
-        &[&[1], &[3], &[16], &[5, 1, 11, 2]],
-        "mistral3",
-    );
+    const { assert!(crate::hybrid::DENSE_SPLIT_TOKENS > 2 * ORIG_CTX) };
+    assert_dense_splits_give_one_prefills_bits(&model, "mistral3");
 }
 
 /// What each model's file says is read: Ministral 3's YaRN with the file's betas and the

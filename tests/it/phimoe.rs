@@ -15,11 +15,10 @@ use candor::model::plan::{Block, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 
-use crate::hybrid::assert_chunks_give_one_prefills_bits;
+use crate::hybrid::assert_dense_splits_give_one_prefills_bits;
 use crate::moe::TinyRecord;
 use crate::quant::{
-    agreement, assert_disagrees, assert_verdicts, q, random_ids, tiny_fixture, Draw, TinyTensor,
-    TQ_VOCAB,
+    agreement, assert_disagrees, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB,
 };
 
 const FIXTURE: &str = "quant/tiny_phimoe_teacher_forced.jsonl";
@@ -232,12 +231,7 @@ fn the_phimoe_plan_has_its_biases_and_every_split_gives_the_same_bits() {
             }
         }
     }
-    assert_chunks_give_one_prefills_bits(
-        &model,
-        &random_ids(40, 11),
-        &[&[1], &[3], &[16], &[5, 1, 11, 2]],
-        "phimoe",
-    );
+    assert_dense_splits_give_one_prefills_bits(&model, "phimoe");
 }
 
 /// A phimoe file without one of its biases is refused, naming the tensor (llama.cpp requires
