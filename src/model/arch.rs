@@ -87,6 +87,14 @@ pub enum Arch {
     /// SmolLM3 (GGUF `smollm3`): llama's layers, every fourth of which attends without RoPE
     /// (`ModelConfig::nope_layers`).
     Smollm3,
+    /// DeepSeek-V2/V3/R1 and the models converted as they are (GGUF `deepseek2`: Kimi K2,
+    /// GLM-4.7-Flash, Moonlight, GigaChat 3): Multi-head Latent Attention ([`Mla`]), leading
+    /// dense layers, then experts routed by DeepSeek's router ([`Gating::Deepseek`]) beside
+    /// ungated shared experts.
+    Deepseek2,
+    /// Mistral Small 4 (GGUF `mistral4`): deepseek2's layers (llama.cpp runs both through one
+    /// graph), without deepseek2's YaRN special case, with attention temperature tuning.
+    Mistral4,
 }
 
 impl Arch {
@@ -166,11 +174,18 @@ pub enum Gating {
     SoftmaxTopK { normalize: bool },
     /// The `used` largest logits, then a softmax over those (gpt-oss).
     TopKSoftmax,
+    /// DeepSeek's router (llama.cpp's `build_moe_ffn` with deepseek2's options): the
+    /// probabilities a sigmoid of each logit (else a softmax over all); the experts chosen by
+    /// the probabilities plus the layer's selection bias (`exp_probs_b`, when it has one)
+    /// within the best groups ([`MoeConfig::groups`]); their weights the unbiased
+    /// probabilities, with `normalize` divided by their sum, then times
+    /// [`MoeConfig::weights_scale`].
+    Deepseek { sigmoid: bool, normalize: bool },
 }
 
 /// The Mixture-of-Experts feed-forward block of a model whose layers route each token to a
 /// few of their experts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MoeConfig {
     /// Experts per layer.
     pub experts: usize,
@@ -182,6 +197,37 @@ pub struct MoeConfig {
     /// The width of the shared expert every layer has beside the routed ones (Qwen3.5-MoE:
     /// `expert_shared_feed_forward_length`, else `feed_forward_length`); `None`: none.
     pub shared_ffn: Option<usize>,
+    /// Whether the shared expert's output is gated by a sigmoid (Qwen3.5-MoE's
+    /// `ffn_gate_inp_shexp`; DeepSeek's shared experts are added as they are).
+    pub shared_gated: bool,
+    /// The first `dense_lead` layers have the dense feed-forward block of `feed_forward_length`
+    /// instead (DeepSeek's `leading_dense_block_count`; 0 elsewhere).
+    pub dense_lead: usize,
+    /// Group-limited routing (`expert_group_count`, `expert_group_used_count`): the experts in
+    /// `groups.0` groups of consecutive indices, a group scored by the sum of its two best
+    /// selection scores, only the best `groups.1` groups' experts eligible (DeepSeek-V3).
+    pub groups: Option<(usize, usize)>,
+    /// The routing weights' scale (`expert_weights_scale`; 1: none).
+    pub weights_scale: f32,
+}
+
+/// Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash, Mistral 4) as
+/// llama.cpp runs it, absorbed into multi-query attention over one cached latent per position:
+/// a position's key is its RMS-normed compressed KV (`kv_lora` wide) beside the RoPE part it
+/// shares across heads; its value the same latent; each head's query its no-RoPE part times
+/// that head's `attn_k_b` beside its RoPE part; each head's attention output times its
+/// `attn_v_b`. The configuration's `head_dim` is the cached key's width (`kv_lora` + RoPE),
+/// with one KV head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mla {
+    /// `attention.q_lora_rank`: the queries' low-rank width (0: one query matrix `attn_q`).
+    pub q_lora: usize,
+    /// `attention.kv_lora_rank`: the width of the cached latent.
+    pub kv_lora: usize,
+    /// Per head, the query and key dimensions without RoPE (`key_length_mla` − RoPE).
+    pub nope: usize,
+    /// Per head, the value width after `attn_v_b` (`value_length_mla`).
+    pub v_head: usize,
 }
 
 /// The hyperparameters of a supported model, resolved from GGUF metadata or `config.json`.
@@ -240,6 +286,8 @@ pub struct ModelConfig {
     pub rope_sections: Option<[usize; 4]>,
     /// Biases after every norm and on the logits ([`ArchSpec::norm_bias`], phimoe).
     pub norm_bias: bool,
+    /// Multi-head Latent Attention ([`ArchSpec::mla`]).
+    pub mla: Option<Mla>,
 }
 
 /// Phi-3's LongRoPE as llama.cpp runs it: two sets of per-pair frequency factors (GGUF
@@ -300,6 +348,9 @@ pub struct Yarn {
     pub ext_factor: f32,
     /// llama.cpp's `yarn_attn_factor` after its corrections.
     pub attn_factor: f32,
+    /// `rope.scaling.yarn_log_multiplier` as llama.cpp holds it (deepseek2's divided by 0.1,
+    /// undoing its converter's factor; 0: none).
+    pub log_mul: f32,
 }
 
 impl ModelConfig {
@@ -554,6 +605,13 @@ pub struct ArchSpec {
     /// `rope.scaling.attn_factor` (llama.cpp's phi3 loader), a `config.json`'s `rope_scaling`
     /// of type `longrope` (or `su`).
     pub long_rope: bool,
+    /// Multi-head Latent Attention ([`Mla`]; llama.cpp's deepseek2 loader): the GGUF's
+    /// `attention.q_lora_rank`, `kv_lora_rank`, `key_length_mla` and `value_length_mla` are
+    /// read, `rope.scaling.yarn_log_multiplier` divided by 0.1, the attention scale
+    /// `mscale² / sqrt(key_length_mla)`, and the attention temperature steps by
+    /// `attention.temperature_length`; its layers' experts are [`MoeSpec::Deepseek`]'s, and
+    /// its multi-token-prediction layers (`nextn_predict_layers`) follow the trunk unused.
+    pub mla: bool,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -571,6 +629,12 @@ pub enum MoeSpec {
     /// `expert_feed_forward_length`, required (Gemma 4, whose `feed_forward_length` is the
     /// width of the dense MLP beside the experts).
     IfDeclaredOwnWidth(Gating),
+    /// DeepSeek's experts when `expert_count` > 1 (llama.cpp's deepseek2 loader): width
+    /// `expert_feed_forward_length`, `expert_shared_count` ungated shared experts of that
+    /// width, `leading_dense_block_count` dense layers first, [`Gating::Deepseek`] as
+    /// `expert_gating_func`, `expert_weights_norm` and `expert_weights_scale` say, and
+    /// group-limited routing.
+    Deepseek,
 }
 
 const BASE: ArchSpec = ArchSpec {
@@ -606,6 +670,7 @@ const BASE: ArchSpec = ArchSpec {
     norm_bias: false,
     grouped_ssm: false,
     long_rope: false,
+    mla: false,
 };
 
 /// One description per supported architecture.
@@ -854,6 +919,31 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         no_rope_step: Some(4),
         ..BASE
     },
+    // GGUF only (a checkpoint's `kv_b_proj` would have to be split into `attn_k_b`/`attn_v_b`:
+    // convert to GGUF). llama.cpp's deepseek2.cpp: adjacent RoPE pairs (its converter
+    // permutes none; `LLAMA_ROPE_TYPE_NORM`), YaRN with the betas' defaults, no window.
+    ArchSpec {
+        arch: Arch::Deepseek2,
+        gguf_name: "deepseek2",
+        hf_model_types: &[],
+        llama3_rope: false,
+        moe: MoeSpec::Deepseek,
+        yarn: true,
+        attn_temp: true,
+        mla: true,
+        ..BASE
+    },
+    ArchSpec {
+        arch: Arch::Mistral4,
+        gguf_name: "mistral4",
+        hf_model_types: &[],
+        llama3_rope: false,
+        moe: MoeSpec::Deepseek,
+        yarn: true,
+        attn_temp: true,
+        mla: true,
+        ..BASE
+    },
 ];
 
 impl ArchSpec {
@@ -1063,7 +1153,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
     // Qwen3.5's multi-token-prediction (`nextn`) layers follow the trunk's in `block_count`;
     // the forward pass runs the trunk only (llama.cpp's `n_layer()`).
     let n_layer = match f {
-        Fields::Gguf { content, prefix } if spec.hybrid => {
+        Fields::Gguf { content, prefix } if spec.hybrid || spec.mla => {
             let key = format!("{prefix}.nextn_predict_layers");
             let nextn = match content.metadata.contains_key(&key) {
                 true => md_usize(content, &key)?,
@@ -1207,8 +1297,18 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         Fields::Hf { .. } => hf_long_rope(spec, f, context_len)?,
     };
     let (sliding_window, swa_layers) = sliding(spec, f, n_layer)?;
-    let moe = moe_config(spec, f, ffn_dim)?;
+    let moe = moe_config(spec, f, ffn_dim, n_layer, vocab_size)?;
     let attn_temp = gguf_attn_temp(spec, f)?;
+    let (mla, attn_scale) = match f {
+        Fields::Gguf { content, prefix } if spec.mla => {
+            let m = gguf_mla(f, content, prefix, head_dim, rope_dim, n_kv_head)?;
+            (
+                Some(m),
+                mla_attn_scale(&m, rope_dim, rope_scale, yarn.as_ref()),
+            )
+        }
+        _ => (None, attn_scale),
+    };
     let config = ModelConfig {
         architecture: arch.gguf_name().to_string(),
         arch,
@@ -1267,6 +1367,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
             _ => None,
         },
         norm_bias: spec.norm_bias,
+        mla,
     };
     config.check().map_err(|(k, msg)| match f {
         Fields::Gguf { prefix, .. } => f.err_key(&format!("{prefix}.{k}"), msg),
@@ -1314,9 +1415,16 @@ pub const MAX_EXPERTS: usize = 512;
 /// The Mixture-of-Experts block as `spec.moe` reads it: none for a dense architecture (or a
 /// `llama` file declaring at most one expert, as llama.cpp), else the expert count, how many
 /// each token uses and their width.
-fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeConfig>> {
+fn moe_config(
+    spec: &ArchSpec,
+    f: &Fields,
+    ffn_dim: usize,
+    n_layer: usize,
+    vocab: usize,
+) -> Result<Option<MoeConfig>> {
     let (gating, always, own_width) = match spec.moe {
         MoeSpec::Never => return Ok(None),
+        MoeSpec::Deepseek => return deepseek_moe(f, n_layer, vocab),
         MoeSpec::IfDeclared(g) => (g, false, false),
         MoeSpec::Always(g) => (g, true, false),
         MoeSpec::IfDeclaredOwnWidth(g) => (g, false, true),
@@ -1375,6 +1483,108 @@ fn moe_config(spec: &ArchSpec, f: &Fields, ffn_dim: usize) -> Result<Option<MoeC
         ffn_dim: width,
         gating,
         shared_ffn,
+        shared_gated: true,
+        dense_lead: 0,
+        groups: None,
+        weights_scale: 1.0,
+    }))
+}
+
+/// [`MoeSpec::Deepseek`]'s experts as llama.cpp's deepseek2 loader and `build_moe_ffn` read
+/// them (GGUF only): none without `expert_count` > 1.
+fn deepseek_moe(f: &Fields, n_layer: usize, vocab: usize) -> Result<Option<MoeConfig>> {
+    let Fields::Gguf { content, prefix } = f else {
+        return Ok(None);
+    };
+    let key = |k: &str| format!("{prefix}.{k}");
+    let opt = |k: &str| -> Result<Option<usize>> {
+        match content.metadata.contains_key(&key(k)) {
+            true => Ok(Some(md_usize(content, &key(k))?)),
+            false => Ok(None),
+        }
+    };
+    let experts = f.usize(Field::Experts)?.unwrap_or(0);
+    if experts <= 1 {
+        return Ok(None);
+    }
+    if experts > MAX_EXPERTS {
+        return Err(f.err(
+            Field::Experts,
+            format!("{experts} experts, more than the {MAX_EXPERTS} any model has"),
+        ));
+    }
+    let used = f.need(Field::ExpertsUsed)?;
+    if used == 0 || used > experts {
+        return Err(f.err(
+            Field::ExpertsUsed,
+            format!("{used} experts used per token of {experts}"),
+        ));
+    }
+    let width = f.need(Field::ExpertFfn)?;
+    if width == 0 {
+        return Err(f.err(Field::ExpertFfn, "a zero expert width".into()));
+    }
+    // llama.cpp requires the key.
+    let shared = opt("expert_shared_count")?
+        .ok_or_else(|| f.err_key(&key("expert_shared_count"), "missing".into()))?;
+    let normalize = match content.metadata.get(&key("expert_weights_norm")) {
+        None => false,
+        Some(v) => v
+            .to_bool()
+            .map_err(|e| f.err_key(&key("expert_weights_norm"), format!("expected a bool: {e}")))?,
+    };
+    let scale = match content.metadata.contains_key(&key("expert_weights_scale")) {
+        true => md_f32(content, &key("expert_weights_scale"))?,
+        false => 0.0,
+    };
+    // 0 (none): DeepSeek-V2's files, softmax; GLM-4.7-Flash's (47 or 48 layers, its
+    // vocabulary of 154,880), sigmoid — llama.cpp's rule for files without the key.
+    let sigmoid = match opt("expert_gating_func")?.unwrap_or(0) {
+        0 => matches!(n_layer, 47 | 48) && vocab == 154_880,
+        1 => false,
+        2 => true,
+        g => {
+            return Err(f.err_key(
+                &key("expert_gating_func"),
+                format!("{g}: only softmax (1) and sigmoid (2) gating are implemented"),
+            ))
+        }
+    };
+    let groups = match opt("expert_group_count")?.unwrap_or(0) {
+        0 | 1 => None,
+        g => {
+            let used_groups = opt("expert_group_used_count")?.unwrap_or(0);
+            if !experts.is_multiple_of(g) || used_groups == 0 || used_groups >= g {
+                return Err(f.err_key(
+                    &key("expert_group_count"),
+                    format!("{g} groups of {experts} experts, {used_groups} used"),
+                ));
+            }
+            // Each group's score is the sum of its two best experts'.
+            if experts / g < 2 || used > used_groups * (experts / g) {
+                return Err(f.err_key(
+                    &key("expert_group_used_count"),
+                    format!(
+                        "{used_groups} groups of {} cannot hold {used} experts",
+                        experts / g
+                    ),
+                ));
+            }
+            Some((g, used_groups))
+        }
+    };
+    let dense_lead = opt("leading_dense_block_count")?.unwrap_or(0);
+    Ok(Some(MoeConfig {
+        experts,
+        used,
+        ffn_dim: width,
+        gating: Gating::Deepseek { sigmoid, normalize },
+        shared_ffn: (shared > 0).then_some(width * shared),
+        shared_gated: false,
+        dense_lead,
+        // llama.cpp scales unless the scale is 0 or 1.
+        weights_scale: if scale == 0.0 { 1.0 } else { scale },
+        groups,
     }))
 }
 
@@ -1396,9 +1606,20 @@ fn gguf_rope(
             false => Ok(None),
         }
     };
+    let opt_f32 = |k: &str| -> Result<Option<f32>> {
+        match content.metadata.contains_key(&key(k)) {
+            true => Ok(Some(md_f32(content, &key(k))?)),
+            false => Ok(None),
+        }
+    };
     let rope_dim = opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
     if let Some(v) = opt_usize("attention.value_length")? {
-        if v != head_dim {
+        // Latent attention's cached value is the key without its RoPE part.
+        let want = match spec.mla {
+            true => head_dim.saturating_sub(rope_dim),
+            false => head_dim,
+        };
+        if v != want {
             return Err(f.err_key(
                 &key("attention.value_length"),
                 format!("{v} differs from the key length {head_dim}"),
@@ -1436,7 +1657,15 @@ fn gguf_rope(
                     false => Ok(default),
                 }
             };
-            let log_mul = read("rope.scaling.yarn_log_multiplier", 0.0)?;
+            let log_mul = match spec.mla {
+                // llama.cpp's deepseek2 loader undoes its converter's factor 0.1
+                // ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]).
+                true => match opt_f32("rope.scaling.yarn_log_multiplier")? {
+                    Some(m) => m / 0.1,
+                    None => 0.0,
+                },
+                false => read("rope.scaling.yarn_log_multiplier", 0.0)?,
+            };
             let factor = 1.0 / (1.0 / scale);
             // libllama is built without FMA contraction: each operation rounds.
             let mscale = |m: f32| {
@@ -1446,8 +1675,14 @@ fn gguf_rope(
                     0.1 * m * factor.ln() + 1.0
                 }
             };
+            // llama.cpp's context special-cases deepseek2 (not mistral4): its `mscale` is the
+            // log multiplier too, unless that is 1.
+            let first = match spec.arch == Arch::Deepseek2 && log_mul != 1.0 {
+                true => log_mul,
+                false => 1.0,
+            };
             let mut attn_factor = if log_mul != 0.0 {
-                mscale(1.0) / mscale(log_mul)
+                mscale(first) / mscale(log_mul)
             } else {
                 mscale(1.0)
             };
@@ -1458,6 +1693,7 @@ fn gguf_rope(
                 beta_slow: read("rope.scaling.yarn_beta_slow", YARN_BETA_SLOW)?,
                 ext_factor: 1.0,
                 attn_factor,
+                log_mul,
             };
             Ok((rope_dim, scale, Some(yarn)))
         }
@@ -1470,6 +1706,68 @@ fn gguf_rope(
             ),
         )),
     }
+}
+
+/// A GGUF's latent-attention geometry ([`Mla`], llama.cpp's deepseek2 loader): the KV and
+/// query ranks (`q_lora_rank` 0: plain queries) and the per-head key and value widths, checked
+/// against the cached key (`key_length` = `kv_lora_rank` + RoPE) and its one KV head.
+fn gguf_mla(
+    f: &Fields,
+    content: &Content,
+    prefix: &str,
+    head_dim: usize,
+    rope_dim: usize,
+    n_kv_head: usize,
+) -> Result<Mla> {
+    let key = |k: &str| format!("{prefix}.{k}");
+    let need = |k: &str| md_usize(content, &key(k)).map_err(ModelError::from);
+    let q_lora = match content.metadata.contains_key(&key("attention.q_lora_rank")) {
+        true => need("attention.q_lora_rank")?,
+        false => 0,
+    };
+    let kv_lora = need("attention.kv_lora_rank")?;
+    let k_mla = need("attention.key_length_mla")?;
+    let v_head = need("attention.value_length_mla")?;
+    if kv_lora == 0 || kv_lora + rope_dim != head_dim {
+        return Err(f.err_key(
+            &key("attention.key_length"),
+            format!(
+                "{head_dim}: latent attention caches kv_lora_rank {kv_lora} + RoPE {rope_dim} \
+                 per position (a file converted without MLA is not supported: reconvert it)"
+            ),
+        ));
+    }
+    if k_mla <= rope_dim || v_head == 0 {
+        return Err(f.err_key(
+            &key("attention.key_length_mla"),
+            format!("{k_mla} (value {v_head}): no room beside RoPE's {rope_dim} dimensions"),
+        ));
+    }
+    if n_kv_head != 1 {
+        return Err(f.err_key(
+            &key("attention.head_count_kv"),
+            format!("{n_kv_head}: latent attention caches one latent per position"),
+        ));
+    }
+    Ok(Mla {
+        q_lora,
+        kv_lora,
+        nope: k_mla - rope_dim,
+        v_head,
+    })
+}
+
+/// deepseek2's attention scale (llama.cpp's deepseek2.cpp, each operation rounded to f32):
+/// `mscale² / sqrt(key_length_mla)` with `mscale = a · (1 + 0.1 ln s) · (1 + 0.1 m ln s)`,
+/// where `a` is the YaRN attention factor (1 without YaRN), `s` the RoPE scale and `m` the
+/// YaRN log multiplier.
+fn mla_attn_scale(m: &Mla, rope_dim: usize, rope_scale: f32, yarn: Option<&Yarn>) -> f32 {
+    let inv = 1.0 / (1.0 / rope_scale);
+    let (attn_factor, log_mul) = yarn.map_or((1.0, 0.0), |y| (y.attn_factor, y.log_mul));
+    let ln = inv.ln();
+    let org = attn_factor * (1.0 + 0.1 * ln);
+    let mscale = org * (1.0 + 0.1 * log_mul * ln);
+    mscale * mscale / ((m.nope + rope_dim) as f32).sqrt()
 }
 
 /// llama.cpp's YaRN betas (`llama-hparams.h`): a file's `rope.scaling.yarn_beta_*` where the
@@ -1500,7 +1798,15 @@ fn gguf_attn_temp(spec: &ArchSpec, f: &Fields) -> Result<Option<AttnTemp>> {
         true => key("rope.scaling.original_context_length"),
         false => key("context_length"),
     };
-    let floor_scale = md_usize(content, &orig_key)?;
+    // deepseek2's loader steps by `attention.temperature_length`, required with a scale.
+    let orig_key = match spec.mla {
+        true => key("attention.temperature_length"),
+        false => orig_key,
+    };
+    let floor_scale = match content.metadata.contains_key(&orig_key) {
+        true => md_usize(content, &orig_key)?,
+        false => 0,
+    };
     if floor_scale == 0 {
         return Err(f.err_key(
             &orig_key,
@@ -1871,6 +2177,29 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "expert_used_count",
             "expert_feed_forward_length",
         ]),
+        MoeSpec::Deepseek => keys.extend([
+            "expert_count",
+            "expert_used_count",
+            "expert_feed_forward_length",
+            "expert_shared_count",
+            "expert_weights_scale",
+            "expert_weights_norm",
+            "expert_gating_func",
+            "expert_group_count",
+            "expert_group_used_count",
+            "leading_dense_block_count",
+        ]),
+    }
+    if spec.mla {
+        keys.extend([
+            "attention.q_lora_rank",
+            "attention.kv_lora_rank",
+            "attention.key_length_mla",
+            "attention.value_length_mla",
+            "attention.temperature_length",
+            "rope.scaling.yarn_log_multiplier",
+            "nextn_predict_layers",
+        ]);
     }
     if spec.shared_expert {
         keys.push("expert_shared_feed_forward_length");

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use super::arch::Activation;
+use super::arch::{Activation, Gating};
 use super::plan::{Matrix, Place, Plan, Step};
 use super::quant::{QWeight, WeightFormat};
 use super::transformer::{GateUp, Qkv, Transformer};
@@ -71,9 +71,10 @@ pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
             qkv: match &l.qkv {
                 Qkv::Split { q, k, v } => vec![a(q), a(k), a(v)],
                 Qkv::Fused(w) => vec![a(w)],
-                // Gemma 4's (its steps are not lowered).
+                // Gemma 4's and latent attention's (their steps are not lowered).
                 Qkv::QueryKey { q, k } => vec![a(q), a(k)],
                 Qkv::Query(q) => vec![a(q)],
+                Qkv::Latent(_) => Vec::new(),
             },
             out: a(&l.wo),
             // A Mixture-of-Experts layer has neither (its steps are not lowered).
@@ -343,6 +344,16 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
              per-layer embeddings, layer scales, the MLP beside the experts and their norms)",
         );
     }
+    if has(|s| matches!(s, Step::LatentProject | Step::Absorb | Step::Expand)) {
+        missing.push("Multi-head Latent Attention (DeepSeek)");
+    }
+    // DeepSeek's shared experts, ungated, come only with its router.
+    if has(|s| matches!(s, Step::Route(Gating::Deepseek { .. }))) {
+        missing.push(
+            "DeepSeek's router (sigmoid gating, selection bias, expert groups, weight scale) \
+             and its ungated shared experts",
+        );
+    }
     (!missing.is_empty()).then(|| {
         format!(
             "the GPU path has no kernels yet for {}; run this model with --device cpu",
@@ -521,7 +532,10 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::SetAside
             | Step::RouterNorm
             | Step::ExpertNorm
-            | Step::ExpertPostNorm => {}
+            | Step::ExpertPostNorm
+            | Step::LatentProject
+            | Step::Absorb
+            | Step::Expand => {}
         }
         i += span;
     }
@@ -571,6 +585,7 @@ mod tests {
             long_rope: None,
             rope_sections: None,
             norm_bias: false,
+            mla: None,
         }
     }
 
@@ -586,6 +601,10 @@ mod tests {
             ffn_dim: 64,
             gating: Gating::TopKSoftmax,
             shared_ffn: None,
+            shared_gated: true,
+            dense_lead: 0,
+            groups: None,
+            weights_scale: 1.0,
         });
         let oss = LayerParts {
             sinks: true,

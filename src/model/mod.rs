@@ -19,6 +19,7 @@ pub mod kv;
 pub mod limits;
 pub mod lowering;
 pub mod memory;
+mod mla;
 mod moe;
 pub mod plan;
 pub mod quant;

@@ -33,6 +33,9 @@ pub(super) struct Moe {
     pub(super) router: QWeight,
     /// Added to the router's logits (gpt-oss: `ffn_gate_inp.bias`).
     pub(super) router_bias: Option<Vec<f32>>,
+    /// Added to the probabilities to choose the experts, not to weigh them (DeepSeek-V3's
+    /// `exp_probs_b`; [`Gating::Deepseek`]).
+    pub(super) selection_bias: Option<Vec<f32>>,
     pub(super) experts: Vec<Expert>,
     pub(super) config: MoeConfig,
     /// The shared expert every row also runs (Qwen3.5-MoE; boxed: most layers have none).
@@ -61,13 +64,14 @@ pub(super) struct MlpBeside {
 }
 
 /// A shared expert (`ffn_{gate,up,down}_shexp`) and its gate (`ffn_gate_inp_shexp`, one
-/// row of `dim`): every row runs it, its output scaled by the sigmoid of the gate's logit.
+/// row of `dim`): every row runs it, its output scaled by the sigmoid of the gate's logit
+/// (DeepSeek's: no gate, the output as it is).
 pub(super) struct SharedExpert {
     pub(super) gate: QWeight,
     pub(super) up: QWeight,
     pub(super) down: QWeight,
     /// `1 × dim`.
-    pub(super) gate_inp: QWeight,
+    pub(super) gate_inp: Option<QWeight>,
 }
 
 /// Reusable buffers of the three steps, grown to the largest step seen.
@@ -95,8 +99,12 @@ pub struct MoeScratch {
     out: Vec<f32>,
     /// Expert indices being ranked.
     order: Vec<u32>,
-    /// One row's chosen logits, then their softmax ([`Gating::TopKSoftmax`]).
+    /// One row's chosen logits, then their softmax ([`Gating::TopKSoftmax`]); one row's
+    /// selection scores ([`Gating::Deepseek`]).
     weights: Vec<f32>,
+    /// Each group's score, then the groups ranked ([`MoeConfig::groups`]).
+    group_score: Vec<f32>,
+    group_order: Vec<u32>,
     /// The shared expert's gate/up outputs (`rows × shared width`).
     shared_gate: Vec<f32>,
     shared_up: Vec<f32>,
@@ -143,6 +151,39 @@ impl Moe {
                             .zip(&s.weights)
                             .map(|(&e, &w)| (e, w)),
                     );
+                }
+                Gating::Deepseek { sigmoid, normalize } => {
+                    match sigmoid {
+                        true => probs
+                            .iter_mut()
+                            .for_each(|v| *v = super::deltanet::sigmoid(*v)),
+                        false => softmax_in_place(probs),
+                    }
+                    let select = &mut s.weights;
+                    select.clear();
+                    select.extend_from_slice(probs);
+                    if let Some(b) = &self.selection_bias {
+                        super::transformer::add_rows(select, b);
+                    }
+                    if let Some((groups, best)) = self.config.groups {
+                        keep_best_groups(
+                            select,
+                            groups,
+                            best,
+                            &mut s.group_score,
+                            &mut s.group_order,
+                        );
+                    }
+                    rank(select, used, &mut s.order);
+                    s.chosen
+                        .extend(s.order[..used].iter().map(|&e| (e, probs[e as usize])));
+                    if normalize {
+                        normalize_weights(&mut s.chosen[first..]);
+                    }
+                    let scale = self.config.weights_scale;
+                    if scale != 1.0 {
+                        s.chosen[first..].iter_mut().for_each(|(_, w)| *w *= scale);
+                    }
                 }
             }
         }
@@ -294,7 +335,10 @@ impl Moe {
         QWeight::matmul_shared(&[&sh.gate, &sh.up], xb, rows, &mut [&mut *gate, &mut *up]);
         super::transformer::gated(act, gate, up);
         sh.down.matmul(gate, rows, &mut s.shared_out[..rows * dim]);
-        sh.gate_inp.matmul(xb, rows, &mut s.shared_logit[..rows]);
+        let Some(gate_inp) = &sh.gate_inp else {
+            return;
+        };
+        gate_inp.matmul(xb, rows, &mut s.shared_logit[..rows]);
         for (out, &logit) in s.shared_out[..rows * dim]
             .chunks_exact_mut(dim)
             .zip(&s.shared_logit)
@@ -386,6 +430,42 @@ fn rank(v: &[f32], k: usize, order: &mut Vec<u32>) {
     order[..k].sort_unstable_by(cmp);
 }
 
+/// Group-limited routing as llama.cpp's `build_moe_ffn`: `select` in `groups` groups of
+/// consecutive experts, each scored by the sum of its two largest values (largest first,
+/// rounded to f32), the `best` best groups kept (ties to the lower group) and every other
+/// group's values set to `-∞`, so that no expert of theirs is chosen.
+fn keep_best_groups(
+    select: &mut [f32],
+    groups: usize,
+    best: usize,
+    score: &mut Vec<f32>,
+    order: &mut Vec<u32>,
+) {
+    let per = select.len() / groups;
+    score.clear();
+    for g in select.chunks_exact(per) {
+        // The two largest values (which of equal ones is taken changes no sum).
+        let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for &v in g {
+            if v.total_cmp(&a).is_gt() {
+                (a, b) = (v, a);
+            } else if v.total_cmp(&b).is_gt() {
+                b = v;
+            }
+        }
+        score.push(a + b);
+    }
+    let mut keep = std::mem::take(order);
+    rank(score, best, &mut keep);
+    let kept = &keep[..best];
+    for (i, g) in select.chunks_exact_mut(per).enumerate() {
+        if !kept.contains(&(i as u32)) {
+            g.fill(f32::NEG_INFINITY);
+        }
+    }
+    *order = keep;
+}
+
 /// Each weight divided by their sum (in f64, in rank order, rounded to f32 and kept at least
 /// f16's smallest normal, as ggml's `sum_rows`, `clamp` and `div`).
 fn normalize_weights(chosen: &mut [(u32, f32)]) {
@@ -429,6 +509,61 @@ mod tests {
         assert_eq!(z, [(0, 0.0), (1, 0.0)]);
     }
 
+    /// DeepSeek's router: groups limit the choice (the second-best expert overall, alone in a
+    /// weak group, is passed over), the selection bias changes which experts are chosen but
+    /// not their weights, which are the sigmoids renormalised and scaled.
+    #[test]
+    fn deepseek_routing_keeps_the_best_groups_and_weighs_by_unbiased_probabilities() {
+        let n = 8;
+        let identity: Vec<f32> = (0..n * n)
+            .map(|i| if i / n == i % n { 1.0 } else { 0.0 })
+            .collect();
+        let moe = |bias: Option<Vec<f32>>, groups| Moe {
+            router: QWeight::from_f32(n, n, identity.clone()),
+            router_bias: None,
+            selection_bias: bias,
+            experts: Vec::new(),
+            config: MoeConfig {
+                experts: n,
+                used: 2,
+                ffn_dim: 4,
+                gating: Gating::Deepseek {
+                    sigmoid: true,
+                    normalize: true,
+                },
+                shared_ffn: None,
+                shared_gated: false,
+                dense_lead: 0,
+                groups,
+                weights_scale: 2.0,
+            },
+            shared: None,
+            down_scale: None,
+            beside: None,
+        };
+        // Groups of two: {0, 1} scores σ(3) + σ(-1), {2, 3} σ(2.9) + σ(2.8), {6, 7}
+        // σ(-3) + σ(2.95): the two best are {2, 3} and {0, 1}.
+        let logits = [3.0f32, -1.0, 2.9, 2.8, 0.0, 0.1, -3.0, 2.95];
+        let sig = |e: usize| crate::model::deltanet::sigmoid(logits[e]);
+        let route = |m: &Moe| {
+            let mut s = MoeScratch::default();
+            m.route(&logits, 1, &mut s);
+            s.chosen
+        };
+        let weigh = |a: usize, b: usize| {
+            let sum = ((f64::from(sig(a)) + f64::from(sig(b))) as f32).max(1.0 / 16384.0);
+            vec![
+                (a as u32, sig(a) / sum * 2.0),
+                (b as u32, sig(b) / sum * 2.0),
+            ]
+        };
+        assert_eq!(route(&moe(None, None)), weigh(0, 7));
+        assert_eq!(route(&moe(None, Some((4, 2)))), weigh(0, 2));
+        let mut bias = vec![0.0; n];
+        bias[3] = 1.0;
+        assert_eq!(route(&moe(Some(bias), Some((4, 2)))), weigh(3, 0));
+    }
+
     /// Routing, experts and combine on a batch give every row the bits it gets alone, in any
     /// order of the batch.
     #[test]
@@ -448,12 +583,17 @@ mod tests {
                 })
                 .collect(),
             router_bias: None,
+            selection_bias: None,
             config: MoeConfig {
                 experts,
                 used,
                 ffn_dim: ffn,
                 gating: Gating::SoftmaxTopK { normalize: true },
                 shared_ffn: None,
+                shared_gated: true,
+                dense_lead: 0,
+                groups: None,
+                weights_scale: 1.0,
             },
             shared: None,
             down_scale: None,

@@ -58,6 +58,17 @@ pub enum Step {
     Bias,
     /// Per-head RMS norms of the queries and keys (Qwen3, Gemma 3).
     QkNorm,
+    /// Multi-head Latent Attention's projections of `xb` (DeepSeek): the queries (one matrix,
+    /// or a low-rank one, its RMS norm and an up-projection) and the compressed KV with the
+    /// RoPE part every head shares.
+    LatentProject,
+    /// The compressed KV RMS-normed, and from it and the queries `q`/`k`/`v` with their RoPE
+    /// parts first: each position's key `[k_pe | latent]` and value `[0 | latent]` (one KV
+    /// head), each head's query `[q_pe | attn_k_b · q_nope]`.
+    Absorb,
+    /// Each head's attention output, its latent part times the head's `attn_v_b`, into
+    /// `attn` as the output projection reads it.
+    Expand,
     /// RoPE of the queries and keys.
     Rope(RopeTable),
     /// The keys and values stored at their positions in each sequence's KV.
@@ -197,6 +208,8 @@ pub struct LayerParts {
     pub out_scale: bool,
     /// A bias after each pre-norm (phimoe).
     pub norm_bias: bool,
+    /// Multi-head Latent Attention (DeepSeek).
+    pub latent: bool,
 }
 
 /// Where a step runs: in layer `l` or in the head.
@@ -345,7 +358,11 @@ fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     if p.norm_bias {
         s.push(Step::NormBias(Block::Attn));
     }
-    s.push(Step::Project(Matrix::Qkv));
+    if p.latent {
+        s.extend([Step::LatentProject, Step::Absorb]);
+    } else {
+        s.push(Step::Project(Matrix::Qkv));
+    }
     if p.out_gate {
         s.push(Step::SplitGate);
     }
@@ -392,6 +409,9 @@ fn attention_steps(c: &ModelConfig, l: usize, p: LayerParts) -> Vec<Step> {
     });
     if p.out_gate {
         s.push(Step::OutGate);
+    }
+    if p.latent {
+        s.push(Step::Expand);
     }
     s.push(Step::Project(Matrix::Out));
     if p.out_bias {
@@ -482,6 +502,7 @@ mod tests {
             long_rope: None,
             rope_sections: None,
             norm_bias: false,
+            mla: None,
         }
     }
 
@@ -600,6 +621,10 @@ mod tests {
             ffn_dim: 32,
             gating,
             shared_ffn: None,
+            shared_gated: true,
+            dense_lead: 0,
+            groups: None,
+            weights_scale: 1.0,
         });
         let moe = LayerParts {
             qk_norm: true,
@@ -692,6 +717,10 @@ mod tests {
             ffn_dim: 32,
             gating,
             shared_ffn: Some(32),
+            shared_gated: true,
+            dense_lead: 0,
+            groups: None,
+            weights_scale: 1.0,
         });
         let linear = LayerParts {
             linear: true,
@@ -814,6 +843,10 @@ mod tests {
             ffn_dim: 32,
             gating,
             shared_ffn: None,
+            shared_gated: true,
+            dense_lead: 0,
+            groups: None,
+            weights_scale: 1.0,
         });
         let moe = LayerParts {
             qk_norm: true,
@@ -903,6 +936,49 @@ mod tests {
             ]
         );
         assert_eq!(p.head(), plain.head());
+    }
+
+    /// Multi-head Latent Attention (DeepSeek): its projections and the absorption replace the
+    /// q/k/v projection, the expansion of each head's output comes right before the output
+    /// projection, and the rest (RoPE, KV write, the temperature, attention, the feed-forward
+    /// block, the head) is the plain layer's.
+    #[test]
+    fn a_latent_layer_projects_absorbs_and_expands_around_attention() {
+        use crate::model::arch::AttnTemp;
+        let mut c = config(Arch::Deepseek2, Activation::Silu, None, None);
+        let latent = LayerParts {
+            latent: true,
+            ..LayerParts::default()
+        };
+        let plain = Plan::new(&c, [LayerParts::default()]);
+        let p = Plan::new(&c, [latent]);
+        let mut want = plain.layer(0).to_vec();
+        let qkv = want.iter().position(|s| *s == Project(Qkv)).expect("qkv");
+        want.splice(qkv..qkv + 1, [LatentProject, Absorb]);
+        let out = want.iter().position(|s| *s == Project(Out)).expect("out");
+        want.insert(out, Expand);
+        assert_eq!(p.layer(0), want);
+        assert_eq!(p.head(), plain.head());
+        c.attn_temp = Some(AttnTemp {
+            scale: 0.1,
+            floor_scale: 16,
+        });
+        let p = Plan::new(&c, [latent]);
+        assert_eq!(
+            p.layer(0)[1..8],
+            [
+                LatentProject,
+                Absorb,
+                Rope(RopeTable::Full),
+                KvWrite,
+                QueryTemp,
+                Attention {
+                    window: None,
+                    sinks: false
+                },
+                Expand
+            ]
+        );
     }
 
     /// SmolLM3's NoPE layers: the layer named in `nope_layers` is the other's steps without

@@ -19,7 +19,9 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use super::arch::{Activation, Arch, ArchSpec, ModelConfig, MoeConfig, RopeFreqs, TensorSource};
+use super::arch::{
+    Activation, Arch, ArchSpec, Gating, ModelConfig, MoeConfig, RopeFreqs, TensorSource,
+};
 use super::attention::{attend, attention_tasks, Geometry};
 use super::deltanet::{out_gate, split_gate, DeltaNet, DeltaScratch, Hybrid};
 use super::error::{ModelError, Result};
@@ -27,6 +29,7 @@ use super::expf::exp_shifted_in_place;
 use super::gemma4::{LayerDims, LayerEmbedding, PerLayer, PerLayerEmbedding};
 use super::kv::{KvSeq, Logits, SeqStep};
 use super::memory::{ExpertPanels, Placement};
+use super::mla::{Latent, LatentScratch};
 use super::moe::{Expert, MlpBeside, Moe, MoeScratch, SharedExpert};
 #[cfg(any(test, feature = "testkit"))]
 use super::plan::{trace, Place};
@@ -174,6 +177,10 @@ fn load_moe(
         to_f32_vec(&n, &src.read_tensor(&n, shape)?).map(Some)
     };
     let router_bias = vector("ffn_gate_inp.bias", &[n])?;
+    let selection_bias = match moe.gating {
+        Gating::Deepseek { .. } => vector("exp_probs_b.bias", &[n])?,
+        _ => None,
+    };
     // Each expert's output scale (llama.cpp's `ffn_down_exps_s`, Gemma 4's
     // `per_expert_scale`); the gate and up scales llama.cpp also reads have no converter
     // writing them for a model Candor runs.
@@ -219,13 +226,19 @@ fn load_moe(
                 mat("ffn_up_shexp.weight", &[f, dim])?,
             );
             let down = mat("ffn_down_shexp.weight", &[dim, f])?;
-            let n = name("ffn_gate_inp_shexp.weight");
-            let g = to_f32_vec(&n, &src.read_tensor(&n, &[dim])?)?;
+            let gate_inp = match moe.shared_gated {
+                true => {
+                    let n = name("ffn_gate_inp_shexp.weight");
+                    let g = to_f32_vec(&n, &src.read_tensor(&n, &[dim])?)?;
+                    Some(QWeight::from_f32(1, dim, g))
+                }
+                false => None,
+            };
             Some(Box::new(SharedExpert {
                 gate,
                 up,
                 down,
-                gate_inp: QWeight::from_f32(1, dim, g),
+                gate_inp,
             }))
         }
         None => None,
@@ -233,6 +246,7 @@ fn load_moe(
     Ok(Moe {
         router,
         router_bias,
+        selection_bias,
         experts,
         config: moe,
         shared,
@@ -352,6 +366,8 @@ pub(super) enum Qkv {
     },
     /// The queries alone: the layer attends over an earlier layer's KV (Gemma 4).
     Query(QWeight),
+    /// Multi-head Latent Attention's projections (DeepSeek; [`Latent`]).
+    Latent(Box<Latent>),
 }
 
 /// Gate and up projections: separate, or one fused matrix (Phi-3), gate rows first.
@@ -412,6 +428,7 @@ impl Layer {
             Qkv::Fused(m) => vec![m],
             Qkv::QueryKey { q, k } => vec![q, k],
             Qkv::Query(q) => vec![q],
+            Qkv::Latent(m) => m.matrices(),
         };
         ms.push(&self.wo);
         if let Some(p) = &self.ple {
@@ -429,7 +446,8 @@ impl Layer {
                 ms.push(&moe.router);
                 ms.extend(moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]));
                 if let Some(sh) = &moe.shared {
-                    ms.extend([&sh.gate, &sh.up, &sh.down, &sh.gate_inp]);
+                    ms.extend([&sh.gate, &sh.up, &sh.down]);
+                    ms.extend(&sh.gate_inp);
                 }
                 if let Some((gate_up, down)) = moe.mlp() {
                     match gate_up {
@@ -477,6 +495,7 @@ impl Layer {
             shared_expert: matches!(&self.ffn, Ffn::Moe(m) if m.shared.is_some()),
             mlp_beside: matches!(&self.ffn, Ffn::Moe(m) if m.beside.is_some()),
             key_as_value: matches!(self.qkv, Qkv::QueryKey { .. }),
+            latent: matches!(self.qkv, Qkv::Latent(_)),
             v_norm: self.v_norm,
             kv_from: self.kv_from,
             per_layer_input: self.ple.is_some(),
@@ -610,10 +629,10 @@ impl Transformer {
         let model = Transformer::build(config, hybrid, per_layer, file, dtype, &placement)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word). The exception:
-        // a hybrid model's multi-token-prediction layers after its trunk, which only drafting
-        // would run (none here).
+        // a hybrid or DeepSeek model's multi-token-prediction layers after its trunk, which
+        // only drafting would run (none here).
         let mut unused = file.unread_tensors();
-        if model.hybrid.is_some() {
+        if model.hybrid.is_some() || model.config.mla.is_some() {
             unused.retain(|t| !beyond_trunk(t, model.config.n_layer));
         }
         refuse_unused(&unused, arch, |msg| {
@@ -706,6 +725,10 @@ impl Transformer {
                 }
                 None => (None, None),
             };
+            let latent = match c.mla {
+                Some(mla) if linear.is_none() => Some(Latent::load(src, i, c, mla, dtype)?),
+                _ => None,
+            };
             let mut mat = |suffix: &str, shape: &[usize]| -> Result<QWeight> {
                 build_matrix(src, &name(suffix), shape, dtype)
             };
@@ -714,6 +737,8 @@ impl Transformer {
             let out_gate = hybrid.is_some() && linear.is_none();
             let qkv = if let Some(qkv) = linear_qkv {
                 Qkv::Fused(qkv)
+            } else if let Some(l) = latent {
+                Qkv::Latent(Box::new(l))
             } else if c.arch.fused() {
                 Qkv::Fused(mat("attn_qkv.weight", &[q_dim + 2 * kv_dim, dim])?)
             } else {
@@ -724,12 +749,14 @@ impl Transformer {
                     v: mat("attn_v.weight", &[kv_dim, dim])?,
                 }
             };
-            let wo = match linear {
-                Some(h) => mat("ssm_out.weight", &[dim, h.value_dim()])?,
-                None => mat("attn_output.weight", &[dim, q_dim])?,
+            let wo = match (linear, c.mla) {
+                (Some(h), _) => mat("ssm_out.weight", &[dim, h.value_dim()])?,
+                (None, Some(m)) => mat("attn_output.weight", &[dim, c.n_head * m.v_head])?,
+                (None, None) => mat("attn_output.weight", &[dim, q_dim])?,
             };
 
-            let ffn = match c.moe {
+            // DeepSeek's leading layers are dense.
+            let ffn = match c.moe.filter(|m| i >= m.dense_lead) {
                 Some(moe) => Ffn::Moe(load_moe(src, i, c, moe, dtype, panels)?),
                 None => Ffn::Dense {
                     gate_up: if c.arch.fused() {
@@ -1072,6 +1099,7 @@ impl Transformer {
                 Qkv::Fused(m) => add(m, false),
                 Qkv::QueryKey { q, k } => [q, k].into_iter().for_each(|m| add(m, false)),
                 Qkv::Query(q) => add(q, false),
+                Qkv::Latent(m) => m.matrices().into_iter().for_each(|m| add(m, false)),
             }
             add(&l.wo, false);
             if let Some(p) = &l.ple {
@@ -1103,8 +1131,9 @@ impl Transformer {
                     }
                     // The shared expert, which every token reads.
                     if let Some(sh) = &moe.shared {
-                        [&sh.gate, &sh.up, &sh.down, &sh.gate_inp]
+                        [&sh.gate, &sh.up, &sh.down]
                             .into_iter()
+                            .chain(&sh.gate_inp)
                             .for_each(|m| add(m, false));
                     }
                     // Gemma 4's dense MLP beside the experts, which every token reads.
@@ -1319,6 +1348,26 @@ impl Transformer {
                         QWeight::matmul_shared(&[wq, wk], xb, rows, &mut [q, k]);
                     }
                     Qkv::Query(wq) => wq.matmul(xb, rows, &mut s.q[..rows * q_dim]),
+                    Qkv::Latent(_) => unreachable!("plan: a latent layer projects its own"),
+                }
+            }
+            Step::LatentProject | Step::Absorb | Step::Expand => {
+                let Qkv::Latent(m) = &layer.qkv else {
+                    missing("latent attention")
+                };
+                match step {
+                    Step::LatentProject => {
+                        m.project(&s.xb[..rows * dim], rows, c.rms_eps, &mut s.latent)
+                    }
+                    Step::Absorb => m.absorb(
+                        rows,
+                        c.rms_eps,
+                        &mut s.latent,
+                        &mut s.q[..rows * q_dim],
+                        &mut s.k[..rows * kv_dim],
+                        &mut s.v[..rows * kv_dim],
+                    ),
+                    _ => m.expand(&mut s.attn[..rows * q_dim], rows, &mut s.latent),
                 }
             }
             Step::KeyAsValue => {
@@ -1782,6 +1831,8 @@ pub struct Scratch {
     moe: MoeScratch,
     /// The linear-attention steps' buffers.
     delta: DeltaScratch,
+    /// The latent-attention steps' buffers.
+    latent: LatentScratch,
     /// The step's token ids, rows in order.
     tokens: Vec<u32>,
     /// Per-layer embeddings (Gemma 4): every layer's input of each row, the projection

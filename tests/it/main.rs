@@ -10,6 +10,7 @@ mod util;
 mod arch;
 mod compare;
 mod data;
+mod deepseek2;
 mod engine;
 mod fbbench;
 mod fennec;

@@ -547,6 +547,7 @@ mod tests {
             let moe = Moe {
                 router: QWeight::from_f32(4, dim, noise(1, 4 * dim)),
                 router_bias: None,
+                selection_bias: None,
                 experts: Vec::new(),
                 config: MoeConfig {
                     experts: 4,
@@ -554,12 +555,16 @@ mod tests {
                     ffn_dim: f,
                     gating: Gating::SoftmaxTopK { normalize: true },
                     shared_ffn: Some(f),
+                    shared_gated: true,
+                    dense_lead: 0,
+                    groups: None,
+                    weights_scale: 1.0,
                 },
                 shared: Some(Box::new(SharedExpert {
                     gate: quantized(Some(dtype), f, dim, 2),
                     up: quantized(Some(dtype), f, dim, 3),
                     down: quantized(Some(dtype), dim, f, 4),
-                    gate_inp: quantized(Some(dtype), 1, dim, 5),
+                    gate_inp: Some(quantized(Some(dtype), 1, dim, 5)),
                 })),
                 down_scale: None,
                 beside: None,
@@ -577,7 +582,7 @@ mod tests {
                 let up = matmul(&sh.up, &x, rows);
                 gated_cpu(&mut gate, &up, 1);
                 let mut out = matmul(&sh.down, &gate, rows);
-                let logit = matmul(&sh.gate_inp, &x, rows);
+                let logit = matmul(sh.gate_inp.as_ref().expect("gated"), &x, rows);
                 shared_gate(&mut out, &logit, dim);
                 let mut got = routed;
                 for (g, o) in got.iter_mut().zip(&out) {

@@ -10,6 +10,7 @@
 // Index loops as in the CUDA source, so that the two read side by side.
 #![allow(clippy::needless_range_loop)]
 
+use super::forward::gating_code;
 use crate::model::arch::{Activation, Gating};
 // `CPU_EXP_TABLE` of `moe.cu` spells out the CPU's table.
 use crate::model::expf::TABLE;
@@ -65,15 +66,6 @@ fn cpu_softmax(x: &mut [f32]) {
 fn total_key(v: f32) -> i32 {
     let k = v.to_bits() as i32;
     k ^ (((k >> 31) as u32) >> 1) as i32
-}
-
-/// The kernels' gating code.
-pub(crate) fn gating_code(g: Gating) -> i32 {
-    match g {
-        Gating::SoftmaxTopK { normalize: false } => 0,
-        Gating::SoftmaxTopK { normalize: true } => 1,
-        Gating::TopKSoftmax => 2,
-    }
 }
 
 /// `moe_route` over its grid (one thread per row, rows independent): `logits` in place,
@@ -407,6 +399,7 @@ mod tests {
         Moe {
             router: QWeight::from_f32(experts, dim, r),
             router_bias: biases.then_some(rb),
+            selection_bias: None,
             experts: (0..experts as u64)
                 .map(|e| Expert {
                     gate: quantized(dtype, ffn, dim, 10 + e),
@@ -421,6 +414,10 @@ mod tests {
                 ffn_dim: ffn,
                 gating,
                 shared_ffn: None,
+                shared_gated: true,
+                dense_lead: 0,
+                groups: None,
+                weights_scale: 1.0,
             },
             shared: None,
             down_scale: None,

@@ -274,9 +274,9 @@ impl CudaModel {
                     mat(n("attn_v.weight"), v)?,
                 ],
                 Qkv::Fused(w) => vec![mat(n("attn_qkv.weight"), w)?],
-                // Gemma 4's layers: refused by `not_lowered` above.
-                Qkv::QueryKey { .. } | Qkv::Query(_) => {
-                    unreachable!("not_lowered refuses Gemma 4's layers")
+                // Gemma 4's layers and latent attention: refused by `not_lowered` above.
+                Qkv::QueryKey { .. } | Qkv::Query(_) | Qkv::Latent(_) => {
+                    unreachable!("not_lowered refuses Gemma 4's layers and latent attention")
                 }
             };
             let (gate_up, w_down, moe) = match &l.ffn {
@@ -1250,11 +1250,7 @@ impl Run<'_> {
         let s = &*g.stream;
         let plogits = ptr(&b.logits, s);
         g.matmul_into(&m.router, p.xb, rows, plogits, self.act, None, false)?;
-        let code = match gating {
-            Gating::SoftmaxTopK { normalize: false } => 0i32,
-            Gating::SoftmaxTopK { normalize: true } => 1,
-            Gating::TopKSoftmax => 2,
-        };
+        let code = gating_code(gating);
         let pbias = m.router_bias.as_ref().map_or(0u64, |v| ptr(v, s));
         let (rows_i, experts_i, used_i) =
             (rows as i32, m.config.experts as i32, m.config.used as i32);
@@ -1490,6 +1486,16 @@ impl Run<'_> {
     }
 }
 
+/// The kernels' gating code.
+pub(super) fn gating_code(g: Gating) -> i32 {
+    match g {
+        Gating::SoftmaxTopK { normalize: false } => 0,
+        Gating::SoftmaxTopK { normalize: true } => 1,
+        Gating::TopKSoftmax => 2,
+        Gating::Deepseek { .. } => unreachable!("not_lowered refuses DeepSeek's router"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::devices::open_gpu;
@@ -1537,6 +1543,7 @@ mod tests {
             long_rope: None,
             rope_sections: None,
             norm_bias: false,
+            mla: None,
         }
     }
 

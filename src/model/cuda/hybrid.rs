@@ -65,11 +65,18 @@ pub(super) fn upload_shared(
     path: MatmulPath,
 ) -> Result<DevShared> {
     let n = |t: &str| format!("blk.{i}.{t}");
+    // An ungated shared expert (DeepSeek's) is refused by `not_lowered`.
+    let gate_inp = s.gate_inp.as_ref().ok_or_else(|| {
+        dev_err(
+            &format!("blk.{i}"),
+            "an ungated shared expert has no kernel",
+        )
+    })?;
     Ok(DevShared {
         gate: upload_weight(gpu, &n("ffn_gate_shexp.weight"), &s.gate, path)?,
         up: upload_weight(gpu, &n("ffn_up_shexp.weight"), &s.up, path)?,
         down: upload_weight(gpu, &n("ffn_down_shexp.weight"), &s.down, path)?,
-        gate_inp: upload_weight(gpu, &n("ffn_gate_inp_shexp.weight"), &s.gate_inp, path)?,
+        gate_inp: upload_weight(gpu, &n("ffn_gate_inp_shexp.weight"), gate_inp, path)?,
     })
 }
 
