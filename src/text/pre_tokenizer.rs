@@ -48,6 +48,50 @@ const LLAMA_CPP_UNICODE: &str = "15.1";
 /// (`\p{M}`) joining the letter runs and left out of the punctuation runs.
 const QWEN35_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// DeepSeek-V3's pre-tokenizer (llama.cpp `deepseek-v3`), first regex: runs of up to three
+/// digits.
+const DEEPSEEK3_DIGITS: &str = r"\p{N}{1,3}";
+
+/// DeepSeek-V3's second regex: runs of CJK ideographs (U+4E00-U+9FA5 only), hiragana and
+/// katakana (with `・` and `ー`). llama.cpp matches it with `std::wregex` on the code points.
+const DEEPSEEK3_CJK: &str = r"[一-龥぀-ゟ゠-ヿ]+";
+
+/// DeepSeek-V3's third regex: an ASCII punctuation mark joins the ASCII letters after it; a
+/// letter run (combining marks included) takes one character before it that is no letter,
+/// punctuation or symbol; runs of punctuation and symbols (`\p{P}`, `\p{S}`: unlike Llama 3's
+/// `[^\s\p{L}\p{N}]`, no combining mark, control or unassigned character joins them) take a
+/// space before them and newlines after.
+/// llama.cpp runs it through `std::regex` over its category-collapsed text, so `\p{P}`,
+/// `\p{S}`, `\p{M}` are its Unicode 15.1 categories, as [`PreTokenizer::pattern`] makes them.
+const DEEPSEEK3_REGEX: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
+
+/// DeepSeek-LLM's pre-tokenizer (llama.cpp `deepseek-llm`: DeepSeek-V2, V2-Lite, the 7B/67B
+/// LLMs), six regexes with literal character classes, which llama.cpp matches with
+/// `std::wregex` after replacing every whitespace character above ASCII by a vertical tab: so
+/// `\s` is Unicode's `White_Space` (as here), and a class never matches such a character even
+/// where its range spans one (`　` U+3000 in the punctuation class, U+1680, U+2000-U+200A,
+/// U+2028, U+2029, U+202F, U+205F and U+3000 in `ࠀ-一`): `&&\S` says so here. First, every
+/// newline alone.
+const DEEPSEEK_LLM_NEWLINE: &str = r"[\r\n]";
+
+/// DeepSeek-LLM's letters: Latin, Greek, Cyrillic, Armenian, Georgian, Cherokee, Glagolitic,
+/// Coptic, fullwidth Latin, Deseret, Osage, Old Hungarian, Warang Citi and Adlam letters (not
+/// all of `\p{L}`: no `ƻ`, `ʔ`, modifier letters, Hebrew, Arabic, Indic, CJK), with one
+/// whitespace character before them.
+const DEEPSEEK_LLM_LETTERS: &str = r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+
+/// DeepSeek-LLM's punctuation: ASCII, fullwidth, quotation marks (U+2018-U+201F) and `、。`.
+const DEEPSEEK_LLM_PUNCT: &str = r"\s?[[!-/:-~！-／：-～‘-‟\x{3000}-。]&&\S]+";
+
+/// DeepSeek-LLM's whitespace at the end of a piece (`$` is the end of the piece here as in
+/// `std::regex`).
+const DEEPSEEK_LLM_TRAILING_SPACE: &str = r"\s+$";
+
+/// DeepSeek-LLM's CJK ideographs (U+4E00-U+9FA5), everything from U+0800 to U+4E00 (kana,
+/// Indic scripts and their digits, Thai, general punctuation, arrows, BMP emoji…) and Hangul
+/// (U+AC00-U+D7FF), in one run.
+const DEEPSEEK_LLM_CJK: &str = r"[[一-龥ࠀ-一가-\x{D7FF}]&&\S]+";
+
 /// A pre-tokenizer profile: the regexes llama.cpp applies, in order, before BPE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -70,6 +114,20 @@ pub enum PreTokenizer {
     /// `smaug-bpe` (SmolLM3) and `dbrx` (Phi-4): Llama 3's regex, but a piece found whole in
     /// the vocabulary is still merged, and BOS is not added unless the file says so.
     Smaug,
+    /// `deepseek-v3` (llama.cpp's `DEEPSEEK3_LLM`: DeepSeek-V3, V3.1, R1): digits in
+    /// threes, then CJK and kana runs, then letter, punctuation and whitespace runs; merges
+    /// always applied, BOS only where the file says so.
+    DeepseekV3,
+    /// `deepseek-llm` (llama.cpp's `DEEPSEEK_LLM`: DeepSeek-V2, V2-Lite, DeepSeek LLM 7B/67B):
+    /// newlines alone, then letter runs of a fixed list of scripts, punctuation runs, trailing
+    /// whitespace, CJK and everything else from U+0800 to U+4E00, digit runs of any length;
+    /// merges always applied, BOS only where the file says so.
+    DeepseekLlm,
+    /// `glm4` and `glm5` (llama.cpp's `CHATGLM4` with `ignore_merges`: GLM-4.5, 4.6, 4.7,
+    /// 4.7-Flash and their successors): Llama 3's regex, a piece found whole in the vocabulary is one token,
+    /// and no BOS unless the file says so (llama.cpp drops the `gpt2` default BOS id 11 for
+    /// them; GLM files name `[gMASK]` as BOS, which their templates write themselves).
+    Glm4,
 }
 
 impl PreTokenizer {
@@ -92,6 +150,9 @@ impl PreTokenizer {
             // llama.cpp's `dbrx` (cl100k: DBRX, and Phi-4 as its converter names it) is
             // `smaug-bpe`'s profile under another name.
             Some("smaug-bpe") | Some("dbrx") => Ok(PreTokenizer::Smaug),
+            Some("deepseek-v3") => Ok(PreTokenizer::DeepseekV3),
+            Some("deepseek-llm") => Ok(PreTokenizer::DeepseekLlm),
+            Some("glm4") | Some("glm5") => Ok(PreTokenizer::Glm4),
             Some(other) => Err(TextError::UnsupportedPreTokenizer(other.to_string())),
         }
     }
@@ -106,17 +167,29 @@ impl PreTokenizer {
                 r"\p{N}+",
                 r"[0-9][0-9][0-9]",
             ],
-            PreTokenizer::Llama3 | PreTokenizer::Smaug => &[LLAMA3_REGEX],
+            PreTokenizer::Llama3 | PreTokenizer::Smaug | PreTokenizer::Glm4 => &[LLAMA3_REGEX],
             PreTokenizer::Qwen2 => &[QWEN2_REGEX],
             PreTokenizer::Gpt4o => &[GPT4O_REGEX],
             PreTokenizer::Qwen35 => &[QWEN35_REGEX],
             PreTokenizer::Tekken => &[TEKKEN_REGEX],
+            PreTokenizer::DeepseekV3 => &[DEEPSEEK3_DIGITS, DEEPSEEK3_CJK, DEEPSEEK3_REGEX],
+            PreTokenizer::DeepseekLlm => &[
+                DEEPSEEK_LLM_NEWLINE,
+                DEEPSEEK_LLM_LETTERS,
+                DEEPSEEK_LLM_PUNCT,
+                DEEPSEEK_LLM_TRAILING_SPACE,
+                DEEPSEEK_LLM_CJK,
+                r"\p{N}+",
+            ],
         }
     }
 
     /// Whether a piece found whole in the vocabulary is taken as one token without merging.
     pub(crate) fn ignore_merges(self) -> bool {
-        matches!(self, PreTokenizer::Llama3 | PreTokenizer::Tekken)
+        matches!(
+            self,
+            PreTokenizer::Llama3 | PreTokenizer::Tekken | PreTokenizer::Glm4
+        )
     }
 
     /// Whether BOS is added when the file does not say (`tokenizer.ggml.add_bos_token`, which
@@ -243,6 +316,19 @@ mod tests {
             PreTokenizer::from_name(Some("tekken")).unwrap(),
             PreTokenizer::Tekken
         );
+        for (name, p) in [
+            ("deepseek-v3", PreTokenizer::DeepseekV3),
+            ("deepseek-llm", PreTokenizer::DeepseekLlm),
+            ("glm4", PreTokenizer::Glm4),
+            ("glm5", PreTokenizer::Glm4),
+        ] {
+            assert_eq!(PreTokenizer::from_name(Some(name)).unwrap(), p, "{name}");
+        }
+        // Only Llama 3's profile and tekken add BOS when the file is silent; GLM's is Llama 3's
+        // split without it.
+        assert!(!PreTokenizer::Glm4.adds_bos_by_default());
+        assert!(PreTokenizer::Glm4.ignore_merges());
+        assert!(!PreTokenizer::DeepseekV3.ignore_merges());
         for p in [
             PreTokenizer::Smollm,
             PreTokenizer::Gpt2,
@@ -253,6 +339,9 @@ mod tests {
             PreTokenizer::Qwen35,
             PreTokenizer::Tekken,
             PreTokenizer::Smaug,
+            PreTokenizer::DeepseekV3,
+            PreTokenizer::DeepseekLlm,
+            PreTokenizer::Glm4,
         ] {
             p.build().unwrap();
         }

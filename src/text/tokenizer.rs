@@ -1272,6 +1272,216 @@ mod tests {
         assert_eq!((p.layers.len(), p.kv_layers, p.ple_dim), (30, 30, 0));
     }
 
+    /// `tests/fixtures/deepseek_glm` (written by `make_vocab.py` there): a vocab-only GGUF
+    /// with DeepSeek's and GLM's control tokens, merges that would join across the splits
+    /// their pre-tokenizers make and whole words no merge builds, 62 texts (digit runs, CJK,
+    /// kana, Hangul, punctuation and symbols before letters, accents and combining marks,
+    /// scripts outside DeepSeek-LLM's letter list, emoji, newlines, whitespace that is not
+    /// ASCII, code, the chat templates' control tokens), and llama-tokenize's ids for each text
+    /// under several runs: the same vocabulary with `tokenizer.ggml.pre`, the BOS id and
+    /// `add_bos_token` set as the run says. Returns the file's metadata, the texts and the runs.
+    fn deepseek_glm_fixture() -> (Content, Vec<String>, Vec<serde_json::Value>) {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepseek_glm");
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let texts: Vec<String> = serde_json::from_value(expected["texts"].clone()).unwrap();
+        assert_eq!(texts.len(), 62);
+        let runs = expected["runs"].as_array().unwrap().clone();
+        let mut f = std::fs::File::open(dir.join("vocab.gguf")).unwrap();
+        (Content::read(&mut f).unwrap(), texts, runs)
+    }
+
+    /// The tokenizer of a fixture run: the vocabulary under `pre`, with the run's BOS and
+    /// `add_bos_token` (absent when null).
+    fn run_tokenizer(content: &Content, run: &serde_json::Value, pre: &str) -> Tokenizer {
+        let mut metadata = content.metadata.clone();
+        metadata.insert("tokenizer.ggml.pre".into(), Value::String(pre.into()));
+        let probe = Tokenizer::from_gguf(content).unwrap();
+        let bos = probe.token_to_id(run["bos"].as_str().unwrap()).unwrap();
+        metadata.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(bos));
+        match run["add_bos_token"].as_bool() {
+            Some(b) => {
+                metadata.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(b));
+            }
+            None => {
+                metadata.remove("tokenizer.ggml.add_bos_token");
+            }
+        }
+        Tokenizer::from_gguf(&Content {
+            magic: candle_core::quantized::gguf_file::VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: HashMap::new(),
+            tensor_data_offset: 0,
+        })
+        .unwrap()
+    }
+
+    /// Every run of `pre` in the fixture gives llama-tokenize's ids for every text, and each
+    /// text decodes back to itself (llama.cpp's `clean_spaces` is off for DeepSeek's profiles:
+    /// its detokenizer, like ours, only joins the pieces). One deliberate difference: a text
+    /// that starts with BOS where BOS is added gets a second one from llama-tokenize, none from
+    /// [`Tokenizer::encode`] (as llama.cpp's chat path, which strips the template's BOS).
+    /// Returns the runs of `pre`.
+    fn assert_runs(pre: &str) -> Vec<serde_json::Value> {
+        let (content, texts, runs) = deepseek_glm_fixture();
+        let runs: Vec<serde_json::Value> = runs.into_iter().filter(|r| r["pre"] == pre).collect();
+        assert!(!runs.is_empty(), "{pre}");
+        let mut doubled = 0;
+        for run in &runs {
+            let tok = run_tokenizer(&content, run, pre);
+            let bos = tok.bos_token_id().unwrap();
+            let want: Vec<Vec<u32>> = serde_json::from_value(run["ids"].clone()).unwrap();
+            for (text, want) in texts.iter().zip(&want) {
+                let got = tok.encode(text).unwrap();
+                if want.len() >= 2 && want[0] == bos && want[1] == bos {
+                    assert_eq!(got, want[1..], "{pre} {}: {text:?}", run["add_bos_token"]);
+                    doubled += 1;
+                } else {
+                    assert_eq!(&got, want, "{pre} {}: {text:?}", run["add_bos_token"]);
+                }
+                let plain = tok.encode_plain(text).unwrap();
+                assert_eq!(tok.decode(&plain), *text, "{pre}");
+            }
+        }
+        assert!(doubled <= 1, "{pre}: {doubled} texts with two BOS");
+        runs
+    }
+
+    /// The texts of the fixture whose ids (BOS left out) `wrong` gets otherwise than `run`.
+    fn disagreements(wrong: &Tokenizer, run: &serde_json::Value) -> Vec<String> {
+        let (_, texts, _) = deepseek_glm_fixture();
+        let want: Vec<Vec<u32>> = serde_json::from_value(run["ids"].clone()).unwrap();
+        assert_eq!(run["add_bos_token"], serde_json::Value::Null);
+        texts
+            .into_iter()
+            .zip(want)
+            .filter(|(text, want)| wrong.encode_plain(text).unwrap() != *want)
+            .map(|(text, _)| text)
+            .collect()
+    }
+
+    /// The `deepseek-v3` pre-tokenizer (DeepSeek-V3, V3.1, R1) gives llama.cpp's ids, with and
+    /// without `add_bos_token`; under its neighbours' profiles the fixture's texts split
+    /// otherwise.
+    #[test]
+    fn deepseek_v3_pre_tokenizer_tokenizes_like_llama_cpp() {
+        let runs = assert_runs("deepseek-v3");
+        assert_eq!(runs.len(), 2);
+        let (content, _, _) = deepseek_glm_fixture();
+        let plain = &runs[0];
+        // No BOS unless the file says so.
+        assert!(!run_tokenizer(&content, plain, "deepseek-v3").add_bos_token());
+        assert!(run_tokenizer(&content, &runs[1], "deepseek-v3").add_bos_token());
+        for (pre, text) in [
+            // Llama 3's letter runs take any punctuation before them, and not combining marks.
+            ("llama-bpe", "!héllo (test) [x] {y}"),
+            ("glm4", "«bonjour» “quoted” ‘single’"),
+            ("qwen2", "1 12 123 1234 1234567"),
+            // Qwen3.5's letter runs take the marks, but also a symbol before them.
+            ("qwen35", "€uro +x -y ~z"),
+            ("deepseek-llm", "1 12 123 1234 1234567"),
+            // Tekken's letter runs split at case changes and leave out combining marks.
+            ("tekken", "cafe\u{301} e\u{301}\u{301}x ñ vs n\u{303}"),
+        ] {
+            let wrong = run_tokenizer(&content, plain, pre);
+            let differ = disagreements(&wrong, plain);
+            assert!(differ.iter().any(|t| t == text), "{pre}: {differ:?}");
+        }
+    }
+
+    /// The `deepseek-llm` pre-tokenizer (DeepSeek-V2, V2-Lite) gives llama.cpp's ids, with and
+    /// without `add_bos_token`; under its neighbours' profiles the fixture's texts split
+    /// otherwise.
+    #[test]
+    fn deepseek_llm_pre_tokenizer_tokenizes_like_llama_cpp() {
+        let runs = assert_runs("deepseek-llm");
+        assert_eq!(runs.len(), 2);
+        let (content, _, _) = deepseek_glm_fixture();
+        let plain = &runs[0];
+        assert!(!run_tokenizer(&content, plain, "deepseek-llm").add_bos_token());
+        for (pre, text) in [
+            // Whole digit runs, newlines one by one, symbols from U+0800 on in CJK's run.
+            ("deepseek-v3", "1 12 123 1234 1234567"),
+            ("deepseek-v3", "a\n\nb"),
+            ("llama-bpe", "❤❤ ☺ →"),
+            ("gpt2", "中文 日本語のテキスト ひらがな カタカナ"),
+            ("default", "ƻa aƻ ʔ ʰa"),
+        ] {
+            let wrong = run_tokenizer(&content, plain, pre);
+            let differ = disagreements(&wrong, plain);
+            assert!(differ.iter().any(|t| t == text), "{pre}: {differ:?}");
+        }
+    }
+
+    /// The `glm4` and `glm5` pre-tokenizers (GLM-4.5 to 4.7, GLM-5) give llama.cpp's ids: Llama
+    /// 3's split, whole words found in the vocabulary taken as one token, and BOS (`[gMASK]`)
+    /// only where the file says `add_bos_token`. Under `smaug-bpe` (merges applied) the whole
+    /// words come out otherwise; under `llama-bpe` BOS is added.
+    #[test]
+    fn glm4_pre_tokenizer_tokenizes_like_llama_cpp() {
+        let runs = assert_runs("glm4");
+        assert_eq!(runs.len(), 2);
+        assert_eq!(assert_runs("glm5").len(), 1);
+        let (content, texts, _) = deepseek_glm_fixture();
+        let plain = &runs[0];
+        let glm = run_tokenizer(&content, plain, "glm4");
+        assert!(!glm.add_bos_token());
+        assert!(run_tokenizer(&content, &runs[1], "glm4").add_bos_token());
+        // `Ġ` is the space in the vocabulary's byte alphabet.
+        let whole = glm.token_to_id("\u{120}Zhipu").unwrap();
+        let i = texts.iter().position(|t| t == "GLM Zhipu 你好").unwrap();
+        let want: Vec<u32> = serde_json::from_value(plain["ids"][i].clone()).unwrap();
+        assert!(want.contains(&whole), "{want:?}");
+        let smaug = run_tokenizer(&content, plain, "smaug-bpe");
+        let differ = disagreements(&smaug, plain);
+        assert!(differ.iter().any(|t| t == "GLM Zhipu 你好"), "{differ:?}");
+        // Llama 3's profile splits and merges alike, but adds BOS when the file is silent.
+        let llama = run_tokenizer(&content, plain, "llama-bpe");
+        assert!(disagreements(&llama, plain).is_empty());
+        assert!(llama.add_bos_token());
+        assert_ne!(
+            llama.encode(&texts[0]).unwrap(),
+            glm.encode(&texts[0]).unwrap()
+        );
+    }
+
+    /// Whole vocabularies against llama.cpp's tokenizer tests: each GGUF named in
+    /// `CANDOR_LLAMA_VOCAB_TESTS` (colon-separated) with its `.inp` texts and `.out` ids beside
+    /// it, in the layout of llama.cpp's `models/ggml-vocab-*.gguf` tests (ids without BOS), e.g.
+    /// `models/ggml-vocab-deepseek-llm.gguf` (4 MB, not committed), or llama-bpe's vocabulary
+    /// rewritten with `tokenizer.ggml.pre = deepseek-v3` or `glm4` and its texts tokenized by
+    /// `llama-tokenize --no-bos`. Run with `cargo test --lib llama_cpp_vocab_tests -- --ignored`.
+    #[test]
+    #[ignore = "needs llama.cpp vocabulary tests (CANDOR_LLAMA_VOCAB_TESTS)"]
+    fn llama_cpp_vocab_tests_pass() {
+        let paths = std::env::var("CANDOR_LLAMA_VOCAB_TESTS").expect("CANDOR_LLAMA_VOCAB_TESTS");
+        for path in paths.split(':') {
+            let tok = Tokenizer::from_gguf_file(Path::new(path)).unwrap();
+            let inp = std::fs::read_to_string(format!("{path}.inp")).unwrap();
+            let out = std::fs::read_to_string(format!("{path}.out")).unwrap();
+            let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+            let ids: Vec<&str> = out.lines().collect();
+            assert!(texts.len() >= ids.len() && ids.len() > 30, "{path}");
+            let mut bad = Vec::new();
+            for (text, want) in texts.iter().zip(&ids) {
+                let want: Vec<u32> = want
+                    .split_whitespace()
+                    .map(|t| t.parse().unwrap())
+                    .collect();
+                if tok.encode_plain(text).unwrap() != want {
+                    bad.push(*text);
+                }
+            }
+            assert!(
+                bad.is_empty(),
+                "{path}: {} of {} differ: {bad:?}",
+                bad.len(),
+                ids.len()
+            );
+        }
+    }
+
     #[test]
     fn unknown_pre_tokenizer_is_named() {
         let err = Tokenizer::from_gguf(&content(Some("qwen9"), false)).unwrap_err();
