@@ -97,6 +97,12 @@ const END_OF_TURN: &[&str] = &[
     "<|endoftext|>",
     "<|end_of_text|>",
     "<|END_OF_TURN_TOKEN|>",
+    // GLM-4.x: the model ends its turn by opening the next one; llama.cpp's converter writes
+    // these as the GGUF's `eot` and `eom` tokens, which end generation there.
+    "<|user|>",
+    "<|observation|>",
+    // DeepSeek-V3/R1's end of a turn (their EOS; a distill's GGUF may name another).
+    "<｜end▁of▁sentence｜>",
 ];
 
 /// A compiled chat template with the special-token strings it is rendered with.
@@ -562,18 +568,41 @@ impl std::io::Write for CappedWriter {
 
 /// transformers' `tojson`: Python's `json.dumps(x, ensure_ascii=False, indent=indent)`, so
 /// `", "` and `": "` separators and no HTML escaping (minijinja's own differs in both).
+/// `ensure_ascii=True` writes every other character as `\uxxxx` (a UTF-16 surrogate pair past
+/// U+FFFF), as Python and llama.cpp do; GLM-4.7's template passes `ensure_ascii=False`.
 fn tojson(
     value: minijinja::Value,
     kwargs: minijinja::value::Kwargs,
 ) -> std::result::Result<minijinja::Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
     template_size::check_json_indent(&value, indent.unwrap_or(0))?;
     let json = serde_json::to_value(&value)
         .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, format!("tojson: {e}")))?;
     let mut out = String::new();
     write_python_json(&json, indent, 0, &mut out);
+    if ensure_ascii == Some(true) {
+        out = ascii_json(&out);
+    }
     Ok(minijinja::Value::from_safe_string(out))
+}
+
+/// JSON text with every non-ASCII character escaped (they occur only inside strings).
+fn ascii_json(json: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        }
+    }
+    out
 }
 
 fn write_python_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
@@ -727,6 +756,13 @@ mod tests {
         assert_eq!(
             t.render(&[], false).unwrap(),
             "{\"a\": [1, \"é<\"], \"b\": {}}|[\n  1,\n  {\n    \"k\": null\n  }\n]"
+        );
+        // `ensure_ascii` (GLM-4.7 passes it false): Python's `\uxxxx` escapes when true.
+        let src = "{{ 'é😀' | tojson(ensure_ascii=False) }}|{{ {'é': 'xé😀'} | tojson(ensure_ascii=True) }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            "\"é😀\"|{\"\\u00e9\": \"x\\u00e9\\ud83d\\ude00\"}"
         );
     }
 
@@ -942,10 +978,12 @@ mod tests {
     /// (`[THINK]`, asked for by its default system prompt), Mistral Small 3.2 (`strftime_now`
     /// in its default system prompt), Llama 3.1 (llama.cpp's `date_string`), Gemma 2 (no
     /// system role: the system message folded into the first user message) and SmolLM3
-    /// (`/think`, `/no_think`) render every
+    /// (`/think`, `/no_think`), DeepSeek-V3.1 (`thinking`, falling back to `enable_thinking`),
+    /// GLM-4.7-Flash (`enable_thinking`, `clear_thinking`) and DeepSeek-R1 (the distills'
+    /// template and llama.cpp's own: `<think>\n` opened in the generation prompt) render every
     /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
-    /// thinking switches (`enable_thinking`, `reasoning_effort`) and the date recorded beside
-    /// the cases for `strftime_now`. The expected prompts were written by
+    /// thinking switches (`enable_thinking`, `thinking`, `reasoning_effort`) and the date
+    /// recorded beside the cases for `strftime_now`. The expected prompts were written by
     /// `tests/fixtures/templates/render_with_llama_server.py`.
     #[test]
     fn real_thinking_templates_render_like_llama_cpp() {
@@ -961,6 +999,10 @@ mod tests {
             "meta-llama-Llama-3.1-8B-Instruct",
             "google-gemma-2-2b-it",
             "HuggingFaceTB-SmolLM3-3B",
+            "deepseek-ai-DeepSeek-V3.1",
+            "GLM-4.7-Flash",
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+            "llama-cpp-deepseek-r1",
         ] {
             let path = dir.join(format!("rendered/{name}.json"));
             let text = std::fs::read_to_string(&path).unwrap();
@@ -972,12 +1014,9 @@ mod tests {
             for case in expected["cases"].as_array().unwrap() {
                 let messages: Vec<Message> =
                     serde_json::from_value(case["messages"].clone()).unwrap();
-                let mut kwargs: BTreeMap<String, serde_json::Value> =
+                let kwargs: BTreeMap<String, serde_json::Value> =
                     serde_json::from_value(case["chat_template_kwargs"].clone()).unwrap();
-                // llama-server's default (`--reasoning auto`); Candor's is to pass nothing.
-                kwargs
-                    .entry("enable_thinking".into())
-                    .or_insert(serde_json::Value::Bool(true));
+                let kwargs = llama_server_kwargs(kwargs);
                 let args = TemplateArgs {
                     kwargs,
                     date: Some(date),
@@ -992,7 +1031,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 31);
+        assert_eq!(checked, 55);
         // Another date renders another prompt: the date is what the template stamps.
         let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
         let t = ChatTemplate::new(src, "", "").unwrap();
@@ -1002,6 +1041,186 @@ mod tests {
         };
         let out = t.render_with(&[Message::user("Hi")], true, &args).unwrap();
         assert!(out.contains("Current date: 2031-02-03\n"), "{out}");
+    }
+
+    /// The template variables llama-server renders a request's `chat_template_kwargs` with
+    /// where Candor passes only the kwargs: `enable_thinking: true` (its `--reasoning auto`)
+    /// and `preserve_reasoning: true` (its `--reasoning-preserve` default), which llama.cpp
+    /// turns into `preserve_thinking`, `clear_thinking`, `truncate_history_thinking` and
+    /// `drop_thinking` (`caps_apply_preserve_reasoning`; a kwarg of the same name wins), as
+    /// it turns `reasoning_effort` into `reasoning_strength` too.
+    fn llama_server_kwargs(
+        mut kwargs: BTreeMap<String, serde_json::Value>,
+    ) -> BTreeMap<String, serde_json::Value> {
+        use serde_json::Value;
+        kwargs
+            .entry("enable_thinking".into())
+            .or_insert(Value::Bool(true));
+        let preserve = kwargs
+            .entry("preserve_reasoning".into())
+            .or_insert(Value::Bool(true))
+            .as_bool();
+        if let Some(on) = preserve {
+            for (name, value) in [
+                ("preserve_thinking", on),
+                ("clear_thinking", !on),
+                ("truncate_history_thinking", !on),
+                ("drop_thinking", !on),
+            ] {
+                kwargs.entry(name.into()).or_insert(Value::Bool(value));
+            }
+        }
+        if let Some(effort) = kwargs.get("reasoning_effort").cloned() {
+            if effort.as_str().is_some_and(|e| !e.is_empty()) {
+                kwargs.entry("reasoning_strength".into()).or_insert(effort);
+            }
+        }
+        kwargs
+    }
+
+    /// A later turn does not resend an earlier reply's reasoning where the template does not:
+    /// with Candor's defaults (no kwargs) and with each thinking switch, DeepSeek-V3.1 and
+    /// DeepSeek-R1 send an earlier answer from after its `</think>`, and GLM-4.7 drops the
+    /// reasoning of turns before the last user message unless `clear_thinking` is false (as
+    /// llama-server's default `preserve_reasoning` passes it). Candor sends the answer alone
+    /// anyway; its render is the same as llama-server's (`rendered/*.json`).
+    #[test]
+    fn deepseek_and_glm_do_not_resend_earlier_reasoning() {
+        use crate::text::reasoning::Thinking;
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+        let history = [
+            Message::system("You are a careful grader."),
+            Message::user("What is 2 + 2?"),
+            Message::assistant("<think>\nAdd them.\n</think>\n\n2 + 2 = 4."),
+            Message::user("Are you sure? Answer again."),
+        ];
+        for name in [
+            "deepseek-ai-DeepSeek-V3.1",
+            "GLM-4.7-Flash",
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+            "llama-cpp-deepseek-r1",
+        ] {
+            let src = std::fs::read_to_string(dir.join(format!("{name}.jinja"))).unwrap();
+            let t = ChatTemplate::new(src, "<|im_start|>", "<|im_end|>").unwrap();
+            for thinking in [None, Some(Thinking::Off), Some(Thinking::On)] {
+                let args = TemplateArgs {
+                    kwargs: thinking
+                        .map(|t| t.template_kwargs())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
+                    date: None,
+                };
+                let out = t.render_with(&history, true, &args).unwrap();
+                assert!(!out.contains("Add them."), "{name} {thinking:?}: {out:?}");
+                assert!(out.contains("2 + 2 = 4."), "{name} {thinking:?}: {out:?}");
+            }
+            if name == "GLM-4.7-Flash" {
+                let args = TemplateArgs {
+                    kwargs: [("clear_thinking".to_string(), serde_json::json!(false))].into(),
+                    date: None,
+                };
+                let out = t.render_with(&history, true, &args).unwrap();
+                assert!(
+                    out.contains("<think>Add them.</think>2 + 2 = 4."),
+                    "{out:?}"
+                );
+            }
+        }
+    }
+
+    /// `--thinking on|off` reaches DeepSeek-V3.1's switch, `thinking`: in llama.cpp's copy
+    /// (which falls back to `enable_thinking`) and in its body under the published template's
+    /// header, which reads `thinking` alone; the prompts are llama-server's
+    /// (`rendered/*.json`).
+    #[test]
+    fn thinking_switch_reaches_deepseek_v3_1() {
+        use crate::text::reasoning::Thinking;
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+        let copy = std::fs::read_to_string(dir.join("deepseek-ai-DeepSeek-V3.1.jinja")).unwrap();
+        let body = &copy[copy.find("{%- set ns = namespace(").unwrap()..];
+        let published = format!(
+            "{{% if not add_generation_prompt is defined %}}{{% set add_generation_prompt = false %}}{{% endif %}}{{% if not thinking is defined %}}{{% set thinking = false %}}{{% endif %}}{body}"
+        );
+        let rendered: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("rendered/deepseek-ai-DeepSeek-V3.1.json")).unwrap(),
+        )
+        .unwrap();
+        let prompt = |case: &str| {
+            rendered["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == case)
+                .unwrap()["prompt"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let user = [Message::user("Hi")];
+        for src in [copy.as_str(), published.as_str()] {
+            let t = ChatTemplate::new(src, "<|im_start|>", "<|im_end|>").unwrap();
+            for (switch, case) in [
+                (Thinking::On, "user, thinking on"),
+                (Thinking::High, "user, thinking on"),
+                (Thinking::Off, "user, thinking off"),
+            ] {
+                let args = TemplateArgs {
+                    kwargs: switch
+                        .template_kwargs()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
+                    date: None,
+                };
+                assert_eq!(
+                    t.render_with(&user, true, &args).unwrap(),
+                    prompt(case),
+                    "{switch}"
+                );
+            }
+        }
+        // Without a switch the published template does not think (its default); llama.cpp's
+        // copy follows `enable_thinking`, which Candor then leaves undefined: no thinking either.
+        let t = ChatTemplate::new(published, "<|im_start|>", "<|im_end|>").unwrap();
+        assert_eq!(t.render(&user, true).unwrap(), prompt("user, thinking off"));
+        let t = ChatTemplate::new(copy, "<|im_start|>", "<|im_end|>").unwrap();
+        assert_eq!(t.render(&user, true).unwrap(), prompt("user, thinking off"));
+    }
+
+    /// GLM-4.x ends a turn by opening the next (`<|user|>`, `<|observation|>`: the GGUF's
+    /// `eot` and `eom`), DeepSeek with `<｜end▁of▁sentence｜>`: each stops a chat where the
+    /// vocabulary has it, beside EOS.
+    #[test]
+    fn glm_and_deepseek_turn_ends_stop() {
+        use candle_core::quantized::gguf_file::Value;
+        let mut c = content(Some("smollm"), false);
+        let added = ["<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>"];
+        let Some(Value::Array(tokens)) = c.metadata.get_mut("tokenizer.ggml.tokens") else {
+            panic!("no tokens")
+        };
+        let first = tokens.len() as u32;
+        tokens.extend(added.iter().map(|t| Value::String(t.to_string())));
+        let Some(Value::Array(types)) = c.metadata.get_mut("tokenizer.ggml.token_type") else {
+            panic!("no token types")
+        };
+        types.extend(added.iter().map(|_| Value::I32(3)));
+        let tok = Tokenizer::from_gguf(&c).unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+        for (name, want) in [
+            ("GLM-4.7-Flash", vec![2, first, first + 1]),
+            ("deepseek-ai-DeepSeek-V3.1", vec![2, first + 2]),
+            (
+                "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                vec![2, first + 2],
+            ),
+            ("llama-cpp-deepseek-r1", vec![2, first + 2]),
+        ] {
+            let src = std::fs::read_to_string(dir.join(format!("{name}.jinja"))).unwrap();
+            let t = ChatTemplate::new(src, "", "").unwrap();
+            assert_eq!(t.stop_token_ids(&tok), want, "{name}");
+        }
     }
 
     #[test]

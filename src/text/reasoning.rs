@@ -2,8 +2,9 @@
 //! its answer, the per-role switch that turns it on or off ([`Thinking`]), and the split of a
 //! generated reply into reasoning and answer ([`ReasoningFormat::split`]).
 //!
-//! Three families are known: `<think>…</think>` (Qwen3, DeepSeek-R1 and the templates that open
-//! `<think>` themselves at the end of the generation prompt), Mistral's `[THINK]…[/THINK]`
+//! Three families are known: `<think>…</think>` (Qwen3, DeepSeek-R1 and -V3.1, GLM-4.7 and the
+//! templates that open `<think>` themselves at the end of the generation prompt, or close it
+//! there when thinking is off), Mistral's `[THINK]…[/THINK]`
 //! (Magistral, Ministral 3 Reasoning: control tokens the model writes itself) and OpenAI's
 //! Harmony format (gpt-oss: an `analysis` channel, then the `final` channel). The family is read from the
 //! template's source, never guessed from a reply. This module neither generates nor scores:
@@ -224,18 +225,25 @@ pub enum Thinking {
 }
 
 impl Thinking {
-    /// The template variables this setting passes: `enable_thinking` (Qwen3 and other
-    /// `<think>` templates) and, for a level, `reasoning_effort` (gpt-oss).
+    /// The template variables this setting passes: `enable_thinking` (Qwen3, GLM-4.7 and
+    /// other `<think>` templates), `thinking` (DeepSeek-V3.1's published template reads only
+    /// this one; llama.cpp's copy falls back to `enable_thinking`; Kimi and Granite read it
+    /// too) and, for a level, `reasoning_effort` (gpt-oss).
     pub fn template_kwargs(self) -> Vec<(&'static str, serde_json::Value)> {
-        let effort = |e: &str| {
+        let switch = |on: bool| {
             vec![
-                ("enable_thinking", serde_json::Value::Bool(true)),
-                ("reasoning_effort", serde_json::Value::from(e)),
+                ("enable_thinking", serde_json::Value::Bool(on)),
+                ("thinking", serde_json::Value::Bool(on)),
             ]
         };
+        let effort = |e: &str| {
+            let mut kwargs = switch(true);
+            kwargs.push(("reasoning_effort", serde_json::Value::from(e)));
+            kwargs
+        };
         match self {
-            Thinking::Off => vec![("enable_thinking", serde_json::Value::Bool(false))],
-            Thinking::On => vec![("enable_thinking", serde_json::Value::Bool(true))],
+            Thinking::Off => switch(false),
+            Thinking::On => switch(true),
             Thinking::Low => effort("low"),
             Thinking::Medium => effort("medium"),
             Thinking::High => effort("high"),
@@ -423,6 +431,167 @@ mod tests {
         assert!(!ReasoningFormat::Plain.starts_open("<think>"));
     }
 
+    /// The prompt of a case in `tests/fixtures/templates/rendered/{name}.json` (as llama-server
+    /// renders it).
+    fn rendered_prompt(name: &str, case: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/templates/rendered/{name}.json"));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        json["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == case)
+            .unwrap_or_else(|| panic!("{name}: no case {case:?}"))["prompt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// DeepSeek-V3.1, GLM-4.7-Flash and DeepSeek-R1 (the distills' template and llama.cpp's)
+    /// are `<think>` templates that open the block in the generation prompt when thinking is
+    /// on and close it there when it is off: read from their prompts as llama-server renders
+    /// them, a reply starts inside its reasoning exactly when the prompt opened it, and its
+    /// answer is what follows `</think>`, never a verdict from the reasoning.
+    #[test]
+    fn deepseek_and_glm_prompts_open_or_close_the_block() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+        for (name, case, open, tail) in [
+            // DeepSeek-V3.1: `<think>` with `thinking` (or, in llama.cpp's copy,
+            // `enable_thinking`), `<think></think>` without.
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                "user, thinking on",
+                true,
+                "<｜Assistant｜><think>",
+            ),
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                "user, template default",
+                true,
+                "<｜Assistant｜><think>",
+            ),
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                "user, thinking off",
+                false,
+                "<｜Assistant｜><think></think>",
+            ),
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                "user, enable_thinking off",
+                false,
+                "<think></think>",
+            ),
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                "history, template default",
+                true,
+                "<｜Assistant｜><think>",
+            ),
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                "history, thinking off",
+                false,
+                "<think></think>",
+            ),
+            // GLM-4.7-Flash: `<think>` opened, `</think>` alone with `enable_thinking` false.
+            (
+                "GLM-4.7-Flash",
+                "user, thinking on",
+                true,
+                "<|assistant|><think>",
+            ),
+            (
+                "GLM-4.7-Flash",
+                "user, thinking off",
+                false,
+                "<|assistant|></think>",
+            ),
+            (
+                "GLM-4.7-Flash",
+                "history, template default",
+                true,
+                "<|assistant|><think>",
+            ),
+            (
+                "GLM-4.7-Flash",
+                "history, thinking off",
+                false,
+                "<|assistant|></think>",
+            ),
+            // DeepSeek-R1: `<think>\n` opened; the distills' template (llama.cpp's copy)
+            // closes it at once with `enable_thinking` false.
+            (
+                "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                "user, template default",
+                true,
+                "<｜Assistant｜><think>\n",
+            ),
+            (
+                "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                "user, thinking off",
+                false,
+                "<think>\n</think>",
+            ),
+            (
+                "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                "history, thinking off",
+                false,
+                "<think>\n</think>",
+            ),
+            (
+                "llama-cpp-deepseek-r1",
+                "user, template default",
+                true,
+                "<｜Assistant｜><think>\n",
+            ),
+            (
+                "llama-cpp-deepseek-r1",
+                "history, template default",
+                true,
+                "<｜Assistant｜><think>\n",
+            ),
+        ] {
+            let src = std::fs::read_to_string(dir.join(format!("{name}.jinja"))).unwrap();
+            let format = ReasoningFormat::from_template(&src);
+            assert_eq!(format, ReasoningFormat::Think, "{name}");
+            let prompt = rendered_prompt(name, case);
+            assert!(prompt.ends_with(tail), "{name}: {case}: {prompt:?}");
+            assert_eq!(format.starts_open(&prompt), open, "{name}: {case}");
+            if open {
+                // DeepSeek-V3.1 and GLM close with a bare `</think>`, R1 with `\n</think>\n\n`.
+                for reply in [
+                    "The user asks 2+2. Verdict: wrong?</think>Verdict: correct",
+                    "\nThe user asks 2+2. Verdict: wrong?\n</think>\n\nVerdict: correct",
+                ] {
+                    assert_eq!(
+                        split(format, reply, open),
+                        want(
+                            Some("The user asks 2+2. Verdict: wrong?"),
+                            Some("Verdict: correct")
+                        ),
+                        "{name}: {case}"
+                    );
+                }
+                // Cut inside the reasoning: no answer.
+                assert_eq!(
+                    split(format, "Verdict: wrong? Let me", open),
+                    want(Some("Verdict: wrong? Let me"), None),
+                    "{name}: {case}"
+                );
+            } else {
+                // The prompt closed the block: the whole reply is the answer.
+                assert_eq!(
+                    split(format, "Verdict: correct", open),
+                    want(None, Some("Verdict: correct")),
+                    "{name}: {case}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn thinking_switch_parses_and_names_its_kwargs() {
         for s in ["off", "on", "low", "medium", "high"] {
@@ -433,7 +602,15 @@ mod tests {
             Thinking::High.template_kwargs(),
             vec![
                 ("enable_thinking", serde_json::Value::Bool(true)),
+                ("thinking", serde_json::Value::Bool(true)),
                 ("reasoning_effort", serde_json::Value::from("high"))
+            ]
+        );
+        assert_eq!(
+            Thinking::Off.template_kwargs(),
+            vec![
+                ("enable_thinking", serde_json::Value::Bool(false)),
+                ("thinking", serde_json::Value::Bool(false)),
             ]
         );
     }
