@@ -76,6 +76,16 @@ SHAPES = {
                             theta=10000000.0, eps=1e-6, tied=False, bias=False,
                             linear=dict(interval=4, conv=4, state=128, k_heads=16, v_heads=32),
                             rope_dim=64, sections=[11, 11, 10, 0]),
+    # DeepSeek-V2-Lite (GGUF `deepseek2`, the layout of DeepSeek-V3/R1 and GLM-4.7-Flash):
+    # Multi-head Latent Attention (16 heads, no query rank, kv_lora_rank 512, 128 + 64
+    # query/key and 128 value dimensions per head, absorbed: attn_k_b / attn_v_b), the first
+    # layer dense (FFN 10944), then 64 experts of FFN 1408, 6 used, softmax, and 2 ungated
+    # shared experts. Use --layers 4 (one dense and three MoE layers).
+    "deepseek-v2-lite": dict(arch="deepseek2", dim=2048, layers=27, heads=16, kv_heads=1,
+                             ffn=10944, experts=64, used=6, expert_ffn=1408, vocab=102400,
+                             ctx=163840, theta=10000.0, eps=1e-6, tied=False, bias=False,
+                             mla=dict(q_lora=0, kv_lora=512, nope=128, rope=64, v_head=128,
+                                      shared=2, dense_lead=1, gating=1)),
     # A tiny qwen3moe of the same layout, for checking the script itself in seconds.
     "tiny-qwen3moe": dict(arch="qwen3moe", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64,
                           ffn=512, experts=8, used=2, expert_ffn=256, qk_norm=True, vocab=1024,
@@ -138,6 +148,9 @@ def tensors(s):
             out += hybrid_attention(s, p, i)
             out += feed_forward(s, p)
             continue
+        if "mla" in s:
+            out += latent_attention(s, p, i)
+            continue
         for name, rows in (("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)):
             out.append((p + name + ".weight", (rows, d), "matrix"))
             if s["bias"]:
@@ -156,6 +169,40 @@ def tensors(s):
     if not s["tied"]:
         out.append(("output.weight", (s["vocab"], d), "matrix"))
     return out
+
+
+def latent_attention(s, p, i):
+    """A deepseek2 layer (llama.cpp's deepseek2.cpp with MLA absorbed): the queries (one
+    matrix, or a low-rank pair), the compressed KV, per-head attn_k_b / attn_v_b, then the FFN:
+    dense for the leading layers, else experts beside ungated shared experts."""
+    d, m = s["dim"], s["mla"]
+    h, qk = s["heads"], m["nope"] + m["rope"]
+    if m["q_lora"]:
+        out = [(p + "attn_q_a.weight", (m["q_lora"], d), "matrix"),
+               (p + "attn_q_a_norm.weight", (m["q_lora"],), "norm"),
+               (p + "attn_q_b.weight", (h * qk, m["q_lora"]), "matrix")]
+    else:
+        out = [(p + "attn_q.weight", (h * qk, d), "matrix")]
+    out += [(p + "attn_kv_a_mqa.weight", (m["kv_lora"] + m["rope"], d), "matrix"),
+            (p + "attn_kv_a_norm.weight", (m["kv_lora"],), "norm"),
+            (p + "attn_k_b.weight", (h, m["kv_lora"], m["nope"]), "matrix"),
+            (p + "attn_v_b.weight", (h, m["v_head"], m["kv_lora"]), "matrix"),
+            (p + "attn_output.weight", (d, h * m["v_head"]), "matrix"),
+            (p + "ffn_norm.weight", (d,), "norm")]
+    if int(p.split(".")[1]) < m["dense_lead"]:
+        f = s["ffn"]
+        return out + [(p + "ffn_gate.weight", (f, d), "matrix"),
+                      (p + "ffn_up.weight", (f, d), "matrix"),
+                      (p + "ffn_down.weight", (d, f), "matrix")]
+    e, f = s["experts"], s["expert_ffn"]
+    sh = f * m["shared"]
+    return out + [(p + "ffn_gate_inp.weight", (e, d), "matrix"),
+                  (p + "ffn_gate_exps.weight", (e, f, d), "matrix"),
+                  (p + "ffn_up_exps.weight", (e, f, d), "matrix"),
+                  (p + "ffn_down_exps.weight", (e, d, f), "matrix"),
+                  (p + "ffn_gate_shexp.weight", (sh, d), "matrix"),
+                  (p + "ffn_up_shexp.weight", (sh, d), "matrix"),
+                  (p + "ffn_down_shexp.weight", (d, sh), "matrix")]
 
 
 def hybrid_attention(s, p, i):
@@ -237,6 +284,18 @@ def metadata(s, name, file_type=1):
                   kv(f"{a}.expert_feed_forward_length", 4, s["expert_ffn"])]
     if "shared_ffn" in s:
         extra.append(kv(f"{a}.expert_shared_feed_forward_length", 4, s["shared_ffn"]))
+    if "mla" in s:
+        m = s["mla"]
+        extra += [kv(f"{a}.attention.q_lora_rank", 4, m["q_lora"]),
+                  kv(f"{a}.attention.kv_lora_rank", 4, m["kv_lora"]),
+                  kv(f"{a}.attention.key_length", 4, m["kv_lora"] + m["rope"]),
+                  kv(f"{a}.attention.value_length", 4, m["kv_lora"]),
+                  kv(f"{a}.attention.key_length_mla", 4, m["nope"] + m["rope"]),
+                  kv(f"{a}.attention.value_length_mla", 4, m["v_head"]),
+                  kv(f"{a}.rope.dimension_count", 4, m["rope"]),
+                  kv(f"{a}.leading_dense_block_count", 4, m["dense_lead"]),
+                  kv(f"{a}.expert_shared_count", 4, m["shared"]),
+                  kv(f"{a}.expert_gating_func", 4, m["gating"])]
     if "linear" in s:
         lin = s["linear"]
         extra += [kv(f"{a}.full_attention_interval", 4, lin["interval"]),

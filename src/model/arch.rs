@@ -87,8 +87,8 @@ pub enum Arch {
     /// SmolLM3 (GGUF `smollm3`): llama's layers, every fourth of which attends without RoPE
     /// (`ModelConfig::nope_layers`).
     Smollm3,
-    /// DeepSeek-V2/V3/R1 and the models converted as they are (GGUF `deepseek2`: Kimi K2,
-    /// GLM-4.7-Flash, Moonlight, GigaChat 3): Multi-head Latent Attention ([`Mla`]), leading
+    /// DeepSeek-V2/V3/R1 and the models converted as they are (GGUF `deepseek2`: GLM-4.7-Flash,
+    /// Moonlight, GigaChat 3, Kimi K2's layers): Multi-head Latent Attention ([`Mla`]), leading
     /// dense layers, then experts routed by DeepSeek's router ([`Gating::Deepseek`]) beside
     /// ungated shared experts.
     Deepseek2,
@@ -211,7 +211,7 @@ pub struct MoeConfig {
     pub weights_scale: f32,
 }
 
-/// Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash, Mistral 4) as
+/// Multi-head Latent Attention (DeepSeek-V2/V3, GLM-4.7-Flash, Mistral 4) as
 /// llama.cpp runs it, absorbed into multi-query attention over one cached latent per position:
 /// a position's key is its RMS-normed compressed KV (`kv_lora` wide) beside the RoPE part it
 /// shares across heads; its value the same latent; each head's query its no-RoPE part times
@@ -2530,7 +2530,7 @@ mod tests {
     /// specs, so a new architecture cannot be missing from it).
     #[test]
     fn an_unknown_architecture_lists_every_supported_one() {
-        let msg = Arch::from_gguf_name("deepseek2").unwrap_err().to_string();
+        let msg = Arch::from_gguf_name("rwkv7").unwrap_err().to_string();
         for spec in ARCH_SPECS {
             assert!(
                 msg.contains(&format!(" {}", spec.gguf_name)),
@@ -2538,7 +2538,7 @@ mod tests {
                 spec.gguf_name
             );
         }
-        assert!(msg.contains("`deepseek2`"), "{msg}");
+        assert!(msg.contains("`rwkv7`"), "{msg}");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash, Mistral 4) as
+//! Multi-head Latent Attention (DeepSeek-V2/V3, GLM-4.7-Flash, Mistral 4) as
 //! llama.cpp's deepseek2.cpp runs it with its absorption, around the ordinary KV write and
 //! attention steps: [`Latent::project`] (`Step::LatentProject`), [`Latent::absorb`]
 //! (`Step::Absorb`) and [`Latent::expand`] (`Step::Expand`).

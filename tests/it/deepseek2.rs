@@ -399,3 +399,57 @@ fn the_gpu_path_names_what_it_does_not_lower_for_mla() {
         assert!(why.is_some(), "{name}");
     }
 }
+
+/// What Candor does not implement is refused, naming the key or tensor: a gating function
+/// other than softmax and sigmoid, a cached value that is not the latent (a file converted
+/// without MLA), and an older conversion's unsplit `attn_kv_b`.
+#[test]
+fn a_deepseek2_file_it_cannot_run_is_refused_with_the_key_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f32 = |name: &str| -> Vec<_> {
+        deepseek2_tensors(name)
+            .into_iter()
+            .map(|(n, s, v)| (n, q(v, &s, GgmlDType::F32)))
+            .collect()
+    };
+    let load = |md: &[(String, Value)], ws: &[(String, candle_core::quantized::QTensor)]| {
+        let file = dir.path().join("refused.gguf");
+        crate::util::write_gguf(&file, md, ws);
+        candor::model::transformer::Transformer::from_gguf_path(
+            &file,
+            candor::model::transformer::WeightDType::Native,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let v = variant("deepseek2-lite");
+    let with = |key: &str, value: Value| {
+        let mut md = deepseek2_metadata(&v);
+        let key = format!("deepseek2.{key}");
+        md.retain(|(k, _)| k != &key);
+        md.push((key, value));
+        md
+    };
+    let msg = load(
+        &with("expert_gating_func", Value::U32(4)),
+        &f32("deepseek2-lite"),
+    );
+    assert!(msg.contains("deepseek2.expert_gating_func"), "{msg}");
+    let msg = load(
+        &with(
+            "attention.value_length",
+            Value::U32((KV_LORA + QK_ROPE) as u32),
+        ),
+        &f32("deepseek2-lite"),
+    );
+    assert!(msg.contains("deepseek2.attention.value_length"), "{msg}");
+    let mut ws = f32("deepseek2-lite");
+    let kv_b = vec![0.0f32; HEADS * (QK_NOPE + V_HEAD) * KV_LORA];
+    ws.push((
+        "blk.0.attn_kv_b.weight".into(),
+        q(kv_b, &[HEADS * (QK_NOPE + V_HEAD), KV_LORA], GgmlDType::F32),
+    ));
+    let msg = load(&deepseek2_metadata(&v), &ws);
+    assert!(msg.contains("blk.0.attn_kv_b.weight"), "{msg}");
+}
