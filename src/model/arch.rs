@@ -1442,19 +1442,7 @@ fn moe_config(
         }
         return Ok(None);
     }
-    if experts > MAX_EXPERTS {
-        return Err(f.err(
-            Field::Experts,
-            format!("{experts} experts, more than the {MAX_EXPERTS} any model has"),
-        ));
-    }
-    let used = f.need(Field::ExpertsUsed)?;
-    if used == 0 || used > experts {
-        return Err(f.err(
-            Field::ExpertsUsed,
-            format!("{used} experts used per token of {experts}"),
-        ));
-    }
+    let used = experts_used(f, experts)?;
     let width = if own_width {
         f.need(Field::ExpertFfn)?
     } else if always {
@@ -1490,6 +1478,25 @@ fn moe_config(
     }))
 }
 
+/// `expert_used_count` of a file declaring `experts` (> 1, at most [`MAX_EXPERTS`]) experts:
+/// between 1 and the count.
+fn experts_used(f: &Fields, experts: usize) -> Result<usize> {
+    if experts > MAX_EXPERTS {
+        return Err(f.err(
+            Field::Experts,
+            format!("{experts} experts, more than the {MAX_EXPERTS} any model has"),
+        ));
+    }
+    let used = f.need(Field::ExpertsUsed)?;
+    if used == 0 || used > experts {
+        return Err(f.err(
+            Field::ExpertsUsed,
+            format!("{used} experts used per token of {experts}"),
+        ));
+    }
+    Ok(used)
+}
+
 /// [`MoeSpec::Deepseek`]'s experts as llama.cpp's deepseek2 loader and `build_moe_ffn` read
 /// them (GGUF only): none without `expert_count` > 1.
 fn deepseek_moe(f: &Fields, n_layer: usize, vocab: usize) -> Result<Option<MoeConfig>> {
@@ -1507,19 +1514,7 @@ fn deepseek_moe(f: &Fields, n_layer: usize, vocab: usize) -> Result<Option<MoeCo
     if experts <= 1 {
         return Ok(None);
     }
-    if experts > MAX_EXPERTS {
-        return Err(f.err(
-            Field::Experts,
-            format!("{experts} experts, more than the {MAX_EXPERTS} any model has"),
-        ));
-    }
-    let used = f.need(Field::ExpertsUsed)?;
-    if used == 0 || used > experts {
-        return Err(f.err(
-            Field::ExpertsUsed,
-            format!("{used} experts used per token of {experts}"),
-        ));
-    }
+    let used = experts_used(f, experts)?;
     let width = f.need(Field::ExpertFfn)?;
     if width == 0 {
         return Err(f.err(Field::ExpertFfn, "a zero expert width".into()));
