@@ -919,32 +919,29 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         no_rope_step: Some(4),
         ..BASE
     },
-    // GGUF only (a checkpoint's `kv_b_proj` would have to be split into `attn_k_b`/`attn_v_b`:
-    // convert to GGUF). llama.cpp's deepseek2.cpp: adjacent RoPE pairs (its converter
-    // permutes none; `LLAMA_ROPE_TYPE_NORM`), YaRN with the betas' defaults, no window.
-    ArchSpec {
-        arch: Arch::Deepseek2,
-        gguf_name: "deepseek2",
-        hf_model_types: &[],
-        llama3_rope: false,
-        moe: MoeSpec::Deepseek,
-        yarn: true,
-        attn_temp: true,
-        mla: true,
-        ..BASE
-    },
+    // deepseek2's, and mistral4's the same (llama.cpp runs both through deepseek2.cpp).
+    DEEPSEEK2,
     ArchSpec {
         arch: Arch::Mistral4,
         gguf_name: "mistral4",
-        hf_model_types: &[],
-        llama3_rope: false,
-        moe: MoeSpec::Deepseek,
-        yarn: true,
-        attn_temp: true,
-        mla: true,
-        ..BASE
+        ..DEEPSEEK2
     },
 ];
+
+// GGUF only (a checkpoint's `kv_b_proj` would have to be split into `attn_k_b`/`attn_v_b`:
+// convert to GGUF). llama.cpp's deepseek2.cpp: adjacent RoPE pairs (its converter permutes
+// none; `LLAMA_ROPE_TYPE_NORM`), YaRN with the betas' defaults, no window.
+const DEEPSEEK2: ArchSpec = ArchSpec {
+    arch: Arch::Deepseek2,
+    gguf_name: "deepseek2",
+    hf_model_types: &[],
+    llama3_rope: false,
+    moe: MoeSpec::Deepseek,
+    yarn: true,
+    attn_temp: true,
+    mla: true,
+    ..BASE
+};
 
 impl ArchSpec {
     pub fn of(arch: Arch) -> &'static ArchSpec {

@@ -1372,25 +1372,33 @@ mod tests {
     /// otherwise.
     #[test]
     fn deepseek_v3_pre_tokenizer_tokenizes_like_llama_cpp() {
-        let runs = assert_runs("deepseek-v3");
+        assert_deepseek_profile(
+            "deepseek-v3",
+            &[
+                // Llama 3's letter runs take any punctuation before them, and not combining marks.
+                ("llama-bpe", "!héllo (test) [x] {y}"),
+                ("glm4", "«bonjour» “quoted” ‘single’"),
+                ("qwen2", "1 12 123 1234 1234567"),
+                // Qwen3.5's letter runs take the marks, but also a symbol before them.
+                ("qwen35", "€uro +x -y ~z"),
+                ("deepseek-llm", "1 12 123 1234 1234567"),
+                // Tekken's letter runs split at case changes and leave out combining marks.
+                ("tekken", "cafe\u{301} e\u{301}\u{301}x ñ vs n\u{303}"),
+            ],
+        );
+    }
+
+    /// A DeepSeek profile's two runs (without and with `add_bos_token`): BOS only where the file
+    /// says so, and under each neighbour profile its text comes out otherwise.
+    fn assert_deepseek_profile(pre: &str, neighbours: &[(&str, &str)]) {
+        let runs = assert_runs(pre);
         assert_eq!(runs.len(), 2);
         let (content, _, _) = deepseek_glm_fixture();
         let plain = &runs[0];
-        // No BOS unless the file says so.
-        assert!(!run_tokenizer(&content, plain, "deepseek-v3").add_bos_token());
-        assert!(run_tokenizer(&content, &runs[1], "deepseek-v3").add_bos_token());
-        for (pre, text) in [
-            // Llama 3's letter runs take any punctuation before them, and not combining marks.
-            ("llama-bpe", "!héllo (test) [x] {y}"),
-            ("glm4", "«bonjour» “quoted” ‘single’"),
-            ("qwen2", "1 12 123 1234 1234567"),
-            // Qwen3.5's letter runs take the marks, but also a symbol before them.
-            ("qwen35", "€uro +x -y ~z"),
-            ("deepseek-llm", "1 12 123 1234 1234567"),
-            // Tekken's letter runs split at case changes and leave out combining marks.
-            ("tekken", "cafe\u{301} e\u{301}\u{301}x ñ vs n\u{303}"),
-        ] {
-            assert_disagrees_on(&content, plain, pre, text);
+        assert!(!run_tokenizer(&content, plain, pre).add_bos_token());
+        assert!(run_tokenizer(&content, &runs[1], pre).add_bos_token());
+        for (other, text) in neighbours {
+            assert_disagrees_on(&content, plain, other, text);
         }
     }
 
@@ -1399,21 +1407,17 @@ mod tests {
     /// otherwise.
     #[test]
     fn deepseek_llm_pre_tokenizer_tokenizes_like_llama_cpp() {
-        let runs = assert_runs("deepseek-llm");
-        assert_eq!(runs.len(), 2);
-        let (content, _, _) = deepseek_glm_fixture();
-        let plain = &runs[0];
-        assert!(!run_tokenizer(&content, plain, "deepseek-llm").add_bos_token());
-        for (pre, text) in [
-            // Whole digit runs, newlines one by one, symbols from U+0800 on in CJK's run.
-            ("deepseek-v3", "1 12 123 1234 1234567"),
-            ("deepseek-v3", "a\n\nb"),
-            ("llama-bpe", "❤❤ ☺ →"),
-            ("gpt2", "中文 日本語のテキスト ひらがな カタカナ"),
-            ("default", "ƻa aƻ ʔ ʰa"),
-        ] {
-            assert_disagrees_on(&content, plain, pre, text);
-        }
+        assert_deepseek_profile(
+            "deepseek-llm",
+            &[
+                // Whole digit runs, newlines one by one, symbols from U+0800 on in CJK's run.
+                ("deepseek-v3", "1 12 123 1234 1234567"),
+                ("deepseek-v3", "a\n\nb"),
+                ("llama-bpe", "❤❤ ☺ →"),
+                ("gpt2", "中文 日本語のテキスト ひらがな カタカナ"),
+                ("default", "ƻa aƻ ʔ ʰa"),
+            ],
+        );
     }
 
     /// The `glm4` and `glm5` pre-tokenizers (GLM-4.5 to 4.7, GLM-5) give llama.cpp's ids: Llama
