@@ -92,6 +92,11 @@ pub enum Arch {
     /// dense layers, then experts routed by DeepSeek's router ([`Gating::Deepseek`]) beside
     /// ungated shared experts.
     Deepseek2,
+    /// GLM-4.5/4.6/4.7 and GLM-4.5-Air (GGUF `glm4moe`): q/k/v with biases (q/k norms in some
+    /// files), partial NeoX RoPE, then DeepSeek's experts ([`MoeSpec::Deepseek`]: sigmoid
+    /// gating with a selection bias, ungated shared experts, leading dense layers), the FFN's
+    /// pre-norm named `post_attention_norm`.
+    Glm4Moe,
     /// Mistral Small 4 (GGUF `mistral4`): deepseek2's layers (llama.cpp runs both through one
     /// graph), without deepseek2's YaRN special case, with attention temperature tuning.
     Mistral4,
@@ -136,7 +141,7 @@ impl Arch {
     /// post-attention norm (as its checkpoint's `post_attention_layernorm`).
     pub fn ffn_norm_tensor(self) -> &'static str {
         match self {
-            Arch::GptOss | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => {
+            Arch::GptOss | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next | Arch::Glm4Moe => {
                 "post_attention_norm.weight"
             }
             _ => "ffn_norm.weight",
@@ -609,9 +614,12 @@ pub struct ArchSpec {
     /// `attention.q_lora_rank`, `kv_lora_rank`, `key_length_mla` and `value_length_mla` are
     /// read, `rope.scaling.yarn_log_multiplier` divided by 0.1, the attention scale
     /// `mscale² / sqrt(key_length_mla)`, and the attention temperature steps by
-    /// `attention.temperature_length`; its layers' experts are [`MoeSpec::Deepseek`]'s, and
-    /// its multi-token-prediction layers (`nextn_predict_layers`) follow the trunk unused.
+    /// `attention.temperature_length`; its layers' experts are [`MoeSpec::Deepseek`]'s.
     pub mla: bool,
+    /// The file's `nextn_predict_layers` multi-token-prediction layers follow the trunk's in
+    /// `block_count`; the forward pass runs the trunk (llama.cpp's `n_layer()`) and leaves
+    /// their tensors unread (only drafting would run them).
+    pub nextn: bool,
 }
 
 /// Whether an architecture's layers route tokens to experts, and how.
@@ -671,6 +679,7 @@ const BASE: ArchSpec = ArchSpec {
     grouped_ssm: false,
     long_rope: false,
     mla: false,
+    nextn: false,
 };
 
 /// One description per supported architecture.
@@ -839,6 +848,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         llama3_rope: false,
         moe: MoeSpec::Never,
         hybrid: true,
+        nextn: true,
         mrope: true,
         ..BASE
     },
@@ -854,6 +864,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         llama3_rope: false,
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
         hybrid: true,
+        nextn: true,
         shared_expert: true,
         mrope: true,
         ..BASE
@@ -869,6 +880,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         llama3_rope: false,
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
         hybrid: true,
+        nextn: true,
         shared_expert: true,
         grouped_ssm: true,
         ..BASE
@@ -926,6 +938,19 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_name: "mistral4",
         ..DEEPSEEK2
     },
+    // GGUF only. llama.cpp's glm4-moe.cpp: NeoX RoPE over the file's rotary dimensions, no
+    // window, no scaling keys; text files carry no `rope.dimension_sections` (GLM-4.5V's
+    // multi-section RoPE is refused as an unread key).
+    ArchSpec {
+        arch: Arch::Glm4Moe,
+        gguf_name: "glm4moe",
+        hf_model_types: &[],
+        gguf_rope_adjacent: false,
+        llama3_rope: false,
+        moe: MoeSpec::Deepseek,
+        nextn: true,
+        ..BASE
+    },
 ];
 
 // GGUF only (a checkpoint's `kv_b_proj` would have to be split into `attn_k_b`/`attn_v_b`:
@@ -940,6 +965,7 @@ const DEEPSEEK2: ArchSpec = ArchSpec {
     yarn: true,
     attn_temp: true,
     mla: true,
+    nextn: true,
     ..BASE
 };
 
@@ -1147,10 +1173,11 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
     let n_layer = f.need(Field::Layers)?;
     // Before anything is sized by it: a corrupt count must not allocate per layer.
     check_layer_count(n_layer).map_err(|msg| f.err(Field::Layers, msg))?;
-    // Qwen3.5's multi-token-prediction (`nextn`) layers follow the trunk's in `block_count`;
-    // the forward pass runs the trunk only (llama.cpp's `n_layer()`).
+    // Multi-token-prediction (`nextn`) layers follow the trunk's in `block_count` (Qwen3.5,
+    // DeepSeek, GLM: `ArchSpec::nextn`); the forward pass runs the trunk only (llama.cpp's
+    // `n_layer()`).
     let n_layer = match f {
-        Fields::Gguf { content, prefix } if spec.hybrid || spec.mla => {
+        Fields::Gguf { content, prefix } if spec.nextn => {
             let key = format!("{prefix}.nextn_predict_layers");
             let nextn = match content.metadata.contains_key(&key) {
                 true => md_usize(content, &key)?,
@@ -1421,7 +1448,7 @@ fn moe_config(
 ) -> Result<Option<MoeConfig>> {
     let (gating, always, own_width) = match spec.moe {
         MoeSpec::Never => return Ok(None),
-        MoeSpec::Deepseek => return deepseek_moe(f, n_layer, vocab),
+        MoeSpec::Deepseek => return deepseek_moe(spec, f, ffn_dim, n_layer, vocab),
         MoeSpec::IfDeclared(g) => (g, false, false),
         MoeSpec::Always(g) => (g, true, false),
         MoeSpec::IfDeclaredOwnWidth(g) => (g, false, true),
@@ -1496,7 +1523,13 @@ fn experts_used(f: &Fields, experts: usize) -> Result<usize> {
 
 /// [`MoeSpec::Deepseek`]'s experts as llama.cpp's deepseek2 loader and `build_moe_ffn` read
 /// them (GGUF only): none without `expert_count` > 1.
-fn deepseek_moe(f: &Fields, n_layer: usize, vocab: usize) -> Result<Option<MoeConfig>> {
+fn deepseek_moe(
+    spec: &ArchSpec,
+    f: &Fields,
+    ffn_dim: usize,
+    n_layer: usize,
+    vocab: usize,
+) -> Result<Option<MoeConfig>> {
     let Fields::Gguf { content, prefix } = f else {
         return Ok(None);
     };
@@ -1512,7 +1545,12 @@ fn deepseek_moe(f: &Fields, n_layer: usize, vocab: usize) -> Result<Option<MoeCo
         return Ok(None);
     }
     let used = experts_used(f, experts)?;
-    let width = f.need(Field::ExpertFfn)?;
+    // glm4moe's loader falls back to `feed_forward_length / expert_used_count`.
+    let width = match (f.usize(Field::ExpertFfn)?, spec.arch) {
+        (Some(w), _) => w,
+        (None, Arch::Glm4Moe) => ffn_dim / used,
+        (None, _) => return Err(f.err(Field::ExpertFfn, "missing".into())),
+    };
     if width == 0 {
         return Err(f.err(Field::ExpertFfn, "a zero expert width".into()));
     }
@@ -1529,9 +1567,11 @@ fn deepseek_moe(f: &Fields, n_layer: usize, vocab: usize) -> Result<Option<MoeCo
         true => md_f32(content, &key("expert_weights_scale"))?,
         false => 0.0,
     };
-    // 0 (none): DeepSeek-V2's files, softmax; GLM-4.7-Flash's (47 or 48 layers, its
-    // vocabulary of 154,880), sigmoid — llama.cpp's rule for files without the key.
+    // 0 (none): glm4moe's sigmoid; deepseek2's files: DeepSeek-V2's softmax, GLM-4.7-Flash's
+    // (47 or 48 layers, its vocabulary of 154,880) sigmoid — llama.cpp's rules for files
+    // without the key.
     let sigmoid = match opt("expert_gating_func")?.unwrap_or(0) {
+        0 if spec.arch == Arch::Glm4Moe => true,
         0 => matches!(n_layer, 47 | 48) && vocab == 154_880,
         1 => false,
         2 => true,
@@ -2151,7 +2191,6 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "ssm.group_count",
             "full_attention_interval",
             "attention.recurrent_layers",
-            "nextn_predict_layers",
         ]);
     }
     if spec.mrope {
@@ -2190,8 +2229,10 @@ fn gguf_arch_keys(spec: &ArchSpec) -> Vec<&'static str> {
             "attention.value_length_mla",
             "attention.temperature_length",
             "rope.scaling.yarn_log_multiplier",
-            "nextn_predict_layers",
         ]);
+    }
+    if spec.nextn {
+        keys.push("nextn_predict_layers");
     }
     if spec.shared_expert {
         keys.push("expert_shared_feed_forward_length");

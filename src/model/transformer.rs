@@ -629,10 +629,10 @@ impl Transformer {
         let model = Transformer::build(config, hybrid, per_layer, file, dtype, &placement)?;
         // A tensor the pass does not read is a feature it does not implement: refused, never
         // ignored (the model would compute something else without a word). The exception:
-        // a hybrid or DeepSeek model's multi-token-prediction layers after its trunk, which
-        // only drafting would run (none here).
+        // the multi-token-prediction layers after the trunk of a model whose files have them
+        // (`ArchSpec::nextn`), which only drafting would run (none here).
         let mut unused = file.unread_tensors();
-        if model.hybrid.is_some() || model.config.mla.is_some() {
+        if ArchSpec::of(model.config.arch).nextn {
             unused.retain(|t| !beyond_trunk(t, model.config.n_layer));
         }
         refuse_unused(&unused, arch, |msg| {

@@ -16,9 +16,7 @@ use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::assert_dense_splits_give_one_prefills_bits;
 use crate::moe::TinyRecord;
-use crate::quant::{
-    agreement, assert_disagrees, assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB,
-};
+use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
 
 const FIXTURE: &str = "quant/tiny_deepseek2_teacher_forced.jsonl";
 const DIM: usize = 256;
@@ -304,14 +302,6 @@ fn tiny_deepseek2_models_match_llama_cpp_and_are_batch_invariant() {
 /// model: its log multiplier is 1, 880/880.)
 #[test]
 fn the_same_deepseek2_weights_without_a_feature_disagree_with_llama_cpp() {
-    let (head, records) = tiny_fixture::<TinyRecord>(FIXTURE);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f32_of = |name: &str| {
-        records
-            .iter()
-            .find(|t| t.arch == name && t.ftype == "F32")
-            .unwrap_or_else(|| panic!("{name} F32"))
-    };
     let mutations: [(&str, &str, Variant, bool); 5] = [
         (
             "deepseek2 without exp_probs_b",
@@ -357,16 +347,11 @@ fn the_same_deepseek2_weights_without_a_feature_disagree_with_llama_cpp() {
         ),
     ];
     for (label, name, v, keep_bias) in mutations {
-        let t = f32_of(name);
         let ws: Vec<_> = deepseek2_tensors(name)
             .into_iter()
             .filter(|(n, _, _)| keep_bias || !n.ends_with("exp_probs_b.bias"))
-            .map(|(n, s, x)| (n, q(x, &s, GgmlDType::F32)))
             .collect();
-        let file = dir.path().join("mutated.gguf");
-        crate::util::write_gguf(&file, &deepseek2_metadata(&v), &ws);
-        let a = agreement(&file, &head.seqs(), &t.argmax, &t.top2_gap);
-        assert_disagrees(label, &a);
+        crate::moe::assert_f32_mutant_disagrees(FIXTURE, label, name, &deepseek2_metadata(&v), ws);
     }
 }
 

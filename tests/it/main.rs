@@ -16,6 +16,7 @@ mod fbbench;
 mod fennec;
 mod fuzz;
 mod gemma4;
+mod glm4moe;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod hostile;

@@ -272,6 +272,32 @@ pub(crate) fn fixture_model(
     (dir, model)
 }
 
+/// A mutation check: the F32 weights `tensors` of the tiny fixture `fixture`'s model `name`
+/// with metadata `md` (a feature taken away or changed), written as a GGUF, fall below 98% of
+/// llama.cpp's argmax for that model, missing where its choice is no near tie.
+pub(crate) fn assert_f32_mutant_disagrees(
+    fixture: &str,
+    label: &str,
+    name: &str,
+    md: &[(String, Value)],
+    tensors: Vec<TinyTensor>,
+) {
+    let (head, records) = tiny_fixture::<TinyRecord>(fixture);
+    let t = records
+        .iter()
+        .find(|t| t.arch == name && t.ftype == "F32")
+        .unwrap_or_else(|| panic!("{fixture}: no {name} F32"));
+    let ws: Vec<_> = tensors
+        .into_iter()
+        .map(|(n, s, x)| (n, q(x, &s, GgmlDType::F32)))
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mutated.gguf");
+    crate::util::write_gguf(&file, md, &ws);
+    let a = agreement(&file, &head.seqs(), &t.argmax, &t.top2_gap);
+    crate::quant::assert_disagrees(label, &a);
+}
+
 /// The verdicts of `measured`, for [`crate::quant::assert_verdicts`].
 pub(crate) fn verdicts(measured: Vec<Measured>) -> Vec<Verdict> {
     measured.into_iter().map(|m| m.verdict).collect()
