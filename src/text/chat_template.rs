@@ -979,7 +979,8 @@ mod tests {
     /// in its default system prompt), Llama 3.1 (llama.cpp's `date_string`), Gemma 2 (no
     /// system role: the system message folded into the first user message) and SmolLM3
     /// (`/think`, `/no_think`), DeepSeek-V3.1 (`thinking`, falling back to `enable_thinking`),
-    /// GLM-4.7-Flash (`enable_thinking`, `clear_thinking`) and DeepSeek-R1 (the distills'
+    /// GLM-4.7-Flash (`enable_thinking`, `clear_thinking`), GLM-4.5/4.6/4.7 (`enable_thinking`:
+    /// `/nothink` on each user message and an empty think block) and DeepSeek-R1 (the distills'
     /// template and llama.cpp's own: `<think>\n` opened in the generation prompt) render every
     /// case exactly as llama.cpp's llama-server renders it (`/apply-template`), with the
     /// thinking switches (`enable_thinking`, `thinking`, `reasoning_effort`) and the date
@@ -1001,6 +1002,7 @@ mod tests {
             "HuggingFaceTB-SmolLM3-3B",
             "deepseek-ai-DeepSeek-V3.1",
             "GLM-4.7-Flash",
+            "GLM-4.6",
             "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
             "llama-cpp-deepseek-r1",
         ] {
@@ -1031,7 +1033,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 55);
+        assert_eq!(checked, 64);
         // Another date renders another prompt: the date is what the template stamps.
         let src = std::fs::read_to_string(dir.join("openai-gpt-oss-120b.jinja")).unwrap();
         let t = ChatTemplate::new(src, "", "").unwrap();
@@ -1080,9 +1082,10 @@ mod tests {
 
     /// A later turn does not resend an earlier reply's reasoning where the template does not:
     /// with Candor's defaults (no kwargs) and with each thinking switch, DeepSeek-V3.1 and
-    /// DeepSeek-R1 send an earlier answer from after its `</think>`, and GLM-4.7 drops the
+    /// DeepSeek-R1 send an earlier answer from after its `</think>`, GLM-4.7-Flash drops the
     /// reasoning of turns before the last user message unless `clear_thinking` is false (as
-    /// llama-server's default `preserve_reasoning` passes it). Candor sends the answer alone
+    /// llama-server's default `preserve_reasoning` passes it), and GLM-4.5/4.6/4.7's template
+    /// drops it always (an empty `<think></think>` in its place). Candor sends the answer alone
     /// anyway; its render is the same as llama-server's (`rendered/*.json`).
     #[test]
     fn deepseek_and_glm_do_not_resend_earlier_reasoning() {
@@ -1097,6 +1100,7 @@ mod tests {
         for name in [
             "deepseek-ai-DeepSeek-V3.1",
             "GLM-4.7-Flash",
+            "GLM-4.6",
             "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
             "llama-cpp-deepseek-r1",
         ] {
@@ -1124,6 +1128,18 @@ mod tests {
                 let out = t.render_with(&history, true, &args).unwrap();
                 assert!(
                     out.contains("<think>Add them.</think>2 + 2 = 4."),
+                    "{out:?}"
+                );
+            }
+            if name == "GLM-4.6" {
+                // No `clear_thinking` here: llama-server's variables change nothing.
+                let args = TemplateArgs {
+                    kwargs: llama_server_kwargs(BTreeMap::new()),
+                    date: None,
+                };
+                let out = t.render_with(&history, true, &args).unwrap();
+                assert!(
+                    out.contains("<|assistant|>\n<think></think>\n2 + 2 = 4.<|user|>"),
                     "{out:?}"
                 );
             }
@@ -1210,6 +1226,7 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
         for (name, want) in [
             ("GLM-4.7-Flash", vec![2, first, first + 1]),
+            ("GLM-4.6", vec![2, first, first + 1]),
             ("deepseek-ai-DeepSeek-V3.1", vec![2, first + 2]),
             (
                 "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",

@@ -451,9 +451,11 @@ mod tests {
 
     /// DeepSeek-V3.1, GLM-4.7-Flash and DeepSeek-R1 (the distills' template and llama.cpp's)
     /// are `<think>` templates that open the block in the generation prompt when thinking is
-    /// on and close it there when it is off: read from their prompts as llama-server renders
-    /// them, a reply starts inside its reasoning exactly when the prompt opened it, and its
-    /// answer is what follows `</think>`, never a verdict from the reasoning.
+    /// on and close it there when it is off; GLM-4.5/4.6/4.7's template leaves `<think>` to
+    /// the model and closes an empty block when thinking is off: read from their prompts as
+    /// llama-server renders them, a reply starts inside its reasoning exactly when the prompt
+    /// opened it, and its answer is what follows `</think>`, never a verdict from the
+    /// reasoning.
     #[test]
     fn deepseek_and_glm_prompts_open_or_close_the_block() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
@@ -521,6 +523,35 @@ mod tests {
                 false,
                 "<|assistant|></think>",
             ),
+            // GLM-4.5/4.6/4.7: the model opens `<think>` itself after `<|assistant|>`; with
+            // `enable_thinking` false the prompt closes an empty block (and each user message
+            // ends with `/nothink`).
+            ("GLM-4.6", "user, thinking on", false, "<|assistant|>"),
+            ("GLM-4.6", "user, template default", false, "<|assistant|>"),
+            (
+                "GLM-4.6",
+                "user, thinking off",
+                false,
+                "/nothink<|assistant|>\n<think></think>",
+            ),
+            (
+                "GLM-4.6",
+                "user /nothink, thinking off",
+                false,
+                "Hi /nothink<|assistant|>\n<think></think>",
+            ),
+            (
+                "GLM-4.6",
+                "history, template default",
+                false,
+                "<|assistant|>",
+            ),
+            (
+                "GLM-4.6",
+                "history, thinking off",
+                false,
+                "/nothink<|assistant|>\n<think></think>",
+            ),
             // DeepSeek-R1: `<think>\n` opened; the distills' template (llama.cpp's copy)
             // closes it at once with `enable_thinking` false.
             (
@@ -582,12 +613,34 @@ mod tests {
                     "{name}: {case}"
                 );
             } else {
-                // The prompt closed the block: the whole reply is the answer.
+                // The prompt closed the block, or the model did not open it: the whole reply
+                // is the answer.
                 assert_eq!(
                     split(format, "Verdict: correct", open),
                     want(None, Some("Verdict: correct")),
                     "{name}: {case}"
                 );
+                if !prompt.ends_with("</think>") {
+                    // Left to the model (GLM-4.6 thinking): its reply opens the block.
+                    for reply in [
+                        "<think>The user asks 2+2. Verdict: wrong?</think>\nVerdict: correct",
+                        "\n<think>\nThe user asks 2+2. Verdict: wrong?\n</think>\n\nVerdict: correct",
+                    ] {
+                        assert_eq!(
+                            split(format, reply, open),
+                            want(
+                                Some("The user asks 2+2. Verdict: wrong?"),
+                                Some("Verdict: correct")
+                            ),
+                            "{name}: {case}"
+                        );
+                    }
+                    assert_eq!(
+                        split(format, "<think>Verdict: wrong? Let me", open),
+                        want(Some("Verdict: wrong? Let me"), None),
+                        "{name}: {case}"
+                    );
+                }
             }
         }
     }
