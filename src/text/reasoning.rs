@@ -591,12 +591,10 @@ mod tests {
             let prompt = rendered_prompt(name, case);
             assert!(prompt.ends_with(tail), "{name}: {case}: {prompt:?}");
             assert_eq!(format.starts_open(&prompt), open, "{name}: {case}");
-            if open {
-                // DeepSeek-V3.1 and GLM close with a bare `</think>`, R1 with `\n</think>\n\n`.
-                for reply in [
-                    "The user asks 2+2. Verdict: wrong?</think>Verdict: correct",
-                    "\nThe user asks 2+2. Verdict: wrong?\n</think>\n\nVerdict: correct",
-                ] {
+            // Each reply splits into the reasoning and the answer; the one cut inside its
+            // reasoning has no answer.
+            let assert_splits = |replies: [&str; 2], cut: &str| {
+                for reply in replies {
                     assert_eq!(
                         split(format, reply, open),
                         want(
@@ -606,11 +604,20 @@ mod tests {
                         "{name}: {case}"
                     );
                 }
-                // Cut inside the reasoning: no answer.
                 assert_eq!(
-                    split(format, "Verdict: wrong? Let me", open),
+                    split(format, cut, open),
                     want(Some("Verdict: wrong? Let me"), None),
                     "{name}: {case}"
+                );
+            };
+            if open {
+                // DeepSeek-V3.1 and GLM close with a bare `</think>`, R1 with `\n</think>\n\n`.
+                assert_splits(
+                    [
+                        "The user asks 2+2. Verdict: wrong?</think>Verdict: correct",
+                        "\nThe user asks 2+2. Verdict: wrong?\n</think>\n\nVerdict: correct",
+                    ],
+                    "Verdict: wrong? Let me",
                 );
             } else {
                 // The prompt closed the block, or the model did not open it: the whole reply
@@ -622,23 +629,12 @@ mod tests {
                 );
                 if !prompt.ends_with("</think>") {
                     // Left to the model (GLM-4.6 thinking): its reply opens the block.
-                    for reply in [
-                        "<think>The user asks 2+2. Verdict: wrong?</think>\nVerdict: correct",
-                        "\n<think>\nThe user asks 2+2. Verdict: wrong?\n</think>\n\nVerdict: correct",
-                    ] {
-                        assert_eq!(
-                            split(format, reply, open),
-                            want(
-                                Some("The user asks 2+2. Verdict: wrong?"),
-                                Some("Verdict: correct")
-                            ),
-                            "{name}: {case}"
-                        );
-                    }
-                    assert_eq!(
-                        split(format, "<think>Verdict: wrong? Let me", open),
-                        want(Some("Verdict: wrong? Let me"), None),
-                        "{name}: {case}"
+                    assert_splits(
+                        [
+                            "<think>The user asks 2+2. Verdict: wrong?</think>\nVerdict: correct",
+                            "\n<think>\nThe user asks 2+2. Verdict: wrong?\n</think>\n\nVerdict: correct",
+                        ],
+                        "<think>Verdict: wrong? Let me",
                     );
                 }
             }

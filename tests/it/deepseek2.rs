@@ -16,7 +16,7 @@ use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::assert_dense_splits_give_one_prefills_bits;
 use crate::moe::TinyRecord;
-use crate::quant::{assert_verdicts, q, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
+use crate::quant::{assert_verdicts, q, Draw, TinyTensor, TQ_VOCAB};
 
 const FIXTURE: &str = "quant/tiny_deepseek2_teacher_forced.jsonl";
 const DIM: usize = 256;
@@ -253,18 +253,8 @@ fn write_model(dir: &Path, t: &TinyRecord) -> PathBuf {
 /// where llama-quantize wants more bits); needs no loader.
 #[test]
 fn every_deepseek2_tensor_has_llama_quantizes_bytes() {
-    let records = tiny_fixture::<TinyRecord>(FIXTURE).1;
-    assert_eq!(records.len(), 3 * 3, "three models in three types");
-    let dir = tempfile::tempdir().expect("tempdir");
-    for t in &records {
-        let file = write_model(dir.path(), t);
-        std::fs::remove_file(&file).ok();
-    }
-    let q4km = records
-        .iter()
-        .find(|t| t.arch == "deepseek2" && t.ftype == "Q4_K_M")
-        .expect("deepseek2 Q4_K_M");
-    for (name, ty) in [
+    let records = crate::moe::write_every_record(FIXTURE, 3 * 3, write_model);
+    let types = [
         ("blk.1.attn_k_b.weight", "Q5_0"),
         ("blk.1.attn_v_b.weight", "Q5_0"),
         ("blk.1.attn_q_b.weight", "Q5_0"),
@@ -272,9 +262,8 @@ fn every_deepseek2_tensor_has_llama_quantizes_bytes() {
         ("blk.2.ffn_down_exps.weight", "Q8_0"),
         ("blk.1.ffn_up_exps.weight", "Q4_K"),
         ("blk.1.exp_probs_b.bias", "F32"),
-    ] {
-        assert_eq!(q4km.types[name], ty, "{name}");
-    }
+    ];
+    crate::moe::assert_stored_types(&records, "deepseek2", "Q4_K_M", &types);
 }
 
 /// All three models in F32, Q8_0 and llama-quantize's Q4_K_M mix: the test draws the script's

@@ -16,7 +16,7 @@ use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::assert_dense_splits_give_one_prefills_bits;
 use crate::moe::TinyRecord;
-use crate::quant::{assert_verdicts, tiny_fixture, Draw, TinyTensor, TQ_VOCAB};
+use crate::quant::{assert_verdicts, Draw, TinyTensor, TQ_VOCAB};
 
 const FIXTURE: &str = "quant/tiny_glm4moe_teacher_forced.jsonl";
 const DIM: usize = 256;
@@ -186,21 +186,14 @@ fn write_model(dir: &Path, t: &TinyRecord) -> PathBuf {
 /// MTP model's trunk is glm4moe's, byte for byte, and llama.cpp's argmax on it is glm4moe's.
 #[test]
 fn every_glm4moe_tensor_has_llama_quantizes_bytes() {
-    let records = tiny_fixture::<TinyRecord>(FIXTURE).1;
-    assert_eq!(records.len(), 3 * 3, "three models in three types");
-    let dir = tempfile::tempdir().expect("tempdir");
-    for t in &records {
-        let file = write_model(dir.path(), t);
-        std::fs::remove_file(&file).ok();
-    }
+    let records = crate::moe::write_every_record(FIXTURE, 3 * 3, write_model);
     let find = |name: &str, ftype: &str| {
         records
             .iter()
             .find(|t| t.arch == name && t.ftype == ftype)
             .unwrap_or_else(|| panic!("{name} {ftype}"))
     };
-    let q4km = find("glm4moe-mtp", "Q4_K_M");
-    for (name, ty) in [
+    let types = [
         ("output.weight", "Q6_K"),
         ("blk.1.ffn_down_exps.weight", "Q5_0"),
         ("blk.1.ffn_down_shexp.weight", "Q5_0"),
@@ -210,9 +203,8 @@ fn every_glm4moe_tensor_has_llama_quantizes_bytes() {
         ("blk.1.attn_q.bias", "F32"),
         ("blk.1.exp_probs_b.bias", "F32"),
         ("blk.3.nextn.eh_proj.weight", "Q4_K"),
-    ] {
-        assert_eq!(q4km.types[name], ty, "{name}");
-    }
+    ];
+    crate::moe::assert_stored_types(&records, "glm4moe-mtp", "Q4_K_M", &types);
     for ftype in ["F32", "Q8_0", "Q4_K_M"] {
         let (plain, mtp) = (find("glm4moe", ftype), find("glm4moe-mtp", ftype));
         for (name, hash) in &plain.tensors {

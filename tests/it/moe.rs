@@ -298,6 +298,40 @@ pub(crate) fn assert_f32_mutant_disagrees(
     crate::quant::assert_disagrees(label, &a);
 }
 
+/// Every record of the tiny fixture `fixture` (`n` of them), its model written by `write` (which
+/// requires each tensor's bytes to be llama-quantize's) into a temporary folder and removed;
+/// the records, for the caller's checks of the types llama-quantize chose.
+pub(crate) fn write_every_record(
+    fixture: &str,
+    n: usize,
+    mut write: impl FnMut(&Path, &TinyRecord) -> PathBuf,
+) -> Vec<TinyRecord> {
+    let records = tiny_fixture::<TinyRecord>(fixture).1;
+    assert_eq!(records.len(), n, "{fixture}: its models in their types");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for t in &records {
+        let file = write(dir.path(), t);
+        std::fs::remove_file(&file).ok();
+    }
+    records
+}
+
+/// The record of model `arch` in type `ftype` stores each named tensor in the named type.
+pub(crate) fn assert_stored_types(
+    records: &[TinyRecord],
+    arch: &str,
+    ftype: &str,
+    types: &[(&str, &str)],
+) {
+    let t = records
+        .iter()
+        .find(|t| t.arch == arch && t.ftype == ftype)
+        .unwrap_or_else(|| panic!("no {arch} {ftype}"));
+    for (name, ty) in types {
+        assert_eq!(t.types[*name], *ty, "{arch} {ftype}: {name}");
+    }
+}
+
 /// The verdicts of `measured`, for [`crate::quant::assert_verdicts`].
 pub(crate) fn verdicts(measured: Vec<Measured>) -> Vec<Verdict> {
     measured.into_iter().map(|m| m.verdict).collect()
