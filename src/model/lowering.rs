@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use super::arch::{Activation, Gating};
+use super::arch::Activation;
 use super::plan::{Matrix, Place, Plan, Step};
 use super::quant::{QWeight, WeightFormat};
 use super::transformer::{GateUp, Qkv, Transformer};
@@ -297,9 +297,10 @@ impl Lowering {
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
 /// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
 /// Candor loads lowers ([`Lowering::new`]), Qwen3.5's linear attention, output gate and shared
-/// expert included, but Gemma 4's: what is named here is a step, or a variant of one, without
-/// a kernel: Gemma 4's layers, experts with a GELU activation (no architecture has them), a
-/// shared expert with a GELU activation (likewise).
+/// expert and DeepSeek's router included, but Gemma 4's and latent attention's: what is named
+/// here is a step, or a variant of one, without a kernel: Gemma 4's layers, Multi-head Latent
+/// Attention, experts with a GELU activation (only Gemma 4 has them), a shared expert with a
+/// GELU activation (no architecture has one).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
     steps_not_lowered(model.plan())
 }
@@ -346,13 +347,6 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
     }
     if has(|s| matches!(s, Step::LatentProject | Step::Absorb | Step::Expand)) {
         missing.push("Multi-head Latent Attention (DeepSeek)");
-    }
-    // DeepSeek's shared experts, ungated, come only with its router.
-    if has(|s| matches!(s, Step::Route(Gating::Deepseek { .. }))) {
-        missing.push(
-            "DeepSeek's router (sigmoid gating, selection bias, expert groups, weight scale) \
-             and its ungated shared experts",
-        );
     }
     (!missing.is_empty()).then(|| {
         format!(

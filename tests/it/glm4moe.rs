@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
-use candor::model::lowering::not_lowered;
+use candor::model::arch::Gating;
+use candor::model::plan::Step;
 use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::assert_dense_splits_give_one_prefills_bits;
@@ -171,7 +172,7 @@ fn glm4moe_metadata(v: &Variant) -> Vec<(String, Value)> {
 
 /// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes checked
 /// against llama-quantize's) into `dir`.
-fn write_model(dir: &Path, t: &TinyRecord) -> PathBuf {
+pub(crate) fn write_model(dir: &Path, t: &TinyRecord) -> PathBuf {
     crate::moe::write_fixture_model(
         dir,
         t,
@@ -346,15 +347,25 @@ fn every_split_of_a_glm4moe_prompt_gives_the_same_bits() {
     }
 }
 
-/// The GPU path does not lower DeepSeek's router (sigmoid scores, selection bias, normalized
-/// and scaled weights) yet: every model is refused there, in a line naming what is not lowered
-/// (the CPU runs it).
+/// Every step of the glm4moe models lowers for `--device cuda` (DeepSeek's router in
+/// `moe_route`, the ungated shared experts, the leading dense layer, partial NeoX RoPE, q/k
+/// norms), launch for step, with the integer or legacy matmuls, fused or not; the router's
+/// launch is the one `moe_route` after its matmul.
 #[test]
-fn the_gpu_path_names_what_it_does_not_lower_for_glm4moe() {
+fn every_glm4moe_step_lowers_for_the_gpu() {
     for name in ["glm4moe", "glm4moe-qknorm", "glm4moe-mtp"] {
         let (_dir, model) =
             crate::moe::fixture_model(FIXTURE, |t| t.arch == name && t.ftype == "F32", write_model);
-        println!("{name}: not lowered: {:?}", not_lowered(&model));
-        assert!(not_lowered(&model).is_some());
+        let mut routes = 0;
+        crate::moe::assert_lowered_step_for_step(&model, name, |low, place, steps| {
+            for l in low.launches(place) {
+                if matches!(steps[l.steps.start], Step::Route(Gating::Deepseek { .. })) {
+                    assert_eq!(l.kernel.name(), "moe_route", "{name} {place:?}");
+                    routes += 1;
+                }
+            }
+        });
+        // Four lowerings of each MoE layer (the leading layers are dense).
+        assert_eq!(routes, 4 * (model.plan().n_layers() - DENSE_LEAD), "{name}");
     }
 }

@@ -694,22 +694,13 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
         let prompts: Vec<TokenRequest> = [23, 3, 40]
             .map(|n| util::greedy_request(draw(n), 10))
             .to_vec();
-        let split = |chunk: usize| {
-            let cfg = SchedulerConfig {
-                prefill_chunk: chunk,
-                prefix_cache_bytes: 0,
-                ..SchedulerConfig::default()
-            };
-            Decoder::new(Arc::clone(&gpu), cfg, Vec::new())
-                .generate(&prompts, &NoText)
-                .unwrap_or_else(|e| panic!("{label}: {e}"))
-                .into_iter()
-                .map(|r| r.output_ids)
-                .collect::<Vec<_>>()
-        };
-        let whole = split(512);
+        let whole = tokens_in_chunks(&gpu, &prompts, 512, &label);
         for chunk in [5, 1] {
-            assert_eq!(split(chunk), whole, "{label}: prefill in chunks of {chunk}");
+            assert_eq!(
+                tokens_in_chunks(&gpu, &prompts, chunk, &label),
+                whole,
+                "{label}: prefill in chunks of {chunk}"
+            );
         }
 
         // Forks of a stored 21-token prefix against the same prompts fed whole.
@@ -735,24 +726,112 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
         }
 
         // Teacher-forced next-token argmax against the CPU's.
-        let cpu = Arc::new(Model::from(load()));
-        let mut on_gpu = Decoder::new(gpu, SchedulerConfig::default(), Vec::new());
-        let mut on_cpu = Decoder::new(cpu, SchedulerConfig::default(), Vec::new());
-        let (mut total, mut agree) = (0usize, 0usize);
-        for ids in &seqs {
-            let a = on_gpu.next_token_argmax(ids, start - 1).expect("gpu");
-            let b = on_cpu.next_token_argmax(ids, start - 1).expect("cpu");
-            total += a.len();
-            agree += a.iter().zip(&b).filter(|(x, y)| x == y).count();
+        assert_gpu_agrees_with_the_cpu(gpu, load(), &seqs, start, &label);
+        std::fs::remove_file(&file).ok();
+    }
+}
+
+/// The greedy tokens of `prompts` on `model` with prompts prefilled in chunks of `chunk`
+/// tokens, the prefix cache off.
+fn tokens_in_chunks(
+    model: &Arc<Model>,
+    prompts: &[TokenRequest],
+    chunk: usize,
+    label: &str,
+) -> Vec<Vec<u32>> {
+    let cfg = SchedulerConfig {
+        prefill_chunk: chunk,
+        prefix_cache_bytes: 0,
+        ..SchedulerConfig::default()
+    };
+    Decoder::new(Arc::clone(model), cfg, Vec::new())
+        .generate(prompts, &NoText)
+        .unwrap_or_else(|e| panic!("{label}: {e}"))
+        .into_iter()
+        .map(|r| r.output_ids)
+        .collect()
+}
+
+/// The teacher-forced next-token argmaxes of `seqs` from position `start` on the GPU agree
+/// with `cpu`'s (the same file on the CPU) at 90% or more.
+fn assert_gpu_agrees_with_the_cpu(
+    gpu: Arc<Model>,
+    cpu: Transformer,
+    seqs: &[Vec<u32>],
+    start: usize,
+    label: &str,
+) {
+    let mut on_gpu = Decoder::new(gpu, SchedulerConfig::default(), Vec::new());
+    let mut on_cpu = Decoder::new(
+        Arc::new(Model::from(cpu)),
+        SchedulerConfig::default(),
+        Vec::new(),
+    );
+    let (mut total, mut agree) = (0usize, 0usize);
+    for ids in seqs {
+        let a = on_gpu.next_token_argmax(ids, start - 1).expect("gpu");
+        let b = on_cpu.next_token_argmax(ids, start - 1).expect("cpu");
+        total += a.len();
+        agree += a.iter().zip(&b).filter(|(x, y)| x == y).count();
+    }
+    println!(
+        "{label}: GPU and CPU agree on {agree}/{total} ({:.1}%) teacher-forced argmaxes",
+        100.0 * agree as f64 / total.max(1) as f64
+    );
+    assert!(
+        agree * 10 >= total * 9,
+        "{label}: {agree}/{total}, below 90%"
+    );
+}
+
+/// The tiny `glm4moe` models (`tests/it/glm4moe.rs`: DeepSeek's router with sigmoid scores,
+/// a selection bias and scaled weights, ungated shared experts, a leading dense layer; with
+/// and without q/k norms; a file with a multi-token-prediction layer) in F32 and the Q4_K_M
+/// mix (Q8_0 left out: the `tiny` stage's time on a card) on the GPU: the launches cover the plan; replies do not depend on batch size or
+/// neighbours; a prompt prefilled whole, in chunks of 5 or token by token gives the same
+/// tokens; and the teacher-forced argmax agrees with the CPU's at 90% or more.
+#[test]
+fn gpu_tiny_glm4moe_models_route_as_deepseek_on_the_device() {
+    use candor::model::lowering::covered;
+    let (head, records) =
+        quant::tiny_fixture::<crate::moe::TinyRecord>("quant/tiny_glm4moe_teacher_forced.jsonl");
+    assert_eq!(records.len(), 9, "three models in three types");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for t in records.iter().filter(|t| t.ftype != "Q8_0") {
+        let label = format!("tiny {} {}", t.arch, t.ftype);
+        let file = crate::glm4moe::write_model(dir.path(), t);
+        let load = || {
+            Transformer::from_gguf_path(&file, WeightDType::Native)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+        };
+        let Some(gpu) = load_on_gpu(load(), &label) else {
+            return;
+        };
+        let plan = load().plan().clone();
+        let lowering = gpu.gpu_lowering().expect("a GPU model");
+        for (place, steps) in plan.places() {
+            covered(steps, lowering.launches(place))
+                .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
         }
-        println!(
-            "{label}: GPU and CPU agree on {agree}/{total} ({:.1}%) teacher-forced argmaxes",
-            100.0 * agree as f64 / total.max(1) as f64
-        );
-        assert!(
-            agree * 10 >= total * 9,
-            "{label}: {agree}/{total}, below 90%"
-        );
+        assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
+        let mut rng = SplitMix64::new(13);
+        let prompts: Vec<TokenRequest> = [23, 3, 40]
+            .map(|n| {
+                let ids = (0..n)
+                    .map(|_| (rng.next_u64() % quant::TQ_VOCAB as u64) as u32)
+                    .collect();
+                util::greedy_request(ids, 10)
+            })
+            .to_vec();
+        let whole = tokens_in_chunks(&gpu, &prompts, 512, &label);
+        for chunk in [5, 1] {
+            assert_eq!(
+                tokens_in_chunks(&gpu, &prompts, chunk, &label),
+                whole,
+                "{label}: prefill in chunks of {chunk}"
+            );
+        }
+        assert_gpu_agrees_with_the_cpu(gpu, load(), &head.sequences, head.start, &label);
         std::fs::remove_file(&file).ok();
     }
 }
@@ -811,19 +890,8 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
         let prompts: Vec<TokenRequest> = [23, 3, 40]
             .map(|n| util::greedy_request(draw(n), 10))
             .to_vec();
-        let split = |model: &Arc<Model>, chunk: usize| {
-            let cfg = SchedulerConfig {
-                prefill_chunk: chunk,
-                prefix_cache_bytes: 0,
-                ..SchedulerConfig::default()
-            };
-            Decoder::new(Arc::clone(model), cfg, Vec::new())
-                .generate(&prompts, &NoText)
-                .unwrap_or_else(|e| panic!("{label}: {e}"))
-                .into_iter()
-                .map(|r| r.output_ids)
-                .collect::<Vec<_>>()
-        };
+        let split =
+            |model: &Arc<Model>, chunk: usize| tokens_in_chunks(model, &prompts, chunk, &label);
         let whole = split(&gpu, 512);
         for chunk in [5, 1] {
             assert_eq!(
@@ -846,27 +914,7 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
             );
         }
 
-        let mut on_gpu = Decoder::new(gpu, SchedulerConfig::default(), Vec::new());
-        let mut on_cpu = Decoder::new(
-            Arc::new(Model::from(cpu_model)),
-            SchedulerConfig::default(),
-            Vec::new(),
-        );
-        let (mut total, mut agree) = (0usize, 0usize);
-        for ids in &head.sequences {
-            let a = on_gpu.next_token_argmax(ids, head.start - 1).expect("gpu");
-            let b = on_cpu.next_token_argmax(ids, head.start - 1).expect("cpu");
-            total += a.len();
-            agree += a.iter().zip(&b).filter(|(x, y)| x == y).count();
-        }
-        println!(
-            "{label}: GPU and CPU agree on {agree}/{total} ({:.1}%) teacher-forced argmaxes",
-            100.0 * agree as f64 / total.max(1) as f64
-        );
-        assert!(
-            agree * 10 >= total * 9,
-            "{label}: {agree}/{total}, below 90%"
-        );
+        assert_gpu_agrees_with_the_cpu(gpu, cpu_model, &head.sequences, head.start, &label);
         std::fs::remove_file(&file).ok();
     }
 }

@@ -10,7 +10,6 @@
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candor::model::arch::AttnTemp;
-use candor::model::lowering::{covered, not_lowered, target_of, Lowering};
 use candor::model::plan::{trace, Place, RopeTable, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 
@@ -219,23 +218,16 @@ fn the_mistral3_plan_scales_the_queries_and_the_gpu_lowers_it() {
         logits_in_chunks(&model, &[1, 5, 9, 4], &[4]);
         assert_eq!(trace::take(), events, "{label}: the CPU's steps");
 
-        assert_eq!(not_lowered(&model), None, "{label}");
-        for integer in [true, false] {
-            for fuse in [true, false] {
-                let low = Lowering::new(plan, &target_of(&model, integer, fuse));
-                for (place, steps) in plan.places() {
-                    let got = covered(steps, low.launches(place))
-                        .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
-                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
-                }
+        crate::moe::assert_lowered_step_for_step(&model, label, |low, place, _| {
+            if place == Place::Layer(0) {
                 let scales = low
-                    .launches(Place::Layer(0))
+                    .launches(place)
                     .iter()
                     .filter(|x| x.kernel.name() == "scale_rows")
                     .count();
                 assert_eq!(scales, usize::from(yarn), "{label}");
             }
-        }
+        });
     }
 }
 

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
+use candor::model::lowering::{covered, not_lowered, target_of, Lowering};
 use candor::model::memory::ExpertPanels;
+use candor::model::plan::{Place, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
 use candor::weights::gguf::GgufFile;
@@ -329,6 +331,29 @@ pub(crate) fn assert_stored_types(
         .unwrap_or_else(|| panic!("no {arch} {ftype}"));
     for (name, ty) in types {
         assert_eq!(t.types[*name], *ty, "{arch} {ftype}: {name}");
+    }
+}
+
+/// `model` lowers for the GPU (`not_lowered` names nothing) and, with the integer or the
+/// legacy matmuls, fused or not, each place's launches cover its plan steps one for one, in
+/// order; `each` then checks what else the caller wants of each lowering and place.
+pub(crate) fn assert_lowered_step_for_step(
+    model: &Transformer,
+    label: &str,
+    mut each: impl FnMut(&Lowering, Place, &[Step]),
+) {
+    assert_eq!(not_lowered(model), None, "{label}");
+    let plan = model.plan();
+    for integer in [true, false] {
+        for fuse in [true, false] {
+            let low = Lowering::new(plan, &target_of(model, integer, fuse));
+            for (place, steps) in plan.places() {
+                let got = covered(steps, low.launches(place))
+                    .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
+                assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                each(&low, place, steps);
+            }
+        }
     }
 }
 

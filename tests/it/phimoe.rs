@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
-use candor::model::lowering::{covered, not_lowered, target_of, Lowering};
 use candor::model::plan::{Block, Step};
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::stats::rng::SplitMix64;
@@ -202,35 +201,26 @@ fn the_phimoe_plan_has_its_biases_and_every_split_gives_the_same_bits() {
             Step::LogitBias
         ]
     );
-    assert_eq!(not_lowered(&model), None);
     let is_bias = |s: &Step| {
         matches!(
             s,
             Step::NormBias(_) | Step::FinalNormBias | Step::LogitBias | Step::OutBias
         )
     };
-    for integer in [true, false] {
-        for fuse in [true, false] {
-            let low = Lowering::new(plan, &target_of(&model, integer, fuse));
-            for (place, steps) in plan.places() {
-                let got = covered(steps, low.launches(place))
-                    .unwrap_or_else(|e| panic!("{place:?}: {e}"));
-                assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
-                // Each bias step is exactly one `add_bias` launch.
-                for l in low.launches(place) {
-                    if is_bias(&steps[l.steps.start]) {
-                        assert_eq!((l.kernel.name(), l.steps.len()), ("add_bias", 1));
-                    }
-                }
-                let launched = low
-                    .launches(place)
-                    .iter()
-                    .filter(|l| is_bias(&steps[l.steps.start]))
-                    .count();
-                assert_eq!(launched, steps.iter().filter(|s| is_bias(s)).count());
+    crate::moe::assert_lowered_step_for_step(&model, "phimoe", |low, place, steps| {
+        // Each bias step is exactly one `add_bias` launch.
+        for l in low.launches(place) {
+            if is_bias(&steps[l.steps.start]) {
+                assert_eq!((l.kernel.name(), l.steps.len()), ("add_bias", 1));
             }
         }
-    }
+        let launched = low
+            .launches(place)
+            .iter()
+            .filter(|l| is_bias(&steps[l.steps.start]))
+            .count();
+        assert_eq!(launched, steps.iter().filter(|s| is_bias(s)).count());
+    });
     assert_dense_splits_give_one_prefills_bits(&model, "phimoe");
 }
 

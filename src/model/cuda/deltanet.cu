@@ -48,11 +48,6 @@ __device__ float cpu_logf(float x) {
     return __double2float_rn(__fma_rn(y, r2, __dadd_rn(y0, r)));
 }
 
-// ggml's sigmoid with the CPU's expf: 1 / (1 + e^-x).
-__device__ inline float cpu_sigmoid(float x) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-x)));
-}
-
 // SiLU as the CPU's `silu_in_place`: x / (1 + e^(-x - 0)).
 __device__ inline float cpu_silu(float x) {
     return __fdiv_rn(x, __fadd_rn(1.0f, cpu_expf(__fsub_rn(-x, 0.0f))));

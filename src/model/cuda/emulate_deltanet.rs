@@ -10,7 +10,7 @@
 // Index loops as in the CUDA source, so that the two read side by side.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use super::emulate_moe::cpu_expf;
+use super::emulate_moe::{cpu_expf, sigmoid};
 use crate::model::expf::{LOG_LN2, LOG_POLY, LOG_TABLE};
 
 /// `cpu_logf` (`__fma_rn` is `mul_add`).
@@ -45,11 +45,6 @@ pub(crate) fn cpu_logf(x: f32) -> f32 {
     let y = a1.mul_add(r, a2);
     let y = a0.mul_add(r2, y);
     y.mul_add(r2, y0 + r) as f32
-}
-
-/// `cpu_sigmoid`.
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + cpu_expf(-x))
 }
 
 /// `cpu_silu`.
@@ -539,11 +534,15 @@ mod tests {
     /// Qwen3.5-MoE's shared expert as `forward.rs` launches it (gate and up matmuls,
     /// `gated_act_cpu`, down matmul, the gate's matmul, `shared_gate`, then `add_in_place`
     /// after the routed experts' sum) equals the CPU's `shared_expert` and `add_shared`, in
-    /// F32, Q8_0 and Q4_K, for one row and for seven.
+    /// F32, Q8_0 and Q4_K, for one row and for seven; and so does DeepSeek's ungated one (no
+    /// gate: the down matmul's output added).
     #[test]
     fn the_emulated_shared_expert_equals_the_cpu() {
         let (dim, f) = (256, 256);
-        for dtype in [GgmlDType::F32, GgmlDType::Q8_0, GgmlDType::Q4K] {
+        let cases = [GgmlDType::F32, GgmlDType::Q8_0, GgmlDType::Q4K]
+            .into_iter()
+            .flat_map(|d| [(d, true), (d, false)]);
+        for (dtype, gated) in cases {
             let moe = Moe {
                 router: QWeight::from_f32(4, dim, noise(1, 4 * dim)),
                 router_bias: None,
@@ -555,7 +554,7 @@ mod tests {
                     ffn_dim: f,
                     gating: Gating::SoftmaxTopK { normalize: true },
                     shared_ffn: Some(f),
-                    shared_gated: true,
+                    shared_gated: gated,
                     dense_lead: 0,
                     groups: None,
                     weights_scale: 1.0,
@@ -564,7 +563,7 @@ mod tests {
                     gate: quantized(Some(dtype), f, dim, 2),
                     up: quantized(Some(dtype), f, dim, 3),
                     down: quantized(Some(dtype), dim, f, 4),
-                    gate_inp: Some(quantized(Some(dtype), 1, dim, 5)),
+                    gate_inp: gated.then(|| quantized(Some(dtype), 1, dim, 5)),
                 })),
                 down_scale: None,
                 beside: None,
@@ -582,13 +581,20 @@ mod tests {
                 let up = matmul(&sh.up, &x, rows);
                 gated_cpu(&mut gate, &up, 1);
                 let mut out = matmul(&sh.down, &gate, rows);
-                let logit = matmul(sh.gate_inp.as_ref().expect("gated"), &x, rows);
-                shared_gate(&mut out, &logit, dim);
-                let mut got = routed;
+                if let Some(gate_inp) = &sh.gate_inp {
+                    let logit = matmul(gate_inp, &x, rows);
+                    shared_gate(&mut out, &logit, dim);
+                }
+                let mut got = routed.clone();
                 for (g, o) in got.iter_mut().zip(&out) {
                     *g += o;
                 }
-                assert_eq!(bits(&got), bits(&want), "{dtype:?} {rows} rows");
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{dtype:?} gated {gated}, {rows} rows"
+                );
+                assert_ne!(bits(&got), bits(&routed), "{dtype:?}: the expert added");
             }
         }
     }

@@ -68,6 +68,70 @@ fn total_key(v: f32) -> i32 {
     k ^ (((k >> 31) as u32) >> 1) as i32
 }
 
+/// `cpu_sigmoid`.
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + cpu_expf(-x))
+}
+
+/// `keep_best_groups`.
+fn keep_best_groups(sel: &mut [f32], groups: usize, best: usize) {
+    let per = sel.len() / groups;
+    let mut score = vec![0f32; groups];
+    let mut kept = vec![false; groups];
+    for g in 0..groups {
+        let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for i in 0..per {
+            let v = sel[g * per + i];
+            if total_key(v) > total_key(a) {
+                b = a;
+                a = v;
+            } else if total_key(v) > total_key(b) {
+                b = v;
+            }
+        }
+        score[g] = a + b;
+    }
+    for _ in 0..best {
+        let (mut top, mut tk) = (usize::MAX, 0i32);
+        for g in 0..groups {
+            if kept[g] {
+                continue;
+            }
+            let k = total_key(score[g]);
+            if top == usize::MAX || k > tk {
+                top = g;
+                tk = k;
+            }
+        }
+        kept[top] = true;
+    }
+    for g in 0..groups {
+        if !kept[g] {
+            sel[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
+        }
+    }
+}
+
+/// DeepSeek's routing arguments of `moe_route`: the selection bias, `(groups, best)` (none:
+/// no groups) and the weights' scale.
+#[derive(Clone, Copy)]
+pub(crate) struct Selection<'a> {
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) groups: Option<(usize, usize)>,
+    pub(crate) scale: f32,
+}
+
+impl<'a> Selection<'a> {
+    /// `moe`'s.
+    pub(crate) fn of(moe: &'a Moe) -> Selection<'a> {
+        Selection {
+            bias: moe.selection_bias.as_deref(),
+            groups: moe.config.groups,
+            scale: moe.config.weights_scale,
+        }
+    }
+}
+
 /// `moe_route` over its grid (one thread per row, rows independent): `logits` in place,
 /// returns each row's experts and weights in rank order.
 pub(crate) fn route(
@@ -77,9 +141,11 @@ pub(crate) fn route(
     experts: usize,
     used: usize,
     gating: i32,
+    sel: Selection<'_>,
 ) -> (Vec<i32>, Vec<f32>) {
     let mut chosen = vec![i32::MIN; rows * used];
     let mut weights = vec![f32::NAN; rows * used];
+    let mut select = vec![f32::NAN; rows * experts];
     for r in 0..rows {
         let p = &mut logits[r * experts..(r + 1) * experts];
         if let Some(b) = bias {
@@ -87,31 +153,52 @@ pub(crate) fn route(
                 p[e] += b[e];
             }
         }
-        if gating != 2 {
+        let deepseek = gating >= 3;
+        let normalize = gating == 1 || (deepseek && (gating - 3) % 2 == 1);
+        if gating >= 5 {
+            for e in 0..experts {
+                p[e] = sigmoid(p[e]);
+            }
+        } else if gating != 2 {
             cpu_softmax(p);
         }
+        let rk: &[f32] = if deepseek {
+            let s = &mut select[r * experts..(r + 1) * experts];
+            for e in 0..experts {
+                s[e] = match sel.bias {
+                    Some(b) => p[e] + b[e],
+                    None => p[e],
+                };
+            }
+            if let Some((groups, best)) = sel.groups {
+                keep_best_groups(s, groups, best);
+            }
+            s
+        } else {
+            p
+        };
         let ch = &mut chosen[r * used..(r + 1) * used];
         let w = &mut weights[r * used..(r + 1) * used];
         for j in 0..used {
-            let (mut best, mut bk) = (-1i32, 0i32);
+            let (mut top, mut tk) = (-1i32, 0i32);
             for e in 0..experts {
                 let taken = ch[..j].contains(&(e as i32));
                 if taken {
                     continue;
                 }
-                let k = total_key(p[e]);
-                if best < 0 || k > bk {
-                    best = e as i32;
-                    bk = k;
+                let k = total_key(rk[e]);
+                if top < 0 || k > tk {
+                    top = e as i32;
+                    tk = k;
                 }
             }
-            ch[j] = best;
-            w[j] = p[best as usize];
+            ch[j] = top;
+            w[j] = p[top as usize];
         }
         if gating == 2 {
             cpu_softmax(w);
         }
-        if gating == 1 {
+        if normalize {
             let mut sum = 0f64;
             for j in 0..used {
                 sum += w[j] as f64;
@@ -119,6 +206,11 @@ pub(crate) fn route(
             let s = (sum as f32).max(1.0 / 16384.0);
             for j in 0..used {
                 w[j] /= s;
+            }
+        }
+        if deepseek && sel.scale != 1.0 {
+            for j in 0..used {
+                w[j] *= sel.scale;
             }
         }
     }
@@ -237,6 +329,7 @@ pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> 
         experts,
         used,
         gating_code(c.gating),
+        Selection::of(moe),
     );
     let (idx, slot, counts) = group(&chosen, used, experts);
     let pairs = rows * used;
@@ -350,15 +443,20 @@ mod tests {
     /// -0.0 ranks below 0.0 (the CPU's `total_cmp`).
     #[test]
     fn routing_ties_go_to_the_lower_expert() {
+        const NONE: Selection = Selection {
+            bias: None,
+            groups: None,
+            scale: 1.0,
+        };
         let mut l = vec![
             0.1, 0.5, 0.2, 0.5, 0.7, 1.0, 1.0, 1.0, 1.0, 0.3, -0.0, 0.0, 0.3, 0.0,
         ];
-        let (ch, _) = route(&mut l[..5], None, 1, 5, 3, 2);
+        let (ch, _) = route(&mut l[..5], None, 1, 5, 3, 2, NONE);
         assert_eq!(ch, [4, 1, 3]);
-        let (ch, w) = route(&mut l[5..9], None, 1, 4, 3, 0);
+        let (ch, w) = route(&mut l[5..9], None, 1, 4, 3, 0, NONE);
         assert_eq!(ch, [0, 1, 2]);
         assert_eq!(w, [0.25; 3]);
-        let (ch, _) = route(&mut l[9..14], None, 1, 5, 3, 2);
+        let (ch, _) = route(&mut l[9..14], None, 1, 5, 3, 2, NONE);
         assert_eq!(ch, [0, 3, 2]);
     }
 
@@ -508,6 +606,7 @@ mod tests {
                 experts,
                 used,
                 gating_code(gating),
+                Selection::of(&m),
             );
             let distinct = (0..experts as i32).filter(|e| chosen.contains(e)).count();
             assert!(distinct >= 4, "{what}: experts used {chosen:?}");
@@ -522,6 +621,77 @@ mod tests {
             for r in [0, 2, 5] {
                 let xr = &x[r * dim..(r + 1) * dim];
                 let got = moe_block(&m, act, xr, 1);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want[r * dim..(r + 1) * dim]),
+                    "{what}, row {r}"
+                );
+            }
+        }
+    }
+
+    /// DeepSeek's router in the emulated block equals the CPU's bits: sigmoid scores with a
+    /// selection bias, 4 groups of 2 experts of which the 2 best are eligible, renormalised
+    /// weights times 2.5 (DeepSeek-V3, GLM-4.5); softmax scores without groups, bias or
+    /// renormalising (DeepSeek-V2-Lite). On 9 rows and on single rows, in F32 and Q4_K; and
+    /// the groups and the bias decide: the experts differ from those of the plain ranking on
+    /// some rows, and the weights are the unbiased scores.
+    #[test]
+    fn the_emulated_deepseek_router_equals_the_cpu() {
+        let (experts, used, rows) = (8, 3, 9);
+        for (dtype, dim, ffn, sigmoid) in [
+            (Some(GgmlDType::F32), 64, 96, true),
+            (Some(GgmlDType::Q4K), 256, 256, true),
+            (Some(GgmlDType::Q8_0), 64, 96, false),
+        ] {
+            let gating = Gating::Deepseek {
+                sigmoid,
+                normalize: sigmoid,
+            };
+            let mut m = moe(dtype, dim, ffn, experts, used, gating, false);
+            if sigmoid {
+                m.selection_bias = Some(noise(5, experts).iter().map(|v| v * 0.5).collect());
+                m.config.groups = Some((4, 2));
+                m.config.weights_scale = 2.5;
+            }
+            let x: Vec<f32> = noise(98, rows * dim).iter().map(|v| v * 2.0).collect();
+            let what = format!("{dtype:?} {gating:?}");
+            let mut logits = matmul(&m.router, &x, rows);
+            let plain = route(
+                &mut logits.clone(),
+                None,
+                rows,
+                experts,
+                used,
+                gating_code(Gating::SoftmaxTopK { normalize: false }),
+                Selection::of(&m),
+            );
+            let (chosen, weights) = route(
+                &mut logits,
+                None,
+                rows,
+                experts,
+                used,
+                gating_code(gating),
+                Selection::of(&m),
+            );
+            if sigmoid {
+                assert_ne!(chosen, plain.0, "{what}: groups and bias change the choice");
+                // Normalised, then scaled: each row's weights sum to 2.5.
+                for w in weights.chunks(used) {
+                    let sum: f32 = w.iter().sum();
+                    assert!((sum - 2.5).abs() < 1e-5, "{what}: {w:?}");
+                }
+            } else {
+                assert_eq!(chosen, plain.0, "{what}: softmax ranks as the plain router");
+                assert_eq!(bits(&weights), bits(&plain.1), "{what}");
+            }
+            let want = cpu(&m, Activation::Silu, &x, rows);
+            let got = moe_block(&m, Activation::Silu, &x, rows);
+            assert_eq!(bits(&got), bits(&want), "{what}, {rows} rows");
+            for r in [0, 4, 8] {
+                let xr = &x[r * dim..(r + 1) * dim];
+                let got = moe_block(&m, Activation::Silu, xr, 1);
                 assert_eq!(
                     bits(&got),
                     bits(&want[r * dim..(r + 1) * dim]),

@@ -61,13 +61,15 @@ struct Buffers {
     /// and weights, the grouping (grouped position → row, (row, rank) → grouped position,
     /// rows per expert), and the grouped rows' input, gate, up and output.
     moe: Option<MoeBufs>,
-    /// Hybrid models (qwen35, qwen35moe): the linear layers', output gate's and shared
-    /// expert's buffers, and the step's sequences for the linear-attention kernels.
+    /// Hybrid models (qwen35, qwen35moe): the linear layers' and output gate's buffers, and
+    /// the step's sequences for the linear-attention kernels.
     hybrid: Option<HybridBufs>,
 }
 
 struct MoeBufs {
     logits: CudaSlice<f32>,
+    /// DeepSeek's selection scores (`rows × experts`).
+    select: CudaSlice<f32>,
     chosen: CudaSlice<i32>,
     weights: CudaSlice<f32>,
     idx: CudaSlice<i32>,
@@ -77,6 +79,11 @@ struct MoeBufs {
     gate: CudaSlice<f32>,
     up: CudaSlice<f32>,
     out: CudaSlice<f32>,
+    /// The shared expert's gate/up outputs, gate logits and output (none without one).
+    shared_gate: CudaSlice<f32>,
+    shared_up: CudaSlice<f32>,
+    shared_logit: CudaSlice<f32>,
+    shared_out: CudaSlice<f32>,
 }
 
 /// Copies `v` into the reused device buffer `slot`, growing it first when it is too small;
@@ -296,6 +303,13 @@ impl CudaModel {
                         return Err(ModelError::Device(format!(
                             "cuda: {} experts, {} used: the GPU routes at most 1024",
                             m.config.experts, m.config.used
+                        )));
+                    }
+                    if let Some((groups, _)) = m.config.groups.filter(|&(g, _)| g > MOE_MAX_GROUPS)
+                    {
+                        return Err(ModelError::Device(format!(
+                            "cuda: {groups} expert groups: the GPU routes at most \
+                             {MOE_MAX_GROUPS}"
                         )));
                     }
                     (Vec::new(), None, Some(upload_moe(&gpu, i, m, path)?))
@@ -782,13 +796,15 @@ impl CudaModel {
         let shared = c.moe.and_then(|m| m.shared_ffn).unwrap_or(0);
         let mut act_elems = rows * wide.max(c.ffn_dim).max(shared).next_multiple_of(256);
         b.hybrid = match h {
-            Some(h) => Some(HybridBufs::new(g, rows, c.dim, c.q_dim(), h, shared)?),
+            Some(h) => Some(HybridBufs::new(g, rows, c.q_dim(), h)?),
             None => None,
         };
         if let Some(m) = c.moe {
             let pairs = rows * m.used;
+            let shared_rows = if shared > 0 { rows } else { 0 };
             b.moe = Some(MoeBufs {
                 logits: g.zeros("router logits", rows * m.experts)?,
+                select: g.zeros("expert selection scores", rows * m.experts)?,
                 chosen: g.zeros("experts chosen", pairs)?,
                 weights: g.zeros("expert weights", pairs)?,
                 idx: g.zeros("expert rows", pairs)?,
@@ -798,6 +814,10 @@ impl CudaModel {
                 gate: g.zeros("expert gate", pairs * m.ffn_dim)?,
                 up: g.zeros("expert up", pairs * m.ffn_dim)?,
                 out: g.zeros("expert output", pairs * c.dim)?,
+                shared_gate: g.zeros("shared expert gate", shared_rows * shared)?,
+                shared_up: g.zeros("shared expert up", shared_rows * shared)?,
+                shared_logit: g.zeros("shared expert gate logits", shared_rows)?,
+                shared_out: g.zeros("shared expert output", shared_rows * c.dim)?,
             });
             act_elems = act_elems.max(pairs * c.dim.max(m.ffn_dim).next_multiple_of(256));
         }
@@ -1123,6 +1143,46 @@ impl Run<'_> {
                 g.launched("moe_combine", unsafe { lb.launch(ew(rows * dim)) })?;
                 Ok(())
             }
+            (Kernel::SharedExpert, Step::SharedExpert(act)) => {
+                let (m, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                let sh = m
+                    .shared
+                    .as_ref()
+                    .ok_or_else(|| missing("a shared expert"))?;
+                let code = match act {
+                    Activation::SwigluOai => 0,
+                    Activation::Silu => 1,
+                    Activation::GeluTanh | Activation::GeluTanhF16 => {
+                        return Err(ModelError::Device(
+                            "cuda: a GELU shared expert has no GPU kernel; run this model with \
+                             --device cpu"
+                                .into(),
+                        ))
+                    }
+                };
+                let s = &*g.stream;
+                let f = sh.down.k;
+                let (sg, su, so, sl) = (
+                    ptr(&b.shared_gate, s),
+                    ptr(&b.shared_up, s),
+                    ptr(&b.shared_out, s),
+                    ptr(&b.shared_logit, s),
+                );
+                let q = g.matmul_into(&sh.gate, p.xb, rows, sg, self.act, None, false)?;
+                g.matmul_into(&sh.up, p.xb, rows, su, self.act, q, false)?;
+                g.gated_cpu(sg, su, rows * f, code)?;
+                g.matmul_into(&sh.down, sg, rows, so, self.act, None, false)?;
+                // DeepSeek's shared experts are ungated.
+                let Some(gate_inp) = &sh.gate_inp else {
+                    return Ok(());
+                };
+                g.matmul_into(gate_inp, p.xb, rows, sl, self.act, None, false)?;
+                g.shared_gate(so, sl, dim, rows)
+            }
+            (Kernel::AddShared, Step::AddShared) => {
+                let (_, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                g.add(p.xb, ptr(&b.shared_out, &g.stream), rows * dim)
+            }
             (
                 Kernel::DeltaProject
                 | Kernel::Conv
@@ -1130,9 +1190,7 @@ impl Run<'_> {
                 | Kernel::DeltaRule
                 | Kernel::GatedNorm
                 | Kernel::SplitGate { .. }
-                | Kernel::OutGate
-                | Kernel::SharedExpert
-                | Kernel::AddShared,
+                | Kernel::OutGate,
                 _,
             ) => {
                 let hy = self
@@ -1146,8 +1204,7 @@ impl Run<'_> {
         }
     }
 
-    /// One launch of a hybrid layer's steps (linear attention, the output gate, the shared
-    /// expert) of layer `l`, on `rows` rows; `lacks` names what the layer lacks.
+    /// One launch of a hybrid layer's steps (linear attention, the output gate) of layer `l`, on `rows` rows; `lacks` names what the layer lacks.
     fn hybrid_launch(
         &self,
         (kernel, step): (Kernel, Step),
@@ -1161,12 +1218,6 @@ impl Run<'_> {
         let (b, h) = (hy.b, hy.h);
         let s = &*g.stream;
         let delta = || dl.delta.as_ref().ok_or_else(|| lacks("linear attention"));
-        let shared = || {
-            dl.moe
-                .as_ref()
-                .and_then(|m| m.shared.as_ref())
-                .ok_or_else(|| lacks("a shared expert"))
-        };
         match (kernel, step) {
             (Kernel::DeltaProject, Step::DeltaProject) => {
                 let d = delta()?;
@@ -1201,37 +1252,6 @@ impl Run<'_> {
                 g.split(p.fused, 2 * hd, part * hd, hd, dst, rows * c.n_head)
             }
             (Kernel::OutGate, Step::OutGate) => g.out_gate(p.attn, &b.gate, rows * c.q_dim()),
-            (Kernel::SharedExpert, Step::SharedExpert(act)) => {
-                let sh = shared()?;
-                let code = match act {
-                    Activation::SwigluOai => 0,
-                    Activation::Silu => 1,
-                    Activation::GeluTanh | Activation::GeluTanhF16 => {
-                        return Err(ModelError::Device(
-                            "cuda: a GELU shared expert has no GPU kernel; run this model with \
-                             --device cpu"
-                                .into(),
-                        ))
-                    }
-                };
-                let f = sh.down.k;
-                let (sg, su, so, sl) = (
-                    ptr(&b.shared_gate, s),
-                    ptr(&b.shared_up, s),
-                    ptr(&b.shared_out, s),
-                    ptr(&b.shared_logit, s),
-                );
-                let q = g.matmul_into(&sh.gate, p.xb, rows, sg, self.act, None, false)?;
-                g.matmul_into(&sh.up, p.xb, rows, su, self.act, q, false)?;
-                g.gated_cpu(sg, su, rows * f, code)?;
-                g.matmul_into(&sh.down, sg, rows, so, self.act, None, false)?;
-                g.matmul_into(&sh.gate_inp, p.xb, rows, sl, self.act, None, false)?;
-                g.shared_gate(b, c.dim, rows)
-            }
-            (Kernel::AddShared, Step::AddShared) => {
-                shared()?;
-                g.add(p.xb, ptr(&b.shared_out, s), rows * c.dim)
-            }
             (kernel, step) => Err(ModelError::Device(format!(
                 "cuda: no launch of {kernel:?} for plan step {step:?} in a layer"
             ))),
@@ -1252,9 +1272,14 @@ impl Run<'_> {
         g.matmul_into(&m.router, p.xb, rows, plogits, self.act, None, false)?;
         let code = gating_code(gating);
         let pbias = m.router_bias.as_ref().map_or(0u64, |v| ptr(v, s));
+        let psel_bias = m.selection_bias.as_ref().map_or(0u64, |v| ptr(v, s));
         let (rows_i, experts_i, used_i) =
             (rows as i32, m.config.experts as i32, m.config.used as i32);
-        let (pch, pw) = (ptr(&b.chosen, s), ptr(&b.weights, s));
+        let (groups, best) = m
+            .config
+            .groups
+            .map_or((0, 0), |(g, b)| (g as i32, b as i32));
+        let (pch, pw, psel) = (ptr(&b.chosen, s), ptr(&b.weights, s), ptr(&b.select, s));
         let mut lb = s.launch_builder(&g.k.moe_route);
         lb.arg(&plogits)
             .arg(&pbias)
@@ -1263,14 +1288,20 @@ impl Run<'_> {
             .arg(&used_i)
             .arg(&code)
             .arg(&pch)
-            .arg(&pw);
+            .arg(&pw)
+            .arg(&psel_bias)
+            .arg(&psel)
+            .arg(&groups)
+            .arg(&best)
+            .arg(&m.config.weights_scale);
         let cfg = LaunchConfig {
             grid_dim: (rows.div_ceil(64) as u32, 1, 1),
             block_dim: (64, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: logits holds rows × experts floats, the bias (when given) experts, chosen
-        // and weights rows × used (fit).
+        // SAFETY: logits and select hold rows × experts floats, each bias (when given)
+        // experts, chosen and weights rows × used (fit); groups divide the experts and are at
+        // most MOE_MAX_GROUPS (checked at load).
         g.launched("moe_route", unsafe { lb.launch(cfg) })?;
         Ok(())
     }
@@ -1486,13 +1517,18 @@ impl Run<'_> {
     }
 }
 
-/// The kernels' gating code.
+/// `moe.cu`'s `MOE_MAX_GROUPS`: the most expert groups `moe_route` keeps scores of.
+const MOE_MAX_GROUPS: usize = 64;
+
+/// The kernels' gating code (`moe_route`'s `gating`).
 pub(super) fn gating_code(g: Gating) -> i32 {
     match g {
         Gating::SoftmaxTopK { normalize: false } => 0,
         Gating::SoftmaxTopK { normalize: true } => 1,
         Gating::TopKSoftmax => 2,
-        Gating::Deepseek { .. } => unreachable!("not_lowered refuses DeepSeek's router"),
+        Gating::Deepseek { sigmoid, normalize } => {
+            3 + 2 * i32::from(sigmoid) + i32::from(normalize)
+        }
     }
 }
 

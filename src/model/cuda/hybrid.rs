@@ -54,7 +54,8 @@ pub(super) struct DevShared {
     pub(super) gate: DevWeight,
     pub(super) up: DevWeight,
     pub(super) down: DevWeight,
-    pub(super) gate_inp: DevWeight,
+    /// The sigmoid gate's vector (Qwen3.5-MoE); none for DeepSeek's ungated shared experts.
+    pub(super) gate_inp: Option<DevWeight>,
 }
 
 /// Uploads layer `i`'s shared expert.
@@ -65,18 +66,15 @@ pub(super) fn upload_shared(
     path: MatmulPath,
 ) -> Result<DevShared> {
     let n = |t: &str| format!("blk.{i}.{t}");
-    // An ungated shared expert (DeepSeek's) is refused by `not_lowered`.
-    let gate_inp = s.gate_inp.as_ref().ok_or_else(|| {
-        dev_err(
-            &format!("blk.{i}"),
-            "an ungated shared expert has no kernel",
-        )
-    })?;
     Ok(DevShared {
         gate: upload_weight(gpu, &n("ffn_gate_shexp.weight"), &s.gate, path)?,
         up: upload_weight(gpu, &n("ffn_up_shexp.weight"), &s.up, path)?,
         down: upload_weight(gpu, &n("ffn_down_shexp.weight"), &s.down, path)?,
-        gate_inp: upload_weight(gpu, &n("ffn_gate_inp_shexp.weight"), gate_inp, path)?,
+        gate_inp: s
+            .gate_inp
+            .as_ref()
+            .map(|w| upload_weight(gpu, &n("ffn_gate_inp_shexp.weight"), w, path))
+            .transpose()?,
     })
 }
 
@@ -91,26 +89,13 @@ pub(super) struct HybridBufs {
     pub(super) beta: CudaSlice<f32>,
     pub(super) alpha: CudaSlice<f32>,
     pub(super) gate: CudaSlice<f32>,
-    pub(super) shared_gate: CudaSlice<f32>,
-    pub(super) shared_up: CudaSlice<f32>,
-    pub(super) shared_logit: CudaSlice<f32>,
-    pub(super) shared_out: CudaSlice<f32>,
     pub(super) spans: Option<CudaSlice<i32>>,
     pub(super) states: Option<CudaSlice<u64>>,
 }
 
 impl HybridBufs {
-    /// Buffers for `rows` rows of a model of width `dim`, queries `q_dim` wide, geometry `h`
-    /// and a shared expert `shared` wide (0: none).
-    pub(super) fn new(
-        g: &Gpu,
-        rows: usize,
-        dim: usize,
-        q_dim: usize,
-        h: &Hybrid,
-        shared: usize,
-    ) -> Result<HybridBufs> {
-        let shared_rows = if shared > 0 { rows } else { 0 };
+    /// Buffers for `rows` rows of a model whose queries are `q_dim` wide, geometry `h`.
+    pub(super) fn new(g: &Gpu, rows: usize, q_dim: usize, h: &Hybrid) -> Result<HybridBufs> {
         Ok(HybridBufs {
             mixed: g.zeros("mixed q|k|v", rows * h.conv_dim())?,
             conv: g.zeros("conv", rows * h.conv_dim())?,
@@ -118,10 +103,6 @@ impl HybridBufs {
             beta: g.zeros("beta", rows * h.v_heads)?,
             alpha: g.zeros("decay", rows * h.v_heads)?,
             gate: g.zeros("output gate", rows * q_dim)?,
-            shared_gate: g.zeros("shared expert gate", shared_rows * shared)?,
-            shared_up: g.zeros("shared expert up", shared_rows * shared)?,
-            shared_logit: g.zeros("shared expert gate logits", shared_rows)?,
-            shared_out: g.zeros("shared expert output", shared_rows * dim)?,
             spans: None,
             states: None,
         })
@@ -290,10 +271,10 @@ impl Gpu {
         Ok(())
     }
 
-    /// `shared_gate`: each of `rows` rows of `out` (`dim` wide) times the sigmoid of its logit.
-    pub(super) fn shared_gate(&self, b: &HybridBufs, dim: usize, rows: usize) -> Result<()> {
+    /// `shared_gate`: each of `rows` rows of `out` (`dim` wide) times the sigmoid of its logit
+    /// in `logit`.
+    pub(super) fn shared_gate(&self, po: u64, pl: u64, dim: usize, rows: usize) -> Result<()> {
         let s = &*self.stream;
-        let (po, pl) = (ptr(&b.shared_out, s), ptr(&b.shared_logit, s));
         let (dim_i, t) = (dim as i32, (rows * dim) as i64);
         let mut lb = s.launch_builder(&self.k.shared_gate);
         lb.arg(&po).arg(&pl).arg(&dim_i).arg(&t);

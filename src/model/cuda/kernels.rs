@@ -1219,6 +1219,48 @@ mod tests {
         assert!(cached_cubin(d, "k3", || Err("no".into())).is_err());
     }
 
+    /// Each launch of a kernel named in the source (`launch_builder(&… .k.name)`) passes as
+    /// many arguments as `name` has parameters in `KERNELS` (`.arg(` calls up to its
+    /// `.launch(`): a kernel given a parameter the launch lacks reads garbage on the card,
+    /// which no machine without one would notice.
+    #[test]
+    fn every_named_launch_passes_as_many_arguments_as_its_kernel_takes() {
+        let params = |name: &str| -> Option<usize> {
+            let head = format!("__global__ void {name}(");
+            let at = KERNELS.find(&head)?;
+            let list = &KERNELS[at + head.len()..];
+            let list = &list[..list.find(')').expect("parameter list")];
+            Some(list.split(',').count())
+        };
+        let own = include_str!("kernels.rs");
+        let own = &own[..own.find("\n#[cfg(test)]\nmod tests").expect("tests module")];
+        let mut checked = 0;
+        for (file, src) in [
+            ("kernels.rs", own),
+            ("forward.rs", include_str!("forward.rs")),
+            ("hybrid.rs", include_str!("hybrid.rs")),
+            ("pool.rs", include_str!("pool.rs")),
+            ("timing.rs", include_str!("timing.rs")),
+        ] {
+            for (at, _) in src.match_indices("launch_builder(&") {
+                let call = &src[at..];
+                let target = &call["launch_builder(&".len()..call.find(')').expect("call")];
+                let Some(name) = target.rsplit_once(".k.").map(|(_, n)| n) else {
+                    continue;
+                };
+                let body = &call[..call.find(".launch(").expect("launched")];
+                let want = params(name).unwrap_or_else(|| panic!("{file}: no kernel {name}"));
+                assert_eq!(
+                    body.matches(".arg(").count(),
+                    want,
+                    "{file}: the launch of {name} passes a different number of arguments"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 25, "{checked} launches checked");
+    }
+
     /// Every kernel launch of the model goes through [`Gpu::launched`] (so that
     /// `CANDOR_CUDA_SYNC=1` covers it): each `launch(` of a launch builder is that call's
     /// argument, and there are as many `launched(` calls as launch builders.

@@ -57,40 +57,105 @@ __device__ inline int total_key(float v) {
     return k ^ (int)(((unsigned)(k >> 31)) >> 1);
 }
 
+// ggml's sigmoid with the CPU's expf: 1 / (1 + e^-x).
+__device__ inline float cpu_sigmoid(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-x)));
+}
+
+// The largest at most MOE_MAX_GROUPS expert groups (DeepSeek-V3 has 8).
+#define MOE_MAX_GROUPS 64
+
+// Group-limited routing as `moe.rs`'s `keep_best_groups`: `sel` (experts wide) in `groups`
+// groups of consecutive experts, each scored by the sum of its two largest values (by the total
+// order, the larger first), the `best` best groups kept (ties to the lower group) and every
+// other group's values set to -inf.
+__device__ void keep_best_groups(float* sel, int experts, int groups, int best) {
+    float score[MOE_MAX_GROUPS];
+    bool kept[MOE_MAX_GROUPS];
+    int per = experts / groups;
+    for (int g = 0; g < groups; g++) {
+        float a = NEG_INF, b = NEG_INF;
+        for (int i = 0; i < per; i++) {
+            float v = sel[g * per + i];
+            if (total_key(v) > total_key(a)) {
+                b = a;
+                a = v;
+            } else if (total_key(v) > total_key(b)) {
+                b = v;
+            }
+        }
+        score[g] = __fadd_rn(a, b);
+        kept[g] = false;
+    }
+    for (int j = 0; j < best; j++) {
+        int top = -1, tk = 0;
+        for (int g = 0; g < groups; g++) {
+            if (kept[g]) continue;
+            int k = total_key(score[g]);
+            if (top < 0 || k > tk) { top = g; tk = k; }
+        }
+        kept[top] = true;
+    }
+    for (int g = 0; g < groups; g++)
+        if (!kept[g])
+            for (int i = 0; i < per; i++) sel[g * per + i] = NEG_INF;
+}
+
 // Routing, one thread per row: the router's logits (rows x experts, from the router's matmul)
 // plus the bias (when given), then `gating` 0 (softmax, top-k), 1 (softmax, top-k,
-// renormalised) or 2 (top-k of the logits, softmax over them). The k largest rank first, equal
-// values to the lower expert index (`moe.rs`'s `rank`). Writes each row's experts and weights
-// in rank order.
+// renormalised), 2 (top-k of the logits, softmax over them), or DeepSeek's 3 + 2 * sigmoid +
+// renormalised (`forward.rs`'s `gating_code`): softmax or sigmoid probabilities, the experts
+// chosen by the probabilities plus `sel_bias` (when given) in `select` (rows x experts), only
+// among the `best` best of `groups` groups (`groups` 0: no groups), weighed by the
+// probabilities, renormalised or not, times `scale`. The k largest rank first, equal values to
+// the lower expert index (`moe.rs`'s `rank`). Writes each row's experts and weights in rank
+// order.
 extern "C" __global__ void moe_route(float* logits, const float* bias, int rows, int experts, int used,
-                                     int gating, int* chosen, float* weights) {
+                                     int gating, int* chosen, float* weights, const float* sel_bias,
+                                     float* select, int groups, int best, float scale) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     float* p = logits + (long)r * experts;
     if (bias) for (int e = 0; e < experts; e++) p[e] = __fadd_rn(p[e], bias[e]);
-    if (gating != 2) cpu_softmax(p, experts);
+    bool deepseek = gating >= 3;
+    bool normalize = gating == 1 || (deepseek && (gating - 3) % 2 == 1);
+    if (gating >= 5) {
+        for (int e = 0; e < experts; e++) p[e] = cpu_sigmoid(p[e]);
+    } else if (gating != 2) {
+        cpu_softmax(p, experts);
+    }
+    // The values ranked: the probabilities, or DeepSeek's selection scores.
+    const float* rk = p;
+    if (deepseek) {
+        float* sel = select + (long)r * experts;
+        for (int e = 0; e < experts; e++) sel[e] = sel_bias ? __fadd_rn(p[e], sel_bias[e]) : p[e];
+        if (groups > 0) keep_best_groups(sel, experts, groups, best);
+        rk = sel;
+    }
     int* ch = chosen + (long)r * used;
     float* w = weights + (long)r * used;
     for (int j = 0; j < used; j++) {
-        int best = -1, bk = 0;
+        int top = -1, tk = 0;
         for (int e = 0; e < experts; e++) {
             bool taken = false;
             for (int i = 0; i < j; i++) taken = taken || ch[i] == e;
             if (taken) continue;
-            int k = total_key(p[e]);
-            if (best < 0 || k > bk) { best = e; bk = k; }
+            int k = total_key(rk[e]);
+            if (top < 0 || k > tk) { top = e; tk = k; }
         }
-        ch[j] = best;
-        w[j] = p[best];
+        ch[j] = top;
+        w[j] = p[top];
     }
     if (gating == 2) cpu_softmax(w, used);
-    if (gating == 1) {
+    if (normalize) {
         double sum = 0.0;
         for (int j = 0; j < used; j++) sum = __dadd_rn(sum, (double)w[j]);
         // At least 2^-14 (f16's smallest normal), as ggml's clamp.
         float s = fmaxf(__double2float_rn(sum), 1.0f / 16384.0f);
         for (int j = 0; j < used; j++) w[j] = __fdiv_rn(w[j], s);
     }
+    if (deepseek && scale != 1.0f)
+        for (int j = 0; j < used; j++) w[j] = __fmul_rn(w[j], scale);
 }
 
 // Rows grouped by expert, one block of `experts` threads (at most 1024): thread e lists the

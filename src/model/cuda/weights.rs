@@ -50,6 +50,8 @@ pub(super) struct DevExpert {
 pub(super) struct DevMoe {
     pub(super) router: DevWeight,
     pub(super) router_bias: Option<CudaSlice<f32>>,
+    /// DeepSeek's selection bias (`exp_probs_b`).
+    pub(super) selection_bias: Option<CudaSlice<f32>>,
     pub(super) experts: Vec<DevExpert>,
     pub(super) config: MoeConfig,
     /// The shared expert beside the routed ones (qwen35moe).
@@ -90,6 +92,11 @@ pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Resu
             .router_bias
             .as_deref()
             .map(|b| gpu.upload("router bias", b))
+            .transpose()?,
+        selection_bias: m
+            .selection_bias
+            .as_deref()
+            .map(|b| gpu.upload("selection bias", b))
             .transpose()?,
         experts,
         config: m.config,
