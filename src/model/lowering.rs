@@ -89,6 +89,7 @@ pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
     Target {
         integer,
         fuse,
+        wide: model.config.head_dim > NARROW_HEAD,
         layers,
         logits: a(model.output.as_ref().unwrap_or(&model.embedding)),
     }
@@ -104,6 +105,10 @@ pub struct Mats {
     pub down: Option<ActBlocks>,
 }
 
+/// The widest attention head of `attn_partial`, `attn_partial_gqa` and `attn_combine` (8
+/// dimensions per lane); wider heads take `attn_partial_wide` and `attn_combine_wide`.
+pub const NARROW_HEAD: usize = 256;
+
 /// What the lowering needs to know of the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -113,6 +118,9 @@ pub struct Target {
     /// Adjacent steps share a launch where a fused kernel exists; off, every step is launched
     /// on its own (the reference the fused kernels must equal bit for bit).
     pub fuse: bool,
+    /// Attention runs the kernels for heads past [`NARROW_HEAD`] dimensions (latent
+    /// attention's 576; the tests force it on narrower heads: the same bits).
+    pub wide: bool,
     /// Each layer's matrices.
     pub layers: Vec<Mats>,
     /// The output projection's.
@@ -151,10 +159,11 @@ pub enum Kernel {
     /// `rope_kv_write`: q, k, v plus their biases (with `bias`), RoPE of q and k, and the
     /// keys and values stored into the KV pool, in one launch.
     RopeKv { bias: bool },
-    /// `attn_partial_gqa` (group) or `attn_partial` (one warp per query head).
-    AttnPartial { gqa: bool },
-    /// `attn_combine`.
-    AttnCombine,
+    /// `attn_partial_gqa` (group), `attn_partial` (one warp per query head) or, with `wide`,
+    /// `attn_partial_wide` (one warp per query head of up to 576 dimensions).
+    AttnPartial { gqa: bool, wide: bool },
+    /// `attn_combine`, or `attn_combine_wide`.
+    AttnCombine { wide: bool },
     /// `add_in_place`: `x += xb`.
     AddInPlace,
     /// `gated_act`.
@@ -194,6 +203,16 @@ pub enum Kernel {
     SharedExpert,
     /// `add_in_place`: `xb +=` the shared expert's output.
     AddShared,
+    /// Latent attention's projections: the query matmul (or the low-rank one, `rms_norm` and
+    /// the up-projection) and the compressed KV's (`model::cuda::mla`).
+    LatentProject,
+    /// The latent copied out and RMS-normed, `mla_kv` (keys and values), then per head
+    /// `copy_cols` of its RoPE part, and `copy_cols`, the matmul by `attn_k_b` and `copy_cols`
+    /// of its no-RoPE part.
+    Absorb,
+    /// Per head `copy_cols`, the matmul by `attn_v_b` and `copy_cols`; then the values copied
+    /// back to the attention output.
+    Expand,
 }
 
 impl Kernel {
@@ -209,8 +228,10 @@ impl Kernel {
             Kernel::KvWrite => "kv_write",
             Kernel::QueryTemp => "scale_rows",
             Kernel::RopeKv { .. } => "rope_kv_write",
-            Kernel::AttnPartial { .. } => "attn_partial",
-            Kernel::AttnCombine => "attn_combine",
+            Kernel::AttnPartial { wide: false, .. } => "attn_partial",
+            Kernel::AttnPartial { wide: true, .. } => "attn_partial_wide",
+            Kernel::AttnCombine { wide: false } => "attn_combine",
+            Kernel::AttnCombine { wide: true } => "attn_combine_wide",
             Kernel::AddInPlace => "add_in_place",
             Kernel::GatedAct => "gated_act",
             Kernel::GatherRows => "gather_rows",
@@ -228,6 +249,9 @@ impl Kernel {
             Kernel::OutGate => "out_gate",
             Kernel::SharedExpert => "shared_expert",
             Kernel::AddShared => "add_in_place",
+            Kernel::LatentProject => "latent_project",
+            Kernel::Absorb => "absorb",
+            Kernel::Expand => "expand",
         }
     }
 
@@ -235,10 +259,12 @@ impl Kernel {
     /// the router's matmul and routing two). `Experts` counts its two fixed launches only:
     /// each routed expert adds its matmuls, biases and activation, known at run time; the
     /// linear layer's projections and the shared expert count their matmuls and kernels,
-    /// not their quantizations.
+    /// not their quantizations; the latent steps count their launches before the heads'
+    /// (each head adds four to `Absorb` and three to `Expand`).
     pub fn device_launches(self) -> usize {
         match self {
-            Kernel::Route | Kernel::Experts => 2,
+            Kernel::Route | Kernel::Experts | Kernel::LatentProject => 2,
+            Kernel::Absorb => 3,
             Kernel::DeltaProject => 4,
             Kernel::SharedExpert => 6,
             Kernel::Matmul {
@@ -297,10 +323,10 @@ impl Lowering {
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
 /// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
 /// Candor loads lowers ([`Lowering::new`]), Qwen3.5's linear attention, output gate and shared
-/// expert and DeepSeek's router included, but Gemma 4's and latent attention's: what is named
-/// here is a step, or a variant of one, without a kernel: Gemma 4's layers, Multi-head Latent
-/// Attention, experts with a GELU activation (only Gemma 4 has them), a shared expert with a
-/// GELU activation (no architecture has one).
+/// expert, DeepSeek's router and Multi-head Latent Attention included, but Gemma 4's: what is
+/// named here is a step, or a variant of one, without a kernel: Gemma 4's layers, experts with
+/// a GELU activation (only Gemma 4 has them), a shared expert with a GELU activation (no
+/// architecture has one).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
     steps_not_lowered(model.plan())
 }
@@ -344,9 +370,6 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
             "Gemma 4's layers (value norm, values from keys, per-layer head sizes, shared KV, \
              per-layer embeddings, layer scales, the MLP beside the experts and their norms)",
         );
-    }
-    if has(|s| matches!(s, Step::LatentProject | Step::Absorb | Step::Expand)) {
-        missing.push("Multi-head Latent Attention (DeepSeek)");
     }
     (!missing.is_empty()).then(|| {
         format!(
@@ -484,8 +507,15 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::KvWrite => push(Kernel::KvWrite, i..i + 1),
             Step::QueryTemp => push(Kernel::QueryTemp, i..i + 1),
             Step::Attention { .. } => {
-                push(Kernel::AttnPartial { gqa: t.integer }, i..i + 1);
-                push(Kernel::AttnCombine, i..i + 1);
+                let wide = t.wide;
+                push(
+                    Kernel::AttnPartial {
+                        gqa: t.integer && !wide,
+                        wide,
+                    },
+                    i..i + 1,
+                );
+                push(Kernel::AttnCombine { wide }, i..i + 1);
             }
             Step::PostNorm(_) => push(Kernel::RmsNorm { part: 0 }, i..i + 1),
             Step::Residual => push(Kernel::AddInPlace, i..i + 1),
@@ -516,6 +546,12 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::OutGate => push(Kernel::OutGate, i..i + 1),
             Step::SharedExpert(_) => push(Kernel::SharedExpert, i..i + 1),
             Step::AddShared => push(Kernel::AddShared, i..i + 1),
+            Step::LatentProject => {
+                quantized = None;
+                push(Kernel::LatentProject, i..i + 1);
+            }
+            Step::Absorb => push(Kernel::Absorb, i..i + 1),
+            Step::Expand => push(Kernel::Expand, i..i + 1),
             // Refused by `not_lowered`: no launch.
             Step::KeyAsValue
             | Step::VNorm
@@ -526,10 +562,7 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             | Step::SetAside
             | Step::RouterNorm
             | Step::ExpertNorm
-            | Step::ExpertPostNorm
-            | Step::LatentProject
-            | Step::Absorb
-            | Step::Expand => {}
+            | Step::ExpertPostNorm => {}
         }
         i += span;
     }
@@ -861,6 +894,7 @@ mod tests {
         Target {
             integer,
             fuse,
+            wide: false,
             layers: vec![layer],
             logits: None,
         }
@@ -1075,6 +1109,54 @@ mod tests {
                 assert_eq!(names[at + 1], "attn_partial");
                 let biases = names.iter().filter(|&&n| n == "add_bias").count();
                 assert_eq!(biases, if bias { 3 } else { 0 });
+            }
+        }
+    }
+
+    /// A latent-attention layer lowers on every target: its three steps one launch each,
+    /// RoPE and the KV write as for any layer, attention on the wide kernels when the target
+    /// says so (never the group kernel then), the narrow ones otherwise.
+    #[test]
+    fn a_latent_layer_lowers_with_wide_or_narrow_attention() {
+        let c = config(None);
+        let parts = LayerParts {
+            latent: true,
+            ..LayerParts::default()
+        };
+        let p = Plan::new(&c, [parts]);
+        assert_eq!(steps_not_lowered(&p), None);
+        for wide in [false, true] {
+            for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
+                let t = Target {
+                    wide,
+                    ..target(integer, fuse, true, false)
+                };
+                let low = Lowering::new(&p, &t);
+                for (place, steps) in p.places() {
+                    let got = covered(steps, low.launches(place))
+                        .unwrap_or_else(|e| panic!("{place:?} fuse {fuse}: {e}"));
+                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+                }
+                let names: Vec<_> = low
+                    .launches(Place::Layer(0))
+                    .iter()
+                    .map(|x| x.kernel.name())
+                    .collect();
+                let at = |n: &str| names.iter().position(|&x| x == n).expect(n);
+                assert!(at("latent_project") < at("absorb"), "{names:?}");
+                let (partial, combine) = match wide {
+                    true => ("attn_partial_wide", "attn_combine_wide"),
+                    false => ("attn_partial", "attn_combine"),
+                };
+                assert!(at("absorb") < at(partial) && at(partial) < at(combine));
+                assert!(at(combine) < at("expand") && at("expand") < at("matmul"));
+                if wide {
+                    let gqa = low
+                        .launches(Place::Layer(0))
+                        .iter()
+                        .any(|l| matches!(l.kernel, Kernel::AttnPartial { gqa: true, .. }));
+                    assert!(!gqa, "{names:?}");
+                }
             }
         }
     }

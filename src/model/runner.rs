@@ -124,6 +124,15 @@ impl Model {
         }
     }
 
+    /// Test support: the GPU's attention on the kernels for wide heads (latent attention's)
+    /// whatever the model's head size; they must give the narrow kernels' bits.
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn set_gpu_wide_attention(&mut self) {
+        if let Some(c) = &mut self.cuda {
+            c.set_wide_attention(self.llama.plan());
+        }
+    }
+
     /// Test support: whether the GPU captures decode steps as CUDA graphs and replays them
     /// (the default from `CANDOR_CUDA_GRAPHS=1`); the steps replayed so far.
     #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
-use candor::model::lowering::not_lowered;
+use candor::model::plan::Step;
 use candor::stats::rng::SplitMix64;
 
 use crate::hybrid::assert_dense_splits_give_one_prefills_bits;
@@ -238,7 +238,7 @@ fn deepseek2_metadata(v: &Variant) -> Vec<(String, Value)> {
 
 /// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes checked
 /// against llama-quantize's) into `dir`.
-fn write_model(dir: &Path, t: &TinyRecord) -> PathBuf {
+pub(crate) fn write_model(dir: &Path, t: &TinyRecord) -> PathBuf {
     crate::moe::write_fixture_model(
         dir,
         t,
@@ -360,17 +360,33 @@ fn every_split_of_a_deepseek2_prompt_gives_the_same_bits() {
     }
 }
 
-/// The GPU path does not lower MLA yet: every model is refused there, in a line naming what
-/// is not lowered (the CPU runs it).
+/// Every step of the deepseek2 and mistral4 models lowers for `--device cuda`, launch for
+/// step, with the integer or legacy matmuls, fused or not: the three latent steps one launch
+/// each, DeepSeek's router one `moe_route`.
 #[test]
-fn the_gpu_path_names_what_it_does_not_lower_for_mla() {
+fn every_deepseek2_step_lowers_for_the_gpu() {
     for name in ["deepseek2", "deepseek2-lite", "mistral4"] {
         let (_dir, model) =
             crate::moe::fixture_model(FIXTURE, |t| t.arch == name && t.ftype == "F32", write_model);
-        // Some(..): MLA (absorbed attention over the latent) has no GPU kernel yet.
-        let why = not_lowered(&model);
-        println!("{name}: not lowered: {why:?}");
-        assert!(why.is_some(), "{name}");
+        let mut latent = 0;
+        crate::moe::assert_lowered_step_for_step(&model, name, |low, place, steps| {
+            for l in low.launches(place) {
+                let want = match steps[l.steps.start] {
+                    Step::LatentProject => "latent_project",
+                    Step::Absorb => "absorb",
+                    Step::Expand => "expand",
+                    Step::Route(_) => "moe_route",
+                    _ => continue,
+                };
+                assert_eq!(
+                    (l.kernel.name(), l.steps.len()),
+                    (want, 1),
+                    "{name} {place:?}"
+                );
+                latent += usize::from(want != "moe_route");
+            }
+        });
+        assert_eq!(latent, 4 * 3 * model.plan().n_layers(), "{name}");
     }
 }
 

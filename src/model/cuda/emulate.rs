@@ -547,6 +547,39 @@ pub(crate) fn mmf(w: &[f32], x: &[f32], m: usize, n: usize, k: usize, mr: usize)
     y
 }
 
+/// `rms_norm`'s scale of one row as its block of `threads` threads computes it: strided
+/// `fmaf` partial sums, the shared-memory tree, `1 / sqrtf(sum / dim + eps)`.
+pub(crate) fn rms_scale(x: &[f32], threads: usize, eps: f32) -> f32 {
+    let mut part: Vec<f32> = (0..threads)
+        .map(|t| {
+            x.iter()
+                .skip(t)
+                .step_by(threads)
+                .fold(0f32, |acc, &v| v.mul_add(v, acc))
+        })
+        .collect();
+    let mut half = threads / 2;
+    while half > 0 {
+        for t in 0..half {
+            part[t] += part[t + half];
+        }
+        half /= 2;
+    }
+    1.0 / (part[0] / x.len() as f32 + eps).sqrt()
+}
+
+/// `rms_norm` over its grid (a block per row of `dim`, `dim.next_power_of_two()` threads
+/// clamped to 32..=1024): `y = x · scale · w`, in place.
+pub(crate) fn rms_norm(x: &mut [f32], w: &[f32], dim: usize, eps: f32) {
+    let threads = dim.next_power_of_two().clamp(32, 1024);
+    for row in x.chunks_exact_mut(dim) {
+        let scale = rms_scale(row, threads, eps);
+        for (v, &wi) in row.iter_mut().zip(w) {
+            *v = *v * scale * wi;
+        }
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;

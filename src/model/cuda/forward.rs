@@ -13,6 +13,7 @@ use super::kernels::{
     at_launch, attn_chunks, dev_err, ew, matmul_path, ptr, step_err, sync_each_launch, ActBufs,
     Gpu, MatmulPath, Result, RopeKvArgs,
 };
+use super::mla::{upload_latent, LatentRun, MlaBufs};
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_moe, upload_weight, DevLayer, DevMoe};
 use crate::model::arch::{Activation, Gating, ModelConfig};
@@ -64,6 +65,8 @@ struct Buffers {
     /// Hybrid models (qwen35, qwen35moe): the linear layers' and output gate's buffers, and
     /// the step's sequences for the linear-attention kernels.
     hybrid: Option<HybridBufs>,
+    /// Latent-attention models: the latent steps' buffers.
+    mla: Option<MlaBufs>,
 }
 
 struct MoeBufs {
@@ -254,9 +257,10 @@ impl CudaModel {
         if let Some(why) = crate::model::lowering::not_lowered(model) {
             return Err(ModelError::Device(format!("cuda: {why}")));
         }
-        if !c.head_dim.is_multiple_of(32) || c.head_dim > 256 {
+        if !c.head_dim.is_multiple_of(32) || c.head_dim > WIDE_HEAD {
             return Err(ModelError::Device(format!(
-                "cuda: head dimension {} is not supported on the GPU (a multiple of 32, at most 256)",
+                "cuda: head dimension {} is not supported on the GPU (a multiple of 32, at most \
+                 {WIDE_HEAD})",
                 c.head_dim
             )));
         }
@@ -274,6 +278,7 @@ impl CudaModel {
         let mut layers = Vec::with_capacity(model.layers.len());
         for (i, l) in model.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{i}.{s}");
+            let mut latent = None;
             let qkv = match &l.qkv {
                 Qkv::Split { q, k, v } => vec![
                     mat(n("attn_q.weight"), q)?,
@@ -281,9 +286,13 @@ impl CudaModel {
                     mat(n("attn_v.weight"), v)?,
                 ],
                 Qkv::Fused(w) => vec![mat(n("attn_qkv.weight"), w)?],
-                // Gemma 4's layers and latent attention: refused by `not_lowered` above.
-                Qkv::QueryKey { .. } | Qkv::Query(_) | Qkv::Latent(_) => {
-                    unreachable!("not_lowered refuses Gemma 4's layers and latent attention")
+                Qkv::Latent(m) => {
+                    latent = Some(upload_latent(&gpu, i, m, path)?);
+                    Vec::new()
+                }
+                // Gemma 4's layers: refused by `not_lowered` above.
+                Qkv::QueryKey { .. } | Qkv::Query(_) => {
+                    unreachable!("not_lowered refuses Gemma 4's layers")
                 }
             };
             let (gate_up, w_down, moe) = match &l.ffn {
@@ -351,6 +360,7 @@ impl CudaModel {
                         upload_delta(&gpu, i, d, taps, path)
                     })
                     .transpose()?,
+                latent,
             });
         }
         let output = match &model.output {
@@ -395,7 +405,7 @@ impl CudaModel {
             lowering,
             buffers: Mutex::new(Buffers::default()),
             graphs: Mutex::new(Graphs::new(
-                graphs_wanted() && c.moe.is_none() && model.hybrid.is_none(),
+                graphs_wanted() && c.moe.is_none() && model.hybrid.is_none() && c.mla.is_none(),
             )),
         })
     }
@@ -419,6 +429,19 @@ impl CudaModel {
     #[cfg(any(test, feature = "testkit"))]
     pub fn set_fusion(&mut self, plan: &crate::model::plan::Plan, fuse: bool) {
         self.target.fuse = fuse;
+        self.relower(plan);
+    }
+
+    /// Lowers `plan` again with the wide attention kernels whatever the head size (tests:
+    /// they give the bits of the one-warp-per-head kernels).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn set_wide_attention(&mut self, plan: &crate::model::plan::Plan) {
+        self.target.wide = true;
+        self.relower(plan);
+    }
+
+    #[cfg(any(test, feature = "testkit"))]
+    fn relower(&mut self, plan: &crate::model::plan::Plan) {
         self.lowering = Lowering::new(plan, &self.target);
         // The captured launches were the old lowering's.
         self.graphs.get_mut().expect("CUDA graphs lock").map.clear();
@@ -426,12 +449,13 @@ impl CudaModel {
 
     /// Whether decode steps are captured as CUDA graphs and replayed (the default from
     /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host, nor for
-    /// hybrid models, whose kernels read the step's sequences and states).
+    /// hybrid models, whose kernels read the step's sequences and states, nor for latent
+    /// attention, whose buffers the graph key does not hold).
     pub fn set_graphs(&mut self, on: bool) {
         let moe = self
             .layers
             .iter()
-            .any(|l| l.moe.is_some() || l.delta.is_some());
+            .any(|l| l.moe.is_some() || l.delta.is_some() || l.latent.is_some());
         let g = self.graphs.get_mut().expect("CUDA graphs lock");
         g.on = on && !moe;
         g.map.clear();
@@ -638,6 +662,7 @@ impl CudaModel {
             act,
             moe: b.moe.as_ref(),
             hybrid,
+            mla: b.mla.as_ref(),
             p: Ptrs {
                 logits: plogits,
                 ..ptrs
@@ -799,6 +824,10 @@ impl CudaModel {
             Some(h) => Some(HybridBufs::new(g, rows, c.q_dim(), h)?),
             None => None,
         };
+        b.mla = match c.mla {
+            Some(m) => Some(MlaBufs::new(g, rows, m, c.n_head, c.rope_dim)?),
+            None => None,
+        };
         if let Some(m) = c.moe {
             let pairs = rows * m.used;
             let shared_rows = if shared > 0 { rows } else { 0 };
@@ -867,6 +896,8 @@ struct Run<'a> {
     moe: Option<&'a MoeBufs>,
     /// The hybrid layers' buffers, sequences and geometry (hybrid models).
     hybrid: Option<HybridRun<'a>>,
+    /// The latent steps' buffers (latent-attention models).
+    mla: Option<&'a MlaBufs>,
     p: Ptrs,
     chunks: usize,
     bt: usize,
@@ -1054,17 +1085,21 @@ impl Run<'_> {
                 g.launched("kv_write", unsafe { lb.launch(ew(rows * kv_dim)) })?;
                 Ok(())
             }
-            (Kernel::AttnPartial { gqa }, Step::Attention { window, .. }) => {
-                self.attn_partial(gqa, window, l, rows)
+            (Kernel::AttnPartial { gqa, wide }, Step::Attention { window, .. }) => {
+                self.attn_partial(gqa, wide, window, l, rows)
             }
-            (Kernel::AttnCombine, Step::Attention { sinks, .. }) => {
+            (Kernel::AttnCombine { wide }, Step::Attention { sinks, .. }) => {
                 let (heads, hd_i, chunks_i) = (c.n_head as i32, hd as i32, self.chunks as i32);
                 let psinks = match (sinks, &dl.sinks) {
                     (false, _) => 0u64,
                     (true, Some(sk)) => ptr(sk, &g.stream),
                     (true, None) => return Err(missing("attention sinks")),
                 };
-                let mut lb = g.stream.launch_builder(&g.k.attn_combine);
+                let kernel = match wide {
+                    true => &g.k.attn_combine_wide,
+                    false => &g.k.attn_combine,
+                };
+                let mut lb = g.stream.launch_builder(kernel);
                 lb.arg(&p.part)
                     .arg(&p.positions)
                     .arg(&heads)
@@ -1080,6 +1115,27 @@ impl Run<'_> {
                 // SAFETY: attn holds rows × q_dim floats; sinks (when given) n_head.
                 g.launched("attn_combine", unsafe { lb.launch(cfg) })?;
                 Ok(())
+            }
+            (Kernel::LatentProject, Step::LatentProject) => {
+                let d = dl
+                    .latent
+                    .as_ref()
+                    .ok_or_else(|| missing("latent attention"))?;
+                self.latent(rows)?.project(d, p.xb)
+            }
+            (Kernel::Absorb, Step::Absorb) => {
+                let d = dl
+                    .latent
+                    .as_ref()
+                    .ok_or_else(|| missing("latent attention"))?;
+                self.latent(rows)?.absorb(d, p.q, p.k, p.v)
+            }
+            (Kernel::Expand, Step::Expand) => {
+                let d = dl
+                    .latent
+                    .as_ref()
+                    .ok_or_else(|| missing("latent attention"))?;
+                self.latent(rows)?.expand(d, p.attn)
             }
             (Kernel::AddInPlace, Step::Residual) => g.add(p.x, p.xb, rows * dim),
             (Kernel::GatedAct, Step::Gated(activation)) => {
@@ -1258,6 +1314,20 @@ impl Run<'_> {
         }
     }
 
+    /// The latent steps' launches on `rows` rows.
+    fn latent(&self, rows: usize) -> Result<LatentRun<'_>> {
+        let b = self.mla.ok_or_else(|| {
+            ModelError::Device("cuda: a latent-attention step without its buffers".into())
+        })?;
+        Ok(LatentRun {
+            g: self.g,
+            act: self.act,
+            b,
+            rows,
+            eps: self.c.rms_eps,
+        })
+    }
+
     /// A Mixture-of-Experts layer's device weights and the step's buffers for them.
     fn moe_of<'b>(&'b self, dl: &'b DevLayer) -> Option<(&'b DevMoe, &'b MoeBufs)> {
         Some((dl.moe.as_ref()?, self.moe?))
@@ -1392,7 +1462,14 @@ impl Run<'_> {
     /// Attention's first pass of layer `l`: the group kernel (`gqa`: each tile of K/V
     /// staged once for the query heads of a KV head, the same bits as one warp per query
     /// head) or one warp per query head (the legacy path).
-    fn attn_partial(&self, gqa: bool, window: Option<usize>, l: usize, rows: usize) -> Result<()> {
+    fn attn_partial(
+        &self,
+        gqa: bool,
+        wide: bool,
+        window: Option<usize>,
+        l: usize,
+        rows: usize,
+    ) -> Result<()> {
         let (g, c, p) = (self.g, self.c, &self.p);
         let hd = c.head_dim;
         let (heads, group, hd_i, kv_i, l_i, bt_i) = (
@@ -1406,10 +1483,13 @@ impl Run<'_> {
         let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
         let window = window.map_or(0, |w| w as i32);
         let chunks_i = self.chunks as i32;
-        let kernel = if gqa {
-            &g.k.attn_partial_gqa
-        } else {
-            &g.k.attn_partial
+        // The group kernel's block is a warp per query head of the group (at most 32): a
+        // larger group runs a warp per query head (the same bits).
+        let gqa = gqa && group <= 32;
+        let kernel = match (wide, gqa) {
+            (true, _) => &g.k.attn_partial_wide,
+            (false, true) => &g.k.attn_partial_gqa,
+            (false, false) => &g.k.attn_partial,
         };
         let mut lb = g.stream.launch_builder(kernel);
         lb.arg(&p.q)
@@ -1516,6 +1596,10 @@ impl Run<'_> {
         }
     }
 }
+
+/// The widest attention head the kernels take (`attn_partial_wide`: 18 dimensions per lane;
+/// Multi-head Latent Attention's 512 + 64); `attn_partial` and `attn_partial_gqa` take 256.
+const WIDE_HEAD: usize = 576;
 
 /// `moe.cu`'s `MOE_MAX_GROUPS`: the most expert groups `moe_route` keeps scores of.
 const MOE_MAX_GROUPS: usize = 64;
@@ -1624,12 +1708,12 @@ mod tests {
         for f in ["run.chunks", "run.act.ptrs", "rows", "m,", "wanted"] {
             assert!(key.contains(f), "GraphKey::of leaves out {f}");
         }
-        // `Run`'s other fields: the device, the configuration, the MoE and hybrid buffers
-        // (models with experts or linear attention capture no graph) and the KV block size
-        // are the model's for its lifetime.
+        // `Run`'s other fields: the device, the configuration, the MoE, hybrid and latent
+        // buffers (models with experts, linear or latent attention capture no graph) and the
+        // KV block size are the model's for its lifetime.
         assert_eq!(
             fields_of("struct Run<'a> {"),
-            ["g", "c", "act", "moe", "hybrid", "p", "chunks", "bt"]
+            ["g", "c", "act", "moe", "hybrid", "mla", "p", "chunks", "bt"]
         );
     }
 
@@ -1819,27 +1903,6 @@ mod tests {
         );
     }
 
-    /// `rms_norm`'s scale of one row as its block of `threads` threads computes it: strided
-    /// `fmaf` partial sums, the shared-memory tree, `1 / sqrtf(sum / dim + eps)`.
-    fn emulate_rms_scale(x: &[f32], threads: usize, eps: f32) -> f32 {
-        let mut part: Vec<f32> = (0..threads)
-            .map(|t| {
-                x.iter()
-                    .skip(t)
-                    .step_by(threads)
-                    .fold(0f32, |acc, &v| v.mul_add(v, acc))
-            })
-            .collect();
-        let mut half = threads / 2;
-        while half > 0 {
-            for t in 0..half {
-                part[t] += part[t + half];
-            }
-            half /= 2;
-        }
-        1.0 / (part[0] / x.len() as f32 + eps).sqrt()
-    }
-
     /// `rms_norm_q8` (`fused.cu`) over the whole grid, as its threads run it: y, and the
     /// activation blocks each warp writes in its loop over the row's blocks.
     fn emulate_rms_norm_q8(
@@ -1876,7 +1939,7 @@ mod tests {
         }
         for r in 0..rows {
             let base = r * dim;
-            let scale = emulate_rms_scale(&x[base..base + dim], threads, eps);
+            let scale = super::super::emulate::rms_scale(&x[base..base + dim], threads, eps);
             for i in 0..dim {
                 y[base + i] = x[base + i] * scale * w[i];
             }
@@ -1960,7 +2023,8 @@ mod tests {
             let threads = dim.next_power_of_two().clamp(32, 1024);
             let mut y = vec![0f32; rows * dim];
             for r in 0..rows {
-                let scale = emulate_rms_scale(&x[r * dim..(r + 1) * dim], threads, eps);
+                let scale =
+                    super::super::emulate::rms_scale(&x[r * dim..(r + 1) * dim], threads, eps);
                 for i in 0..dim {
                     y[r * dim + i] = x[r * dim + i] * scale * w[i];
                 }

@@ -1,5 +1,6 @@
 //! Qwen3.5's hybrid layers on the device: a linear-attention layer's weights ([`DevDelta`]),
-//! qwen35moe's shared expert ([`DevShared`]), the step buffers of both ([`HybridBufs`]), the
+//! qwen35moe's (and DeepSeek's) shared expert ([`DevShared`]), the linear layers' and output
+//! gate's step buffers ([`HybridBufs`]), the
 //! launches of `deltanet.cu`, and a sequence's recurrent state in device memory
 //! ([`DeviceState`]).
 //!

@@ -20,6 +20,7 @@ typedef unsigned int u32;
 #define ATTN_MIN_CHUNK 32
 #define ATTN_MAX_CHUNKS 32
 #define MAX_HD_PER_LANE 8
+#define WIDE_HD_PER_LANE 18
 #define MM_ROWS 8
 #define MM_OUTS 4
 #define NEG_INF __int_as_float(0xff800000)
@@ -438,10 +439,11 @@ extern "C" __global__ void kv_write(const float* k, const float* v, u16* pool, c
 // position pos[r], its sequence's block table at table[table_off[r]]), query head h and chunk c,
 // an online softmax over the keys at positions max(lo, c * CHUNK) ..= min(pos, c * CHUNK +
 // CHUNK - 1), in order. Writes (max, sum, acc[hd]) to part[((r * heads + h) * chunks + c)].
-extern "C" __global__ void attn_partial(const float* q, const u16* pool, const int* table,
-                                       const int* table_off, const int* pos, int heads, int group,
-                                       int hd, int kv_dim, int layer, int bt, long block_len,
-                                       float scale, float cap, int window, int chunks, float* part) {
+template <int MAXP>
+__device__ void attn_partial_body(const float* q, const u16* pool, const int* table,
+                                  const int* table_off, const int* pos, int heads, int group,
+                                  int hd, int kv_dim, int layer, int bt, long block_len,
+                                  float scale, float cap, int window, int chunks, float* part) {
     int c = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
     int lane = threadIdx.x;
     int p = pos[r];
@@ -451,7 +453,7 @@ extern "C" __global__ void attn_partial(const float* q, const u16* pool, const i
     int to = c * cl + cl - 1 < p ? c * cl + cl - 1 : p;
     float* out = part + ((long)(r * heads + h) * chunks + c) * (hd + 2);
     int per = hd / WARP;
-    float qv[MAX_HD_PER_LANE], acc[MAX_HD_PER_LANE];
+    float qv[MAXP], acc[MAXP];
     const float* qr = q + ((long)r * heads + h) * hd;
     for (int i = 0; i < per; i++) {
         qv[i] = qr[lane + WARP * i];
@@ -484,6 +486,25 @@ extern "C" __global__ void attn_partial(const float* q, const u16* pool, const i
         out[1] = l;
     }
     for (int i = 0; i < per; i++) out[2 + lane + WARP * i] = acc[i];
+}
+
+extern "C" __global__ void attn_partial(const float* q, const u16* pool, const int* table,
+                                       const int* table_off, const int* pos, int heads, int group,
+                                       int hd, int kv_dim, int layer, int bt, long block_len,
+                                       float scale, float cap, int window, int chunks, float* part) {
+    attn_partial_body<MAX_HD_PER_LANE>(q, pool, table, table_off, pos, heads, group, hd, kv_dim,
+                                       layer, bt, block_len, scale, cap, window, chunks, part);
+}
+
+// `attn_partial` for heads of up to WIDE_HD_PER_LANE * 32 dimensions (Multi-head Latent
+// Attention's 576): the same operations, more of them per lane.
+extern "C" __global__ void attn_partial_wide(const float* q, const u16* pool, const int* table,
+                                            const int* table_off, const int* pos, int heads,
+                                            int group, int hd, int kv_dim, int layer, int bt,
+                                            long block_len, float scale, float cap, int window,
+                                            int chunks, float* part) {
+    attn_partial_body<WIDE_HD_PER_LANE>(q, pool, table, table_off, pos, heads, group, hd, kv_dim,
+                                        layer, bt, block_len, scale, cap, window, chunks, part);
 }
 
 // Attention, first pass, one block per (chunk, KV head, row) serving the KV head's whole group
@@ -575,8 +596,9 @@ extern "C" __global__ void attn_partial_gqa(const float* q, const u16* pool, con
 // Grid: (heads, rows); block: one warp. Chunks past the row's position have l == 0.
 // With `sinks` (one logit per query head, gpt-oss), the head's sink joins the maximum and adds
 // e^(sink - max) to the denominator after the chunks, weighing no value.
-extern "C" __global__ void attn_combine(const float* part, const int* pos, int heads, int hd, int chunks,
-                                        const float* sinks, float* out) {
+template <int MAXP>
+__device__ void attn_combine_body(const float* part, const int* pos, int heads, int hd, int chunks,
+                                  const float* sinks, float* out) {
     int h = blockIdx.x, r = blockIdx.y;
     int lane = threadIdx.x;
     int used = pos[r] / attn_chunk_len(pos[r]) + 1;
@@ -588,7 +610,7 @@ extern "C" __global__ void attn_combine(const float* part, const int* pos, int h
     }
     if (sinks && sinks[h] > mx) mx = sinks[h];
     int per = hd / WARP;
-    float acc[MAX_HD_PER_LANE];
+    float acc[MAXP];
     for (int i = 0; i < per; i++) acc[i] = 0.0f;
     float l = 0.0f;
     for (int c = 0; c < used; c++) {
@@ -602,6 +624,49 @@ extern "C" __global__ void attn_combine(const float* part, const int* pos, int h
     float inv = 1.0f / l;
     float* o = out + ((long)r * heads + h) * hd;
     for (int i = 0; i < per; i++) o[lane + WARP * i] = acc[i] * inv;
+}
+
+extern "C" __global__ void attn_combine(const float* part, const int* pos, int heads, int hd, int chunks,
+                                        const float* sinks, float* out) {
+    attn_combine_body<MAX_HD_PER_LANE>(part, pos, heads, hd, chunks, sinks, out);
+}
+
+// `attn_combine` for `attn_partial_wide`'s heads.
+extern "C" __global__ void attn_combine_wide(const float* part, const int* pos, int heads, int hd,
+                                             int chunks, const float* sinks, float* out) {
+    attn_combine_body<WIDE_HD_PER_LANE>(part, pos, heads, hd, chunks, sinks, out);
+}
+
+// Copies `w` columns of each row: dst[r * dst_w + dst_off + i] = src[r * src_w + src_off + i]
+// for i < w (a head's slice of a wider row, or back into one). total = rows * w.
+extern "C" __global__ void copy_cols(const float* src, int src_w, int src_off, float* dst, int dst_w,
+                                     int dst_off, int w, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    long r = i / w;
+    int c = (int)(i % w);
+    dst[r * dst_w + dst_off + c] = src[r * src_w + src_off + c];
+}
+
+// Multi-head Latent Attention's key and value of each row (`mla.rs`'s `absorb`): from the
+// normed latent (rows x kv_lora) and the RoPE part after the latent in ckv (rows x (kv_lora +
+// rope)), k = [pe | latent] and v = [0 | latent], rope + kv_lora wide. total = rows * (rope +
+// kv_lora).
+extern "C" __global__ void mla_kv(const float* latent, const float* ckv, int kv_lora, int rope, float* k,
+                                  float* v, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    int hd = kv_lora + rope;
+    long r = i / hd;
+    int c = (int)(i % hd);
+    if (c < rope) {
+        k[i] = ckv[r * hd + kv_lora + c];
+        v[i] = 0.0f;
+    } else {
+        float x = latent[r * kv_lora + c - rope];
+        k[i] = x;
+        v[i] = x;
+    }
 }
 
 // Copies whole KV blocks: dst slot i = src slot i (block_len halves each), for copy-on-write.

@@ -357,6 +357,13 @@ pub(super) struct Kernels {
     /// The same pass with one block per KV head's query-head group (identical bits).
     pub(super) attn_partial_gqa: CudaFunction,
     pub(super) attn_combine: CudaFunction,
+    /// The two passes for heads of up to 576 dimensions (latent attention).
+    pub(super) attn_partial_wide: CudaFunction,
+    pub(super) attn_combine_wide: CudaFunction,
+    /// Latent attention's column copies between a head's slice and its rows, and its keys
+    /// and values from the latent.
+    pub(super) copy_cols: CudaFunction,
+    pub(super) mla_kv: CudaFunction,
     pub(super) copy_block: CudaFunction,
     /// `fused.cu`: launches that cover several plan steps (`model::lowering`).
     pub(super) rms_norm_q8: CudaFunction,
@@ -438,6 +445,10 @@ impl Kernels {
             attn_partial: f("attn_partial")?,
             attn_partial_gqa: f("attn_partial_gqa")?,
             attn_combine: f("attn_combine")?,
+            attn_partial_wide: f("attn_partial_wide")?,
+            attn_combine_wide: f("attn_combine_wide")?,
+            copy_cols: f("copy_cols")?,
+            mla_kv: f("mla_kv")?,
             copy_block: f("copy_block")?,
             rms_norm_q8: f("rms_norm_q8")?,
             rope_kv_write: f("rope_kv_write")?,

@@ -34,6 +34,7 @@ mod emulate_moe;
 mod forward;
 mod hybrid;
 mod kernels;
+mod mla;
 pub mod nvrtc;
 mod pool;
 mod repack;

@@ -11,6 +11,7 @@ use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
 use super::hybrid::{upload_shared, DevDelta, DevShared};
 use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
+use super::mla::DevLatent;
 use super::repack::layout;
 
 /// Per-layer device tensors.
@@ -36,6 +37,8 @@ pub(super) struct DevLayer {
     pub(super) moe: Option<DevMoe>,
     /// A linear-attention layer's weights beside its q|k|v and output projections.
     pub(super) delta: Option<DevDelta>,
+    /// A latent-attention layer's weights beside its output projection (`qkv` empty).
+    pub(super) latent: Option<DevLatent>,
 }
 
 /// One expert's matrices and biases on the device.
