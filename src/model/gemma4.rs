@@ -227,21 +227,21 @@ impl PerLayer {
 /// The model-wide weights of per-layer token embeddings.
 pub(super) struct PerLayerEmbedding {
     /// `vocab × (n_layer · ple)`: each token's embedding for every layer.
-    tokens: QWeight,
+    pub(super) tokens: QWeight,
     /// `(n_layer · ple) × dim`: the projection of the scaled token embedding.
-    proj: QWeight,
+    pub(super) proj: QWeight,
     /// The projection's RMS-norm weight (`ple`).
-    proj_norm: Vec<f32>,
-    ple: usize,
+    pub(super) proj_norm: Vec<f32>,
+    pub(super) ple: usize,
 }
 
 /// One layer's per-layer embedding weights.
 pub(super) struct LayerEmbedding {
     /// `ple × dim`.
-    gate: QWeight,
+    pub(super) gate: QWeight,
     /// `dim × ple`.
-    proj: QWeight,
-    post_norm: Vec<f32>,
+    pub(super) proj: QWeight,
+    pub(super) post_norm: Vec<f32>,
 }
 
 impl LayerEmbedding {

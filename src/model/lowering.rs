@@ -89,7 +89,7 @@ pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
     Target {
         integer,
         fuse,
-        wide: model.config.head_dim > NARROW_HEAD,
+        wide: model.dims.iter().any(|d| d.head_dim > NARROW_HEAD),
         layers,
         logits: a(model.output.as_ref().unwrap_or(&model.embedding)),
     }
@@ -213,6 +213,19 @@ pub enum Kernel {
     /// Per head `copy_cols`, the matmul by `attn_v_b` and `copy_cols`; then the values copied
     /// back to the attention output.
     Expand,
+    /// `copy_cols`: the values are the keys' projection (Gemma 4).
+    KeyAsValue,
+    /// `rms_norm` of each value head with a weight of ones (Gemma 4).
+    VNorm,
+    /// `scale`: `x *= s`, the layer's output scale (Gemma 4).
+    LayerScale,
+    /// The per-layer inputs (Gemma 4 E2B/E4B): the projection's matmul, `scale`, `rms_norm`
+    /// of each layer's slice, and `ple_combine` with the token's per-layer embedding (looked up
+    /// on the host).
+    PerLayerInputs,
+    /// The per-layer embedding: the gate's matmul, `copy_cols` of the layer's input,
+    /// `gated_act` (GELU), the projection's matmul, `rms_norm`, `add_in_place` into `x`.
+    PerLayerEmbed,
 }
 
 impl Kernel {
@@ -252,6 +265,11 @@ impl Kernel {
             Kernel::LatentProject => "latent_project",
             Kernel::Absorb => "absorb",
             Kernel::Expand => "expand",
+            Kernel::KeyAsValue => "copy_cols",
+            Kernel::VNorm => "rms_norm",
+            Kernel::LayerScale => "scale",
+            Kernel::PerLayerInputs => "per_layer_inputs",
+            Kernel::PerLayerEmbed => "per_layer_embed",
         }
     }
 
@@ -265,6 +283,8 @@ impl Kernel {
         match self {
             Kernel::Route | Kernel::Experts | Kernel::LatentProject => 2,
             Kernel::Absorb => 3,
+            Kernel::PerLayerInputs => 4,
+            Kernel::PerLayerEmbed => 6,
             Kernel::DeltaProject => 4,
             Kernel::SharedExpert => 6,
             Kernel::Matmul {
@@ -323,10 +343,10 @@ impl Lowering {
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
 /// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
 /// Candor loads lowers ([`Lowering::new`]), Qwen3.5's linear attention, output gate and shared
-/// expert, DeepSeek's router and Multi-head Latent Attention included, but Gemma 4's: what is
-/// named here is a step, or a variant of one, without a kernel: Gemma 4's layers, experts with
-/// a GELU activation (only Gemma 4 has them), a shared expert with a GELU activation (no
-/// architecture has one).
+/// expert, DeepSeek's router, Multi-head Latent Attention and Gemma 4's dense layers included:
+/// what is named here is a step, or a variant of one, without a kernel: Gemma 4's MoE layers
+/// (the MLP beside the experts, the branches' norms), experts with a GELU activation (only
+/// Gemma 4 has them), a shared expert with a GELU activation (no architecture has one).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
     steps_not_lowered(model.plan())
 }
@@ -354,22 +374,10 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
     if has(|s| {
         matches!(
             s,
-            Step::KeyAsValue
-                | Step::VNorm
-                | Step::AttendShared { .. }
-                | Step::PerLayerInputs
-                | Step::PerLayerEmbed
-                | Step::LayerScale
-                | Step::SetAside
-                | Step::RouterNorm
-                | Step::ExpertNorm
-                | Step::ExpertPostNorm
+            Step::SetAside | Step::RouterNorm | Step::ExpertNorm | Step::ExpertPostNorm
         )
     }) {
-        missing.push(
-            "Gemma 4's layers (value norm, values from keys, per-layer head sizes, shared KV, \
-             per-layer embeddings, layer scales, the MLP beside the experts and their norms)",
-        );
+        missing.push("Gemma 4's MoE layers (the MLP beside the experts and their norms)");
     }
     (!missing.is_empty()).then(|| {
         format!(
@@ -499,14 +507,16 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
                     span = 2;
                     push(Kernel::RopeKv { bias: false }, i..i + 2);
                 } else {
-                    for part in 0..2 {
+                    // A layer reading another layer's KV has queries alone.
+                    let shared = steps.iter().any(|s| matches!(s, Step::AttendShared { .. }));
+                    for part in 0..if shared { 1 } else { 2 } {
                         push(Kernel::Rope { part }, i..i + 1);
                     }
                 }
             }
             Step::KvWrite => push(Kernel::KvWrite, i..i + 1),
             Step::QueryTemp => push(Kernel::QueryTemp, i..i + 1),
-            Step::Attention { .. } => {
+            Step::Attention { .. } | Step::AttendShared { .. } => {
                 let wide = t.wide;
                 push(
                     Kernel::AttnPartial {
@@ -552,17 +562,13 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             }
             Step::Absorb => push(Kernel::Absorb, i..i + 1),
             Step::Expand => push(Kernel::Expand, i..i + 1),
+            Step::KeyAsValue => push(Kernel::KeyAsValue, i..i + 1),
+            Step::VNorm => push(Kernel::VNorm, i..i + 1),
+            Step::LayerScale => push(Kernel::LayerScale, i..i + 1),
+            Step::PerLayerInputs => push(Kernel::PerLayerInputs, i..i + 1),
+            Step::PerLayerEmbed => push(Kernel::PerLayerEmbed, i..i + 1),
             // Refused by `not_lowered`: no launch.
-            Step::KeyAsValue
-            | Step::VNorm
-            | Step::AttendShared { .. }
-            | Step::PerLayerInputs
-            | Step::PerLayerEmbed
-            | Step::LayerScale
-            | Step::SetAside
-            | Step::RouterNorm
-            | Step::ExpertNorm
-            | Step::ExpertPostNorm => {}
+            Step::SetAside | Step::RouterNorm | Step::ExpertNorm | Step::ExpertPostNorm => {}
         }
         i += span;
     }
@@ -747,7 +753,8 @@ mod tests {
                 "{parts:?}"
             );
         }
-        // gemma4's layers: each of its features alone is refused, in one line.
+        // gemma4's dense layers: each of its features alone lowers; its MoE layers (the MLP
+        // beside the experts) are refused, in one line.
         let gemma4 = [
             LayerParts {
                 v_norm: true,
@@ -771,10 +778,21 @@ mod tests {
             },
         ];
         for parts in gemma4 {
-            let why = steps_not_lowered(&Plan::new(&c, [parts])).expect("refused");
-            assert!(why.contains("Gemma 4's layers"), "{parts:?}: {why}");
-            assert_eq!(why.lines().count(), 1, "{why}");
+            assert_eq!(
+                steps_not_lowered(&Plan::new(&c, [parts])),
+                None,
+                "{parts:?}"
+            );
         }
+        let (mut c4, oss) = gpt_oss();
+        c4.activation = Activation::Silu;
+        let beside = LayerParts {
+            mlp_beside: true,
+            ..oss
+        };
+        let why = steps_not_lowered(&Plan::new(&c4, [beside])).expect("refused");
+        assert!(why.contains("Gemma 4's MoE layers"), "{why}");
+        assert_eq!(why.lines().count(), 1, "{why}");
         // qwen35moe's shared expert lowers with SiLU; with GELU (no architecture has it) it is
         // refused in one line.
         let (mut c, oss) = gpt_oss();

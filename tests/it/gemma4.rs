@@ -142,7 +142,7 @@ fn gemma4_metadata() -> Vec<(String, Value)> {
 
 /// Writes the fixture's model of `t` (each tensor in llama-quantize's type, its bytes
 /// checked against llama-quantize's) into `dir`.
-fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
+pub(crate) fn write_model(dir: &std::path::Path, t: &TinyRecord) -> std::path::PathBuf {
     crate::moe::write_fixture_model(dir, t, &gemma4_tensors(), &gemma4_metadata())
 }
 
@@ -216,9 +216,11 @@ fn every_split_of_a_gemma4_prompt_gives_the_same_bits() {
 
 /// The tiny model's plan shows each Gemma 4 feature where llama.cpp's graph has it, the CPU
 /// executes exactly that plan, the KV layout holds the 3 layers that store KV at the widest
-/// layer's width, and `--device cuda` refuses the model in one line.
+/// layer's width, and every step lowers for `--device cuda`: the values as the keys' copy, the
+/// value norm, the per-layer inputs and embeddings, the layer scale one launch each, and a
+/// sharing layer rotating its queries alone and attending without a KV write.
 #[test]
-fn the_gemma4_plan_has_its_features_and_the_gpu_refuses_it() {
+fn the_gemma4_plan_has_its_features_and_the_gpu_lowers_it() {
     let records = tiny_fixture::<TinyRecord>("quant/tiny_gemma4_teacher_forced.jsonl").1;
     let dir = tempfile::tempdir().expect("tempdir");
     let file = write_model(dir.path(), &records[0]);
@@ -279,9 +281,29 @@ fn the_gemma4_plan_has_its_features_and_the_gpu_refuses_it() {
     assert_eq!(trace::take(), want, "the CPU's steps");
     assert!(want.contains(&trace::Event::Step(Place::Head, Step::Softcap)));
 
-    let why = candor::model::lowering::not_lowered(&model).expect("refused on a GPU");
-    assert!(why.contains("Gemma 4's layers"), "{why}");
-    assert_eq!(why.lines().count(), 1, "{why}");
+    crate::moe::assert_lowered_step_for_step(&model, "gemma4", |low, place, steps| {
+        let names: Vec<&str> = low
+            .launches(place)
+            .iter()
+            .map(|l| l.kernel.name())
+            .collect();
+        for l in low.launches(place) {
+            let want = match steps[l.steps.start] {
+                Step::KeyAsValue => "copy_cols",
+                Step::VNorm => "rms_norm",
+                Step::LayerScale => "scale",
+                Step::PerLayerInputs => "per_layer_inputs",
+                Step::PerLayerEmbed => "per_layer_embed",
+                _ => continue,
+            };
+            assert_eq!((l.kernel.name(), l.steps.len()), (want, 1), "{place:?}");
+        }
+        if steps.iter().any(|s| matches!(s, Step::AttendShared { .. })) {
+            let ropes = names.iter().filter(|n| n.starts_with("rope")).count();
+            assert_eq!(ropes, 1, "{place:?}: the queries alone: {names:?}");
+            assert!(!names.iter().any(|n| n.contains("kv_write")), "{names:?}");
+        }
+    });
 }
 
 /// What a gemma4 file gets refused for, naming the key or tensor: a sharing layer that would
@@ -549,7 +571,7 @@ fn the_gemma4_moe_plan_has_its_steps_and_every_split_gives_the_same_bits() {
 
     let why = candor::model::lowering::not_lowered(&model).expect("refused on a GPU");
     assert!(
-        why.contains("GELU experts") && why.contains("the MLP beside the experts"),
+        why.contains("GELU experts") && why.contains("Gemma 4's MoE layers"),
         "{why}"
     );
     assert_eq!(why.lines().count(), 1, "{why}");

@@ -793,6 +793,7 @@ fn assert_gpu_agrees_with_the_cpu(
 fn gpu_tiny_glm4moe_models_route_as_deepseek_on_the_device() {
     assert_tiny_fixture_runs_on_the_gpu(
         "quant/tiny_glm4moe_teacher_forced.jsonl",
+        9,
         crate::glm4moe::write_model,
         false,
     );
@@ -807,12 +808,28 @@ fn gpu_tiny_glm4moe_models_route_as_deepseek_on_the_device() {
 fn gpu_tiny_deepseek2_models_run_latent_attention_on_the_device() {
     assert_tiny_fixture_runs_on_the_gpu(
         "quant/tiny_deepseek2_teacher_forced.jsonl",
+        9,
         crate::deepseek2::write_model,
         true,
     );
 }
 
-/// Each Q4_K_M model of the three-by-three `fixture` (written by `write`) on the GPU: the
+/// The tiny dense `gemma4` model (`tests/it/gemma4.rs`: sliding and full layers of head
+/// sizes 64 and 128, two layers reading earlier layers' KV, a layer whose values are its keys'
+/// projection, value norms, per-layer token embeddings, per-layer FFN widths, layer scales,
+/// proportional RoPE) in the Q4_K_M mix on the GPU, as
+/// [`assert_tiny_fixture_runs_on_the_gpu`] says, the wide attention kernels included.
+#[test]
+fn gpu_tiny_gemma4_model_runs_its_layers_on_the_device() {
+    assert_tiny_fixture_runs_on_the_gpu(
+        "quant/tiny_gemma4_teacher_forced.jsonl",
+        3,
+        crate::gemma4::write_model,
+        true,
+    );
+}
+
+/// Each Q4_K_M model of `fixture` (`records` models and types, written by `write`) on the GPU: the
 /// launches cover the plan; replies do not depend on batch size or neighbours; a prompt
 /// prefilled whole, in chunks of 5 or token by token gives the same tokens, and with `wide`
 /// so does the same model on the attention kernels for wide heads (latent attention's 576,
@@ -820,12 +837,13 @@ fn gpu_tiny_deepseek2_models_run_latent_attention_on_the_device() {
 /// or more.
 fn assert_tiny_fixture_runs_on_the_gpu(
     fixture: &str,
+    count: usize,
     write: fn(&std::path::Path, &crate::moe::TinyRecord) -> std::path::PathBuf,
     wide: bool,
 ) {
     use candor::model::lowering::covered;
     let (head, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
-    assert_eq!(records.len(), 9, "{fixture}: three models in three types");
+    assert_eq!(records.len(), count, "{fixture}: its models in three types");
     let dir = tempfile::tempdir().expect("tempdir");
     for t in records.iter().filter(|t| t.ftype == "Q4_K_M") {
         let label = format!("tiny {} {}", t.arch, t.ftype);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::devices::open_gpu;
+use super::gemma4::{token_rows, upload_layer_embedding, upload_ple, DevPle, PleBufs, PleRun};
 use super::hybrid::{upload_delta, HybridBufs, SeqArgs};
 use super::kernels::DevWeight;
 use super::kernels::{
@@ -20,6 +21,7 @@ use crate::model::arch::{Activation, Gating, ModelConfig};
 use crate::model::deltanet::Hybrid;
 use crate::model::device::DeviceSpec;
 use crate::model::error::ModelError;
+use crate::model::gemma4::LayerDims;
 use crate::model::kv::{KvSeq, Logits, SeqStep};
 use crate::model::lowering::{covered, target_of, ActBlocks, Kernel, Launch, Lowering, Target};
 #[cfg(any(test, feature = "testkit"))]
@@ -67,6 +69,8 @@ struct Buffers {
     hybrid: Option<HybridBufs>,
     /// Latent-attention models: the latent steps' buffers.
     mla: Option<MlaBufs>,
+    /// Gemma 4 E2B/E4B: the per-layer steps' buffers.
+    ple: Option<PleBufs>,
 }
 
 struct MoeBufs {
@@ -228,6 +232,10 @@ pub struct CudaModel {
     name: String,
     layers: Vec<DevLayer>,
     output_norm: CudaSlice<f32>,
+    /// Gemma 4 E2B/E4B: the per-layer inputs' projection.
+    ple: Option<DevPle>,
+    /// Ones as wide as the widest head: the weight of Gemma 4's value norm.
+    ones: CudaSlice<f32>,
     /// The biases after the final norm and on the logits (phimoe).
     head_bias: Option<[CudaSlice<f32>; 2]>,
     /// The output projection (the embedding when tied).
@@ -257,11 +265,13 @@ impl CudaModel {
         if let Some(why) = crate::model::lowering::not_lowered(model) {
             return Err(ModelError::Device(format!("cuda: {why}")));
         }
-        if !c.head_dim.is_multiple_of(32) || c.head_dim > WIDE_HEAD {
+        if let Some(d) =
+            (model.dims.iter()).find(|d| !d.head_dim.is_multiple_of(32) || d.head_dim > WIDE_HEAD)
+        {
             return Err(ModelError::Device(format!(
                 "cuda: head dimension {} is not supported on the GPU (a multiple of 32, at most \
                  {WIDE_HEAD})",
-                c.head_dim
+                d.head_dim
             )));
         }
         if let Some(h) = model.hybrid.as_ref().filter(|h| h.head_dim > 1024) {
@@ -290,10 +300,12 @@ impl CudaModel {
                     latent = Some(upload_latent(&gpu, i, m, path)?);
                     Vec::new()
                 }
-                // Gemma 4's layers: refused by `not_lowered` above.
-                Qkv::QueryKey { .. } | Qkv::Query(_) => {
-                    unreachable!("not_lowered refuses Gemma 4's layers")
+                // Gemma 4: values from the keys' projection, or queries alone (a layer reading
+                // an earlier layer's KV).
+                Qkv::QueryKey { q, k } => {
+                    vec![mat(n("attn_q.weight"), q)?, mat(n("attn_k.weight"), k)?]
                 }
+                Qkv::Query(q) => vec![mat(n("attn_q.weight"), q)?],
             };
             let (gate_up, w_down, moe) = match &l.ffn {
                 Ffn::Dense { gate_up, down } => (
@@ -361,6 +373,10 @@ impl CudaModel {
                     })
                     .transpose()?,
                 latent,
+                ple: (l.ple.as_ref())
+                    .map(|w| upload_layer_embedding(&gpu, i, w, path))
+                    .transpose()?,
+                out_scale: l.out_scale,
             });
         }
         let output = match &model.output {
@@ -368,6 +384,11 @@ impl CudaModel {
             None => mat("token_embd.weight".into(), &model.embedding)?,
         };
         let output_norm = gpu.upload("output_norm", &model.output_norm)?;
+        let ple = (model.ple.as_ref())
+            .map(|e| upload_ple(&gpu, e, path))
+            .transpose()?;
+        let widest = model.dims.iter().map(|d| d.head_dim).max().unwrap_or(0);
+        let ones = gpu.upload("ones", &vec![1f32; widest.max(1)])?;
         let head_bias = match &model.head_bias {
             Some([n, o]) => Some([
                 gpu.upload("output_norm.bias", n)?,
@@ -377,9 +398,11 @@ impl CudaModel {
         };
         // Room beside the pool for the recurrent states of a hybrid model's sequences.
         let reserve = model.state_len() * 4 * STATE_RESERVE;
+        // Every layer that stores KV (Gemma 4's sharing layers store none), each position the
+        // widest layer's keys and values apart.
         let pool = new_pool(
             &gpu,
-            c.n_layer * 2 * block_tokens * c.kv_dim(),
+            model.kv_layers() * 2 * block_tokens * model.kv_width(),
             kv_limit,
             reserve,
         )?;
@@ -397,6 +420,8 @@ impl CudaModel {
             name,
             layers,
             output_norm,
+            ple,
+            ones,
             head_bias,
             output,
             pool,
@@ -405,7 +430,11 @@ impl CudaModel {
             lowering,
             buffers: Mutex::new(Buffers::default()),
             graphs: Mutex::new(Graphs::new(
-                graphs_wanted() && c.moe.is_none() && model.hybrid.is_none() && c.mla.is_none(),
+                graphs_wanted()
+                    && c.moe.is_none()
+                    && model.hybrid.is_none()
+                    && c.mla.is_none()
+                    && model.ple.is_none(),
             )),
         })
     }
@@ -450,12 +479,12 @@ impl CudaModel {
     /// Whether decode steps are captured as CUDA graphs and replayed (the default from
     /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host, nor for
     /// hybrid models, whose kernels read the step's sequences and states, nor for latent
-    /// attention, whose buffers the graph key does not hold).
+    /// attention and per-layer embeddings, whose buffers the graph key does not hold).
     pub fn set_graphs(&mut self, on: bool) {
         let moe = self
             .layers
             .iter()
-            .any(|l| l.moe.is_some() || l.delta.is_some() || l.latent.is_some());
+            .any(|l| l.moe.is_some() || l.delta.is_some() || l.latent.is_some() || l.ple.is_some());
         let g = self.graphs.get_mut().expect("CUDA graphs lock");
         g.on = on && !moe;
         g.map.clear();
@@ -481,6 +510,10 @@ impl CudaModel {
     ) -> Result<()> {
         let c = &model.config;
         let (dim, rd) = (c.dim, c.rope_dim);
+        // The sliding-window layers' RoPE dimensions (Gemma 4's are their own).
+        let rd_swa = (model.dims.iter().zip(&c.swa_layers))
+            .find(|(_, &swa)| swa)
+            .map_or(rd, |(d, _)| d.rope_dim);
         let bt = self.block_tokens;
         let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if rows == 0 {
@@ -492,7 +525,7 @@ impl CudaModel {
         let mut x = vec![0f32; rows * dim];
         let mut cs = vec![0f32; rows * rd];
         // Sliding-window layers' own RoPE table, only for models that have one.
-        let swa_len = model.rope_swa_freqs.as_ref().map_or(0, |_| rows * rd);
+        let swa_len = model.rope_swa_freqs.as_ref().map_or(0, |_| rows * rd_swa);
         let mut cs_swa = vec![0f32; swa_len];
         // The queries' attention temperature per row, computed as the CPU's (`AttnTemp`).
         let mut temp = Vec::new();
@@ -504,6 +537,8 @@ impl CudaModel {
         );
         let mut table: Vec<u32> = Vec::new();
         let mut wanted: Vec<i32> = Vec::new();
+        // The step's tokens in row order (Gemma 4's per-layer embeddings are looked up here).
+        let mut tokens: Vec<u32> = Vec::with_capacity(rows);
         // Hybrid models: each sequence's (first row, rows) and recurrent state.
         let (mut spans, mut states) = (Vec::new(), Vec::new());
         let mut r = 0;
@@ -532,6 +567,7 @@ impl CudaModel {
                 )));
             }
             for (i, &t) in seq.tokens.iter().enumerate() {
+                tokens.push(t);
                 let xr = &mut x[(r + i) * dim..(r + i + 1) * dim];
                 model.embedding.row_f32(t as usize, xr);
                 if let Some(scale) = c.embed_scale {
@@ -540,7 +576,7 @@ impl CudaModel {
                 let p = p0 + i;
                 model.rope_freqs.cos_sin(p, &mut cs[(r + i) * rd..][..rd]);
                 if let Some(f) = &model.rope_swa_freqs {
-                    f.cos_sin(p, &mut cs_swa[(r + i) * rd..][..rd]);
+                    f.cos_sin(p, &mut cs_swa[(r + i) * rd_swa..][..rd_swa]);
                 }
                 if let Some(t) = &c.attn_temp {
                     temp.push(t.factor(p));
@@ -601,6 +637,11 @@ impl CudaModel {
         g.stream
             .memcpy_htod(&x, bx)
             .map_err(|e| dev_err("uploading rows", e))?;
+        if let (Some(e), Some(pb)) = (&model.ple, b.ple.as_mut()) {
+            g.stream
+                .memcpy_htod(&token_rows(e, &tokens), &mut pb.tokens)
+                .map_err(|e| dev_err("uploading per-layer embeddings", e))?;
+        }
 
         let p = |o: &Option<CudaSlice<f32>>| ptr(o.as_ref().expect("fit"), s);
         let (px, pxb, pq, pk, pv, pattn, pgate, pup, pfused, ppart) = (
@@ -663,6 +704,10 @@ impl CudaModel {
             moe: b.moe.as_ref(),
             hybrid,
             mla: b.mla.as_ref(),
+            dims: &model.dims,
+            ple: b.ple.as_ref().zip(self.ple.as_ref()),
+            ones: &self.ones,
+            kv_stride: model.kv_width(),
             p: Ptrs {
                 logits: plogits,
                 ..ptrs
@@ -797,8 +842,16 @@ impl CudaModel {
         let h = model.hybrid.as_ref();
         // A linear layer's value width, the width its output projection reads.
         let vd = h.map_or(0, Hybrid::value_dim);
-        let wide = c.dim.max(c.q_dim()).max(vd);
-        let fused = (c.q_dim() + 2 * c.kv_dim()).max(2 * c.ffn_dim);
+        // The widest layer's (Gemma 4's layers differ).
+        let most = |f: fn(&LayerDims) -> usize| model.dims.iter().map(f).max().unwrap_or(0);
+        let (q_dim, kv_dim, ffn) = (
+            most(LayerDims::q_dim),
+            most(LayerDims::kv_dim),
+            most(|d| d.ffn_dim),
+        );
+        let part = most(|d| d.n_head * (d.head_dim + 2));
+        let wide = c.dim.max(q_dim).max(vd);
+        let fused = (q_dim + 2 * kv_dim).max(2 * ffn);
         // The full-attention layers' query | gate halves (hybrid models).
         let fused_rows = match (c.arch.fused(), h) {
             (true, _) => fused,
@@ -807,21 +860,22 @@ impl CudaModel {
         };
         b.x = Some(g.zeros("x", rows * c.dim)?);
         b.xb = Some(g.zeros("xb", rows * c.dim)?);
-        b.q = Some(g.zeros("q", rows * c.q_dim())?);
-        b.k = Some(g.zeros("k", rows * c.kv_dim())?);
-        b.v = Some(g.zeros("v", rows * c.kv_dim())?);
+        b.q = Some(g.zeros("q", rows * q_dim)?);
+        b.k = Some(g.zeros("k", (rows * kv_dim).max(1))?);
+        b.v = Some(g.zeros("v", (rows * kv_dim).max(1))?);
         b.attn = Some(g.zeros("attn", rows * wide)?);
-        b.gate = Some(g.zeros("gate", rows * c.ffn_dim)?);
-        b.up = Some(g.zeros("up", rows * c.ffn_dim)?);
+        b.gate = Some(g.zeros("gate", rows * ffn)?);
+        b.up = Some(g.zeros("up", rows * ffn)?);
         b.fused = Some(g.zeros("fused", (rows * fused_rows).max(1))?);
-        b.part = Some(g.zeros(
-            "attention partials",
-            rows * c.n_head * chunks * (c.head_dim + 2),
-        )?);
+        b.part = Some(g.zeros("attention partials", rows * chunks * part)?);
         let shared = c.moe.and_then(|m| m.shared_ffn).unwrap_or(0);
-        let mut act_elems = rows * wide.max(c.ffn_dim).max(shared).next_multiple_of(256);
+        let mut act_elems = rows * wide.max(ffn).max(shared).next_multiple_of(256);
         b.hybrid = match h {
             Some(h) => Some(HybridBufs::new(g, rows, c.q_dim(), h)?),
+            None => None,
+        };
+        b.ple = match &model.ple {
+            Some(e) => Some(PleBufs::new(g, rows, c.n_layer, e.ple)?),
             None => None,
         };
         b.mla = match c.mla {
@@ -898,6 +952,14 @@ struct Run<'a> {
     hybrid: Option<HybridRun<'a>>,
     /// The latent steps' buffers (latent-attention models).
     mla: Option<&'a MlaBufs>,
+    /// Each layer's geometry (Gemma 4's differ).
+    dims: &'a [LayerDims],
+    /// The per-layer embeddings' buffers and projection (Gemma 4 E2B/E4B).
+    ple: Option<(&'a PleBufs, &'a DevPle)>,
+    /// Ones as wide as the widest head (Gemma 4's value norm).
+    ones: &'a CudaSlice<f32>,
+    /// Halves between two positions' keys in a KV block (the widest layer's `kv_dim`).
+    kv_stride: usize,
     p: Ptrs,
     chunks: usize,
     bt: usize,
@@ -937,7 +999,8 @@ impl Run<'_> {
         rows: usize,
     ) -> Result<()> {
         let (g, c, p) = (self.g, self.c, &self.p);
-        let (dim, q_dim, kv_dim, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let d = self.dims[l];
+        let (dim, q_dim, kv_dim, hd) = (c.dim, d.q_dim(), d.kv_dim(), d.head_dim);
         let covered = &steps[launch.steps.clone()];
         let step = covered[0];
         let missing = |what: &str| {
@@ -960,10 +1023,11 @@ impl Run<'_> {
             }
             (Kernel::RmsNorm { part }, Step::QkNorm) => {
                 let (nq, nk) = dl.qk_norm.as_ref().ok_or_else(|| missing("q/k norms"))?;
-                if part == 0 {
-                    g.rms_norm(p.q, nq, p.q, rows * c.n_head, hd, c.rms_eps)
-                } else {
-                    g.rms_norm(p.k, nk, p.k, rows * c.n_kv_head, hd, c.rms_eps)
+                match part {
+                    0 => g.rms_norm(p.q, nq, p.q, rows * d.n_head, hd, c.rms_eps),
+                    // A layer reading another layer's KV has no keys of its own.
+                    _ if d.n_kv_head == 0 => Ok(()),
+                    _ => g.rms_norm(p.k, nk, p.k, rows * d.n_kv_head, hd, c.rms_eps),
                 }
             }
             (Kernel::RmsNorm { .. }, Step::PostNorm(block)) => {
@@ -984,7 +1048,11 @@ impl Run<'_> {
                 Step::Project(m),
             ) => {
                 let (w, x, y) = match m {
-                    Matrix::Qkv if dl.qkv.len() == 1 => (&dl.qkv[0], p.xb, p.fused),
+                    // One matrix for q|k|v, to be split (Phi-3); Gemma 4's queries alone are
+                    // one matrix too.
+                    Matrix::Qkv if steps.contains(&Step::Split(Matrix::Qkv)) => {
+                        (&dl.qkv[0], p.xb, p.fused)
+                    }
                     // The queries with their gate halves, to be split (Qwen3.5).
                     Matrix::Qkv if part == 0 && steps.contains(&Step::SplitGate) => {
                         (&dl.qkv[0], p.xb, p.fused)
@@ -1018,8 +1086,8 @@ impl Run<'_> {
                     (Matrix::Qkv, 0) => (q_dim + 2 * kv_dim, 0, q_dim, p.q),
                     (Matrix::Qkv, 1) => (q_dim + 2 * kv_dim, q_dim, kv_dim, p.k),
                     (Matrix::Qkv, _) => (q_dim + 2 * kv_dim, q_dim + kv_dim, kv_dim, p.v),
-                    (_, 0) => (2 * c.ffn_dim, 0, c.ffn_dim, p.gate),
-                    _ => (2 * c.ffn_dim, c.ffn_dim, c.ffn_dim, p.up),
+                    (_, 0) => (2 * d.ffn_dim, 0, d.ffn_dim, p.gate),
+                    _ => (2 * d.ffn_dim, d.ffn_dim, d.ffn_dim, p.up),
                 };
                 g.split(p.fused, width, off, w, dst, rows)
             }
@@ -1029,14 +1097,14 @@ impl Run<'_> {
                 g.add_bias(x, &b[part], width, rows * width)
             }
             (Kernel::Rope { part }, Step::Rope(_)) => {
-                let (x, heads) = [(p.q, c.n_head), (p.k, c.n_kv_head)][part];
+                let (x, heads) = [(p.q, d.n_head), (p.k, d.n_kv_head)][part];
                 g.rope(
                     x,
                     self.rope_table(covered),
                     rows,
                     heads,
                     hd,
-                    c.rope_dim,
+                    d.rope_dim,
                     c.rope_neox,
                 )
             }
@@ -1054,6 +1122,8 @@ impl Run<'_> {
                     cs: self.rope_table(covered),
                     rows,
                     c,
+                    d,
+                    stride: self.kv_stride,
                     pool: p.pool,
                     row_blocks: p.row_blocks,
                     row_slots: p.row_slots,
@@ -1066,30 +1136,24 @@ impl Run<'_> {
                 let t = p.temp.ok_or_else(|| missing("attention temperatures"))?;
                 g.scale_rows(p.q, t, q_dim, rows * q_dim)
             }
-            (Kernel::KvWrite, Step::KvWrite) => {
-                let (rows_i, kv_i, l_i, bt_i) =
-                    (rows as i32, kv_dim as i32, l as i32, self.bt as i32);
-                let mut lb = g.stream.launch_builder(&g.k.kv_write);
-                lb.arg(&p.k)
-                    .arg(&p.v)
-                    .arg(&p.pool)
-                    .arg(&p.row_blocks)
-                    .arg(&p.row_slots);
-                lb.arg(&rows_i)
-                    .arg(&kv_i)
-                    .arg(&l_i)
-                    .arg(&bt_i)
-                    .arg(&p.block_len);
-                // SAFETY: k and v hold rows × kv_dim values; every row's block and slot were
-                // given by its sequence's KV (grown above, so inside the pool).
-                g.launched("kv_write", unsafe { lb.launch(ew(rows * kv_dim)) })?;
-                Ok(())
-            }
+            (Kernel::KvWrite, Step::KvWrite) => g.kv_write(
+                (p.k, p.v),
+                rows,
+                (kv_dim, self.kv_stride),
+                l,
+                self.bt,
+                (p.pool, p.row_blocks, p.row_slots),
+                p.block_len,
+            ),
             (Kernel::AttnPartial { gqa, wide }, Step::Attention { window, .. }) => {
-                self.attn_partial(gqa, wide, window, l, rows)
+                self.attn_partial(gqa, wide, window, (l, l), rows)
             }
-            (Kernel::AttnCombine { wide }, Step::Attention { sinks, .. }) => {
-                let (heads, hd_i, chunks_i) = (c.n_head as i32, hd as i32, self.chunks as i32);
+            (Kernel::AttnPartial { gqa, wide }, Step::AttendShared { window, layer }) => {
+                self.attn_partial(gqa, wide, window, (l, layer), rows)
+            }
+            (Kernel::AttnCombine { wide }, Step::Attention { .. } | Step::AttendShared { .. }) => {
+                let sinks = matches!(step, Step::Attention { sinks: true, .. });
+                let (heads, hd_i, chunks_i) = (d.n_head as i32, hd as i32, self.chunks as i32);
                 let psinks = match (sinks, &dl.sinks) {
                     (false, _) => 0u64,
                     (true, Some(sk)) => ptr(sk, &g.stream),
@@ -1108,7 +1172,7 @@ impl Run<'_> {
                     .arg(&psinks)
                     .arg(&p.attn);
                 let cfg = LaunchConfig {
-                    grid_dim: (c.n_head as u32, rows as u32, 1),
+                    grid_dim: (d.n_head as u32, rows as u32, 1),
                     block_dim: (32, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -1137,10 +1201,27 @@ impl Run<'_> {
                     .ok_or_else(|| missing("latent attention"))?;
                 self.latent(rows)?.expand(d, p.attn)
             }
+            (Kernel::KeyAsValue, Step::KeyAsValue) => {
+                g.copy_cols(p.k, kv_dim, 0, p.v, kv_dim, 0, kv_dim, rows)
+            }
+            (Kernel::VNorm, Step::VNorm) => {
+                g.rms_norm(p.v, self.ones, p.v, rows * d.n_kv_head, hd, c.rms_eps)
+            }
+            (Kernel::LayerScale, Step::LayerScale) => {
+                let s = dl.out_scale.ok_or_else(|| missing("an output scale"))?;
+                g.scale(p.x, s, rows * dim)
+            }
+            (Kernel::PerLayerInputs, Step::PerLayerInputs) => self.ple(rows)?.inputs(p.x),
+            (Kernel::PerLayerEmbed, Step::PerLayerEmbed) => {
+                let w = dl
+                    .ple
+                    .as_ref()
+                    .ok_or_else(|| missing("a per-layer embedding"))?;
+                self.ple(rows)?.embed(w, l, p.x, p.xb)
+            }
             (Kernel::AddInPlace, Step::Residual) => g.add(p.x, p.xb, rows * dim),
             (Kernel::GatedAct, Step::Gated(activation)) => {
-                let ffn = c.ffn_dim;
-                let total = (rows * ffn) as i64;
+                let ffn = d.ffn_dim;
                 let act = match activation {
                     Activation::Silu => 0i32,
                     // llama.cpp's CUDA backend computes GELU in f32, without the CPU's table.
@@ -1148,11 +1229,7 @@ impl Run<'_> {
                     // The CPU's expf (`gated_act_cpu`).
                     Activation::SwigluOai => return g.gated_cpu(p.gate, p.up, rows * ffn, 0),
                 };
-                let mut lb = g.stream.launch_builder(&g.k.gated_act);
-                lb.arg(&p.gate).arg(&p.up).arg(&total).arg(&act);
-                // SAFETY: gate and up hold rows × ffn floats.
-                g.launched("gated_act", unsafe { lb.launch(ew(rows * ffn)) })?;
-                Ok(())
+                g.gated(p.gate, p.up, rows * ffn, act)
             }
             (Kernel::OutBias, Step::OutBias) => {
                 let b = dl
@@ -1314,6 +1391,23 @@ impl Run<'_> {
         }
     }
 
+    /// The per-layer embedding steps' launches on `rows` rows.
+    fn ple(&self, rows: usize) -> Result<PleRun<'_>> {
+        let (b, e) = self.ple.ok_or_else(|| {
+            ModelError::Device("cuda: a per-layer embedding step without its weights".into())
+        })?;
+        Ok(PleRun {
+            g: self.g,
+            act: self.act,
+            b,
+            e,
+            rows,
+            n_layer: self.c.n_layer,
+            dim: self.c.dim,
+            eps: self.c.rms_eps,
+        })
+    }
+
     /// The latent steps' launches on `rows` rows.
     fn latent(&self, rows: usize) -> Result<LatentRun<'_>> {
         let b = self.mla.ok_or_else(|| {
@@ -1467,17 +1561,20 @@ impl Run<'_> {
         gqa: bool,
         wide: bool,
         window: Option<usize>,
-        l: usize,
+        (l, from): (usize, usize),
         rows: usize,
     ) -> Result<()> {
         let (g, c, p) = (self.g, self.c, &self.p);
-        let hd = c.head_dim;
+        // Layer `l`'s queries over the KV layer `from` stored (itself, or the earlier layer
+        // it shares: the same head size).
+        let (d, kv_heads) = (self.dims[l], self.dims[from].n_kv_head);
+        let hd = d.head_dim;
         let (heads, group, hd_i, kv_i, l_i, bt_i) = (
-            c.n_head as i32,
-            (c.n_head / c.n_kv_head) as i32,
+            d.n_head as i32,
+            (d.n_head / kv_heads) as i32,
             hd as i32,
-            c.kv_dim() as i32,
-            l as i32,
+            self.kv_stride as i32,
+            from as i32,
             self.bt as i32,
         );
         let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
@@ -1511,14 +1608,14 @@ impl Run<'_> {
         lb.arg(&p.part);
         let cfg = if gqa {
             LaunchConfig {
-                grid_dim: (self.chunks as u32, c.n_kv_head as u32, rows as u32),
+                grid_dim: (self.chunks as u32, kv_heads as u32, rows as u32),
                 block_dim: (32 * group as u32, 1, 1),
                 // ATTN_TILE (32) positions of keys and of values, in halves.
                 shared_mem_bytes: (2 * 32 * hd * 2) as u32,
             }
         } else {
             LaunchConfig {
-                grid_dim: (self.chunks as u32, c.n_head as u32, rows as u32),
+                grid_dim: (self.chunks as u32, d.n_head as u32, rows as u32),
                 block_dim: (32, 1, 1),
                 shared_mem_bytes: 0,
             }
@@ -1713,7 +1810,21 @@ mod tests {
         // KV block size are the model's for its lifetime.
         assert_eq!(
             fields_of("struct Run<'a> {"),
-            ["g", "c", "act", "moe", "hybrid", "mla", "p", "chunks", "bt"]
+            [
+                "g",
+                "c",
+                "act",
+                "moe",
+                "hybrid",
+                "mla",
+                "dims",
+                "ple",
+                "ones",
+                "kv_stride",
+                "p",
+                "chunks",
+                "bt"
+            ]
         );
     }
 
@@ -2140,6 +2251,8 @@ mod tests {
                         cs: ptr(&cs, s),
                         rows,
                         c: &c,
+                        d: LayerDims::uniform(&c, layer),
+                        stride: kv_dim,
                         pool: pp,
                         row_blocks: prb,
                         row_slots: prs,
@@ -2161,19 +2274,16 @@ mod tests {
                         .expect("rope");
                     gpu.rope(pk, ptr(&cs, s), rows, c.n_kv_head, c.head_dim, rd, neox)
                         .expect("rope");
-                    let (rows_i, kv_i, l_i, bt_i, bl) = (
-                        rows as i32,
-                        kv_dim as i32,
-                        layer as i32,
-                        bt as i32,
+                    gpu.kv_write(
+                        (pk, pv),
+                        rows,
+                        (kv_dim, kv_dim),
+                        layer,
+                        bt,
+                        (pp, prb, prs),
                         block_len as i64,
-                    );
-                    let mut lb = s.launch_builder(&gpu.k.kv_write);
-                    lb.arg(&pk).arg(&pv).arg(&pp).arg(&prb).arg(&prs);
-                    lb.arg(&rows_i).arg(&kv_i).arg(&l_i).arg(&bt_i).arg(&bl);
-                    // SAFETY: as in the forward pass: k, v rows × kv_dim; slots inside the pool.
-                    gpu.launched("kv_write", unsafe { lb.launch(ew(rows * kv_dim)) })
-                        .expect("kv_write");
+                    )
+                    .expect("kv_write");
                 }
                 let q: Vec<u32> = s
                     .clone_dtoh(&q)

@@ -47,8 +47,8 @@ extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* y,
 extern "C" __global__ void rope_kv_write(float* q, const float* k, const float* v, const float* bq,
                                         const float* bk, const float* bv, const float* cs, int rows,
                                         int heads, int kv_heads, int hd, int rd, int neox, u16* pool,
-                                        const int* row_block, const int* row_slot, int layer, int bt,
-                                        long block_len) {
+                                        const int* row_block, const int* row_slot, int stride,
+                                        int layer, int bt, long block_len) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     int pairs = hd / 2, rpairs = rd / 2;
     int all = heads + 2 * kv_heads;
@@ -103,7 +103,7 @@ extern "C" __global__ void rope_kv_write(float* q, const float* k, const float* 
         return;
     }
     int is_value = h >= heads + kv_heads;
-    long at = (long)row_block[r] * block_len + ((long)(layer * 2 + is_value) * bt + row_slot[r]) * kv_dim + col;
+    long at = (long)row_block[r] * block_len + ((long)(layer * 2 + is_value) * bt + row_slot[r]) * stride + col;
     pool[at + a] = float_to_half(x0);
     pool[at + b] = float_to_half(x1);
 }

@@ -419,18 +419,20 @@ extern "C" __global__ void rope(float* x, const float* cs, int rows, int heads, 
 }
 
 // Stores each row's key and value (kv_dim wide, f32) into its KV block slot as f16. A block
-// holds, for each layer, BT keys then BT values: ((layer * 2 + is_value) * BT + slot) * kv_dim.
+// holds, for each layer, BT keys then BT values, each `stride` halves apart (the widest layer's
+// kv_dim; every layer's own for models whose layers agree): ((layer * 2 + is_value) * BT +
+// slot) * stride.
 extern "C" __global__ void kv_write(const float* k, const float* v, u16* pool, const int* row_block,
-                                   const int* row_slot, int rows, int kv_dim, int layer, int bt,
-                                   long block_len) {
+                                   const int* row_slot, int rows, int kv_dim, int stride, int layer,
+                                   int bt, long block_len) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     long total = (long)rows * kv_dim;
     if (i >= total) return;
     int r = (int)(i / kv_dim);
     int c = (int)(i % kv_dim);
     long base = (long)row_block[r] * block_len;
-    long ko = base + ((long)(layer * 2) * bt + row_slot[r]) * kv_dim + c;
-    long vo = base + ((long)(layer * 2 + 1) * bt + row_slot[r]) * kv_dim + c;
+    long ko = base + ((long)(layer * 2) * bt + row_slot[r]) * stride + c;
+    long vo = base + ((long)(layer * 2 + 1) * bt + row_slot[r]) * stride + c;
     pool[ko] = float_to_half(k[i]);
     pool[vo] = float_to_half(v[i]);
 }
@@ -667,6 +669,20 @@ extern "C" __global__ void mla_kv(const float* latent, const float* ckv, int kv_
         k[i] = x;
         v[i] = x;
     }
+}
+
+// x[i] *= s for i < total (Gemma 4's layer output scale; its per-layer inputs' projection).
+extern "C" __global__ void scale(float* x, float s, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] = __fmul_rn(x[i], s);
+}
+
+// Gemma 4's per-layer inputs: proj[i] = (proj[i] + tok[i] * tok_scale) * input_scale, the
+// CPU's expression (`gemma4.rs`'s `inputs`), nothing contracted.
+extern "C" __global__ void ple_combine(float* proj, const float* tok, float tok_scale, float input_scale,
+                                       long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) proj[i] = __fmul_rn(__fadd_rn(proj[i], __fmul_rn(tok[i], tok_scale)), input_scale);
 }
 
 // Copies whole KV blocks: dst slot i = src slot i (block_len halves each), for copy-on-write.

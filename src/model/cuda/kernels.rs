@@ -9,6 +9,7 @@ use cudarc::driver::{
 
 use crate::model::arch::ModelConfig;
 use crate::model::error::ModelError;
+use crate::model::gemma4::LayerDims;
 use crate::model::lowering::ActBlocks;
 
 use super::{nvrtc, versions};
@@ -364,6 +365,9 @@ pub(super) struct Kernels {
     /// and values from the latent.
     pub(super) copy_cols: CudaFunction,
     pub(super) mla_kv: CudaFunction,
+    /// Gemma 4's layer scale and per-layer inputs.
+    pub(super) scale: CudaFunction,
+    pub(super) ple_combine: CudaFunction,
     pub(super) copy_block: CudaFunction,
     /// `fused.cu`: launches that cover several plan steps (`model::lowering`).
     pub(super) rms_norm_q8: CudaFunction,
@@ -449,6 +453,8 @@ impl Kernels {
             attn_combine_wide: f("attn_combine_wide")?,
             copy_cols: f("copy_cols")?,
             mla_kv: f("mla_kv")?,
+            scale: f("scale")?,
+            ple_combine: f("ple_combine")?,
             copy_block: f("copy_block")?,
             rms_norm_q8: f("rms_norm_q8")?,
             rope_kv_write: f("rope_kv_write")?,
@@ -551,6 +557,10 @@ pub(super) struct RopeKvArgs<'a> {
     pub(super) cs: u64,
     pub(super) rows: usize,
     pub(super) c: &'a ModelConfig,
+    /// The layer's geometry (its heads and head size, its RoPE dimensions).
+    pub(super) d: LayerDims,
+    /// Halves between two positions' keys in a block (the widest layer's `kv_dim`).
+    pub(super) stride: usize,
     pub(super) pool: u64,
     pub(super) row_blocks: u64,
     pub(super) row_slots: u64,
@@ -880,15 +890,16 @@ impl Gpu {
             Some([q, k, v]) => (ptr(q, s), ptr(k, s), ptr(v, s)),
             None => (null, null, null),
         };
+        let d = a.d;
         let (rows, heads, kv_heads, hd, rd, neox) = (
             a.rows as i32,
-            c.n_head as i32,
-            c.n_kv_head as i32,
-            c.head_dim as i32,
-            c.rope_dim as i32,
+            d.n_head as i32,
+            d.n_kv_head as i32,
+            d.head_dim as i32,
+            d.rope_dim as i32,
             c.rope_neox as i32,
         );
-        let (layer, bt) = (a.layer as i32, a.bt as i32);
+        let (stride, layer, bt) = (a.stride as i32, a.layer as i32, a.bt as i32);
         let mut lb = s.launch_builder(&self.k.rope_kv_write);
         lb.arg(&a.q)
             .arg(&a.k)
@@ -906,13 +917,69 @@ impl Gpu {
         lb.arg(&a.pool)
             .arg(&a.row_blocks)
             .arg(&a.row_slots)
+            .arg(&stride)
             .arg(&layer)
             .arg(&bt);
         lb.arg(&a.block_len);
-        let total = a.rows * (c.n_head + 2 * c.n_kv_head) * c.head_dim / 2;
+        let total = a.rows * (d.n_head + 2 * d.n_kv_head) * d.head_dim / 2;
         // SAFETY: q holds rows × q_dim floats, k and v rows × kv_dim, the biases their widths,
         // cs rows × rope_dim; every row's block and slot were given by its sequence's KV.
         self.launched("rope_kv_write", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// `gated_act`: `g = act(g) · u` over `total` values (`act` 0 SiLU, 1 GELU, the device's
+    /// own `expf` and `tanhf`).
+    pub(super) fn gated(&self, g: u64, u: u64, total: usize, act: i32) -> Result<()> {
+        let t = total as i64;
+        let mut lb = self.stream.launch_builder(&self.k.gated_act);
+        lb.arg(&g).arg(&u).arg(&t).arg(&act);
+        // SAFETY: g and u hold total floats.
+        self.launched("gated_act", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// `scale`: `x *= s` over `total` values.
+    pub(super) fn scale(&self, x: u64, s: f32, total: usize) -> Result<()> {
+        let t = total as i64;
+        let mut lb = self.stream.launch_builder(&self.k.scale);
+        lb.arg(&x).arg(&s).arg(&t);
+        // SAFETY: x holds total floats.
+        self.launched("scale", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// `kv_write`: the `rows` keys and values (`kv_dim` wide) of layer `layer` into their
+    /// slots (`row_blocks`, `row_slots`), positions `stride` halves apart in a block of
+    /// `block_len` halves holding `bt` positions.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn kv_write(
+        &self,
+        (k, v): (u64, u64),
+        rows: usize,
+        (kv_dim, stride): (usize, usize),
+        layer: usize,
+        bt: usize,
+        (pool, row_blocks, row_slots): (u64, u64, u64),
+        block_len: i64,
+    ) -> Result<()> {
+        let [rows_i, kv_i, stride_i, l_i, bt_i] =
+            [rows, kv_dim, stride, layer, bt].map(|v| v as i32);
+        let mut lb = self.stream.launch_builder(&self.k.kv_write);
+        lb.arg(&k)
+            .arg(&v)
+            .arg(&pool)
+            .arg(&row_blocks)
+            .arg(&row_slots);
+        lb.arg(&rows_i)
+            .arg(&kv_i)
+            .arg(&stride_i)
+            .arg(&l_i)
+            .arg(&bt_i)
+            .arg(&block_len);
+        // SAFETY: k and v hold rows × kv_dim values (kv_dim <= stride); every row's block and
+        // slot were given by its sequence's KV (grown before the step, so inside the pool).
+        self.launched("kv_write", unsafe { lb.launch(ew(rows * kv_dim)) })?;
         Ok(())
     }
 

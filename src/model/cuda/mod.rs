@@ -32,6 +32,7 @@ mod emulate_mmt;
 #[cfg(test)]
 mod emulate_moe;
 mod forward;
+mod gemma4;
 mod hybrid;
 mod kernels;
 mod mla;

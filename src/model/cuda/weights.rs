@@ -9,6 +9,7 @@ use crate::model::moe::Moe;
 use crate::model::quant::{QWeight, Stored, WeightFormat};
 use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
+use super::gemma4::DevLayerEmbedding;
 use super::hybrid::{upload_shared, DevDelta, DevShared};
 use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
 use super::mla::DevLatent;
@@ -39,6 +40,9 @@ pub(super) struct DevLayer {
     pub(super) delta: Option<DevDelta>,
     /// A latent-attention layer's weights beside its output projection (`qkv` empty).
     pub(super) latent: Option<DevLatent>,
+    /// Gemma 4: the layer's per-layer embedding weights and its output scale.
+    pub(super) ple: Option<DevLayerEmbedding>,
+    pub(super) out_scale: Option<f32>,
 }
 
 /// One expert's matrices and biases on the device.
