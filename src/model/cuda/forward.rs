@@ -1181,26 +1181,29 @@ impl Run<'_> {
                 Ok(())
             }
             (Kernel::LatentProject, Step::LatentProject) => {
-                let d = dl
+                let m = dl
                     .latent
                     .as_ref()
                     .ok_or_else(|| missing("latent attention"))?;
-                self.latent(rows)?.project(d, p.xb)
+                self.latent(rows)?.project(m, p.xb)
             }
             (Kernel::Absorb, Step::Absorb) => {
-                let d = dl
+                let m = dl
                     .latent
                     .as_ref()
                     .ok_or_else(|| missing("latent attention"))?;
-                self.latent(rows)?.absorb(d, p.q, p.k, p.v)
+                self.latent(rows)?.absorb(m, p.q, p.k, p.v)
             }
             (Kernel::Expand, Step::Expand) => {
-                let d = dl
+                let m = dl
                     .latent
                     .as_ref()
                     .ok_or_else(|| missing("latent attention"))?;
-                self.latent(rows)?.expand(d, p.attn)
+                self.latent(rows)?.expand(m, p.attn)
             }
+            // A layer reading another layer's KV has no keys or values of its own (and no
+            // launch may have an empty grid).
+            (Kernel::KeyAsValue | Kernel::VNorm, _) if kv_dim == 0 => Ok(()),
             (Kernel::KeyAsValue, Step::KeyAsValue) => {
                 g.copy_cols(p.k, kv_dim, 0, p.v, kv_dim, 0, kv_dim, rows)
             }
@@ -1337,7 +1340,8 @@ impl Run<'_> {
         }
     }
 
-    /// One launch of a hybrid layer's steps (linear attention, the output gate) of layer `l`, on `rows` rows; `lacks` names what the layer lacks.
+    /// One launch of a hybrid layer's steps (linear attention, the output gate) of layer `l`,
+    /// on `rows` rows; `lacks` names what the layer lacks.
     fn hybrid_launch(
         &self,
         (kernel, step): (Kernel, Step),
