@@ -1110,17 +1110,7 @@ mod tests {
             let p = Plan::new(&c, [parts]);
             assert_eq!(steps_not_lowered(&p), None);
             for (integer, fuse) in [(true, true), (true, false), (false, true), (false, false)] {
-                let low = Lowering::new(&p, &target(integer, fuse, true, false));
-                for (place, steps) in p.places() {
-                    let got = covered(steps, low.launches(place))
-                        .unwrap_or_else(|e| panic!("{place:?} fuse {fuse}: {e}"));
-                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
-                }
-                let names: Vec<_> = low
-                    .launches(Place::Layer(0))
-                    .iter()
-                    .map(|x| x.kernel.name())
-                    .collect();
+                let (_, names) = lowered(&p, &target(integer, fuse, true, false));
                 assert!(!names.iter().any(|n| n.starts_with("rope")), "{names:?}");
                 let at = names.iter().position(|&n| n == "kv_write");
                 let at = at.expect("a kv_write launch");
@@ -1129,6 +1119,21 @@ mod tests {
                 assert_eq!(biases, if bias { 3 } else { 0 });
             }
         }
+    }
+
+    /// `p` lowered for `t`, each place's launches covering its steps one for one, in order;
+    /// and the names of layer 0's launches.
+    fn lowered(p: &Plan, t: &Target) -> (Lowering, Vec<&'static str>) {
+        let low = Lowering::new(p, t);
+        for (place, steps) in p.places() {
+            let got = covered(steps, low.launches(place))
+                .unwrap_or_else(|e| panic!("{place:?} fuse {}: {e}", t.fuse));
+            assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
+        }
+        let names = (low.launches(Place::Layer(0)).iter())
+            .map(|x| x.kernel.name())
+            .collect();
+        (low, names)
     }
 
     /// A latent-attention layer lowers on every target: its three steps one launch each,
@@ -1149,17 +1154,7 @@ mod tests {
                     wide,
                     ..target(integer, fuse, true, false)
                 };
-                let low = Lowering::new(&p, &t);
-                for (place, steps) in p.places() {
-                    let got = covered(steps, low.launches(place))
-                        .unwrap_or_else(|e| panic!("{place:?} fuse {fuse}: {e}"));
-                    assert_eq!(got.into_iter().copied().collect::<Vec<_>>(), steps);
-                }
-                let names: Vec<_> = low
-                    .launches(Place::Layer(0))
-                    .iter()
-                    .map(|x| x.kernel.name())
-                    .collect();
+                let (low, names) = lowered(&p, &t);
                 let at = |n: &str| names.iter().position(|&x| x == n).expect(n);
                 assert!(at("latent_project") < at("absorb"), "{names:?}");
                 let (partial, combine) = match wide {

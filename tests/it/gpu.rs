@@ -317,6 +317,24 @@ fn load_on_gpu(model: Transformer, label: &str) -> Option<Arc<Model>> {
     }
 }
 
+/// The file `file` on the GPU (`None`: skipped, said loudly, without one), its launches
+/// covering its plan step for step, its replies the same at every batch size and with other
+/// neighbours.
+#[track_caller]
+fn gpu_model_checked(file: &std::path::Path, label: &str) -> Option<Arc<Model>> {
+    use candor::model::lowering::covered;
+    let model = Transformer::from_gguf_path(file, WeightDType::Native)
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    let gpu = load_on_gpu(model, label)?;
+    let lowering = gpu.gpu_lowering().expect("a GPU model");
+    for (place, steps) in gpu.transformer().plan().places() {
+        covered(steps, lowering.launches(place))
+            .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
+    }
+    assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, label);
+    Some(gpu)
+}
+
 /// The same requests give the same tokens on the GPU `model` at batch sizes 1, 3, 16 and 64
 /// and with other neighbours (reversed order); every fourth request samples, seeded.
 fn assert_gpu_batch_invariant(model: &Arc<Model>, vocab: usize, label: &str) {
@@ -328,12 +346,7 @@ fn assert_gpu_batch_invariant(model: &Arc<Model>, vocab: usize, label: &str) {
             max_step_tokens: 160,
             ..SchedulerConfig::default()
         };
-        Decoder::new(Arc::clone(model), cfg, Vec::new())
-            .generate(reqs, &NoText)
-            .unwrap_or_else(|e| panic!("{label}: {e}"))
-            .into_iter()
-            .map(|r| r.output_ids)
-            .collect::<Vec<_>>()
+        tokens_under(model, reqs, cfg, label)
     };
     let base = run(&reqs, 16);
     assert!(base.iter().all(|o| o.len() == 12), "{label}");
@@ -650,7 +663,6 @@ fn gpu_graphs_change_no_token() {
 /// the teacher-forced argmax agrees with the CPU's at 90% or more.
 #[test]
 fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
-    use candor::model::lowering::covered;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut files = Vec::new();
     for (arch, fixture) in [
@@ -673,16 +685,9 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
             Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
         };
-        let Some(gpu) = load_on_gpu(load(), &label) else {
+        let Some(gpu) = gpu_model_checked(&file, &label) else {
             return;
         };
-        let plan = load().plan().clone();
-        let lowering = gpu.gpu_lowering().expect("a GPU model");
-        for (place, steps) in plan.places() {
-            covered(steps, lowering.launches(place))
-                .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
-        }
-        assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
 
         let mut rng = SplitMix64::new(11);
         let mut draw = |n: usize| -> Vec<u32> {
@@ -744,6 +749,16 @@ fn tokens_in_chunks(
         prefix_cache_bytes: 0,
         ..SchedulerConfig::default()
     };
+    tokens_under(model, prompts, cfg, label)
+}
+
+/// Each request's tokens on `model` under the scheduler's `cfg`.
+fn tokens_under(
+    model: &Arc<Model>,
+    prompts: &[TokenRequest],
+    cfg: SchedulerConfig,
+    label: &str,
+) -> Vec<Vec<u32>> {
     Decoder::new(Arc::clone(model), cfg, Vec::new())
         .generate(prompts, &NoText)
         .unwrap_or_else(|e| panic!("{label}: {e}"))
@@ -841,7 +856,6 @@ fn assert_tiny_fixture_runs_on_the_gpu(
     write: fn(&std::path::Path, &crate::moe::TinyRecord) -> std::path::PathBuf,
     wide: bool,
 ) {
-    use candor::model::lowering::covered;
     let (head, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
     assert_eq!(records.len(), count, "{fixture}: its models in three types");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -852,16 +866,9 @@ fn assert_tiny_fixture_runs_on_the_gpu(
             Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
         };
-        let Some(gpu) = load_on_gpu(load(), &label) else {
+        let Some(gpu) = gpu_model_checked(&file, &label) else {
             return;
         };
-        let plan = load().plan().clone();
-        let lowering = gpu.gpu_lowering().expect("a GPU model");
-        for (place, steps) in plan.places() {
-            covered(steps, lowering.launches(place))
-                .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
-        }
-        assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
         let mut rng = SplitMix64::new(13);
         let prompts: Vec<TokenRequest> = [23, 3, 40]
             .map(|n| {
@@ -910,7 +917,6 @@ fn assert_tiny_fixture_runs_on_the_gpu(
 /// more.
 #[test]
 fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
-    use candor::model::lowering::covered;
     use candor::model::plan::{Place, Step};
     let (head, records) =
         quant::tiny_fixture::<crate::moe::TinyRecord>("quant/tiny_mistral3_teacher_forced.jsonl");
@@ -926,15 +932,11 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
         let cpu_model = load();
         let temp = cpu_model.config().attn_temp.is_some();
         let dense = cpu_model.config().moe.is_none();
-        let Some(gpu) = load_on_gpu(load(), &label) else {
+        let Some(gpu) = gpu_model_checked(&file, &label) else {
             return;
         };
         let plan = cpu_model.plan().clone();
         let lowering = gpu.gpu_lowering().expect("a GPU model");
-        for (place, steps) in plan.places() {
-            covered(steps, lowering.launches(place))
-                .unwrap_or_else(|e| panic!("{label} {place:?}: {e}"));
-        }
         let scales = lowering
             .launches(Place::Layer(0))
             .iter()
@@ -942,7 +944,6 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
             .count();
         assert_eq!(scales, usize::from(temp), "{label}");
         assert_eq!(plan.layer(0).contains(&Step::QueryTemp), temp, "{label}");
-        assert_gpu_batch_invariant(&gpu, quant::TQ_VOCAB, &label);
 
         let mut rng = SplitMix64::new(11);
         let mut draw = |n: usize| -> Vec<u32> {
