@@ -78,12 +78,12 @@ pub fn target_of(model: &Transformer, integer: bool, fuse: bool) -> Target {
             },
             out: a(&l.wo),
             // A Mixture-of-Experts layer has neither (its steps are not lowered).
-            gate_up: match l.dense_ffn() {
+            gate_up: match l.mlp() {
                 Some((GateUp::Split { gate, up }, _)) => vec![a(gate), a(up)],
                 Some((GateUp::Fused(w), _)) => vec![a(w)],
                 None => Vec::new(),
             },
-            down: l.dense_ffn().and_then(|(_, down)| a(down)),
+            down: l.mlp().and_then(|(_, down)| a(down)),
         })
         .collect();
     Target {
@@ -215,6 +215,8 @@ pub enum Kernel {
     Expand,
     /// `copy_cols`: the values are the keys' projection (Gemma 4).
     KeyAsValue,
+    /// `rms_norm` of `x` by the router's scale, then `scale` by `1 / sqrt(dim)` (Gemma 4).
+    RouterNorm,
     /// `rms_norm` of each value head with a weight of ones (Gemma 4).
     VNorm,
     /// `scale`: `x *= s`, the layer's output scale (Gemma 4).
@@ -266,6 +268,7 @@ impl Kernel {
             Kernel::Absorb => "absorb",
             Kernel::Expand => "expand",
             Kernel::KeyAsValue => "copy_cols",
+            Kernel::RouterNorm => "router_norm",
             Kernel::VNorm => "rms_norm",
             Kernel::LayerScale => "scale",
             Kernel::PerLayerInputs => "per_layer_inputs",
@@ -281,7 +284,7 @@ impl Kernel {
     /// (each head adds four to `Absorb` and three to `Expand`).
     pub fn device_launches(self) -> usize {
         match self {
-            Kernel::Route | Kernel::Experts | Kernel::LatentProject => 2,
+            Kernel::Route | Kernel::Experts | Kernel::LatentProject | Kernel::RouterNorm => 2,
             Kernel::Absorb => 3,
             Kernel::PerLayerInputs => 4,
             Kernel::PerLayerEmbed => 6,
@@ -343,10 +346,10 @@ impl Lowering {
 /// What of `model` the GPU has no kernels for, named in one line (`None`: it runs). Every
 /// weight format has integer kernels (MXFP4 included) and every plan step of the architectures
 /// Candor loads lowers ([`Lowering::new`]), Qwen3.5's linear attention, output gate and shared
-/// expert, DeepSeek's router, Multi-head Latent Attention and Gemma 4's dense layers included:
-/// what is named here is a step, or a variant of one, without a kernel: Gemma 4's MoE layers
-/// (the MLP beside the experts, the branches' norms), experts with a GELU activation (only
-/// Gemma 4 has them), a shared expert with a GELU activation (no architecture has one).
+/// expert, DeepSeek's router, Multi-head Latent Attention and Gemma 4's layers (its MoE
+/// layers' MLP beside the experts, their norms and GELU experts) included: what is named here
+/// is a step, or a variant of one, without a kernel: a shared expert with a GELU activation
+/// (no architecture has one).
 pub fn not_lowered(model: &Transformer) -> Option<String> {
     steps_not_lowered(model.plan())
 }
@@ -358,26 +361,10 @@ fn steps_not_lowered(plan: &Plan) -> Option<String> {
     if has(|s| {
         matches!(
             s,
-            Step::Experts(Activation::GeluTanh | Activation::GeluTanhF16)
-        )
-    }) {
-        missing.push("GELU experts");
-    }
-    if has(|s| {
-        matches!(
-            s,
             Step::SharedExpert(Activation::GeluTanh | Activation::GeluTanhF16)
         )
     }) {
         missing.push("a GELU shared expert");
-    }
-    if has(|s| {
-        matches!(
-            s,
-            Step::SetAside | Step::RouterNorm | Step::ExpertNorm | Step::ExpertPostNorm
-        )
-    }) {
-        missing.push("Gemma 4's MoE layers (the MLP beside the experts and their norms)");
     }
     (!missing.is_empty()).then(|| {
         format!(
@@ -567,8 +554,10 @@ fn lower(steps: &[Step], mats: Option<&Mats>, t: &Target) -> Vec<Launch> {
             Step::LayerScale => push(Kernel::LayerScale, i..i + 1),
             Step::PerLayerInputs => push(Kernel::PerLayerInputs, i..i + 1),
             Step::PerLayerEmbed => push(Kernel::PerLayerEmbed, i..i + 1),
-            // Refused by `not_lowered`: no launch.
-            Step::SetAside | Step::RouterNorm | Step::ExpertNorm | Step::ExpertPostNorm => {}
+            Step::SetAside | Step::ExpertNorm | Step::ExpertPostNorm => {
+                push(Kernel::RmsNorm { part: 0 }, i..i + 1)
+            }
+            Step::RouterNorm => push(Kernel::RouterNorm, i..i + 1),
         }
         i += span;
     }
@@ -722,15 +711,10 @@ mod tests {
             c.activation = act;
             assert_eq!(steps_not_lowered(&Plan::new(&c, [oss])), None, "{act:?}");
         }
+        // GELU experts (Gemma 4's) and a dense GELU feed-forward (Gemma's) have kernels.
         for act in [Activation::GeluTanh, Activation::GeluTanhF16] {
             c.activation = act;
-            let why = steps_not_lowered(&Plan::new(&c, [oss])).expect("refused");
-            assert_eq!(
-                why,
-                "the GPU path has no kernels yet for GELU experts; run this model with \
-                 --device cpu"
-            );
-            // A dense GELU feed-forward (Gemma's) has its kernel.
+            assert_eq!(steps_not_lowered(&Plan::new(&c, [oss])), None, "{act:?}");
             let dense = Plan::new(&c, [LayerParts::default()]);
             assert_eq!(steps_not_lowered(&dense), None, "{act:?}");
         }
@@ -753,8 +737,7 @@ mod tests {
                 "{parts:?}"
             );
         }
-        // gemma4's dense layers: each of its features alone lowers; its MoE layers (the MLP
-        // beside the experts) are refused, in one line.
+        // gemma4's layers: each of its features alone lowers, the MLP beside the experts too.
         let gemma4 = [
             LayerParts {
                 v_norm: true,
@@ -790,9 +773,7 @@ mod tests {
             mlp_beside: true,
             ..oss
         };
-        let why = steps_not_lowered(&Plan::new(&c4, [beside])).expect("refused");
-        assert!(why.contains("Gemma 4's MoE layers"), "{why}");
-        assert_eq!(why.lines().count(), 1, "{why}");
+        assert_eq!(steps_not_lowered(&Plan::new(&c4, [beside])), None);
         // qwen35moe's shared expert lowers with SiLU; with GELU (no architecture has it) it is
         // refused in one line.
         let (mut c, oss) = gpt_oss();

@@ -461,20 +461,12 @@ impl Layer {
         ms
     }
 
-    /// The dense MLP's gate/up and down matrices: a dense layer's, or the one beside a
-    /// Gemma 4 layer's experts.
-    fn mlp(&self) -> Option<(&GateUp, &QWeight)> {
+    /// The dense feed-forward block's gate/up and down matrices: a dense layer's, or the MLP
+    /// beside a Gemma 4 MoE layer's experts (`None` for other experts' layers).
+    pub(super) fn mlp(&self) -> Option<(&GateUp, &QWeight)> {
         match &self.ffn {
             Ffn::Dense { gate_up, down } => Some((gate_up, down)),
             Ffn::Moe(moe) => moe.mlp(),
-        }
-    }
-
-    /// The dense feed-forward block's gate/up and down matrices (`None` for experts).
-    pub(super) fn dense_ffn(&self) -> Option<(&GateUp, &QWeight)> {
-        match &self.ffn {
-            Ffn::Dense { gate_up, down } => Some((gate_up, down)),
-            Ffn::Moe(_) => None,
         }
     }
 

@@ -844,6 +844,20 @@ fn gpu_tiny_gemma4_model_runs_its_layers_on_the_device() {
     );
 }
 
+/// The tiny `gemma4` MoE model (`tests/it/gemma4.rs`: the MLP beside GELU experts with
+/// per-expert output scales, each branch with its norms, the router on the residual stream's
+/// own scaled norm) in the Q4_K_M mix on the GPU, as [`assert_tiny_fixture_runs_on_the_gpu`]
+/// says.
+#[test]
+fn gpu_tiny_gemma4_moe_model_runs_its_experts_on_the_device() {
+    assert_tiny_fixture_runs_on_the_gpu(
+        "quant/tiny_gemma4_moe_teacher_forced.jsonl",
+        3,
+        crate::gemma4::write_moe_model,
+        false,
+    );
+}
+
 /// Each Q4_K_M model of `fixture` (`records` models and types, written by `write`) on the GPU: the
 /// launches cover the plan; replies do not depend on batch size or neighbours; a prompt
 /// prefilled whole, in chunks of 5 or token by token gives the same tokens, and with `wide`

@@ -360,6 +360,10 @@ pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> 
         assert_eq!(gate.len(), n * ffn);
         gated_cpu(&mut gate, &up, code);
         let mut down = matmul(&x.down, &gate, n);
+        // `scale` by the expert's output scale (Gemma 4), before the bias.
+        if let Some(s) = &moe.down_scale {
+            down.iter_mut().for_each(|v| *v *= s[e]);
+        }
         if let Some([_, _, bd]) = &x.bias {
             add_bias(&mut down, bd);
         }
@@ -537,8 +541,8 @@ mod tests {
     /// every logit tied; the router's equal rows: ties among the top experts), for
     /// qwen3moe's and Mixtral's gating with SiLU and gpt-oss's with its biases and
     /// SwiGLU-OAI, in a float, a 32-block and a k-quant format and in MXFP4 (gpt-oss's
-    /// experts as published); the rows use several different experts and the tie rule
-    /// decides some of them.
+    /// experts as published), with per-expert output scales (Gemma 4's) on two of them; the
+    /// rows use several different experts and the tie rule decides some of them.
     #[test]
     fn the_emulated_moe_block_equals_the_cpu() {
         let cases = [
@@ -593,7 +597,12 @@ mod tests {
         ];
         let (experts, used, rows) = (6, 2, 9);
         for (dtype, dim, ffn, gating, act, biases) in cases {
-            let m = moe(dtype, dim, ffn, experts, used, gating, biases);
+            let mut m = moe(dtype, dim, ffn, experts, used, gating, biases);
+            // Per-expert output scales (Gemma 4's), on the float case and one with biases
+            // (scaled before the bias).
+            if matches!(dtype, Some(GgmlDType::F32) | None) {
+                m.down_scale = Some(noise(7, experts).iter().map(|v| 1.0 + v).collect());
+            }
             let mut x: Vec<f32> = noise(99, rows * dim).iter().map(|v| v * 2.0).collect();
             x[2 * dim..3 * dim].fill(0.0);
             let what = format!("{:?} {gating:?} {act:?}", m.experts[0].gate.format());

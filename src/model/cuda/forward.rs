@@ -307,8 +307,9 @@ impl CudaModel {
                 }
                 Qkv::Query(q) => vec![mat(n("attn_q.weight"), q)?],
             };
-            let (gate_up, w_down, moe) = match &l.ffn {
-                Ffn::Dense { gate_up, down } => (
+            // A dense layer's feed-forward block, or the MLP beside Gemma 4's experts.
+            let (gate_up, w_down) = match l.mlp() {
+                Some((gate_up, down)) => (
                     match gate_up {
                         GateUp::Split { gate, up } => vec![
                             mat(n("ffn_gate.weight"), gate)?,
@@ -317,8 +318,11 @@ impl CudaModel {
                         GateUp::Fused(w) => vec![mat(n("ffn_up.weight"), w)?],
                     },
                     Some(mat(n("ffn_down.weight"), down)?),
-                    None,
                 ),
+                None => (Vec::new(), None),
+            };
+            let moe = match &l.ffn {
+                Ffn::Dense { .. } => None,
                 Ffn::Moe(m) => {
                     if m.config.experts > 1024 || m.config.used > m.config.experts {
                         return Err(ModelError::Device(format!(
@@ -333,7 +337,7 @@ impl CudaModel {
                              {MOE_MAX_GROUPS}"
                         )));
                     }
-                    (Vec::new(), None, Some(upload_moe(&gpu, i, m, path)?))
+                    Some(upload_moe(&gpu, i, m, path)?)
                 }
             };
             let wo = mat(n("attn_output.weight"), &l.wo)?;
@@ -885,6 +889,12 @@ impl CudaModel {
         if let Some(m) = c.moe {
             let pairs = rows * m.used;
             let shared_rows = if shared > 0 { rows } else { 0 };
+            // The MLP beside Gemma 4's experts is kept in `shared_out` too.
+            let beside = model
+                .layers
+                .iter()
+                .any(|l| matches!(&l.ffn, Ffn::Moe(m) if m.beside.is_some()));
+            let out_rows = if shared > 0 || beside { rows } else { 0 };
             b.moe = Some(MoeBufs {
                 logits: g.zeros("router logits", rows * m.experts)?,
                 select: g.zeros("expert selection scores", rows * m.experts)?,
@@ -900,7 +910,7 @@ impl CudaModel {
                 shared_gate: g.zeros("shared expert gate", shared_rows * shared)?,
                 shared_up: g.zeros("shared expert up", shared_rows * shared)?,
                 shared_logit: g.zeros("shared expert gate logits", shared_rows)?,
-                shared_out: g.zeros("shared expert output", shared_rows * c.dim)?,
+                shared_out: g.zeros("shared expert output", out_rows * c.dim)?,
             });
             act_elems = act_elems.max(pairs * c.dim.max(m.ffn_dim).next_multiple_of(256));
         }
@@ -1315,6 +1325,28 @@ impl Run<'_> {
                 g.matmul_into(gate_inp, p.xb, rows, sl, self.act, None, false)?;
                 g.shared_gate(so, sl, dim, rows)
             }
+            (Kernel::RmsNorm { .. }, Step::SetAside | Step::ExpertNorm | Step::ExpertPostNorm) => {
+                let (m, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                let n = m
+                    .beside
+                    .as_ref()
+                    .ok_or_else(|| missing("an MLP beside its experts"))?;
+                let (w, x, y) = match step {
+                    Step::SetAside => (&n.post_norm, p.xb, ptr(&b.shared_out, &g.stream)),
+                    Step::ExpertNorm => (&n.experts_norm, p.x, p.xb),
+                    _ => (&n.experts_post_norm, p.xb, p.xb),
+                };
+                g.rms_norm(x, w, y, rows, dim, c.rms_eps)
+            }
+            (Kernel::RouterNorm, Step::RouterNorm) => {
+                let (m, _) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
+                let n = m
+                    .beside
+                    .as_ref()
+                    .ok_or_else(|| missing("an MLP beside its experts"))?;
+                g.rms_norm(p.x, &n.router_scale, p.xb, rows, dim, c.rms_eps)?;
+                g.scale(p.xb, 1.0 / (dim as f32).sqrt(), rows * dim)
+            }
             (Kernel::AddShared, Step::AddShared) => {
                 let (_, b) = self.moe_of(dl).ok_or_else(|| missing("experts"))?;
                 g.add(p.xb, ptr(&b.shared_out, &g.stream), rows * dim)
@@ -1476,21 +1508,18 @@ impl Run<'_> {
 
     /// Rows grouped by expert (`moe_group`; each expert's row count read back to the host,
     /// which launches only the routed experts), the grouped rows gathered, then per expert in
-    /// index order its gate/up matmuls, biases (up, then gate, as ggml), activation with the
-    /// CPU's `expf`, down matmul and bias, into the grouped output.
+    /// index order its gate/up matmuls, biases (up, then gate, as ggml), activation (SiLU and
+    /// SwiGLU-OAI with the CPU's `expf`; Gemma 4's GELU as its feed-forward's), down matmul,
+    /// output scale (Gemma 4) and bias, into the grouped output.
     fn experts(&self, m: &DevMoe, b: &MoeBufs, act: Activation, rows: usize) -> Result<()> {
         let (g, c, p) = (self.g, self.c, &self.p);
         let s = &*g.stream;
         let (experts, used, ffn, dim) = (m.config.experts, m.config.used, m.config.ffn_dim, c.dim);
+        // `gated_act_cpu`'s code, or `None`: `gated_act`'s GELU.
         let code = match act {
-            Activation::SwigluOai => 0,
-            Activation::Silu => 1,
-            Activation::GeluTanh | Activation::GeluTanhF16 => {
-                return Err(ModelError::Device(
-                    "cuda: GELU experts have no GPU kernel; run this model with --device cpu"
-                        .into(),
-                ))
-            }
+            Activation::SwigluOai => Some(0),
+            Activation::Silu => Some(1),
+            Activation::GeluTanh | Activation::GeluTanhF16 => None,
         };
         let pairs = rows * used;
         let (pairs_i, used_i, experts_i) = (pairs as i32, used as i32, experts as i32);
@@ -1542,8 +1571,15 @@ impl Run<'_> {
                 g.add_bias(up, bu, ffn, n * ffn)?;
                 g.add_bias(gt, bg, ffn, n * ffn)?;
             }
-            g.gated_cpu(gt, up, n * ffn, code)?;
+            match code {
+                Some(code) => g.gated_cpu(gt, up, n * ffn, code)?,
+                None => g.gated(gt, up, n * ffn, 1)?,
+            }
             g.matmul_into(&x.down, gt, n, out, self.act, None, false)?;
+            // ggml's `mul` of the down product by the expert's scale, before any bias.
+            if let Some(s) = &m.down_scale {
+                g.scale(out, s[e], n * dim)?;
+            }
             if let Some([_, _, bd]) = &x.bias {
                 g.add_bias(out, bd, dim, n * dim)?;
             }

@@ -61,20 +61,27 @@ pub(super) struct DevMoe {
     pub(super) selection_bias: Option<CudaSlice<f32>>,
     pub(super) experts: Vec<DevExpert>,
     pub(super) config: MoeConfig,
+    /// Gemma 4: each expert's output scale (applied from the host's copy), and the norms of
+    /// the MLP beside the experts (whose matrices are the layer's `gate_up` and `w_down`).
+    pub(super) down_scale: Option<Vec<f32>>,
+    pub(super) beside: Option<DevBeside>,
     /// The shared expert beside the routed ones (qwen35moe).
     pub(super) shared: Option<DevShared>,
+}
+
+/// The norms of the MLP beside Gemma 4's experts.
+pub(super) struct DevBeside {
+    /// `post_ffw_norm_1`, `pre_ffw_norm_2`, `post_ffw_norm_2`.
+    pub(super) post_norm: CudaSlice<f32>,
+    pub(super) experts_norm: CudaSlice<f32>,
+    pub(super) experts_post_norm: CudaSlice<f32>,
+    /// `ffn_gate_inp.scale`.
+    pub(super) router_scale: CudaSlice<f32>,
 }
 
 /// Uploads layer `i`'s Mixture-of-Experts block.
 pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Result<DevMoe> {
     let n = |s: &str| format!("blk.{i}.{s}");
-    if m.down_scale.is_some() || m.beside.is_some() {
-        return Err(ModelError::Device(format!(
-            "{}: per-expert output scales and the MLP beside the experts have no GPU kernels yet; \
-             run this model with --device cpu",
-            n("ffn_down_exps.scale")
-        )));
-    }
     let experts = (m.experts.iter().enumerate())
         .map(|(e, x)| {
             let w = |s: &str, w: &QWeight| upload_weight(gpu, &n(&format!("{s}[{e}]")), w, path);
@@ -106,6 +113,19 @@ pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Resu
             .map(|b| gpu.upload("selection bias", b))
             .transpose()?,
         experts,
+        down_scale: m.down_scale.clone(),
+        beside: m
+            .beside
+            .as_deref()
+            .map(|b| -> Result<DevBeside> {
+                Ok(DevBeside {
+                    post_norm: gpu.upload("post_ffw_norm_1", &b.post_norm)?,
+                    experts_norm: gpu.upload("pre_ffw_norm_2", &b.experts_norm)?,
+                    experts_post_norm: gpu.upload("post_ffw_norm_2", &b.experts_post_norm)?,
+                    router_scale: gpu.upload("ffn_gate_inp.scale", &b.router_scale)?,
+                })
+            })
+            .transpose()?,
         config: m.config,
         shared: m
             .shared
