@@ -358,12 +358,9 @@ fn every_glm4moe_step_lowers_for_the_gpu() {
             crate::moe::fixture_model(FIXTURE, |t| t.arch == name && t.ftype == "F32", write_model);
         let mut routes = 0;
         crate::moe::assert_lowered_step_for_step(&model, name, |low, place, steps| {
-            for l in low.launches(place) {
-                if matches!(steps[l.steps.start], Step::Route(Gating::Deepseek { .. })) {
-                    assert_eq!(l.kernel.name(), "moe_route", "{name} {place:?}");
-                    routes += 1;
-                }
-            }
+            routes += crate::moe::assert_one_launch_per_step(low, place, steps, name, |s| {
+                matches!(s, Step::Route(Gating::Deepseek { .. })).then_some("moe_route")
+            });
         });
         // Four lowerings of each MoE layer (the leading layers are dense).
         assert_eq!(routes, 4 * (model.plan().n_layers() - DENSE_LEAD), "{name}");

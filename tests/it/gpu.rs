@@ -883,14 +883,8 @@ fn assert_tiny_fixture_runs_on_the_gpu(
         let Some(gpu) = gpu_model_checked(&file, &label) else {
             return;
         };
-        let mut rng = SplitMix64::new(13);
-        let prompts: Vec<TokenRequest> = [23, 3, 40]
-            .map(|n| {
-                let ids = (0..n)
-                    .map(|_| (rng.next_u64() % quant::TQ_VOCAB as u64) as u32)
-                    .collect();
-                util::greedy_request(ids, 10)
-            })
+        let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
+            .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
             .to_vec();
         let whole = tokens_in_chunks(&gpu, &prompts, 512, &label);
         for chunk in [5, 1] {

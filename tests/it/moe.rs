@@ -357,6 +357,26 @@ pub(crate) fn assert_lowered_step_for_step(
     }
 }
 
+/// Each launch at `place` whose first step `kernel_of` names is that kernel for that one
+/// step; how many such launches there are.
+pub(crate) fn assert_one_launch_per_step(
+    low: &Lowering,
+    place: Place,
+    steps: &[Step],
+    label: &str,
+    kernel_of: impl Fn(&Step) -> Option<&'static str>,
+) -> usize {
+    let mut n = 0;
+    for l in low.launches(place) {
+        if let Some(want) = kernel_of(&steps[l.steps.start]) {
+            let got = (l.kernel.name(), l.steps.len());
+            assert_eq!(got, (want, 1), "{label} {place:?}");
+            n += 1;
+        }
+    }
+    n
+}
+
 /// The verdicts of `measured`, for [`crate::quant::assert_verdicts`].
 pub(crate) fn verdicts(measured: Vec<Measured>) -> Vec<Verdict> {
     measured.into_iter().map(|m| m.verdict).collect()
