@@ -28,7 +28,7 @@ use crate::text::chat_template::ChatTemplate;
 use crate::text::error::TextError;
 use crate::text::message::Message;
 use crate::text::tokenizer::Tokenizer;
-use crate::weights::gguf::{file_sha256, GgufFile};
+use crate::weights::gguf::GgufFile;
 use crate::weights::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 
 /// A resolved model: its files and what identifies it, without its weights in memory.
@@ -76,7 +76,7 @@ impl ModelInfo {
         .with_context(|| format!("model {name:?}"))?;
         let config = ModelConfig::from_gguf(file.content())
             .with_context(|| format!("model {name:?}: configuration"))?;
-        let sha256 = file_sha256(&files.weights)
+        let sha256 = source::weights_sha256(&files.weights)
             .with_context(|| format!("model {name:?}: hashing {}", files.weights.display()))?;
         // Every tensor, MXFP4 ones included (candle's table leaves them out).
         let parameters = file

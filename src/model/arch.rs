@@ -2467,6 +2467,11 @@ pub fn llama3_rope_factors(config: &ModelConfig, rope_scaling: &Json) -> Option<
 pub trait TensorSource {
     /// The file or folder, for error messages.
     fn source_path(&self) -> &Path;
+    /// The file a tensor is read from (the source's path unless its tensors lie in several
+    /// files: a GGUF split set).
+    fn tensor_path(&self, _name: &str) -> &Path {
+        self.source_path()
+    }
     /// Whether a tensor of this name exists.
     fn has_tensor(&self, name: &str) -> bool;
     /// Reads a tensor and checks its shape (outermost dimension first).
@@ -2501,6 +2506,10 @@ impl GgufFile {
 impl TensorSource for GgufFile {
     fn source_path(&self) -> &Path {
         self.path()
+    }
+
+    fn tensor_path(&self, name: &str) -> &Path {
+        GgufFile::tensor_path(self, name)
     }
 
     fn has_tensor(&self, name: &str) -> bool {

@@ -289,7 +289,7 @@ fn expert_matrices(
     match (dtype, panel_len, folder) {
         (WeightDType::Native, Some(len), Some(dir)) => {
             let key = PanelKey {
-                model: src.source_path(),
+                model: src.tensor_path(name),
                 tensor: name,
                 layout: &format!("{stored} {experts}x{rows}x{cols} {PANEL_LAYOUT}"),
             };

@@ -145,45 +145,176 @@ fn read_header<R: Read + std::io::Seek>(
     Ok((content, other))
 }
 
-/// An open GGUF file: its parsed header and a read-only memory map of the whole file, from
-/// which tensors are read in place ([`GgufFile::mapped`]) or copied ([`GgufFile::tensor`]).
+/// One file of a model: its memory map and where its data section starts.
+struct Split {
+    path: PathBuf,
+    map: Arc<Mmap>,
+    data_offset: u64,
+}
+
+/// A file opened and checked: its split, its parsed header and the tensors candle's reader
+/// leaves out.
+fn open_split(path: &Path) -> Result<(Split, Content, HashMap<String, OtherTensor>)> {
+    let file = File::open(path).map_err(|e| WeightsError::io(path, e))?;
+    let (content, other) = read_header(path, &mut BufReader::new(&file))?;
+    // SAFETY: mapped read-only; like every mmap reader (llama.cpp's, candle's) we rely on
+    // the file not being truncated or rewritten while the model is in use.
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| WeightsError::io(path, e))?;
+    // Float weights are read in place from this map (quantized ones once, to repack them).
+    super::mapped::advise_huge_pages(&map);
+    let split = Split {
+        path: path.to_path_buf(),
+        map: Arc::new(map),
+        data_offset: content.tensor_data_offset,
+    };
+    Ok((split, content, other))
+}
+
+/// A split's `split.no` and `split.count` (0 and 1 for a file that is not a split).
+fn split_keys(path: &Path, content: &Content) -> Result<(usize, usize)> {
+    let key = |k: &str| match content.metadata.get(k) {
+        None => Ok(None),
+        Some(_) => md_usize(content, k)
+            .map(Some)
+            .map_err(|e| WeightsError::gguf(path, e.to_string())),
+    };
+    Ok((
+        key(super::split::KEY_NO)?.unwrap_or(0),
+        key(super::split::KEY_COUNT)?.unwrap_or(1).max(1),
+    ))
+}
+
+/// An open GGUF model: its parsed header and a read-only memory map of each of its files, from
+/// which tensors are read in place ([`GgufFile::mapped`]) or copied ([`GgufFile::tensor`]). A
+/// model written as a split set ([`super::split`]) is opened from its first file, whose
+/// metadata is the model's; its tensors may lie in any of the files, each read from its own.
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
     /// Tensors of types candle does not know (MXFP4), absent from `content.tensor_infos`.
     other: HashMap<String, OtherTensor>,
-    map: Arc<Mmap>,
+    /// The model's files, the first (`path`) first.
+    splits: Vec<Split>,
+    /// The split each tensor not in the first lies in.
+    split_of: HashMap<String, usize>,
     /// The tensors read so far ([`GgufFile::mapped`], [`GgufFile::tensor`]): after loading,
     /// every tensor of the file must be among them ([`GgufFile::unread_tensors`]).
     read: Mutex<BTreeSet<String>>,
 }
 
 impl GgufFile {
-    /// Opens and parses the header of a GGUF file, and maps the file.
+    /// Opens and parses the header of a GGUF file, and maps the file; for the first file of a
+    /// split set, every file of the set, checked as llama.cpp's loader checks them (each
+    /// split's number and count, no tensor twice, the first's tensor count).
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let file = File::open(path).map_err(|e| WeightsError::io(path, e))?;
-        let (content, other) = read_header(path, &mut BufReader::new(&file))?;
-        // SAFETY: mapped read-only; like every mmap reader (llama.cpp's, candle's) we rely on
-        // the file not being truncated or rewritten while the model is in use.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| WeightsError::io(path, e))?;
-        // Float weights are read in place from this map (quantized ones once, to repack them).
-        super::mapped::advise_huge_pages(&map);
-        Ok(GgufFile {
+        let (first, content, other) = open_split(path)?;
+        let (no, count) = split_keys(path, &content)?;
+        let mut file = GgufFile {
             path: path.to_path_buf(),
             content,
             other,
-            map: Arc::new(map),
+            splits: vec![first],
+            split_of: HashMap::new(),
             read: Mutex::new(BTreeSet::new()),
-        })
+        };
+        if count == 1 {
+            return Ok(file);
+        }
+        let bad = |msg: String| WeightsError::gguf(path, msg);
+        if no != 0 {
+            let first = super::split::of_path(path)
+                .map(|s| format!(", `{}`", s.sibling(1)))
+                .unwrap_or_default();
+            return Err(bad(format!(
+                "split {} of {count}: load a split model from its first file{first}",
+                no + 1
+            )));
+        }
+        let name = super::split::of_path(path)
+            .filter(|s| s.no == 1 && s.count as usize == count)
+            .ok_or_else(|| {
+                bad(format!(
+                    "the first of {count} splits, but not named `<prefix>-00001-of-{count:05}.gguf`, \
+                     so the others cannot be found"
+                ))
+            })?;
+        for (i, p) in super::split::set_paths(path)
+            .into_iter()
+            .enumerate()
+            .skip(1)
+        {
+            if !p.is_file() {
+                return Err(WeightsError::gguf(
+                    &p,
+                    format!(
+                        "split {} of {count} of `{}` is missing",
+                        i + 1,
+                        path.display()
+                    ),
+                ));
+            }
+            let (split, c, o) = open_split(&p)?;
+            let (n, m) = split_keys(&p, &c)?;
+            if (n, m) != (i, count) {
+                return Err(WeightsError::gguf(
+                    &p,
+                    format!(
+                        "`{}` = {n} and `{}` = {m}, expected {i} and {count} (split {} of {})",
+                        super::split::KEY_NO,
+                        super::split::KEY_COUNT,
+                        i + 1,
+                        name.count
+                    ),
+                ));
+            }
+            let names = (c.tensor_infos.keys()).chain(o.keys());
+            if let Some(t) = names.clone().find(|t| file.has_tensor(t)) {
+                return Err(WeightsError::gguf(
+                    &p,
+                    format!("tensor `{t}` is also in an earlier split"),
+                ));
+            }
+            file.split_of.extend(names.map(|t| (t.clone(), i)));
+            file.content.tensor_infos.extend(c.tensor_infos);
+            file.other.extend(o);
+            file.splits.push(split);
+        }
+        let found = file.content.tensor_infos.len() + file.other.len();
+        let expected =
+            md_usize(&file.content, super::split::KEY_TENSORS).map_err(|e| bad(e.to_string()))?;
+        if found != expected {
+            return Err(bad(format!(
+                "`{}` is {expected}, but the {count} splits hold {found} tensors",
+                super::split::KEY_TENSORS
+            )));
+        }
+        // The vocabulary against the embedding, wherever it lies.
+        super::gguf_check::check_metadata(path, &file.content)?;
+        Ok(file)
+    }
+
+    /// The files of the model: the one opened, then the rest of its split set.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.splits.iter().map(|s| s.path.as_path())
+    }
+
+    /// The file a tensor lies in (the first for an unknown name).
+    pub fn tensor_path(&self, name: &str) -> &Path {
+        &self.splits[self.split_index(name)].path
+    }
+
+    fn split_index(&self, name: &str) -> usize {
+        self.split_of.get(name).copied().unwrap_or(0)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The parsed header. Its `tensor_infos` lacks the tensors of types candle does not know
-    /// (MXFP4): ask [`GgufFile::has_tensor`], [`GgufFile::stored_type`] and
-    /// [`GgufFile::tensor_shapes`] about tensors.
+    /// The parsed header (of a split set: the first file's metadata, and every file's
+    /// tensors, each offset within its own file's data section). Its `tensor_infos` lacks the
+    /// tensors of types candle does not know (MXFP4): ask [`GgufFile::has_tensor`],
+    /// [`GgufFile::stored_type`] and [`GgufFile::tensor_shapes`] about tensors.
     pub fn content(&self) -> &Content {
         &self.content
     }
@@ -280,19 +411,20 @@ impl GgufFile {
             )));
         }
         let len = elems / stored.block_size() * stored.type_size();
-        let start = self
-            .content
-            .tensor_data_offset
-            .checked_add(offset)
-            .and_then(|s| usize::try_from(s).ok());
+        let split = &self.splits[self.split_index(name)];
+        let start = (split.data_offset.checked_add(offset)).and_then(|s| usize::try_from(s).ok());
         let bytes = start
-            .and_then(|s| MappedBytes::new(self.map.clone(), s, len))
+            .and_then(|s| MappedBytes::new(split.map.clone(), s, len))
             .ok_or_else(|| {
-                err(format!(
-                    "{len} bytes at offset {} run past the end of the file ({} bytes)",
-                    self.content.tensor_data_offset.saturating_add(offset),
-                    self.map.len()
-                ))
+                WeightsError::gguf(
+                    &split.path,
+                    format!(
+                        "tensor `{name}`: {len} bytes at offset {} run past the end of the file \
+                         ({} bytes)",
+                        split.data_offset.saturating_add(offset),
+                        split.map.len()
+                    ),
+                )
             })?;
         Ok((stored, bytes))
     }

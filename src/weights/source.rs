@@ -5,8 +5,9 @@
 //!
 //! `default` is the SmolLM2-135M-Instruct Q4_1 GGUF that `candor setup` puts in `models/`
 //! (under the crate root or the current directory). A Hub id is `org/repo` (the repo must
-//! hold exactly one `.gguf`, or be a safetensors checkpoint with no `.gguf`) or
-//! `org/repo:file.gguf`; files come through hf-hub, which keeps its cache (`HF_HOME`) and,
+//! hold exactly one `.gguf` model, or be a safetensors checkpoint with no `.gguf`) or
+//! `org/repo:file.gguf`. A GGUF split set ([`super::split`]) counts as one model, named by its
+//! first file, and all its files are fetched. Files come through hf-hub, which keeps its cache (`HF_HOME`) and,
 //! with `HF_HUB_OFFLINE=1`, never touches the network. This module only finds files; it does
 //! not read them ([`crate::text::tokenizer`], the weights loaders do).
 
@@ -127,13 +128,18 @@ fn checkpoint_files(dir: &Path) -> ModelFiles {
     }
 }
 
-/// The sha256 a run manifest records for the weights: the file's own for a GGUF; for a
-/// checkpoint folder, the sha256 of the lines `<sha256>  <name>` of its `config.json`,
+/// The sha256 a run manifest records for the weights: the file's own for a GGUF; for the
+/// first file of a GGUF split set, the sha256 of the lines `<sha256>  <name>` of its files in
+/// split order; for a checkpoint folder, of those lines for its `config.json`,
 /// `*.safetensors` and index, sorted by name.
 pub fn weights_sha256(path: &Path) -> Result<String> {
-    use sha2::{Digest, Sha256};
     if !path.is_dir() {
-        return super::gguf::file_sha256(path);
+        if super::split::set_paths(path).len() == 1 {
+            return super::gguf::file_sha256(path);
+        }
+        // The files the model is read from, as its metadata says.
+        let file = super::gguf::GgufFile::open(path)?;
+        return files_sha256(file.paths());
     }
     let mut names: Vec<String> = std::fs::read_dir(path)
         .map_err(|e| WeightsError::io(path, e))?
@@ -146,9 +152,23 @@ pub fn weights_sha256(path: &Path) -> Result<String> {
         })
         .collect();
     names.sort();
+    files_sha256(
+        names
+            .iter()
+            .map(|n| path.join(n))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|p| p.as_path()),
+    )
+}
+
+/// The sha256 of the lines `<sha256>  <file name>` of `files`, in their order.
+fn files_sha256<'a>(files: impl Iterator<Item = &'a Path>) -> Result<String> {
+    use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    for n in names {
-        let h = super::gguf::file_sha256(&path.join(&n))?;
+    for p in files {
+        let h = super::gguf::file_sha256(p)?;
+        let n = p.file_name().unwrap_or_default().to_string_lossy();
         hasher.update(format!("{h}  {n}\n"));
     }
     Ok(hex::encode(hasher.finalize()))
@@ -209,15 +229,18 @@ pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
         return Err(source_err(&name, "no such file or directory"));
     }
     let entries = std::fs::read_dir(path).map_err(|e| WeightsError::io(path, e))?;
-    let mut ggufs = Vec::new();
+    let mut names = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| WeightsError::io(path, e))?;
         let p = entry.path();
         if p.is_file() && p.extension().and_then(|e| e.to_str()) == Some("gguf") {
-            ggufs.push(p);
+            names.push(entry.file_name().to_string_lossy().into_owned());
         }
     }
-    ggufs.sort();
+    // A split set is one model, named by its first file.
+    let mut ggufs: Vec<PathBuf> = (super::split::models(&names).iter())
+        .map(|n| path.join(n))
+        .collect();
     match ggufs.len() {
         0 if is_checkpoint_dir(path) => Ok(checkpoint_files(path)),
         0 => Err(source_err(
@@ -228,7 +251,7 @@ pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
         _ => Err(source_err(
             &name,
             format!(
-                "directory holds {} .gguf files ({}); name one",
+                "directory holds {} .gguf models ({}); name one",
                 ggufs.len(),
                 file_names(&ggufs)
             ),
@@ -281,16 +304,19 @@ pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
                 Err(CachedGguf::Error(m)) => return Err(source_err(&name, m)),
             },
         };
-        let gguf = cached.get(&file).ok_or_else(|| {
-            source_err(
-                &name,
-                format!(
-                    "HF_HUB_OFFLINE is set and `{file}` is not in the Hub cache at {}",
-                    cache.path().display()
-                ),
-            )
-        })?;
-        return Ok(ModelFiles::gguf(gguf));
+        let mut paths = Vec::new();
+        for f in split_set(&file) {
+            paths.push(cached.get(&f).ok_or_else(|| {
+                source_err(
+                    &name,
+                    format!(
+                        "HF_HUB_OFFLINE is set and `{f}` is not in the Hub cache at {}",
+                        cache.path().display()
+                    ),
+                )
+            })?);
+        }
+        return Ok(ModelFiles::gguf(paths.swap_remove(0)));
     }
     let api = hf_hub::api::sync::ApiBuilder::from_env()
         .with_progress(false)
@@ -317,10 +343,26 @@ pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
             pick_one(ggufs).map_err(|m| source_err(&name, m))?
         }
     };
-    let gguf = api_repo
-        .get(&file)
-        .map_err(|e| source_err(&name, format!("downloading `{file}`: {e}")))?;
-    Ok(ModelFiles::gguf(gguf))
+    let mut paths = Vec::new();
+    for f in split_set(&file) {
+        paths.push(
+            api_repo
+                .get(&f)
+                .map_err(|e| source_err(&name, format!("downloading `{f}`: {e}")))?,
+        );
+    }
+    // The files of a split set share the snapshot's folder, where loading the first finds
+    // the others.
+    Ok(ModelFiles::gguf(paths.swap_remove(0)))
+}
+
+/// The files to fetch for a GGUF named in a repository: its whole split set when it is the
+/// first file of one, else itself.
+fn split_set(file: &str) -> Vec<String> {
+    match super::split::SplitName::parse(file) {
+        Some(s) if s.no == 1 && s.count > 1 => s.all(),
+        _ => vec![file.to_string()],
+    }
 }
 
 /// Downloads a checkpoint's files (config, index, the shards it needs, tokenizer and
@@ -405,13 +447,15 @@ fn single_cached_gguf(
     pick_one(ggufs).map_err(CachedGguf::Error)
 }
 
-fn pick_one(mut ggufs: Vec<String>) -> std::result::Result<String, String> {
-    ggufs.sort();
+/// The one model among a repository's `.gguf` files (a split set counts once, by its first
+/// file).
+fn pick_one(ggufs: Vec<String>) -> std::result::Result<String, String> {
+    let mut ggufs = super::split::models(&ggufs);
     match ggufs.len() {
         0 => Err("the repository holds no .gguf file".to_string()),
         1 => Ok(ggufs.remove(0)),
         n => Err(format!(
-            "the repository holds {n} .gguf files ({}); name one as org/repo:file.gguf",
+            "the repository holds {n} .gguf models ({}); name one as org/repo:file.gguf",
             ggufs.join(", ")
         )),
     }

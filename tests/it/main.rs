@@ -41,5 +41,6 @@ mod run;
 mod serve;
 mod smollm3;
 mod spec;
+mod split;
 mod thinking;
 mod tokenizer;

@@ -383,7 +383,7 @@ pub(crate) fn verdicts(measured: Vec<Measured>) -> Vec<Verdict> {
 }
 
 /// The MoE fixture's model of record `t`, written into `dir`.
-fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
+pub(crate) fn write_record(dir: &Path, t: &TinyRecord) -> PathBuf {
     write_fixture_model(dir, t, &moe_tensors(&t.arch), &moe_metadata(&t.arch))
 }
 

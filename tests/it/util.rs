@@ -274,6 +274,57 @@ pub fn write_gguf_raw(
     f.write_all(&out).expect("write gguf");
 }
 
+/// Writes `metadata` and `tensors` as a GGUF split set of `parts` files in `dir`,
+/// `<prefix>-0000i-of-0000n.gguf`, the way `llama-gguf-split --split` does: the tensors in
+/// order, as evenly as they go, over the files (over all but the first with `first_empty`, as
+/// `--no-tensor-first-split`); the first file holds the metadata with `split.tensors.count`,
+/// every file `split.no` (zero-based) and `split.count` (u16s; the count an i32). `edit` may
+/// change a file's metadata after (for malformed sets). Returns the files, first to last.
+pub fn write_gguf_split(
+    dir: &Path,
+    prefix: &str,
+    metadata: &[(String, candle_core::quantized::gguf_file::Value)],
+    tensors: &[RawTensor],
+    parts: usize,
+    first_empty: bool,
+    mut edit: impl FnMut(usize, &mut Vec<(String, candle_core::quantized::gguf_file::Value)>),
+) -> Vec<PathBuf> {
+    use candle_core::quantized::gguf_file::Value;
+    let holders = if first_empty { parts - 1 } else { parts };
+    let per = tensors.len().div_ceil(holders);
+    let mut chunks: Vec<&[RawTensor]> = tensors.chunks(per).collect();
+    if first_empty {
+        chunks.insert(0, &[]);
+    }
+    assert_eq!(
+        chunks.len(),
+        parts,
+        "{} tensors over {parts} splits",
+        tensors.len()
+    );
+    let mut files = Vec::new();
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let mut md = if i == 0 {
+            metadata.to_vec()
+        } else {
+            Vec::new()
+        };
+        md.push(("split.no".into(), Value::U16(i as u16)));
+        md.push(("split.count".into(), Value::U16(parts as u16)));
+        if i == 0 {
+            md.push((
+                "split.tensors.count".into(),
+                Value::I32(tensors.len() as i32),
+            ));
+        }
+        edit(i, &mut md);
+        let path = dir.join(format!("{prefix}-{:05}-of-{parts:05}.gguf", i + 1));
+        write_gguf_raw(&path, &md, chunk);
+        files.push(path);
+    }
+    files
+}
+
 /// A greedy request for `n` new tokens after `ids`.
 pub fn greedy_request(ids: Vec<u32>, n: usize) -> candor::engine::TokenRequest {
     candor::engine::TokenRequest::new(
