@@ -17,7 +17,7 @@ use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Model: `default`, a GGUF path, or a Hugging Face Hub id (`org/repo[:file.gguf]`).
+    /// Model: `default`, a GGUF path, or a Hugging Face Hub id (`org/repo[:file.gguf]`, or `org/repo:Q4_K_M` for a quantization).
     #[arg(long, default_value = "default")]
     pub model: String,
     /// Prompt tokens per sequence (llama-batched-bench's `-npp`).

@@ -27,7 +27,7 @@ use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
-    /// Model: `default`, a GGUF path, or a Hugging Face Hub id (`org/repo[:file.gguf]`).
+    /// Model: `default`, a GGUF path, or a Hugging Face Hub id (`org/repo[:file.gguf]`, or `org/repo:Q4_K_M` for a quantization).
     #[arg(long, default_value = "default")]
     pub model: String,
     /// Input JSONL: one `{"id": ..., "messages": [{"role": ..., "content": ...}]}` (a chat) or

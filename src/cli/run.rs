@@ -79,8 +79,10 @@ pub struct RunArgs {
     #[arg(value_enum)]
     pub protocol: Protocol,
 
-    /// A model under evaluation: `default` (SmolLM2-135M-Instruct Q4_1 in models/) or a GGUF
-    /// path. Repeat for several candidates (ReaLMistake's detectors, majority vote).
+    /// A model under evaluation: `default` (SmolLM2-135M-Instruct Q4_1 in models/), a GGUF
+    /// path (a split model by its first file) or folder, or a Hugging Face Hub id
+    /// (`org/repo[:file.gguf]`, `org/repo:Q4_K_M`). Repeat for several candidates
+    /// (ReaLMistake's detectors, majority vote).
     #[arg(long = "model", value_name = "M", default_value = "default")]
     pub models: Vec<String>,
 

@@ -29,12 +29,34 @@ pub enum ModelSpec {
     Default,
     /// A `.gguf` file, or a directory holding one.
     Path(PathBuf),
-    /// A Hub repository, and the GGUF file in it when named.
-    Hub { repo: String, file: Option<String> },
+    /// A Hub repository, and which GGUF model in it when said.
+    Hub { repo: String, pick: Option<HubPick> },
+}
+
+/// Which GGUF model of a Hub repository a `--model` value names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubPick {
+    /// A file by its path in the repository (`org/repo:file.gguf`).
+    File(String),
+    /// A quantization by its name, as llama.cpp's `-hf org/repo:Q4_K_M` takes it
+    /// (`org/repo:Q4_K_M`, case-insensitive): the one model whose file path holds it followed
+    /// by `.` or `-`.
+    Quant(String),
+}
+
+impl HubPick {
+    fn parse(s: &str) -> Option<HubPick> {
+        if s.ends_with(".gguf") {
+            return Some(HubPick::File(s.to_string()));
+        }
+        let quant = !s.is_empty()
+            && (s.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+        quant.then(|| HubPick::Quant(s.to_string()))
+    }
 }
 
 impl ModelSpec {
-    /// Parses a `--model` value: `default`, an existing path, or `org/repo[:file.gguf]`.
+    /// Parses a `--model` value: `default`, an existing path, or `org/repo[:file.gguf|:QUANT]`.
     pub fn parse(value: &str) -> Result<Self> {
         if value == "default" {
             return Ok(ModelSpec::Default);
@@ -43,19 +65,20 @@ impl ModelSpec {
         if path.exists() {
             return Ok(ModelSpec::Path(path.to_path_buf()));
         }
-        let (repo, file) = match value.split_once(':') {
-            Some((r, f)) => (r, Some(f)),
-            None => (value, None),
+        let (repo, pick) = match value.split_once(':') {
+            Some((r, p)) => (r, HubPick::parse(p).map(Some)),
+            None => (value, Some(None)),
         };
-        if looks_like_hub_id(repo) && file.is_none_or(|f| f.ends_with(".gguf")) {
+        if let (true, Some(pick)) = (looks_like_hub_id(repo), pick) {
             return Ok(ModelSpec::Hub {
                 repo: repo.to_string(),
-                file: file.map(str::to_string),
+                pick,
             });
         }
         Err(source_err(
             value,
-            "no such file or directory, and not a Hub id (`org/repo` or `org/repo:file.gguf`)",
+            "no such file or directory, and not a Hub id (`org/repo`, `org/repo:file.gguf` or \
+             `org/repo:QUANT`)",
         ))
     }
 }
@@ -179,7 +202,7 @@ pub fn resolve(value: &str) -> Result<ModelFiles> {
     match ModelSpec::parse(value)? {
         ModelSpec::Default => resolve_default(&default_search_dirs()),
         ModelSpec::Path(p) => resolve_path(&p),
-        ModelSpec::Hub { repo, file } => resolve_hub(&repo, file.as_deref()),
+        ModelSpec::Hub { repo, pick } => resolve_hub(&repo, pick.as_ref()),
     }
 }
 
@@ -237,10 +260,9 @@ pub fn resolve_path(path: &Path) -> Result<ModelFiles> {
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
     }
-    // A split set is one model, named by its first file.
-    let mut ggufs: Vec<PathBuf> = (super::split::models(&names).iter())
-        .map(|n| path.join(n))
-        .collect();
+    // A split set is one model, named by its first file; projectors and the like are not
+    // models.
+    let mut ggufs: Vec<PathBuf> = (model_ggufs(&names).iter()).map(|n| path.join(n)).collect();
     match ggufs.len() {
         0 if is_checkpoint_dir(path) => Ok(checkpoint_files(path)),
         0 => Err(source_err(
@@ -288,17 +310,17 @@ fn hub_offline() -> bool {
 }
 
 /// A GGUF from a Hub repository (cached by hf-hub; offline reads only the cache).
-pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
-    let name = match file {
-        Some(f) => format!("{repo}:{f}"),
+pub fn resolve_hub(repo: &str, pick: Option<&HubPick>) -> Result<ModelFiles> {
+    let name = match pick {
+        Some(HubPick::File(f) | HubPick::Quant(f)) => format!("{repo}:{f}"),
         None => repo.to_string(),
     };
     if hub_offline() {
         let cache = hf_hub::Cache::from_env();
         let cached = cache.model(repo.to_string());
-        let file = match file {
-            Some(f) => f.to_string(),
-            None => match single_cached_gguf(&cache, repo) {
+        let file = match pick {
+            Some(HubPick::File(f)) => f.to_string(),
+            _ => match cached_gguf(&cache, repo, pick) {
                 Ok(f) => f,
                 Err(CachedGguf::Checkpoint(dir)) => return Ok(checkpoint_files(&dir)),
                 Err(CachedGguf::Error(m)) => return Err(source_err(&name, m)),
@@ -323,24 +345,19 @@ pub fn resolve_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
         .build()
         .map_err(|e| source_err(&name, format!("hub client: {e}")))?;
     let api_repo = api.model(repo.to_string());
-    let file = match file {
-        Some(f) => f.to_string(),
-        None => {
+    let file = match pick {
+        Some(HubPick::File(f)) => f.to_string(),
+        _ => {
             let info = api_repo
                 .info()
                 .map_err(|e| source_err(&name, format!("listing the repository: {e}")))?;
             let all: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
-            let ggufs: Vec<String> = all
-                .iter()
-                .filter(|f| f.ends_with(".gguf"))
-                .cloned()
-                .collect();
             let checkpoint = all.iter().any(|f| f == "config.json")
                 && all.iter().any(|f| f.ends_with(".safetensors"));
-            if ggufs.is_empty() && checkpoint {
+            if pick.is_none() && !all.iter().any(|f| f.ends_with(".gguf")) && checkpoint {
                 return download_checkpoint(&api_repo, &all).map_err(|m| source_err(&name, m));
             }
-            pick_one(ggufs).map_err(|m| source_err(&name, m))?
+            pick_model(&all, pick).map_err(|m| source_err(&name, m))?
         }
     };
     let mut paths = Vec::new();
@@ -419,10 +436,12 @@ enum CachedGguf {
     Error(String),
 }
 
-/// The only `.gguf` in the cached snapshot of the repo's `main`.
-fn single_cached_gguf(
+/// The model [`pick_model`] chooses among the `.gguf` files (in any folder) of the cached
+/// snapshot of the repo's `main`.
+fn cached_gguf(
     cache: &hf_hub::Cache,
     repo: &str,
+    pick: Option<&HubPick>,
 ) -> std::result::Result<String, CachedGguf> {
     let folder = cache
         .path()
@@ -434,29 +453,89 @@ fn single_cached_gguf(
         ))
     })?;
     let snapshot = folder.join("snapshots").join(main.trim());
-    let entries = std::fs::read_dir(&snapshot)
+    let mut files = Vec::new();
+    relative_files(&snapshot, "", &mut files)
         .map_err(|e| CachedGguf::Error(format!("reading {}: {e}", snapshot.display())))?;
-    let ggufs: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|f| f.ends_with(".gguf"))
-        .collect();
-    if ggufs.is_empty() && is_checkpoint_dir(&snapshot) {
+    if pick.is_none() && !files.iter().any(|f| f.ends_with(".gguf")) && is_checkpoint_dir(&snapshot)
+    {
         return Err(CachedGguf::Checkpoint(snapshot));
     }
-    pick_one(ggufs).map_err(CachedGguf::Error)
+    pick_model(&files, pick).map_err(CachedGguf::Error)
 }
 
-/// The one model among a repository's `.gguf` files (a split set counts once, by its first
-/// file).
-fn pick_one(ggufs: Vec<String>) -> std::result::Result<String, String> {
-    let mut ggufs = super::split::models(&ggufs);
-    match ggufs.len() {
-        0 => Err("the repository holds no .gguf file".to_string()),
-        1 => Ok(ggufs.remove(0)),
+/// The paths of the files under `dir`, relative to it with `/` between folders (as the Hub
+/// names them), appended to `out`.
+fn relative_files(dir: &Path, prefix: &str, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+        // The snapshot's files are links into the cache's blobs: follow them.
+        let path = entry.path();
+        if path.is_dir() {
+            relative_files(&path, &format!("{name}/"), out)?;
+        } else {
+            out.push(name);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a `.gguf` file is a model, not one of the files published beside models that
+/// llama.cpp also tells apart by name: a vision projector (`mmproj`), an importance matrix
+/// (`imatrix`), or a draft head (`mtp-`, `eagle3-`, `dflash-`, `dspark-`).
+fn is_model_gguf(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    path.ends_with(".gguf")
+        && !["mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-"]
+            .iter()
+            .any(|s| name.contains(s))
+}
+
+/// The models among a listing's files: its model `.gguf` files, a split set once by its first
+/// file, sorted.
+fn model_ggufs(files: &[String]) -> Vec<String> {
+    let ggufs: Vec<String> = (files.iter())
+        .filter(|f| is_model_gguf(f))
+        .cloned()
+        .collect();
+    super::split::models(&ggufs)
+}
+
+/// The model of a repository's files that `pick` names: with no pick, its only model; with a
+/// quantization, the only model whose path holds it (case-insensitive) followed by `.` or `-`,
+/// as llama.cpp's `-hf org/repo:QUANT` matches it, and (unlike llama.cpp, where `F16` matches
+/// `BF16-`) not inside a longer word. More than one is an error listing them (llama.cpp would
+/// take the first listed: a run names its model exactly).
+fn pick_model(files: &[String], pick: Option<&HubPick>) -> std::result::Result<String, String> {
+    let models = model_ggufs(files);
+    let (mut chosen, what) = match pick {
+        Some(HubPick::Quant(q)) => {
+            let q = q.to_ascii_uppercase();
+            let holds = |f: &String| {
+                let f = f.to_ascii_uppercase();
+                (f.match_indices(&q)).any(|(i, _)| {
+                    let before = f[..i].chars().next_back();
+                    let after = f[i + q.len()..].chars().next();
+                    before.is_none_or(|c| matches!(c, '-' | '_' | '.' | '/'))
+                        && matches!(after, Some('.' | '-'))
+                })
+            };
+            let chosen: Vec<String> = models.iter().filter(|f| holds(f)).cloned().collect();
+            (chosen, format!(" of quantization {q}"))
+        }
+        Some(HubPick::File(f)) => (vec![f.clone()], String::new()),
+        None => (models.clone(), String::new()),
+    };
+    match chosen.len() {
+        1 => Ok(chosen.remove(0)),
+        0 if models.is_empty() => Err("the repository holds no .gguf model".to_string()),
+        0 => Err(format!(
+            "the repository holds no .gguf model{what} (it holds {})",
+            models.join(", ")
+        )),
         n => Err(format!(
-            "the repository holds {n} .gguf models ({}); name one as org/repo:file.gguf",
-            ggufs.join(", ")
+            "the repository holds {n} .gguf models{what} ({}); name one as org/repo:file.gguf",
+            chosen.join(", ")
         )),
     }
 }
@@ -479,14 +558,21 @@ mod tests {
             ModelSpec::parse("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF").unwrap(),
             ModelSpec::Hub {
                 repo: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF".into(),
-                file: None
+                pick: None
             }
         );
         assert_eq!(
             ModelSpec::parse("org/repo:model.Q4_1.gguf").unwrap(),
             ModelSpec::Hub {
                 repo: "org/repo".into(),
-                file: Some("model.Q4_1.gguf".into())
+                pick: Some(HubPick::File("model.Q4_1.gguf".into()))
+            }
+        );
+        assert_eq!(
+            ModelSpec::parse("unsloth/Qwen3-235B-A22B-GGUF:UD-Q4_K_XL").unwrap(),
+            ModelSpec::Hub {
+                repo: "unsloth/Qwen3-235B-A22B-GGUF".into(),
+                pick: Some(HubPick::Quant("UD-Q4_K_XL".into()))
             }
         );
         let dir = tempfile::tempdir().unwrap();
@@ -499,6 +585,8 @@ mod tests {
             "no/such/thing.gguf",
             "nothing-here.gguf",
             "org/repo:notes.txt",
+            "org/repo:Q4 K",
+            "org/repo:",
             "../x/y",
         ] {
             let err = ModelSpec::parse(bad).unwrap_err().to_string();
@@ -516,6 +604,57 @@ mod tests {
         std::fs::write(dir.path().join(DEFAULT_MODEL_FILE), b"x").unwrap();
         let files = resolve_default(&[dir.path().to_path_buf()]).unwrap();
         assert_eq!(files.weights, dir.path().join(DEFAULT_MODEL_FILE));
+    }
+
+    /// What `org/repo`, `org/repo:QUANT` and `org/repo:file.gguf` choose from a repository's
+    /// files: projectors, importance matrices and draft heads are not models, a split set is
+    /// one by its first file, a quantization matches as llama.cpp's `-hf` matches it, and
+    /// more than one match is an error listing them.
+    #[test]
+    fn a_quantization_or_the_only_model_is_picked() {
+        let files: Vec<String> = [
+            "README.md",
+            "config.json",
+            "mmproj-F16.gguf",
+            "imatrix_unsloth.gguf",
+            "Qwen3-30B-A3B-Q8_0.gguf",
+            "Qwen3-30B-A3B-Q4_K_M.gguf",
+            "Qwen3-30B-A3B-UD-Q4_K_XL.gguf",
+            "BF16/Qwen3-30B-A3B-BF16-00001-of-00002.gguf",
+            "BF16/Qwen3-30B-A3B-BF16-00002-of-00002.gguf",
+        ]
+        .map(String::from)
+        .to_vec();
+        let quant = |q: &str| pick_model(&files, Some(&HubPick::Quant(q.into())));
+        assert_eq!(quant("q4_k_m").unwrap(), "Qwen3-30B-A3B-Q4_K_M.gguf");
+        assert_eq!(
+            quant("UD-Q4_K_XL").unwrap(),
+            "Qwen3-30B-A3B-UD-Q4_K_XL.gguf"
+        );
+        assert_eq!(
+            quant("BF16").unwrap(),
+            "BF16/Qwen3-30B-A3B-BF16-00001-of-00002.gguf"
+        );
+        let e = quant("Q4_K").unwrap_err();
+        assert!(e.contains("no .gguf model of quantization Q4_K"), "{e}");
+        let e = quant("F16").unwrap_err();
+        assert!(e.contains("no .gguf model of quantization F16"), "{e}");
+        let e = pick_model(&files, None).unwrap_err();
+        assert!(
+            e.contains("holds 4 .gguf models") && !e.contains("mmproj"),
+            "{e}"
+        );
+        let one: Vec<String> = ["mmproj-F16.gguf", "gemma-3-4b-it-Q4_K_M.gguf"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(pick_model(&one, None).unwrap(), "gemma-3-4b-it-Q4_K_M.gguf");
+        let two: Vec<String> = ["a-Q4_K_M.gguf", "a-UD-Q4_K_M.gguf"]
+            .map(String::from)
+            .to_vec();
+        let e = pick_model(&two, Some(&HubPick::Quant("Q4_K_M".into()))).unwrap_err();
+        assert!(e.contains("2 .gguf models of quantization Q4_K_M"), "{e}");
+        let e = pick_model(&files[..2], None).unwrap_err();
+        assert!(e.contains("no .gguf model"), "{e}");
     }
 
     #[test]
@@ -541,6 +680,12 @@ mod tests {
             Some(dir.path().join("tokenizer.json"))
         );
         assert_eq!(files.tokenizer_config, None);
+        // A vision projector beside the model is not a second model.
+        std::fs::write(dir.path().join("mmproj-model-f16.gguf"), b"x").unwrap();
+        assert_eq!(
+            resolve_path(dir.path()).unwrap().weights,
+            dir.path().join("a.gguf")
+        );
         std::fs::write(dir.path().join("b.gguf"), b"x").unwrap();
         let err = resolve_path(dir.path()).unwrap_err().to_string();
         assert!(err.contains("a.gguf, b.gguf"), "{err}");

@@ -274,9 +274,11 @@ fn malformed_split_sets_are_refused_naming_the_file() {
     );
 }
 
-/// A split set in the Hub's cache, with `HF_HUB_OFFLINE=1`: `org/repo` (the set is the
-/// repository's one model) and `org/repo:<first file>` both load the whole set and reply as
-/// the whole file does; with a split missing from the cache, the run fails naming it.
+/// A split set in a folder of the Hub's cache beside another quantization and a vision
+/// projector, with `HF_HUB_OFFLINE=1`: `org/repo:q4_1` (as llama.cpp's `-hf` takes a
+/// quantization) and `org/repo:<first file>` both load the whole set and reply as the whole
+/// file does; `org/repo` alone names the two models to choose from; with a split missing from
+/// the cache, the run fails naming it.
 #[test]
 fn a_split_model_in_the_hub_cache_loads_offline() {
     use std::process::Command;
@@ -285,19 +287,22 @@ fn a_split_model_in_the_hub_cache_loads_offline() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let (md, tensors) = parts_of(&whole);
-    let written = write_gguf_split(dir.path(), "smol", &md, &tensors, 3, false, |_, _| {});
-    let snapshot = dir
-        .path()
-        .join("hf/hub/models--org--smol/snapshots/0123abcd");
-    std::fs::create_dir_all(&snapshot).expect("snapshot");
-    std::fs::create_dir_all(dir.path().join("hf/hub/models--org--smol/refs")).expect("refs");
-    std::fs::write(
-        dir.path().join("hf/hub/models--org--smol/refs/main"),
-        "0123abcd",
-    )
-    .expect("ref");
-    for f in &written {
-        std::fs::rename(f, snapshot.join(f.file_name().expect("name"))).expect("move");
+    let repo = dir.path().join("hf/hub/models--org--smol");
+    let snapshot = repo.join("snapshots/0123abcd");
+    std::fs::create_dir_all(snapshot.join("Q4_1")).expect("snapshot");
+    std::fs::create_dir_all(repo.join("refs")).expect("refs");
+    std::fs::write(repo.join("refs/main"), "0123abcd").expect("ref");
+    write_gguf_split(
+        &snapshot.join("Q4_1"),
+        "smol-Q4_1",
+        &md,
+        &tensors,
+        3,
+        false,
+        |_, _| {},
+    );
+    for other in ["smol-Q8_0.gguf", "mmproj-smol-F16.gguf"] {
+        std::fs::write(snapshot.join(other), b"not loaded").expect("other");
     }
     let prompts = dir.path().join("prompts.jsonl");
     std::fs::write(
@@ -327,15 +332,26 @@ fn a_split_model_in_the_hub_cache_loads_offline() {
     };
     let (want, e) = generate(whole.to_str().expect("utf-8"), "whole.jsonl");
     let want = want.unwrap_or_else(|| panic!("the whole file: {e}"));
-    for model in ["org/smol", "org/smol:smol-00001-of-00003.gguf"] {
+    for model in [
+        "org/smol:q4_1",
+        "org/smol:Q4_1/smol-Q4_1-00001-of-00003.gguf",
+    ] {
         let (got, e) = generate(model, "split.jsonl");
         assert_eq!(got.as_ref(), Some(&want), "{model}: {e}");
     }
-    std::fs::remove_file(snapshot.join("smol-00003-of-00003.gguf")).expect("remove");
-    let (got, e) = generate("org/smol", "missing.jsonl");
+    let (got, e) = generate("org/smol", "which.jsonl");
+    assert!(got.is_none(), "loaded one of two models");
+    assert!(
+        e.contains("2 .gguf models")
+            && e.contains("Q4_1/smol-Q4_1-00001-of-00003.gguf, smol-Q8_0.gguf")
+            && !e.contains("mmproj"),
+        "{e}"
+    );
+    std::fs::remove_file(snapshot.join("Q4_1/smol-Q4_1-00003-of-00003.gguf")).expect("remove");
+    let (got, e) = generate("org/smol:Q4_1", "missing.jsonl");
     assert!(got.is_none(), "loaded with a split missing");
     assert!(
-        e.contains("smol-00003-of-00003.gguf") && e.contains("not in the Hub cache"),
+        e.contains("Q4_1/smol-Q4_1-00003-of-00003.gguf") && e.contains("not in the Hub cache"),
         "{e}"
     );
 }
