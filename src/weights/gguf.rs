@@ -230,14 +230,14 @@ impl GgufFile {
                 no + 1
             )));
         }
-        let name = super::split::of_path(path)
-            .filter(|s| s.no == 1 && s.count as usize == count)
-            .ok_or_else(|| {
-                bad(format!(
-                    "the first of {count} splits, but not named `<prefix>-00001-of-{count:05}.gguf`, \
-                     so the others cannot be found"
-                ))
-            })?;
+        let named =
+            super::split::of_path(path).is_some_and(|s| s.no == 1 && s.count as usize == count);
+        if !named {
+            return Err(bad(format!(
+                "the first of {count} splits, but not named `<prefix>-00001-of-{count:05}.gguf`, \
+                 so the others cannot be found"
+            )));
+        }
         for (i, p) in super::split::set_paths(path)
             .into_iter()
             .enumerate()
@@ -259,11 +259,10 @@ impl GgufFile {
                 return Err(WeightsError::gguf(
                     &p,
                     format!(
-                        "`{}` = {n} and `{}` = {m}, expected {i} and {count} (split {} of {})",
+                        "`{}` = {n} and `{}` = {m}, expected {i} and {count} (split {} of {count})",
                         super::split::KEY_NO,
                         super::split::KEY_COUNT,
                         i + 1,
-                        name.count
                     ),
                 ));
             }

@@ -341,7 +341,9 @@ pub fn resolve_hub(repo: &str, pick: Option<&HubPick>) -> Result<ModelFiles> {
         return Ok(ModelFiles::gguf(paths.swap_remove(0)));
     }
     let api = hf_hub::api::sync::ApiBuilder::from_env()
-        .with_progress(false)
+        // hf-hub's progress bars on a terminal (a split model can take an hour to fetch);
+        // none in logs.
+        .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .build()
         .map_err(|e| source_err(&name, format!("hub client: {e}")))?;
     let api_repo = api.model(repo.to_string());
