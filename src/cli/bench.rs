@@ -13,7 +13,6 @@ use crate::engine::SchedulerConfig;
 use crate::model::limits;
 use crate::model::runner::Model;
 use crate::model::transformer::{WeightDType, Work};
-use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -78,7 +77,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&l).context("limits as JSON")?);
         return Ok(());
     }
-    let files = source::resolve(&args.model)?;
+    let files = super::models::resolve(&args.model)?;
     let dtype = match args.dtype.as_str() {
         "f32" => WeightDType::F32,
         _ => WeightDType::Native,
@@ -89,7 +88,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .with_context(|| format!("loading {}", files.weights.display()))?;
     let draft = match &args.draft {
         Some(d) => {
-            let files = source::resolve(d)?;
+            let files = super::models::resolve(d)?;
             let m = Model::load_weights(&files, dtype, args.device)
                 .with_context(|| format!("loading the draft model {}", files.weights.display()))?;
             Some(m)

@@ -8,7 +8,6 @@ use anyhow::{bail, Context};
 use crate::engine::draft::{DEFAULT_DRAFT_MAX_BATCH, DEFAULT_DRAFT_TOKENS};
 use crate::engine::{DraftConfig, Engine};
 use crate::model::transformer::WeightDType;
-use crate::weights::source;
 
 /// How an engine drafts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +52,7 @@ impl DraftSpec {
         match self {
             DraftSpec::Lookup(c) => engine.set_lookup_drafts(Some(*c)),
             DraftSpec::Model(name, c) => {
-                let files = source::resolve(name)
+                let files = super::models::resolve(name)
                     .with_context(|| format!("resolving the draft model {name:?}"))?;
                 engine
                     .set_draft_model(&files, dtype, *c)

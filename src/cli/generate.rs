@@ -23,7 +23,6 @@ use crate::engine::{
 };
 use crate::model::transformer::WeightDType;
 use crate::text::message::Message;
-use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
@@ -194,7 +193,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     }
     let draft = args.draft.spec()?;
     let prompts = read_prompts(&args.prompts, &args)?;
-    let mut files = source::resolve(&args.model)?;
+    let mut files = super::models::resolve(&args.model)?;
     files.chat_template = args.chat_template.clone();
     let dtype = match args.dtype.as_str() {
         "f32" => WeightDType::F32,

@@ -31,6 +31,21 @@ use crate::text::tokenizer::Tokenizer;
 use crate::weights::gguf::GgufFile;
 use crate::weights::source::{self, ModelFiles, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256};
 
+/// Resolves a `--model` value ([`source::resolve`]); a Hub checkpoint whose `config.json`
+/// Candor cannot load (an architecture or a setting it does not implement) is refused before
+/// its weights are downloaded.
+pub fn resolve(name: &str) -> crate::weights::error::Result<ModelFiles> {
+    source::resolve_checked(name, &|config: &Path| {
+        let text =
+            std::fs::read_to_string(config).map_err(|e| format!("{}: {e}", config.display()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config.display()))?;
+        ModelConfig::from_hf_config(config, &json)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+}
+
 /// A resolved model: its files and what identifies it, without its weights in memory.
 #[derive(Clone)]
 pub struct ModelInfo {
@@ -56,7 +71,7 @@ impl ModelInfo {
     /// [`ModelInfo::inspect`] with a chat template file replacing the model's own. A model
     /// left without a template is refused: every protocol sends chat conversations.
     pub fn inspect_with(name: &str, chat_template: Option<&Path>) -> anyhow::Result<ModelInfo> {
-        let mut files = source::resolve(name).with_context(|| format!("model {name:?}"))?;
+        let mut files = resolve(name).with_context(|| format!("model {name:?}"))?;
         files.chat_template = chat_template.map(Path::to_path_buf);
         if files.checkpoint {
             return ModelInfo::inspect_checkpoint(name, files);

@@ -8,7 +8,6 @@ use anyhow::{bail, Context};
 use crate::engine::{Engine, EngineOptions, SchedulerConfig};
 use crate::model::transformer::WeightDType;
 use crate::serve::{Loader, ServeOptions, Server};
-use crate::weights::source;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -103,7 +102,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // A draft model is resolved once, here (a Hub id downloads before any model loads).
     let draft_files = match &draft {
         Some(super::draft::DraftSpec::Model(name, _)) => Some(
-            source::resolve(name).with_context(|| format!("resolving the draft model {name:?}"))?,
+            super::models::resolve(name)
+                .with_context(|| format!("resolving the draft model {name:?}"))?,
         ),
         _ => None,
     };
@@ -111,7 +111,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut models: Vec<(String, Loader)> = Vec::new();
     for arg in &args.models {
         let (name, spec) = split_model(arg);
-        let files = source::resolve(&spec).with_context(|| format!("model `{spec}`"))?;
+        let files = super::models::resolve(&spec).with_context(|| format!("model `{spec}`"))?;
         eprintln!(
             "candor serve: loading `{name}` from {}",
             files.weights.display()

@@ -199,10 +199,21 @@ fn files_sha256<'a>(files: impl Iterator<Item = &'a Path>) -> Result<String> {
 
 /// Resolves a `--model` value to files on disk, downloading from the Hub if needed.
 pub fn resolve(value: &str) -> Result<ModelFiles> {
+    resolve_checked(value, &|_| Ok(()))
+}
+
+/// Checks a Hub checkpoint's `config.json` (its path) before its weights are downloaded:
+/// the caller's refusal (an architecture it does not load) then costs one small file, not the
+/// shards.
+pub type ConfigCheck<'a> = &'a dyn Fn(&Path) -> std::result::Result<(), String>;
+
+/// [`resolve`], a Hub checkpoint's `config.json` passed to `check` before its weights are
+/// fetched.
+pub fn resolve_checked(value: &str, check: ConfigCheck<'_>) -> Result<ModelFiles> {
     match ModelSpec::parse(value)? {
         ModelSpec::Default => resolve_default(&default_search_dirs()),
         ModelSpec::Path(p) => resolve_path(&p),
-        ModelSpec::Hub { repo, pick } => resolve_hub(&repo, pick.as_ref()),
+        ModelSpec::Hub { repo, pick } => resolve_hub(&repo, pick.as_ref(), check),
     }
 }
 
@@ -310,7 +321,11 @@ fn hub_offline() -> bool {
 }
 
 /// A GGUF from a Hub repository (cached by hf-hub; offline reads only the cache).
-pub fn resolve_hub(repo: &str, pick: Option<&HubPick>) -> Result<ModelFiles> {
+pub fn resolve_hub(
+    repo: &str,
+    pick: Option<&HubPick>,
+    check: ConfigCheck<'_>,
+) -> Result<ModelFiles> {
     let name = match pick {
         Some(HubPick::File(f) | HubPick::Quant(f)) => format!("{repo}:{f}"),
         None => repo.to_string(),
@@ -357,7 +372,8 @@ pub fn resolve_hub(repo: &str, pick: Option<&HubPick>) -> Result<ModelFiles> {
             let checkpoint = all.iter().any(|f| f == "config.json")
                 && all.iter().any(|f| f.ends_with(".safetensors"));
             if pick.is_none() && !all.iter().any(|f| f.ends_with(".gguf")) && checkpoint {
-                return download_checkpoint(&api_repo, &all).map_err(|m| source_err(&name, m));
+                return download_checkpoint(&api_repo, &all, check)
+                    .map_err(|m| source_err(&name, m));
             }
             pick_model(&all, pick).map_err(|m| source_err(&name, m))?
         }
@@ -385,13 +401,18 @@ fn split_set(file: &str) -> Vec<String> {
 }
 
 /// Downloads a checkpoint's files (config, index, the shards it needs, tokenizer and
-/// generation files) into the Hub cache; they share one snapshot folder.
+/// generation files) into the Hub cache; they share one snapshot folder. The config is
+/// `check`ed before anything else is fetched.
 fn download_checkpoint(
     repo: &hf_hub::api::sync::ApiRepo,
     listing: &[String],
+    check: ConfigCheck<'_>,
 ) -> std::result::Result<ModelFiles, String> {
     let get = |f: &str| repo.get(f).map_err(|e| format!("downloading `{f}`: {e}"));
     let config = get("config.json")?;
+    check(&config).map_err(|e| {
+        format!("{e} (checked before downloading the weights; a GGUF of the model may load)")
+    })?;
     let index = super::safetensors::INDEX_FILE;
     let shards: Vec<String> = if listing.iter().any(|f| f == index) {
         let path = get(index)?;

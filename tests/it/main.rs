@@ -20,6 +20,7 @@ mod glm4moe;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod hostile;
+mod hub;
 mod hybrid;
 mod hybrid_moe;
 mod memory;
