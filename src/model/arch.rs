@@ -276,7 +276,7 @@ pub struct ModelConfig {
     /// The Mixture-of-Experts feed-forward block of every layer, when the model has one
     /// (else every layer has the dense gate/up/down block of `ffn_dim`).
     pub moe: Option<MoeConfig>,
-    /// YaRN RoPE scaling (gpt-oss, mistral3), with `rope_scale` its factor.
+    /// YaRN RoPE scaling (where [`ArchSpec::yarn`] reads it), with `rope_scale` its factor.
     pub yarn: Option<Yarn>,
     /// Attention temperature tuning: the queries scaled by their position (mistral3).
     pub attn_temp: Option<AttnTemp>,
@@ -565,7 +565,12 @@ pub struct ArchSpec {
     /// Mixture-of-Experts feed-forward blocks: never, when the file declares experts
     /// (Mixtral is a `llama` file with `expert_count`), or always.
     pub moe: MoeSpec,
-    /// GGUF `rope.scaling.type = yarn` is implemented (gpt-oss, mistral3).
+    /// GGUF `rope.scaling.type = yarn` is read. llama.cpp's loader reads it for every
+    /// architecture (`llama-model.cpp`); Candor for those its YaRN is proven on against
+    /// llama.cpp's tiny models: llama and Mixtral, qwen2, qwen3, qwen3moe and smollm3 (the
+    /// generic keys only, `tests/it/yarn.rs`), gpt-oss, mistral3, deepseek2 and mistral4. Not
+    /// for GGUF `mistral` (llama.cpp has no such architecture to check against), multi-section
+    /// RoPE (qwen3vl*, qwen35*), qwen3next, glm4moe, Gemma or Phi-3.
     pub yarn: bool,
     /// The GGUF's `rope.scaling.yarn_beta_fast`, `yarn_beta_slow` and `yarn_log_multiplier`
     /// are read (llama.cpp's `mistral3` loader); elsewhere llama.cpp reads none of them, so a
@@ -684,7 +689,9 @@ const BASE: ArchSpec = ArchSpec {
 
 /// One description per supported architecture.
 pub const ARCH_SPECS: &[ArchSpec] = &[
-    BASE,
+    // llama, and Mixtral (a llama file with experts): YaRN as llama.cpp's generic loader
+    // reads it (type, factor, original context; the betas' defaults, no log multiplier).
+    ArchSpec { yarn: true, ..BASE },
     ArchSpec {
         arch: Arch::Mistral,
         gguf_name: "mistral",
@@ -704,6 +711,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Never,
+        yarn: true,
         ..BASE
     },
     ArchSpec {
@@ -715,6 +723,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Never,
+        yarn: true,
         ..BASE
     },
     // GGUF only: a checkpoint's per-expert tensors are not read (convert to GGUF).
@@ -727,6 +736,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Always(Gating::SoftmaxTopK { normalize: true }),
+        yarn: true,
         ..BASE
     },
     // GGUF only: the language models of Qwen3-VL (text only).
@@ -920,8 +930,8 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
     },
     // GGUF only (a checkpoint's `no_rope_layers` is not read: convert to GGUF). llama.cpp's
     // smollm3.cpp: llama's layers (adjacent RoPE pairs, its converter permutes q/k as
-    // llama's), RoPE skipped on every fourth layer, the output tied to the embedding when the
-    // file has none; no experts, no window, no YaRN.
+    // llama's), RoPE skipped on every fourth layer (YaRN's rotation and scale with it), the
+    // output tied to the embedding when the file has none; no experts, no window.
     ArchSpec {
         arch: Arch::Smollm3,
         gguf_name: "smollm3",
@@ -929,6 +939,7 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         llama3_rope: false,
         moe: MoeSpec::Never,
         no_rope_step: Some(4),
+        yarn: true,
         ..BASE
     },
     // deepseek2's, and mistral4's the same (llama.cpp runs both through deepseek2.cpp).

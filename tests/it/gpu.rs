@@ -858,6 +858,19 @@ fn gpu_tiny_gemma4_moe_model_runs_its_experts_on_the_device() {
     );
 }
 
+/// The tiny YaRN models (`tests/it/yarn.rs`: llama, qwen2, qwen3, qwen3moe and smollm3 with
+/// `rope.scaling.type = yarn`, the ramp over pairs 10..23): the RoPE tables the device reads
+/// carry YaRN's angles and scale, as [`assert_tiny_fixture_runs_on_the_gpu`] says.
+#[test]
+fn gpu_tiny_yarn_models_rotate_as_the_cpu_on_the_device() {
+    assert_tiny_fixture_runs_on_the_gpu(
+        "quant/tiny_yarn_teacher_forced.jsonl",
+        15,
+        crate::yarn::write_model,
+        false,
+    );
+}
+
 /// Each Q4_K_M model of `fixture` (`records` models and types, written by `write`) on the GPU: the
 /// launches cover the plan; replies do not depend on batch size or neighbours; a prompt
 /// prefilled whole, in chunks of 5 or token by token gives the same tokens, and with `wide`

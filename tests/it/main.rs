@@ -45,3 +45,4 @@ mod spec;
 mod split;
 mod thinking;
 mod tokenizer;
+mod yarn;

@@ -230,7 +230,8 @@ fn every_fourth_smollm3_layer_skips_rope_on_the_cpu_and_in_every_lowering() {
 
 /// What a smollm3 file gets refused for, naming the key: `attention.scale` (llama.cpp's
 /// smollm3 loader never reads it: its graph's scale stays `1/sqrt(head_dim)`), experts (its
-/// layers are dense) and YaRN (not implemented for it).
+/// layers are dense) and a YaRN beta other than llama.cpp's default (its loader reads none;
+/// YaRN itself is read, `tests/it/yarn.rs`).
 #[test]
 fn smollm3_metadata_errors_name_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -255,8 +256,8 @@ fn smollm3_metadata_errors_name_the_key() {
     assert!(e.contains("smollm3.attention.scale = 0.1"), "{e}");
     let e = load("smollm3.expert_count", Value::U32(8));
     assert!(e.contains("smollm3.expert_count"), "{e}");
-    let e = load("smollm3.rope.scaling.type", Value::String("yarn".into()));
-    assert!(e.contains("smollm3.rope.scaling.type"), "{e}");
+    let e = load("smollm3.rope.scaling.yarn_beta_fast", Value::F32(8.0));
+    assert!(e.contains("smollm3.rope.scaling.yarn_beta_fast"), "{e}");
 }
 
 /// SmolLM3's chat template (llama.cpp's `models/templates/HuggingFaceTB-SmolLM3-3B.jinja`)
