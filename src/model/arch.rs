@@ -565,7 +565,8 @@ pub struct ArchSpec {
     /// Mixture-of-Experts feed-forward blocks: never, when the file declares experts
     /// (Mixtral is a `llama` file with `expert_count`), or always.
     pub moe: MoeSpec,
-    /// GGUF `rope.scaling.type = yarn` is read. llama.cpp's loader reads it for every
+    /// GGUF `rope.scaling.type = yarn` is read (and a checkpoint's `rope_scaling` of type
+    /// `yarn`, as llama.cpp's converter maps it). llama.cpp's loader reads it for every
     /// architecture (`llama-model.cpp`); Candor for those its YaRN is proven on against
     /// llama.cpp's tiny models: llama and Mixtral, qwen2, qwen3, qwen3moe and smollm3 (the
     /// generic keys only, `tests/it/yarn.rs`), gpt-oss, mistral3, deepseek2 and mistral4. Not
@@ -1317,13 +1318,9 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
                 _ => spec.hf_query_pre_attn_scalar,
             };
             let attn_scale = 1.0 / qpas.unwrap_or(head_dim as f32).sqrt();
+            let (rope_scale, yarn) = hf_rope_scale(spec, f)?;
             (
-                rope_dim,
-                hf_rope_scale(spec, f)?,
-                None,
-                vocab_size,
-                activation,
-                attn_scale,
+                rope_dim, rope_scale, yarn, vocab_size, activation, attn_scale,
             )
         }
     };
@@ -1709,33 +1706,18 @@ fn gguf_rope(
                 },
                 false => read("rope.scaling.yarn_log_multiplier", 0.0)?,
             };
-            let factor = 1.0 / (1.0 / scale);
-            // libllama is built without FMA contraction: each operation rounds.
-            let mscale = |m: f32| {
-                if factor <= 1.0 {
-                    1.0
-                } else {
-                    0.1 * m * factor.ln() + 1.0
-                }
-            };
             // llama.cpp's context special-cases deepseek2 (not mistral4): its `mscale` is the
             // log multiplier too, unless that is 1.
             let first = match spec.arch == Arch::Deepseek2 && log_mul != 1.0 {
                 true => log_mul,
                 false => 1.0,
             };
-            let mut attn_factor = if log_mul != 0.0 {
-                mscale(first) / mscale(log_mul)
-            } else {
-                mscale(1.0)
-            };
-            attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
             let yarn = Yarn {
                 orig_ctx,
                 beta_fast: read("rope.scaling.yarn_beta_fast", YARN_BETA_FAST)?,
                 beta_slow: read("rope.scaling.yarn_beta_slow", YARN_BETA_SLOW)?,
                 ext_factor: 1.0,
-                attn_factor,
+                attn_factor: yarn_attn_factor(scale, first, log_mul),
                 log_mul,
             };
             Ok((rope_dim, scale, Some(yarn)))
@@ -1813,6 +1795,28 @@ fn mla_attn_scale(m: &Mla, rope_dim: usize, rope_scale: f32, yarn: Option<&Yarn>
     mscale * mscale / ((m.nope + rope_dim) as f32).sqrt()
 }
 
+/// YaRN's attention factor as `llama-context.cpp` derives it from the factor `scale`: the
+/// `mscale` of `first` (1, or deepseek2's log multiplier) over that of the log multiplier
+/// `log_mul` (when not 0), then times `1 / (1 + 0.1 ln factor)`, which cancels the scale ggml's
+/// rope multiplies by.
+fn yarn_attn_factor(scale: f32, first: f32, log_mul: f32) -> f32 {
+    let factor = 1.0 / (1.0 / scale);
+    // libllama is built without FMA contraction: each operation rounds.
+    let mscale = |m: f32| {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * m * factor.ln() + 1.0
+        }
+    };
+    let attn_factor = if log_mul != 0.0 {
+        mscale(first) / mscale(log_mul)
+    } else {
+        mscale(1.0)
+    };
+    attn_factor * (1.0 / (1.0 + 0.1 * factor.ln()))
+}
+
 /// llama.cpp's YaRN betas (`llama-hparams.h`): a file's `rope.scaling.yarn_beta_*` where the
 /// loader reads them (`ArchSpec::yarn_keys`), else the only values those keys may carry.
 const YARN_BETA_FAST: f32 = 32.0;
@@ -1859,29 +1863,77 @@ fn gguf_attn_temp(spec: &ArchSpec, f: &Fields) -> Result<Option<AttnTemp>> {
     Ok(Some(AttnTemp { scale, floor_scale }))
 }
 
-/// `config.json` `rope_scaling`: `default`, `linear` (its factor), or `llama3` where the
-/// architecture implements it (frequency factors, see [`llama3_rope_factors`]).
-fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<f32> {
+/// `config.json` `rope_scaling`: `default`, `linear` (its factor), `llama3` where the
+/// architecture implements it (frequency factors, see [`llama3_rope_factors`]), or `yarn`
+/// where it reads YaRN ([`ArchSpec::yarn`]), as llama.cpp's converter writes it and its
+/// generic loader reads it: the factor and `original_max_position_embeddings` (in
+/// `rope_scaling`, else beside it); betas only at llama.cpp's defaults, and no
+/// `extrapolation_factor` or `attention_factor`, which the converter writes but those loaders
+/// never read. Returns the RoPE scale and the YaRN parameters.
+fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<(f32, Option<Yarn>)> {
     let Some(rs) = f.json("rope_scaling") else {
-        return Ok(1.0);
+        return Ok((1.0, None));
     };
     let ty = rs
         .get("rope_type")
         .or_else(|| rs.get("type"))
         .and_then(Json::as_str)
         .unwrap_or("default");
+    let factor = rs.get("factor").and_then(Json::as_f64);
     match ty {
-        "default" => Ok(1.0),
-        "llama3" if spec.llama3_rope => Ok(1.0),
-        "longrope" | "su" if spec.long_rope => Ok(1.0),
-        "linear" => Ok(rs.get("factor").and_then(Json::as_f64).unwrap_or(1.0) as f32),
+        "default" => Ok((1.0, None)),
+        "llama3" if spec.llama3_rope => Ok((1.0, None)),
+        "longrope" | "su" if spec.long_rope => Ok((1.0, None)),
+        "linear" => Ok((factor.unwrap_or(1.0) as f32, None)),
+        "yarn" if spec.yarn => {
+            let bad = |k: &str, msg: String| f.err_key(&format!("rope_scaling.{k}"), msg);
+            let scale = factor.ok_or_else(|| bad("factor", "missing".into()))? as f32;
+            let orig = rs
+                .get("original_max_position_embeddings")
+                .or_else(|| f.json("original_max_position_embeddings"))
+                .and_then(Json::as_u64)
+                .ok_or_else(|| bad("original_max_position_embeddings", "missing".into()))?;
+            for (k, default) in [("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)] {
+                if let Some(v) = rs
+                    .get(k)
+                    .and_then(Json::as_f64)
+                    .filter(|&v| v as f32 != default)
+                {
+                    return Err(bad(
+                        k,
+                        format!(
+                            "{v}: llama.cpp's {} loader reads only {default}",
+                            spec.gguf_name
+                        ),
+                    ));
+                }
+            }
+            for k in ["extrapolation_factor", "attention_factor", "attn_factor"] {
+                if rs.get(k).is_some() {
+                    return Err(bad(
+                        k,
+                        format!("not read by llama.cpp's {} loader", spec.gguf_name),
+                    ));
+                }
+            }
+            let yarn = Yarn {
+                orig_ctx: orig as usize,
+                beta_fast: YARN_BETA_FAST,
+                beta_slow: YARN_BETA_SLOW,
+                ext_factor: 1.0,
+                attn_factor: yarn_attn_factor(scale, 1.0, 0.0),
+                log_mul: 0.0,
+            };
+            Ok((scale, Some(yarn)))
+        }
         other => Err(f.err_key(
             "rope_scaling",
             format!(
-                "type `{other}` is not supported for {} (supported: default, linear{}{})",
+                "type `{other}` is not supported for {} (supported: default, linear{}{}{})",
                 spec.arch.gguf_name(),
                 if spec.llama3_rope { ", llama3" } else { "" },
-                if spec.long_rope { ", longrope" } else { "" }
+                if spec.long_rope { ", longrope" } else { "" },
+                if spec.yarn { ", yarn" } else { "" }
             ),
         )),
     }

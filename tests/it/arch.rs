@@ -421,6 +421,28 @@ fn converted_metadata(arch: &str, hf: &serde_json::Value) -> Vec<(String, Value)
         "phi3" => md.push((format!("{arch}.attention.sliding_window"), Value::U32(0))),
         _ => {}
     }
+    // YaRN as conversion/base.py writes it: type, factor, original context.
+    let rs = &hf["rope_scaling"];
+    if rs["rope_type"] == "yarn" {
+        md.extend([
+            (
+                format!("{arch}.rope.scaling.type"),
+                Value::String("yarn".into()),
+            ),
+            (
+                format!("{arch}.rope.scaling.factor"),
+                Value::F32(rs["factor"].as_f64().expect("factor") as f32),
+            ),
+            (
+                format!("{arch}.rope.scaling.original_context_length"),
+                Value::U32(
+                    rs["original_max_position_embeddings"]
+                        .as_u64()
+                        .expect("orig") as u32,
+                ),
+            ),
+        ]);
+    }
     md
 }
 
@@ -467,6 +489,91 @@ fn gguf_and_checkpoint_configs_agree_field_by_field() {
             "{arch}: GGUF (left) and config.json (right) differ"
         );
     }
+}
+
+/// A `config.json`'s YaRN (`rope_scaling` of type `yarn`, as Qwen's model cards tell users to
+/// add for long contexts) resolves to the configuration of the GGUF llama.cpp's converter makes
+/// of it, for every architecture whose checkpoints and YaRN Candor reads (llama, qwen2, qwen3:
+/// `tests/it/yarn.rs` holds their YaRN to llama.cpp's); a checkpoint's model loads with it and
+/// its logits move; betas other than llama.cpp's defaults, a factor llama.cpp's loader would not
+/// read, and YaRN on an architecture without it are refused, naming the key.
+#[test]
+fn a_checkpoints_yarn_is_the_converted_gguf_s() {
+    use candor::model::arch::ModelConfig;
+    let yarn = serde_json::json!({
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["llama", "qwen2", "qwen3"] {
+        let cfg_path = fixture(arch).join("config.json");
+        let mut hf: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        hf["rope_scaling"] = yarn.clone();
+        let from_hf =
+            ModelConfig::from_hf_config(&cfg_path, &hf).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert!(from_hf.yarn.is_some(), "{arch}: YaRN read");
+        let vocab = hf["vocab_size"].as_u64().unwrap() as usize;
+        let dim = hf["hidden_size"].as_u64().unwrap() as usize;
+        let embd = candle_core::Tensor::zeros((vocab, dim), candle_core::DType::F32, &Device::Cpu)
+            .unwrap();
+        let embd = candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap();
+        let path = dir.path().join(format!("{arch}.gguf"));
+        crate::util::write_gguf(
+            &path,
+            &converted_metadata(arch, &hf),
+            &[("token_embd.weight".into(), embd)],
+        );
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+        let mut from_gguf =
+            ModelConfig::from_gguf(&content).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        from_gguf.rope_neox = from_hf.rope_neox;
+        assert_eq!(
+            from_gguf, from_hf,
+            "{arch}: GGUF (left) and config.json (right) differ"
+        );
+
+        let ck = tempfile::tempdir().unwrap();
+        let with = edited_checkpoint(ck.path(), arch, |c| c["rope_scaling"] = yarn.clone(), &[]);
+        let mut c = Checkpoint::open(&with).unwrap();
+        let model = Transformer::from_checkpoint(&mut c, WeightDType::F32)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let prompt: Vec<u32> = (0..24).map(|i| (i * 7 + 3) % 64).collect();
+        let logits =
+            |m: &Transformer| crate::arch::packed_logits(m, std::slice::from_ref(&prompt), 1, 24);
+        assert_ne!(
+            logits(&model),
+            logits(&load_checkpoint(arch)),
+            "{arch}: YaRN changes no logit"
+        );
+    }
+    let refused = |arch: &str, rs: serde_json::Value| -> String {
+        let ck = tempfile::tempdir().unwrap();
+        let with = edited_checkpoint(ck.path(), arch, |c| c["rope_scaling"] = rs, &[]);
+        match Checkpoint::open(&with) {
+            Err(e) => e.to_string(),
+            Ok(mut c) => match Transformer::from_checkpoint(&mut c, WeightDType::F32) {
+                Ok(_) => panic!("{arch}: loaded"),
+                Err(e) => e.to_string(),
+            },
+        }
+    };
+    let mut beta = yarn.clone();
+    beta["beta_fast"] = 8.0.into();
+    let e = refused("qwen3", beta);
+    assert!(
+        e.contains("rope_scaling.beta_fast") && e.contains('8'),
+        "{e}"
+    );
+    let mut attn = yarn.clone();
+    attn["attention_factor"] = 1.2.into();
+    let e = refused("qwen2", attn);
+    assert!(e.contains("rope_scaling.attention_factor"), "{e}");
+    let e = refused("gemma2", yarn.clone());
+    assert!(
+        e.contains("rope_scaling") && e.contains("`yarn` is not supported"),
+        "{e}"
+    );
 }
 
 /// A copy of a fixture checkpoint with its `config.json` edited by `edit` and `extra` tensors
