@@ -112,8 +112,9 @@ pub fn residency(file: &GgufFile, dtype: WeightDType, experts: &ExpertPanels) ->
             r.resident += elems * 4;
             continue;
         }
-        let (stored, bytes) = file.mapped_stored(&name, &shape)?;
-        let len = bytes.bytes().len() as u64;
+        // Its size only: looking is not using (the loader refuses tensors it never reads).
+        let (stored, len) = file.stored_size(&name)?;
+        let len = len as u64;
         let quantized = !matches!(
             stored,
             crate::weights::stored::StoredType::Ggml(

@@ -383,16 +383,7 @@ impl GgufFile {
     /// file's memory map, after checking its shape (outermost dimension first) and that its
     /// whole blocks lie inside the file.
     pub fn mapped_stored(&self, name: &str, shape: &[usize]) -> Result<(StoredType, MappedBytes)> {
-        let (stored, dims, offset) =
-            match (self.content.tensor_infos.get(name), self.other.get(name)) {
-                (Some(info), _) => (
-                    StoredType::Ggml(info.ggml_dtype),
-                    info.shape.dims(),
-                    info.offset,
-                ),
-                (None, Some(t)) => (t.stored, &t.shape[..], t.offset),
-                (None, None) => return Err(WeightsError::MissingTensor(name.into())),
-            };
+        let (stored, dims, offset) = self.entry(name)?;
         (self.read.lock().unwrap_or_else(|e| e.into_inner())).insert(name.to_string());
         if dims != shape {
             return Err(WeightsError::TensorShape {
@@ -426,6 +417,28 @@ impl GgufFile {
                 )
             })?;
         Ok((stored, bytes))
+    }
+
+    /// A tensor's stored type, shape (outermost dimension first) and data offset within its
+    /// file's data section.
+    fn entry(&self, name: &str) -> Result<(StoredType, &[usize], u64)> {
+        match (self.content.tensor_infos.get(name), self.other.get(name)) {
+            (Some(info), _) => Ok((
+                StoredType::Ggml(info.ggml_dtype),
+                info.shape.dims(),
+                info.offset,
+            )),
+            (None, Some(t)) => Ok((t.stored, &t.shape[..], t.offset)),
+            (None, None) => Err(WeightsError::MissingTensor(name.into())),
+        }
+    }
+
+    /// A tensor's stored type and the bytes its data takes, without reading it: a look that
+    /// does not count as the model using the tensor ([`GgufFile::unread_tensors`]).
+    pub fn stored_size(&self, name: &str) -> Result<(StoredType, usize)> {
+        let (stored, dims, _) = self.entry(name)?;
+        let elems: usize = dims.iter().product();
+        Ok((stored, elems / stored.block_size() * stored.type_size()))
     }
 
     /// Reads a tensor (a copy of its bytes) and checks its shape (outermost dimension first,

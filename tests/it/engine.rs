@@ -75,6 +75,8 @@ mod tiny {
         pub omit: Option<&'static str>,
         /// Also write this tensor (eight f32 values), which no architecture uses.
         pub extra: Option<&'static str>,
+        /// Also write this matrix (8 × 32, Q8_0), which no architecture uses.
+        pub extra_matrix: Option<&'static str>,
         /// Also write `<arch>.rope.scaling.attn_factor` with this value.
         pub attn_factor: Option<f32>,
         pub seed: u64,
@@ -89,6 +91,7 @@ mod tiny {
                 matrix_dtype: GgmlDType::Q4_1,
                 omit: None,
                 extra: None,
+                extra_matrix: None,
                 attn_factor: None,
                 seed: 1,
             }
@@ -175,6 +178,9 @@ mod tiny {
         if let Some(name) = spec.extra {
             tensors.push((name.into(), q(ones(8), &[8], GgmlDType::F32)));
         }
+        if let Some(name) = spec.extra_matrix {
+            tensors.push((name.into(), q(ones(8 * 32), &[8, 32], GgmlDType::Q8_0)));
+        }
         tensors.retain(|(n, _)| Some(n.as_str()) != spec.omit);
         let path = dir.join(name);
         crate::util::write_gguf(&path, &md, &tensors);
@@ -230,8 +236,10 @@ fn tiny_model_tied_and_untied_embeddings() {
     assert_ne!(a, b);
 }
 
-/// A tensor the architecture does not use (Phi-3-128k's long-context RoPE factors) is refused
-/// with one line naming it and the file, never ignored.
+/// A tensor the architecture does not use (Phi-3-128k's long-context RoPE factors; a quantized
+/// matrix, such as a shared expert on a file whose architecture has none) is refused with one
+/// line naming it and the file, never ignored: sizing the weights for the memory check at load
+/// looks at every tensor without counting it as used.
 #[test]
 fn tiny_model_with_a_tensor_it_does_not_use_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -250,6 +258,22 @@ fn tiny_model_with_a_tensor_it_does_not_use_is_refused() {
     assert!(err.contains("rope_factors_long.weight"), "{err}");
     assert!(err.contains("extra.gguf"), "{err}");
     assert!(!err.contains('\n'), "{err}");
+    let matrix = tiny::write(
+        dir.path(),
+        "matrix.gguf",
+        &tiny::Spec {
+            extra_matrix: Some("blk.0.ffn_gate_shexp.weight"),
+            ..tiny::Spec::default()
+        },
+    );
+    let err = Transformer::from_gguf_path(&matrix, WeightDType::Native)
+        .err()
+        .expect("a matrix the pass never reads is refused")
+        .to_string();
+    assert!(
+        err.contains("blk.0.ffn_gate_shexp.weight") && err.contains("matrix.gguf"),
+        "{err}"
+    );
     // The same model without it loads, and so does a neutral attention factor.
     let plain = tiny::write(dir.path(), "plain.gguf", &tiny::Spec::default());
     Transformer::from_gguf_path(&plain, WeightDType::Native).expect("plain");
