@@ -162,7 +162,7 @@ pub fn weights_sha256(path: &Path) -> Result<String> {
         }
         // The files the model is read from, as its metadata says.
         let file = super::gguf::GgufFile::open(path)?;
-        return files_sha256(file.paths());
+        return files_sha256(&file.paths().map(Path::to_path_buf).collect::<Vec<_>>());
     }
     let mut names: Vec<String> = std::fs::read_dir(path)
         .map_err(|e| WeightsError::io(path, e))?
@@ -175,18 +175,11 @@ pub fn weights_sha256(path: &Path) -> Result<String> {
         })
         .collect();
     names.sort();
-    files_sha256(
-        names
-            .iter()
-            .map(|n| path.join(n))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(|p| p.as_path()),
-    )
+    files_sha256(&names.iter().map(|n| path.join(n)).collect::<Vec<_>>())
 }
 
 /// The sha256 of the lines `<sha256>  <file name>` of `files`, in their order.
-fn files_sha256<'a>(files: impl Iterator<Item = &'a Path>) -> Result<String> {
+fn files_sha256(files: &[PathBuf]) -> Result<String> {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     for p in files {

@@ -8,7 +8,7 @@
 //! [`super::gguf::GgufFile::open`]. This module only names files: from a first split's name to
 //! its siblings', and from a list of names to one name per model.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Metadata keys of a split set, as llama.cpp names them.
@@ -74,14 +74,13 @@ pub fn set_paths(first: &Path) -> Vec<PathBuf> {
 /// sorted: the models a folder or a Hub repository holds. A set with some splits missing is
 /// still one model; loading it names the missing file.
 pub fn models(names: &[String]) -> Vec<String> {
-    let mut out: BTreeMap<String, ()> = BTreeMap::new();
-    for n in names {
-        match SplitName::parse(n) {
-            Some(s) if s.count > 1 => out.insert(s.sibling(1), ()),
-            _ => out.insert(n.clone(), ()),
-        };
-    }
-    out.into_keys().collect()
+    let out: BTreeSet<String> = (names.iter())
+        .map(|n| match SplitName::parse(n) {
+            Some(s) if s.count > 1 => s.sibling(1),
+            _ => n.clone(),
+        })
+        .collect();
+    out.into_iter().collect()
 }
 
 #[cfg(test)]
