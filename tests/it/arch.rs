@@ -446,6 +446,29 @@ fn converted_metadata(arch: &str, hf: &serde_json::Value) -> Vec<(String, Value)
     md
 }
 
+/// The configuration read back from a GGUF (written in `dir`) of the metadata the converter
+/// makes of `hf` ([`converted_metadata`]) and an embedding of its shape.
+fn converted_config(
+    dir: &Path,
+    arch: &str,
+    hf: &serde_json::Value,
+) -> candor::model::arch::ModelConfig {
+    let vocab = hf["vocab_size"].as_u64().unwrap() as usize;
+    let dim = hf["hidden_size"].as_u64().unwrap() as usize;
+    let embd =
+        candle_core::Tensor::zeros((vocab, dim), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let embd = candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap();
+    let path = dir.join(format!("{arch}.gguf"));
+    crate::util::write_gguf(
+        &path,
+        &converted_metadata(arch, hf),
+        &[("token_embd.weight".into(), embd)],
+    );
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    candor::model::arch::ModelConfig::from_gguf(&content).unwrap_or_else(|e| panic!("{arch}: {e}"))
+}
+
 /// Each architecture's tiny model, read from its `config.json` and from the GGUF metadata the
 /// converter makes of it, resolves to the same configuration field by field, except the two
 /// fields that differ by format by design: the RoPE layout of Llama/Mistral (the converter
@@ -460,21 +483,7 @@ fn gguf_and_checkpoint_configs_agree_field_by_field() {
             serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
         let from_hf =
             ModelConfig::from_hf_config(&cfg_path, &hf).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        let vocab = hf["vocab_size"].as_u64().unwrap() as usize;
-        let dim = hf["hidden_size"].as_u64().unwrap() as usize;
-        let embd = candle_core::Tensor::zeros((vocab, dim), candle_core::DType::F32, &Device::Cpu)
-            .unwrap();
-        let embd = candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap();
-        let path = dir.path().join(format!("{arch}.gguf"));
-        crate::util::write_gguf(
-            &path,
-            &converted_metadata(arch, &hf),
-            &[("token_embd.weight".into(), embd)],
-        );
-        let mut file = std::fs::File::open(&path).unwrap();
-        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-        let mut from_gguf =
-            ModelConfig::from_gguf(&content).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let mut from_gguf = converted_config(dir.path(), arch, &hf);
         let adjacent = matches!(*arch, "llama" | "mistral");
         assert_eq!(from_gguf.rope_neox, !adjacent, "{arch}");
         assert!(from_hf.rope_neox, "{arch}");
@@ -512,21 +521,7 @@ fn a_checkpoints_yarn_is_the_converted_gguf_s() {
         let from_hf =
             ModelConfig::from_hf_config(&cfg_path, &hf).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert!(from_hf.yarn.is_some(), "{arch}: YaRN read");
-        let vocab = hf["vocab_size"].as_u64().unwrap() as usize;
-        let dim = hf["hidden_size"].as_u64().unwrap() as usize;
-        let embd = candle_core::Tensor::zeros((vocab, dim), candle_core::DType::F32, &Device::Cpu)
-            .unwrap();
-        let embd = candle_core::quantized::QTensor::quantize(&embd, GgmlDType::F32).unwrap();
-        let path = dir.path().join(format!("{arch}.gguf"));
-        crate::util::write_gguf(
-            &path,
-            &converted_metadata(arch, &hf),
-            &[("token_embd.weight".into(), embd)],
-        );
-        let mut file = std::fs::File::open(&path).unwrap();
-        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-        let mut from_gguf =
-            ModelConfig::from_gguf(&content).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let mut from_gguf = converted_config(dir.path(), arch, &hf);
         from_gguf.rope_neox = from_hf.rope_neox;
         assert_eq!(
             from_gguf, from_hf,

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use crate::util::{self, write_gguf_split, RawTensor};
+use crate::util::{self, write_gguf_split};
 
 /// A Hub of one repository, `org/<repo>`, with these files; the paths it was asked for
 /// (file requests only, once per file and kind) are in `asked`.
@@ -98,9 +98,14 @@ impl FakeHub {
     }
 }
 
-/// `candor generate` of one chat prompt with `model` against `hub`, its Hub cache in `home`:
-/// the reply's token ids, or stderr.
-fn generate(hub: &FakeHub, home: &Path, model: &str) -> Result<serde_json::Value, String> {
+/// `candor generate` of one chat prompt with `model`, its Hub cache in `home/hf`: against the
+/// Hub at `endpoint`, or with `HF_HUB_OFFLINE=1` from the cache alone (`None`). The reply's
+/// token ids, or stderr.
+pub(crate) fn generate(
+    home: &Path,
+    model: &str,
+    endpoint: Option<&str>,
+) -> Result<serde_json::Value, String> {
     let prompts = home.join("prompts.jsonl");
     std::fs::write(
         &prompts,
@@ -108,18 +113,19 @@ fn generate(hub: &FakeHub, home: &Path, model: &str) -> Result<serde_json::Value
     )
     .expect("prompts");
     let out = home.join("replies.jsonl");
-    let run = Command::new(env!("CARGO_BIN_EXE_candor"))
-        .args(["generate", "--max-new-tokens", "12", "--model", model])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_candor"));
+    cmd.args(["generate", "--max-new-tokens", "12", "--model", model])
         .arg("--prompts")
         .arg(&prompts)
         .arg("--out")
         .arg(&out)
         .env("HF_HOME", home.join("hf"))
-        .env("HF_ENDPOINT", &hub.endpoint)
-        .env_remove("HF_HUB_OFFLINE")
-        .env_remove("HF_TOKEN")
-        .output()
-        .expect("candor generate");
+        .env_remove("HF_TOKEN");
+    match endpoint {
+        Some(e) => cmd.env("HF_ENDPOINT", e).env_remove("HF_HUB_OFFLINE"),
+        None => cmd.env("HF_HUB_OFFLINE", "1"),
+    };
+    let run = cmd.output().expect("candor generate");
     if !run.status.success() {
         return Err(String::from_utf8_lossy(&run.stderr).into_owned());
     }
@@ -137,14 +143,7 @@ fn a_split_model_picked_by_its_quantization_downloads_every_split() {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut f = std::fs::File::open(&whole).expect("open");
-    let content = candle_core::quantized::gguf_file::Content::read(&mut f).expect("header");
-    let mut md: Vec<_> = content.metadata.clone().into_iter().collect();
-    md.sort_by(|a, b| a.0.cmp(&b.0));
-    let tensors: Vec<RawTensor> = util::gguf_tensors(&content, &mut f)
-        .iter()
-        .map(|(n, t)| RawTensor::from_q(n, t))
-        .collect();
+    let (md, tensors) = crate::split::parts_of(&whole);
     let splits = dir.path().join("splits");
     std::fs::create_dir_all(&splits).expect("dir");
     let written = write_gguf_split(&splits, "smol-Q4_1", &md, &tensors, 3, false, |_, _| {});
@@ -159,10 +158,13 @@ fn a_split_model_picked_by_its_quantization_downloads_every_split() {
 
     let home = dir.path().join("whole");
     std::fs::create_dir_all(&home).expect("home");
-    let want = generate(&hub, &home, whole.to_str().expect("utf-8")).expect("the whole file");
+    let want = generate(&home, whole.to_str().expect("utf-8"), None).expect("the whole file");
     let home = dir.path().join("hub");
     std::fs::create_dir_all(&home).expect("home");
-    assert_eq!(generate(&hub, &home, "org/smol:q4_1"), Ok(want));
+    assert_eq!(
+        generate(&home, "org/smol:q4_1", Some(&hub.endpoint)),
+        Ok(want)
+    );
     let fetched: Vec<String> = (hub.asked().into_iter())
         .filter_map(|a| a.strip_prefix("get ").map(str::to_string))
         .collect();
@@ -172,7 +174,7 @@ fn a_split_model_picked_by_its_quantization_downloads_every_split() {
             .map(|i| format!("Q4_1/smol-Q4_1-0000{i}-of-00003.gguf"))
             .collect::<Vec<_>>()
     );
-    let e = generate(&hub, &home, "org/smol").expect_err("two models");
+    let e = generate(&home, "org/smol", Some(&hub.endpoint)).expect_err("two models");
     assert!(
         e.contains("2 .gguf models") && e.contains("smol-Q8_0.gguf") && !e.contains("mmproj"),
         "{e}"
@@ -194,7 +196,7 @@ fn a_checkpoint_candor_cannot_load_is_refused_before_its_weights_download() {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     let hub = FakeHub::serve("ck", files);
-    let e = generate(&hub, dir.path(), "org/ck").expect_err("refused");
+    let e = generate(dir.path(), "org/ck", Some(&hub.endpoint)).expect_err("refused");
     let asked = hub.asked();
     assert!(
         e.contains("gpt_oss") && e.contains("before downloading the weights"),

@@ -19,10 +19,10 @@ use crate::quant::{tiny_fixture, TQ_VOCAB};
 use crate::util::{self, write_gguf_split, RawTensor};
 
 /// A GGUF file's metadata, as written.
-type Metadata = Vec<(String, Value)>;
+pub(crate) type Metadata = Vec<(String, Value)>;
 
 /// A GGUF file's metadata, sorted by key, and its tensors in name order.
-fn parts_of(path: &Path) -> (Metadata, Vec<RawTensor>) {
+pub(crate) fn parts_of(path: &Path) -> (Metadata, Vec<RawTensor>) {
     let mut f = std::fs::File::open(path).expect("open");
     let content = Content::read(&mut f).expect("header");
     let mut md: Metadata = content.metadata.clone().into_iter().collect();
@@ -281,7 +281,6 @@ fn malformed_split_sets_are_refused_naming_the_file() {
 /// the cache, the run fails naming it.
 #[test]
 fn a_split_model_in_the_hub_cache_loads_offline() {
-    use std::process::Command;
     let Some(whole) = util::default_model() else {
         return;
     };
@@ -304,43 +303,15 @@ fn a_split_model_in_the_hub_cache_loads_offline() {
     for other in ["smol-Q8_0.gguf", "mmproj-smol-F16.gguf"] {
         std::fs::write(snapshot.join(other), b"not loaded").expect("other");
     }
-    let prompts = dir.path().join("prompts.jsonl");
-    std::fs::write(
-        &prompts,
-        r#"{"id": "a", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#,
-    )
-    .expect("prompts");
-    let generate = |model: &str, out: &str| {
-        let out = dir.path().join(out);
-        let run = Command::new(env!("CARGO_BIN_EXE_candor"))
-            .args(["generate", "--max-new-tokens", "12", "--model", model])
-            .arg("--prompts")
-            .arg(&prompts)
-            .arg("--out")
-            .arg(&out)
-            .env("HF_HOME", dir.path().join("hf"))
-            .env("HF_HUB_OFFLINE", "1")
-            .output()
-            .expect("candor generate");
-        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
-        let ids = run.status.success().then(|| {
-            let line = std::fs::read_to_string(&out).expect("replies");
-            let v: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
-            v["output_ids"].clone()
-        });
-        (ids, stderr)
-    };
-    let (want, e) = generate(whole.to_str().expect("utf-8"), "whole.jsonl");
-    let want = want.unwrap_or_else(|| panic!("the whole file: {e}"));
+    let generate = |model: &str| crate::hub::generate(dir.path(), model, None);
+    let want = generate(whole.to_str().expect("utf-8")).expect("the whole file");
     for model in [
         "org/smol:q4_1",
         "org/smol:Q4_1/smol-Q4_1-00001-of-00003.gguf",
     ] {
-        let (got, e) = generate(model, "split.jsonl");
-        assert_eq!(got.as_ref(), Some(&want), "{model}: {e}");
+        assert_eq!(generate(model).as_ref(), Ok(&want), "{model}");
     }
-    let (got, e) = generate("org/smol", "which.jsonl");
-    assert!(got.is_none(), "loaded one of two models");
+    let e = generate("org/smol").expect_err("loaded one of two models");
     assert!(
         e.contains("2 .gguf models")
             && e.contains("Q4_1/smol-Q4_1-00001-of-00003.gguf, smol-Q8_0.gguf")
@@ -348,8 +319,7 @@ fn a_split_model_in_the_hub_cache_loads_offline() {
         "{e}"
     );
     std::fs::remove_file(snapshot.join("Q4_1/smol-Q4_1-00003-of-00003.gguf")).expect("remove");
-    let (got, e) = generate("org/smol:Q4_1", "missing.jsonl");
-    assert!(got.is_none(), "loaded with a split missing");
+    let e = generate("org/smol:Q4_1").expect_err("loaded with a split missing");
     assert!(
         e.contains("Q4_1/smol-Q4_1-00003-of-00003.gguf") && e.contains("not in the Hub cache"),
         "{e}"
