@@ -550,7 +550,8 @@ fn pick_model(files: &[String], pick: Option<&HubPick>) -> std::result::Result<S
             models.join(", ")
         )),
         n => Err(format!(
-            "the repository holds {n} .gguf models{what} ({}); name one as org/repo:file.gguf",
+            "the repository holds {n} .gguf models{what} ({}); name one as org/repo:file.gguf \
+             (or its quantization, org/repo:Q4_K_M)",
             chosen.join(", ")
         )),
     }
