@@ -4,9 +4,9 @@
 //! `OUT.shards/I`; then `candor merge` joins them into `OUT`. The split is the shards' fixed
 //! rule (the items at positions I, I+N, … after --subset and --limit) and the merge replays
 //! the run from the replicas' logs, so `OUT` holds the bytes a one-device run writes: samples,
-//! results, report and the manifest's identity (tests/it/report.rs checks it on `cpu,cpu,cpu`).
-//! What each device did (items, tokens, seconds) goes to `OUT/devices.json` and stderr, not
-//! into the results. Run the same command again to resume: each replica resumes its
+//! results, the manifest's identity, and the reports but for their run notes (tests/it/report.rs
+//! checks it on `cpu,cpu,cpu`). What each device did (items, tokens, seconds) goes to
+//! `OUT/devices.json`, stderr and the reports' run notes, not into the results. Run the same command again to resume: each replica resumes its
 //! directory, and the merge finishes.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::model::device::DeviceSpec;
+use crate::store::devices::{self, DeviceShare};
 use crate::store::shard::ShardDir;
 
 use super::run::{Protocol, RunArgs};
@@ -231,8 +232,9 @@ pub fn run(args: &RunArgs, devices: &[DeviceSpec]) -> anyhow::Result<()> {
         .iter()
         .map(|r| ShardDir::open(&r.dir))
         .collect::<Result<Vec<_>, _>>()?;
-    super::merge::merge(&opened, &args.out)?;
-    write_devices(&args.out, &replicas, &opened)
+    // Before the merge, whose reports show it as their run notes.
+    write_devices(&args.out, &replicas, &opened)?;
+    super::merge::merge(&opened, &args.out)
 }
 
 /// A replica ends when this process does (killed, or its terminal closed): it is stopped
@@ -292,7 +294,7 @@ fn wait_all(replicas: &mut [Replica]) -> anyhow::Result<()> {
 /// `OUT/devices.json`: per replica its device, items, steps, tokens generated, seconds and
 /// tokens per second (also printed).
 fn write_devices(out: &Path, replicas: &[Replica], shards: &[ShardDir]) -> anyhow::Result<()> {
-    let mut rows = Vec::new();
+    let mut shares = Vec::new();
     for (i, (r, shard)) in replicas.iter().zip(shards).enumerate() {
         let items: std::collections::BTreeSet<&str> =
             shard.samples.iter().map(|s| s.item.as_str()).collect();
@@ -302,29 +304,16 @@ fn write_devices(out: &Path, replicas: &[Replica], shards: &[ShardDir]) -> anyho
             .filter_map(|s| s.output.as_ref())
             .map(|o| o.output_tokens)
             .sum();
-        let rate = tokens as f64 / r.seconds.max(1e-9);
-        eprintln!(
-            "candor: replica {i} on {}: {} items, {} steps, {tokens} tokens generated in {:.1} s \
-             ({rate:.1} tok/s)",
-            r.device,
-            items.len(),
-            shard.samples.len(),
-            r.seconds
+        let share = DeviceShare::new(
+            (i, r.device.to_string(), r.threads),
+            (items.len(), shard.samples.len(), tokens),
+            r.seconds,
         );
-        rows.push(serde_json::json!({
-            "replica": i,
-            "device": r.device.to_string(),
-            "threads": r.threads,
-            "items": items.len(),
-            "steps": shard.samples.len(),
-            "tokens_generated": tokens,
-            "seconds": (r.seconds * 1000.0).round() / 1000.0,
-            "tokens_per_second": (rate * 10.0).round() / 10.0,
-        }));
+        eprintln!("candor: {share}");
+        shares.push(share);
     }
-    let path = out.join("devices.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&rows)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    devices::write(out, &shares).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }
 

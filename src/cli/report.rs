@@ -80,6 +80,7 @@ pub fn load_runs(dirs: &[PathBuf]) -> anyhow::Result<Vec<ReportRun>> {
             None
         };
         let mut run = ReportRun::new(results, identity);
+        run.notes = crate::report::run_notes(dir);
         let scores = dir.join(crate::bench::item_scores::FILE);
         if scores.is_file() {
             run.item_scores = Some(crate::bench::item_scores::ItemScores::load(&scores)?);

@@ -258,7 +258,7 @@ mod tests {
                 tables: vec![table.clone()],
             },
         };
-        let md = super::super::markdown::render(&run);
+        let md = super::super::markdown::render(&run, &[]);
         let page = super::super::html::render(&[super::super::html::ReportRun::new(run, None)]);
         let mut csv = Vec::new();
         write_csv(&mut csv, &table).unwrap();

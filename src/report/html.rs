@@ -34,6 +34,9 @@ pub struct ReportRun {
     pub identity: Option<RunIdentity>,
     /// The run's per-item values (`item_scores.json`), for the paired comparisons.
     pub item_scores: Option<ItemScores>,
+    /// What the run's directory says beside its results (how a replicated run's devices
+    /// shared it: `crate::report::run_notes`).
+    pub notes: Vec<String>,
 }
 
 impl ReportRun {
@@ -62,6 +65,7 @@ impl ReportRun {
             results,
             identity,
             item_scores: None,
+            notes: Vec::new(),
         }
     }
 }
@@ -702,6 +706,13 @@ fn manifest_summary(i: usize, run: &ReportRun) -> String {
     } else {
         s.push_str("<p>(no manifest.json beside the results)</p>");
     }
+    if !run.notes.is_empty() {
+        s.push_str("<p>Run notes</p><ul>");
+        for n in &run.notes {
+            let _ = write!(s, "<li>{}</li>", esc(n));
+        }
+        s.push_str("</ul>");
+    }
     if !r.failed.is_empty() {
         let rows: Vec<Vec<Cell>> = r
             .failed
@@ -942,6 +953,17 @@ mod tests {
         assert!(html.contains("n=2 · unscored 1 · failed 0"));
         assert!(html.contains("[55.00, 65.00]"));
         assert_eq!(render(&runs), html, "deterministic");
+        assert!(!html.contains("Run notes"));
+        // A replicated run's notes, escaped, in its run's summary.
+        let mut noted = run("fbbench", "c", 40.0);
+        noted.notes = vec!["replica 1 on cuda:1: 3 items <fast>".into()];
+        let html = render(&[noted]);
+        assert!(
+            html.contains(
+                "<p>Run notes</p><ul><li>replica 1 on cuda:1: 3 items &lt;fast&gt;</li></ul>"
+            ),
+            "{html}"
+        );
     }
 
     #[test]

@@ -12,8 +12,9 @@ use super::RunResults;
 use crate::bench::plan::Actor;
 use crate::bench::table::Cell;
 
-/// Renders the whole report.
-pub fn render(r: &RunResults) -> String {
+/// Renders the whole report; `notes` (how a replicated run's devices shared it) last, under
+/// "Run notes".
+pub fn render(r: &RunResults, notes: &[String]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Candor run: {}\n", r.protocol);
     let _ = writeln!(
@@ -92,6 +93,13 @@ pub fn render(r: &RunResults) -> String {
             &rows,
         );
     }
+    if !notes.is_empty() {
+        let _ = writeln!(out, "## Run notes\n");
+        for n in notes {
+            let _ = writeln!(out, "- {}", format::markdown(n));
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -158,7 +166,7 @@ mod tests {
                 }],
             },
         };
-        let md = render(&r);
+        let md = render(&r, &[]);
         let want = "\
 # Candor run: toy
 
@@ -190,5 +198,12 @@ mod tests {
 
 ";
         assert_eq!(md, want);
+        // Run notes (a replicated run's devices) come last, escaped as cells are.
+        let notes = ["replica 0 on cpu: 2 items | x".to_string()];
+        let with = render(&r, &notes);
+        assert_eq!(
+            with,
+            format!("{want}## Run notes\n\n- replica 0 on cpu: 2 items \\| x\n\n")
+        );
     }
 }

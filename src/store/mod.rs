@@ -24,11 +24,13 @@
 //! - [`progress`]: what the runner tells a progress display.
 //! - [`protocol_run`]: a [`crate::bench::Protocol`] run end to end (manifest, runner, extra files).
 //! - [`shard`]: `--shard I/N` and merging shards into the unsharded run.
+//! - [`devices`]: what each device of a replicated run did (`devices.json`).
 //! - `testkit` (feature `testkit`, tests only): a scripted fake model and a toy protocol.
 
 pub mod chat_settings;
 pub mod data;
 pub mod data_files;
+pub mod devices;
 pub mod error;
 pub mod gen_cache;
 pub mod manifest;

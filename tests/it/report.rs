@@ -559,23 +559,47 @@ fn sharded_runs_merge_to_the_unsharded_bytes() {
 }
 
 /// `--device cpu,cpu,cpu`: three replicas on shares of the items, merged into the bytes of the
-/// one-device run (samples, results, report, the manifest's identity), each device's share in
-/// devices.json; the same command again resumes and changes nothing; a list mixing the CPU and
-/// a GPU, or one with --shard, is refused.
+/// one-device run (samples, results, the manifest's identity, and the reports but for their
+/// run notes), each device's share in devices.json and the reports' run notes; the same
+/// command again resumes and changes nothing else; a list mixing the CPU and a GPU, or one
+/// with --shard, is refused.
 #[test]
 fn device_replicas_write_the_one_device_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = tmp.path().join("whole");
     toy(&whole, "fake:alpha", &[]);
     let rep = tmp.path().join("replicas");
+    let text = |dir: &Path, name: &str| String::from_utf8(read(dir, name)).unwrap();
     for round in 0..2 {
         toy(&rep, "fake:alpha", &["--device", "cpu,cpu,cpu"]);
-        for name in ["samples.jsonl", "results.json", "report.md", "report.html"] {
+        for name in ["samples.jsonl", "results.json"] {
             assert!(
                 read(&whole, name) == read(&rep, name),
                 "round {round}: {name} differs from the one-device run's"
             );
         }
+        // The reports: the one-device run's, and the devices' shares as run notes.
+        let (md, one) = (text(&rep, "report.md"), text(&whole, "report.md"));
+        let (head, notes) = md
+            .split_once("## Run notes\n\n")
+            .expect("run notes in report.md");
+        assert_eq!(head, one, "round {round}: report.md besides its run notes");
+        let lines: Vec<&str> = notes.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), 3, "{notes}");
+        for (i, l) in lines.iter().enumerate() {
+            let want = format!("- replica {i} on cpu (");
+            assert!(l.starts_with(&want) && l.contains(": 3 items, "), "{l}");
+        }
+        let (html, one) = (text(&rep, "report.html"), text(&whole, "report.html"));
+        let at = html
+            .find("<p>Run notes</p>")
+            .expect("run notes in report.html");
+        let end = at + html[at..].find("</ul>").unwrap() + "</ul>".len();
+        assert_eq!(
+            format!("{}{}", &html[..at], &html[end..]),
+            one,
+            "round {round}: report.html besides its run notes"
+        );
         let wm: serde_json::Value = serde_json::from_slice(&read(&whole, "manifest.json")).unwrap();
         let rm: serde_json::Value = serde_json::from_slice(&read(&rep, "manifest.json")).unwrap();
         assert_eq!(wm["identity"], rm["identity"], "round {round}");
@@ -675,12 +699,15 @@ fn device_replicas_resume_after_the_run_is_killed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for name in ["samples.jsonl", "results.json", "report.md"] {
+    for name in ["samples.jsonl", "results.json"] {
         assert!(
             read(&whole, name) == read(&rep, name),
             "{name} differs from the one-device run's"
         );
     }
+    let md = String::from_utf8(read(&rep, "report.md")).unwrap();
+    let (head, _notes) = md.split_once("## Run notes\n\n").expect("run notes");
+    assert_eq!(head.as_bytes(), read(&whole, "report.md"), "report.md");
 }
 
 #[test]
