@@ -8,10 +8,11 @@
 //! Run with `cargo bench --bench kernels` (env `KERNELS_THREADS` overrides the pool size;
 //! `KERNELS_NO_CANDLE=1` skips the candle timings).
 //!
-//! With the `cuda` feature and `KERNELS_GPU=1` it times the GPU's matmul kernels instead
-//! (`candor::model::cuda::time_matmuls`: the copy rate, then the Llama-3-8B shapes in Q4_K,
-//! Q6_K and Q8_0 on the legacy and the integer kernels, one JSON line each; `KERNELS_BATCHES`
-//! lists the row counts, default `1,16,64,512`); `benches/gpu/run.sh` runs it.
+//! With the `cuda` feature and `KERNELS_GPU=1` it times the GPU's kernels instead
+//! (`candor::model::cuda::time_kernels`: the copy rate, then the Llama-3-8B shapes in Q4_K,
+//! Q6_K and Q8_0 on the legacy and the integer kernels, then its attention at 1 and 16 decode
+//! rows, one JSON line each; `KERNELS_BATCHES` lists the matmuls' row counts, default
+//! `1,16,64,512`); `benches/gpu/run.sh` runs it.
 
 /// Chat templates run under a memory budget, which counts through this allocator.
 #[global_allocator]
@@ -121,7 +122,7 @@ fn main() {
             .split(',')
             .map(|b| b.trim().parse().expect("KERNELS_BATCHES: row counts"))
             .collect();
-        match candor::model::cuda::time_matmuls(0, &batches) {
+        match candor::model::cuda::time_kernels(0, &batches) {
             Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
             Err(e) => {
                 eprintln!("GPU kernel timings: {e}");

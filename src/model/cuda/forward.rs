@@ -9,10 +9,11 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use super::devices::open_gpu;
 use super::gemma4::{token_rows, upload_layer_embedding, upload_ple, DevPle, PleBufs, PleRun};
 use super::hybrid::{upload_delta, HybridBufs, SeqArgs};
+use super::inputs::{Region, StepInputs, Values, REGIONS};
 use super::kernels::DevWeight;
 use super::kernels::{
     at_launch, attn_chunks, dev_err, ew, matmul_path, ptr, step_err, sync_each_launch, ActBufs,
-    Gpu, MatmulPath, Result, RopeKvArgs,
+    AttnArgs, Gpu, MatmulPath, Result, RopeKvArgs,
 };
 use super::mla::{upload_latent, LatentRun, MlaBufs};
 use super::pool::{new_pool, KvPool};
@@ -47,18 +48,10 @@ struct Buffers {
     part: Option<CudaSlice<f32>>,
     /// Quantized activations for the integer matmuls.
     act: Option<ActBufs>,
-    /// The step's small inputs and its logits, reused across steps (grown to a power of two
-    /// when a step needs more): no device allocation in a step that fits.
-    positions: Option<CudaSlice<i32>>,
-    table_offsets: Option<CudaSlice<i32>>,
-    tables: Option<CudaSlice<i32>>,
-    row_blocks: Option<CudaSlice<i32>>,
-    row_slots: Option<CudaSlice<i32>>,
-    wanted: Option<CudaSlice<i32>>,
-    rope: Option<CudaSlice<f32>>,
-    rope_swa: Option<CudaSlice<f32>>,
-    /// Each row's attention temperature factor (models with one).
-    temp: Option<CudaSlice<f32>>,
+    /// The step's small inputs (positions, block tables, the wanted rows, RoPE tables, …)
+    /// and its rows, from one pinned buffer; its logits, reused across steps (grown to a
+    /// power of two when a step needs more): no allocation in a step that fits.
+    inputs: StepInputs,
     logits: Option<CudaSlice<f32>>,
     /// Mixture-of-Experts layers: the router's logits (rows × experts), each row's experts
     /// and weights, the grouping (grouped position → row, (row, rank) → grouped position,
@@ -619,28 +612,35 @@ impl CudaModel {
             }),
             None => None,
         };
+        // Every small input and the rows in two copies from one pinned buffer.
+        let mut regions: [&[u8]; REGIONS] = [&[]; REGIONS];
+        for (r, v) in [
+            (Region::Positions, pos.bytes()),
+            (Region::TableOffsets, table_off.bytes()),
+            (Region::Tables, table.bytes()),
+            (Region::RowBlocks, row_block.bytes()),
+            (Region::RowSlots, row_slot.bytes()),
+            (Region::Wanted, wanted.bytes()),
+            (Region::Rope, cs.bytes()),
+            (Region::RopeSwa, cs_swa.bytes()),
+            (Region::Temp, temp.bytes()),
+        ] {
+            regions[r as usize] = v;
+        }
+        let at = b
+            .inputs
+            .upload(g, regions, &x, b.x.as_mut().expect("fit"))?;
+        let addr = |r: Region| at[r as usize];
         let (ppos, ptoff, ptab, prb, prs) = (
-            stage(g, &mut b.positions, "positions", &pos)?,
-            stage(g, &mut b.table_offsets, "table offsets", &table_off)?,
-            stage(g, &mut b.tables, "block tables", &table)?,
-            stage(g, &mut b.row_blocks, "row blocks", &row_block)?,
-            stage(g, &mut b.row_slots, "row slots", &row_slot)?,
+            addr(Region::Positions),
+            addr(Region::TableOffsets),
+            addr(Region::Tables),
+            addr(Region::RowBlocks),
+            addr(Region::RowSlots),
         );
-        let pcs = stage(g, &mut b.rope, "rope", &cs)?;
-        let pcs_swa = if cs_swa.is_empty() {
-            None
-        } else {
-            Some(stage(g, &mut b.rope_swa, "rope", &cs_swa)?)
-        };
-        let ptemp = if temp.is_empty() {
-            None
-        } else {
-            Some(stage(g, &mut b.temp, "attention temperatures", &temp)?)
-        };
-        let bx = b.x.as_mut().expect("fit");
-        g.stream
-            .memcpy_htod(&x, bx)
-            .map_err(|e| dev_err("uploading rows", e))?;
+        let pcs = addr(Region::Rope);
+        let pcs_swa = (!cs_swa.is_empty()).then(|| addr(Region::RopeSwa));
+        let ptemp = (!temp.is_empty()).then(|| addr(Region::Temp));
         if let (Some(e), Some(pb)) = (&model.ple, b.ple.as_mut()) {
             g.stream
                 .memcpy_htod(&token_rows(e, &tokens), &mut pb.tokens)
@@ -693,7 +693,7 @@ impl CudaModel {
             0
         } else {
             grow(g, &mut b.logits, "logits", m * vocab)?;
-            stage(g, &mut b.wanted, "wanted rows", &wanted)?
+            addr(Region::Wanted)
         };
         let plogits = b.logits.as_ref().map_or(0, |o| ptr(o, s));
         let act = b.act.as_ref().expect("fit");
@@ -1156,39 +1156,20 @@ impl Run<'_> {
                 p.block_len,
             ),
             (Kernel::AttnPartial { gqa, wide }, Step::Attention { window, .. }) => {
-                self.attn_partial(gqa, wide, window, (l, l), rows)
+                g.attn_partial(&self.attn_args(gqa, wide, window, (l, l), rows, 0))
             }
             (Kernel::AttnPartial { gqa, wide }, Step::AttendShared { window, layer }) => {
-                self.attn_partial(gqa, wide, window, (l, layer), rows)
+                g.attn_partial(&self.attn_args(gqa, wide, window, (l, layer), rows, 0))
             }
             (Kernel::AttnCombine { wide }, Step::Attention { .. } | Step::AttendShared { .. }) => {
                 let sinks = matches!(step, Step::Attention { sinks: true, .. });
-                let (heads, hd_i, chunks_i) = (d.n_head as i32, hd as i32, self.chunks as i32);
                 let psinks = match (sinks, &dl.sinks) {
                     (false, _) => 0u64,
                     (true, Some(sk)) => ptr(sk, &g.stream),
                     (true, None) => return Err(missing("attention sinks")),
                 };
-                let kernel = match wide {
-                    true => &g.k.attn_combine_wide,
-                    false => &g.k.attn_combine,
-                };
-                let mut lb = g.stream.launch_builder(kernel);
-                lb.arg(&p.part)
-                    .arg(&p.positions)
-                    .arg(&heads)
-                    .arg(&hd_i)
-                    .arg(&chunks_i)
-                    .arg(&psinks)
-                    .arg(&p.attn);
-                let cfg = LaunchConfig {
-                    grid_dim: (d.n_head as u32, rows as u32, 1),
-                    block_dim: (32, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: attn holds rows × q_dim floats; sinks (when given) n_head.
-                g.launched("attn_combine", unsafe { lb.launch(cfg) })?;
-                Ok(())
+                // The combine reads neither the window nor the KV layer.
+                g.attn_combine(&self.attn_args(false, wide, None, (l, l), rows, psinks))
             }
             (Kernel::LatentProject, Step::LatentProject) => {
                 let m = dl
@@ -1593,79 +1574,44 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Attention's first pass of layer `l`: the group kernel (`gqa`: each tile of K/V
-    /// staged once for the query heads of a KV head, the same bits as one warp per query
-    /// head) or one warp per query head (the legacy path).
-    fn attn_partial(
+    /// The attention launches' arguments for layer `l`'s queries over the KV of layer
+    /// `from` (itself, or the earlier layer it shares: the same head size); `gqa` asks for
+    /// the group kernel (each tile of K/V staged once for the query heads of a KV head, the
+    /// same bits as one warp per query head).
+    fn attn_args(
         &self,
         gqa: bool,
         wide: bool,
         window: Option<usize>,
         (l, from): (usize, usize),
         rows: usize,
-    ) -> Result<()> {
-        let (g, c, p) = (self.g, self.c, &self.p);
-        // Layer `l`'s queries over the KV layer `from` stored (itself, or the earlier layer
-        // it shares: the same head size).
-        let (d, kv_heads) = (self.dims[l], self.dims[from].n_kv_head);
-        let hd = d.head_dim;
-        let (heads, group, hd_i, kv_i, l_i, bt_i) = (
-            d.n_head as i32,
-            (d.n_head / kv_heads) as i32,
-            hd as i32,
-            self.kv_stride as i32,
-            from as i32,
-            self.bt as i32,
-        );
-        let (scale, cap) = (c.attn_scale, c.attn_softcap.unwrap_or(0.0));
-        let window = window.map_or(0, |w| w as i32);
-        let chunks_i = self.chunks as i32;
-        // The group kernel's block is a warp per query head of the group (at most 32): a
-        // larger group runs a warp per query head (the same bits).
-        let gqa = gqa && group <= 32;
-        let kernel = match (wide, gqa) {
-            (true, _) => &g.k.attn_partial_wide,
-            (false, true) => &g.k.attn_partial_gqa,
-            (false, false) => &g.k.attn_partial,
-        };
-        let mut lb = g.stream.launch_builder(kernel);
-        lb.arg(&p.q)
-            .arg(&p.pool)
-            .arg(&p.tables)
-            .arg(&p.table_offsets)
-            .arg(&p.positions);
-        lb.arg(&heads)
-            .arg(&group)
-            .arg(&hd_i)
-            .arg(&kv_i)
-            .arg(&l_i)
-            .arg(&bt_i);
-        lb.arg(&p.block_len)
-            .arg(&scale)
-            .arg(&cap)
-            .arg(&window)
-            .arg(&chunks_i);
-        lb.arg(&p.part);
-        let cfg = if gqa {
-            LaunchConfig {
-                grid_dim: (self.chunks as u32, kv_heads as u32, rows as u32),
-                block_dim: (32 * group as u32, 1, 1),
-                // ATTN_TILE (32) positions of keys and of values, in halves.
-                shared_mem_bytes: (2 * 32 * hd * 2) as u32,
-            }
-        } else {
-            LaunchConfig {
-                grid_dim: (self.chunks as u32, d.n_head as u32, rows as u32),
-                block_dim: (32, 1, 1),
-                shared_mem_bytes: 0,
-            }
-        };
-        // SAFETY: part holds rows × heads × chunks × (hd + 2) floats (fit); positions and
-        // tables come from the sequences' KV, whose blocks cover every position; the group
-        // kernel's tile is 2 × 32 × hd halves (hd <= 256: 32 KiB), its block n_head /
-        // n_kv_head warps.
-        g.launched("attn_partial", unsafe { lb.launch(cfg) })?;
-        Ok(())
+        sinks: u64,
+    ) -> AttnArgs {
+        let (c, p, d) = (self.c, &self.p, self.dims[l]);
+        AttnArgs {
+            q: p.q,
+            pool: p.pool,
+            tables: p.tables,
+            table_offsets: p.table_offsets,
+            positions: p.positions,
+            part: p.part,
+            out: p.attn,
+            sinks,
+            rows,
+            heads: d.n_head,
+            kv_heads: self.dims[from].n_kv_head,
+            head_dim: d.head_dim,
+            kv_stride: self.kv_stride,
+            layer: from,
+            bt: self.bt,
+            block_len: p.block_len,
+            scale: c.attn_scale,
+            cap: c.attn_softcap.unwrap_or(0.0),
+            window: window.map_or(0, |w| w as i32),
+            chunks: self.chunks,
+            gqa,
+            wide,
+        }
     }
 
     /// One launch of the head (its plan steps `steps`) on the `m` wanted rows (indices at

@@ -569,6 +569,45 @@ pub(super) struct RopeKvArgs<'a> {
     pub(super) block_len: i64,
 }
 
+/// The arguments of [`Gpu::attn_partial`] and [`Gpu::attn_combine`]: one layer's attention
+/// of `rows` query rows over the KV pool, in chunks of positions.
+pub(super) struct AttnArgs {
+    /// The queries (`rows × heads × head_dim` floats).
+    pub(super) q: u64,
+    pub(super) pool: u64,
+    pub(super) tables: u64,
+    pub(super) table_offsets: u64,
+    pub(super) positions: u64,
+    /// The chunks' partial results (`rows × heads × chunks × (head_dim + 2)` floats).
+    pub(super) part: u64,
+    /// The output (`rows × heads × head_dim` floats).
+    pub(super) out: u64,
+    /// Each head's attention sink (gpt-oss), or 0.
+    pub(super) sinks: u64,
+    pub(super) rows: usize,
+    pub(super) heads: usize,
+    pub(super) kv_heads: usize,
+    pub(super) head_dim: usize,
+    /// Halves between two positions' keys in a block (the widest layer's `kv_dim`).
+    pub(super) kv_stride: usize,
+    /// The KV layer read (the layer's own, or the earlier one it shares).
+    pub(super) layer: usize,
+    pub(super) bt: usize,
+    pub(super) block_len: i64,
+    pub(super) scale: f32,
+    /// The logit soft-cap (0: none).
+    pub(super) cap: f32,
+    /// The sliding window (0: none).
+    pub(super) window: i32,
+    /// Chunks per row (the step's largest, `attn_chunks`).
+    pub(super) chunks: usize,
+    /// The group kernel (each K/V tile staged once for a KV head's query heads), taken when
+    /// the group has at most 32 query heads; else a warp per query head (the same bits).
+    pub(super) gqa: bool,
+    /// The wide-head kernels (`attn_partial_wide`, `attn_combine_wide`).
+    pub(super) wide: bool,
+}
+
 /// Grid size for `total` elements at [`EW`] threads per block.
 pub(super) fn ew(total: usize) -> LaunchConfig {
     LaunchConfig {
@@ -925,6 +964,93 @@ impl Gpu {
         // SAFETY: q holds rows × q_dim floats, k and v rows × kv_dim, the biases their widths,
         // cs rows × rope_dim; every row's block and slot were given by its sequence's KV.
         self.launched("rope_kv_write", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// Attention's first pass: each row's chunks of positions, one partial (max, sum,
+    /// weighted values) per row, head and chunk.
+    pub(super) fn attn_partial(&self, a: &AttnArgs) -> Result<()> {
+        let hd = a.head_dim;
+        let group = a.heads / a.kv_heads;
+        let (heads, group_i, hd_i, kv_i, l_i, bt_i) = (
+            a.heads as i32,
+            group as i32,
+            hd as i32,
+            a.kv_stride as i32,
+            a.layer as i32,
+            a.bt as i32,
+        );
+        let chunks_i = a.chunks as i32;
+        // The group kernel's block is a warp per query head of the group (at most 32): a
+        // larger group runs a warp per query head (the same bits).
+        let gqa = a.gqa && group <= 32;
+        let kernel = match (a.wide, gqa) {
+            (true, _) => &self.k.attn_partial_wide,
+            (false, true) => &self.k.attn_partial_gqa,
+            (false, false) => &self.k.attn_partial,
+        };
+        let mut lb = self.stream.launch_builder(kernel);
+        lb.arg(&a.q)
+            .arg(&a.pool)
+            .arg(&a.tables)
+            .arg(&a.table_offsets)
+            .arg(&a.positions);
+        lb.arg(&heads)
+            .arg(&group_i)
+            .arg(&hd_i)
+            .arg(&kv_i)
+            .arg(&l_i)
+            .arg(&bt_i);
+        lb.arg(&a.block_len)
+            .arg(&a.scale)
+            .arg(&a.cap)
+            .arg(&a.window)
+            .arg(&chunks_i);
+        lb.arg(&a.part);
+        let cfg = if gqa {
+            LaunchConfig {
+                grid_dim: (a.chunks as u32, a.kv_heads as u32, a.rows as u32),
+                block_dim: (32 * group as u32, 1, 1),
+                // ATTN_TILE (32) positions of keys and of values, in halves.
+                shared_mem_bytes: (2 * 32 * hd * 2) as u32,
+            }
+        } else {
+            LaunchConfig {
+                grid_dim: (a.chunks as u32, a.heads as u32, a.rows as u32),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        };
+        // SAFETY: part holds rows × heads × chunks × (hd + 2) floats; positions and tables
+        // come from the sequences' KV, whose blocks cover every position; the group kernel's
+        // tile is 2 × 32 × hd halves (hd <= 256: 32 KiB), its block heads / kv_heads warps.
+        self.launched("attn_partial", unsafe { lb.launch(cfg) })?;
+        Ok(())
+    }
+
+    /// Attention's second pass: each row's and head's chunks merged in chunk order (and the
+    /// head's sink, when given) into `out`.
+    pub(super) fn attn_combine(&self, a: &AttnArgs) -> Result<()> {
+        let (heads, hd_i, chunks_i) = (a.heads as i32, a.head_dim as i32, a.chunks as i32);
+        let kernel = match a.wide {
+            true => &self.k.attn_combine_wide,
+            false => &self.k.attn_combine,
+        };
+        let mut lb = self.stream.launch_builder(kernel);
+        lb.arg(&a.part)
+            .arg(&a.positions)
+            .arg(&heads)
+            .arg(&hd_i)
+            .arg(&chunks_i)
+            .arg(&a.sinks)
+            .arg(&a.out);
+        let cfg = LaunchConfig {
+            grid_dim: (a.heads as u32, a.rows as u32, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: out holds rows × heads × hd floats; sinks (when given) heads.
+        self.launched("attn_combine", unsafe { lb.launch(cfg) })?;
         Ok(())
     }
 

@@ -34,6 +34,7 @@ mod emulate_moe;
 mod forward;
 mod gemma4;
 mod hybrid;
+mod inputs;
 mod kernels;
 mod mla;
 pub mod nvrtc;
@@ -49,7 +50,7 @@ pub use forward::CudaModel;
 pub use hybrid::DeviceState;
 pub use kernels::{compile_kernels, kernels_for, CompiledKernels, KERNELS};
 pub use pool::{DeviceBlock, KvPool};
-pub use timing::time_matmuls;
+pub use timing::time_kernels;
 pub(crate) use weights::release_host_matrices;
 
 #[cfg(test)]
@@ -75,7 +76,7 @@ mod tests {
     /// The GPU, or `None` after recording the skip (the one rule, `crate::skip`: a failure
     /// under `CANDOR_REQUIRE_GPU=1`).
     #[track_caller]
-    fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<Gpu>> {
+    pub(super) fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<Gpu>> {
         match open_gpu(0) {
             Ok(g) => Some(g),
             Err(e) => {

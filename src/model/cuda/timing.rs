@@ -8,6 +8,11 @@
 //! "integer-dp4a"` or `"integer-mma"`), so one call compares `dp4a` and the tensor cores.
 //! Each timing cycles through copies of the weight totalling at least [`L2_CYCLE_BYTES`], so
 //! that the weights are read from DRAM as in a forward pass, not from the ~50 MB L2.
+//!
+//! Then attention at the same shape (`"attention"` lines): one layer's two launches
+//! (`attn_partial`, `attn_combine`) for 1 and 16 decode rows at 512 positions and 1 row at
+//! 4,096, each row its own sequence; the calls walk the 32 layers of the KV pool in turn, as
+//! a decode step does, against the bytes of keys and values they must read.
 
 use std::time::Instant;
 
@@ -16,7 +21,9 @@ use cudarc::driver::CudaSlice;
 use crate::model::quant::{QWeight, WeightFormat};
 
 use super::devices::open_gpu;
-use super::kernels::{dev_err, ptr, DevWeight, Gpu, IntKernel, MatmulPath, Result};
+use super::kernels::{
+    attn_chunks, dev_err, ptr, AttnArgs, DevWeight, Gpu, IntKernel, MatmulPath, Result,
+};
 use super::weights::{device_bytes, upload_weight};
 
 /// Llama-3-8B's matrices: (name, n, k).
@@ -109,11 +116,18 @@ fn time(g: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(ms as f64 / 1e3 / reps as f64)
 }
 
+/// Llama-3-8B's attention: layers, query heads, KV heads, head size.
+const ATTN_SHAPE: (usize, usize, usize, usize) = (32, 32, 8, 128);
+
+/// The attention timings: (decode rows, positions each row attends).
+const ATTN_CASES: [(usize, usize); 3] = [(1, 512), (16, 512), (1, 4096)];
+
 /// Runs the timings on CUDA device `ordinal` and returns one JSON line per measurement: first
 /// the copy rate (`{"copy_gbps": ...}`), then per matmul `{"path", "kernel", "type", "shape",
-/// "n", "k", "m", "us", "gbps", "bw_frac", "tops"}`; `batches` are the row counts timed.
-pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
-    use candle_core::quantized::GgmlDType;
+/// "n", "k", "m", "us", "gbps", "bw_frac", "tops"}` (`batches` are the row counts timed), then
+/// per attention case `{"attention", "rows", "positions", "chunks", "us", "per_token_ms",
+/// "gbps", "bw_frac"}`.
+pub fn time_kernels(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
     let g = open_gpu(ordinal)?;
     let s = &g.stream;
     let mut lines = Vec::new();
@@ -128,6 +142,17 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
     let copy = 2.0 * (len * 4) as f64 / secs / 1e9;
     lines.push(format!("{{\"copy_gbps\":{copy:.1}}}"));
     drop((src, dst));
+    time_matmuls(&g, copy, batches, &mut lines)?;
+    for (rows, positions) in ATTN_CASES {
+        lines.push(time_attention(&g, copy, rows, positions)?);
+    }
+    Ok(lines)
+}
+
+/// The matmul lines of [`time_kernels`].
+fn time_matmuls(g: &Gpu, copy: f64, batches: &[usize], lines: &mut Vec<String>) -> Result<()> {
+    use candle_core::quantized::GgmlDType;
+    let s = &g.stream;
     let max_m = batches.iter().copied().max().unwrap_or(1);
     let act = g.act_bufs(max_m * 14336)?;
     for (dtype, name) in [
@@ -148,11 +173,11 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
             let dx = g.upload("x", &x)?;
             let y: CudaSlice<f32> = g.zeros("y", max_m * n)?;
             for path in [MatmulPath::Legacy, MatmulPath::Integer] {
-                let dw = upload_weight(&g, shape, &w, path)?;
+                let dw = upload_weight(g, shape, &w, path)?;
                 let wbytes = device_bytes(&w, path);
                 // Weights read from DRAM: each call takes the next of copies totalling at
                 // least L2_CYCLE_BYTES (the output matrix, ~300 MB, is its own cycle).
-                let ws = weight_copies(&g, &dw, l2_copies(dw.buf.len()))?;
+                let ws = weight_copies(g, &dw, l2_copies(dw.buf.len()))?;
                 drop(dw);
                 for &m in batches {
                     let (px, py) = (ptr(&dx, s), ptr(&y, s));
@@ -173,7 +198,7 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
                     }
                     for (p, kernel) in runs {
                         let mut next = 0;
-                        let secs = time(&g, || {
+                        let secs = time(g, || {
                             let dw = &ws[next % ws.len()];
                             next += 1;
                             match path {
@@ -203,7 +228,82 @@ pub fn time_matmuls(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
             }
         }
     }
-    Ok(lines)
+    Ok(())
+}
+
+/// One attention line of [`time_kernels`]: `rows` decode rows, each its own sequence at
+/// position `positions - 1`, over a KV pool of the 8B shape's 32 layers (random finite
+/// halves); each call times one layer's `attn_partial` and `attn_combine`, the next call the
+/// next layer, as a decode step walks them.
+fn time_attention(g: &Gpu, copy: f64, rows: usize, positions: usize) -> Result<String> {
+    let (layers, heads, kv_heads, hd) = ATTN_SHAPE;
+    let s = &g.stream;
+    let kv_dim = kv_heads * hd;
+    let bt = crate::model::runner::KV_BLOCK_TOKENS;
+    let block_len = layers * 2 * bt * kv_dim;
+    let per_row = positions.div_ceil(bt);
+    // Halves whose exponent is below the all-ones pattern: finite, at most ~2 in size.
+    let halves: Vec<u16> = random_bytes(11, rows * per_row * block_len * 2)
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1] & 0x3B]))
+        .collect();
+    let pool: CudaSlice<u16> = g.upload("KV pool", &halves)?;
+    drop(halves);
+    let tables: Vec<i32> = (0..(rows * per_row) as i32).collect();
+    let offsets: Vec<i32> = (0..rows).map(|r| (r * per_row) as i32).collect();
+    let pos = vec![(positions - 1) as i32; rows];
+    let chunks = attn_chunks(positions - 1);
+    let q: Vec<f32> = random_bytes(13, rows * heads * hd * 4)
+        .chunks_exact(4)
+        .map(|b| (b[0] as f32 - 127.5) / 128.0)
+        .collect();
+    let dq = g.upload("queries", &q)?;
+    let (dt, doff, dpos) = (
+        g.upload("block tables", &tables)?,
+        g.upload("table offsets", &offsets)?,
+        g.upload("positions", &pos)?,
+    );
+    let part: CudaSlice<f32> = g.zeros("partials", rows * heads * chunks * (hd + 2))?;
+    let out: CudaSlice<f32> = g.zeros("attention output", rows * heads * hd)?;
+    let mut args = AttnArgs {
+        q: ptr(&dq, s),
+        pool: ptr(&pool, s),
+        tables: ptr(&dt, s),
+        table_offsets: ptr(&doff, s),
+        positions: ptr(&dpos, s),
+        part: ptr(&part, s),
+        out: ptr(&out, s),
+        sinks: 0,
+        rows,
+        heads,
+        kv_heads,
+        head_dim: hd,
+        kv_stride: kv_dim,
+        layer: 0,
+        bt,
+        block_len: block_len as i64,
+        scale: 1.0 / (hd as f32).sqrt(),
+        cap: 0.0,
+        window: 0,
+        chunks,
+        gqa: true,
+        wide: false,
+    };
+    let secs = time(g, || {
+        args.layer = (args.layer + 1) % layers;
+        g.attn_partial(&args)?;
+        g.attn_combine(&args)
+    })?;
+    // Keys and values of every position, once per call.
+    let bytes = (rows * positions * 2 * kv_dim * 2) as f64;
+    let gbps = bytes / secs / 1e9;
+    Ok(format!(
+        "{{\"attention\":\"gqa\",\"rows\":{rows},\"positions\":{positions},\"chunks\":{chunks},\
+         \"us\":{:.1},\"per_token_ms\":{:.3},\"gbps\":{gbps:.1},\"bw_frac\":{:.3}}}",
+        secs * 1e6,
+        secs * 1e3 * layers as f64,
+        gbps / copy
+    ))
 }
 
 #[cfg(test)]
