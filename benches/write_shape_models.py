@@ -43,13 +43,12 @@ SHAPES = {
     "llama3.2-1b": dict(arch="llama", dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192,
                         vocab=128256, ctx=131072, theta=500000.0, eps=1e-5, tied=True,
                         bias=False),
-    # Qwen3-30B-A3B's per-layer shape (issue #42) with 4 of its 48 layers (the per-layer
-    # ratio against llama.cpp is the same): head 128 (q 4096 wide), q/k norms, 128 experts of
-    # FFN 768, 8 used per token.
-    "qwen3-30b-a3b-4l": dict(arch="qwen3moe", dim=2048, layers=4, heads=32, kv_heads=4,
-                             head_dim=128, ffn=6144, experts=128, used=8, expert_ffn=768,
-                             qk_norm=True, vocab=151936, ctx=40960, theta=1000000.0, eps=1e-6,
-                             tied=False, bias=False),
+    # Qwen3-30B-A3B (issue #42), all 48 layers: head 128 (q 4096 wide), q/k norms, 128
+    # experts of FFN 768, 8 used per token (the GPU check's MoE shape, issue #44).
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=48, heads=32, kv_heads=4,
+                          head_dim=128, ffn=6144, experts=128, used=8, expert_ffn=768,
+                          qk_norm=True, vocab=151936, ctx=40960, theta=1000000.0, eps=1e-6,
+                          tied=False, bias=False),
     # gpt-oss-20b's per-layer shape (issue #42) with 4 of its 24 layers: head 64 (q 4096 wide),
     # q/k/v/o biases, attention sinks, a 128-position window on alternate layers, YaRN RoPE,
     # 32 experts of FFN 2880 with biases, 4 used per token, a biased router. Quantize with
@@ -100,6 +99,10 @@ SHAPES = {
     "tiny-qwen2": dict(arch="qwen2", dim=256, layers=2, heads=4, kv_heads=2, ffn=512, vocab=1024,
                        ctx=2048, theta=1000000.0, eps=1e-6, tied=True, bias=True),
 }
+
+# Qwen3-30B-A3B with 4 of its 48 layers, for the CPU (the per-layer ratio against llama.cpp
+# is the same).
+SHAPES["qwen3-30b-a3b-4l"] = dict(SHAPES["qwen3-30b-a3b"], layers=4)
 
 GGML_F32, GGML_F16 = 0, 1
 ALIGN = 32

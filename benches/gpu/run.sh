@@ -8,7 +8,7 @@
 #
 # In the background from the start: llama.cpp's CUDA build (llama-batched-bench) and the
 # random-weight models (MODELS_WHAT, default the Llama-3-8B shape in Q4_K_M and Q8_0; the
-# default model's shape in its Q4_1 mix). In the foreground, each stage under its own timeout,
+# default model's shape in its Q4_1 mix; and, beside them, the Qwen3-30B-A3B MoE shape). In the foreground, each stage under its own timeout,
 # going on after a failing stage, within BUDGET seconds in all (the last stage gets what is
 # left); STAGES (name:seconds …) gives another list. The default list:
 #   check     the kernels compile to a cubin and load on the card (`devices --check-kernels`);
@@ -35,8 +35,15 @@
 #             generate` greedy on the CPU and on the GPU, and each file's tokens compared (also
 #             the tiny hybrid qwen35, benches/write_tiny_hybrid_chat.py):
 #             "moe <file>: greedy tokens equal (n/n)" or where they part
+#   moe-speed the MoE shape beside the 8B dense one (issue #44 item 4): a random Q4_K_M file
+#             of Qwen3-30B-A3B's layers (16 of its 48, 128 experts of FFN 768, 8 used: 6.1 GB,
+#             loaded in about the 8B file's time; the background stage models-moe writes it),
+#             candor bench at batch 1 and 16 (512-token prompts) and llama-batched-bench on
+#             the same file; table.py puts both in the targets' table
 #   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
-#             integer kernels, against the copy rate measured in the same call
+#             integer kernels, and the 8B shape's attention (one layer's two launches, 1 and
+#             16 decode rows at 512 positions, 1 at 4,096), against the copy rate measured in
+#             the same call
 #   table     the issue's target table from the logs above (always, after the stages)
 # Not in the default list (name them in STAGES): ncu (each kernel's device time in a batch-1
 # decode, Nsight Compute, the default model's shape unless NCU_MODEL), copy (the copy rate
@@ -83,21 +90,22 @@ unpack() { [[ -x $g/candor ]] || tar -C "$g" -xJf "$g/bin.tar.xz"; }
 case $stage in
   all)
     unpack
-    for s in llama-build models; do
+    for s in llama-build models models-moe; do
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
     budget=${BUDGET:-420}
     # STAGES: another order or other limits (e.g. a shorter first call that leaves device
     # time for a second), as name:seconds. The default leaves ~7 of a session's 15 minutes
     # for a second call.
-    stages ${STAGES:-check:30 graphs:40 bench:100 llama:70 tiny:80 e2e:60 moe:30 kernels:60}
+    stages ${STAGES:-check:30 graphs:40 bench:100 llama:70 moe-speed:60 tiny:70 e2e:50 moe:30 kernels:60}
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
     # The device tool brings back at most 8 files: every log in one archive, beside the few
     # the table reads.
     tar -C "$out" -czf /tmp/logs.tgz . && mv /tmp/logs.tgz "$out/logs.tgz" &&
       find "$out" -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name status.log ! -name bench.log \
-        ! -name llama.log ! -name kernels.jsonl ! -name table.log -exec rm -rf {} +
+        ! -name llama.log ! -name moe-speed.log ! -name kernels.jsonl ! -name table.log \
+        -exec rm -rf {} +
     exit 0 ;;
 esac
 log=$out/$stage.log
@@ -129,6 +137,13 @@ graphs_ok() {
 }
 bench() { "$g/candor" bench --device cuda "$@" | grep "^{" || synced $? "$g/candor" bench --device cuda "$@"; }
 q4=$m/llama3-8b.Q4_K_M.gguf q8=$m/llama3-8b.Q8_0.gguf small=$m/smollm2.Q4_1.gguf
+moe=$m/qwen3-30b-a3b-16l.Q4_K_M.gguf
+# llama-batched-bench on file $1 at the batch sizes $2 (512-token prompts, 64 new tokens).
+llama_bench() {
+  /tmp/llama/build/bin/llama-batched-bench -m "$1" -ngl 999 -c 40960 -b 2048 -ub 512 \
+    -npp 512 -ntg 64 -npl "$2" --output-format jsonl 2>/dev/null | grep speed_tg \
+    | sed "s|^{|{\"file\":\"$(basename "$1")\",|"
+}
 case $stage in
   check)
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
@@ -224,11 +239,16 @@ PY
     wait_bg llama-build 60 || { say "llama-build: exit $?"; tail -20 "$bg/llama-build.log"; exit 1; }
     npl=$(echo $BATCHES | tr ' ' ,)
     for f in "$q4" "$q8" "$small"; do
-      [[ -e $f ]] || continue
-      /tmp/llama/build/bin/llama-batched-bench -m "$f" -ngl 999 -c 40960 -b 2048 -ub 512 \
-        -npp 512 -ntg 64 -npl "$npl" --output-format jsonl 2>/dev/null | grep speed_tg \
-        | sed "s|^{|{\"file\":\"$(basename "$f")\",|"
+      [[ -e $f ]] && llama_bench "$f" "$npl"
     done ;;
+  moe-speed)
+    # A Mixture-of-Experts shape beside the dense one, the same lines from both engines.
+    wait_bg models-moe 90 || { say "models-moe: exit $?"; tail -3 "$bg/models-moe.log"; exit 1; }
+    graphs_ok
+    say "Qwen3-30B-A3B's layers, 16 of 48, Q4_K_M (MoE), batch 1 and 16"
+    bench --model "$moe" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"30b-a3b-q4_k_m","path":"integer",/'
+    wait_bg llama-build 30 || { say "llama-build: exit $?"; exit 1; }
+    llama_bench "$moe" 1,16 ;;
   hf)
     wait_bg models-bf16 30 || say "models-bf16: exit $?"
     [[ -d $m/llama3-8b-bf16 ]] || { say "no bf16 checkpoint (models stage)"; exit 1; }
@@ -314,6 +334,8 @@ PY
   models)
     python3 benches/gpu/write_models.py $m --what "${MODELS_WHAT:-q4_k_m,q8_0}"
     python3 benches/gpu/write_models.py $m --shape smollm2 --what q4_1 ;;
+  models-moe)
+    python3 benches/write_shape_models.py $m --shape qwen3-30b-a3b --layers 16 --random-blocks ;;
   models-bf16)
     python3 benches/gpu/write_models.py $m --what bf16 ;;
   llama-build)

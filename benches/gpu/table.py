@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Tables for benches/gpu/run.sh, from the logs of one call.
 
-  table.py kernels KERNELS_JSONL   per matmul: legacy vs integer kernels, against the copy rate
-  table.py targets OUT_DIR         issue #36's target table (bench.log, llama.log, hf.log,
-                                   kernels.jsonl) with each target's verdict, and the
-                                   end-to-end runs (e2e.log)
+  table.py kernels KERNELS_JSONL   per matmul: legacy vs integer kernels, against the copy rate;
+                                   attention per layer and decode step
+  table.py targets OUT_DIR         issue #44's target table (bench.log, llama.log, hf.log,
+                                   moe-speed.log: the MoE shape, kernels.jsonl) with each
+                                   target's verdict, and the end-to-end runs (e2e.log)
 
 Only the standard library; missing logs give "–" cells, never an error.
 """
@@ -57,11 +58,21 @@ def kernels(path):
         at = f"{alt['tops']:.2f}" if alt else "–"
         print(f"{k[0]:5} {k[1]:12} {k[2]:>4} | {lu:>10} {nu:>10} {kn:>6} {sp:>8} | {gb:>8} {bf:>7} "
               f"{tp:>8} | {an:>6} {au:>9} {at:>6}")
+    # Attention, one layer at the 8B shape (its 32 layers walked in turn): per decode step.
+    att = [r for r in rows if "attention" in r]
+    if att:
+        print(f"\n{'attention':9} {'rows':>4} {'positions':>9} {'chunks':>6} | {'us/layer':>8} "
+              f"{'ms/step':>7} | {'GB/s':>6} {'bw frac':>7}")
+        for r in att:
+            print(f"{r['attention']:9} {r['rows']:>4} {r['positions']:>9} {r['chunks']:>6} | "
+                  f"{r['us']:>8.1f} {r['per_token_ms']:>7.3f} | {r['gbps']:>6.0f} {r['bw_frac']:>7.2f}")
 
 
 def targets(out):
-    candor = lines(os.path.join(out, "bench.log"))
-    llama = lines(os.path.join(out, "llama.log"))
+    # The MoE shape's lines (both engines) are in moe-speed.log.
+    moe = lines(os.path.join(out, "moe-speed.log"))
+    candor = lines(os.path.join(out, "bench.log")) + [r for r in moe if "prefill_tok_s" in r]
+    llama = lines(os.path.join(out, "llama.log")) + [r for r in moe if "speed_tg" in r]
     hf = lines(os.path.join(out, "hf.log"))
     krows = lines(os.path.join(out, "kernels.jsonl"))
     copy = next((r["copy_gbps"] for r in krows if "copy_gbps" in r), None)
@@ -77,7 +88,8 @@ def targets(out):
         return "–" if v is None else f"{v:,.1f}"
 
     files = [("8b-q4_k_m", "llama3-8b.Q4_K_M.gguf"), ("8b-q8_0", "llama3-8b.Q8_0.gguf"),
-             ("smollm2-q4_1", "smollm2.Q4_1.gguf")]
+             ("smollm2-q4_1", "smollm2.Q4_1.gguf"),
+             ("30b-a3b-q4_k_m", "qwen3-30b-a3b-16l.Q4_K_M.gguf")]
     print("| file | engine | batch 1 prefill / decode tok/s | batch 16 | batch 64 |")
     print("| --- | --- | --- | --- | --- |")
     for cf, lf in files:
