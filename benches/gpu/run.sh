@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of issue #44 (and the MoE part of #42) in ONE call of the device tool, after
 # benches/gpu/build.sh here (nothing is built on the GPU machine but llama.cpp):
-#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=470)
-# The default BUDGET (420 s) and a ~35 s start leave ~7 of a session's 15 device minutes for a
+#   run(carry=["target/gpu"], command="benches/gpu/run.sh", timeout_s=480)
+# The default BUDGET (450 s) and a ~35 s start leave ~6 of a session's 15 device minutes for a
 # second call. target/gpu holds bin.tar.xz (candor, the lib's unit tests `unit`, tests/it
 # `it`, the kernel timings `kernels`, stripped) and llama.tar.xz (llama.cpp's source, trimmed).
 #
@@ -93,11 +93,13 @@ case $stage in
     for s in llama-build models models-moe; do
       OUT=$bg setsid nohup bash -c "'$0' $s; echo \$? > $bg/$s.rc" > /dev/null 2>&1 < /dev/null &
     done
-    budget=${BUDGET:-420}
+    budget=${BUDGET:-450}
     # STAGES: another order or other limits (e.g. a shorter first call that leaves device
-    # time for a second), as name:seconds. The default leaves ~7 of a session's 15 minutes
+    # time for a second), as name:seconds. The default leaves ~6 of a session's 15 minutes
     # for a second call.
-    stages ${STAGES:-check:30 graphs:40 bench:100 llama:70 moe-speed:60 tiny:70 e2e:50 moe:30 kernels:60}
+    # `tiny` before `bench`: the timed decode (host-bound with graphs) then runs after
+    # llama.cpp's background build, not beside it.
+    stages ${STAGES:-check:30 graphs:40 tiny:70 bench:100 llama:60 moe-speed:60 e2e:50 moe:30 kernels:60}
     "$0" table
     cp "$bg"/*.log "$out/" 2>/dev/null || true
     # The device tool brings back at most 8 files: every log in one archive, beside the few
@@ -123,9 +125,10 @@ export CANDOR_REQUIRE_GPU=1
 # that its error names the kernel, layer and launch that faulted; its last lines only.
 synced() { say "failed (exit $1); again with CANDOR_CUDA_SYNC=1 to name the kernel"; shift
   CANDOR_CUDA_SYNC=1 timeout 60 "$@" 2>&1 | grep -E "faulted|cuda:|panicked|FAILED" | tail -5; }
-# llama.cpp's background build shares the cores with the bench stage: on 2026-11-27 the
-# batch-1 decode read 76.6 tok/s beside the build on all 16 cores and 76.6 on 8 cores kept
-# from it, so the build does not bound it (pinned to the other 8, the build missed its stage).
+# llama.cpp's background build (-j12) must not share the cores with the timed decode: on
+# 2026-11-27 the batch-1 decode read 76.6 tok/s beside it and on 8 cores kept from it, but at
+# that speed the step was attention-bound; with graphs a decode step is host-bound. So `tiny`
+# runs first, and `bench` waits up to 40 s more for the build (and says so if it still runs).
 # Decode steps as CUDA graphs where the `graphs` stage of this call passed (or as
 # CANDOR_CUDA_GRAPHS says when set): the bench's main lines and the end-to-end runs.
 graphs_ok() {
@@ -156,6 +159,7 @@ case $stage in
     python3 "$root/benches/gpu/table.py" kernels "$out/kernels.jsonl" ;;
   bench)
     wait_bg models 120 || say "models: exit $?"
+    wait_bg llama-build 40 || say "llama-build: exit $? (the timings below ran beside it)"
     graphs_ok
     say "8B Q4_K_M, integer kernels"
     bench --model "$q4" --prompt-tokens 512 --new-tokens 32 --batch-size "$(echo $BATCHES | tr ' ' ,)" | sed 's/^{/{"file":"8b-q4_k_m","path":"integer","graphs":"'"${CANDOR_CUDA_GRAPHS:-0}"'",/'
