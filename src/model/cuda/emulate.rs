@@ -370,6 +370,51 @@ fn row_ints(
     }
 }
 
+/// `WScale`: a weight block's float scales, `d` and `m` (Q4_1 / Q5_1's min, the k-quants'
+/// dmin; 0 for the others).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct WScale {
+    pub(super) d: f32,
+    pub(super) m: f32,
+}
+
+/// `load_wscale<T>`.
+pub(super) fn load_wscale(f: WeightFormat, w: &Repacked, blk: usize) -> WScale {
+    let (bm, c) = (&w.bytes[w.b_off..], &w.bytes[w.c_off..]);
+    let sb = layout(f).expect("quantized").sb;
+    let (d, m) = match f {
+        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 => (half_at(c, blk * sb), 0.0),
+        WeightFormat::Mxfp4 => (e8m0_half(c[blk] as u32), 0.0),
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => (half_at(c, blk * sb), half_at(c, blk * sb + 2)),
+        WeightFormat::Q4K | WeightFormat::Q5K => (half_at(bm, blk * 16), half_at(bm, blk * 16 + 2)),
+        WeightFormat::Q6K => (half_at(c, blk * 2), 0.0),
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
+    };
+    WScale { d, m }
+}
+
+/// `block_expr<T>`: the CPU's `block_update` expression for one block and one row.
+pub(super) fn block_expr(
+    f: WeightFormat,
+    s: WScale,
+    sumi: i32,
+    summ: i32,
+    dx: f32,
+    sx: f32,
+) -> f32 {
+    match f {
+        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Mxfp4 => {
+            (sumi as f32 * s.d) * dx
+        }
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => (sumi as f32 * s.d) * dx + s.m * sx,
+        WeightFormat::Q4K | WeightFormat::Q5K => {
+            (dx * s.d) * sumi as f32 - (dx * s.m) * summ as f32
+        }
+        WeightFormat::Q6K => (dx * s.d) * sumi as f32,
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
+    }
+}
+
 /// `block_term` (= `block_expr` of `load_wscale`).
 pub(super) fn block_term(
     f: WeightFormat,
@@ -380,23 +425,7 @@ pub(super) fn block_term(
     dx: f32,
     sx: f32,
 ) -> f32 {
-    let (bm, c) = (&w.bytes[w.b_off..], &w.bytes[w.c_off..]);
-    let sb = layout(f).expect("quantized").sb;
-    match f {
-        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 => {
-            (sumi as f32 * half_at(c, blk * sb)) * dx
-        }
-        WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
-            (sumi as f32 * half_at(c, blk * sb)) * dx + half_at(c, blk * sb + 2) * sx
-        }
-        WeightFormat::Q4K | WeightFormat::Q5K => {
-            (dx * half_at(bm, blk * 16)) * sumi as f32
-                - (dx * half_at(bm, blk * 16 + 2)) * summ as f32
-        }
-        WeightFormat::Q6K => (dx * half_at(c, blk * 2)) * sumi as f32,
-        WeightFormat::Mxfp4 => (sumi as f32 * e8m0_half(c[blk] as u32)) * dx,
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => unreachable!("float"),
-    }
+    block_expr(f, load_wscale(f, w, blk), sumi, summ, dx, sx)
 }
 
 /// `mmq_body<T, MR>` over the whole grid: `y = x · Wᵀ` for the repacked quantized `w`.

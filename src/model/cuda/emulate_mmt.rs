@@ -7,13 +7,23 @@
 //! `QWeight::matmul` bit for bit for every quantized type, which checks the kernel's index
 //! arithmetic, fragment layouts and reduction order on a machine without a GPU (the GPU test
 //! `mmt_equals_the_cpu_matmul` then checks the device against the same reference).
+//!
+//! The stage's shared arrays are the kernel's: `xs`, `ws` (int8), `wsc` (the k-quants'
+//! sub-block scales and mins), `xsum` (the activations' integer sums: Q6_K's 16 per row,
+//! Q8_0 / Q4_0 / Q5_0's one per block), `xpair` (Q4_K / Q5_K: per row its 8 sub-block sums,
+//! pairs of Q8_K's sums of 16 added while staging; `xsum` is not written for them), and the
+//! float scales staged once per stage for the stage's blocks: `xd` / `xa` (the activations'
+//! `d` / `s` per row, clamped to row m - 1) and `wd` / `wmn` (`load_wscale`'s `d` / `m` per
+//! output, clamped to output n - 1), slot `r * sl + cb` (`sl` = 9 for the blocks of 32). The
+//! float arrays are poisoned with a NaN. The k-quants' epilogue reads each row's 8 sub-block
+//! sums and each output's 8 mins as one 16-byte load (`ld8s`, which checks the alignment).
 
 // Index loops as in the CUDA source, so that the two read side by side.
 #![allow(clippy::needless_range_loop)]
 
 use crate::model::quant::WeightFormat;
 
-use super::emulate::{block_term, unpack, Acts, WPart};
+use super::emulate::{block_expr, load_wscale, unpack, Acts, WPart, WScale};
 use super::repack::{layout, Repacked};
 
 const WARP: usize = 32;
@@ -93,6 +103,17 @@ fn wr16(s: &mut [i8], at: usize, v: [i32; 4]) {
     }
 }
 
+/// `ld8s`: the 8 shorts of one 16-byte shared load at element `at` of a 16-byte aligned array
+/// (so `at` must be a multiple of 8).
+fn ld8s(s: &[i16], at: usize) -> [i32; 8] {
+    assert_eq!(
+        at % 8,
+        0,
+        "a 16-byte load at a short {at} not 16-byte aligned"
+    );
+    std::array::from_fn(|i| s[at + i] as i32)
+}
+
 /// `part_cols`.
 fn part_cols(f: WeightFormat, p: usize) -> (usize, Option<usize>) {
     match f {
@@ -140,6 +161,10 @@ pub(crate) fn mmt(
     let sb = MT_SK / block;
     let units = MT_BN * sb * parts;
     let sums = if kq { 16 } else { 8 };
+    let mins = matches!(f, WeightFormat::Q4K | WeightFormat::Q5K);
+    let xs1 = matches!(f, WeightFormat::Q4_1 | WeightFormat::Q5_1);
+    let wm1 = xs1 || mins;
+    let sl = if sb == 1 { 1 } else { sb + 1 };
     let q6 = f == WeightFormat::Q6K;
     let ks = if q6 { 16 } else { 32 };
     let nb = k / block;
@@ -156,12 +181,24 @@ pub(crate) fn mmt(
         let mut ws = vec![-0x5Bi8; MT_BN * MT_LD];
         let mut wsc = vec![0x3A5Ai16; MT_BN * 16];
         let mut xsum = vec![-0x25A5i16; MT_BM * 16];
+        let mut xpair = vec![0x2A5Ai16; MT_BM * 8];
+        // The float scales' poison: a NaN (any term it reaches is NaN).
+        let fpoison = f32::from_bits(0x7FC0_5A5A);
+        let mut xd = vec![fpoison; MT_BM * sl];
+        let mut xa = vec![fpoison; MT_BM * sl];
+        let mut wd = vec![fpoison; MT_BN * sl];
+        let mut wmn = vec![fpoison; MT_BN * sl];
         for k0 in (0..k).step_by(MT_SK) {
             let b0 = k0 / block;
             xs.fill(0x5A);
             ws.fill(-0x5B);
             wsc.fill(0x3A5A);
             xsum.fill(-0x25A5);
+            xpair.fill(0x2A5A);
+            xd.fill(fpoison);
+            xa.fill(fpoison);
+            wd.fill(fpoison);
+            wmn.fill(fpoison);
             for it in 0..MT_BM * (MT_SK / 16) / MT_THREADS {
                 for t in 0..MT_THREADS {
                     let u = it * MT_THREADS + t;
@@ -175,7 +212,20 @@ pub(crate) fn mmt(
                     }
                 }
             }
-            if kq
+            if mins {
+                for it in 0..MT_BM * 8 / MT_THREADS {
+                    for t in 0..MT_THREADS {
+                        let u = it * MT_THREADS + t;
+                        let (r, sb) = (u / 8, u % 8);
+                        let mut v = 0;
+                        if r0 + r < m {
+                            let sr = (r0 + r) * (k / 16) + b0 * 16 + 2 * sb;
+                            v = acts.sums[sr] + acts.sums[sr + 1];
+                        }
+                        xpair[r * 8 + sb] = v as i16;
+                    }
+                }
+            } else if kq
                 || matches!(
                     f,
                     WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0
@@ -194,6 +244,33 @@ pub(crate) fn mmt(
                             v = acts.sums[(r0 + r) * nb + b0 + c];
                         }
                         xsum[r * 16 + c] = v as i16;
+                    }
+                }
+            }
+            for it in 0..(MT_BM + MT_BN) * sb / MT_THREADS {
+                for t in 0..MT_THREADS {
+                    let u = it * MT_THREADS + t;
+                    if u < MT_BM * sb {
+                        let (r, cb) = (u / sb, u % sb);
+                        let b = b0 + cb;
+                        let rr = (r0 + r).min(m - 1);
+                        xd[r * sl + cb] = if b < nb { acts.d[rr * nb + b] } else { 0.0 };
+                        if xs1 {
+                            xa[r * sl + cb] = if b < nb { acts.s[rr * nb + b] } else { 0.0 };
+                        }
+                    } else {
+                        let (o, cb) = ((u - MT_BM * sb) / sb, u % sb);
+                        let b = b0 + cb;
+                        let oo = (o0 + o).min(n - 1);
+                        let sc = if b < nb {
+                            load_wscale(f, w, oo * nb + b)
+                        } else {
+                            WScale::default()
+                        };
+                        wd[o * sl + cb] = sc.d;
+                        if wm1 {
+                            wmn[o * sl + cb] = sc.m;
+                        }
                     }
                 }
             }
@@ -297,17 +374,15 @@ pub(crate) fn mmt(
                                 }
                             }
                         } else {
-                            let b = b0 + s;
                             let mut dx = [[0f32; 2]; 2];
                             let mut sx = [[0f32; 2]; 2];
                             let mut off = [[0i32; 2]; 2];
                             for i in 0..2 {
                                 for h in 0..2 {
                                     let rl = 32 * wm + 16 * i + g + 8 * h;
-                                    let rr = (r0 + rl).min(m - 1);
-                                    dx[i][h] = acts.d[rr * nb + b];
-                                    if matches!(f, WeightFormat::Q4_1 | WeightFormat::Q5_1) {
-                                        sx[i][h] = acts.s[rr * nb + b];
+                                    dx[i][h] = xd[rl * sl + s];
+                                    if xs1 {
+                                        sx[i][h] = xa[rl * sl + s];
                                     }
                                     off[i][h] = match f {
                                         WeightFormat::Q4_0 => 8 * xsum[rl * 16 + s] as i32,
@@ -316,19 +391,21 @@ pub(crate) fn mmt(
                                     };
                                 }
                             }
-                            let blk: [[usize; 2]; 4] = std::array::from_fn(|j| {
+                            let wsv: [[WScale; 2]; 4] = std::array::from_fn(|j| {
                                 std::array::from_fn(|e| {
                                     let ol = 32 * wn + 8 * j + 2 * q + e;
-                                    (o0 + ol).min(n - 1) * nb + b
+                                    WScale {
+                                        d: wd[ol * sl + s],
+                                        m: if wm1 { wmn[ol * sl + s] } else { 0.0 },
+                                    }
                                 })
                             });
                             for i in 0..2 {
                                 for j in 0..4 {
                                     for c in 0..4 {
-                                        let term = block_term(
+                                        let term = block_expr(
                                             f,
-                                            w,
-                                            blk[j][c & 1],
+                                            wsv[j][c & 1],
                                             d[i][j][lane][c] - off[i][c >> 1],
                                             0,
                                             dx[i][c >> 1],
@@ -345,25 +422,48 @@ pub(crate) fn mmt(
                     for lane in 0..WARP {
                         let (g, q) = (lane >> 2, lane & 3);
                         let th = &mut th[warp * WARP + lane];
+                        let mut dx = [[0f32; 2]; 2];
+                        let mut px = [[[0i32; 8]; 2]; 2];
                         for i in 0..2 {
-                            for j in 0..4 {
-                                for c in 0..4 {
-                                    let rl = 32 * wm + 16 * i + g + 8 * (c >> 1);
-                                    let ol = 32 * wn + 8 * j + 2 * q + (c & 1);
-                                    let dx = acts.d[(r0 + rl).min(m - 1) * nb + b0];
-                                    let mut summ = 0i32;
-                                    if matches!(f, WeightFormat::Q4K | WeightFormat::Q5K) {
-                                        let xr = &xsum[rl * 16..];
-                                        let mn = &wsc[ol * 16 + 8..];
-                                        for sb in 0..8 {
-                                            summ += mn[sb] as i32
-                                                * (xr[2 * sb] as i32 + xr[2 * sb + 1] as i32);
+                            for h in 0..2 {
+                                let rl = 32 * wm + 16 * i + g + 8 * h;
+                                dx[i][h] = xd[rl];
+                                if mins {
+                                    px[i][h] = ld8s(&xpair, rl * 8);
+                                }
+                            }
+                        }
+                        for j in 0..4 {
+                            for e in 0..2 {
+                                let ol = 32 * wn + 8 * j + 2 * q + e;
+                                let wv = WScale {
+                                    d: wd[ol],
+                                    m: if wm1 { wmn[ol] } else { 0.0 },
+                                };
+                                let mn = if mins {
+                                    ld8s(&wsc, ol * 16 + 8)
+                                } else {
+                                    [0; 8]
+                                };
+                                for i in 0..2 {
+                                    for h in 0..2 {
+                                        let c = 2 * h + e;
+                                        let mut summ = 0i32;
+                                        if mins {
+                                            for sb in 0..8 {
+                                                summ += mn[sb] * px[i][h][sb];
+                                            }
                                         }
+                                        let term = block_expr(
+                                            f,
+                                            wv,
+                                            th.sumi[i][j][c],
+                                            summ,
+                                            dx[i][h],
+                                            0.0,
+                                        );
+                                        th.acc[i][j][c] += term;
                                     }
-                                    let blk = (o0 + ol).min(n - 1) * nb + b0;
-                                    let term =
-                                        block_term(f, w, blk, th.sumi[i][j][c], summ, dx, 0.0);
-                                    th.acc[i][j][c] += term;
                                 }
                             }
                         }

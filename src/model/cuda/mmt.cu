@@ -18,9 +18,16 @@
 // to int8 by mmq.cu's `unpack`: 4/5/6-bit values without their offsets, MXFP4's signed
 // values) go to shared memory, rows MT_LD = MT_SK + 16 bytes apart so that the fragment
 // loads of a warp fall in 32 distinct banks, with the weights' integer sub-block scales and
-// the activations' integer sums. Then per 32 (16 for Q6_K's scale groups) elements one MMA per (m tile, n tile), each
-// from zero, folded into `sumi` by the output's sub-block scale (k-quants) or turned into the
-// block's term at once (blocks of 32).
+// the activations' integer sums (Q4_K / Q5_K: per row the sums of its 8 sub-blocks of 32,
+// `xpair`, added in pairs from Q8_K's sums of 16 while staging). The float scales of the
+// stage's blocks are staged too, once per stage by all the threads: the activations' `ad`
+// (and `as`) of the tile's 64 rows, the weights' `load_wscale` of its 64 outputs (clamped to
+// row m - 1 / output n - 1 past the ends, as the terms of those are never stored), so the
+// sub-steps and the epilogue read no global memory. Then per 32 (16 for Q6_K's scale groups)
+// elements one MMA per (m tile, n tile), each from zero, folded into `sumi` by the output's
+// sub-block scale (k-quants) or turned into the block's term at once (blocks of 32). The
+// k-quants' epilogue takes each of a thread's 4 rows' 8 sub-block sums and each of its 8
+// outputs' 8 mins (`wsc`) with one 16-byte shared load per stage for the mins' `summ`.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32" / "m16n8k16 with integer type"),
 // lane = 4 g + q: A (rows × k) register 0 = row g, k 4q .. 4q + 3 (low byte first), 1 = row
@@ -76,6 +83,17 @@ __device__ __forceinline__ void part_cols(int p, int* lo, int* hi) {
     }
 }
 
+// The 8 shorts at p (16-byte aligned; one 16-byte load), low half of each word first.
+__device__ __forceinline__ void ld8s(const short* p, int* v) {
+    int4 w = *(const int4*)p;
+    int x[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = (int)(short)x[i];
+        v[2 * i + 1] = x[i] >> 16;
+    }
+}
+
 // y[r][o] (= or +=, `add`) for rows r < m, outputs o < n. Grid ceil(m / MT_BM) ·
 // ceil(n / MT_BN), the row tile fastest (the row tiles of one slice of outputs run together
 // and share its weights in L2). Arguments as mmq_body's.
@@ -84,15 +102,31 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
                          const u8* w, long b_off, long c_off, int n, int k, float* y, int add) {
     typedef Fmt<T> F;
     const bool KQ = F::BLOCK == 256;
+    const bool MINS = T == W_Q4_K || T == W_Q5_K;     // the mins' summ, from xpair and wsc
+    const bool XS = T == W_Q4_1 || T == W_Q5_1;       // the activations' `as`
+    const bool WM = XS || MINS;                       // the weights' `WScale::m`
     const int SB = MT_SK / F::BLOCK;  // blocks per stage: 1 or 8
+    const int SL = SB == 1 ? 1 : SB + 1;  // scale slots per row / output (blocks of 32: padded)
     const int UNITS = MT_BN * SB * F::P;
     const int SUMS = KQ ? 16 : 8;  // integer activation sums per row and stage
     __shared__ __align__(16) signed char xs[MT_BM * MT_LD];
     __shared__ __align__(16) signed char ws[MT_BN * MT_LD];
-    // Per output: k-quants' sub-block scales (Q4_K / Q5_K: 8 scales then 8 mins; Q6_K: 16).
-    __shared__ short wsc[MT_BN * 16];
-    // Per row: the stage's integer activation sums (Q8_K: of every 16; Q8_0: of each block).
+    // Per output: k-quants' sub-block scales (Q4_K / Q5_K: 8 scales then 8 mins, the mins one
+    // 16-byte load; Q6_K: 16).
+    __shared__ __align__(16) short wsc[MT_BN * 16];
+    // Per row: the stage's integer activation sums (Q6_K: of every 16; Q8_0, Q4_0, Q5_0: of
+    // each block).
     __shared__ short xsum[MT_BM * 16];
+    // Per row (Q4_K / Q5_K): the sums of its 8 sub-blocks of 32 (the pairs of Q8_K's sums of
+    // 16; |sum| <= 32 * 128 fits a short), one 16-byte load.
+    __shared__ __align__(16) short xpair[MT_BM * 8];
+    // Per row and block of the stage: the activations' float scales `ad` (xd) and `as` (xa,
+    // Q4_1 / Q5_1); per output and block: the weights' `WScale` d (wd) and m (wmn). Slot
+    // r * SL + cb: with SL = 9 the rows (outputs) a warp reads at once fall in distinct banks.
+    __shared__ float xd[MT_BM * SL];
+    __shared__ float xa[MT_BM * SL];
+    __shared__ float wd[MT_BN * SL];
+    __shared__ float wmn[MT_BN * SL];
     const u8* A = w;
     const u8* B = w + b_off;
     const u8* C = w + c_off;
@@ -122,8 +156,21 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
             if (r0 + r < m && k0 + 16 * c < k) v = ld16(aq + (long)(r0 + r) * k + k0 + 16 * c);
             *(int4*)(xs + r * MT_LD + 16 * c) = v;
         }
-        // The activations' integer sums (Q8_K: 16 per block; Q8_0: one per block; Q8_1: none).
-        if (F::BLOCK == 256 || T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
+        // The activations' integer sums (Q8_K: 16 per block, Q4_K / Q5_K summed in pairs;
+        // Q8_0: one per block; Q8_1: none).
+        if (MINS) {
+#pragma unroll
+            for (int it = 0; it < MT_BM * 8 / MT_THREADS; it++) {
+                int u = it * MT_THREADS + t;
+                int r = u / 8, sb = u % 8;
+                int v = 0;
+                if (r0 + r < m) {
+                    const int* sr = asum + (long)(r0 + r) * (k / 16) + b0 * 16 + 2 * sb;
+                    v = sr[0] + sr[1];
+                }
+                xpair[r * 8 + sb] = (short)v;
+            }
+        } else if (F::BLOCK == 256 || T == W_Q8_0 || T == W_Q4_0 || T == W_Q5_0) {
 #pragma unroll
             for (int it = 0; it < MT_BM * SUMS / MT_THREADS; it++) {
                 int u = it * MT_THREADS + t;
@@ -135,6 +182,29 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
                     if (r0 + r < m && b0 + c < nb) v = asum[(long)(r0 + r) * nb + b0 + c];
                 }
                 xsum[r * 16 + c] = (short)v;
+            }
+        }
+        // The float scales of the stage's blocks: unit u < MT_BM * SB = (row, block), then
+        // (output, block); rows and outputs past m and n clamped to the last one (their terms
+        // are never stored), blocks past nb zero (never read). Not unrolled: unrolled, the 8
+        // iterations' loads of the blocks of 32 take Q8_0 to 152 bytes of spills.
+#pragma unroll 1
+        for (int it = 0; it < (MT_BM + MT_BN) * SB / MT_THREADS; it++) {
+            int u = it * MT_THREADS + t;
+            if (u < MT_BM * SB) {
+                int r = u / SB, cb = u % SB, b = b0 + cb;
+                long rr = r0 + r < m ? r0 + r : m - 1;
+                xd[r * SL + cb] = b < nb ? ad[rr * nb + b] : 0.0f;
+                if (XS) xa[r * SL + cb] = b < nb ? as[rr * nb + b] : 0.0f;
+            } else {
+                int o = (u - MT_BM * SB) / SB, cb = u % SB, b = b0 + cb;
+                long oo = o0 + o < n ? o0 + o : n - 1;
+                WScale sc;
+                sc.d = 0.0f;
+                sc.m = 0.0f;
+                if (b < nb) sc = load_wscale<T>(B, C, oo * nb + b);
+                wd[o * SL + cb] = sc.d;
+                if (WM) wmn[o * SL + cb] = sc.m;
             }
         }
         // Weights: unit u = (output, block, part), unpacked once, zero past n and nb.
@@ -225,8 +295,7 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
                         for (int c = 0; c < 4; c++) sumi[i][j][c] += sc[j][c & 1] * (d[c] - xo[i][c >> 1]);
                     }
             } else {
-                // A block of 32: its term at once.
-                int b = b0 + s;
+                // A block of 32: its term at once, from the staged scales of block b0 + s.
                 float dx[2][2], sx[2][2];
                 int off[2][2];
 #pragma unroll
@@ -234,9 +303,8 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         int rl = 32 * wm + 16 * i + g + 8 * h;
-                        long rr = r0 + rl < m ? r0 + rl : m - 1;
-                        dx[i][h] = ad[rr * nb + b];
-                        sx[i][h] = (T == W_Q4_1 || T == W_Q5_1) ? as[rr * nb + b] : 0.0f;
+                        dx[i][h] = xd[rl * SL + s];
+                        sx[i][h] = XS ? xa[rl * SL + s] : 0.0f;
                         // Q4_0 / Q5_0: the stored offset (8 / 16) times the block's sum.
                         if (T == W_Q4_0 || T == W_Q5_0) off[i][h] = (T == W_Q4_0 ? 8 : 16) * (int)xsum[rl * 16 + s];
                         else off[i][h] = 0;
@@ -247,8 +315,8 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         int ol = 32 * wn + 8 * j + 2 * q + e;
-                        long oo = o0 + ol < n ? o0 + ol : n - 1;
-                        wsv[j][e] = load_wscale<T>(B, C, oo * nb + b);
+                        wsv[j][e].d = wd[ol * SL + s];
+                        wsv[j][e].m = WM ? wmn[ol * SL + s] : 0.0f;
                     }
 #pragma unroll
                 for (int i = 0; i < 2; i++)
@@ -265,41 +333,42 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
             }
         }
         if (KQ) {
-            // The block's term: sumi, the mins' summ (Q4_K / Q5_K), the CPU's expression.
+            // The block's term: sumi, the mins' summ (Q4_K / Q5_K), the CPU's expression. Each
+            // row's 8 sub-block sums and each output's 8 mins are one 16-byte load per stage.
             float dx[2][2];
+            int px[2][2][8];
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     int rl = 32 * wm + 16 * i + g + 8 * h;
-                    long rr = r0 + rl < m ? r0 + rl : m - 1;
-                    dx[i][h] = ad[rr * nb + b0];
+                    dx[i][h] = xd[rl];
+                    if (MINS) ld8s(xpair + rl * 8, px[i][h]);
                 }
-            WScale wsv[4][2];
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int ol = 32 * wn + 8 * j + 2 * q + e;
-                    long oo = o0 + ol < n ? o0 + ol : n - 1;
-                    wsv[j][e] = load_wscale<T>(B, C, oo * nb + b0);
-                }
+                    WScale wv;
+                    wv.d = wd[ol];
+                    wv.m = WM ? wmn[ol] : 0.0f;
+                    int mn[8];
+                    if (MINS) ld8s(wsc + ol * 16 + 8, mn);
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+                    for (int i = 0; i < 2; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                        for (int h = 0; h < 2; h++) {
+                            int c = 2 * h + e;
+                            int summ = 0;
+                            if (MINS) {
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        int summ = 0;
-                        if (T == W_Q4_K || T == W_Q5_K) {
-                            const short* xr = xsum + (32 * wm + 16 * i + g + 8 * (c >> 1)) * 16;
-                            const short* mn = wsc + (32 * wn + 8 * j + 2 * q + (c & 1)) * 16 + 8;
-#pragma unroll
-                            for (int sb = 0; sb < 8; sb++) summ += (int)mn[sb] * ((int)xr[2 * sb] + (int)xr[2 * sb + 1]);
+                                for (int sb = 0; sb < 8; sb++) summ += mn[sb] * px[i][h][sb];
+                            }
+                            float term = block_expr<T>(wv, sumi[i][j][c], summ, dx[i][h], 0.0f);
+                            acc[i][j][c] = __fadd_rn(acc[i][j][c], term);
                         }
-                        float term = block_expr<T>(wsv[j][c & 1], sumi[i][j][c], summ, dx[i][c >> 1], 0.0f);
-                        acc[i][j][c] = __fadd_rn(acc[i][j][c], term);
-                    }
+                }
         }
         __syncthreads();
     }
@@ -319,9 +388,16 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
 }
 
 // MINB: blocks per SM the registers must allow. 3 (12 warps: more latency hidden, as a stage's
-// loads are not overlapped within a block) caps registers at 168: ptxas -arch=sm_90 fits the
-// blocks-of-32 types without spills, Q4_K / Q6_K with 32 / 28 bytes; Q5_K would spill 272 and
-// keeps 2 (217 registers).
+// loads are not overlapped within a block) caps registers at 168: ptxas -arch=sm_90 (NVRTC
+// 13.0) fits every type but Q6_K without spills (143-168 registers), Q6_K with 24 bytes.
+// Q5_K kept 2 (217 registers; 272 bytes of spills at 3) until the epilogue's sums and the
+// scales were staged once per stage: from sm_90 it now fits 168 without spills and takes 3;
+// below (sm_80: 44 bytes of spills at 3, none in 194 registers at 2) it keeps 2.
+#if __CUDA_ARCH__ >= 900
+#define MT_MINB_Q5K 3
+#else
+#define MT_MINB_Q5K 2
+#endif
 #define MMT(name, T, MINB)                                                                        \
     extern "C" __global__ void __launch_bounds__(MT_THREADS, MINB) mmt_##name(                   \
         const signed char* aq, const float* ad, const float* as, const int* asum, int m,          \
@@ -334,6 +410,6 @@ MMT(q4_1, W_Q4_1, 3)
 MMT(q5_0, W_Q5_0, 3)
 MMT(q5_1, W_Q5_1, 3)
 MMT(q4_k, W_Q4_K, 3)
-MMT(q5_k, W_Q5_K, 2)
+MMT(q5_k, W_Q5_K, MT_MINB_Q5K)
 MMT(q6_k, W_Q6_K, 3)
 MMT(mxfp4, W_MXFP4, 3)
