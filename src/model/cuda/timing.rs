@@ -122,15 +122,15 @@ const ATTN_SHAPE: (usize, usize, usize, usize) = (32, 32, 8, 128);
 /// The attention timings: (decode rows, positions each row attends).
 const ATTN_CASES: [(usize, usize); 3] = [(1, 512), (16, 512), (1, 4096)];
 
-/// Runs the timings on CUDA device `ordinal` and returns one JSON line per measurement: first
-/// the copy rate (`{"copy_gbps": ...}`), then per matmul `{"path", "kernel", "type", "shape",
-/// "n", "k", "m", "us", "gbps", "bw_frac", "tops"}` (`batches` are the row counts timed), then
-/// per attention case `{"attention", "rows", "positions", "chunks", "us", "per_token_ms",
-/// "gbps", "bw_frac"}`.
-pub fn time_kernels(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
+/// Runs the timings on CUDA device `ordinal` and gives `emit` one JSON line per measurement as
+/// it is made (a run stopped by a time limit keeps what it measured): first the copy rate
+/// (`{"copy_gbps": ...}`), then per matmul `{"path", "kernel", "type", "shape", "n", "k",
+/// "m", "us", "gbps", "bw_frac", "tops"}` (`batches` are the row counts timed), then per
+/// attention case `{"attention", "rows", "positions", "chunks", "us", "per_token_ms", "gbps",
+/// "bw_frac"}`.
+pub fn time_kernels(ordinal: usize, batches: &[usize], emit: &mut dyn FnMut(&str)) -> Result<()> {
     let g = open_gpu(ordinal)?;
     let s = &g.stream;
-    let mut lines = Vec::new();
     // The copy ceiling: 1 GiB device to device, bytes read plus written.
     let len = 1usize << 28;
     let src: CudaSlice<f32> = g.upload("copy source", &vec![1.5f32; len])?;
@@ -140,17 +140,17 @@ pub fn time_kernels(ordinal: usize, batches: &[usize]) -> Result<Vec<String>> {
             .map_err(|e| dev_err("copy", e))
     })?;
     let copy = 2.0 * (len * 4) as f64 / secs / 1e9;
-    lines.push(format!("{{\"copy_gbps\":{copy:.1}}}"));
+    emit(&format!("{{\"copy_gbps\":{copy:.1}}}"));
     drop((src, dst));
-    time_matmuls(&g, copy, batches, &mut lines)?;
+    time_matmuls(&g, copy, batches, emit)?;
     for (rows, positions) in ATTN_CASES {
-        lines.push(time_attention(&g, copy, rows, positions)?);
+        emit(&time_attention(&g, copy, rows, positions)?);
     }
-    Ok(lines)
+    Ok(())
 }
 
 /// The matmul lines of [`time_kernels`].
-fn time_matmuls(g: &Gpu, copy: f64, batches: &[usize], lines: &mut Vec<String>) -> Result<()> {
+fn time_matmuls(g: &Gpu, copy: f64, batches: &[usize], emit: &mut dyn FnMut(&str)) -> Result<()> {
     use candle_core::quantized::GgmlDType;
     let s = &g.stream;
     let max_m = batches.iter().copied().max().unwrap_or(1);
@@ -216,7 +216,7 @@ fn time_matmuls(g: &Gpu, copy: f64, batches: &[usize], lines: &mut Vec<String>) 
                             (_, IntKernel::Dp4a) => "dp4a",
                             (_, IntKernel::Mma) => "mma",
                         };
-                        lines.push(format!(
+                        emit(&format!(
                             "{{\"path\":\"{p}\",\"kernel\":\"{kn}\",\"type\":\"{name}\",\
                              \"shape\":\"{shape}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{:.1},\
                              \"gbps\":{gbps:.1},\"bw_frac\":{:.3},\"tops\":{tops:.2}}}",
