@@ -124,6 +124,13 @@ impl Model {
         }
     }
 
+    /// Test support: the GPU's MoE experts launched one by one, not as grouped launches over
+    /// every routed row; how many layers had the grouped launches (0 without a GPU model).
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn set_gpu_moe_per_expert(&mut self) -> usize {
+        self.cuda.as_mut().map_or(0, |c| c.set_moe_per_expert())
+    }
+
     /// Test support: the GPU's attention on the kernels for wide heads (latent attention's)
     /// whatever the model's head size; they must give the narrow kernels' bits.
     #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]

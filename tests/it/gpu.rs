@@ -799,6 +799,54 @@ fn assert_gpu_agrees_with_the_cpu(
     );
 }
 
+/// The tiny qwen3moe and Mixtral models (`tests/it/moe.rs`) in Q8_0 and the Q4_K_M mix: the
+/// grouped expert launches (one launch per matrix over every routed row, each row by its own
+/// expert's weight) give the tokens of a launch per expert, prompts prefilled whole and token
+/// by token (a step of at most 256 routed rows takes the grouped launches).
+#[test]
+fn gpu_grouped_experts_give_the_per_expert_tokens() {
+    let fixture = "quant/tiny_moe_teacher_forced.jsonl";
+    let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut checked = 0;
+    for t in (records.iter()).filter(|t| t.arch != "gpt-oss" && t.ftype != "F32") {
+        let label = format!("tiny {} {}", t.arch, t.ftype);
+        let (ws, md) = (
+            crate::moe::moe_tensors(&t.arch),
+            crate::moe::moe_metadata(&t.arch),
+        );
+        let file = crate::moe::write_fixture_model(dir.path(), t, &ws, &md);
+        let load = || {
+            Transformer::from_gguf_path(&file, WeightDType::Native)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+        };
+        let Some(grouped) = load_on_gpu(load(), &label) else {
+            return;
+        };
+        let mut per = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert!(
+            per.set_gpu_moe_per_expert() > 0,
+            "{label}: no layer had the grouped launches"
+        );
+        let per = Arc::new(per);
+        let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
+            .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
+            .to_vec();
+        for chunk in [512, 1] {
+            assert_eq!(
+                tokens_in_chunks(&grouped, &prompts, chunk, &label),
+                tokens_in_chunks(&per, &prompts, chunk, &label),
+                "{label}: grouped vs per-expert launches, prefill in chunks of {chunk}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 4,
+        "{fixture}: qwen3moe and mixtral in Q8_0 and Q4_K_M"
+    );
+}
+
 /// The tiny `glm4moe` models (`tests/it/glm4moe.rs`: DeepSeek's router with sigmoid scores,
 /// a selection bias and scaled weights, ungated shared experts, a leading dense layer; with
 /// and without q/k norms; a file with a multi-token-prediction layer) in the Q4_K_M mix on

@@ -3,7 +3,8 @@
 //! for line: the same loops and the same float operations in the same order. With the
 //! matmul emulations (`emulate.rs`) it replays a whole MoE block as `forward.rs` launches it
 //! (router matmul, routing, grouping, gather, each routed expert's matmuls, biases and
-//! activation, combine), and its tests check that this equals the CPU's `Moe::route`,
+//! activation, combine; or the grouped launches, `mmqe`, each grouped row by its own
+//! expert's weight in one launch per matrix), and its tests check that this equals the CPU's `Moe::route`,
 //! `experts` and `combine` bit for bit: routing ties, several rows with different experts,
 //! qwen3moe's and gpt-oss's gating, biases and activations, float and quantized experts.
 
@@ -17,7 +18,7 @@ use crate::model::expf::TABLE;
 use crate::model::moe::Moe;
 use crate::model::quant::{QWeight, Stored};
 
-use super::emulate::{mmf, mmq, quantize};
+use super::emulate::{mmf, mmq, quantize, Acts};
 use super::repack::layout;
 
 /// `cpu_expf` (`__fma_rn` is `mul_add`, `__dmul_rn` etc. the plain operations).
@@ -217,12 +218,22 @@ pub(crate) fn route(
     (chosen, weights)
 }
 
+/// What `moe_group` writes: each grouped position's row (`idx`), each (row, rank)'s grouped
+/// position (`slot`), each expert's row count (`counts`), each grouped position's expert
+/// (`gexp`).
+pub(crate) struct Grouping {
+    pub(crate) idx: Vec<i32>,
+    pub(crate) slot: Vec<i32>,
+    pub(crate) counts: Vec<i32>,
+    pub(crate) gexp: Vec<i32>,
+}
+
 /// `moe_group`'s one block: thread e's count, then (after the barrier) its offset and list.
-/// Returns (idx, slot, counts).
-pub(crate) fn group(chosen: &[i32], used: usize, experts: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+pub(crate) fn group(chosen: &[i32], used: usize, experts: usize) -> Grouping {
     let pairs = chosen.len();
     let mut idx = vec![i32::MIN; pairs];
     let mut slot = vec![i32::MIN; pairs];
+    let mut gexp = vec![i32::MIN; pairs];
     let mut counts = vec![i32::MIN; experts];
     let n_of: Vec<i32> = (0..experts)
         .map(|e| chosen.iter().filter(|&&c| c == e as i32).count() as i32)
@@ -236,10 +247,48 @@ pub(crate) fn group(chosen: &[i32], used: usize, experts: usize) -> (Vec<i32>, V
             }
             idx[g as usize] = (i / used) as i32;
             slot[i] = g;
+            gexp[g as usize] = e as i32;
             g += 1;
         }
     }
-    (idx, slot, counts)
+    Grouping {
+        idx,
+        slot,
+        counts,
+        gexp,
+    }
+}
+
+/// `Gpu::matmul_experts` as the emulated kernels compute it: the `rows` grouped rows of `x`
+/// quantized at once, then `mmqe`'s block row `p`: one row of the dp4a kernel (`mmq` with a
+/// row tile of 1) on the weight of expert `gexp[p]`, its activations, scales and sums taken
+/// at the kernel's offsets for row `p`.
+pub(crate) fn matmul_experts(ws: &[&QWeight], gexp: &[i32], x: &[f32], rows: usize) -> Vec<f32> {
+    let (n, k, f) = (ws[0].rows(), ws[0].cols(), ws[0].format());
+    let l = layout(f).expect("a quantized weight");
+    let acts = quantize(f, x, rows, k);
+    // mmqe_body's offsets: k quants, nb scales (and Q8_1 sums), nb · (16 or 1) integer sums.
+    let nb = k / l.block;
+    let sums = nb * if l.block == 256 { 16 } else { 1 };
+    let mut y = vec![f32::NAN; rows * n];
+    for p in 0..rows {
+        let w = ws[gexp[p] as usize];
+        let Stored::Blocks(raw) = w.stored() else {
+            panic!("a quantized weight")
+        };
+        let rep = l.repack(&raw, n, k);
+        let row = Acts {
+            qs: acts.qs[p * k..(p + 1) * k].to_vec(),
+            d: acts.d[p * nb..(p + 1) * nb].to_vec(),
+            s: match acts.s.is_empty() {
+                true => Vec::new(),
+                false => acts.s[p * nb..(p + 1) * nb].to_vec(),
+            },
+            sums: acts.sums[p * sums..(p + 1) * sums].to_vec(),
+        };
+        y[p * n..(p + 1) * n].copy_from_slice(&mmq(f, &rep, &row, 1, n, k, 1));
+    }
+    y
 }
 
 /// `__fsub_rn`.
@@ -316,8 +365,20 @@ pub(crate) fn matmul(w: &QWeight, x: &[f32], m: usize) -> Vec<f32> {
 }
 
 /// One MoE block as `forward.rs` launches it on the rows `xb` (the ffn norm's output):
-/// Route, Experts and Combine; the block's output (`xb` after Combine).
+/// Route, Experts (a launch per expert) and Combine; the block's output (`xb` after Combine).
 pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> Vec<f32> {
+    moe_block_as(moe, act, xb, rows, false)
+}
+
+/// [`moe_block`], the experts' matmuls as grouped launches when `grouped` (`mmqe`: quantized
+/// experts of one layout, no biases, no output scales, as `GroupedExperts::of` requires).
+pub(crate) fn moe_block_as(
+    moe: &Moe,
+    act: Activation,
+    xb: &[f32],
+    rows: usize,
+    grouped: bool,
+) -> Vec<f32> {
     let c = moe.config;
     let (experts, used, ffn) = (c.experts, c.used, c.ffn_dim);
     let dim = moe.router.cols();
@@ -331,7 +392,12 @@ pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> 
         gating_code(c.gating),
         Selection::of(moe),
     );
-    let (idx, slot, counts) = group(&chosen, used, experts);
+    let Grouping {
+        idx,
+        slot,
+        counts,
+        gexp,
+    } = group(&chosen, used, experts);
     let pairs = rows * used;
     let mut input = vec![f32::NAN; pairs * dim];
     for g in 0..pairs {
@@ -343,6 +409,18 @@ pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> 
         Activation::Silu => 1,
         _ => panic!("no GPU kernel for {act:?} experts"),
     };
+    if grouped {
+        assert!(moe.down_scale.is_none() && moe.experts.iter().all(|x| x.bias.is_none()));
+        let ws = |f: fn(&crate::model::moe::Expert) -> &QWeight| -> Vec<&QWeight> {
+            moe.experts.iter().map(f).collect()
+        };
+        let mut gate = matmul_experts(&ws(|x| &x.gate), &gexp, &input, pairs);
+        let up = matmul_experts(&ws(|x| &x.up), &gexp, &input, pairs);
+        assert_eq!(gate.len(), pairs * ffn);
+        gated_cpu(&mut gate, &up, code);
+        let out = matmul_experts(&ws(|x| &x.down), &gexp, &gate, pairs);
+        return combine(&out, &slot, &weights, used, dim, rows);
+    }
     let mut out = vec![f32::NAN; pairs * dim];
     let mut off = 0;
     for (e, x) in moe.experts.iter().enumerate() {
@@ -469,11 +547,18 @@ mod tests {
     #[test]
     fn grouping_is_by_expert_then_row() {
         let chosen = [2, 0, 0, 1, 2, 1, 3, 0];
-        let (idx, slot, counts) = group(&chosen, 2, 5);
+        let Grouping {
+            idx,
+            slot,
+            counts,
+            gexp,
+        } = group(&chosen, 2, 5);
         assert_eq!(counts, [3, 2, 2, 1, 0]);
         assert_eq!(idx, [0, 1, 3, 1, 2, 0, 2, 3]);
+        assert_eq!(gexp, [0, 0, 0, 1, 1, 2, 2, 3]);
         for (i, &s) in slot.iter().enumerate() {
             assert_eq!(idx[s as usize], (i / 2) as i32);
+            assert_eq!(gexp[s as usize], chosen[i]);
         }
     }
 
@@ -542,10 +627,36 @@ mod tests {
     /// qwen3moe's and Mixtral's gating with SiLU and gpt-oss's with its biases and
     /// SwiGLU-OAI, in a float, a 32-block and a k-quant format and in MXFP4 (gpt-oss's
     /// experts as published), with per-expert output scales (Gemma 4's) on two of them; the
-    /// rows use several different experts and the tie rule decides some of them.
+    /// rows use several different experts and the tie rule decides some of them. Where the
+    /// experts take the grouped launches (quantized, no biases, no output scales: Q8_0, Q4_K,
+    /// Q4_1 with its Q8_1 sums, Q6_K, MXFP4 here), those give the same bits.
     #[test]
     fn the_emulated_moe_block_equals_the_cpu() {
         let cases = [
+            (
+                Some(GgmlDType::Q4_1),
+                64,
+                96,
+                Gating::SoftmaxTopK { normalize: true },
+                Activation::Silu,
+                false,
+            ),
+            (
+                Some(GgmlDType::Q6K),
+                256,
+                256,
+                Gating::SoftmaxTopK { normalize: true },
+                Activation::Silu,
+                false,
+            ),
+            (
+                None,
+                64,
+                96,
+                Gating::SoftmaxTopK { normalize: true },
+                Activation::Silu,
+                false,
+            ),
             (
                 Some(GgmlDType::F32),
                 64,
@@ -596,11 +707,12 @@ mod tests {
             ),
         ];
         let (experts, used, rows) = (6, 2, 9);
+        let mut grouped = 0;
         for (dtype, dim, ffn, gating, act, biases) in cases {
             let mut m = moe(dtype, dim, ffn, experts, used, gating, biases);
             // Per-expert output scales (Gemma 4's), on the float case and one with biases
             // (scaled before the bias).
-            if matches!(dtype, Some(GgmlDType::F32) | None) {
+            if dtype == Some(GgmlDType::F32) || (dtype.is_none() && biases) {
                 m.down_scale = Some(noise(7, experts).iter().map(|v| 1.0 + v).collect());
             }
             let mut x: Vec<f32> = noise(99, rows * dim).iter().map(|v| v * 2.0).collect();
@@ -636,7 +748,20 @@ mod tests {
                     "{what}, row {r}"
                 );
             }
+            if dtype == Some(GgmlDType::F32) || biases || m.down_scale.is_some() {
+                continue;
+            }
+            grouped += 1;
+            let got = moe_block_as(&m, act, &x, rows, true);
+            assert_eq!(bits(&got), bits(&want), "{what}, grouped, {rows} rows");
+            let got = moe_block_as(&m, act, &x[2 * dim..3 * dim], 1, true);
+            assert_eq!(
+                bits(&got),
+                bits(&want[2 * dim..3 * dim]),
+                "{what}, grouped, row 2"
+            );
         }
+        assert_eq!(grouped, 5, "cases on the grouped launches");
     }
 
     /// DeepSeek's router in the emulated block equals the CPU's bits: sigmoid scores with a

@@ -75,6 +75,8 @@ struct MoeBufs {
     idx: CudaSlice<i32>,
     slot: CudaSlice<i32>,
     counts: CudaSlice<i32>,
+    /// The expert of each grouped position.
+    gexp: CudaSlice<i32>,
     input: CudaSlice<f32>,
     gate: CudaSlice<f32>,
     up: CudaSlice<f32>,
@@ -210,6 +212,19 @@ impl GraphKey {
             ],
         }
     }
+}
+
+/// At most this many grouped rows (a step's rows times the experts each uses) take the grouped
+/// expert launches; more (prefill) take a launch per expert, whose row tiles share each
+/// expert's weights (and the tensor cores). The bits are the same either way.
+const GROUPED_ROWS: usize = 256;
+
+/// Whether `pairs` grouped rows take the grouped expert launches (`CANDOR_CUDA_MOE=experts`:
+/// never, a launch per expert as before, for timing both).
+fn grouped_experts(pairs: usize) -> bool {
+    static PER_EXPERT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    pairs <= GROUPED_ROWS
+        && !*PER_EXPERT.get_or_init(|| std::env::var("CANDOR_CUDA_MOE").as_deref() == Ok("experts"))
 }
 
 /// Whether adjacent plan steps share a launch where a fused kernel exists (the default), or
@@ -464,6 +479,14 @@ impl CudaModel {
     pub fn set_wide_attention(&mut self, plan: &crate::model::plan::Plan) {
         self.target.wide = true;
         self.relower(plan);
+    }
+
+    /// Every MoE layer's experts launched one by one (tests: the grouped launches must give
+    /// their bits); how many layers took the grouped launches before.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn set_moe_per_expert(&mut self) -> usize {
+        let moe = self.layers.iter_mut().filter_map(|l| l.moe.as_mut());
+        moe.filter_map(|m| m.grouped.take()).count()
     }
 
     #[cfg(any(test, feature = "testkit"))]
@@ -903,6 +926,7 @@ impl CudaModel {
                 idx: g.zeros("expert rows", pairs)?,
                 slot: g.zeros("expert slots", pairs)?,
                 counts: g.zeros("expert counts", m.experts)?,
+                gexp: g.zeros("grouped rows' experts", pairs)?,
                 input: g.zeros("expert input", pairs * c.dim)?,
                 gate: g.zeros("expert gate", pairs * m.ffn_dim)?,
                 up: g.zeros("expert up", pairs * m.ffn_dim)?,
@@ -1487,11 +1511,14 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Rows grouped by expert (`moe_group`; each expert's row count read back to the host,
-    /// which launches only the routed experts), the grouped rows gathered, then per expert in
-    /// index order its gate/up matmuls, biases (up, then gate, as ggml), activation (SiLU and
-    /// SwiGLU-OAI with the CPU's `expf`; Gemma 4's GELU as its feed-forward's), down matmul,
-    /// output scale (Gemma 4) and bias, into the grouped output.
+    /// Rows grouped by expert (`moe_group`), the grouped rows gathered, then their gate/up
+    /// matmuls, biases (up, then gate, as ggml), activation (SiLU and SwiGLU-OAI with the
+    /// CPU's `expf`; Gemma 4's GELU as its feed-forward's), down matmul, output scale (Gemma
+    /// 4) and bias, into the grouped output. Up to [`GROUPED_ROWS`] grouped rows, and where
+    /// the layer has address tables, each matmul is one launch over every grouped row by its
+    /// own expert (`Gpu::matmul_experts`); else each expert's row count is read back to the
+    /// host, which launches the routed experts one by one in index order. Each row's bits
+    /// are the same either way.
     fn experts(&self, m: &DevMoe, b: &MoeBufs, act: Activation, rows: usize) -> Result<()> {
         let (g, c, p) = (self.g, self.c, &self.p);
         let s = &*g.stream;
@@ -1504,11 +1531,12 @@ impl Run<'_> {
         };
         let pairs = rows * used;
         let (pairs_i, used_i, experts_i) = (pairs as i32, used as i32, experts as i32);
-        let (pch, pidx, pslot, pcounts) = (
+        let (pch, pidx, pslot, pcounts, pgexp) = (
             ptr(&b.chosen, s),
             ptr(&b.idx, s),
             ptr(&b.slot, s),
             ptr(&b.counts, s),
+            ptr(&b.gexp, s),
         );
         let mut lb = s.launch_builder(&g.k.moe_group);
         lb.arg(&pch)
@@ -1517,27 +1545,44 @@ impl Run<'_> {
             .arg(&experts_i)
             .arg(&pidx)
             .arg(&pslot)
-            .arg(&pcounts);
+            .arg(&pcounts)
+            .arg(&pgexp);
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (experts as u32, 1, 1),
             shared_mem_bytes: (experts * 4) as u32,
         };
-        // SAFETY: chosen holds pairs expert indices < experts (moe_route), idx and slot pairs
-        // entries, counts experts; one thread per expert (at most 1024, checked at load).
+        // SAFETY: chosen holds pairs expert indices < experts (moe_route), idx, slot and gexp
+        // pairs entries, counts experts; one thread per expert (at most 1024, checked at load).
         g.launched("moe_group", unsafe { lb.launch(cfg) })?;
+        let (dim_i, total) = (dim as i32, (pairs * dim) as i64);
+        let pin = ptr(&b.input, s);
+        let (pgate, pup, pout) = (ptr(&b.gate, s), ptr(&b.up, s), ptr(&b.out, s));
+        if let (Some(t), true) = (&m.grouped, grouped_experts(pairs)) {
+            let mut lb = s.launch_builder(&g.k.gather_rows);
+            lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
+            // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
+            g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
+            let x = &m.experts[0];
+            let tab = |t: &CudaSlice<u64>| (ptr(t, s), pgexp);
+            let q = g.matmul_experts(&x.gate, tab(&t.gate), pin, pairs, pgate, self.act, None)?;
+            g.matmul_experts(&x.up, tab(&t.up), pin, pairs, pup, self.act, q)?;
+            match code {
+                Some(code) => g.gated_cpu(pgate, pup, pairs * ffn, code)?,
+                None => g.gated(pgate, pup, pairs * ffn, 1)?,
+            }
+            g.matmul_experts(&x.down, tab(&t.down), pgate, pairs, pout, self.act, None)?;
+            return Ok(());
+        }
         let mut counts = vec![0i32; experts];
         g.stream
             .memcpy_dtoh(&b.counts, counts.as_mut_slice())
             .map_err(|e| dev_err("reading the experts' row counts", e))?;
         s.synchronize().map_err(|e| dev_err("moe_group", e))?;
-        let (dim_i, total) = (dim as i32, (pairs * dim) as i64);
-        let pin = ptr(&b.input, s);
         let mut lb = s.launch_builder(&g.k.gather_rows);
         lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
         // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
         g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
-        let (pgate, pup, pout) = (ptr(&b.gate, s), ptr(&b.up, s), ptr(&b.out, s));
         let mut off = 0usize;
         for (e, x) in m.experts.iter().enumerate() {
             let n = counts[e] as usize;

@@ -340,6 +340,8 @@ pub(super) struct Kernels {
     pub(super) mmq8: [CudaFunction; 12],
     /// The tensor-core kernels of `mmt.cu` (quantized types; `None` for the float ones).
     pub(super) mmt: [Option<CudaFunction>; 12],
+    /// `mmq.cu`'s grouped expert rows, each by its own expert's weight (quantized types).
+    pub(super) mmqe: [Option<CudaFunction>; 12],
     /// Whether the device has the int8 MMA (compute capability 8.0 or newer).
     pub(super) mma: bool,
     pub(super) quantize_q8: CudaFunction,
@@ -432,6 +434,16 @@ impl Kernels {
                     .collect::<Result<Vec<_>>>()?;
                 fs.try_into()
                     .map_err(|_| dev_err("mmt_", "one kernel per weight type"))?
+            },
+            mmqe: {
+                let fs = (MATMUL_TYPES.iter().enumerate())
+                    .map(|(i, t)| match i {
+                        0..=2 => Ok(None),
+                        _ => f(&format!("mmqe_{t}")).map(Some),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                fs.try_into()
+                    .map_err(|_| dev_err("mmqe_", "one kernel per weight type"))?
             },
             mma: cc >= (8, 0),
             quantize_q8: f("quantize_q8")?,
@@ -797,6 +809,68 @@ impl Gpu {
         // written for the same x); w is repacked (regions at b_off, c_off); y holds m × n.
         let name = MATMUL_TYPES[w.kind as usize];
         self.launched(format_args!("{family}_{name}"), unsafe { lb.launch(cfg) })?;
+        Ok(Some(kind))
+    }
+
+    /// Grouped expert rows: row `p` of the `rows` at `x` (grouped by `moe_group`) times the
+    /// weight of expert `gexp[p]`, whose address is `wtab[gexp[p]]`, into row `p` of `y`; every
+    /// expert's matrix has `w`'s kind, shape and layout. Each row gets the bits of
+    /// [`Gpu::matmul_into`] on its expert's rows alone. `quantized` as there; returns the kind
+    /// now in `act`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul_experts(
+        &self,
+        w: &DevWeight,
+        (wtab, gexp): (u64, u64),
+        x: u64,
+        rows: usize,
+        y: u64,
+        act: &ActBufs,
+        quantized: Option<i32>,
+    ) -> Result<Option<i32>> {
+        let (Some(kind), Some(f)) = (w.kind.act(), &self.k.mmqe[w.kind as usize]) else {
+            return Err(dev_err(
+                "grouped experts",
+                "a float weight has no grouped kernel",
+            ));
+        };
+        if rows == 0 {
+            return Ok(quantized);
+        }
+        if rows * w.k > act.elems {
+            return Err(dev_err(
+                "grouped experts",
+                format!(
+                    "{rows} × {} activations past the scratch's {}",
+                    w.k, act.elems
+                ),
+            ));
+        }
+        if quantized != Some(kind) {
+            self.quantize(x, rows, w.k, kind, act)?;
+        }
+        let s = &*self.stream;
+        let (pq, pd, ps, psum) = act.ptrs(s);
+        let (b_off, c_off, n_i, k_i) = (w.b_off as i64, w.c_off as i64, w.n as i32, w.k as i32);
+        let mut lb = s.launch_builder(f);
+        lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum);
+        lb.arg(&gexp)
+            .arg(&wtab)
+            .arg(&b_off)
+            .arg(&c_off)
+            .arg(&n_i)
+            .arg(&k_i)
+            .arg(&y);
+        let cfg = LaunchConfig {
+            grid_dim: (w.n.div_ceil(MQ_RO) as u32, rows as u32, 1),
+            block_dim: (MQ_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: act holds rows × k quantized activations of this kind; gexp holds rows
+        // experts, each with an address in wtab of a matrix repacked as w (regions at b_off,
+        // c_off); y holds rows × n.
+        let name = MATMUL_TYPES[w.kind as usize];
+        self.launched(format_args!("mmqe_{name}"), unsafe { lb.launch(cfg) })?;
         Ok(Some(kind))
     }
 

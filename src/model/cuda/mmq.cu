@@ -492,7 +492,32 @@ __device__ void mmf_body(const float* x, int m, const u8* w, int n, int k, float
     }
 }
 
+// Mixture-of-Experts rows grouped by expert (`moe_group`'s order), each by its own expert's
+// weight in one launch: grouped row p (blockIdx.y) is one row of `mmq_body<T, 1>` on the
+// weight at wtab[gexp[p]] (every expert's matrix of one shape, kind and layout: the same
+// b_off, c_off), its activations, scales, sums and output at row p's offsets. So each row gets
+// the bits of a launch per expert (any row tile gives a row the same bits), with no host read
+// of the experts' row counts. Grid (ceil(n / MQ_RO), rows); `add` is not taken.
+template <int T>
+__device__ void mmqe_body(const signed char* aq, const float* ad, const float* as, const int* asum,
+                          const int* gexp, const unsigned long long* wtab, long b_off, long c_off,
+                          int n, int k, float* y) {
+    typedef Fmt<T> F;
+    long p = blockIdx.y;
+    long nb = k / F::BLOCK;
+    long sums = nb * (F::BLOCK == 256 ? 16 : 1);
+    const u8* w = (const u8*)wtab[gexp[p]];
+    mmq_body<T, 1>(aq + p * k, ad + p * nb, as + p * nb, asum + p * sums, 1, w, b_off, c_off, n, k,
+                   y + p * n, 0);
+}
+
 #define MMQ(name, T)                                                                              \
+    extern "C" __global__ void __launch_bounds__(MQ_THREADS) mmqe_##name(                        \
+        const signed char* aq, const float* ad, const float* as, const int* asum,                 \
+        const int* gexp, const unsigned long long* wtab, long b_off, long c_off, int n, int k,    \
+        float* y) {                                                                               \
+        mmqe_body<T>(aq, ad, as, asum, gexp, wtab, b_off, c_off, n, k, y);                        \
+    }                                                                                             \
     extern "C" __global__ void __launch_bounds__(MQ_THREADS) mmq1_##name(                        \
         const signed char* aq, const float* ad, const float* as, const int* asum, int m,          \
         const u8* w, long b_off, long c_off, int n, int k, float* y, int add) {                  \

@@ -161,9 +161,10 @@ extern "C" __global__ void moe_route(float* logits, const float* bias, int rows,
 // Rows grouped by expert, one block of `experts` threads (at most 1024): thread e lists the
 // (row, rank) pairs routed to expert e in row order after those of experts 0..e-1. `idx[g]` is
 // the row of grouped position g, `slot[r * used + k]` the grouped position of row r's rank k,
-// `counts[e]` expert e's rows. Fixed by the routing alone: no atomics.
+// `counts[e]` expert e's rows, `gexp[g]` the expert of grouped position g. Fixed by the routing
+// alone: no atomics.
 extern "C" __global__ void moe_group(const int* chosen, int pairs, int used, int experts, int* idx, int* slot,
-                                     int* counts) {
+                                     int* counts, int* gexp) {
     extern __shared__ int n_of[];
     int e = threadIdx.x;
     int n = 0;
@@ -179,6 +180,7 @@ extern "C" __global__ void moe_group(const int* chosen, int pairs, int used, int
         if (chosen[i] != e) continue;
         idx[g] = i / used;
         slot[i] = g;
+        gexp[g] = e;
         g++;
     }
 }

@@ -11,7 +11,7 @@ use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 
 use super::gemma4::DevLayerEmbedding;
 use super::hybrid::{upload_shared, DevDelta, DevShared};
-use super::kernels::{dev_err, matmul_path, DevWeight, Gpu, Kind, MatmulPath, Result};
+use super::kernels::{dev_err, matmul_path, ptr, DevWeight, Gpu, Kind, MatmulPath, Result};
 use super::mla::DevLatent;
 use super::repack::layout;
 
@@ -67,6 +67,54 @@ pub(super) struct DevMoe {
     pub(super) beside: Option<DevBeside>,
     /// The shared expert beside the routed ones (qwen35moe).
     pub(super) shared: Option<DevShared>,
+    /// The experts' matrices as address tables for one launch over every routed row, where
+    /// the layer allows it ([`GroupedExperts::of`]).
+    pub(super) grouped: Option<GroupedExperts>,
+}
+
+/// Each expert's gate, up and down matrix addresses, in expert order, for the grouped launches
+/// (`Gpu::matmul_experts`).
+pub(super) struct GroupedExperts {
+    pub(super) gate: CudaSlice<u64>,
+    pub(super) up: CudaSlice<u64>,
+    pub(super) down: CudaSlice<u64>,
+}
+
+impl GroupedExperts {
+    /// The tables, where every expert's gate (and up, and down) has one quantized kind, shape
+    /// and repacked layout and no expert has biases (their launches stay per expert); `None`
+    /// otherwise, and on the legacy path.
+    fn of(gpu: &Gpu, experts: &[DevExpert], path: MatmulPath) -> Result<Option<GroupedExperts>> {
+        let Some(first) = experts.first() else {
+            return Ok(None);
+        };
+        let alike = |a: &DevWeight, b: &DevWeight| {
+            (a.kind, a.n, a.k, a.b_off, a.c_off) == (b.kind, b.n, b.k, b.b_off, b.c_off)
+        };
+        let fits = path == MatmulPath::Integer
+            && [&first.gate, &first.up, &first.down]
+                .iter()
+                .all(|w| w.kind.act().is_some())
+            && experts.iter().all(|x| {
+                x.bias.is_none()
+                    && alike(&x.gate, &first.gate)
+                    && alike(&x.up, &first.up)
+                    && alike(&x.down, &first.down)
+            });
+        if !fits {
+            return Ok(None);
+        }
+        let s = &gpu.stream;
+        let table = |f: fn(&DevExpert) -> &DevWeight| -> Result<CudaSlice<u64>> {
+            let at: Vec<u64> = experts.iter().map(|x| ptr(&f(x).buf, s)).collect();
+            gpu.upload("expert addresses", &at)
+        };
+        Ok(Some(GroupedExperts {
+            gate: table(|x| &x.gate)?,
+            up: table(|x| &x.up)?,
+            down: table(|x| &x.down)?,
+        }))
+    }
 }
 
 /// The norms of the MLP beside Gemma 4's experts.
@@ -100,7 +148,13 @@ pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Resu
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    // Gemma 4's output scales stay on the launches per expert.
+    let grouped = match m.down_scale {
+        Some(_) => None,
+        None => GroupedExperts::of(gpu, &experts, path)?,
+    };
     Ok(DevMoe {
+        grouped,
         router: upload_weight(gpu, &n("ffn_gate_inp.weight"), &m.router, path)?,
         router_bias: m
             .router_bias
