@@ -799,17 +799,18 @@ fn assert_gpu_agrees_with_the_cpu(
     );
 }
 
-/// The tiny qwen3moe and Mixtral models (`tests/it/moe.rs`) in Q8_0 and the Q4_K_M mix: the
-/// grouped expert launches (one launch per matrix over every routed row, each row by its own
-/// expert's weight) give the tokens of a launch per expert, prompts prefilled whole and token
-/// by token (a step of at most 256 routed rows takes the grouped launches).
+/// The tiny qwen3moe, Mixtral and gpt-oss (biases) models (`tests/it/moe.rs`) in Q8_0, the
+/// Q4_K_M mix and gpt-oss's MXFP4_MOE: the grouped expert launches (one launch per matrix over
+/// every routed row, each row by its own expert's weight and bias) give the tokens of a launch
+/// per expert, prompts prefilled whole and token by token (a step of at most 256 routed rows
+/// takes the grouped launches).
 #[test]
 fn gpu_grouped_experts_give_the_per_expert_tokens() {
     let fixture = "quant/tiny_moe_teacher_forced.jsonl";
     let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut checked = 0;
-    for t in (records.iter()).filter(|t| t.arch != "gpt-oss" && t.ftype != "F32") {
+    for t in records.iter().filter(|t| t.ftype != "F32") {
         let label = format!("tiny {} {}", t.arch, t.ftype);
         let (ws, md) = (
             crate::moe::moe_tensors(&t.arch),
@@ -841,10 +842,7 @@ fn gpu_grouped_experts_give_the_per_expert_tokens() {
         }
         checked += 1;
     }
-    assert_eq!(
-        checked, 4,
-        "{fixture}: qwen3moe and mixtral in Q8_0 and Q4_K_M"
-    );
+    assert_eq!(checked, 7, "{fixture}: every quantized record");
 }
 
 /// The tiny `glm4moe` models (`tests/it/glm4moe.rs`: DeepSeek's router with sigmoid scores,

@@ -410,15 +410,27 @@ pub(crate) fn moe_block_as(
         _ => panic!("no GPU kernel for {act:?} experts"),
     };
     if grouped {
-        assert!(moe.down_scale.is_none() && moe.experts.iter().all(|x| x.bias.is_none()));
+        assert!(moe.down_scale.is_none());
         let ws = |f: fn(&crate::model::moe::Expert) -> &QWeight| -> Vec<&QWeight> {
             moe.experts.iter().map(f).collect()
         };
+        // `add_bias_experts`: each grouped row plus its own expert's bias `i`.
+        let bias = |x: &mut [f32], i: usize| {
+            let width = x.len() / pairs;
+            for (p, row) in x.chunks_exact_mut(width).enumerate() {
+                if let Some(b) = &moe.experts[gexp[p] as usize].bias {
+                    add_bias(row, &b[i]);
+                }
+            }
+        };
         let mut gate = matmul_experts(&ws(|x| &x.gate), &gexp, &input, pairs);
-        let up = matmul_experts(&ws(|x| &x.up), &gexp, &input, pairs);
+        let mut up = matmul_experts(&ws(|x| &x.up), &gexp, &input, pairs);
+        bias(&mut up, 1);
+        bias(&mut gate, 0);
         assert_eq!(gate.len(), pairs * ffn);
         gated_cpu(&mut gate, &up, code);
-        let out = matmul_experts(&ws(|x| &x.down), &gexp, &gate, pairs);
+        let mut out = matmul_experts(&ws(|x| &x.down), &gexp, &gate, pairs);
+        bias(&mut out, 2);
         return combine(&out, &slot, &weights, used, dim, rows);
     }
     let mut out = vec![f32::NAN; pairs * dim];
@@ -628,8 +640,9 @@ mod tests {
     /// SwiGLU-OAI, in a float, a 32-block and a k-quant format and in MXFP4 (gpt-oss's
     /// experts as published), with per-expert output scales (Gemma 4's) on two of them; the
     /// rows use several different experts and the tie rule decides some of them. Where the
-    /// experts take the grouped launches (quantized, no biases, no output scales: Q8_0, Q4_K,
-    /// Q4_1 with its Q8_1 sums, Q6_K, MXFP4 here), those give the same bits.
+    /// experts take the grouped launches (quantized, no output scales: Q8_0, Q4_K, Q4_1 with
+    /// its Q8_1 sums, Q6_K, MXFP4, gpt-oss's biases on Q8_0 and Q4_0 here), those give the
+    /// same bits.
     #[test]
     fn the_emulated_moe_block_equals_the_cpu() {
         let cases = [
@@ -748,7 +761,7 @@ mod tests {
                     "{what}, row {r}"
                 );
             }
-            if dtype == Some(GgmlDType::F32) || biases || m.down_scale.is_some() {
+            if dtype == Some(GgmlDType::F32) || m.down_scale.is_some() {
                 continue;
             }
             grouped += 1;
@@ -761,7 +774,7 @@ mod tests {
                 "{what}, grouped, row 2"
             );
         }
-        assert_eq!(grouped, 5, "cases on the grouped launches");
+        assert_eq!(grouped, 7, "cases on the grouped launches");
     }
 
     /// DeepSeek's router in the emulated block equals the CPU's bits: sigmoid scores with a

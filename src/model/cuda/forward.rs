@@ -1567,11 +1567,18 @@ impl Run<'_> {
             let tab = |t: &CudaSlice<u64>| (ptr(t, s), pgexp);
             let q = g.matmul_experts(&x.gate, tab(&t.gate), pin, pairs, pgate, self.act, None)?;
             g.matmul_experts(&x.up, tab(&t.up), pin, pairs, pup, self.act, q)?;
+            if let Some([bg, bu, _]) = &t.bias {
+                g.add_bias_experts(pup, tab(bu), ffn, pairs * ffn)?;
+                g.add_bias_experts(pgate, tab(bg), ffn, pairs * ffn)?;
+            }
             match code {
                 Some(code) => g.gated_cpu(pgate, pup, pairs * ffn, code)?,
                 None => g.gated(pgate, pup, pairs * ffn, 1)?,
             }
             g.matmul_experts(&x.down, tab(&t.down), pgate, pairs, pout, self.act, None)?;
+            if let Some([_, _, bd]) = &t.bias {
+                g.add_bias_experts(pout, tab(bd), dim, pairs * dim)?;
+            }
             return Ok(());
         }
         let mut counts = vec![0i32; experts];

@@ -379,6 +379,7 @@ pub(super) struct Kernels {
     pub(super) moe_route: CudaFunction,
     pub(super) moe_group: CudaFunction,
     pub(super) moe_combine: CudaFunction,
+    pub(super) add_bias_experts: CudaFunction,
     pub(super) gated_act_cpu: CudaFunction,
     /// `deltanet.cu`: Qwen3.5's linear attention, output gate and shared expert's gate.
     pub(super) delta_conv: CudaFunction,
@@ -473,6 +474,7 @@ impl Kernels {
             moe_route: f("moe_route")?,
             moe_group: f("moe_group")?,
             moe_combine: f("moe_combine")?,
+            add_bias_experts: f("add_bias_experts")?,
             gated_act_cpu: f("gated_act_cpu")?,
             delta_conv: f("delta_conv")?,
             delta_prep: f("delta_prep")?,
@@ -1197,6 +1199,25 @@ impl Gpu {
         lb.arg(&x).arg(&pb).arg(&w_i).arg(&t);
         // SAFETY: x holds total floats, b width.
         self.launched("add_bias", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// `add_bias_experts`: each `width`-wide grouped row `p` of `x` (`total` values) plus the
+    /// bias of its expert `gexp[p]`, whose address is `btab[gexp[p]]`.
+    pub(super) fn add_bias_experts(
+        &self,
+        x: u64,
+        (btab, gexp): (u64, u64),
+        width: usize,
+        total: usize,
+    ) -> Result<()> {
+        let s = &*self.stream;
+        let (w_i, t) = (width as i32, total as i64);
+        let mut lb = s.launch_builder(&self.k.add_bias_experts);
+        lb.arg(&x).arg(&gexp).arg(&btab).arg(&w_i).arg(&t);
+        // SAFETY: x holds total floats, gexp total / width experts, each with the address of
+        // a bias of width floats in btab.
+        self.launched("add_bias_experts", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 

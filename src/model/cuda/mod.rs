@@ -147,6 +147,7 @@ mod tests {
             "moe_route",
             "moe_group",
             "moe_combine",
+            "add_bias_experts",
             "gated_act_cpu",
             "delta_conv",
             "delta_prep",

@@ -185,6 +185,16 @@ extern "C" __global__ void moe_group(const int* chosen, int pairs, int used, int
     }
 }
 
+// x[p][c] += bias of expert gexp[p] (its address btab[gexp[p]]) at c, for the grouped rows p:
+// `add_bias`'s add, each row with its own expert's bias.
+extern "C" __global__ void add_bias_experts(float* x, const int* gexp, const unsigned long long* btab, int width,
+                                            long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const float* b = (const float*)btab[gexp[i / width]];
+    x[i] += b[i % width];
+}
+
 // xb[r] = sum over k of w[r, k] * out[slot[r, k]], ranks in order: the first product, then
 // each next product added (ggml's `mul`, then chained `add`s; `moe.rs`'s `combine`).
 extern "C" __global__ void moe_combine(const float* out, const int* slot, const float* w, int used, int dim,

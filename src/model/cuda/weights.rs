@@ -73,17 +73,18 @@ pub(super) struct DevMoe {
 }
 
 /// Each expert's gate, up and down matrix addresses, in expert order, for the grouped launches
-/// (`Gpu::matmul_experts`).
+/// (`Gpu::matmul_experts`), and its gate, up and down biases' (gpt-oss).
 pub(super) struct GroupedExperts {
     pub(super) gate: CudaSlice<u64>,
     pub(super) up: CudaSlice<u64>,
     pub(super) down: CudaSlice<u64>,
+    pub(super) bias: Option<[CudaSlice<u64>; 3]>,
 }
 
 impl GroupedExperts {
     /// The tables, where every expert's gate (and up, and down) has one quantized kind, shape
-    /// and repacked layout and no expert has biases (their launches stay per expert); `None`
-    /// otherwise, and on the legacy path.
+    /// and repacked layout, and either every expert or none has biases; `None` otherwise
+    /// (the launches stay per expert), and on the legacy path.
     fn of(gpu: &Gpu, experts: &[DevExpert], path: MatmulPath) -> Result<Option<GroupedExperts>> {
         let Some(first) = experts.first() else {
             return Ok(None);
@@ -96,7 +97,7 @@ impl GroupedExperts {
                 .iter()
                 .all(|w| w.kind.act().is_some())
             && experts.iter().all(|x| {
-                x.bias.is_none()
+                x.bias.is_some() == first.bias.is_some()
                     && alike(&x.gate, &first.gate)
                     && alike(&x.up, &first.up)
                     && alike(&x.down, &first.down)
@@ -109,10 +110,20 @@ impl GroupedExperts {
             let at: Vec<u64> = experts.iter().map(|x| ptr(&f(x).buf, s)).collect();
             gpu.upload("expert addresses", &at)
         };
+        let bias = |i: usize| -> Result<CudaSlice<u64>> {
+            let at: Vec<u64> = (experts.iter())
+                .map(|x| ptr(&x.bias.as_ref().expect("every expert's biases")[i], s))
+                .collect();
+            gpu.upload("expert bias addresses", &at)
+        };
         Ok(Some(GroupedExperts {
             gate: table(|x| &x.gate)?,
             up: table(|x| &x.up)?,
             down: table(|x| &x.down)?,
+            bias: match first.bias {
+                Some(_) => Some([bias(0)?, bias(1)?, bias(2)?]),
+                None => None,
+            },
         }))
     }
 }
