@@ -38,8 +38,9 @@
 #   moe-speed the MoE shape beside the 8B dense one (issue #44 item 4): a random Q4_K_M file
 #             of Qwen3-30B-A3B's layers (16 of its 48, 128 experts of FFN 768, 8 used: 6.1 GB,
 #             loaded in about the 8B file's time; the background stage models-moe writes it),
-#             candor bench at batch 1 and 16 (512-token prompts) and llama-batched-bench on
-#             the same file; table.py puts both in the targets' table
+#             candor bench at batch 1 and 16 (512-token prompts: decode on the grouped expert
+#             launches), llama-batched-bench on the same file, then candor with a launch per
+#             expert (CANDOR_CUDA_MOE=experts); table.py puts them in the targets' table
 #   kernels   every 8B matmul shape in Q4_K / Q6_K / Q8_0 at 1/16/64/512 rows, legacy and
 #             integer kernels, and the 8B shape's attention (one layer's two launches, 1 and
 #             16 decode rows at 512 positions, 1 at 4,096), against the copy rate measured in
@@ -251,8 +252,9 @@ PY
     graphs_ok
     say "Qwen3-30B-A3B's layers, 16 of 48, Q4_K_M (MoE), batch 1 and 16"
     bench --model "$moe" --prompt-tokens 512 --new-tokens 32 --batch-size 1,16 | sed 's/^{/{"file":"30b-a3b-q4_k_m","path":"integer",/'
-    wait_bg llama-build 30 || { say "llama-build: exit $?"; exit 1; }
-    llama_bench "$moe" 1,16 ;;
+    wait_bg llama-build 30 && llama_bench "$moe" 1,16 || say "llama-build: exit $?"
+    say "the same, every expert its own launches (CANDOR_CUDA_MOE=experts), 16 new tokens"
+    CANDOR_CUDA_MOE=experts bench --model "$moe" --prompt-tokens 512 --new-tokens 16 --batch-size 1,16 | sed 's/^{/{"file":"30b-a3b-q4_k_m","path":"per-expert",/' ;;
   hf)
     wait_bg models-bf16 30 || say "models-bf16: exit $?"
     [[ -d $m/llama3-8b-bf16 ]] || { say "no bf16 checkpoint (models stage)"; exit 1; }

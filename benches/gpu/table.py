@@ -120,6 +120,12 @@ def targets(out):
             if r:
                 print(f"| {cf} | Candor (dp4a, no tensor cores) | | {fmt(r['prefill_tok_s'])} / "
                       f"{fmt(r['decode_tok_s'])} | |")
+        if cf == "30b-a3b-q4_k_m":
+            rs = [cand(cf, "per-expert", b) for b in (1, 16, 64)]
+            if any(rs):
+                print(f"| {cf} | Candor (a launch per expert) | " + " | ".join(
+                    f"{fmt(r['prefill_tok_s'])} / {fmt(r['decode_tok_s'])}" if r else ""
+                    for r in rs) + " |")
         cells = []
         for b in (1, 16, 64):
             r = ll(lf, b)
