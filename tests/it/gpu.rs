@@ -611,13 +611,36 @@ fn gpu_launches_follow_the_plan_and_fusing_changes_no_token() {
 
 /// Decode steps captured as CUDA graphs and replayed give the tokens of steps launched one by
 /// one, for every architecture's tiny Q4_K_M model at batch sizes 1, 3 and 16 (the batch's
-/// rows, its attention chunks and its buffers change the graph's key), and replays happen.
+/// rows, its attention chunks and its buffers change the graph's key), and replays happen; so
+/// do the tiny qwen3moe, Mixtral and gpt-oss models, whose decode steps are captured on the
+/// grouped expert launches.
 #[test]
 fn gpu_graphs_change_no_token() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for arch in ARCHS {
-        let file = write_tiny_model(dir.path(), arch, "Q4_K_M");
-        let load = || Transformer::from_gguf_path(&file, WeightDType::Native).expect("tiny model");
+    let mut files: Vec<(String, std::path::PathBuf, Vec<TokenRequest>)> = ARCHS
+        .iter()
+        .map(|arch| {
+            let file = write_tiny_model(dir.path(), arch, "Q4_K_M");
+            let reqs = quant::mixed_requests(16, 40, quant::TQ_VOCAB);
+            (format!("tiny {arch} Q4_K_M"), file, reqs)
+        })
+        .collect();
+    let fixture = "quant/tiny_moe_teacher_forced.jsonl";
+    let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
+    for t in records.iter().filter(|t| t.ftype == "Q4_K_M") {
+        let (ws, md) = (
+            crate::moe::moe_tensors(&t.arch),
+            crate::moe::moe_metadata(&t.arch),
+        );
+        let file = crate::moe::write_fixture_model(dir.path(), t, &ws, &md);
+        let reqs = (0..16)
+            .map(|i| util::greedy_request(quant::random_ids(3 + 5 * i, 40 + i as u64), 8))
+            .collect();
+        files.push((format!("tiny {} Q4_K_M", t.arch), file, reqs));
+    }
+    assert_eq!(files.len(), ARCHS.len() + 3, "{fixture}: three MoE models");
+    for (label, file, reqs) in &files {
+        let load = || Transformer::from_gguf_path(file, WeightDType::Native).expect("tiny model");
         let (plain, graphs) = match plain_and_graphed(load) {
             Ok(pair) => pair,
             Err(e) => {
@@ -625,7 +648,6 @@ fn gpu_graphs_change_no_token() {
                 return;
             }
         };
-        let reqs = quant::mixed_requests(16, 40, quant::TQ_VOCAB);
         let run = |model: &Arc<Model>, bs: usize| {
             let cfg = SchedulerConfig {
                 batch_size: bs,
@@ -633,8 +655,8 @@ fn gpu_graphs_change_no_token() {
                 ..SchedulerConfig::default()
             };
             Decoder::new(Arc::clone(model), cfg, Vec::new())
-                .generate(&reqs, &NoText)
-                .unwrap_or_else(|e| panic!("{arch}: {e}"))
+                .generate(reqs, &NoText)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
                 .into_iter()
                 .map(|r| r.output_ids)
                 .collect::<Vec<_>>()
@@ -643,13 +665,13 @@ fn gpu_graphs_change_no_token() {
             assert_eq!(
                 run(&graphs, bs),
                 run(&plain, bs),
-                "tiny {arch} Q4_K_M: graphs on vs off at batch size {bs}"
+                "{label}: graphs on vs off at batch size {bs}"
             );
         }
         let replays = graphs.gpu_graph_replays();
-        assert!(replays > 0, "tiny {arch} Q4_K_M: no step was replayed");
-        assert_eq!(plain.gpu_graph_replays(), 0, "tiny {arch}: graphs off");
-        println!("tiny {arch} Q4_K_M: the same tokens with graphs on ({replays} steps replayed)");
+        assert!(replays > 0, "{label}: no step was replayed");
+        assert_eq!(plain.gpu_graph_replays(), 0, "{label}: graphs off");
+        println!("{label}: the same tokens with graphs on ({replays} steps replayed)");
     }
 }
 

@@ -36,6 +36,9 @@ use crate::model::transformer::{Ffn, GateUp, Qkv, Transformer};
 struct Buffers {
     rows: usize,
     chunks: usize,
+    /// Bumped whenever `fit` allocates the step buffers anew (a captured graph holds the old
+    /// addresses of those the graph key does not list: the MoE buffers).
+    generation: u64,
     x: Option<CudaSlice<f32>>,
     xb: Option<CudaSlice<f32>>,
     q: Option<CudaSlice<f32>>,
@@ -164,24 +167,27 @@ struct StepGraph(cudarc::driver::CudaGraph);
 unsafe impl Send for StepGraph {}
 
 /// What a step's launches take from the host besides the model's weights: the rows, the
-/// wanted rows, the attention chunks and every buffer's address. Positions, block tables,
+/// wanted rows, the attention chunks, every buffer's address and the step buffers'
+/// generation (the MoE buffers' addresses change only with it). Positions, block tables,
 /// embeddings and RoPE tables are uploaded into those buffers before each replay.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct GraphKey {
     rows: usize,
     m: usize,
     chunks: usize,
+    generation: u64,
     addrs: [u64; 26],
 }
 
 impl GraphKey {
-    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64) -> GraphKey {
+    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64, generation: u64) -> GraphKey {
         let p = &run.p;
         let (aq, ad, asc, asum) = run.act.ptrs(&run.g.stream);
         GraphKey {
             rows,
             m,
             chunks: run.chunks,
+            generation,
             addrs: [
                 p.x,
                 p.xb,
@@ -269,7 +275,6 @@ impl CudaModel {
         block_tokens: usize,
         kv_limit: Option<usize>,
     ) -> Result<CudaModel> {
-        let c = &model.config;
         if let Some(why) = crate::model::lowering::not_lowered(model) {
             return Err(ModelError::Device(format!("cuda: {why}")));
         }
@@ -426,7 +431,7 @@ impl CudaModel {
             covered(steps, lowering.launches(place))
                 .map_err(|e| ModelError::Device(format!("cuda: lowering {place:?}: {e}")))?;
         }
-        Ok(CudaModel {
+        let mut cuda = CudaModel {
             gpu,
             spec: DeviceSpec::Cuda(ordinal),
             name,
@@ -441,14 +446,26 @@ impl CudaModel {
             target,
             lowering,
             buffers: Mutex::new(Buffers::default()),
-            graphs: Mutex::new(Graphs::new(
-                graphs_wanted()
-                    && c.moe.is_none()
-                    && model.hybrid.is_none()
-                    && c.mla.is_none()
-                    && model.ple.is_none(),
-            )),
-        })
+            graphs: Mutex::new(Graphs::new(false)),
+        };
+        let on = graphs_wanted() && cuda.graphable();
+        cuda.graphs.get_mut().expect("CUDA graphs lock").on = on;
+        Ok(cuda)
+    }
+
+    /// Whether this model's decode steps can be captured as graphs: no layer synchronises
+    /// with the host in a decode step (MoE layers only on the grouped expert launches, whose
+    /// address tables every MoE layer must have), and none reads buffers the graph key does
+    /// not hold (hybrid layers' sequences and states, latent attention's and per-layer
+    /// embeddings' buffers).
+    fn graphable(&self) -> bool {
+        self.ple.is_none()
+            && self.layers.iter().all(|l| {
+                l.moe.as_ref().is_none_or(|m| m.grouped.is_some())
+                    && l.delta.is_none()
+                    && l.latent.is_none()
+                    && l.ple.is_none()
+            })
     }
 
     /// The device's name as the driver reports it (for manifests).
@@ -486,7 +503,12 @@ impl CudaModel {
     #[cfg(any(test, feature = "testkit"))]
     pub fn set_moe_per_expert(&mut self) -> usize {
         let moe = self.layers.iter_mut().filter_map(|l| l.moe.as_mut());
-        moe.filter_map(|m| m.grouped.take()).count()
+        let had = moe.filter_map(|m| m.grouped.take()).count();
+        // Launches per expert read the row counts back: no graphs.
+        let g = self.graphs.get_mut().expect("CUDA graphs lock");
+        g.on = g.on && had == 0;
+        g.map.clear();
+        had
     }
 
     #[cfg(any(test, feature = "testkit"))]
@@ -501,12 +523,9 @@ impl CudaModel {
     /// hybrid models, whose kernels read the step's sequences and states, nor for latent
     /// attention and per-layer embeddings, whose buffers the graph key does not hold).
     pub fn set_graphs(&mut self, on: bool) {
-        let moe = self
-            .layers
-            .iter()
-            .any(|l| l.moe.is_some() || l.delta.is_some() || l.latent.is_some() || l.ple.is_some());
+        let on = on && self.graphable();
         let g = self.graphs.get_mut().expect("CUDA graphs lock");
-        g.on = on && !moe;
+        g.on = on;
         g.map.clear();
     }
 
@@ -745,9 +764,12 @@ impl CudaModel {
         // A decode step (one token per sequence) replays the graph captured for its shape
         // and buffers, or is captured as one; every other step launches as it goes.
         let decode = seqs.iter().all(|q| q.tokens.len() == 1);
+        // A MoE step is captured only on the grouped expert launches (no host read).
+        let grouped = c.moe.is_none_or(|e| grouped_experts(rows * e.used));
+        let generation = b.generation;
         let mut graphs = self.graphs.lock().expect("CUDA graphs lock");
-        let key =
-            (graphs.on && decode && !sync_each_launch()).then(|| GraphKey::of(&run, rows, m, pw));
+        let key = (graphs.on && decode && grouped && !sync_each_launch())
+            .then(|| GraphKey::of(&run, rows, m, pw, generation));
         match key {
             Some(key) if graphs.map.contains_key(&key) => {
                 let graph = &graphs.map[&key].0;
@@ -941,6 +963,7 @@ impl CudaModel {
         b.act = Some(g.act_bufs(act_elems)?);
         b.rows = rows;
         b.chunks = chunks;
+        b.generation += 1;
         Ok(())
     }
 }
@@ -1827,7 +1850,8 @@ mod tests {
                 .filter(|f| !f.is_empty())
                 .collect()
         };
-        let key = body("    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64)");
+        let key =
+            body("    fn of(run: &Run<'_>, rows: usize, m: usize, wanted: u64, generation: u64)");
         let fields = fields_of("struct Ptrs {");
         assert!(fields.len() >= 20, "{fields:?}");
         let names = |f: &str| {
@@ -1840,12 +1864,20 @@ mod tests {
         for f in fields {
             assert!(names(f), "GraphKey::of leaves out Ptrs::{f}");
         }
-        for f in ["run.chunks", "run.act.ptrs", "rows", "m,", "wanted"] {
+        for f in [
+            "run.chunks",
+            "run.act.ptrs",
+            "rows",
+            "m,",
+            "wanted",
+            "generation",
+        ] {
             assert!(key.contains(f), "GraphKey::of leaves out {f}");
         }
-        // `Run`'s other fields: the device, the configuration, the MoE, hybrid and latent
-        // buffers (models with experts, linear or latent attention capture no graph) and the
-        // KV block size are the model's for its lifetime.
+        // `Run`'s other fields: the device, the configuration, the MoE buffers (reallocated
+        // only with the generation), the hybrid and latent buffers (models with linear or
+        // latent attention capture no graph) and the KV block size are the model's for its
+        // lifetime.
         assert_eq!(
             fields_of("struct Run<'a> {"),
             [
