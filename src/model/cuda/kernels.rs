@@ -420,32 +420,25 @@ impl Kernels {
             fs.try_into()
                 .map_err(|_| dev_err(prefix, "one kernel per weight type"))
         };
+        // One kernel per quantized weight type (`None` for the float ones, the first three).
+        let quantized = |prefix: &str| -> Result<[Option<CudaFunction>; 12]> {
+            let fs = (MATMUL_TYPES.iter().enumerate())
+                .map(|(i, t)| match i {
+                    0..=2 => Ok(None),
+                    _ => f(&format!("{prefix}{t}")).map(Some),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            fs.try_into()
+                .map_err(|_| dev_err(prefix, "one kernel per weight type"))
+        };
         Ok(Kernels {
             loaded,
             matmul: matmuls("matmul_")?,
             matmul_wide: matmuls("matmul_wide_")?,
             mmq1: matmuls("mmq1_")?,
             mmq8: matmuls("mmq8_")?,
-            mmt: {
-                let fs = (MATMUL_TYPES.iter().enumerate())
-                    .map(|(i, t)| match i {
-                        0..=2 => Ok(None),
-                        _ => f(&format!("mmt_{t}")).map(Some),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                fs.try_into()
-                    .map_err(|_| dev_err("mmt_", "one kernel per weight type"))?
-            },
-            mmqe: {
-                let fs = (MATMUL_TYPES.iter().enumerate())
-                    .map(|(i, t)| match i {
-                        0..=2 => Ok(None),
-                        _ => f(&format!("mmqe_{t}")).map(Some),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                fs.try_into()
-                    .map_err(|_| dev_err("mmqe_", "one kernel per weight type"))?
-            },
+            mmt: quantized("mmt_")?,
+            mmqe: quantized("mmqe_")?,
             mma: cc >= (8, 0),
             quantize_q8: f("quantize_q8")?,
             quantize_q8k: f("quantize_q8k")?,
