@@ -628,11 +628,7 @@ fn gpu_graphs_change_no_token() {
     let fixture = "quant/tiny_moe_teacher_forced.jsonl";
     let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
     for t in records.iter().filter(|t| t.ftype == "Q4_K_M") {
-        let (ws, md) = (
-            crate::moe::moe_tensors(&t.arch),
-            crate::moe::moe_metadata(&t.arch),
-        );
-        let file = crate::moe::write_fixture_model(dir.path(), t, &ws, &md);
+        let file = crate::moe::write_record(dir.path(), t);
         let reqs = (0..16)
             .map(|i| util::greedy_request(quant::random_ids(3 + 5 * i, 40 + i as u64), 8))
             .collect();
@@ -834,11 +830,7 @@ fn gpu_grouped_experts_give_the_per_expert_tokens() {
     let mut checked = 0;
     for t in records.iter().filter(|t| t.ftype != "F32") {
         let label = format!("tiny {} {}", t.arch, t.ftype);
-        let (ws, md) = (
-            crate::moe::moe_tensors(&t.arch),
-            crate::moe::moe_metadata(&t.arch),
-        );
-        let file = crate::moe::write_fixture_model(dir.path(), t, &ws, &md);
+        let file = crate::moe::write_record(dir.path(), t);
         let load = || {
             Transformer::from_gguf_path(&file, WeightDType::Native)
                 .unwrap_or_else(|e| panic!("{label}: {e}"))

@@ -1581,11 +1581,11 @@ impl Run<'_> {
         let (dim_i, total) = (dim as i32, (pairs * dim) as i64);
         let pin = ptr(&b.input, s);
         let (pgate, pup, pout) = (ptr(&b.gate, s), ptr(&b.up, s), ptr(&b.out, s));
+        let mut lb = s.launch_builder(&g.k.gather_rows);
+        lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
+        // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
+        g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
         if let (Some(t), true) = (&m.grouped, grouped_experts(pairs)) {
-            let mut lb = s.launch_builder(&g.k.gather_rows);
-            lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
-            // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
-            g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
             let x = &m.experts[0];
             let tab = |t: &CudaSlice<u64>| (ptr(t, s), pgexp);
             let q = g.matmul_experts(&x.gate, tab(&t.gate), pin, pairs, pgate, self.act, None)?;
@@ -1609,10 +1609,6 @@ impl Run<'_> {
             .memcpy_dtoh(&b.counts, counts.as_mut_slice())
             .map_err(|e| dev_err("reading the experts' row counts", e))?;
         s.synchronize().map_err(|e| dev_err("moe_group", e))?;
-        let mut lb = s.launch_builder(&g.k.gather_rows);
-        lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
-        // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
-        g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
         let mut off = 0usize;
         for (e, x) in m.experts.iter().enumerate() {
             let n = counts[e] as usize;
