@@ -305,6 +305,25 @@ fn plain_and_graphed(
     Ok((Arc::new(plain), Arc::new(graphs)))
 }
 
+/// Decode steps replayed as CUDA graphs give `prompts` the tokens of steps launched one by
+/// one (prompts prefilled in chunks of 7), and some steps are replayed.
+#[track_caller]
+fn assert_graphs_change_no_token(
+    load: impl Fn() -> Transformer,
+    prompts: &[TokenRequest],
+    label: &str,
+) {
+    let (plain, graphs) = plain_and_graphed(load).unwrap_or_else(|e| panic!("{label}: {e}"));
+    assert_eq!(
+        tokens_in_chunks(&graphs, prompts, 7, label),
+        tokens_in_chunks(&plain, prompts, 7, label),
+        "{label}: graphs on vs off"
+    );
+    let replays = graphs.gpu_graph_replays();
+    assert!(replays > 0, "{label}: no step was replayed");
+    assert_eq!(plain.gpu_graph_replays(), 0, "{label}: graphs off");
+}
+
 /// `model` on the GPU, or `None` (skipped, said loudly) without one.
 #[track_caller]
 fn load_on_gpu(model: Transformer, label: &str) -> Option<Arc<Model>> {
@@ -677,8 +696,9 @@ fn gpu_graphs_change_no_token() {
 /// launches cover the plan; replies do not depend on batch size or neighbours (prompts
 /// prefilled in chunks of 7, the prefix cache on: states snapshotted to the host and resumed
 /// from it); a prompt prefilled whole, in chunks of 5 or token by token gives the same tokens;
-/// forks of a stored prefix (the state copied on the device) give a fresh prompt's tokens; and
-/// the teacher-forced argmax agrees with the CPU's at 90% or more.
+/// decode steps replayed as CUDA graphs give the tokens of steps launched one by one; forks of
+/// a stored prefix (the state copied on the device) give a fresh prompt's tokens; and the
+/// teacher-forced argmax agrees with the CPU's at 90% or more.
 #[test]
 fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -724,6 +744,11 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
                 whole,
                 "{label}: prefill in chunks of {chunk}"
             );
+        }
+        // Decode steps replayed as graphs (the Q4_K_M mix: the `tiny` stage's time on a
+        // card): the spans and state addresses come with the step's inputs.
+        if label.ends_with("Q4_K_M") {
+            assert_graphs_change_no_token(load, &prompts, &label);
         }
 
         // Forks of a stored 21-token prefix against the same prompts fed whole.
@@ -818,45 +843,58 @@ fn assert_gpu_agrees_with_the_cpu(
 }
 
 /// The tiny qwen3moe, Mixtral and gpt-oss (biases) models (`tests/it/moe.rs`) in Q8_0, the
-/// Q4_K_M mix and gpt-oss's MXFP4_MOE: the grouped expert launches (one launch per matrix over
-/// every routed row, each row by its own expert's weight and bias) give the tokens of a launch
-/// per expert, prompts prefilled whole and token by token (a step of at most 256 routed rows
+/// Q4_K_M mix and gpt-oss's MXFP4_MOE, and the tiny Gemma 4 MoE model (per-expert output
+/// scales) in Q8_0 and the Q4_K_M mix: the grouped expert launches (one launch per matrix over
+/// every routed row, each row by its own expert's weight, bias and scale) give the tokens of a
+/// launch per expert, prompts prefilled whole and token by token (a step of at most 256 routed rows
 /// takes the grouped launches).
 #[test]
 fn gpu_grouped_experts_give_the_per_expert_tokens() {
-    let fixture = "quant/tiny_moe_teacher_forced.jsonl";
-    let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut checked = 0;
-    for t in records.iter().filter(|t| t.ftype != "F32") {
-        let label = format!("tiny {} {}", t.arch, t.ftype);
-        let file = crate::moe::write_record(dir.path(), t);
-        let load = || {
-            Transformer::from_gguf_path(&file, WeightDType::Native)
-                .unwrap_or_else(|e| panic!("{label}: {e}"))
-        };
-        let Some(grouped) = load_on_gpu(load(), &label) else {
-            return;
-        };
-        let mut per = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
-        assert!(
-            per.set_gpu_moe_per_expert() > 0,
-            "{label}: no layer had the grouped launches"
-        );
-        let per = Arc::new(per);
-        let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
-            .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
-            .to_vec();
-        for chunk in [512, 1] {
-            assert_eq!(
-                tokens_in_chunks(&grouped, &prompts, chunk, &label),
-                tokens_in_chunks(&per, &prompts, chunk, &label),
-                "{label}: grouped vs per-expert launches, prefill in chunks of {chunk}"
+    type Write = fn(&std::path::Path, &crate::moe::TinyRecord) -> std::path::PathBuf;
+    let fixtures: [(&str, Write); 2] = [
+        (
+            "quant/tiny_moe_teacher_forced.jsonl",
+            crate::moe::write_record,
+        ),
+        (
+            "quant/tiny_gemma4_moe_teacher_forced.jsonl",
+            crate::gemma4::write_moe_model,
+        ),
+    ];
+    for (fixture, write) in fixtures {
+        let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
+        for t in records.iter().filter(|t| t.ftype != "F32") {
+            let label = format!("tiny {} {}", t.arch, t.ftype);
+            let file = write(dir.path(), t);
+            let load = || {
+                Transformer::from_gguf_path(&file, WeightDType::Native)
+                    .unwrap_or_else(|e| panic!("{label}: {e}"))
+            };
+            let Some(grouped) = load_on_gpu(load(), &label) else {
+                return;
+            };
+            let mut per = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert!(
+                per.set_gpu_moe_per_expert() > 0,
+                "{label}: no layer had the grouped launches"
             );
+            let per = Arc::new(per);
+            let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
+                .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
+                .to_vec();
+            for chunk in [512, 1] {
+                assert_eq!(
+                    tokens_in_chunks(&grouped, &prompts, chunk, &label),
+                    tokens_in_chunks(&per, &prompts, chunk, &label),
+                    "{label}: grouped vs per-expert launches, prefill in chunks of {chunk}"
+                );
+            }
+            checked += 1;
         }
-        checked += 1;
     }
-    assert_eq!(checked, 7, "{fixture}: every quantized record");
+    assert_eq!(checked, 9, "every quantized record of the two fixtures");
 }
 
 /// The tiny `glm4moe` models (`tests/it/glm4moe.rs`: DeepSeek's router with sigmoid scores,
@@ -933,10 +971,11 @@ fn gpu_tiny_yarn_models_rotate_as_the_cpu_on_the_device() {
 
 /// Each Q4_K_M model of `fixture` (`records` models and types, written by `write`) on the GPU: the
 /// launches cover the plan; replies do not depend on batch size or neighbours; a prompt
-/// prefilled whole, in chunks of 5 or token by token gives the same tokens, and with `wide`
-/// so does the same model on the attention kernels for wide heads (latent attention's 576,
-/// forced here on narrower ones); and the teacher-forced argmax agrees with the CPU's at 90%
-/// or more.
+/// prefilled whole, in chunks of 5 or token by token gives the same tokens; decode steps
+/// replayed as CUDA graphs give the tokens of steps launched one by one; with `wide` so does
+/// the same model on the attention kernels for wide heads (latent attention's 576, forced
+/// here on narrower ones); and the teacher-forced argmax agrees with the CPU's at 90% or
+/// more.
 fn assert_tiny_fixture_runs_on_the_gpu(
     fixture: &str,
     count: usize,
@@ -967,6 +1006,7 @@ fn assert_tiny_fixture_runs_on_the_gpu(
                 "{label}: prefill in chunks of {chunk}"
             );
         }
+        assert_graphs_change_no_token(load, &prompts, &label);
         if wide {
             let mut w = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
             w.set_gpu_wide_attention();
@@ -993,9 +1033,9 @@ fn assert_tiny_fixture_runs_on_the_gpu(
 /// exactly where the model has one; replies do not depend on batch size or neighbours; a
 /// prompt prefilled whole, in chunks of 5 or token by token gives the same tokens (each row's
 /// factor comes from its position); decode steps replayed as CUDA graphs give the tokens of
-/// steps launched one by one (the factors are uploaded before each replay; dense models: MoE
-/// layers capture no graph); and the teacher-forced argmax agrees with the CPU's at 90% or
-/// more.
+/// steps launched one by one (the factors are uploaded before each replay; the MoE branch's
+/// steps are captured on the grouped expert launches); and the teacher-forced argmax agrees
+/// with the CPU's at 90% or more.
 #[test]
 fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
     use candor::model::plan::{Place, Step};
@@ -1012,7 +1052,6 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
         };
         let cpu_model = load();
         let temp = cpu_model.config().attn_temp.is_some();
-        let dense = cpu_model.config().moe.is_none();
         let Some(gpu) = gpu_model_checked(&file, &label) else {
             return;
         };
@@ -1045,19 +1084,7 @@ fn gpu_tiny_mistral3_models_scale_their_queries_on_the_device() {
                 "{label}: prefill in chunks of {chunk}"
             );
         }
-        if dense {
-            let (plain, graphs) =
-                plain_and_graphed(load).unwrap_or_else(|e| panic!("{label}: {e}"));
-            assert_eq!(
-                split(&graphs, 7),
-                split(&plain, 7),
-                "{label}: graphs on vs off"
-            );
-            assert!(
-                graphs.gpu_graph_replays() > 0,
-                "{label}: no step was replayed"
-            );
-        }
+        assert_graphs_change_no_token(load, &prompts, &label);
 
         assert_gpu_agrees_with_the_cpu(gpu, cpu_model, &head.sequences, head.start, &label);
         std::fs::remove_file(&file).ok();

@@ -371,7 +371,8 @@ pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> 
 }
 
 /// [`moe_block`], the experts' matmuls as grouped launches when `grouped` (`mmqe`: quantized
-/// experts of one layout, no biases, no output scales, as `GroupedExperts::of` requires).
+/// experts of one layout, as `GroupedExperts::of` requires; biases and output scales by each
+/// row's expert).
 pub(crate) fn moe_block_as(
     moe: &Moe,
     act: Activation,
@@ -410,7 +411,6 @@ pub(crate) fn moe_block_as(
         _ => panic!("no GPU kernel for {act:?} experts"),
     };
     if grouped {
-        assert!(moe.down_scale.is_none());
         let ws = |f: fn(&crate::model::moe::Expert) -> &QWeight| -> Vec<&QWeight> {
             moe.experts.iter().map(f).collect()
         };
@@ -430,6 +430,12 @@ pub(crate) fn moe_block_as(
         assert_eq!(gate.len(), pairs * ffn);
         gated_cpu(&mut gate, &up, code);
         let mut out = matmul_experts(&ws(|x| &x.down), &gexp, &gate, pairs);
+        // `scale_experts`: each grouped row times its own expert's output scale.
+        if let Some(s) = &moe.down_scale {
+            for (p, row) in out.chunks_exact_mut(dim).enumerate() {
+                row.iter_mut().for_each(|v| *v *= s[gexp[p] as usize]);
+            }
+        }
         bias(&mut out, 2);
         return combine(&out, &slot, &weights, used, dim, rows);
     }
@@ -638,11 +644,11 @@ mod tests {
     /// every logit tied; the router's equal rows: ties among the top experts), for
     /// qwen3moe's and Mixtral's gating with SiLU and gpt-oss's with its biases and
     /// SwiGLU-OAI, in a float, a 32-block and a k-quant format and in MXFP4 (gpt-oss's
-    /// experts as published), with per-expert output scales (Gemma 4's) on two of them; the
+    /// experts as published), with per-expert output scales (Gemma 4's) on three of them; the
     /// rows use several different experts and the tie rule decides some of them. Where the
-    /// experts take the grouped launches (quantized, no output scales: Q8_0, Q4_K, Q4_1 with
-    /// its Q8_1 sums, Q6_K, MXFP4, gpt-oss's biases on Q8_0 and Q4_0 here), those give the
-    /// same bits.
+    /// experts take the grouped launches (quantized: Q8_0, Q4_K, Q4_1 with its Q8_1 sums,
+    /// Q6_K and MXFP4, with output scales, gpt-oss's biases on Q8_0, Q4_0 and MXFP4 here),
+    /// those give the same bits.
     #[test]
     fn the_emulated_moe_block_equals_the_cpu() {
         let cases = [
@@ -723,9 +729,10 @@ mod tests {
         let mut grouped = 0;
         for (dtype, dim, ffn, gating, act, biases) in cases {
             let mut m = moe(dtype, dim, ffn, experts, used, gating, biases);
-            // Per-expert output scales (Gemma 4's), on the float case and one with biases
-            // (scaled before the bias).
-            if dtype == Some(GgmlDType::F32) || (dtype.is_none() && biases) {
+            // Per-expert output scales (Gemma 4's), on the float case, a k-quant and one with
+            // biases (scaled before the bias).
+            let scaled = [Some(GgmlDType::F32), Some(GgmlDType::Q6K)];
+            if scaled.contains(&dtype) || (dtype.is_none() && biases) {
                 m.down_scale = Some(noise(7, experts).iter().map(|v| 1.0 + v).collect());
             }
             let mut x: Vec<f32> = noise(99, rows * dim).iter().map(|v| v * 2.0).collect();
@@ -761,7 +768,7 @@ mod tests {
                     "{what}, row {r}"
                 );
             }
-            if dtype == Some(GgmlDType::F32) || m.down_scale.is_some() {
+            if dtype == Some(GgmlDType::F32) {
                 continue;
             }
             grouped += 1;
@@ -774,7 +781,7 @@ mod tests {
                 "{what}, grouped, row 2"
             );
         }
-        assert_eq!(grouped, 7, "cases on the grouped launches");
+        assert_eq!(grouped, 8, "cases on the grouped launches");
     }
 
     /// DeepSeek's router in the emulated block equals the CPU's bits: sigmoid scores with a

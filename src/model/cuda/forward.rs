@@ -91,24 +91,6 @@ struct MoeBufs {
     shared_out: CudaSlice<f32>,
 }
 
-/// Copies `v` into the reused device buffer `slot`, growing it first when it is too small;
-/// its device address.
-fn stage<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    g: &Gpu,
-    slot: &mut Option<CudaSlice<T>>,
-    what: &str,
-    v: &[T],
-) -> Result<u64> {
-    grow(g, slot, what, v.len())?;
-    let b = slot.as_mut().expect("grown");
-    if !v.is_empty() {
-        g.stream
-            .memcpy_htod(v, b)
-            .map_err(|e| dev_err(&format!("uploading {what}"), e))?;
-    }
-    Ok(ptr(b, &g.stream))
-}
-
 /// Grows the reused device buffer `slot` to hold at least `len` values.
 fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     g: &Gpu,
@@ -141,7 +123,7 @@ const MAX_GRAPHS: usize = 64;
 /// A model's captured decode steps.
 struct Graphs {
     /// Off without `CANDOR_CUDA_GRAPHS=1`, for models whose layers synchronise with the host
-    /// (Mixture-of-Experts: the expert grouping), and after the driver refused a capture.
+    /// (MoE layers launched per expert), and after the driver refused a capture.
     on: bool,
     map: std::collections::HashMap<GraphKey, StepGraph>,
     /// Steps replayed from a graph.
@@ -168,15 +150,17 @@ unsafe impl Send for StepGraph {}
 
 /// What a step's launches take from the host besides the model's weights: the rows, the
 /// wanted rows, the attention chunks, every buffer's address and the step buffers'
-/// generation (the MoE buffers' addresses change only with it). Positions, block tables,
-/// embeddings and RoPE tables are uploaded into those buffers before each replay.
+/// generation (the addresses of the MoE, hybrid, latent and per-layer buffers change only
+/// with it). Positions, block tables, embeddings, RoPE tables, a hybrid model's sequences and
+/// state addresses, and the per-layer token embeddings are uploaded into those buffers before
+/// each replay. (A decode step's sequences are its rows, so the rows fix every grid.)
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct GraphKey {
     rows: usize,
     m: usize,
     chunks: usize,
     generation: u64,
-    addrs: [u64; 26],
+    addrs: [u64; 29],
 }
 
 impl GraphKey {
@@ -209,6 +193,9 @@ impl GraphKey {
                 p.rope,
                 p.rope_swa.unwrap_or(0),
                 p.temp.unwrap_or(0),
+                p.spans,
+                p.states,
+                p.layer_tokens,
                 p.logits,
                 wanted,
                 aq,
@@ -454,18 +441,15 @@ impl CudaModel {
     }
 
     /// Whether this model's decode steps can be captured as graphs: no layer synchronises
-    /// with the host in a decode step (MoE layers only on the grouped expert launches, whose
-    /// address tables every MoE layer must have), and none reads buffers the graph key does
-    /// not hold (hybrid layers' sequences and states, latent attention's and per-layer
-    /// embeddings' buffers).
+    /// with the host in a decode step. MoE layers do so only on the launches per expert, so
+    /// every MoE layer must have the grouped launches' address tables. Every other layer's
+    /// launches read only buffers that `fit` allocates (their addresses change with the
+    /// key's generation) and the step's inputs (their addresses are in the key): a hybrid
+    /// layer's sequences and states, and Gemma 4's per-layer token embeddings, among them.
     fn graphable(&self) -> bool {
-        self.ple.is_none()
-            && self.layers.iter().all(|l| {
-                l.moe.as_ref().is_none_or(|m| m.grouped.is_some())
-                    && l.delta.is_none()
-                    && l.latent.is_none()
-                    && l.ple.is_none()
-            })
+        self.layers
+            .iter()
+            .all(|l| l.moe.as_ref().is_none_or(|m| m.grouped.is_some()))
     }
 
     /// The device's name as the driver reports it (for manifests).
@@ -519,9 +503,8 @@ impl CudaModel {
     }
 
     /// Whether decode steps are captured as CUDA graphs and replayed (the default from
-    /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host, nor for
-    /// hybrid models, whose kernels read the step's sequences and states, nor for latent
-    /// attention and per-layer embeddings, whose buffers the graph key does not hold).
+    /// `CANDOR_CUDA_GRAPHS`; never for models whose layers synchronise with the host: MoE
+    /// layers launched per expert).
     pub fn set_graphs(&mut self, on: bool) {
         let on = on && self.graphable();
         let g = self.graphs.get_mut().expect("CUDA graphs lock");
@@ -646,14 +629,11 @@ impl CudaModel {
         let mut bufs = self.buffers.lock().expect("CUDA buffers lock");
         self.fit(&mut bufs, model, rows, chunks)?;
         let b = &mut *bufs;
-        let seq_args = match b.hybrid.as_mut() {
-            Some(hb) => Some(SeqArgs {
-                spans: stage(g, &mut hb.spans, "sequence spans", &spans)?,
-                states: stage(g, &mut hb.states, "recurrent states", &states)?,
-                seqs: states.len(),
-            }),
-            None => None,
-        };
+        // Gemma 4 E2B/E4B: each row's token's per-layer embeddings.
+        let layer_tokens = model
+            .ple
+            .as_ref()
+            .map_or_else(Vec::new, |e| token_rows(e, &tokens));
         // Every small input and the rows in two copies from one pinned buffer.
         let mut regions: [&[u8]; REGIONS] = [&[]; REGIONS];
         for (r, v) in [
@@ -666,6 +646,9 @@ impl CudaModel {
             (Region::Rope, cs.bytes()),
             (Region::RopeSwa, cs_swa.bytes()),
             (Region::Temp, temp.bytes()),
+            (Region::Spans, spans.bytes()),
+            (Region::States, states.bytes()),
+            (Region::LayerTokens, layer_tokens.bytes()),
         ] {
             regions[r as usize] = v;
         }
@@ -683,11 +666,11 @@ impl CudaModel {
         let pcs = addr(Region::Rope);
         let pcs_swa = (!cs_swa.is_empty()).then(|| addr(Region::RopeSwa));
         let ptemp = (!temp.is_empty()).then(|| addr(Region::Temp));
-        if let (Some(e), Some(pb)) = (&model.ple, b.ple.as_mut()) {
-            g.stream
-                .memcpy_htod(&token_rows(e, &tokens), &mut pb.tokens)
-                .map_err(|e| dev_err("uploading per-layer embeddings", e))?;
-        }
+        let seq_args = b.hybrid.is_some().then(|| SeqArgs {
+            spans: addr(Region::Spans),
+            states: addr(Region::States),
+            seqs: states.len(),
+        });
 
         let p = |o: &Option<CudaSlice<f32>>| ptr(o.as_ref().expect("fit"), s);
         let (px, pxb, pq, pk, pv, pattn, pgate, pup, pfused, ppart) = (
@@ -726,6 +709,9 @@ impl CudaModel {
             rope: pcs,
             rope_swa: pcs_swa,
             temp: ptemp,
+            spans: addr(Region::Spans),
+            states: addr(Region::States),
+            layer_tokens: addr(Region::LayerTokens),
             logits: 0,
         };
         // The head's inputs: the wanted rows' indices and room for their logits.
@@ -993,6 +979,11 @@ struct Ptrs {
     rope_swa: Option<u64>,
     /// Each row's attention temperature factor, for models that have one.
     temp: Option<u64>,
+    /// A hybrid model's sequences and their recurrent states' addresses.
+    spans: u64,
+    states: u64,
+    /// Gemma 4 E2B/E4B: the rows' tokens' per-layer embeddings.
+    layer_tokens: u64,
     logits: u64,
 }
 
@@ -1465,6 +1456,7 @@ impl Run<'_> {
             act: self.act,
             b,
             e,
+            tokens: self.p.layer_tokens,
             rows,
             n_layer: self.c.n_layer,
             dim: self.c.dim,
@@ -1599,6 +1591,10 @@ impl Run<'_> {
                 None => g.gated(pgate, pup, pairs * ffn, 1)?,
             }
             g.matmul_experts(&x.down, tab(&t.down), pgate, pairs, pout, self.act, None)?;
+            // Each row's expert's output scale, before any bias (as below).
+            if let Some(sc) = &t.down_scale {
+                g.scale_experts(pout, (ptr(sc, s), pgexp), dim, pairs * dim)?;
+            }
             if let Some([_, _, bd]) = &t.bias {
                 g.add_bias_experts(pout, tab(bd), dim, pairs * dim)?;
             }

@@ -74,8 +74,6 @@ pub(super) fn token_rows(e: &PerLayerEmbedding, tokens: &[u32]) -> Vec<f32> {
 pub(super) struct PleBufs {
     /// The projection, then the per-layer inputs (`rows × n_layer · ple`).
     pub(super) inputs: CudaSlice<f32>,
-    /// The tokens' per-layer embeddings, uploaded each step.
-    pub(super) tokens: CudaSlice<f32>,
     /// One layer's gate and input (`rows × ple`).
     gate: CudaSlice<f32>,
     input: CudaSlice<f32>,
@@ -85,7 +83,6 @@ impl PleBufs {
     pub(super) fn new(g: &Gpu, rows: usize, n_layer: usize, ple: usize) -> Result<PleBufs> {
         Ok(PleBufs {
             inputs: g.zeros("per-layer inputs", rows * n_layer * ple)?,
-            tokens: g.zeros("per-layer token embeddings", rows * n_layer * ple)?,
             gate: g.zeros("per-layer gate", rows * ple)?,
             input: g.zeros("per-layer input", rows * ple)?,
         })
@@ -98,6 +95,9 @@ pub(super) struct PleRun<'a> {
     pub(super) act: &'a ActBufs,
     pub(super) b: &'a PleBufs,
     pub(super) e: &'a DevPle,
+    /// The rows' tokens' per-layer embeddings (`rows × n_layer · ple`, uploaded with the
+    /// step's inputs).
+    pub(super) tokens: u64,
     pub(super) rows: usize,
     pub(super) n_layer: usize,
     pub(super) dim: usize,
@@ -113,7 +113,7 @@ impl PleRun<'_> {
     pub(super) fn inputs(&self, x: u64) -> Result<()> {
         let (g, rows, ple) = (self.g, self.rows, self.e.ple);
         let width = self.n_layer * ple;
-        let (inputs, tokens) = (self.ptr(&self.b.inputs), self.ptr(&self.b.tokens));
+        let (inputs, tokens) = (self.ptr(&self.b.inputs), self.tokens);
         g.matmul_into(&self.e.proj, x, rows, inputs, self.act, None, false)?;
         g.scale(inputs, 1.0 / (self.dim as f32).sqrt(), rows * width)?;
         g.rms_norm(

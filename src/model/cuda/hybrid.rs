@@ -81,8 +81,8 @@ pub(super) fn upload_shared(
 
 /// The hybrid layers' step buffers: the mixed q|k|v channels and their convolution, the gate
 /// `z`, β's and the decay's logits (linear layers); the output gate (full-attention layers);
-/// the shared expert's gate/up outputs, gate logits and gated output; and each sequence's
-/// (first row, rows) and state address, uploaded per step.
+/// the shared expert's gate/up outputs, gate logits and gated output. (Each sequence's
+/// (first row, rows) and state address come with the step's inputs.)
 pub(super) struct HybridBufs {
     pub(super) mixed: CudaSlice<f32>,
     pub(super) conv: CudaSlice<f32>,
@@ -90,8 +90,6 @@ pub(super) struct HybridBufs {
     pub(super) beta: CudaSlice<f32>,
     pub(super) alpha: CudaSlice<f32>,
     pub(super) gate: CudaSlice<f32>,
-    pub(super) spans: Option<CudaSlice<i32>>,
-    pub(super) states: Option<CudaSlice<u64>>,
 }
 
 impl HybridBufs {
@@ -104,8 +102,6 @@ impl HybridBufs {
             beta: g.zeros("beta", rows * h.v_heads)?,
             alpha: g.zeros("decay", rows * h.v_heads)?,
             gate: g.zeros("output gate", rows * q_dim)?,
-            spans: None,
-            states: None,
         })
     }
 }

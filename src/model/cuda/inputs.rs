@@ -1,6 +1,7 @@
 //! A step's inputs from the host in one pinned buffer (issue #44): the small ones (positions,
 //! block tables, each row's block and slot, the wanted rows, the RoPE tables, the attention
-//! temperatures) packed side by side, then the rows' embeddings. Two asynchronous copies per
+//! temperatures, a hybrid model's sequences and recurrent states, Gemma 4's per-layer token
+//! embeddings) packed side by side, then the rows' embeddings. Two asynchronous copies per
 //! step take them to the device (the packed regions into one device buffer, the embeddings
 //! into the step's `x`), where there were nine copies from pageable memory, each of which the
 //! driver staged and waited for.
@@ -25,12 +26,18 @@ pub(super) enum Region {
     Rope,
     RopeSwa,
     Temp,
+    /// A hybrid model's sequences: (first row, rows) of each.
+    Spans,
+    /// A hybrid model's sequences' recurrent states: a device address (two values) each.
+    States,
+    /// Gemma 4 E2B/E4B: each row's token's per-layer embeddings.
+    LayerTokens,
 }
 
 /// How many regions there are.
-pub(super) const REGIONS: usize = 9;
+pub(super) const REGIONS: usize = 12;
 
-/// Every region holds 4-byte values (`i32` or `f32`).
+/// Every region holds 4-byte values (`i32` or `f32`; an address is two).
 const VALUE: usize = 4;
 
 /// Each region starts this many bytes after the buffer's start (a multiple of), so that every
@@ -106,6 +113,14 @@ impl Values for [i32] {
 impl Values for [f32] {
     fn bytes(&self) -> &[u8] {
         // SAFETY: as for i32.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast(), std::mem::size_of_val(self)) }
+    }
+}
+
+impl Values for [u64] {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: as for i32 (each region's offset is a multiple of 256, so a u64 the kernels
+        // read there is aligned).
         unsafe { std::slice::from_raw_parts(self.as_ptr().cast(), std::mem::size_of_val(self)) }
     }
 }
@@ -218,7 +233,7 @@ mod tests {
     /// Regions are aligned, apart, and in order; the embeddings follow them.
     #[test]
     fn regions_are_aligned_and_apart() {
-        let mut l = [1, 3, 70, 1, 1, 0, 128 * 16, 0, 5];
+        let mut l = [1, 3, 70, 1, 1, 0, 128 * 16, 0, 5, 2, 2, 3 * 8960];
         l[Region::Wanted as usize] = 2;
         let layout = Layout::grown(None, &l, 4096);
         assert!(layout.fits(&l, 4096));
@@ -312,5 +327,37 @@ mod tests {
         let f = [1.5f32, -0.0];
         assert_eq!(f.bytes()[..4], 1.5f32.to_ne_bytes());
         assert_eq!(f.bytes()[4..], (-0.0f32).to_ne_bytes());
+        let a = [0x7f00_1234_5678_9abcu64, 1];
+        assert_eq!(a.bytes().len(), 4 * VALUE);
+        assert_eq!(a.bytes()[..8], 0x7f00_1234_5678_9abcu64.to_ne_bytes());
+    }
+
+    /// The last region holds every value, however many precede it (its offset is the sum of
+    /// the others' aligned capacities), and the regions' order is [`Region`]'s.
+    #[test]
+    fn the_regions_keep_their_order() {
+        let order = [
+            Region::Positions,
+            Region::TableOffsets,
+            Region::Tables,
+            Region::RowBlocks,
+            Region::RowSlots,
+            Region::Wanted,
+            Region::Rope,
+            Region::RopeSwa,
+            Region::Temp,
+            Region::Spans,
+            Region::States,
+            Region::LayerTokens,
+        ];
+        assert_eq!(order.len(), REGIONS);
+        for (i, r) in order.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+        let layout = Layout::grown(None, &lens(100), 0);
+        assert_eq!(
+            layout.offset(Region::LayerTokens as usize),
+            (REGIONS - 1) * (128 * VALUE).next_multiple_of(ALIGN)
+        );
     }
 }

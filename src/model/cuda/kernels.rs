@@ -380,6 +380,7 @@ pub(super) struct Kernels {
     pub(super) moe_group: CudaFunction,
     pub(super) moe_combine: CudaFunction,
     pub(super) add_bias_experts: CudaFunction,
+    pub(super) scale_experts: CudaFunction,
     pub(super) gated_act_cpu: CudaFunction,
     /// `deltanet.cu`: Qwen3.5's linear attention, output gate and shared expert's gate.
     pub(super) delta_conv: CudaFunction,
@@ -468,6 +469,7 @@ impl Kernels {
             moe_group: f("moe_group")?,
             moe_combine: f("moe_combine")?,
             add_bias_experts: f("add_bias_experts")?,
+            scale_experts: f("scale_experts")?,
             gated_act_cpu: f("gated_act_cpu")?,
             delta_conv: f("delta_conv")?,
             delta_prep: f("delta_prep")?,
@@ -1211,6 +1213,24 @@ impl Gpu {
         // SAFETY: x holds total floats, gexp total / width experts, each with the address of
         // a bias of width floats in btab.
         self.launched("add_bias_experts", unsafe { lb.launch(ew(total)) })?;
+        Ok(())
+    }
+
+    /// `scale_experts`: each `width`-wide grouped row `p` of `x` (`total` values) times the
+    /// output scale of its expert `gexp[p]` in `scale`.
+    pub(super) fn scale_experts(
+        &self,
+        x: u64,
+        (scale, gexp): (u64, u64),
+        width: usize,
+        total: usize,
+    ) -> Result<()> {
+        let (w_i, t) = (width as i32, total as i64);
+        let mut lb = self.stream.launch_builder(&self.k.scale_experts);
+        lb.arg(&x).arg(&gexp).arg(&scale).arg(&w_i).arg(&t);
+        // SAFETY: x holds total floats, gexp total / width experts, each an index into
+        // scale's one float per expert.
+        self.launched("scale_experts", unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 

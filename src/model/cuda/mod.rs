@@ -148,6 +148,7 @@ mod tests {
             "moe_group",
             "moe_combine",
             "add_bias_experts",
+            "scale_experts",
             "gated_act_cpu",
             "delta_conv",
             "delta_prep",

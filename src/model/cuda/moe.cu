@@ -195,6 +195,14 @@ extern "C" __global__ void add_bias_experts(float* x, const int* gexp, const uns
     x[i] += b[i % width];
 }
 
+// x[p][c] *= scale[gexp[p]] for the grouped rows p: `scale`'s product, each row by its own
+// expert's output scale (Gemma 4's `ffn_down_exps.scale`).
+extern "C" __global__ void scale_experts(float* x, const int* gexp, const float* scale, int width, long total) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    x[i] = __fmul_rn(x[i], scale[gexp[i / width]]);
+}
+
 // xb[r] = sum over k of w[r, k] * out[slot[r, k]], ranks in order: the first product, then
 // each next product added (ggml's `mul`, then chained `add`s; `moe.rs`'s `combine`).
 extern "C" __global__ void moe_combine(const float* out, const int* slot, const float* w, int used, int dim,

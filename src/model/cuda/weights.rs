@@ -61,7 +61,8 @@ pub(super) struct DevMoe {
     pub(super) selection_bias: Option<CudaSlice<f32>>,
     pub(super) experts: Vec<DevExpert>,
     pub(super) config: MoeConfig,
-    /// Gemma 4: each expert's output scale (applied from the host's copy), and the norms of
+    /// Gemma 4: each expert's output scale (the host's copy for the launches per expert), and
+    /// the norms of
     /// the MLP beside the experts (whose matrices are the layer's `gate_up` and `w_down`).
     pub(super) down_scale: Option<Vec<f32>>,
     pub(super) beside: Option<DevBeside>,
@@ -73,19 +74,26 @@ pub(super) struct DevMoe {
 }
 
 /// Each expert's gate, up and down matrix addresses, in expert order, for the grouped launches
-/// (`Gpu::matmul_experts`), and its gate, up and down biases' (gpt-oss).
+/// (`Gpu::matmul_experts`), its gate, up and down biases' (gpt-oss), and the experts' output
+/// scales (Gemma 4).
 pub(super) struct GroupedExperts {
     pub(super) gate: CudaSlice<u64>,
     pub(super) up: CudaSlice<u64>,
     pub(super) down: CudaSlice<u64>,
     pub(super) bias: Option<[CudaSlice<u64>; 3]>,
+    pub(super) down_scale: Option<CudaSlice<f32>>,
 }
 
 impl GroupedExperts {
     /// The tables, where every expert's gate (and up, and down) has one quantized kind, shape
     /// and repacked layout, and either every expert or none has biases; `None` otherwise
     /// (the launches stay per expert), and on the legacy path.
-    fn of(gpu: &Gpu, experts: &[DevExpert], path: MatmulPath) -> Result<Option<GroupedExperts>> {
+    fn of(
+        gpu: &Gpu,
+        experts: &[DevExpert],
+        down_scale: Option<&[f32]>,
+        path: MatmulPath,
+    ) -> Result<Option<GroupedExperts>> {
         let Some(first) = experts.first() else {
             return Ok(None);
         };
@@ -124,6 +132,9 @@ impl GroupedExperts {
                 Some(_) => Some([bias(0)?, bias(1)?, bias(2)?]),
                 None => None,
             },
+            down_scale: down_scale
+                .map(|v| gpu.upload("expert output scales", v))
+                .transpose()?,
         }))
     }
 }
@@ -160,10 +171,7 @@ pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Resu
         })
         .collect::<Result<Vec<_>>>()?;
     // Gemma 4's output scales stay on the launches per expert.
-    let grouped = match m.down_scale {
-        Some(_) => None,
-        None => GroupedExperts::of(gpu, &experts, path)?,
-    };
+    let grouped = GroupedExperts::of(gpu, &experts, m.down_scale.as_deref(), path)?;
     Ok(DevMoe {
         grouped,
         router: upload_weight(gpu, &n("ffn_gate_inp.weight"), &m.router, path)?,
