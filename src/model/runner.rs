@@ -124,6 +124,14 @@ impl Model {
         }
     }
 
+    /// Test support: the GPU's latent-attention heads' matrices launched one head at a time,
+    /// not as one launch over every head; how many layers had that launch (0 without a GPU
+    /// model).
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn set_gpu_mla_per_head(&mut self) -> usize {
+        self.cuda.as_mut().map_or(0, |c| c.set_mla_per_head())
+    }
+
     /// Test support: the GPU's MoE experts launched one by one, not as grouped launches over
     /// every routed row; how many layers had the grouped launches (0 without a GPU model).
     #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]

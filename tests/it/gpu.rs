@@ -916,15 +916,44 @@ fn gpu_tiny_glm4moe_models_route_as_deepseek_on_the_device() {
 /// Attention with a low-rank or plain query projection, DeepSeek-V3's grouped, biased router
 /// and V2-Lite's softmax one, YaRN, mistral4's attention temperature) in the Q4_K_M mix on
 /// the GPU, as [`assert_tiny_fixture_runs_on_the_gpu`] says, the wide attention kernels
-/// included.
+/// included; and the heads' matrices in one launch over every head (steps of at most 64
+/// rows) give the tokens of a launch per head, prompts prefilled whole and token by token.
 #[test]
 fn gpu_tiny_deepseek2_models_run_latent_attention_on_the_device() {
-    assert_tiny_fixture_runs_on_the_gpu(
-        "quant/tiny_deepseek2_teacher_forced.jsonl",
-        9,
-        crate::deepseek2::write_model,
-        true,
-    );
+    let fixture = "quant/tiny_deepseek2_teacher_forced.jsonl";
+    assert_tiny_fixture_runs_on_the_gpu(fixture, 9, crate::deepseek2::write_model, true);
+    let (_, records) = quant::tiny_fixture::<crate::moe::TinyRecord>(fixture);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut checked = 0;
+    for t in records.iter().filter(|t| t.ftype == "Q4_K_M") {
+        let label = format!("tiny {} {}", t.arch, t.ftype);
+        let file = crate::deepseek2::write_model(dir.path(), t);
+        let load = || {
+            Transformer::from_gguf_path(&file, WeightDType::Native)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+        };
+        let Some(grouped) = load_on_gpu(load(), &label) else {
+            return;
+        };
+        let mut per = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert!(
+            per.set_gpu_mla_per_head() > 0,
+            "{label}: no layer had the launch over every head"
+        );
+        let per = Arc::new(per);
+        let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
+            .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
+            .to_vec();
+        for chunk in [512, 1] {
+            assert_eq!(
+                tokens_in_chunks(&grouped, &prompts, chunk, &label),
+                tokens_in_chunks(&per, &prompts, chunk, &label),
+                "{label}: over every head vs per head, prefill in chunks of {chunk}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "{fixture}: its three Q4_K_M models");
 }
 
 /// The tiny dense `gemma4` model (`tests/it/gemma4.rs`: sliding and full layers of head

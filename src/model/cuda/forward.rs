@@ -15,7 +15,7 @@ use super::kernels::{
     at_launch, attn_chunks, dev_err, ew, matmul_path, ptr, step_err, sync_each_launch, ActBufs,
     AttnArgs, Gpu, MatmulPath, Result, RopeKvArgs,
 };
-use super::mla::{upload_latent, LatentRun, MlaBufs};
+use super::mla::{grouped_head_rows, upload_latent, LatentRun, MlaBufs};
 use super::pool::{new_pool, KvPool};
 use super::weights::{check_fits, upload_moe, upload_weight, DevLayer, DevMoe};
 use crate::model::arch::{Activation, Gating, ModelConfig};
@@ -495,6 +495,17 @@ impl CudaModel {
         had
     }
 
+    /// Every latent-attention layer's heads launched one by one (tests: the launch over every
+    /// head must give their bits); how many layers took that launch before.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn set_mla_per_head(&mut self) -> usize {
+        let latent = self.layers.iter_mut().filter_map(|l| l.latent.as_mut());
+        let had = latent.map(|d| d.drop_grouped()).filter(|&had| had).count();
+        // The captured launches were the launches over every head.
+        self.graphs.get_mut().expect("CUDA graphs lock").map.clear();
+        had
+    }
+
     #[cfg(any(test, feature = "testkit"))]
     fn relower(&mut self, plan: &crate::model::plan::Plan) {
         self.lowering = Lowering::new(plan, &self.target);
@@ -917,6 +928,11 @@ impl CudaModel {
             Some(m) => Some(MlaBufs::new(g, rows, m, c.n_head, c.rope_dim)?),
             None => None,
         };
+        // The latent heads' matrices over every head at once quantize `rows × heads` rows.
+        if let Some(m) = c.mla {
+            let k = m.nope.max(m.kv_lora).next_multiple_of(256);
+            act_elems = act_elems.max(grouped_head_rows(rows, c.n_head) * k);
+        }
         if let Some(m) = c.moe {
             let pairs = rows * m.used;
             let shared_rows = if shared > 0 { rows } else { 0 };

@@ -10,6 +10,11 @@
 //! - `Expand`: per head its output's latent part times `attn_v_b`, gathered into the rows the
 //!   output projection reads.
 //!
+//! A step of at most [`GROUPED_HEAD_ROWS`] rows (decode) takes every head's matrix in one
+//! launch (`Gpu::matmul_experts`, each of the `rows × heads` head rows by its own head's
+//! matrix, with one `copy_cols` before and after over every head): three launches a step
+//! where there were three a head. Each head row gets the bits of the launch per head.
+//!
 //! The per-head matrices are ordinary device weights, so their products are the integer
 //! kernels' (the CPU's bits, as every matmul); the norms are the device's `rms_norm`.
 //! Attention in between is the ordinary pass over one KV head of `kv_lora + rope` dimensions
@@ -18,8 +23,8 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::kernels::{ew, ActBufs, DevWeight, Gpu, MatmulPath, Result};
-use super::weights::upload_weight;
+use super::kernels::{ew, ptr, ActBufs, DevWeight, Gpu, MatmulPath, Result};
+use super::weights::{address_table, groupable, upload_weight};
 use crate::model::arch::Mla;
 use crate::model::mla::{Latent, Query};
 
@@ -41,9 +46,29 @@ pub(super) struct DevLatent {
     /// Per head, `kv_lora × nope` and `v_head × kv_lora`.
     k_b: Vec<DevWeight>,
     v_b: Vec<DevWeight>,
+    /// The heads' `k_b` and `v_b` addresses for the launches over every head, where each
+    /// set is of one quantized kind and layout ([`groupable`]).
+    grouped: Option<[CudaSlice<u64>; 2]>,
     mla: Mla,
     heads: usize,
     rope: usize,
+}
+
+impl DevLatent {
+    /// Drops the address tables of the launch over every head (tests); whether it had them.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(super) fn drop_grouped(&mut self) -> bool {
+        self.grouped.take().is_some()
+    }
+}
+
+/// At most this many rows take one launch over every head's matrix; more (prefill) take a
+/// launch per head, whose rows then share its matrix (and the tensor cores).
+pub(super) const GROUPED_HEAD_ROWS: usize = 64;
+
+/// The head rows the launches over every head take for a step buffer of `rows` rows.
+pub(super) fn grouped_head_rows(rows: usize, heads: usize) -> usize {
+    rows.min(GROUPED_HEAD_ROWS) * heads
 }
 
 /// Uploads layer `i`'s latent-attention weights.
@@ -67,12 +92,25 @@ pub(super) fn upload_latent(
             .map(|(h, w)| upload_weight(gpu, &n(&format!("{name}[{h}]")), w, path))
             .collect()
     };
+    let (k_b, v_b) = (
+        heads("attn_k_b.weight", &l.k_b)?,
+        heads("attn_v_b.weight", &l.v_b)?,
+    );
+    let (kr, vr): (Vec<&DevWeight>, Vec<&DevWeight>) = (k_b.iter().collect(), v_b.iter().collect());
+    let grouped = match groupable(&kr, path) && groupable(&vr, path) {
+        true => Some([
+            address_table(gpu, "attn_k_b addresses", &kr)?,
+            address_table(gpu, "attn_v_b addresses", &vr)?,
+        ]),
+        false => None,
+    };
     Ok(DevLatent {
         query,
         kv_a: upload_weight(gpu, &n("attn_kv_a_mqa.weight"), &l.kv_a, path)?,
         kv_norm: gpu.upload("attn_kv_a_norm", &l.kv_norm)?,
-        k_b: heads("attn_k_b.weight", &l.k_b)?,
-        v_b: heads("attn_v_b.weight", &l.v_b)?,
+        k_b,
+        v_b,
+        grouped,
         mla: l.mla,
         heads: l.heads,
         rope: l.rope,
@@ -89,9 +127,12 @@ pub(super) struct MlaBufs {
     ckv: CudaSlice<f32>,
     /// The latent alone, then RMS-normed (`rows × kv_lora`).
     latent: CudaSlice<f32>,
-    /// One head's inputs and outputs of its matrix.
+    /// The heads' inputs and outputs of their matrices: one head's rows (a launch per head),
+    /// or every head's (`rows × heads`, up to [`GROUPED_HEAD_ROWS`] rows).
     head_in: CudaSlice<f32>,
     head_out: CudaSlice<f32>,
+    /// Each head row's head (`p % heads`), the grouped launches' matrix index.
+    head_of: CudaSlice<i32>,
     /// The values, `heads × v_head` per row.
     values: CudaSlice<f32>,
 }
@@ -101,13 +142,18 @@ impl MlaBufs {
     /// `rope` wide.
     pub(super) fn new(g: &Gpu, rows: usize, m: Mla, heads: usize, rope: usize) -> Result<MlaBufs> {
         let head = m.nope.max(m.kv_lora).max(m.v_head);
+        let head_rows = grouped_head_rows(rows, heads).max(rows);
+        let head_of: Vec<i32> = (0..grouped_head_rows(rows, heads))
+            .map(|p| (p % heads) as i32)
+            .collect();
         Ok(MlaBufs {
             q_a: g.zeros("low-rank queries", (rows * m.q_lora).max(1))?,
             q_full: g.zeros("latent queries", rows * heads * (m.nope + rope))?,
             ckv: g.zeros("compressed KV", rows * (m.kv_lora + rope))?,
             latent: g.zeros("latent", rows * m.kv_lora)?,
-            head_in: g.zeros("head input", rows * head)?,
-            head_out: g.zeros("head output", rows * head)?,
+            head_in: g.zeros("head input", head_rows * head)?,
+            head_out: g.zeros("head output", head_rows * head)?,
+            head_of: g.upload("head rows' heads", &head_of)?,
             values: g.zeros("latent values", rows * heads * m.v_head)?,
         })
     }
@@ -127,6 +173,14 @@ pub(super) struct LatentRun<'a> {
 impl LatentRun<'_> {
     fn ptr(&self, v: &CudaSlice<f32>) -> u64 {
         super::kernels::ptr(v, &self.g.stream)
+    }
+
+    /// The address table of `d`'s `k_b` (`which` 0) or `v_b` (1) and the head rows' heads,
+    /// where this step takes the launches over every head.
+    fn grouped(&self, d: &DevLatent, which: usize) -> Option<(u64, u64)> {
+        let tabs = d.grouped.as_ref()?;
+        let s = &self.g.stream;
+        (self.rows <= GROUPED_HEAD_ROWS).then(|| (ptr(&tabs[which], s), ptr(&self.b.head_of, s)))
     }
 
     /// `Step::LatentProject` of the rows `xb`.
@@ -165,6 +219,16 @@ impl LatentRun<'_> {
         g.copy_cols(ckv, ckv_w, 0, latent, kv_lora, 0, kv_lora, rows)?;
         g.rms_norm(latent, &d.kv_norm, latent, rows, kv_lora, self.eps)?;
         g.mla_kv(latent, ckv, kv_lora, rope, k, v, rows)?;
+        if let Some((k_tab, head_of)) = self.grouped(d, 0) {
+            // The `rows × heads` head rows at once: `q_full` is `hr` rows of `qh`, `q` of
+            // `hd`.
+            let hr = rows * heads;
+            g.copy_cols(q_full, qh, nope, q, hd, 0, rope, hr)?;
+            g.copy_cols(q_full, qh, 0, head_in, nope, 0, nope, hr)?;
+            let tab = (k_tab, head_of);
+            g.matmul_experts(&d.k_b[0], tab, head_in, hr, head_out, self.act, None)?;
+            return g.copy_cols(head_out, kv_lora, 0, q, hd, rope, kv_lora, hr);
+        }
         let q_w = heads * hd;
         for (h, k_b) in d.k_b.iter().enumerate() {
             g.copy_cols(
@@ -200,6 +264,14 @@ impl LatentRun<'_> {
             self.ptr(&b.values),
         );
         let out_w = heads * v_head;
+        if let Some((v_tab, head_of)) = self.grouped(d, 1) {
+            // `attn` is `hr` rows of `hd`, `values` `hr` rows of `v_head`.
+            let hr = rows * heads;
+            g.copy_cols(attn, hd, rope, head_in, kv_lora, 0, kv_lora, hr)?;
+            let tab = (v_tab, head_of);
+            g.matmul_experts(&d.v_b[0], tab, head_in, hr, values, self.act, None)?;
+            return g.copy_cols(values, out_w, 0, attn, out_w, 0, out_w, rows);
+        }
         for (h, v_b) in d.v_b.iter().enumerate() {
             g.copy_cols(
                 attn,
@@ -291,10 +363,11 @@ mod tests {
 
     use super::super::emulate::rms_norm;
     use super::super::emulate::tests::{bits, quantized};
-    use super::super::emulate_moe::matmul;
+    use super::super::emulate_moe::{matmul, matmul_experts};
     use crate::model::arch::Mla;
     use crate::model::mla::{Latent, LatentScratch, Query};
     use crate::model::quant::tests::noise;
+    use crate::model::quant::QWeight;
 
     /// `copy_cols` over its grid.
     #[allow(clippy::too_many_arguments)]
@@ -337,8 +410,16 @@ mod tests {
     }
 
     /// The three latent steps as `LatentRun` launches them, on the host: the queries `q`,
-    /// keys and values of `xb`'s rows, then `attn` expanded.
-    fn emulated(d: &Latent, xb: &[f32], attn: &[f32], rows: usize, eps: f32) -> [Vec<f32>; 4] {
+    /// keys and values of `xb`'s rows, then `attn` expanded; the heads' matrices a launch per
+    /// head, or with `grouped` one launch over every head (`matmul_experts`).
+    fn emulated(
+        d: &Latent,
+        xb: &[f32],
+        attn: &[f32],
+        rows: usize,
+        eps: f32,
+        grouped: bool,
+    ) -> [Vec<f32>; 4] {
         let Mla {
             q_lora,
             kv_lora,
@@ -365,6 +446,22 @@ mod tests {
         mla_kv(&latent, &ckv, kv_lora, rope, &mut k, &mut v);
         let q_w = heads * hd;
         let mut q = vec![f32::NAN; rows * q_w];
+        let (hr, out_w) = (rows * heads, heads * v_head);
+        let head_of: Vec<i32> = (0..hr).map(|p| (p % heads) as i32).collect();
+        if grouped {
+            let mut head_in = vec![f32::NAN; hr * nope];
+            copy_cols(&q_full, qh, nope, &mut q, hd, 0, rope, hr);
+            copy_cols(&q_full, qh, 0, &mut head_in, nope, 0, nope, hr);
+            let k_b: Vec<&QWeight> = d.k_b.iter().collect();
+            let head_out = matmul_experts(&k_b, &head_of, &head_in, hr);
+            copy_cols(&head_out, kv_lora, 0, &mut q, hd, rope, kv_lora, hr);
+            let mut head_in = vec![f32::NAN; hr * kv_lora];
+            copy_cols(attn, hd, rope, &mut head_in, kv_lora, 0, kv_lora, hr);
+            let v_b: Vec<&QWeight> = d.v_b.iter().collect();
+            let values = matmul_experts(&v_b, &head_of, &head_in, hr);
+            assert_eq!(values.len(), rows * out_w);
+            return [q, k, v, values];
+        }
         let mut head_in = vec![f32::NAN; rows * nope];
         for (h, k_b) in d.k_b.iter().enumerate() {
             copy_cols(
@@ -400,7 +497,6 @@ mod tests {
             );
         }
         // Expand.
-        let out_w = heads * v_head;
         let mut values = vec![f32::NAN; rows * out_w];
         let mut head_in = vec![f32::NAN; rows * kv_lora];
         for (h, v_b) in d.v_b.iter().enumerate() {
@@ -433,8 +529,9 @@ mod tests {
     /// the same bits wherever no norm is on the path (the queries of a plain `attn_q`, every
     /// key's RoPE part, every value's zeros, the expanded values), within f32 rounding where
     /// the device's norm (a tree of f32 sums) replaces the CPU's (f64 in order); for a plain
-    /// and a low-rank query projection, F32 and Q8_0 weights, one row and five. A head or
-    /// column out of place would be far outside that tolerance.
+    /// and a low-rank query projection, F32, Q8_0 and Q4_1 weights, one row and five. A head
+    /// or column out of place would be far outside that tolerance. The quantized heads'
+    /// matrices in one launch over every head give the bits of a launch per head.
     #[test]
     fn the_emulated_latent_steps_equal_the_cpu() {
         let (dim, heads, rope, eps) = (64, 3, 32, 1e-6);
@@ -448,6 +545,7 @@ mod tests {
             (GgmlDType::F32, 0),
             (GgmlDType::Q8_0, 0),
             (GgmlDType::Q8_0, 64),
+            (GgmlDType::Q4_1, 64),
         ] {
             let m = mla(q_lora);
             let w = |n, k, seed| quantized(Some(dtype), n, k, seed);
@@ -478,7 +576,17 @@ mod tests {
                 let what = format!("{dtype:?} q_lora {q_lora}, {rows} rows");
                 let x: Vec<f32> = noise(7, rows * dim).iter().map(|v| v * 2.0).collect();
                 let attn = noise(8, rows * heads * hd);
-                let [q, k, v, values] = emulated(&d, &x, &attn, rows, eps);
+                let [q, k, v, values] = emulated(&d, &x, &attn, rows, eps, false);
+                // Every head's matrix in one launch (quantized heads): the per-head bits.
+                if dtype != GgmlDType::F32 {
+                    let grouped = emulated(&d, &x, &attn, rows, eps, true);
+                    for (part, (a, b)) in ["q", "k", "v", "values"]
+                        .iter()
+                        .zip(grouped.iter().zip([&q, &k, &v, &values]))
+                    {
+                        assert_eq!(bits(a), bits(b), "{what}: {part}, over every head");
+                    }
+                }
 
                 let mut s = LatentScratch::default();
                 let (mut cq, mut ck, mut cv) = (

@@ -100,13 +100,11 @@ mod tests {
         let ptx = compile_kernels(None).expect("kernels compile");
         for cc in [(8, 0), (9, 0)] {
             let ptx = compile_kernels(Some(cc)).unwrap_or_else(|e| panic!("compute {cc:?}: {e}"));
-            // For `ptxas -arch=sm_90 -v` (registers, spills, shared memory) by hand.
-            if let (Some(dir), (9, 0)) = (std::env::var_os("CANDOR_PTX_OUT"), cc) {
-                std::fs::write(
-                    std::path::Path::new(&dir).join("kernels_sm90.ptx"),
-                    ptx.to_src(),
-                )
-                .expect("writing the PTX");
+            // For `ptxas -arch=sm_80 -v` / `sm_90` (registers, spills, shared memory) by hand.
+            if let Some(dir) = std::env::var_os("CANDOR_PTX_OUT") {
+                let file = format!("kernels_sm{}{}.ptx", cc.0, cc.1);
+                std::fs::write(std::path::Path::new(&dir).join(file), ptx.to_src())
+                    .expect("writing the PTX");
             }
         }
         let src = ptx.to_src();

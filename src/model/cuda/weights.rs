@@ -97,27 +97,21 @@ impl GroupedExperts {
         let Some(first) = experts.first() else {
             return Ok(None);
         };
-        let alike = |a: &DevWeight, b: &DevWeight| {
-            (a.kind, a.n, a.k, a.b_off, a.c_off) == (b.kind, b.n, b.k, b.b_off, b.c_off)
-        };
-        let fits = path == MatmulPath::Integer
-            && [&first.gate, &first.up, &first.down]
+        let matrices = |f: fn(&DevExpert) -> &DevWeight| experts.iter().map(f).collect::<Vec<_>>();
+        let [gate, up, down] = [
+            matrices(|x| &x.gate),
+            matrices(|x| &x.up),
+            matrices(|x| &x.down),
+        ];
+        let fits = [&gate, &up, &down].iter().all(|ws| groupable(ws, path))
+            && experts
                 .iter()
-                .all(|w| w.kind.act().is_some())
-            && experts.iter().all(|x| {
-                x.bias.is_some() == first.bias.is_some()
-                    && alike(&x.gate, &first.gate)
-                    && alike(&x.up, &first.up)
-                    && alike(&x.down, &first.down)
-            });
+                .all(|x| x.bias.is_some() == first.bias.is_some());
         if !fits {
             return Ok(None);
         }
         let s = &gpu.stream;
-        let table = |f: fn(&DevExpert) -> &DevWeight| -> Result<CudaSlice<u64>> {
-            let at: Vec<u64> = experts.iter().map(|x| ptr(&f(x).buf, s)).collect();
-            gpu.upload("expert addresses", &at)
-        };
+        let table = |ws: &[&DevWeight]| address_table(gpu, "expert addresses", ws);
         let bias = |i: usize| -> Result<CudaSlice<u64>> {
             let at: Vec<u64> = (experts.iter())
                 .map(|x| ptr(&x.bias.as_ref().expect("every expert's biases")[i], s))
@@ -125,9 +119,9 @@ impl GroupedExperts {
             gpu.upload("expert bias addresses", &at)
         };
         Ok(Some(GroupedExperts {
-            gate: table(|x| &x.gate)?,
-            up: table(|x| &x.up)?,
-            down: table(|x| &x.down)?,
+            gate: table(&gate)?,
+            up: table(&up)?,
+            down: table(&down)?,
             bias: match first.bias {
                 Some(_) => Some([bias(0)?, bias(1)?, bias(2)?]),
                 None => None,
@@ -137,6 +131,30 @@ impl GroupedExperts {
                 .transpose()?,
         }))
     }
+}
+
+/// Whether the matrices `ws` can be launched as one grouped matmul (`Gpu::matmul_experts`,
+/// each row by its own matrix): on the integer path, all of one quantized kind, shape and
+/// repacked layout.
+pub(super) fn groupable(ws: &[&DevWeight], path: MatmulPath) -> bool {
+    let alike = |a: &DevWeight, b: &DevWeight| {
+        (a.kind, a.n, a.k, a.b_off, a.c_off) == (b.kind, b.n, b.k, b.b_off, b.c_off)
+    };
+    match ws.first() {
+        Some(first) => {
+            path == MatmulPath::Integer
+                && first.kind.act().is_some()
+                && ws.iter().all(|w| alike(w, first))
+        }
+        None => false,
+    }
+}
+
+/// The device addresses of the matrices `ws`, in order, uploaded as the table a grouped
+/// matmul reads (`what` names it in errors).
+pub(super) fn address_table(gpu: &Gpu, what: &str, ws: &[&DevWeight]) -> Result<CudaSlice<u64>> {
+    let at: Vec<u64> = ws.iter().map(|w| ptr(&w.buf, &gpu.stream)).collect();
+    gpu.upload(what, &at)
 }
 
 /// The norms of the MLP beside Gemma 4's experts.
