@@ -12,8 +12,8 @@
 //!
 //! A step of at most [`GROUPED_HEAD_ROWS`] rows (decode) takes every head's matrix in one
 //! launch (`Gpu::matmul_experts`, each of the `rows × heads` head rows by its own head's
-//! matrix, with one `copy_cols` before and after over every head): three launches a step
-//! where there were three a head. Each head row gets the bits of the launch per head.
+//! matrix, with one `copy_cols` before and after over every head): the launches of one head,
+//! once, where there were as many per head. Each head row gets the bits of the launch per head.
 //!
 //! The per-head matrices are ordinary device weights, so their products are the integer
 //! kernels' (the CPU's bits, as every matmul); the norms are the device's `rms_norm`.
