@@ -132,6 +132,15 @@ impl Model {
         self.cuda.as_mut().map_or(0, |c| c.set_mla_per_head())
     }
 
+    /// Test support: the GPU's grouped MoE expert launches in row tiles of one expert on every
+    /// step (decode included), not row by row.
+    #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]
+    pub fn set_gpu_moe_tiles(&mut self) {
+        if let Some(c) = &mut self.cuda {
+            c.set_moe_tiles();
+        }
+    }
+
     /// Test support: the GPU's MoE experts launched one by one, not as grouped launches over
     /// every routed row; how many layers had the grouped launches (0 without a GPU model).
     #[cfg(all(feature = "cuda", any(test, feature = "testkit")))]

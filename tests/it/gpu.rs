@@ -845,9 +845,10 @@ fn assert_gpu_agrees_with_the_cpu(
 /// The tiny qwen3moe, Mixtral and gpt-oss (biases) models (`tests/it/moe.rs`) in Q8_0, the
 /// Q4_K_M mix and gpt-oss's MXFP4_MOE, and the tiny Gemma 4 MoE model (per-expert output
 /// scales) in Q8_0 and the Q4_K_M mix: the grouped expert launches (one launch per matrix over
-/// every routed row, each row by its own expert's weight, bias and scale) give the tokens of a
-/// launch per expert, prompts prefilled whole and token by token (a step of at most 256 routed rows
-/// takes the grouped launches).
+/// every routed row, each row by its own expert's weight, bias and scale; row by row, and in
+/// row tiles of one expert on every step) give the tokens of a launch per expert, prompts
+/// prefilled whole and token by token (by default a step of at most 256 routed rows takes
+/// them row by row, a larger one in tiles).
 #[test]
 fn gpu_grouped_experts_give_the_per_expert_tokens() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -881,14 +882,23 @@ fn gpu_grouped_experts_give_the_per_expert_tokens() {
                 "{label}: no layer had the grouped launches"
             );
             let per = Arc::new(per);
+            let mut tiles = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
+            tiles.set_gpu_moe_tiles();
+            let tiles = Arc::new(tiles);
             let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
                 .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
                 .to_vec();
             for chunk in [512, 1] {
+                let want = tokens_in_chunks(&per, &prompts, chunk, &label);
                 assert_eq!(
                     tokens_in_chunks(&grouped, &prompts, chunk, &label),
-                    tokens_in_chunks(&per, &prompts, chunk, &label),
+                    want,
                     "{label}: grouped vs per-expert launches, prefill in chunks of {chunk}"
+                );
+                assert_eq!(
+                    tokens_in_chunks(&tiles, &prompts, chunk, &label),
+                    want,
+                    "{label}: expert row tiles vs per-expert launches, chunks of {chunk}"
                 );
             }
             checked += 1;

@@ -155,6 +155,27 @@ pub(crate) fn mmt(
     y: &mut [f32],
     add: bool,
 ) {
+    let tiles = m.div_ceil(MT_BM);
+    for bx in 0..tiles * n.div_ceil(MT_BN) {
+        let tile = ((bx % tiles) * MT_BM, (bx / tiles) * MT_BN);
+        mmt_block(f, w, acts, m, n, k, y, add, tile);
+    }
+}
+
+/// One block of `mmt_body<T>`: rows `r0..` (up to `MT_BM`, below `m`) and outputs `o0..` (up
+/// to `MT_BN`, below `n`) of `y`, as [`mmt`] says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mmt_block(
+    f: WeightFormat,
+    w: &Repacked,
+    acts: &Acts,
+    m: usize,
+    n: usize,
+    k: usize,
+    y: &mut [f32],
+    add: bool,
+    (r0, o0): (usize, usize),
+) {
     let l = layout(f).expect("quantized");
     let (block, parts) = (l.block, l.parts);
     let kq = block == 256;
@@ -168,328 +189,317 @@ pub(crate) fn mmt(
     let q6 = f == WeightFormat::Q6K;
     let ks = if q6 { 16 } else { 32 };
     let nb = k / block;
-    let tiles = m.div_ceil(MT_BM);
-    let grid = tiles * n.div_ceil(MT_BN);
-    for bx in 0..grid {
-        let (r0, o0) = ((bx % tiles) * MT_BM, (bx / tiles) * MT_BN);
-        let mut th = [Thread {
-            acc: [[[0.0; 4]; 4]; 2],
-            sumi: [[[0; 4]; 4]; 2],
-        }; MT_THREADS];
-        // Shared memory, poisoned before each stage (below).
-        let mut xs = vec![0x5Ai8; MT_BM * MT_LD];
-        let mut ws = vec![-0x5Bi8; MT_BN * MT_LD];
-        let mut wsc = vec![0x3A5Ai16; MT_BN * 16];
-        let mut xsum = vec![-0x25A5i16; MT_BM * 16];
-        let mut xpair = vec![0x2A5Ai16; MT_BM * 8];
-        // The float scales' poison: a NaN (any term it reaches is NaN).
-        let fpoison = f32::from_bits(0x7FC0_5A5A);
-        let mut xd = vec![fpoison; MT_BM * sl];
-        let mut xa = vec![fpoison; MT_BM * sl];
-        let mut wd = vec![fpoison; MT_BN * sl];
-        let mut wmn = vec![fpoison; MT_BN * sl];
-        for k0 in (0..k).step_by(MT_SK) {
-            let b0 = k0 / block;
-            xs.fill(0x5A);
-            ws.fill(-0x5B);
-            wsc.fill(0x3A5A);
-            xsum.fill(-0x25A5);
-            xpair.fill(0x2A5A);
-            xd.fill(fpoison);
-            xa.fill(fpoison);
-            wd.fill(fpoison);
-            wmn.fill(fpoison);
-            for it in 0..MT_BM * (MT_SK / 16) / MT_THREADS {
-                for t in 0..MT_THREADS {
-                    let u = it * MT_THREADS + t;
-                    let (r, c) = (u / (MT_SK / 16), u % (MT_SK / 16));
-                    let at = r * MT_LD + 16 * c;
-                    if r0 + r < m && k0 + 16 * c < k {
-                        let src = (r0 + r) * k + k0 + 16 * c;
-                        xs[at..at + 16].copy_from_slice(&acts.qs[src..src + 16]);
-                    } else {
-                        xs[at..at + 16].fill(0);
-                    }
+    let mut th = [Thread {
+        acc: [[[0.0; 4]; 4]; 2],
+        sumi: [[[0; 4]; 4]; 2],
+    }; MT_THREADS];
+    // Shared memory, poisoned before each stage (below).
+    let mut xs = vec![0x5Ai8; MT_BM * MT_LD];
+    let mut ws = vec![-0x5Bi8; MT_BN * MT_LD];
+    let mut wsc = vec![0x3A5Ai16; MT_BN * 16];
+    let mut xsum = vec![-0x25A5i16; MT_BM * 16];
+    let mut xpair = vec![0x2A5Ai16; MT_BM * 8];
+    // The float scales' poison: a NaN (any term it reaches is NaN).
+    let fpoison = f32::from_bits(0x7FC0_5A5A);
+    let mut xd = vec![fpoison; MT_BM * sl];
+    let mut xa = vec![fpoison; MT_BM * sl];
+    let mut wd = vec![fpoison; MT_BN * sl];
+    let mut wmn = vec![fpoison; MT_BN * sl];
+    for k0 in (0..k).step_by(MT_SK) {
+        let b0 = k0 / block;
+        xs.fill(0x5A);
+        ws.fill(-0x5B);
+        wsc.fill(0x3A5A);
+        xsum.fill(-0x25A5);
+        xpair.fill(0x2A5A);
+        xd.fill(fpoison);
+        xa.fill(fpoison);
+        wd.fill(fpoison);
+        wmn.fill(fpoison);
+        for it in 0..MT_BM * (MT_SK / 16) / MT_THREADS {
+            for t in 0..MT_THREADS {
+                let u = it * MT_THREADS + t;
+                let (r, c) = (u / (MT_SK / 16), u % (MT_SK / 16));
+                let at = r * MT_LD + 16 * c;
+                if r0 + r < m && k0 + 16 * c < k {
+                    let src = (r0 + r) * k + k0 + 16 * c;
+                    xs[at..at + 16].copy_from_slice(&acts.qs[src..src + 16]);
+                } else {
+                    xs[at..at + 16].fill(0);
                 }
             }
-            if mins {
-                for it in 0..MT_BM * 8 / MT_THREADS {
-                    for t in 0..MT_THREADS {
-                        let u = it * MT_THREADS + t;
-                        let (r, sb) = (u / 8, u % 8);
-                        let mut v = 0;
+        }
+        if mins {
+            for it in 0..MT_BM * 8 / MT_THREADS {
+                for t in 0..MT_THREADS {
+                    let u = it * MT_THREADS + t;
+                    let (r, sb) = (u / 8, u % 8);
+                    let mut v = 0;
+                    if r0 + r < m {
+                        let sr = (r0 + r) * (k / 16) + b0 * 16 + 2 * sb;
+                        v = acts.sums[sr] + acts.sums[sr + 1];
+                    }
+                    xpair[r * 8 + sb] = v as i16;
+                }
+            }
+        } else if kq
+            || matches!(
+                f,
+                WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0
+            )
+        {
+            for it in 0..MT_BM * sums / MT_THREADS {
+                for t in 0..MT_THREADS {
+                    let u = it * MT_THREADS + t;
+                    let (r, c) = (u / sums, u % sums);
+                    let mut v = 0;
+                    if kq {
                         if r0 + r < m {
-                            let sr = (r0 + r) * (k / 16) + b0 * 16 + 2 * sb;
-                            v = acts.sums[sr] + acts.sums[sr + 1];
+                            v = acts.sums[(r0 + r) * (k / 16) + b0 * 16 + c];
                         }
-                        xpair[r * 8 + sb] = v as i16;
+                    } else if r0 + r < m && b0 + c < nb {
+                        v = acts.sums[(r0 + r) * nb + b0 + c];
                     }
-                }
-            } else if kq
-                || matches!(
-                    f,
-                    WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0
-                )
-            {
-                for it in 0..MT_BM * sums / MT_THREADS {
-                    for t in 0..MT_THREADS {
-                        let u = it * MT_THREADS + t;
-                        let (r, c) = (u / sums, u % sums);
-                        let mut v = 0;
-                        if kq {
-                            if r0 + r < m {
-                                v = acts.sums[(r0 + r) * (k / 16) + b0 * 16 + c];
-                            }
-                        } else if r0 + r < m && b0 + c < nb {
-                            v = acts.sums[(r0 + r) * nb + b0 + c];
-                        }
-                        xsum[r * 16 + c] = v as i16;
-                    }
+                    xsum[r * 16 + c] = v as i16;
                 }
             }
-            for it in 0..(MT_BM + MT_BN) * sb / MT_THREADS {
-                for t in 0..MT_THREADS {
-                    let u = it * MT_THREADS + t;
-                    if u < MT_BM * sb {
-                        let (r, cb) = (u / sb, u % sb);
-                        let b = b0 + cb;
-                        let rr = (r0 + r).min(m - 1);
-                        xd[r * sl + cb] = if b < nb { acts.d[rr * nb + b] } else { 0.0 };
-                        if xs1 {
-                            xa[r * sl + cb] = if b < nb { acts.s[rr * nb + b] } else { 0.0 };
-                        }
-                    } else {
-                        let (o, cb) = ((u - MT_BM * sb) / sb, u % sb);
-                        let b = b0 + cb;
-                        let oo = (o0 + o).min(n - 1);
-                        let sc = if b < nb {
-                            load_wscale(f, w, oo * nb + b)
-                        } else {
-                            WScale::default()
-                        };
-                        wd[o * sl + cb] = sc.d;
-                        if wm1 {
-                            wmn[o * sl + cb] = sc.m;
-                        }
-                    }
-                }
-            }
-            for it in 0..units / MT_THREADS {
-                for t in 0..MT_THREADS {
-                    let u = it * MT_THREADS + t;
-                    let (o, rem) = (u / (sb * parts), u % (sb * parts));
-                    let (cb, p) = (rem / parts, rem % parts);
+        }
+        for it in 0..(MT_BM + MT_BN) * sb / MT_THREADS {
+            for t in 0..MT_THREADS {
+                let u = it * MT_THREADS + t;
+                if u < MT_BM * sb {
+                    let (r, cb) = (u / sb, u % sb);
                     let b = b0 + cb;
-                    let live = o0 + o < n && b < nb;
-                    let wp = if live {
-                        unpack(f, w, (o0 + o) * nb + b, p)
+                    let rr = (r0 + r).min(m - 1);
+                    xd[r * sl + cb] = if b < nb { acts.d[rr * nb + b] } else { 0.0 };
+                    if xs1 {
+                        xa[r * sl + cb] = if b < nb { acts.s[rr * nb + b] } else { 0.0 };
+                    }
+                } else {
+                    let (o, cb) = ((u - MT_BM * sb) / sb, u % sb);
+                    let b = b0 + cb;
+                    let oo = (o0 + o).min(n - 1);
+                    let sc = if b < nb {
+                        load_wscale(f, w, oo * nb + b)
                     } else {
-                        WPart::default()
+                        WScale::default()
                     };
-                    let (lo, hi) = part_cols(f, p);
-                    let dst = o * MT_LD + cb * block;
-                    wr16(&mut ws, dst + lo, if live { wp.lo } else { [0; 4] });
-                    if let Some(hi) = hi {
-                        wr16(&mut ws, dst + hi, if live { wp.hi } else { [0; 4] });
-                    }
-                    let z = |v: i32| (if live { v } else { 0 }) as i16;
-                    match f {
-                        WeightFormat::Q4K | WeightFormat::Q5K if p % 2 == 0 => {
-                            let c2 = p;
-                            wsc[o * 16 + c2] = z(wp.s0);
-                            wsc[o * 16 + c2 + 1] = z(wp.s1);
-                            wsc[o * 16 + 8 + c2] = z(wp.m0);
-                            wsc[o * 16 + 8 + c2 + 1] = z(wp.m1);
-                        }
-                        WeightFormat::Q6K => {
-                            let g0 = lo / 16;
-                            wsc[o * 16 + g0] = z(wp.s0);
-                            wsc[o * 16 + g0 + 4] = z(wp.s1);
-                        }
-                        _ => {}
+                    wd[o * sl + cb] = sc.d;
+                    if wm1 {
+                        wmn[o * sl + cb] = sc.m;
                     }
                 }
             }
-            // __syncthreads()
-            if kq {
-                for th in th.iter_mut() {
-                    th.sumi = [[[0; 4]; 4]; 2];
+        }
+        for it in 0..units / MT_THREADS {
+            for t in 0..MT_THREADS {
+                let u = it * MT_THREADS + t;
+                let (o, rem) = (u / (sb * parts), u % (sb * parts));
+                let (cb, p) = (rem / parts, rem % parts);
+                let b = b0 + cb;
+                let live = o0 + o < n && b < nb;
+                let wp = if live {
+                    unpack(f, w, (o0 + o) * nb + b, p)
+                } else {
+                    WPart::default()
+                };
+                let (lo, hi) = part_cols(f, p);
+                let dst = o * MT_LD + cb * block;
+                wr16(&mut ws, dst + lo, if live { wp.lo } else { [0; 4] });
+                if let Some(hi) = hi {
+                    wr16(&mut ws, dst + hi, if live { wp.hi } else { [0; 4] });
+                }
+                let z = |v: i32| (if live { v } else { 0 }) as i16;
+                match f {
+                    WeightFormat::Q4K | WeightFormat::Q5K if p % 2 == 0 => {
+                        let c2 = p;
+                        wsc[o * 16 + c2] = z(wp.s0);
+                        wsc[o * 16 + c2 + 1] = z(wp.s1);
+                        wsc[o * 16 + 8 + c2] = z(wp.m0);
+                        wsc[o * 16 + 8 + c2 + 1] = z(wp.m1);
+                    }
+                    WeightFormat::Q6K => {
+                        let g0 = lo / 16;
+                        wsc[o * 16 + g0] = z(wp.s0);
+                        wsc[o * 16 + g0 + 4] = z(wp.s1);
+                    }
+                    _ => {}
                 }
             }
-            for warp in 0..MT_THREADS / WARP {
-                let (wm, wn) = (warp >> 1, warp & 1);
-                for s in 0..MT_SK / ks {
-                    if !kq && b0 + s >= nb {
-                        break;
-                    }
-                    let kk = ks * s;
-                    let mut a = [[[0i32; 4]; WARP]; 2];
-                    let mut bq = [[[0i32; 2]; WARP]; 4];
-                    for lane in 0..WARP {
-                        let (g, q) = (lane >> 2, lane & 3);
-                        for i in 0..2 {
-                            let xr = (32 * wm + 16 * i + g) * MT_LD + kk + 4 * q;
-                            a[i][lane][0] = rd32(&xs, xr);
-                            a[i][lane][1] = rd32(&xs, xr + 8 * MT_LD);
-                            if ks == 32 {
-                                a[i][lane][2] = rd32(&xs, xr + 16);
-                                a[i][lane][3] = rd32(&xs, xr + 8 * MT_LD + 16);
-                            }
-                        }
-                        for j in 0..4 {
-                            let wr = (32 * wn + 8 * j + g) * MT_LD + kk + 4 * q;
-                            bq[j][lane][0] = rd32(&ws, wr);
-                            if ks == 32 {
-                                bq[j][lane][1] = rd32(&ws, wr + 16);
-                            }
-                        }
-                    }
-                    let d: Vec<Vec<[[i32; 4]; WARP]>> = (0..2)
-                        .map(|i| (0..4).map(|j| mma(ks, &a[i], &bq[j])).collect())
-                        .collect();
-                    for lane in 0..WARP {
-                        let (g, q) = (lane >> 2, lane & 3);
-                        let th = &mut th[warp * WARP + lane];
-                        if kq {
-                            let sc: [[i32; 2]; 4] = std::array::from_fn(|j| {
-                                std::array::from_fn(|e| {
-                                    wsc[(32 * wn + 8 * j + 2 * q + e) * 16 + s] as i32
-                                })
-                            });
-                            let xo: [[i32; 2]; 2] = std::array::from_fn(|i| {
-                                std::array::from_fn(|h| {
-                                    if q6 {
-                                        32 * xsum[(32 * wm + 16 * i + g + 8 * h) * 16 + s] as i32
-                                    } else {
-                                        0
-                                    }
-                                })
-                            });
-                            for i in 0..2 {
-                                for j in 0..4 {
-                                    for c in 0..4 {
-                                        th.sumi[i][j][c] +=
-                                            sc[j][c & 1] * (d[i][j][lane][c] - xo[i][c >> 1]);
-                                    }
-                                }
-                            }
-                        } else {
-                            let mut dx = [[0f32; 2]; 2];
-                            let mut sx = [[0f32; 2]; 2];
-                            let mut off = [[0i32; 2]; 2];
-                            for i in 0..2 {
-                                for h in 0..2 {
-                                    let rl = 32 * wm + 16 * i + g + 8 * h;
-                                    dx[i][h] = xd[rl * sl + s];
-                                    if xs1 {
-                                        sx[i][h] = xa[rl * sl + s];
-                                    }
-                                    off[i][h] = match f {
-                                        WeightFormat::Q4_0 => 8 * xsum[rl * 16 + s] as i32,
-                                        WeightFormat::Q5_0 => 16 * xsum[rl * 16 + s] as i32,
-                                        _ => 0,
-                                    };
-                                }
-                            }
-                            let wsv: [[WScale; 2]; 4] = std::array::from_fn(|j| {
-                                std::array::from_fn(|e| {
-                                    let ol = 32 * wn + 8 * j + 2 * q + e;
-                                    WScale {
-                                        d: wd[ol * sl + s],
-                                        m: if wm1 { wmn[ol * sl + s] } else { 0.0 },
-                                    }
-                                })
-                            });
-                            for i in 0..2 {
-                                for j in 0..4 {
-                                    for c in 0..4 {
-                                        let term = block_expr(
-                                            f,
-                                            wsv[j][c & 1],
-                                            d[i][j][lane][c] - off[i][c >> 1],
-                                            0,
-                                            dx[i][c >> 1],
-                                            sx[i][c >> 1],
-                                        );
-                                        th.acc[i][j][c] += term;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                if kq {
-                    for lane in 0..WARP {
-                        let (g, q) = (lane >> 2, lane & 3);
-                        let th = &mut th[warp * WARP + lane];
-                        let mut dx = [[0f32; 2]; 2];
-                        let mut px = [[[0i32; 8]; 2]; 2];
-                        for i in 0..2 {
-                            for h in 0..2 {
-                                let rl = 32 * wm + 16 * i + g + 8 * h;
-                                dx[i][h] = xd[rl];
-                                if mins {
-                                    px[i][h] = ld8s(&xpair, rl * 8);
-                                }
-                            }
-                        }
-                        for j in 0..4 {
-                            for e in 0..2 {
-                                let ol = 32 * wn + 8 * j + 2 * q + e;
-                                let wv = WScale {
-                                    d: wd[ol],
-                                    m: if wm1 { wmn[ol] } else { 0.0 },
-                                };
-                                let mn = if mins {
-                                    ld8s(&wsc, ol * 16 + 8)
-                                } else {
-                                    [0; 8]
-                                };
-                                for i in 0..2 {
-                                    for h in 0..2 {
-                                        let c = 2 * h + e;
-                                        let mut summ = 0i32;
-                                        if mins {
-                                            for sb in 0..8 {
-                                                summ += mn[sb] * px[i][h][sb];
-                                            }
-                                        }
-                                        let term = block_expr(
-                                            f,
-                                            wv,
-                                            th.sumi[i][j][c],
-                                            summ,
-                                            dx[i][h],
-                                            0.0,
-                                        );
-                                        th.acc[i][j][c] += term;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+        }
+        // __syncthreads()
+        if kq {
+            for th in th.iter_mut() {
+                th.sumi = [[[0; 4]; 4]; 2];
             }
-            // __syncthreads()
         }
         for warp in 0..MT_THREADS / WARP {
             let (wm, wn) = (warp >> 1, warp & 1);
-            for lane in 0..WARP {
-                let (g, q) = (lane >> 2, lane & 3);
-                let th = &th[warp * WARP + lane];
-                for i in 0..2 {
+            for s in 0..MT_SK / ks {
+                if !kq && b0 + s >= nb {
+                    break;
+                }
+                let kk = ks * s;
+                let mut a = [[[0i32; 4]; WARP]; 2];
+                let mut bq = [[[0i32; 2]; WARP]; 4];
+                for lane in 0..WARP {
+                    let (g, q) = (lane >> 2, lane & 3);
+                    for i in 0..2 {
+                        let xr = (32 * wm + 16 * i + g) * MT_LD + kk + 4 * q;
+                        a[i][lane][0] = rd32(&xs, xr);
+                        a[i][lane][1] = rd32(&xs, xr + 8 * MT_LD);
+                        if ks == 32 {
+                            a[i][lane][2] = rd32(&xs, xr + 16);
+                            a[i][lane][3] = rd32(&xs, xr + 8 * MT_LD + 16);
+                        }
+                    }
                     for j in 0..4 {
-                        for c in 0..4 {
-                            let r = r0 + 32 * wm + 16 * i + g + 8 * (c >> 1);
-                            let o = o0 + 32 * wn + 8 * j + 2 * q + (c & 1);
-                            if r < m && o < n {
-                                let yo = &mut y[r * n + o];
-                                *yo = if add {
-                                    *yo + th.acc[i][j][c]
+                        let wr = (32 * wn + 8 * j + g) * MT_LD + kk + 4 * q;
+                        bq[j][lane][0] = rd32(&ws, wr);
+                        if ks == 32 {
+                            bq[j][lane][1] = rd32(&ws, wr + 16);
+                        }
+                    }
+                }
+                let d: Vec<Vec<[[i32; 4]; WARP]>> = (0..2)
+                    .map(|i| (0..4).map(|j| mma(ks, &a[i], &bq[j])).collect())
+                    .collect();
+                for lane in 0..WARP {
+                    let (g, q) = (lane >> 2, lane & 3);
+                    let th = &mut th[warp * WARP + lane];
+                    if kq {
+                        let sc: [[i32; 2]; 4] = std::array::from_fn(|j| {
+                            std::array::from_fn(|e| {
+                                wsc[(32 * wn + 8 * j + 2 * q + e) * 16 + s] as i32
+                            })
+                        });
+                        let xo: [[i32; 2]; 2] = std::array::from_fn(|i| {
+                            std::array::from_fn(|h| {
+                                if q6 {
+                                    32 * xsum[(32 * wm + 16 * i + g + 8 * h) * 16 + s] as i32
                                 } else {
-                                    th.acc[i][j][c]
+                                    0
+                                }
+                            })
+                        });
+                        for i in 0..2 {
+                            for j in 0..4 {
+                                for c in 0..4 {
+                                    th.sumi[i][j][c] +=
+                                        sc[j][c & 1] * (d[i][j][lane][c] - xo[i][c >> 1]);
+                                }
+                            }
+                        }
+                    } else {
+                        let mut dx = [[0f32; 2]; 2];
+                        let mut sx = [[0f32; 2]; 2];
+                        let mut off = [[0i32; 2]; 2];
+                        for i in 0..2 {
+                            for h in 0..2 {
+                                let rl = 32 * wm + 16 * i + g + 8 * h;
+                                dx[i][h] = xd[rl * sl + s];
+                                if xs1 {
+                                    sx[i][h] = xa[rl * sl + s];
+                                }
+                                off[i][h] = match f {
+                                    WeightFormat::Q4_0 => 8 * xsum[rl * 16 + s] as i32,
+                                    WeightFormat::Q5_0 => 16 * xsum[rl * 16 + s] as i32,
+                                    _ => 0,
                                 };
                             }
+                        }
+                        let wsv: [[WScale; 2]; 4] = std::array::from_fn(|j| {
+                            std::array::from_fn(|e| {
+                                let ol = 32 * wn + 8 * j + 2 * q + e;
+                                WScale {
+                                    d: wd[ol * sl + s],
+                                    m: if wm1 { wmn[ol * sl + s] } else { 0.0 },
+                                }
+                            })
+                        });
+                        for i in 0..2 {
+                            for j in 0..4 {
+                                for c in 0..4 {
+                                    let term = block_expr(
+                                        f,
+                                        wsv[j][c & 1],
+                                        d[i][j][lane][c] - off[i][c >> 1],
+                                        0,
+                                        dx[i][c >> 1],
+                                        sx[i][c >> 1],
+                                    );
+                                    th.acc[i][j][c] += term;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if kq {
+                for lane in 0..WARP {
+                    let (g, q) = (lane >> 2, lane & 3);
+                    let th = &mut th[warp * WARP + lane];
+                    let mut dx = [[0f32; 2]; 2];
+                    let mut px = [[[0i32; 8]; 2]; 2];
+                    for i in 0..2 {
+                        for h in 0..2 {
+                            let rl = 32 * wm + 16 * i + g + 8 * h;
+                            dx[i][h] = xd[rl];
+                            if mins {
+                                px[i][h] = ld8s(&xpair, rl * 8);
+                            }
+                        }
+                    }
+                    for j in 0..4 {
+                        for e in 0..2 {
+                            let ol = 32 * wn + 8 * j + 2 * q + e;
+                            let wv = WScale {
+                                d: wd[ol],
+                                m: if wm1 { wmn[ol] } else { 0.0 },
+                            };
+                            let mn = if mins {
+                                ld8s(&wsc, ol * 16 + 8)
+                            } else {
+                                [0; 8]
+                            };
+                            for i in 0..2 {
+                                for h in 0..2 {
+                                    let c = 2 * h + e;
+                                    let mut summ = 0i32;
+                                    if mins {
+                                        for sb in 0..8 {
+                                            summ += mn[sb] * px[i][h][sb];
+                                        }
+                                    }
+                                    let term =
+                                        block_expr(f, wv, th.sumi[i][j][c], summ, dx[i][h], 0.0);
+                                    th.acc[i][j][c] += term;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // __syncthreads()
+    }
+    for warp in 0..MT_THREADS / WARP {
+        let (wm, wn) = (warp >> 1, warp & 1);
+        for lane in 0..WARP {
+            let (g, q) = (lane >> 2, lane & 3);
+            let th = &th[warp * WARP + lane];
+            for i in 0..2 {
+                for j in 0..4 {
+                    for c in 0..4 {
+                        let r = r0 + 32 * wm + 16 * i + g + 8 * (c >> 1);
+                        let o = o0 + 32 * wn + 8 * j + 2 * q + (c & 1);
+                        if r < m && o < n {
+                            let yo = &mut y[r * n + o];
+                            *yo = if add {
+                                *yo + th.acc[i][j][c]
+                            } else {
+                                th.acc[i][j][c]
+                            };
                         }
                     }
                 }

@@ -11,7 +11,9 @@
 // Index loops as in the CUDA source, so that the two read side by side.
 #![allow(clippy::needless_range_loop)]
 
-use super::forward::gating_code;
+use super::emulate_mmt::mmt_block;
+use super::forward::{gating_code, max_expert_tiles, ExpertLaunch};
+use super::kernels::{MT_BM, MT_BN};
 use crate::model::arch::{Activation, Gating};
 // `CPU_EXP_TABLE` of `moe.cu` spells out the CPU's table.
 use crate::model::expf::TABLE;
@@ -291,6 +293,81 @@ pub(crate) fn matmul_experts(ws: &[&QWeight], gexp: &[i32], x: &[f32], rows: usi
     y
 }
 
+/// `moe_tiles`: for each expert in order with rows (its segment after the earlier experts'),
+/// a tile every `tile_rows` of them, (expert, segment start, segment rows, first row in the
+/// segment); `max_tiles` entries, the rest with 0 rows.
+pub(crate) fn moe_tiles(counts: &[i32], tile_rows: usize, max_tiles: usize) -> Vec<[i32; 4]> {
+    let mut tiles = Vec::with_capacity(max_tiles);
+    let mut start = 0;
+    for (e, &n) in counts.iter().enumerate() {
+        for r0 in (0..n as usize).step_by(tile_rows) {
+            if tiles.len() < max_tiles {
+                tiles.push([e as i32, start, n, r0 as i32]);
+            }
+        }
+        start += n;
+    }
+    tiles.resize(max_tiles, [0; 4]);
+    tiles
+}
+
+/// `mmte_<type>` over its grid (tiles × output tiles): the grouped `rows` at `x`, each times
+/// the weight in `ws` of its expert, a block per row tile of one expert in `tiles` and
+/// slice of outputs, `mmt_body` on the expert's segment (`mmte_body`'s offsets).
+pub(crate) fn matmul_expert_tiles(
+    ws: &[&QWeight],
+    tiles: &[[i32; 4]],
+    x: &[f32],
+    rows: usize,
+) -> Vec<f32> {
+    let (n, k, f) = (ws[0].rows(), ws[0].cols(), ws[0].format());
+    let l = layout(f).expect("a quantized weight");
+    let acts = quantize(f, x, rows, k);
+    let nb = k / l.block;
+    let sums = nb * if l.block == 256 { 16 } else { 1 };
+    let reps: Vec<_> = (ws.iter())
+        .map(|w| match w.stored() {
+            Stored::Blocks(raw) => l.repack(&raw, n, k),
+            _ => panic!("a quantized weight"),
+        })
+        .collect();
+    let mut y = vec![f32::NAN; rows * n];
+    for by in 0..n.div_ceil(MT_BN) {
+        for &[e, start, seg, r0] in tiles {
+            if seg == 0 {
+                continue;
+            }
+            let [e, start, seg, r0] = [e, start, seg, r0].map(|v| v as usize);
+            let part = |v: &[f32], per: usize| match v.is_empty() {
+                true => Vec::new(),
+                false => v[start * per..(start + seg) * per].to_vec(),
+            };
+            let seg_acts = Acts {
+                qs: acts.qs[start * k..(start + seg) * k].to_vec(),
+                d: part(&acts.d, nb),
+                s: part(&acts.s, nb),
+                sums: match acts.sums.is_empty() {
+                    true => Vec::new(),
+                    false => acts.sums[start * sums..(start + seg) * sums].to_vec(),
+                },
+            };
+            let y_seg = &mut y[start * n..(start + seg) * n];
+            mmt_block(
+                f,
+                &reps[e],
+                &seg_acts,
+                seg,
+                n,
+                k,
+                y_seg,
+                false,
+                (r0, by * MT_BN),
+            );
+        }
+    }
+    y
+}
+
 /// `__fsub_rn`.
 fn sub(a: f32, b: f32) -> f32 {
     a - b
@@ -367,18 +444,19 @@ pub(crate) fn matmul(w: &QWeight, x: &[f32], m: usize) -> Vec<f32> {
 /// One MoE block as `forward.rs` launches it on the rows `xb` (the ffn norm's output):
 /// Route, Experts (a launch per expert) and Combine; the block's output (`xb` after Combine).
 pub(crate) fn moe_block(moe: &Moe, act: Activation, xb: &[f32], rows: usize) -> Vec<f32> {
-    moe_block_as(moe, act, xb, rows, false)
+    moe_block_as(moe, act, xb, rows, ExpertLaunch::PerExpert)
 }
 
-/// [`moe_block`], the experts' matmuls as grouped launches when `grouped` (`mmqe`: quantized
-/// experts of one layout, as `GroupedExperts::of` requires; biases and output scales by each
-/// row's expert).
+/// [`moe_block`], the experts' matmuls launched as `how` says: per expert, or grouped row by
+/// row (`mmqe`) or in row tiles of one expert (`moe_tiles`, `mmte`), for quantized experts of
+/// one layout, as `GroupedExperts::of` requires; biases and output scales by each row's
+/// expert.
 pub(crate) fn moe_block_as(
     moe: &Moe,
     act: Activation,
     xb: &[f32],
     rows: usize,
-    grouped: bool,
+    how: ExpertLaunch,
 ) -> Vec<f32> {
     let c = moe.config;
     let (experts, used, ffn) = (c.experts, c.used, c.ffn_dim);
@@ -410,9 +488,14 @@ pub(crate) fn moe_block_as(
         Activation::Silu => 1,
         _ => panic!("no GPU kernel for {act:?} experts"),
     };
-    if grouped {
+    if how != ExpertLaunch::PerExpert {
         let ws = |f: fn(&crate::model::moe::Expert) -> &QWeight| -> Vec<&QWeight> {
             moe.experts.iter().map(f).collect()
+        };
+        let tiles = moe_tiles(&counts, MT_BM, max_expert_tiles(pairs, experts));
+        let matmul_experts = |ws: &[&QWeight], gexp: &[i32], x: &[f32], rows: usize| match how {
+            ExpertLaunch::Tiles => matmul_expert_tiles(ws, &tiles, x, rows),
+            _ => matmul_experts(ws, gexp, x, rows),
         };
         // `add_bias_experts`: each grouped row plus its own expert's bias `i`.
         let bias = |x: &mut [f32], i: usize| {
@@ -560,6 +643,38 @@ mod tests {
         assert_eq!(ch, [0, 3, 2]);
     }
 
+    /// The row tiles of one expert: a tile every 64 rows of each segment, segments in expert
+    /// order after the earlier experts' rows, none for an expert without rows, 0 rows past
+    /// the last; the bound holds every tile of any counts.
+    #[test]
+    fn expert_tiles_cover_each_segment() {
+        let counts = [130, 0, 64, 1, 65];
+        let pairs: i32 = counts.iter().sum();
+        let max = max_expert_tiles(pairs as usize, counts.len());
+        let tiles = moe_tiles(&counts, 64, max);
+        assert_eq!(tiles.len(), max);
+        let want = [
+            [0, 0, 130, 0],
+            [0, 0, 130, 64],
+            [0, 0, 130, 128],
+            [2, 130, 64, 0],
+            [3, 194, 1, 0],
+            [4, 195, 65, 0],
+            [4, 195, 65, 64],
+        ];
+        assert_eq!(&tiles[..want.len()], &want);
+        assert!(tiles[want.len()..].iter().all(|t| t[2] == 0));
+        // The bound: ceil(pairs / 64) + one partial tile per expert with rows.
+        for counts in [vec![1; 128], vec![65; 7], vec![0, 64, 0, 64], vec![300]] {
+            let pairs: i32 = counts.iter().sum();
+            let need: usize = counts.iter().map(|&n| (n as usize).div_ceil(64)).sum();
+            assert!(
+                need <= max_expert_tiles(pairs as usize, counts.len()),
+                "{counts:?}"
+            );
+        }
+    }
+
     /// Grouping lists each expert's (row, rank) pairs in row order, experts in index order,
     /// and `slot` inverts `idx`.
     #[test]
@@ -648,7 +763,8 @@ mod tests {
     /// rows use several different experts and the tie rule decides some of them. Where the
     /// experts take the grouped launches (quantized: Q8_0, Q4_K, Q4_1 with its Q8_1 sums,
     /// Q6_K and MXFP4, with output scales, gpt-oss's biases on Q8_0, Q4_0 and MXFP4 here),
-    /// those give the same bits.
+    /// those give the same bits, row by row and in row tiles of one expert (on 150 rows too:
+    /// segments of several tiles, partial ones).
     #[test]
     fn the_emulated_moe_block_equals_the_cpu() {
         let cases = [
@@ -772,13 +888,24 @@ mod tests {
                 continue;
             }
             grouped += 1;
-            let got = moe_block_as(&m, act, &x, rows, true);
-            assert_eq!(bits(&got), bits(&want), "{what}, grouped, {rows} rows");
-            let got = moe_block_as(&m, act, &x[2 * dim..3 * dim], 1, true);
+            for how in [ExpertLaunch::Rows, ExpertLaunch::Tiles] {
+                let got = moe_block_as(&m, act, &x, rows, how);
+                assert_eq!(bits(&got), bits(&want), "{what}, {how:?}, {rows} rows");
+                let got = moe_block_as(&m, act, &x[2 * dim..3 * dim], 1, how);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want[2 * dim..3 * dim]),
+                    "{what}, {how:?}, row 2"
+                );
+            }
+            // Tiles past the first of an expert's segment, and partial ones: 150 rows.
+            let big = 150;
+            let xb: Vec<f32> = noise(98, big * dim).iter().map(|v| v * 2.0).collect();
+            let got = moe_block_as(&m, act, &xb, big, ExpertLaunch::Tiles);
             assert_eq!(
                 bits(&got),
-                bits(&want[2 * dim..3 * dim]),
-                "{what}, grouped, row 2"
+                bits(&cpu(&m, act, &xb, big)),
+                "{what}, tiles, {big} rows"
             );
         }
         assert_eq!(grouped, 8, "cases on the grouped launches");

@@ -13,7 +13,7 @@ use super::inputs::{Region, StepInputs, Values, REGIONS};
 use super::kernels::DevWeight;
 use super::kernels::{
     at_launch, attn_chunks, dev_err, ew, matmul_path, ptr, step_err, sync_each_launch, ActBufs,
-    AttnArgs, Gpu, MatmulPath, Result, RopeKvArgs,
+    AttnArgs, Gpu, MatmulPath, Result, RopeKvArgs, MT_BM,
 };
 use super::mla::{grouped_head_rows, upload_latent, LatentRun, MlaBufs};
 use super::pool::{new_pool, KvPool};
@@ -80,6 +80,8 @@ struct MoeBufs {
     counts: CudaSlice<i32>,
     /// The expert of each grouped position.
     gexp: CudaSlice<i32>,
+    /// The grouped rows' tiles of one expert (`moe_tiles`: 4 ints each).
+    tiles: CudaSlice<i32>,
     input: CudaSlice<f32>,
     gate: CudaSlice<f32>,
     up: CudaSlice<f32>,
@@ -208,16 +210,40 @@ impl GraphKey {
 }
 
 /// At most this many grouped rows (a step's rows times the experts each uses) take the grouped
-/// expert launches; more (prefill) take a launch per expert, whose row tiles share each
-/// expert's weights (and the tensor cores). The bits are the same either way.
+/// expert launches row by row (`mmqe`); more (prefill) take them in row tiles of one expert
+/// (`mmte`), whose rows share the expert's weights and the tensor cores. The bits are the
+/// same either way, and as a launch per expert.
 const GROUPED_ROWS: usize = 256;
 
-/// Whether `pairs` grouped rows take the grouped expert launches (`CANDOR_CUDA_MOE=experts`:
-/// never, a launch per expert as before, for timing both).
-fn grouped_experts(pairs: usize) -> bool {
+/// How a MoE layer with the grouped launches' address tables runs its experts' matmuls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExpertLaunch {
+    /// One launch per matrix, a row per block (`Gpu::matmul_experts`).
+    Rows,
+    /// One launch per matrix, row tiles of one expert (`Gpu::matmul_expert_tiles`).
+    Tiles,
+    /// The row counts read back, then a launch per routed expert.
+    PerExpert,
+}
+
+/// The launches for `pairs` grouped rows: row by row up to `rows_max`, then in tiles where the
+/// device has the int8 MMA; a launch per expert without it, and always with
+/// `CANDOR_CUDA_MOE=experts` (for timing both).
+fn expert_launch(pairs: usize, rows_max: usize, mma: bool) -> ExpertLaunch {
     static PER_EXPERT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    pairs <= GROUPED_ROWS
-        && !*PER_EXPERT.get_or_init(|| std::env::var("CANDOR_CUDA_MOE").as_deref() == Ok("experts"))
+    let per_expert =
+        *PER_EXPERT.get_or_init(|| std::env::var("CANDOR_CUDA_MOE").as_deref() == Ok("experts"));
+    match (per_expert, pairs <= rows_max, mma) {
+        (true, _, _) => ExpertLaunch::PerExpert,
+        (false, true, _) => ExpertLaunch::Rows,
+        (false, false, true) => ExpertLaunch::Tiles,
+        (false, false, false) => ExpertLaunch::PerExpert,
+    }
+}
+
+/// The most row tiles of one expert `pairs` grouped rows over `experts` experts can take.
+pub(super) fn max_expert_tiles(pairs: usize, experts: usize) -> usize {
+    pairs.div_ceil(MT_BM) + experts.min(pairs)
 }
 
 /// Whether adjacent plan steps share a launch where a fused kernel exists (the default), or
@@ -251,6 +277,9 @@ pub struct CudaModel {
     buffers: Mutex<Buffers>,
     /// Decode steps captured as CUDA graphs, by shape (`CANDOR_CUDA_GRAPHS=1`).
     graphs: Mutex<Graphs>,
+    /// At most this many grouped rows take the grouped expert launches row by row
+    /// ([`GROUPED_ROWS`]; tests: 0, every step in tiles).
+    grouped_rows: usize,
 }
 
 impl CudaModel {
@@ -434,6 +463,7 @@ impl CudaModel {
             lowering,
             buffers: Mutex::new(Buffers::default()),
             graphs: Mutex::new(Graphs::new(false)),
+            grouped_rows: GROUPED_ROWS,
         };
         let on = graphs_wanted() && cuda.graphable();
         cuda.graphs.get_mut().expect("CUDA graphs lock").on = on;
@@ -493,6 +523,14 @@ impl CudaModel {
         g.on = g.on && had == 0;
         g.map.clear();
         had
+    }
+
+    /// Every MoE step's grouped expert launches in row tiles of one expert (tests: they must
+    /// give the bits of the launches row by row and per expert, on steps of any size).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn set_moe_tiles(&mut self) {
+        self.grouped_rows = 0;
+        self.graphs.get_mut().expect("CUDA graphs lock").map.clear();
     }
 
     /// Every latent-attention layer's heads launched one by one (tests: the launch over every
@@ -751,6 +789,7 @@ impl CudaModel {
             ple: b.ple.as_ref().zip(self.ple.as_ref()),
             ones: &self.ones,
             kv_stride: model.kv_width(),
+            grouped_rows: self.grouped_rows,
             p: Ptrs {
                 logits: plogits,
                 ..ptrs
@@ -762,7 +801,9 @@ impl CudaModel {
         // and buffers, or is captured as one; every other step launches as it goes.
         let decode = seqs.iter().all(|q| q.tokens.len() == 1);
         // A MoE step is captured only on the grouped expert launches (no host read).
-        let grouped = c.moe.is_none_or(|e| grouped_experts(rows * e.used));
+        let grouped = c.moe.is_none_or(|e| {
+            expert_launch(rows * e.used, self.grouped_rows, g.has_mma()) != ExpertLaunch::PerExpert
+        });
         let generation = b.generation;
         let mut graphs = self.graphs.lock().expect("CUDA graphs lock");
         let key = (graphs.on && decode && grouped && !sync_each_launch())
@@ -951,6 +992,7 @@ impl CudaModel {
                 slot: g.zeros("expert slots", pairs)?,
                 counts: g.zeros("expert counts", m.experts)?,
                 gexp: g.zeros("grouped rows' experts", pairs)?,
+                tiles: g.zeros("expert row tiles", 4 * max_expert_tiles(pairs, m.experts))?,
                 input: g.zeros("expert input", pairs * c.dim)?,
                 gate: g.zeros("expert gate", pairs * m.ffn_dim)?,
                 up: g.zeros("expert up", pairs * m.ffn_dim)?,
@@ -1024,6 +1066,8 @@ struct Run<'a> {
     ones: &'a CudaSlice<f32>,
     /// Halves between two positions' keys in a KV block (the widest layer's `kv_dim`).
     kv_stride: usize,
+    /// The model's [`CudaModel::grouped_rows`].
+    grouped_rows: usize,
     p: Ptrs,
     chunks: usize,
     bt: usize,
@@ -1545,11 +1589,11 @@ impl Run<'_> {
     /// Rows grouped by expert (`moe_group`), the grouped rows gathered, then their gate/up
     /// matmuls, biases (up, then gate, as ggml), activation (SiLU and SwiGLU-OAI with the
     /// CPU's `expf`; Gemma 4's GELU as its feed-forward's), down matmul, output scale (Gemma
-    /// 4) and bias, into the grouped output. Up to [`GROUPED_ROWS`] grouped rows, and where
-    /// the layer has address tables, each matmul is one launch over every grouped row by its
-    /// own expert (`Gpu::matmul_experts`); else each expert's row count is read back to the
-    /// host, which launches the routed experts one by one in index order. Each row's bits
-    /// are the same either way.
+    /// 4) and bias, into the grouped output. Where the layer has address tables, each matmul
+    /// is one launch over every grouped row by its own expert ([`ExpertLaunch`]: row by row
+    /// up to [`GROUPED_ROWS`] grouped rows, else in row tiles of one expert); else each
+    /// expert's row count is read back to the host, which launches the routed experts one by
+    /// one in index order. Each row's bits are the same every way.
     fn experts(&self, m: &DevMoe, b: &MoeBufs, act: Activation, rows: usize) -> Result<()> {
         let (g, c, p) = (self.g, self.c, &self.p);
         let s = &*g.stream;
@@ -1593,11 +1637,25 @@ impl Run<'_> {
         lb.arg(&p.xb).arg(&pidx).arg(&dim_i).arg(&pin).arg(&total);
         // SAFETY: every idx is a row of this step; input holds pairs × dim floats.
         g.launched("gather_rows", unsafe { lb.launch(ew(pairs * dim)) })?;
-        if let (Some(t), true) = (&m.grouped, grouped_experts(pairs)) {
+        let how = expert_launch(pairs, self.grouped_rows, g.has_mma());
+        if let (Some(t), false) = (&m.grouped, how == ExpertLaunch::PerExpert) {
             let x = &m.experts[0];
             let tab = |t: &CudaSlice<u64>| (ptr(t, s), pgexp);
-            let q = g.matmul_experts(&x.gate, tab(&t.gate), pin, pairs, pgate, self.act, None)?;
-            g.matmul_experts(&x.up, tab(&t.up), pin, pairs, pup, self.act, q)?;
+            let max_tiles = max_expert_tiles(pairs, experts);
+            let ptiles = ptr(&b.tiles, s);
+            if how == ExpertLaunch::Tiles {
+                g.moe_tiles(pcounts, experts, ptiles, max_tiles)?;
+            }
+            // One grouped matmul: `w` of each row's expert (its address table `wt`).
+            let mm = |w, wt: &CudaSlice<u64>, x, y, q| match how {
+                ExpertLaunch::Tiles => {
+                    let tiles = (ptr(wt, s), ptiles, max_tiles);
+                    g.matmul_expert_tiles(w, tiles, x, pairs, y, self.act, q)
+                }
+                _ => g.matmul_experts(w, tab(wt), x, pairs, y, self.act, q),
+            };
+            let q = mm(&x.gate, &t.gate, pin, pgate, None)?;
+            mm(&x.up, &t.up, pin, pup, q)?;
             if let Some([bg, bu, _]) = &t.bias {
                 g.add_bias_experts(pup, tab(bu), ffn, pairs * ffn)?;
                 g.add_bias_experts(pgate, tab(bg), ffn, pairs * ffn)?;
@@ -1606,7 +1664,7 @@ impl Run<'_> {
                 Some(code) => g.gated_cpu(pgate, pup, pairs * ffn, code)?,
                 None => g.gated(pgate, pup, pairs * ffn, 1)?,
             }
-            g.matmul_experts(&x.down, tab(&t.down), pgate, pairs, pout, self.act, None)?;
+            mm(&x.down, &t.down, pgate, pout, None)?;
             // Each row's expert's output scale, before any bias (as below).
             if let Some(sc) = &t.down_scale {
                 g.scale_experts(pout, (ptr(sc, s), pgexp), dim, pairs * dim)?;
@@ -1882,10 +1940,10 @@ mod tests {
         ] {
             assert!(key.contains(f), "GraphKey::of leaves out {f}");
         }
-        // `Run`'s other fields: the device, the configuration, the MoE buffers (reallocated
-        // only with the generation), the hybrid and latent buffers (models with linear or
-        // latent attention capture no graph) and the KV block size are the model's for its
-        // lifetime.
+        // `Run`'s other fields: the device, the configuration, the MoE, hybrid, latent and
+        // per-layer buffers (reallocated only with the generation; a hybrid step's sequences
+        // and states are in `Ptrs`), the grouped expert launches' limit (a test's change of it
+        // drops the graphs) and the KV block size are the model's for its lifetime.
         assert_eq!(
             fields_of("struct Run<'a> {"),
             [
@@ -1899,6 +1957,7 @@ mod tests {
                 "ple",
                 "ones",
                 "kv_stride",
+                "grouped_rows",
                 "p",
                 "chunks",
                 "bt"

@@ -342,6 +342,8 @@ pub(super) struct Kernels {
     pub(super) mmt: [Option<CudaFunction>; 12],
     /// `mmq.cu`'s grouped expert rows, each by its own expert's weight (quantized types).
     pub(super) mmqe: [Option<CudaFunction>; 12],
+    /// `mmt.cu`'s grouped expert rows in row tiles of one expert (quantized types).
+    pub(super) mmte: [Option<CudaFunction>; 12],
     /// Whether the device has the int8 MMA (compute capability 8.0 or newer).
     pub(super) mma: bool,
     pub(super) quantize_q8: CudaFunction,
@@ -378,6 +380,7 @@ pub(super) struct Kernels {
     /// with the CPU's `expf`.
     pub(super) moe_route: CudaFunction,
     pub(super) moe_group: CudaFunction,
+    pub(super) moe_tiles: CudaFunction,
     pub(super) moe_combine: CudaFunction,
     pub(super) add_bias_experts: CudaFunction,
     pub(super) scale_experts: CudaFunction,
@@ -440,6 +443,7 @@ impl Kernels {
             mmq8: matmuls("mmq8_")?,
             mmt: quantized("mmt_")?,
             mmqe: quantized("mmqe_")?,
+            mmte: quantized("mmte_")?,
             mma: cc >= (8, 0),
             quantize_q8: f("quantize_q8")?,
             quantize_q8k: f("quantize_q8k")?,
@@ -467,6 +471,7 @@ impl Kernels {
             rope_kv_write: f("rope_kv_write")?,
             moe_route: f("moe_route")?,
             moe_group: f("moe_group")?,
+            moe_tiles: f("moe_tiles")?,
             moe_combine: f("moe_combine")?,
             add_bias_experts: f("add_bias_experts")?,
             scale_experts: f("scale_experts")?,
@@ -869,6 +874,96 @@ impl Gpu {
         let name = MATMUL_TYPES[w.kind as usize];
         self.launched(format_args!("mmqe_{name}"), unsafe { lb.launch(cfg) })?;
         Ok(Some(kind))
+    }
+
+    /// `moe_tiles`: the row tiles of `mmte_` from the experts' row counts at `counts`, into
+    /// `tiles` (`max_tiles` entries of 4 ints).
+    pub(super) fn moe_tiles(
+        &self,
+        counts: u64,
+        experts: usize,
+        tiles: u64,
+        max_tiles: usize,
+    ) -> Result<()> {
+        let (e_i, bm, t_i) = (experts as i32, MT_BM as i32, max_tiles as i32);
+        let mut lb = self.stream.launch_builder(&self.k.moe_tiles);
+        lb.arg(&counts).arg(&e_i).arg(&bm).arg(&tiles).arg(&t_i);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: counts holds `experts` ints, tiles 4 × max_tiles.
+        self.launched("moe_tiles", unsafe { lb.launch(cfg) })?;
+        Ok(())
+    }
+
+    /// Grouped expert rows on the tensor cores: the `rows` at `x` (grouped by `moe_group`),
+    /// each times the weight of its expert, in the row tiles of one expert each that
+    /// `moe_tiles` wrote at `tiles` (`max_tiles` entries, enough for `rows` rows), the
+    /// experts' addresses in `wtab`; as [`Gpu::matmul_experts`] otherwise (the same bits).
+    /// Needs the int8 MMA ([`Gpu::has_mma`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul_expert_tiles(
+        &self,
+        w: &DevWeight,
+        (wtab, tiles, max_tiles): (u64, u64, usize),
+        x: u64,
+        rows: usize,
+        y: u64,
+        act: &ActBufs,
+        quantized: Option<i32>,
+    ) -> Result<Option<i32>> {
+        let (Some(kind), Some(f), true) = (w.kind.act(), &self.k.mmte[w.kind as usize], self.k.mma)
+        else {
+            return Err(dev_err(
+                "grouped expert tiles",
+                "no tensor-core kernel for this weight or device",
+            ));
+        };
+        if rows == 0 {
+            return Ok(quantized);
+        }
+        if rows * w.k > act.elems {
+            return Err(dev_err(
+                "grouped expert tiles",
+                format!(
+                    "{rows} × {} activations past the scratch's {}",
+                    w.k, act.elems
+                ),
+            ));
+        }
+        if quantized != Some(kind) {
+            self.quantize(x, rows, w.k, kind, act)?;
+        }
+        let s = &*self.stream;
+        let (pq, pd, ps, psum) = act.ptrs(s);
+        let (b_off, c_off, n_i, k_i) = (w.b_off as i64, w.c_off as i64, w.n as i32, w.k as i32);
+        let mut lb = s.launch_builder(f);
+        lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum);
+        lb.arg(&tiles)
+            .arg(&wtab)
+            .arg(&b_off)
+            .arg(&c_off)
+            .arg(&n_i)
+            .arg(&k_i)
+            .arg(&y);
+        let cfg = LaunchConfig {
+            grid_dim: (max_tiles as u32, w.n.div_ceil(MT_BN) as u32, 1),
+            block_dim: (MT_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: act holds rows × k quantized activations of this kind; tiles holds
+        // max_tiles entries, each inside the rows (moe_tiles from their counts) with an
+        // expert whose address in wtab is a matrix repacked as w; y holds rows × n.
+        let name = MATMUL_TYPES[w.kind as usize];
+        self.launched(format_args!("mmte_{name}"), unsafe { lb.launch(cfg) })?;
+        Ok(Some(kind))
+    }
+
+    /// Whether the device has the int8 MMA the tensor-core kernels need.
+    pub(super) fn has_mma(&self) -> bool {
+        self.k.mma
     }
 
     /// Quantizes the `m × k` activations at `x` into `act` (`kind` as [`Kind::act`]).

@@ -94,12 +94,14 @@ __device__ __forceinline__ void ld8s(const short* p, int* v) {
     }
 }
 
-// y[r][o] (= or +=, `add`) for rows r < m, outputs o < n. Grid ceil(m / MT_BM) ·
-// ceil(n / MT_BN), the row tile fastest (the row tiles of one slice of outputs run together
-// and share its weights in L2). Arguments as mmq_body's.
+// y[r][o] (= or +=, `add`) for rows r0 <= r < min(r0 + MT_BM, m), outputs o0 <= o <
+// min(o0 + MT_BN, n): one block's tile. Arguments as mmq_body's. (`mmt_` launches a grid of
+// ceil(m / MT_BM) · ceil(n / MT_BN) tiles, the row tile fastest: the row tiles of one slice of
+// outputs run together and share its weights in L2; `mmte_` a grid of expert row tiles.)
 template <int T>
 __device__ void mmt_body(const signed char* aq, const float* ad, const float* as, const int* asum, int m,
-                         const u8* w, long b_off, long c_off, int n, int k, float* y, int add) {
+                         const u8* w, long b_off, long c_off, int n, int k, float* y, int add, int r0,
+                         int o0) {
     typedef Fmt<T> F;
     const bool KQ = F::BLOCK == 256;
     const bool MINS = T == W_Q4_K || T == W_Q5_K;     // the mins' summ, from xpair and wsc
@@ -131,8 +133,6 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
     const u8* B = w + b_off;
     const u8* C = w + c_off;
     int nb = k / F::BLOCK;
-    int tiles = (m + MT_BM - 1) / MT_BM;
-    int r0 = (blockIdx.x % tiles) * MT_BM, o0 = (blockIdx.x / tiles) * MT_BN;
     int t = threadIdx.x, warp = t / WARP, lane = t % WARP;
     int g = lane >> 2, q = lane & 3;
     int wm = warp >> 1, wn = warp & 1;
@@ -398,11 +398,43 @@ __device__ void mmt_body(const signed char* aq, const float* ad, const float* as
 #else
 #define MT_MINB_Q5K 2
 #endif
+// Mixture-of-Experts rows grouped by expert (`moe_group`'s order) on the tensor cores, every
+// expert in one launch: block (x, y) is row tile x of the table `moe_tiles` wrote (expert,
+// first grouped row of its segment, the segment's rows, the tile's first row in it; 0 rows:
+// past the last tile, nothing to do) and output tile y, `mmt_body` on the expert's weight at
+// wtab[expert] and its segment's activations, scales, sums and output (`mmqe_body`'s offsets).
+// So each row gets the bits of a launch per expert on its expert's rows alone, with no host
+// read of the experts' row counts. Grid (the most tiles `pairs` rows can take, ceil(n /
+// MT_BN)); `add` is not taken.
+template <int T>
+__device__ void mmte_body(const signed char* aq, const float* ad, const float* as, const int* asum,
+                          const int* tiles, const unsigned long long* wtab, long b_off, long c_off,
+                          int n, int k, float* y) {
+    typedef Fmt<T> F;
+    const int* tile = tiles + 4 * (long)blockIdx.x;
+    int rows = tile[2];
+    if (rows == 0) return;
+    long start = tile[1];
+    long nb = k / F::BLOCK;
+    long sums = nb * (F::BLOCK == 256 ? 16 : 1);
+    const u8* w = (const u8*)wtab[tile[0]];
+    mmt_body<T>(aq + start * k, ad + start * nb, as + start * nb, asum + start * sums, rows, w, b_off,
+                c_off, n, k, y + start * n, 0, tile[3], blockIdx.y * MT_BN);
+}
+
 #define MMT(name, T, MINB)                                                                        \
     extern "C" __global__ void __launch_bounds__(MT_THREADS, MINB) mmt_##name(                   \
         const signed char* aq, const float* ad, const float* as, const int* asum, int m,          \
         const u8* w, long b_off, long c_off, int n, int k, float* y, int add) {                  \
-        mmt_body<T>(aq, ad, as, asum, m, w, b_off, c_off, n, k, y, add);                          \
+        int tiles = (m + MT_BM - 1) / MT_BM;                                                      \
+        mmt_body<T>(aq, ad, as, asum, m, w, b_off, c_off, n, k, y, add,                           \
+                    (blockIdx.x % tiles) * MT_BM, (blockIdx.x / tiles) * MT_BN);                  \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(MT_THREADS, MINB) mmte_##name(                  \
+        const signed char* aq, const float* ad, const float* as, const int* asum,                 \
+        const int* tiles, const unsigned long long* wtab, long b_off, long c_off, int n, int k,   \
+        float* y) {                                                                               \
+        mmte_body<T>(aq, ad, as, asum, tiles, wtab, b_off, c_off, n, k, y);                       \
     }
 MMT(q8_0, W_Q8_0, 3)
 MMT(q4_0, W_Q4_0, 3)

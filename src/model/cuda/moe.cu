@@ -185,6 +185,31 @@ extern "C" __global__ void moe_group(const int* chosen, int pairs, int used, int
     }
 }
 
+// The row tiles of the grouped rows for `mmte_`: for each expert in order with counts[e] > 0
+// rows (its segment starts after the earlier experts' rows), a tile every `tile_rows` of them,
+// each 4 ints (expert, segment start, segment rows, first row in the segment); the rest of
+// the `max_tiles` entries get 0 rows. One thread: a few hundred entries.
+extern "C" __global__ void moe_tiles(const int* counts, int experts, int tile_rows, int* tiles, int max_tiles) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    int t = 0, start = 0;
+    for (int e = 0; e < experts; e++) {
+        int n = counts[e];
+        for (int r0 = 0; r0 < n && t < max_tiles; r0 += tile_rows, t++) {
+            tiles[4 * t] = e;
+            tiles[4 * t + 1] = start;
+            tiles[4 * t + 2] = n;
+            tiles[4 * t + 3] = r0;
+        }
+        start += n;
+    }
+    for (; t < max_tiles; t++) {
+        tiles[4 * t] = 0;
+        tiles[4 * t + 1] = 0;
+        tiles[4 * t + 2] = 0;
+        tiles[4 * t + 3] = 0;
+    }
+}
+
 // x[p][c] += bias of expert gexp[p] (its address btab[gexp[p]]) at c, for the grouped rows p:
 // `add_bias`'s add, each row with its own expert's bias.
 extern "C" __global__ void add_bias_experts(float* x, const int* gexp, const unsigned long long* btab, int width,
