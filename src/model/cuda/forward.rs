@@ -226,13 +226,17 @@ pub(super) enum ExpertLaunch {
     PerExpert,
 }
 
+/// The most rows one activation quantization takes (its grid's y dimension).
+const QUANTIZE_ROWS_MAX: usize = 65_535;
+
 /// The launches for `pairs` grouped rows: row by row up to `rows_max`, then in tiles where the
-/// device has the int8 MMA; a launch per expert without it, and always with
-/// `CANDOR_CUDA_MOE=experts` (for timing both).
+/// device has the int8 MMA (and the rows fit one quantization); a launch per expert without
+/// it, and always with `CANDOR_CUDA_MOE=experts` (for timing both).
 fn expert_launch(pairs: usize, rows_max: usize, mma: bool) -> ExpertLaunch {
     static PER_EXPERT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let per_expert =
         *PER_EXPERT.get_or_init(|| std::env::var("CANDOR_CUDA_MOE").as_deref() == Ok("experts"));
+    let mma = mma && pairs <= QUANTIZE_ROWS_MAX;
     match (per_expert, pairs <= rows_max, mma) {
         (true, _, _) => ExpertLaunch::PerExpert,
         (false, true, _) => ExpertLaunch::Rows,

@@ -62,8 +62,8 @@ pub(super) struct DevMoe {
     pub(super) experts: Vec<DevExpert>,
     pub(super) config: MoeConfig,
     /// Gemma 4: each expert's output scale (the host's copy for the launches per expert), and
-    /// the norms of
-    /// the MLP beside the experts (whose matrices are the layer's `gate_up` and `w_down`).
+    /// the norms of the MLP beside the experts (whose matrices are the layer's `gate_up` and
+    /// `w_down`).
     pub(super) down_scale: Option<Vec<f32>>,
     pub(super) beside: Option<DevBeside>,
     /// The shared expert beside the routed ones (qwen35moe).
@@ -188,7 +188,6 @@ pub(super) fn upload_moe(gpu: &Gpu, i: usize, m: &Moe, path: MatmulPath) -> Resu
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    // Gemma 4's output scales stay on the launches per expert.
     let grouped = GroupedExperts::of(gpu, &experts, m.down_scale.as_deref(), path)?;
     Ok(DevMoe {
         grouped,
