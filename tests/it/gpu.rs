@@ -779,6 +779,31 @@ fn gpu_tiny_hybrid_models_run_linear_attention_on_the_device() {
     }
 }
 
+/// The model `load` gives on the GPU, changed by `set` (a test's choice of launches).
+fn gpu_variant(
+    load: impl Fn() -> Transformer,
+    label: &str,
+    set: impl FnOnce(&mut Model),
+) -> Arc<Model> {
+    let mut m = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
+    set(&mut m);
+    Arc::new(m)
+}
+
+/// Three prompts of 23, 3 and 40 tokens (10 new tokens each).
+fn three_prompts() -> Vec<TokenRequest> {
+    [(23, 13), (3, 14), (40, 15)]
+        .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
+        .to_vec()
+}
+
+/// [`three_prompts`]' tokens on `model`, prefilled whole, then token by token (two ways
+/// through a model's launches: the launch paths of one file are compared on them).
+fn whole_and_token_by_token(model: &Arc<Model>, label: &str) -> [Vec<Vec<u32>>; 2] {
+    let prompts = three_prompts();
+    [512, 1].map(|chunk| tokens_in_chunks(model, &prompts, chunk, label))
+}
+
 /// The greedy tokens of `prompts` on `model` with prompts prefilled in chunks of `chunk`
 /// tokens, the prefix cache off.
 fn tokens_in_chunks(
@@ -876,31 +901,24 @@ fn gpu_grouped_experts_give_the_per_expert_tokens() {
             let Some(grouped) = load_on_gpu(load(), &label) else {
                 return;
             };
-            let mut per = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
-            assert!(
-                per.set_gpu_moe_per_expert() > 0,
-                "{label}: no layer had the grouped launches"
+            let per = gpu_variant(load, &label, |m| {
+                assert!(
+                    m.set_gpu_moe_per_expert() > 0,
+                    "{label}: no layer had the grouped launches"
+                )
+            });
+            let tiles = gpu_variant(load, &label, Model::set_gpu_moe_tiles);
+            let want = whole_and_token_by_token(&per, &label);
+            assert_eq!(
+                whole_and_token_by_token(&grouped, &label),
+                want,
+                "{label}: grouped vs per-expert launches"
             );
-            let per = Arc::new(per);
-            let mut tiles = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
-            tiles.set_gpu_moe_tiles();
-            let tiles = Arc::new(tiles);
-            let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
-                .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
-                .to_vec();
-            for chunk in [512, 1] {
-                let want = tokens_in_chunks(&per, &prompts, chunk, &label);
-                assert_eq!(
-                    tokens_in_chunks(&grouped, &prompts, chunk, &label),
-                    want,
-                    "{label}: grouped vs per-expert launches, prefill in chunks of {chunk}"
-                );
-                assert_eq!(
-                    tokens_in_chunks(&tiles, &prompts, chunk, &label),
-                    want,
-                    "{label}: expert row tiles vs per-expert launches, chunks of {chunk}"
-                );
-            }
+            assert_eq!(
+                whole_and_token_by_token(&tiles, &label),
+                want,
+                "{label}: expert row tiles vs per-expert launches"
+            );
             checked += 1;
         }
     }
@@ -945,22 +963,17 @@ fn gpu_tiny_deepseek2_models_run_latent_attention_on_the_device() {
         let Some(grouped) = load_on_gpu(load(), &label) else {
             return;
         };
-        let mut per = Model::new(load(), device()).unwrap_or_else(|e| panic!("{label}: {e}"));
-        assert!(
-            per.set_gpu_mla_per_head() > 0,
-            "{label}: no layer had the launch over every head"
+        let per = gpu_variant(load, &label, |m| {
+            assert!(
+                m.set_gpu_mla_per_head() > 0,
+                "{label}: no layer had the launch over every head"
+            )
+        });
+        assert_eq!(
+            whole_and_token_by_token(&grouped, &label),
+            whole_and_token_by_token(&per, &label),
+            "{label}: over every head vs per head"
         );
-        let per = Arc::new(per);
-        let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
-            .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
-            .to_vec();
-        for chunk in [512, 1] {
-            assert_eq!(
-                tokens_in_chunks(&grouped, &prompts, chunk, &label),
-                tokens_in_chunks(&per, &prompts, chunk, &label),
-                "{label}: over every head vs per head, prefill in chunks of {chunk}"
-            );
-        }
         checked += 1;
     }
     assert_eq!(checked, 3, "{fixture}: its three Q4_K_M models");
@@ -1034,9 +1047,7 @@ fn assert_tiny_fixture_runs_on_the_gpu(
         let Some(gpu) = gpu_model_checked(&file, &label) else {
             return;
         };
-        let prompts: Vec<TokenRequest> = [(23, 13), (3, 14), (40, 15)]
-            .map(|(n, seed)| util::greedy_request(quant::random_ids(n, seed), 10))
-            .to_vec();
+        let prompts = three_prompts();
         let whole = tokens_in_chunks(&gpu, &prompts, 512, &label);
         for chunk in [5, 1] {
             assert_eq!(

@@ -56,6 +56,14 @@ pub(super) const MQ_THREADS: usize = 128;
 pub(super) const MQ_RO: usize = 4;
 /// Threads, rows and outputs per block of the tensor-core matmuls (`MT_*` in `mmt.cu`).
 pub(super) const MT_THREADS: usize = 128;
+
+/// A grouped matmul's kernel and its index into the grouped rows' experts: each row's expert
+/// (`mmqe_`), or the row tiles of one expert (`mmte_`); device addresses.
+#[derive(Clone, Copy)]
+enum Grouped {
+    Rows(u64),
+    Tiles(u64),
+}
 pub(super) const MT_BM: usize = 64;
 pub(super) const MT_BN: usize = 64;
 /// Fewer rows than this never take the tensor cores (an m16 fragment per warp half-empty).
@@ -830,50 +838,9 @@ impl Gpu {
         act: &ActBufs,
         quantized: Option<i32>,
     ) -> Result<Option<i32>> {
-        let (Some(kind), Some(f)) = (w.kind.act(), &self.k.mmqe[w.kind as usize]) else {
-            return Err(dev_err(
-                "grouped experts",
-                "a float weight has no grouped kernel",
-            ));
-        };
-        if rows == 0 {
-            return Ok(quantized);
-        }
-        if rows * w.k > act.elems {
-            return Err(dev_err(
-                "grouped experts",
-                format!(
-                    "{rows} × {} activations past the scratch's {}",
-                    w.k, act.elems
-                ),
-            ));
-        }
-        if quantized != Some(kind) {
-            self.quantize(x, rows, w.k, kind, act)?;
-        }
-        let s = &*self.stream;
-        let (pq, pd, ps, psum) = act.ptrs(s);
-        let (b_off, c_off, n_i, k_i) = (w.b_off as i64, w.c_off as i64, w.n as i32, w.k as i32);
-        let mut lb = s.launch_builder(f);
-        lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum);
-        lb.arg(&gexp)
-            .arg(&wtab)
-            .arg(&b_off)
-            .arg(&c_off)
-            .arg(&n_i)
-            .arg(&k_i)
-            .arg(&y);
-        let cfg = LaunchConfig {
-            grid_dim: (w.n.div_ceil(MQ_RO) as u32, rows as u32, 1),
-            block_dim: (MQ_THREADS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: act holds rows × k quantized activations of this kind; gexp holds rows
-        // experts, each with an address in wtab of a matrix repacked as w (regions at b_off,
-        // c_off); y holds rows × n.
-        let name = MATMUL_TYPES[w.kind as usize];
-        self.launched(format_args!("mmqe_{name}"), unsafe { lb.launch(cfg) })?;
-        Ok(Some(kind))
+        let grid = (w.n.div_ceil(MQ_RO) as u32, rows as u32);
+        let how = Grouped::Rows(gexp);
+        self.grouped_matmul(w, how, wtab, grid, x, rows, y, act, quantized)
     }
 
     /// `moe_tiles`: the row tiles of `mmte_` from the experts' row counts at `counts`, into
@@ -914,19 +881,40 @@ impl Gpu {
         act: &ActBufs,
         quantized: Option<i32>,
     ) -> Result<Option<i32>> {
-        let (Some(kind), Some(f), true) = (w.kind.act(), &self.k.mmte[w.kind as usize], self.k.mma)
-        else {
-            return Err(dev_err(
-                "grouped expert tiles",
-                "no tensor-core kernel for this weight or device",
-            ));
+        let grid = (max_tiles as u32, w.n.div_ceil(MT_BN) as u32);
+        let how = Grouped::Tiles(tiles);
+        self.grouped_matmul(w, how, wtab, grid, x, rows, y, act, quantized)
+    }
+
+    /// One grouped launch (`mmqe_` row by row, or `mmte_` in tiles) of `w`'s kind over `rows`
+    /// grouped rows on grid `grid`, after quantizing them unless `quantized` says they are.
+    #[allow(clippy::too_many_arguments)]
+    fn grouped_matmul(
+        &self,
+        w: &DevWeight,
+        how: Grouped,
+        wtab: u64,
+        (gx, gy): (u32, u32),
+        x: u64,
+        rows: usize,
+        y: u64,
+        act: &ActBufs,
+        quantized: Option<i32>,
+    ) -> Result<Option<i32>> {
+        let (what, prefix, table, index) = match how {
+            Grouped::Rows(gexp) => ("grouped experts", "mmqe", &self.k.mmqe, gexp),
+            Grouped::Tiles(tiles) => ("grouped expert tiles", "mmte", &self.k.mmte, tiles),
+        };
+        let mma = self.k.mma || matches!(how, Grouped::Rows(_));
+        let (Some(kind), Some(f), true) = (w.kind.act(), &table[w.kind as usize], mma) else {
+            return Err(dev_err(what, "no grouped kernel for this weight or device"));
         };
         if rows == 0 {
             return Ok(quantized);
         }
         if rows * w.k > act.elems {
             return Err(dev_err(
-                "grouped expert tiles",
+                what,
                 format!(
                     "{rows} × {} activations past the scratch's {}",
                     w.k, act.elems
@@ -941,23 +929,28 @@ impl Gpu {
         let (b_off, c_off, n_i, k_i) = (w.b_off as i64, w.c_off as i64, w.n as i32, w.k as i32);
         let mut lb = s.launch_builder(f);
         lb.arg(&pq).arg(&pd).arg(&ps).arg(&psum);
-        lb.arg(&tiles)
+        lb.arg(&index)
             .arg(&wtab)
             .arg(&b_off)
             .arg(&c_off)
             .arg(&n_i)
             .arg(&k_i)
             .arg(&y);
+        let threads = match how {
+            Grouped::Rows(_) => MQ_THREADS,
+            Grouped::Tiles(_) => MT_THREADS,
+        };
         let cfg = LaunchConfig {
-            grid_dim: (max_tiles as u32, w.n.div_ceil(MT_BN) as u32, 1),
-            block_dim: (MT_THREADS as u32, 1, 1),
+            grid_dim: (gx, gy, 1),
+            block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: act holds rows × k quantized activations of this kind; tiles holds
-        // max_tiles entries, each inside the rows (moe_tiles from their counts) with an
-        // expert whose address in wtab is a matrix repacked as w; y holds rows × n.
+        // SAFETY: act holds rows × k quantized activations of this kind; the index (each
+        // row's expert, or the tiles `moe_tiles` wrote from the rows' counts) names experts
+        // whose addresses in wtab are matrices repacked as w (regions at b_off, c_off), rows
+        // inside the `rows`; y holds rows × n.
         let name = MATMUL_TYPES[w.kind as usize];
-        self.launched(format_args!("mmte_{name}"), unsafe { lb.launch(cfg) })?;
+        self.launched(format_args!("{prefix}_{name}"), unsafe { lb.launch(cfg) })?;
         Ok(Some(kind))
     }
 
