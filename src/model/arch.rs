@@ -727,11 +727,12 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         yarn: true,
         ..BASE
     },
-    // GGUF only: a checkpoint's per-expert tensors are not read (convert to GGUF).
+    // Checkpoints too: each expert's `mlp.experts.{e}.{gate,up,down}_proj` read in place as
+    // one row of the GGUF's 3-d tensors (`Checkpoint::read_experts_mapped`).
     ArchSpec {
         arch: Arch::Qwen3Moe,
         gguf_name: "qwen3moe",
-        hf_model_types: &[],
+        hf_model_types: &["qwen3_moe"],
         hf_context_len: 32768,
         swa: Swa::Qwen,
         gguf_rope_adjacent: false,
@@ -2396,6 +2397,30 @@ fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
                 .into(),
         ));
     }
+    if spec.arch == Arch::Qwen3Moe {
+        // llama.cpp's qwen3moe graph renormalises the chosen experts' weights and has an
+        // expert block in every layer: a checkpoint must say the same.
+        if f.json("norm_topk_prob").and_then(Json::as_bool) == Some(false) {
+            return Err(f.err_key(
+                "norm_topk_prob",
+                "false: only renormalised expert weights (true) are implemented".into(),
+            ));
+        }
+        let step = f.json("decoder_sparse_step").and_then(Json::as_u64);
+        if let Some(s) = step.filter(|&s| s != 1) {
+            return Err(f.err_key(
+                "decoder_sparse_step",
+                format!("{s}: only an expert block in every layer (1) is implemented"),
+            ));
+        }
+        let dense = f.json("mlp_only_layers").and_then(Json::as_array);
+        if dense.is_some_and(|l| !l.is_empty()) {
+            return Err(f.err_key(
+                "mlp_only_layers",
+                "dense layers among the expert layers are not implemented".into(),
+            ));
+        }
+    }
     if spec.gemma
         && f.json("use_bidirectional_attention")
             .and_then(Json::as_bool)
@@ -2551,6 +2576,20 @@ pub trait TensorSource {
     ) -> Result<(StoredType, MappedBytes)> {
         let (d, b) = self.read_mapped(name, shape)?;
         Ok((StoredType::Ggml(d), b))
+    }
+    /// The experts of a 3-d expert tensor (`shape`: experts, rows, columns), each one's
+    /// bytes in place: the tensor's rows (GGUF), or a checkpoint's tensor per expert.
+    fn read_experts_mapped(
+        &mut self,
+        name: &str,
+        shape: [usize; 3],
+    ) -> Result<(StoredType, Vec<MappedBytes>)> {
+        let (stored, bytes) = self.read_mapped_stored(name, &shape)?;
+        let per = bytes.bytes().len() / shape[0].max(1);
+        let parts = (0..shape[0])
+            .map(|e| bytes.slice(e * per, per).expect("experts × per bytes"))
+            .collect();
+        Ok((stored, parts))
     }
     /// Per-pair RoPE frequency factors, when the model has them (Llama 3).
     fn rope_factors(&mut self, config: &ModelConfig) -> Result<Option<Vec<f32>>>;

@@ -17,6 +17,7 @@ use crate::model::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, Tenso
 use crate::model::error::{ModelError, Result};
 use crate::weights::mapped::MappedBytes;
 use crate::weights::safetensors::checkpoint_shards;
+use crate::weights::stored::StoredType;
 
 fn st_err(path: &Path, msg: impl Into<String>) -> ModelError {
     ModelError::Safetensors {
@@ -198,6 +199,8 @@ impl Checkpoint {
             "ffn_up" if self.config.arch.fused() => "mlp.gate_up_proj",
             "ffn_up" => "mlp.up_proj",
             "ffn_down" => "mlp.down_proj",
+            // Qwen3-MoE's router.
+            "ffn_gate_inp" => "mlp.gate",
             _ => return None,
         };
         Some(format!("{p}layers.{layer}.{hf}.{kind}"))
@@ -205,6 +208,25 @@ impl Checkpoint {
 }
 
 impl Checkpoint {
+    /// The Hugging Face names of the GGUF expert tensor `gguf` (`blk.N.ffn_{gate,up,down}_exps
+    /// .weight`), one per expert of the model's (Qwen3-MoE's `mlp.experts.{e}.*_proj`).
+    fn expert_names(&self, gguf: &str) -> Option<Vec<String>> {
+        let experts = self.config.moe?.experts;
+        let (layer, name) = gguf.strip_prefix("blk.")?.split_once('.')?;
+        let proj = match name {
+            "ffn_gate_exps.weight" => "gate_proj",
+            "ffn_up_exps.weight" => "up_proj",
+            "ffn_down_exps.weight" => "down_proj",
+            _ => return None,
+        };
+        let p = &self.prefix;
+        Some(
+            (0..experts)
+                .map(|e| format!("{p}layers.{layer}.mlp.experts.{e}.{proj}.weight"))
+                .collect(),
+        )
+    }
+
     /// The Hugging Face name and stored type of a GGUF-named tensor, after checking its shape.
     fn lookup(&self, name: &str, shape: &[usize]) -> Result<(String, GgmlDType)> {
         let hf = self
@@ -217,6 +239,11 @@ impl Checkpoint {
                     self.dir.display()
                 ))
             })?;
+        self.stored_type(hf, shape)
+    }
+
+    /// The stored type of the checkpoint's tensor `hf`, after checking its shape.
+    fn stored_type(&self, hf: String, shape: &[usize]) -> Result<(String, GgmlDType)> {
         let (dtype, found) = &self.entries[&hf];
         if found.as_slice() != shape {
             return Err(ModelError::TensorShape {
@@ -246,8 +273,48 @@ impl TensorSource for Checkpoint {
     }
 
     fn has_tensor(&self, name: &str) -> bool {
-        self.hf_name(name)
-            .is_some_and(|n| self.entries.contains_key(&n))
+        match self.expert_names(name) {
+            Some(names) => names.iter().all(|n| self.entries.contains_key(n)),
+            None => self
+                .hf_name(name)
+                .is_some_and(|n| self.entries.contains_key(&n)),
+        }
+    }
+
+    fn read_experts_mapped(
+        &mut self,
+        name: &str,
+        shape: [usize; 3],
+    ) -> Result<(StoredType, Vec<MappedBytes>)> {
+        let names = self
+            .expert_names(name)
+            .filter(|n| n.len() == shape[0])
+            .ok_or_else(|| {
+                ModelError::MissingTensor(format!("{name} (no per-expert tensors for it)"))
+            })?;
+        let mut stored = None;
+        let mut parts = Vec::with_capacity(names.len());
+        for hf in names {
+            if !self.entries.contains_key(&hf) {
+                return Err(ModelError::MissingTensor(format!(
+                    "{name} ({hf} in {})",
+                    self.dir.display()
+                )));
+            }
+            let (hf, ggml) = self.stored_type(hf, &shape[1..])?;
+            // One stored type for every expert, as in the GGUF's 3-d tensor.
+            if stored.get_or_insert(ggml) != &ggml {
+                return Err(ModelError::UnsupportedTensorType {
+                    name: hf,
+                    dtype: format!("{ggml:?}, where the layer's first expert is {stored:?}"),
+                });
+            }
+            self.read.insert(hf.clone());
+            parts.push(self.places[&hf].clone());
+        }
+        let stored =
+            stored.ok_or_else(|| ModelError::MissingTensor(format!("{name}: no experts")))?;
+        Ok((StoredType::Ggml(stored), parts))
     }
 
     fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {

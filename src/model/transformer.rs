@@ -272,19 +272,19 @@ fn expert_matrices(
         name: name.into(),
         dtype: format!("{stored} ({e})"),
     };
-    // MXFP4 (gpt-oss's experts) included.
-    let (stored, bytes) = src.read_mapped_stored(name, &shape)?;
+    // MXFP4 (gpt-oss's experts) included; each expert's bytes (a checkpoint's lie apart).
+    let (stored, parts) = src.read_experts_mapped(name, shape)?;
     if dtype == WeightDType::Native && !has_stored_kernel(stored) {
         return Err(err(
             stored,
             "no quantized kernel; load with --dtype f32".into(),
         ));
     }
-    let per = bytes.bytes().len() / experts;
-    let raw = |e: usize| &bytes.bytes()[e * per..(e + 1) * per];
+    let raw = |e: usize| parts[e].bytes();
     let panel_len =
         QWeight::panel_bytes(stored, rows, cols).map_err(|e| err(stored, e.to_string()))?;
-    let folder = panels.experts.folder(bytes.bytes().len());
+    let total: usize = parts.iter().map(|p| p.bytes().len()).sum();
+    let folder = panels.experts.folder(total);
     let mut out = Vec::with_capacity(experts);
     match (dtype, panel_len, folder) {
         (WeightDType::Native, Some(len), Some(dir)) => {
@@ -313,8 +313,7 @@ fn expert_matrices(
         }
         // Float experts: read in place from the model file's map, as other float weights.
         (WeightDType::Native, None, _) => {
-            for e in 0..experts {
-                let m = bytes.slice(e * per, per).expect("experts × per bytes");
+            for m in parts {
                 out.push(
                     QWeight::from_stored(stored, rows, cols, m)
                         .map_err(|x| err(stored, x.to_string()))?,
@@ -334,7 +333,7 @@ fn expert_matrices(
         }
     }
     // The file's pages of a repacked tensor are not read again.
-    bytes.release();
+    MappedBytes::release_all(&parts);
     Ok(out.into_iter())
 }
 

@@ -52,6 +52,27 @@ impl MappedBytes {
         &self.map[self.start..self.start + self.len]
     }
 
+    /// [`MappedBytes::release`] of each of `parts`, adjacent parts of one map as one range (so
+    /// that the pages two of them share go too: a GGUF tensor's rows released together).
+    pub fn release_all(parts: &[MappedBytes]) {
+        let mut run: Option<MappedBytes> = None;
+        for p in parts {
+            match &mut run {
+                Some(r) if Arc::ptr_eq(&r.map, &p.map) && r.start + r.len == p.start => {
+                    r.len += p.len
+                }
+                _ => {
+                    if let Some(r) = run.replace(p.clone()) {
+                        r.release();
+                    }
+                }
+            }
+        }
+        if let Some(r) = run {
+            r.release();
+        }
+    }
+
     /// Tells the kernel this process no longer needs the whole pages inside the range (after
     /// they were copied into panels), so that they stop counting in its resident memory. The
     /// pages stay in the page cache; a later read would fault them in again, unchanged.

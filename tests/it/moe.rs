@@ -545,3 +545,149 @@ fn experts_read_in_place_from_panel_files_have_the_bits_of_experts_in_memory() {
         std::fs::remove_file(&file).ok();
     }
 }
+
+/// The tiny qwen3moe model's weights, in F32 and in BF16, as a Hugging Face checkpoint
+/// (`qwen3_moe`: each expert's `mlp.experts.{e}.{gate,up,down}_proj`, the router
+/// `mlp.gate`, `config.json`'s names) and as the GGUF llama.cpp's converter writes from it (the
+/// experts stacked into `ffn_*_exps`, no permutation: Qwen's RoPE halves): the same
+/// configuration and, prompts packed two at a time and prefilled in chunks of 5, every
+/// position's logits bit for bit. A `norm_topk_prob: false` checkpoint, which llama.cpp's
+/// graph would still renormalise, is refused naming the key.
+#[test]
+fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
+    use candle_core::{DType, Device, Tensor};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, experts, used, ffn, _) = model("qwen3moe");
+    let ws = moe_tensors("qwen3moe");
+    let hf_name = |gguf: &str| -> Vec<(String, Option<usize>)> {
+        let global = match gguf {
+            "token_embd.weight" => Some("model.embed_tokens.weight"),
+            "output_norm.weight" => Some("model.norm.weight"),
+            "output.weight" => Some("lm_head.weight"),
+            _ => None,
+        };
+        if let Some(n) = global {
+            return vec![(n.to_string(), None)];
+        }
+        let (layer, rest) = gguf
+            .strip_prefix("blk.")
+            .and_then(|r| r.split_once('.'))
+            .expect("a layer tensor");
+        let l = format!("model.layers.{layer}");
+        let one = |n: &str| vec![(format!("{l}.{n}.weight"), None)];
+        match rest {
+            "attn_norm.weight" => one("input_layernorm"),
+            "attn_q.weight" => one("self_attn.q_proj"),
+            "attn_k.weight" => one("self_attn.k_proj"),
+            "attn_v.weight" => one("self_attn.v_proj"),
+            "attn_output.weight" => one("self_attn.o_proj"),
+            "attn_q_norm.weight" => one("self_attn.q_norm"),
+            "attn_k_norm.weight" => one("self_attn.k_norm"),
+            "ffn_norm.weight" => one("post_attention_layernorm"),
+            "ffn_gate_inp.weight" => one("mlp.gate"),
+            e => {
+                let proj = match e {
+                    "ffn_gate_exps.weight" => "gate_proj",
+                    "ffn_up_exps.weight" => "up_proj",
+                    "ffn_down_exps.weight" => "down_proj",
+                    other => panic!("no Hugging Face name for {other}"),
+                };
+                (0..experts)
+                    .map(|x| (format!("{l}.mlp.experts.{x}.{proj}.weight"), Some(x)))
+                    .collect()
+            }
+        }
+    };
+    let config = |norm_topk: bool| {
+        serde_json::json!({
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            "vocab_size": TQ_VOCAB,
+            "hidden_size": DIM,
+            "intermediate_size": 2 * ffn,
+            "moe_intermediate_size": ffn,
+            "num_experts": experts,
+            "num_experts_per_tok": used,
+            "norm_topk_prob": norm_topk,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "head_dim": DIM / HEADS,
+            "num_hidden_layers": LAYERS,
+            "max_position_embeddings": 256,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": false,
+        })
+    };
+    let prompts: Vec<Vec<u32>> = [(19, 3), (7, 4), (26, 5)]
+        .map(|(n, seed)| crate::quant::random_ids(n, seed))
+        .to_vec();
+    for dtype in [DType::F32, DType::BF16] {
+        // The checkpoint, its tensors in `dtype`; the GGUF of the same values.
+        let ck = dir.path().join(format!("qwen3-moe-{dtype:?}"));
+        std::fs::create_dir_all(&ck).expect("mkdir");
+        let mut hf = std::collections::HashMap::new();
+        let mut gguf = Vec::new();
+        for (name, shape, v) in &ws {
+            let t = Tensor::from_slice(v.as_slice(), shape.as_slice(), &Device::Cpu)
+                .and_then(|t| t.to_dtype(dtype))
+                .expect("tensor");
+            let ggml = match dtype {
+                DType::BF16 if shape.len() > 1 => GgmlDType::BF16,
+                _ => GgmlDType::F32,
+            };
+            // Norms and vectors stay F32 in the GGUF, as the converter writes them.
+            let stored = t.to_dtype(DType::F32).expect("f32");
+            gguf.push((
+                name.clone(),
+                QTensor::quantize(&stored, ggml).expect("quantize"),
+            ));
+            for (hf_n, expert) in hf_name(name) {
+                let part = match expert {
+                    Some(e) => t.get(e).expect("expert"),
+                    None => t.clone(),
+                };
+                hf.insert(hf_n, part);
+            }
+        }
+        candle_core::safetensors::save(&hf, ck.join("model.safetensors")).expect("save");
+        std::fs::write(ck.join("config.json"), config(true).to_string()).expect("config");
+        let file = dir.path().join(format!("qwen3-moe-{dtype:?}.gguf"));
+        crate::util::write_gguf(&file, &moe_metadata("qwen3moe"), &gguf);
+
+        let from_gguf =
+            Transformer::from_gguf_path(&file, WeightDType::Native).expect("the GGUF loads");
+        let mut checkpoint =
+            candor::model::checkpoint::Checkpoint::open(&ck).expect("the checkpoint opens");
+        let from_ck = Transformer::from_checkpoint(&mut checkpoint, WeightDType::Native)
+            .expect("the checkpoint loads");
+        assert_eq!(
+            checkpoint.unread_tensors(),
+            Vec::<String>::new(),
+            "{dtype:?}: every tensor read"
+        );
+        let (a, b) = (from_gguf.config(), from_ck.config());
+        assert_eq!(
+            (a.arch, a.dim, a.n_layer, a.head_dim, a.moe),
+            (b.arch, b.dim, b.n_layer, b.head_dim, b.moe),
+            "{dtype:?}: configurations"
+        );
+        let want = crate::arch::packed_logits(&from_gguf, &prompts, 2, 5);
+        let got = crate::arch::packed_logits(&from_ck, &prompts, 2, 5);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(g) == bits(w), "{dtype:?}: prompt {i}'s logits differ");
+        }
+        assert_eq!(got.len(), 3, "{dtype:?}");
+    }
+    // Weights llama.cpp's graph would renormalise anyway: refused.
+    let ck = dir.path().join("qwen3-moe-F32");
+    std::fs::write(ck.join("config.json"), config(false).to_string()).expect("config");
+    let e = candor::model::checkpoint::Checkpoint::open(&ck)
+        .map(|_| ())
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("norm_topk_prob"), "{e}");
+}
