@@ -654,7 +654,8 @@ pub enum MoeSpec {
 const BASE: ArchSpec = ArchSpec {
     arch: Arch::Llama,
     gguf_name: "llama",
-    hf_model_types: &["llama"],
+    // Mixtral is a llama with experts (`num_local_experts`), in GGUF as in checkpoints.
+    hf_model_types: &["llama", "mixtral"],
     hf_rms_eps: 1e-6,
     hf_context_len: 2048,
     hf_rope_base: 10_000.0,
@@ -1041,6 +1042,15 @@ impl Field {
             ),
         }
     }
+
+    /// The quantity's other names in `config.json`.
+    fn hf_aliases(self) -> &'static [&'static str] {
+        match self {
+            // Mixtral's.
+            Field::Experts => &["num_local_experts"],
+            _ => &[],
+        }
+    }
 }
 
 /// The file a configuration is read from.
@@ -1063,7 +1073,13 @@ impl Fields<'_> {
     fn key(&self, f: Field) -> String {
         match self {
             Fields::Gguf { prefix, .. } => format!("{prefix}.{}", f.names().0),
-            Fields::Hf { .. } => f.names().1.to_string(),
+            // The name the file uses, of the quantity's names (Mixtral's experts:
+            // `num_local_experts`); the first when it names none.
+            Fields::Hf { json, .. } => std::iter::once(f.names().1)
+                .chain(f.hf_aliases().iter().copied())
+                .find(|k| json.get(k).is_some())
+                .unwrap_or(f.names().1)
+                .to_string(),
         }
     }
 
@@ -1097,7 +1113,7 @@ impl Fields<'_> {
     fn present(&self, f: Field) -> bool {
         match self {
             Fields::Gguf { content, .. } => content.metadata.contains_key(&self.key(f)),
-            Fields::Hf { json, .. } => json.get(f.names().1).is_some(),
+            Fields::Hf { json, .. } => json.get(self.key(f)).is_some(),
         }
     }
 
@@ -1115,7 +1131,7 @@ impl Fields<'_> {
                 Ok(Some(gguf(content, &self.key(f))?))
             }
             Fields::Gguf { .. } => Ok(None),
-            Fields::Hf { .. } => match self.json(f.names().1) {
+            Fields::Hf { .. } => match self.json(&self.key(f)) {
                 None => Ok(None),
                 Some(v) => json(v)
                     .map(Some)

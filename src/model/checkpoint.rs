@@ -199,7 +199,8 @@ impl Checkpoint {
             "ffn_up" if self.config.arch.fused() => "mlp.gate_up_proj",
             "ffn_up" => "mlp.up_proj",
             "ffn_down" => "mlp.down_proj",
-            // Qwen3-MoE's router.
+            // The router: Mixtral's, Qwen3-MoE's.
+            "ffn_gate_inp" if self.mixtral() => "block_sparse_moe.gate",
             "ffn_gate_inp" => "mlp.gate",
             _ => return None,
         };
@@ -208,21 +209,31 @@ impl Checkpoint {
 }
 
 impl Checkpoint {
+    /// Whether this is a Mixtral checkpoint (its MoE tensors' names).
+    fn mixtral(&self) -> bool {
+        self.json.get("model_type").and_then(Json::as_str) == Some("mixtral")
+    }
+
     /// The Hugging Face names of the GGUF expert tensor `gguf` (`blk.N.ffn_{gate,up,down}_exps
-    /// .weight`), one per expert of the model's (Qwen3-MoE's `mlp.experts.{e}.*_proj`).
+    /// .weight`), one per expert of the model's: Qwen3-MoE's `mlp.experts.{e}.*_proj`,
+    /// Mixtral's `block_sparse_moe.experts.{e}.w1` (gate), `w3` (up) and `w2` (down).
     fn expert_names(&self, gguf: &str) -> Option<Vec<String>> {
         let experts = self.config.moe?.experts;
         let (layer, name) = gguf.strip_prefix("blk.")?.split_once('.')?;
-        let proj = match name {
-            "ffn_gate_exps.weight" => "gate_proj",
-            "ffn_up_exps.weight" => "up_proj",
-            "ffn_down_exps.weight" => "down_proj",
+        let mixtral = self.mixtral();
+        let (block, proj) = match (name, mixtral) {
+            ("ffn_gate_exps.weight", false) => ("mlp", "gate_proj"),
+            ("ffn_up_exps.weight", false) => ("mlp", "up_proj"),
+            ("ffn_down_exps.weight", false) => ("mlp", "down_proj"),
+            ("ffn_gate_exps.weight", true) => ("block_sparse_moe", "w1"),
+            ("ffn_up_exps.weight", true) => ("block_sparse_moe", "w3"),
+            ("ffn_down_exps.weight", true) => ("block_sparse_moe", "w2"),
             _ => return None,
         };
         let p = &self.prefix;
         Some(
             (0..experts)
-                .map(|e| format!("{p}layers.{layer}.mlp.experts.{e}.{proj}.weight"))
+                .map(|e| format!("{p}layers.{layer}.{block}.experts.{e}.{proj}.weight"))
                 .collect(),
         )
     }

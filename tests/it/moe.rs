@@ -546,6 +546,142 @@ fn experts_read_in_place_from_panel_files_have_the_bits_of_experts_in_memory() {
     }
 }
 
+/// The Hugging Face names of GGUF tensor `gguf` of the tiny MoE models, each with its expert
+/// (`None`: the whole tensor): `mlp` and `*_proj` names (Qwen3-MoE), or `block_sparse_moe` and
+/// `w1`/`w3`/`w2` (Mixtral).
+fn hf_names(gguf: &str, experts: usize, mixtral: bool) -> Vec<(String, Option<usize>)> {
+    let global = match gguf {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(n) = global {
+        return vec![(n.to_string(), None)];
+    }
+    let (layer, rest) = gguf
+        .strip_prefix("blk.")
+        .and_then(|r| r.split_once('.'))
+        .expect("a layer tensor");
+    let l = format!("model.layers.{layer}");
+    let one = |n: &str| vec![(format!("{l}.{n}.weight"), None)];
+    let moe = if mixtral { "block_sparse_moe" } else { "mlp" };
+    match rest {
+        "attn_norm.weight" => one("input_layernorm"),
+        "attn_q.weight" => one("self_attn.q_proj"),
+        "attn_k.weight" => one("self_attn.k_proj"),
+        "attn_v.weight" => one("self_attn.v_proj"),
+        "attn_output.weight" => one("self_attn.o_proj"),
+        "attn_q_norm.weight" => one("self_attn.q_norm"),
+        "attn_k_norm.weight" => one("self_attn.k_norm"),
+        "ffn_norm.weight" => one("post_attention_layernorm"),
+        "ffn_gate_inp.weight" => one(&format!("{moe}.gate")),
+        e => {
+            let proj = match (e, mixtral) {
+                ("ffn_gate_exps.weight", false) => "gate_proj",
+                ("ffn_up_exps.weight", false) => "up_proj",
+                ("ffn_down_exps.weight", false) => "down_proj",
+                ("ffn_gate_exps.weight", true) => "w1",
+                ("ffn_up_exps.weight", true) => "w3",
+                ("ffn_down_exps.weight", true) => "w2",
+                (other, _) => panic!("no Hugging Face name for {other}"),
+            };
+            (0..experts)
+                .map(|x| (format!("{l}.{moe}.experts.{x}.{proj}.weight"), Some(x)))
+                .collect()
+        }
+    }
+}
+
+/// Writes the tiny MoE model `ws` (GGUF names, shapes and values) into `ck` as a Hugging Face
+/// checkpoint of `dtype` with `config`, each tensor first changed by `hf_layout` (its GGUF
+/// name and values; Mixtral's q/k rows back to the checkpoint's order), and returns the same
+/// values as the GGUF tensors the converter writes (matrices in `dtype`, vectors in F32).
+fn write_hf_checkpoint(
+    ck: &Path,
+    ws: &[TinyTensor],
+    mixtral: bool,
+    config: &serde_json::Value,
+    dtype: candle_core::DType,
+    hf_layout: impl Fn(&str, &[f32]) -> Vec<f32>,
+) -> Vec<(String, QTensor)> {
+    use candle_core::{DType, Device, Tensor};
+    let experts = config["num_experts"]
+        .as_u64()
+        .or(config["num_local_experts"].as_u64())
+        .expect("experts") as usize;
+    std::fs::create_dir_all(ck).expect("mkdir");
+    let mut hf = std::collections::HashMap::new();
+    let mut gguf = Vec::new();
+    for (name, shape, v) in ws {
+        let tensor = |v: &[f32]| {
+            Tensor::from_slice(v, shape.as_slice(), &Device::Cpu)
+                .and_then(|t| t.to_dtype(dtype))
+                .expect("tensor")
+        };
+        let t = tensor(v);
+        let ggml = match dtype {
+            DType::BF16 if shape.len() > 1 => GgmlDType::BF16,
+            _ => GgmlDType::F32,
+        };
+        let exact = t.to_dtype(DType::F32).expect("f32");
+        gguf.push((
+            name.clone(),
+            QTensor::quantize(&exact, ggml).expect("quantize"),
+        ));
+        let t = tensor(&hf_layout(name, v));
+        for (hf_n, expert) in hf_names(name, experts, mixtral) {
+            let part = match expert {
+                Some(e) => t.get(e).expect("expert"),
+                None => t.clone(),
+            };
+            hf.insert(hf_n, part);
+        }
+    }
+    candle_core::safetensors::save(&hf, ck.join("model.safetensors")).expect("save");
+    std::fs::write(ck.join("config.json"), config.to_string()).expect("config");
+    gguf
+}
+
+/// The GGUF `file` and the checkpoint `ck` loaded (every checkpoint tensor read), with the
+/// same configuration; each's logits of `prompts` packed two at a time, prefilled in chunks
+/// of 5.
+fn gguf_and_checkpoint_logits(
+    file: &Path,
+    ck: &Path,
+    prompts: &[Vec<u32>],
+    label: &str,
+) -> [Vec<Vec<f32>>; 2] {
+    let from_gguf = Transformer::from_gguf_path(file, WeightDType::Native).expect("the GGUF loads");
+    let mut checkpoint =
+        candor::model::checkpoint::Checkpoint::open(ck).expect("the checkpoint opens");
+    let from_ck = Transformer::from_checkpoint(&mut checkpoint, WeightDType::Native)
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    assert_eq!(
+        checkpoint.unread_tensors(),
+        Vec::<String>::new(),
+        "{label}: every tensor read"
+    );
+    let (a, b) = (from_gguf.config(), from_ck.config());
+    assert_eq!(
+        (a.arch, a.dim, a.n_layer, a.head_dim, a.moe),
+        (b.arch, b.dim, b.n_layer, b.head_dim, b.moe),
+        "{label}: configurations"
+    );
+    assert!(a.moe.is_some(), "{label}: experts");
+    [
+        crate::arch::packed_logits(&from_gguf, prompts, 2, 5),
+        crate::arch::packed_logits(&from_ck, prompts, 2, 5),
+    ]
+}
+
+/// Three prompts of the MoE checkpoint tests.
+fn checkpoint_prompts() -> Vec<Vec<u32>> {
+    [(19, 3), (7, 4), (26, 5)]
+        .map(|(n, seed)| crate::quant::random_ids(n, seed))
+        .to_vec()
+}
+
 /// The tiny qwen3moe model's weights, in F32 and in BF16, as a Hugging Face checkpoint
 /// (`qwen3_moe`: each expert's `mlp.experts.{e}.{gate,up,down}_proj`, the router
 /// `mlp.gate`, `config.json`'s names) and as the GGUF llama.cpp's converter writes from it (the
@@ -555,49 +691,10 @@ fn experts_read_in_place_from_panel_files_have_the_bits_of_experts_in_memory() {
 /// graph would still renormalise, is refused naming the key.
 #[test]
 fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
-    use candle_core::{DType, Device, Tensor};
+    use candle_core::DType;
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, experts, used, ffn, _) = model("qwen3moe");
     let ws = moe_tensors("qwen3moe");
-    let hf_name = |gguf: &str| -> Vec<(String, Option<usize>)> {
-        let global = match gguf {
-            "token_embd.weight" => Some("model.embed_tokens.weight"),
-            "output_norm.weight" => Some("model.norm.weight"),
-            "output.weight" => Some("lm_head.weight"),
-            _ => None,
-        };
-        if let Some(n) = global {
-            return vec![(n.to_string(), None)];
-        }
-        let (layer, rest) = gguf
-            .strip_prefix("blk.")
-            .and_then(|r| r.split_once('.'))
-            .expect("a layer tensor");
-        let l = format!("model.layers.{layer}");
-        let one = |n: &str| vec![(format!("{l}.{n}.weight"), None)];
-        match rest {
-            "attn_norm.weight" => one("input_layernorm"),
-            "attn_q.weight" => one("self_attn.q_proj"),
-            "attn_k.weight" => one("self_attn.k_proj"),
-            "attn_v.weight" => one("self_attn.v_proj"),
-            "attn_output.weight" => one("self_attn.o_proj"),
-            "attn_q_norm.weight" => one("self_attn.q_norm"),
-            "attn_k_norm.weight" => one("self_attn.k_norm"),
-            "ffn_norm.weight" => one("post_attention_layernorm"),
-            "ffn_gate_inp.weight" => one("mlp.gate"),
-            e => {
-                let proj = match e {
-                    "ffn_gate_exps.weight" => "gate_proj",
-                    "ffn_up_exps.weight" => "up_proj",
-                    "ffn_down_exps.weight" => "down_proj",
-                    other => panic!("no Hugging Face name for {other}"),
-                };
-                (0..experts)
-                    .map(|x| (format!("{l}.mlp.experts.{x}.{proj}.weight"), Some(x)))
-                    .collect()
-            }
-        }
-    };
     let config = |norm_topk: bool| {
         serde_json::json!({
             "architectures": ["Qwen3MoeForCausalLM"],
@@ -621,66 +718,20 @@ fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
             "tie_word_embeddings": false,
         })
     };
-    let prompts: Vec<Vec<u32>> = [(19, 3), (7, 4), (26, 5)]
-        .map(|(n, seed)| crate::quant::random_ids(n, seed))
-        .to_vec();
+    let prompts = checkpoint_prompts();
     for dtype in [DType::F32, DType::BF16] {
-        // The checkpoint, its tensors in `dtype`; the GGUF of the same values.
+        let label = format!("qwen3_moe {dtype:?}");
         let ck = dir.path().join(format!("qwen3-moe-{dtype:?}"));
-        std::fs::create_dir_all(&ck).expect("mkdir");
-        let mut hf = std::collections::HashMap::new();
-        let mut gguf = Vec::new();
-        for (name, shape, v) in &ws {
-            let t = Tensor::from_slice(v.as_slice(), shape.as_slice(), &Device::Cpu)
-                .and_then(|t| t.to_dtype(dtype))
-                .expect("tensor");
-            let ggml = match dtype {
-                DType::BF16 if shape.len() > 1 => GgmlDType::BF16,
-                _ => GgmlDType::F32,
-            };
-            // Norms and vectors stay F32 in the GGUF, as the converter writes them.
-            let stored = t.to_dtype(DType::F32).expect("f32");
-            gguf.push((
-                name.clone(),
-                QTensor::quantize(&stored, ggml).expect("quantize"),
-            ));
-            for (hf_n, expert) in hf_name(name) {
-                let part = match expert {
-                    Some(e) => t.get(e).expect("expert"),
-                    None => t.clone(),
-                };
-                hf.insert(hf_n, part);
-            }
-        }
-        candle_core::safetensors::save(&hf, ck.join("model.safetensors")).expect("save");
-        std::fs::write(ck.join("config.json"), config(true).to_string()).expect("config");
+        let same = |_: &str, v: &[f32]| v.to_vec();
+        let gguf = write_hf_checkpoint(&ck, &ws, false, &config(true), dtype, same);
         let file = dir.path().join(format!("qwen3-moe-{dtype:?}.gguf"));
         crate::util::write_gguf(&file, &moe_metadata("qwen3moe"), &gguf);
-
-        let from_gguf =
-            Transformer::from_gguf_path(&file, WeightDType::Native).expect("the GGUF loads");
-        let mut checkpoint =
-            candor::model::checkpoint::Checkpoint::open(&ck).expect("the checkpoint opens");
-        let from_ck = Transformer::from_checkpoint(&mut checkpoint, WeightDType::Native)
-            .expect("the checkpoint loads");
-        assert_eq!(
-            checkpoint.unread_tensors(),
-            Vec::<String>::new(),
-            "{dtype:?}: every tensor read"
-        );
-        let (a, b) = (from_gguf.config(), from_ck.config());
-        assert_eq!(
-            (a.arch, a.dim, a.n_layer, a.head_dim, a.moe),
-            (b.arch, b.dim, b.n_layer, b.head_dim, b.moe),
-            "{dtype:?}: configurations"
-        );
-        let want = crate::arch::packed_logits(&from_gguf, &prompts, 2, 5);
-        let got = crate::arch::packed_logits(&from_ck, &prompts, 2, 5);
+        let [want, got] = gguf_and_checkpoint_logits(&file, &ck, &prompts, &label);
+        assert_eq!(got.len(), 3, "{label}");
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert!(bits(g) == bits(w), "{dtype:?}: prompt {i}'s logits differ");
+            assert!(bits(g) == bits(w), "{label}: prompt {i}'s logits differ");
         }
-        assert_eq!(got.len(), 3, "{dtype:?}");
     }
     // Weights llama.cpp's graph would renormalise anyway: refused.
     let ck = dir.path().join("qwen3-moe-F32");
@@ -690,4 +741,78 @@ fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
         .expect_err("refused")
         .to_string();
     assert!(e.contains("norm_topk_prob"), "{e}");
+}
+
+/// The tiny Mixtral model as a Hugging Face checkpoint (`mixtral`: `num_local_experts`,
+/// `block_sparse_moe.gate`, each expert's `w1`/`w3`/`w2`, the q/k rows in the checkpoint's
+/// order, which llama.cpp's converter permutes for adjacent RoPE pairs) and as the converted
+/// GGUF: the same configuration, and every position's logits within 1e-4 (the checkpoint's
+/// RoPE rotates halves, the GGUF's adjacent pairs of the permuted rows: the same products,
+/// summed in another order), the same argmax wherever the top two are 1e-3 apart.
+#[test]
+fn a_mixtral_checkpoint_gives_the_converted_gguf_s_logits() {
+    use candle_core::DType;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, experts, used, ffn, _) = model("mixtral");
+    let ws = moe_tensors("mixtral");
+    let config = serde_json::json!({
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "vocab_size": TQ_VOCAB,
+        "hidden_size": DIM,
+        "intermediate_size": ffn,
+        "num_local_experts": experts,
+        "num_experts_per_tok": used,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": DIM / HEADS,
+        "num_hidden_layers": LAYERS,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "sliding_window": null,
+        "tie_word_embeddings": false,
+    });
+    // The converter's `permute` undone: checkpoint row (head, half, i) is GGUF row
+    // (head, i, half).
+    let hd = DIM / HEADS;
+    let unpermute = |name: &str, v: &[f32]| -> Vec<f32> {
+        if !(name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
+            return v.to_vec();
+        }
+        let rows = v.len() / DIM;
+        let mut out = vec![0f32; v.len()];
+        for r in 0..rows {
+            let (h, within) = (r / hd, r % hd);
+            let (half, i) = (within / (hd / 2), within % (hd / 2));
+            let src = h * hd + 2 * i + half;
+            out[r * DIM..(r + 1) * DIM].copy_from_slice(&v[src * DIM..(src + 1) * DIM]);
+        }
+        out
+    };
+    let ck = dir.path().join("mixtral");
+    let gguf = write_hf_checkpoint(&ck, &ws, true, &config, DType::F32, unpermute);
+    let file = dir.path().join("mixtral.gguf");
+    crate::util::write_gguf(&file, &moe_metadata("mixtral"), &gguf);
+    let [want, got] = gguf_and_checkpoint_logits(&file, &ck, &checkpoint_prompts(), "mixtral");
+    let v = TQ_VOCAB;
+    let (mut worst, mut ties) = (0f32, 0);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.len(), w.len());
+        for (gr, wr) in g.chunks(v).zip(w.chunks(v)) {
+            for (x, y) in gr.iter().zip(wr) {
+                worst = worst.max((x - y).abs() / (1.0 + y.abs()));
+            }
+            let mut order: Vec<usize> = (0..v).collect();
+            order.sort_by(|&a, &b| wr[b].total_cmp(&wr[a]));
+            let argmax = |r: &[f32]| (0..v).max_by(|&a, &b| r[a].total_cmp(&r[b])).unwrap();
+            if wr[order[0]] - wr[order[1]] > 1e-3 {
+                assert_eq!(argmax(gr), order[0], "mixtral: argmax");
+            } else {
+                ties += 1;
+            }
+        }
+    }
+    assert!(worst <= 1e-4, "mixtral: logits {worst} apart (relative)");
+    assert!(ties < 5, "mixtral: {ties} near ties");
 }
