@@ -1077,7 +1077,7 @@ impl Fields<'_> {
             // `num_local_experts`); the first when it names none.
             Fields::Hf { json, .. } => std::iter::once(f.names().1)
                 .chain(f.hf_aliases().iter().copied())
-                .find(|k| json.get(k).is_some())
+                .find(|k| json.get(k).is_some_and(|v| !v.is_null()))
                 .unwrap_or(f.names().1)
                 .to_string(),
         }
@@ -2414,12 +2414,19 @@ fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
         ));
     }
     if spec.arch == Arch::Qwen3Moe {
-        // llama.cpp's qwen3moe graph renormalises the chosen experts' weights and has an
-        // expert block in every layer: a checkpoint must say the same.
-        if f.json("norm_topk_prob").and_then(Json::as_bool) == Some(false) {
+        // llama.cpp's qwen3moe graph renormalises the chosen experts' weights, has an expert
+        // block in every layer and no sliding window: a checkpoint must say the same
+        // (transformers' `norm_topk_prob` is false when absent).
+        if f.json("norm_topk_prob").and_then(Json::as_bool) != Some(true) {
             return Err(f.err_key(
                 "norm_topk_prob",
-                "false: only renormalised expert weights (true) are implemented".into(),
+                "false or absent: only renormalised expert weights (true) are implemented".into(),
+            ));
+        }
+        if f.json("use_sliding_window").and_then(Json::as_bool) == Some(true) {
+            return Err(f.err_key(
+                "use_sliding_window",
+                "true: Qwen3-MoE's sliding window is not implemented".into(),
             ));
         }
         let step = f.json("decoder_sparse_step").and_then(Json::as_u64);

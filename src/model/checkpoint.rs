@@ -314,10 +314,11 @@ impl TensorSource for Checkpoint {
             }
             let (hf, ggml) = self.stored_type(hf, &shape[1..])?;
             // One stored type for every expert, as in the GGUF's 3-d tensor.
-            if stored.get_or_insert(ggml) != &ggml {
+            let first = *stored.get_or_insert(ggml);
+            if first != ggml {
                 return Err(ModelError::UnsupportedTensorType {
                     name: hf,
-                    dtype: format!("{ggml:?}, where the layer's first expert is {stored:?}"),
+                    dtype: format!("{ggml:?}, where the layer's first expert is {first:?}"),
                 });
             }
             self.read.insert(hf.clone());

@@ -687,8 +687,9 @@ fn checkpoint_prompts() -> Vec<Vec<u32>> {
 /// `mlp.gate`, `config.json`'s names) and as the GGUF llama.cpp's converter writes from it (the
 /// experts stacked into `ffn_*_exps`, no permutation: Qwen's RoPE halves): the same
 /// configuration and, prompts packed two at a time and prefilled in chunks of 5, every
-/// position's logits bit for bit. A `norm_topk_prob: false` checkpoint, which llama.cpp's
-/// graph would still renormalise, is refused naming the key.
+/// position's logits bit for bit. What llama.cpp's qwen3moe graph does not do (weights not
+/// renormalised, `norm_topk_prob` false or absent; dense layers; a sliding window) is refused,
+/// naming the key.
 #[test]
 fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
     use candle_core::DType;
@@ -733,14 +734,38 @@ fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
             assert!(bits(g) == bits(w), "{label}: prompt {i}'s logits differ");
         }
     }
-    // Weights llama.cpp's graph would renormalise anyway: refused.
+    // What llama.cpp's graph does not do: refused, naming the key.
     let ck = dir.path().join("qwen3-moe-F32");
-    std::fs::write(ck.join("config.json"), config(false).to_string()).expect("config");
-    let e = candor::model::checkpoint::Checkpoint::open(&ck)
-        .map(|_| ())
-        .expect_err("refused")
-        .to_string();
-    assert!(e.contains("norm_topk_prob"), "{e}");
+    let refused = |edit: &dyn Fn(&mut serde_json::Value), key: &str| {
+        let mut c = config(true);
+        edit(&mut c);
+        std::fs::write(ck.join("config.json"), c.to_string()).expect("config");
+        let e = candor::model::checkpoint::Checkpoint::open(&ck)
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(key), "{key}: {e}");
+    };
+    refused(&|c| c["norm_topk_prob"] = false.into(), "norm_topk_prob");
+    // transformers' default when absent is false.
+    refused(
+        &|c| {
+            c.as_object_mut().expect("object").remove("norm_topk_prob");
+        },
+        "norm_topk_prob",
+    );
+    refused(
+        &|c| c["decoder_sparse_step"] = 2.into(),
+        "decoder_sparse_step",
+    );
+    refused(
+        &|c| c["mlp_only_layers"] = serde_json::json!([0]),
+        "mlp_only_layers",
+    );
+    refused(
+        &|c| c["use_sliding_window"] = true.into(),
+        "use_sliding_window",
+    );
 }
 
 /// The tiny Mixtral model as a Hugging Face checkpoint (`mixtral`: `num_local_experts`,
