@@ -2413,6 +2413,19 @@ fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
                 .into(),
         ));
     }
+    // A Mixtral config read as llama's: where it leaves out a quantity whose default differs
+    // between transformers' two configs, llama's would be taken silently.
+    if f.json("model_type").and_then(Json::as_str) == Some("mixtral") {
+        for key in ["rms_norm_eps", "rope_theta", "max_position_embeddings"] {
+            if f.json(key).is_none() {
+                return Err(f.err_key(
+                    key,
+                    "absent: Mixtral's default differs from llama's; the config must name it"
+                        .into(),
+                ));
+            }
+        }
+    }
     if spec.arch == Arch::Qwen3Moe {
         // llama.cpp's qwen3moe graph renormalises the chosen experts' weights, has an expert
         // block in every layer and no sliding window: a checkpoint must say the same

@@ -773,7 +773,8 @@ fn a_qwen3_moe_checkpoint_gives_the_converted_gguf_s_logits() {
 /// order, which llama.cpp's converter permutes for adjacent RoPE pairs) and as the converted
 /// GGUF: the same configuration, and every position's logits within 1e-4 (the checkpoint's
 /// RoPE rotates halves, the GGUF's adjacent pairs of the permuted rows: the same products,
-/// summed in another order), the same argmax wherever the top two are 1e-3 apart.
+/// summed in another order), the same argmax wherever the top two are 1e-3 apart. A config
+/// leaving out a quantity whose default is Mixtral's own is refused, naming it.
 #[test]
 fn a_mixtral_checkpoint_gives_the_converted_gguf_s_logits() {
     use candle_core::DType;
@@ -840,4 +841,15 @@ fn a_mixtral_checkpoint_gives_the_converted_gguf_s_logits() {
     }
     assert!(worst <= 1e-4, "mixtral: logits {worst} apart (relative)");
     assert!(ties < 5, "mixtral: {ties} near ties");
+    // A quantity whose default is Mixtral's own in transformers, left out: refused by name.
+    for key in ["rms_norm_eps", "rope_theta", "max_position_embeddings"] {
+        let mut c = config.clone();
+        c.as_object_mut().expect("object").remove(key);
+        std::fs::write(ck.join("config.json"), c.to_string()).expect("config");
+        let e = candor::model::checkpoint::Checkpoint::open(&ck)
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(key) && e.contains("Mixtral"), "{key}: {e}");
+    }
 }
