@@ -1290,35 +1290,43 @@ impl Gpu {
     pub(super) fn add_bias_experts(
         &self,
         x: u64,
-        (btab, gexp): (u64, u64),
+        tab: (u64, u64),
         width: usize,
         total: usize,
     ) -> Result<()> {
-        let s = &*self.stream;
-        let (w_i, t) = (width as i32, total as i64);
-        let mut lb = s.launch_builder(&self.k.add_bias_experts);
-        lb.arg(&x).arg(&gexp).arg(&btab).arg(&w_i).arg(&t);
-        // SAFETY: x holds total floats, gexp total / width experts, each with the address of
-        // a bias of width floats in btab.
-        self.launched("add_bias_experts", unsafe { lb.launch(ew(total)) })?;
-        Ok(())
+        let f = &self.k.add_bias_experts;
+        self.by_expert(f, "add_bias_experts", x, tab, width, total)
     }
 
     /// `scale_experts`: each `width`-wide grouped row `p` of `x` (`total` values) times the
-    /// output scale of its expert `gexp[p]` in `scale`.
+    /// output scale of its expert `gexp[p]` in `scale` (one float per expert).
     pub(super) fn scale_experts(
         &self,
         x: u64,
-        (scale, gexp): (u64, u64),
+        tab: (u64, u64),
+        width: usize,
+        total: usize,
+    ) -> Result<()> {
+        self.by_expert(&self.k.scale_experts, "scale_experts", x, tab, width, total)
+    }
+
+    /// One of `moe.cu`'s per-row expert kernels `f` (`name`): `x[i]` with the entry of `tab`
+    /// for the expert `gexp[i / width]` of its grouped row, over `total` values.
+    fn by_expert(
+        &self,
+        f: &CudaFunction,
+        name: &str,
+        x: u64,
+        (tab, gexp): (u64, u64),
         width: usize,
         total: usize,
     ) -> Result<()> {
         let (w_i, t) = (width as i32, total as i64);
-        let mut lb = self.stream.launch_builder(&self.k.scale_experts);
-        lb.arg(&x).arg(&gexp).arg(&scale).arg(&w_i).arg(&t);
-        // SAFETY: x holds total floats, gexp total / width experts, each an index into
-        // scale's one float per expert.
-        self.launched("scale_experts", unsafe { lb.launch(ew(total)) })?;
+        let mut lb = self.stream.launch_builder(f);
+        lb.arg(&x).arg(&gexp).arg(&tab).arg(&w_i).arg(&t);
+        // SAFETY: x holds total floats, gexp total / width experts, each with its entry in
+        // tab (a bias's address, or a scale).
+        self.launched(name, unsafe { lb.launch(ew(total)) })?;
         Ok(())
     }
 
