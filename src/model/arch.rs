@@ -406,9 +406,8 @@ impl ModelConfig {
     /// Reads the configuration from a Hugging Face `config.json` (already parsed); `path`
     /// names the file in errors.
     pub fn from_hf_config(path: &Path, json: &Json) -> Result<ModelConfig> {
-        // Gemma 3 multimodal checkpoints nest the language model's config.
-        let json = json.get("text_config").unwrap_or(json);
-        let fields = Fields::Hf { path, json };
+        let json = hf_text_config(path, json)?;
+        let fields = Fields::Hf { path, json: &json };
         let model_type = json
             .get("model_type")
             .and_then(Json::as_str)
@@ -1089,9 +1088,9 @@ impl Fields<'_> {
                 key: key.to_string(),
                 msg,
             },
-            Fields::Hf { path, .. } => ModelError::Config {
+            Fields::Hf { path, json } => ModelError::Config {
                 path: path.to_path_buf(),
-                key: key.to_string(),
+                key: v5_rope_key(json, key),
                 msg,
             },
         }
@@ -2401,6 +2400,139 @@ fn check_gguf_keys(spec: &ArchSpec, content: &Content) -> Result<()> {
     })
 }
 
+/// The language model's `config.json` object (Gemma 3 multimodal checkpoints nest it in
+/// `text_config`), with transformers 5's `rope_parameters` read into the keys earlier
+/// versions wrote and the readers here take ([`hf_legacy_rope`]).
+pub(crate) fn hf_text_config(path: &Path, json: &Json) -> Result<Json> {
+    hf_legacy_rope(path, json.get("text_config").unwrap_or(json))
+}
+
+/// The name in a transformers 5 `config.json` (its `rope_parameters`, see
+/// [`hf_legacy_rope`]) of a key the readers take under its earlier name.
+fn v5_rope_key(json: &Json, key: &str) -> String {
+    let lifted = |k: &str| json.get(LIFTED)?.get(k)?.as_str().map(str::to_string);
+    if let Some(name) = lifted(key) {
+        return name;
+    }
+    match (key.strip_prefix("rope_scaling."), lifted("rope_scaling")) {
+        (Some(rest), Some(full)) => format!("{full}.{rest}"),
+        _ => key.to_string(),
+    }
+}
+
+/// The key under which [`hf_legacy_rope`] notes the names it read each key from (not a
+/// name transformers can write: it is no identifier).
+const LIFTED: &str = "(read from rope_parameters)";
+
+/// transformers 5 writes a model's RoPE as one `rope_parameters` object (its `rope_theta`,
+/// `rope_type` and the type's own keys, `partial_rotary_factor` among them), or, for a model
+/// whose sliding-window layers have their own RoPE (Gemma 3), one such object per layer type
+/// (`full_attention`, `sliding_attention`); earlier versions wrote `rope_theta`,
+/// `rope_scaling` and `rope_local_base_freq` beside the other keys. This returns `json` with
+/// those keys made from `rope_parameters`, as llama.cpp's converter reads it (the
+/// full-attention layers' object, the sliding layers' base): a key given both ways must agree.
+/// The sliding layers' RoPE may only differ in its base (`rope_type` `default`). Errors name
+/// `rope_parameters`' keys ([`Fields::err_key`]).
+fn hf_legacy_rope(path: &Path, json: &Json) -> Result<Json> {
+    let Some(rp) = json.get("rope_parameters").filter(|v| !v.is_null()) else {
+        return Ok(json.clone());
+    };
+    let bad = |key: &str, msg: String| ModelError::Config {
+        path: path.to_path_buf(),
+        key: format!("rope_parameters{key}"),
+        msg,
+    };
+    let object = |v: &Json, key: &str| {
+        v.as_object()
+            .cloned()
+            .ok_or_else(|| bad(key, format!("expected an object, found {v}")))
+    };
+    let rp = object(rp, "")?;
+    let layered = rp.contains_key("full_attention") || rp.contains_key("sliding_attention");
+    let (mut full, sliding) = match layered {
+        true => {
+            let full = rp
+                .get("full_attention")
+                .ok_or_else(|| bad(".full_attention", "missing".into()))?;
+            let sliding = match rp.get("sliding_attention") {
+                Some(s) => Some(object(s, ".sliding_attention")?),
+                None => None,
+            };
+            (object(full, ".full_attention")?, sliding)
+        }
+        false => (rp, None),
+    };
+    let full_key = if layered { ".full_attention" } else { "" };
+    let mut out = json.as_object().cloned().unwrap_or_default();
+    let mut names = serde_json::Map::new();
+    // A key given both ways must agree; the legacy one is then kept.
+    let mut lift = |from: Option<Json>, to: &str, key: String| -> Result<()> {
+        let Some(v) = from.filter(|v| !v.is_null()) else {
+            return Ok(());
+        };
+        match out.get(to).filter(|o| !o.is_null()) {
+            Some(o) if o.as_f64() != v.as_f64() || o.is_number() != v.is_number() => {
+                Err(bad(&key, format!("{v}, but `{to}` beside it is {o}")))
+            }
+            Some(_) => Ok(()),
+            None => {
+                out.insert(to.to_string(), v);
+                names.insert(to.into(), format!("rope_parameters{key}").into());
+                Ok(())
+            }
+        }
+    };
+    lift(
+        full.remove("rope_theta"),
+        "rope_theta",
+        format!("{full_key}.rope_theta"),
+    )?;
+    lift(
+        full.remove("partial_rotary_factor"),
+        "partial_rotary_factor",
+        format!("{full_key}.partial_rotary_factor"),
+    )?;
+    if let Some(mut s) = sliding {
+        let ty = s.remove("rope_type").or_else(|| s.remove("type"));
+        if let Some(t) = ty.filter(|t| t.as_str() != Some("default")) {
+            return Err(bad(
+                ".sliding_attention.rope_type",
+                format!("{t}: only the sliding-window layers' base may differ (`default`)"),
+            ));
+        }
+        lift(
+            s.remove("rope_theta"),
+            "rope_local_base_freq",
+            ".sliding_attention.rope_theta".into(),
+        )?;
+        if let Some(k) = s.keys().next() {
+            return Err(bad(
+                &format!(".sliding_attention.{k}"),
+                "not read: the sliding-window layers' RoPE is their base alone".into(),
+            ));
+        }
+    }
+    // The rest is the scaling; `rope_scaling` beside it must be the same.
+    let scaling = Json::Object(full);
+    match out.get("rope_scaling").filter(|v| !v.is_null()) {
+        Some(old) if *old != scaling => {
+            return Err(bad(
+                full_key,
+                format!("{scaling}, but `rope_scaling` beside it is {old}"),
+            ))
+        }
+        _ => {
+            out.insert("rope_scaling".into(), scaling);
+            names.insert(
+                "rope_scaling".into(),
+                format!("rope_parameters{full_key}").into(),
+            );
+        }
+    }
+    out.insert(LIFTED.into(), Json::Object(names));
+    Ok(Json::Object(out))
+}
+
 /// `config.json` keys that change transformers' arithmetic in ways Candor does not implement
 /// (the others, with [`resolve`]'s own refusals: `rope_scaling` types, soft-caps and windows
 /// where the architecture has none).
@@ -2772,6 +2904,118 @@ mod tests {
         assert!(
             err.contains("num_hidden_layers") && err.contains("512"),
             "{err}"
+        );
+    }
+
+    /// transformers 5's `rope_parameters` (as transformers 5.24 writes them: per layer type
+    /// for Gemma 3, with `partial_rotary_factor` inside for Phi-3) resolve as the keys
+    /// transformers 4 wrote; a key given both ways must agree; the sliding layers' RoPE may
+    /// differ only in its base; errors name the key the file has.
+    #[test]
+    fn transformers_5_rope_parameters_read_as_the_earlier_keys() {
+        let read = |j: &Json| ModelConfig::from_hf_config(Path::new("c.json"), j);
+        let base = |model_type: &str| {
+            serde_json::json!({
+                "model_type": model_type, "num_hidden_layers": 6, "hidden_size": 64,
+                "intermediate_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
+                "head_dim": 32, "vocab_size": 4, "max_position_embeddings": 131072,
+                "sliding_window": 6,
+            })
+        };
+        let with = |model_type: &str, extra: Json| {
+            let mut j = base(model_type);
+            j.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            j
+        };
+        let ones = vec![1.0; 8];
+        let cases = [
+            (
+                "gemma3_text",
+                serde_json::json!({"rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}}),
+                serde_json::json!({"rope_theta": 1e6, "rope_local_base_freq": 10000.0,
+                    "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
+            ),
+            (
+                "phi3",
+                serde_json::json!({"original_max_position_embeddings": 4096,
+                    "rope_parameters": {"rope_type": "longrope", "long_factor": ones,
+                    "short_factor": ones, "original_max_position_embeddings": 4096,
+                    "rope_theta": 10000.0, "partial_rotary_factor": 0.5}}),
+                serde_json::json!({"original_max_position_embeddings": 4096,
+                    "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
+                    "rope_scaling": {"rope_type": "longrope", "long_factor": ones,
+                    "short_factor": ones, "original_max_position_embeddings": 4096}}),
+            ),
+            (
+                "qwen3",
+                serde_json::json!({"rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                    "original_max_position_embeddings": 32768, "rope_theta": 1e6}}),
+                serde_json::json!({"rope_theta": 1e6, "rope_scaling": {"rope_type": "yarn",
+                    "factor": 4.0, "original_max_position_embeddings": 32768}}),
+            ),
+        ];
+        for (model_type, v5, legacy) in cases {
+            let v5 = read(&with(model_type, v5)).unwrap();
+            assert_eq!(v5, read(&with(model_type, legacy)).unwrap(), "{model_type}");
+            assert_ne!(
+                v5,
+                read(&base(model_type)).unwrap(),
+                "{model_type}: no change"
+            );
+        }
+        let err = |model_type: &str, extra: Json| read(&with(model_type, extra)).unwrap_err();
+        let e = err(
+            "qwen3",
+            serde_json::json!({"rope_theta": 1e6, "rope_parameters": {"rope_theta": 1e5}}),
+        )
+        .to_string();
+        assert!(
+            e.contains("rope_parameters.rope_theta") && e.contains("1000000"),
+            "{e}"
+        );
+        let e = err(
+            "gemma3_text",
+            serde_json::json!({"rope_parameters": {
+                "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}),
+        )
+        .to_string();
+        assert!(
+            e.contains("rope_parameters.sliding_attention.rope_type"),
+            "{e}"
+        );
+        let e = err(
+            "qwen3",
+            serde_json::json!({"rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                "original_max_position_embeddings": 32768, "beta_fast": 8.0,
+                "rope_theta": 1e6}}),
+        )
+        .to_string();
+        assert!(e.contains("rope_parameters.beta_fast"), "{e}");
+        let e = err(
+            "qwen3",
+            serde_json::json!({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}),
+        )
+        .to_string();
+        assert!(
+            e.contains("`rope_parameters`:") && e.contains("dynamic"),
+            "{e}"
+        );
+        // A sliding base on an architecture with none of its own is refused under its name.
+        let e = err(
+            "qwen3",
+            serde_json::json!({"rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}),
+        )
+        .to_string();
+        assert!(
+            e.contains("rope_parameters.sliding_attention.rope_theta"),
+            "{e}"
         );
     }
 

@@ -134,7 +134,7 @@ impl Checkpoint {
         Ok(Checkpoint {
             dir: dir.to_path_buf(),
             config,
-            json: json.get("text_config").cloned().unwrap_or(json),
+            json: crate::model::arch::hf_text_config(&config_path, &json)?,
             st,
             entries,
             places,

@@ -571,6 +571,48 @@ fn a_checkpoints_yarn_is_the_converted_gguf_s() {
     );
 }
 
+/// transformers 5 writes a config's RoPE as one `rope_parameters` object (per layer type for
+/// Gemma 3), without `rope_theta`, `rope_scaling` or `rope_local_base_freq`. Each fixture's
+/// config as transformers 5.24 writes it (`config.v5.json`, by
+/// `tests/reference/make_v5_configs.py`, which also checks that transformers 5 reads the
+/// checkpoint as the reference's model) resolves to the configuration of the fixture's own
+/// `config.json`, and the checkpoint with it gives the same logits bit for bit (Llama's
+/// llama3 frequency factors among them).
+#[test]
+fn a_transformers_5_config_is_read_as_the_same_model() {
+    use candor::model::arch::ModelConfig;
+    for arch in ARCHS {
+        let json = |name: &str| -> serde_json::Value {
+            let text = std::fs::read_to_string(fixture(arch).join(name)).unwrap();
+            serde_json::from_str(&text).unwrap()
+        };
+        let v5 = json("config.v5.json");
+        assert!(
+            v5.get("rope_parameters").is_some() && v5.get("rope_theta").is_none(),
+            "{arch}: not transformers 5's layout"
+        );
+        let read = |name: &str| {
+            let path = fixture(arch).join(name);
+            ModelConfig::from_hf_config(&path, &json(name))
+                .unwrap_or_else(|e| panic!("{arch}: {e}"))
+        };
+        assert_eq!(read("config.v5.json"), read("config.json"), "{arch}");
+
+        let d = tempfile::tempdir().unwrap();
+        let ck = edited_checkpoint(d.path(), arch, |c| *c = v5, &[]);
+        let mut c = Checkpoint::open(&ck).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let model = Transformer::from_checkpoint(&mut c, WeightDType::F32)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let prompt: Vec<u32> = (0..24).map(|i| (i * 7 + 3) % 64).collect();
+        let logits =
+            |m: &Transformer| crate::arch::packed_logits(m, std::slice::from_ref(&prompt), 1, 24);
+        assert!(
+            logits(&model) == logits(&load_checkpoint(arch)),
+            "{arch}: the logits differ"
+        );
+    }
+}
+
 /// A copy of a fixture checkpoint with its `config.json` edited by `edit` and `extra` tensors
 /// added to its safetensors.
 fn edited_checkpoint(
