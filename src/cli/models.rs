@@ -16,7 +16,9 @@ use anyhow::Context;
 
 use super::draft::DraftSpec;
 use crate::bench::refutebench::plan::TokenCounter;
-use crate::engine::{ChatRequest, DraftStats, Engine, EngineError, EngineOptions, SchedulerConfig};
+use crate::engine::{
+    model_template, ChatRequest, DraftStats, Engine, EngineError, EngineOptions, SchedulerConfig,
+};
 use crate::model::arch::ModelConfig;
 use crate::model::device::DeviceSpec;
 use crate::model::transformer::WeightDType;
@@ -82,13 +84,8 @@ impl ModelInfo {
             None => Tokenizer::from_gguf(file.content()),
         }
         .with_context(|| format!("model {name:?}: tokenizer"))?;
-        let template = match (&files.chat_template, &files.tokenizer_config) {
-            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer),
-            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
-            (None, None) => ChatTemplate::from_gguf(file.content(), &tokenizer)
-                .and_then(|t| t.with_origin(files.weights.display())),
-        }
-        .with_context(|| format!("model {name:?}"))?;
+        let template = model_template(&files, &tokenizer, Some(file.content()))
+            .with_context(|| format!("model {name:?}"))?;
         let config = ModelConfig::from_gguf(file.content())
             .with_context(|| format!("model {name:?}: configuration"))?;
         let sha256 = source::weights_sha256(&files.weights)
@@ -129,19 +126,8 @@ impl ModelInfo {
             .with_context(|| format!("model {name:?}: checkpoint folder has no tokenizer.json"))?;
         let tokenizer = Tokenizer::from_tokenizer_json(tok)
             .with_context(|| format!("model {name:?}: tokenizer"))?;
-        let template = match &files.chat_template {
-            Some(path) => ChatTemplate::from_file(path, &tokenizer),
-            None => {
-                let cfg = files.tokenizer_config.as_ref().with_context(|| {
-                    format!(
-                        "model {name:?}: checkpoint folder has no tokenizer_config.json (chat \
-                         template); give one with --chat-template FILE"
-                    )
-                })?;
-                ChatTemplate::from_tokenizer_config(cfg, &tokenizer)
-            }
-        }
-        .with_context(|| format!("model {name:?}: chat template"))?;
+        let template = model_template(&files, &tokenizer, None)
+            .with_context(|| format!("model {name:?}: chat template"))?;
         let config_path = files.weights.join("config.json");
         let json: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(&config_path)

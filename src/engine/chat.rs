@@ -31,6 +31,7 @@ use crate::text::tokenizer::Tokenizer;
 use crate::weights::error::WeightsError;
 use crate::weights::gguf::GgufFile;
 use crate::weights::source::{weights_sha256, ModelFiles};
+use candle_core::quantized::gguf_file::Content;
 
 /// The `eos_token_id` (one id or a list) of a `generation_config.json`.
 pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {
@@ -93,6 +94,36 @@ pub struct Prepared {
     pub starts_open: bool,
 }
 
+/// The chat template of resolved model files: the first there is of the `--chat-template`
+/// file, transformers' `chat_template.jinja` beside the weights, `tokenizer_config.json`'s
+/// `chat_template` and the GGUF's own (`gguf`, its metadata); [`TextError::NoChatTemplate`]
+/// when none has one.
+pub fn model_template(
+    files: &ModelFiles,
+    tokenizer: &Tokenizer,
+    gguf: Option<&Content>,
+) -> Result<ChatTemplate, TextError> {
+    if let Some(path) = files
+        .chat_template
+        .as_ref()
+        .or(files.chat_template_jinja.as_ref())
+    {
+        return ChatTemplate::from_file(path, tokenizer);
+    }
+    if let Some(path) = &files.tokenizer_config {
+        match ChatTemplate::from_tokenizer_config(path, tokenizer) {
+            Err(TextError::NoChatTemplate) => {}
+            other => return other,
+        }
+    }
+    match gguf {
+        Some(content) => {
+            ChatTemplate::from_gguf(content, tokenizer)?.with_origin(files.weights.display())
+        }
+        None => Err(TextError::NoChatTemplate),
+    }
+}
+
 impl Engine {
     /// Loads a GGUF file whose metadata also carries the tokenizer and chat template.
     pub fn load(gguf: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
@@ -116,14 +147,8 @@ impl Engine {
             Some(path) => Tokenizer::from_tokenizer_json(path)?,
             None => Tokenizer::from_gguf(file.content())?,
         };
-        // `--chat-template` first; a model with none loads (raw prompts), its chat renders fail.
-        let template = match (&files.chat_template, &files.tokenizer_config) {
-            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer),
-            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer),
-            (None, None) => ChatTemplate::from_gguf(file.content(), &tokenizer)
-                .and_then(|t| t.with_origin(files.weights.display())),
-        };
-        let template = match template {
+        // A model with none loads (raw prompts), its chat renders fail.
+        let template = match model_template(files, &tokenizer, Some(file.content())) {
             Err(TextError::NoChatTemplate) => ChatTemplate::missing(files.weights.display())?,
             other => other?,
         };
@@ -142,11 +167,7 @@ impl Engine {
             .as_ref()
             .ok_or_else(|| missing("tokenizer.json"))?;
         let tokenizer = Tokenizer::from_tokenizer_json(tok_path)?;
-        let template = match (&files.chat_template, &files.tokenizer_config) {
-            (Some(path), _) => ChatTemplate::from_file(path, &tokenizer)?,
-            (None, Some(path)) => ChatTemplate::from_tokenizer_config(path, &tokenizer)?,
-            (None, None) => return Err(TextError::NoChatTemplate.into()),
-        };
+        let template = model_template(files, &tokenizer, None)?;
         let eos = match &files.generation_config {
             Some(p) => generation_eos_ids(p)?,
             None => Vec::new(),

@@ -17,7 +17,7 @@ pub mod sampling;
 pub mod scheduler;
 pub mod throughput;
 
-pub use chat::{Engine, EngineOptions};
+pub use chat::{model_template, Engine, EngineOptions};
 pub use constraint::{Constraint, LLGUIDANCE_VERSION};
 pub use draft::{DraftConfig, DraftSource, DraftStats};
 pub use error::EngineError;

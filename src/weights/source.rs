@@ -108,6 +108,10 @@ pub struct ModelFiles {
     pub tokenizer_json: Option<PathBuf>,
     /// Its `tokenizer_config.json` (BOS/EOS, chat template), when present.
     pub tokenizer_config: Option<PathBuf>,
+    /// transformers' `chat_template.jinja` beside it, when present: the model's chat template,
+    /// which replaces `tokenizer_config.json`'s (transformers 5 writes the template there
+    /// alone).
+    pub chat_template_jinja: Option<PathBuf>,
     /// `generation_config.json` (its `eos_token_id`s also stop generation), when present.
     pub generation_config: Option<PathBuf>,
     /// A Jinja chat template file given on the command line (`--chat-template`): replaces the
@@ -122,11 +126,15 @@ impl ModelFiles {
             checkpoint: false,
             tokenizer_json: None,
             tokenizer_config: None,
+            chat_template_jinja: None,
             generation_config: None,
             chat_template: None,
         }
     }
 }
+
+/// transformers' chat template file (see [`ModelFiles::chat_template_jinja`]).
+pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 
 /// Whether a folder looks like a Hugging Face checkpoint (`config.json` and safetensors).
 pub fn is_checkpoint_dir(dir: &Path) -> bool {
@@ -146,6 +154,7 @@ fn checkpoint_files(dir: &Path) -> ModelFiles {
         checkpoint: true,
         tokenizer_json: opt("tokenizer.json"),
         tokenizer_config: opt("tokenizer_config.json"),
+        chat_template_jinja: opt(CHAT_TEMPLATE_FILE),
         generation_config: opt("generation_config.json"),
         chat_template: None,
     }
@@ -290,6 +299,7 @@ fn with_tokenizer_files(gguf: PathBuf, dir: &Path) -> ModelFiles {
     ModelFiles {
         tokenizer_json: opt("tokenizer.json"),
         tokenizer_config: opt("tokenizer_config.json"),
+        chat_template_jinja: opt(CHAT_TEMPLATE_FILE),
         ..ModelFiles::gguf(gguf)
     }
 }
@@ -435,6 +445,7 @@ fn download_checkpoint(
     for f in [
         "tokenizer.json",
         "tokenizer_config.json",
+        CHAT_TEMPLATE_FILE,
         "generation_config.json",
     ] {
         if listing.iter().any(|l| l == f) {

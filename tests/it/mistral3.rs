@@ -304,6 +304,7 @@ fn a_ministral3_file_renders_tokenizes_and_generates_as_llama_server_does() {
         checkpoint: false,
         tokenizer_json: None,
         tokenizer_config: None,
+        chat_template_jinja: None,
         generation_config: None,
         chat_template: None,
     };

@@ -206,6 +206,7 @@ fn qwq_engine() -> Option<Engine> {
         checkpoint: false,
         tokenizer_json: None,
         tokenizer_config: None,
+        chat_template_jinja: None,
         generation_config: None,
         chat_template: Some(template),
     };

@@ -244,3 +244,74 @@ fn vocab_test_failures(gguf: &Path) -> Vec<String> {
     );
     failures
 }
+
+/// A model's chat template is the first there is of: the `--chat-template` file,
+/// transformers' `chat_template.jinja` beside the weights (transformers 5 writes the template
+/// there alone, not in `tokenizer_config.json`), `tokenizer_config.json`'s `chat_template`,
+/// and the GGUF's own. A `tokenizer_config.json` without a template no longer hides the
+/// GGUF's; a checkpoint folder (no GGUF) with none of them has no template.
+#[test]
+fn the_chat_template_is_the_first_of_the_file_the_jinja_the_config_and_the_gguf() {
+    use candor::engine::model_template;
+    use candor::text::error::TextError;
+    use candor::weights::gguf::GgufFile;
+    use candor::weights::source::{resolve_path, CHAT_TEMPLATE_FILE};
+    let Some(model) = default_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&model, dir.path().join("m.gguf")).unwrap();
+    let file = GgufFile::open(&model).unwrap();
+    let tokenizer = Tokenizer::from_gguf(file.content()).unwrap();
+    let own = ChatTemplate::from_gguf(file.content(), &tokenizer).unwrap();
+    let pick = |flag: Option<&Path>, gguf: bool| -> Result<String, TextError> {
+        let mut files = resolve_path(dir.path()).unwrap();
+        files.chat_template = flag.map(Path::to_path_buf);
+        let content = gguf.then(|| file.content());
+        model_template(&files, &tokenizer, content).map(|t| t.source().to_string())
+    };
+    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+    assert_eq!(pick(None, true).unwrap(), own.source());
+    write("tokenizer_config.json", r#"{"eos_token": "<|im_end|>"}"#);
+    assert_eq!(
+        pick(None, true).unwrap(),
+        own.source(),
+        "a config without one"
+    );
+    assert!(matches!(pick(None, false), Err(TextError::NoChatTemplate)));
+    write(
+        "tokenizer_config.json",
+        r#"{"eos_token": "<|im_end|>", "chat_template": "config {{ messages[0].content }}"}"#,
+    );
+    assert_eq!(
+        pick(None, true).unwrap(),
+        "config {{ messages[0].content }}"
+    );
+    write(CHAT_TEMPLATE_FILE, "jinja {{ messages[0].content }}");
+    assert_eq!(pick(None, true).unwrap(), "jinja {{ messages[0].content }}");
+    assert_eq!(
+        pick(None, false).unwrap(),
+        "jinja {{ messages[0].content }}"
+    );
+    std::fs::remove_file(dir.path().join("tokenizer_config.json")).unwrap();
+    assert_eq!(
+        pick(None, false).unwrap(),
+        "jinja {{ messages[0].content }}"
+    );
+    write("flag.jinja", "flag {{ messages[0].content }}");
+    let flag = dir.path().join("flag.jinja");
+    assert_eq!(
+        pick(Some(&flag), true).unwrap(),
+        "flag {{ messages[0].content }}"
+    );
+    // A checkpoint folder's `chat_template.jinja` is found as a GGUF folder's is.
+    let ck = tempfile::tempdir().unwrap();
+    std::fs::write(ck.path().join("config.json"), "{}").unwrap();
+    std::fs::write(ck.path().join("model.safetensors"), "x").unwrap();
+    assert_eq!(resolve_path(ck.path()).unwrap().chat_template_jinja, None);
+    std::fs::write(ck.path().join(CHAT_TEMPLATE_FILE), "t").unwrap();
+    let files = resolve_path(ck.path()).unwrap();
+    assert!(files.checkpoint);
+    assert_eq!(
+        files.chat_template_jinja,
+        Some(ck.path().join(CHAT_TEMPLATE_FILE))
+    );
+}
