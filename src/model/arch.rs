@@ -835,11 +835,14 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         long_rope: true,
         ..BASE
     },
-    // GGUF only (a checkpoint's MXFP4 blocks are not read: convert to GGUF).
+    // Checkpoints as OpenAI publishes them (MXFP4 experts) or dequantized
+    // (`model::checkpoint`): the converted GGUF's model.
     ArchSpec {
         arch: Arch::GptOss,
         gguf_name: "gpt-oss",
-        hf_model_types: &[],
+        hf_model_types: &["gpt_oss"],
+        hf_rms_eps: 1e-5,
+        hf_rope_base: 150_000.0,
         hf_context_len: 131072,
         reads_rope_base_swa: true,
         swa: Swa::Pattern(2),
@@ -1315,6 +1318,9 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
                     "silu"
                 });
             let activation = match act {
+                // gpt-oss's experts clamp their SwiGLU whatever `hidden_act` says (its config
+                // says `silu`); `check_hf_keys` holds its alpha and limit to Candor's.
+                _ if arch == Arch::GptOss => Activation::SwigluOai,
                 "silu" | "swish" => Activation::Silu,
                 "gelu_pytorch_tanh" | "gelu_tanh" => Activation::GeluTanh,
                 other => {
@@ -1496,6 +1502,9 @@ fn moe_config(
     } else if always {
         match f.usize(Field::ExpertFfn)? {
             Some(w) => w,
+            // A gpt-oss config's `intermediate_size` is its experts' width (llama.cpp's
+            // converter writes it as `expert_feed_forward_length`).
+            None if spec.arch == Arch::GptOss && !f.gguf() => ffn_dim,
             None if f.present(Field::Ffn) => ffn_dim / used,
             None => return Err(f.err(Field::ExpertFfn, "missing".into())),
         }
@@ -1924,6 +1933,9 @@ fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<(f32, Option<Yarn>)> {
                     ));
                 }
             }
+            // `truncate` (gpt-oss's config: false) is not read: llama.cpp rounds the ramp's ends
+            // to whole pairs whatever it says, as transformers does for `true`; with `false`
+            // transformers' frequencies near the ramp's ends differ slightly from llama.cpp's.
             for k in ["extrapolation_factor", "attention_factor", "attn_factor"] {
                 if rs.get(k).is_some() {
                     return Err(bad(
@@ -2537,7 +2549,13 @@ fn hf_legacy_rope(path: &Path, json: &Json) -> Result<Json> {
 /// (the others, with [`resolve`]'s own refusals: `rope_scaling` types, soft-caps and windows
 /// where the architecture has none).
 fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
-    if f.json("quantization_config").is_some() {
+    let method = f
+        .json("quantization_config")
+        .and_then(|q| q.get("quant_method"))
+        .and_then(Json::as_str);
+    // gpt-oss as OpenAI publishes it: MXFP4 experts (`model::checkpoint` reads their blocks).
+    let oss_mxfp4 = spec.arch == Arch::GptOss && method == Some("mxfp4");
+    if f.json("quantization_config").is_some() && !oss_mxfp4 {
         return Err(f.err_key(
             "quantization_config",
             "quantized checkpoints (GPTQ, AWQ, bitsandbytes, FP8, ...) are not supported; \
@@ -2555,6 +2573,34 @@ fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
                     "absent: Mixtral's default differs from llama's; the config must name it"
                         .into(),
                 ));
+            }
+        }
+    }
+    if spec.arch == Arch::GptOss {
+        // transformers' defaults (YaRN over 4096 positions, a window of 128) would apply where
+        // the config is silent, Candor's generic ones here: it must name them.
+        for key in ["rope_scaling", "sliding_window"] {
+            if f.json(key).is_none() {
+                return Err(f.err_key(
+                    key,
+                    "absent: gpt-oss's default is transformers'; the config must name it".into(),
+                ));
+            }
+        }
+        // ggml's `swiglu_oai`: alpha 1.702, limit 7.
+        for (key, want) in [("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)] {
+            match f.json(key).map(|v| v.as_f64()) {
+                None => {}
+                Some(Some(v)) if v as f32 == want as f32 => {}
+                Some(_) => {
+                    return Err(f.err_key(
+                        key,
+                        format!(
+                            "{}: only {want} is implemented",
+                            f.json(key).expect("given")
+                        ),
+                    ))
+                }
             }
         }
     }

@@ -181,7 +181,12 @@ impl Checkpoint {
         let rest = gguf.strip_prefix("blk.")?;
         let (layer, name) = rest.split_once('.')?;
         let (base, kind) = name.rsplit_once('.')?;
+        if base == "attn_sinks" && kind == "weight" {
+            // gpt-oss's per-head sink logits: a parameter, no `.weight`.
+            return Some(format!("{p}layers.{layer}.self_attn.sinks"));
+        }
         let gemma = self.config.arch.is_gemma();
+        let oss = self.config.arch == Arch::GptOss;
         let hf = match base {
             "attn_norm" => "input_layernorm",
             "attn_q" => "self_attn.q_proj",
@@ -201,6 +206,7 @@ impl Checkpoint {
             "ffn_down" => "mlp.down_proj",
             // The router: Mixtral's, Qwen3-MoE's.
             "ffn_gate_inp" if self.mixtral() => "block_sparse_moe.gate",
+            "ffn_gate_inp" if oss => "mlp.router",
             "ffn_gate_inp" => "mlp.gate",
             _ => return None,
         };
@@ -278,12 +284,226 @@ impl Checkpoint {
     }
 }
 
+/// Where a gpt-oss GGUF expert tensor (`blk.N.ffn_{gate,up,down}_exps.{weight,bias}`) lies
+/// in a gpt-oss checkpoint: the experts' gate and up come fused, one row (MXFP4) or column
+/// (float) of each in turn (`gate_up[..., ::2]` is the gate, as transformers splits it).
+#[derive(Debug, Clone, PartialEq)]
+enum OssExperts {
+    /// As OpenAI publishes them: `{proj}_blocks` (`[experts, rows, columns / 32, 16]`, two
+    /// E2M1 codes a byte, the element of even index in the low nibble) and `{proj}_scales`
+    /// (`[experts, rows, columns / 32]`, E8M0 exponents), rows the outputs. `half`: the gate
+    /// (0) or up (1) rows of `gate_up_proj`'s, `None` for `down_proj`'s.
+    Mxfp4 {
+        blocks: String,
+        scales: String,
+        half: Option<usize>,
+    },
+    /// Dequantized (transformers' parameters): `[experts, columns, rows]`, the inputs first.
+    Float { hf: String, half: Option<usize> },
+    /// `{proj}_bias`: `[experts, rows]`.
+    Bias { hf: String, half: Option<usize> },
+}
+
+impl OssExperts {
+    /// The checkpoint tensors it is read from.
+    fn sources(&self) -> Vec<String> {
+        match self {
+            OssExperts::Mxfp4 { blocks, scales, .. } => vec![blocks.clone(), scales.clone()],
+            OssExperts::Float { hf, .. } | OssExperts::Bias { hf, .. } => vec![hf.clone()],
+        }
+    }
+}
+
+/// ggml's MXFP4 block (its E8M0 scale byte, then 16 bytes: element `i` in the low nibble of
+/// byte `i`, element `16 + i` in its high nibble) of an MX block as OpenAI's checkpoints and
+/// transformers store it (`codes`: element `2j` in the low nibble of byte `j`, `2j + 1` in its
+/// high nibble) with its scale byte: llama.cpp's converter's repacking.
+fn mxfp4_block(scale: u8, codes: &[u8]) -> [u8; 17] {
+    let code = |e: usize| (codes[e / 2] >> (4 * (e % 2))) & 0xF;
+    let mut out = [0u8; 17];
+    out[0] = scale;
+    for i in 0..16 {
+        out[1 + i] = code(i) | (code(i + 16) << 4);
+    }
+    out
+}
+
+/// A read-only anonymous map of `len` bytes written by `fill`: bytes a checkpoint stores in
+/// another layout, handed on as the file's own mapped bytes are.
+fn anonymous_map(len: usize, fill: impl FnOnce(&mut [u8])) -> std::io::Result<Arc<Mmap>> {
+    let mut map = memmap2::MmapMut::map_anon(len.max(1))?;
+    fill(&mut map[..len]);
+    Ok(Arc::new(map.make_read_only()?))
+}
+
+impl Checkpoint {
+    /// [`OssExperts`] of a GGUF tensor name, for a gpt-oss checkpoint: MXFP4 blocks where the
+    /// checkpoint has them, else the float parameter.
+    fn oss_experts(&self, gguf: &str) -> Option<OssExperts> {
+        if self.config.arch != Arch::GptOss {
+            return None;
+        }
+        let (layer, name) = gguf.strip_prefix("blk.")?.split_once('.')?;
+        let (base, kind) = name.rsplit_once('.')?;
+        let (proj, half) = match base {
+            "ffn_gate_exps" => ("gate_up_proj", Some(0)),
+            "ffn_up_exps" => ("gate_up_proj", Some(1)),
+            "ffn_down_exps" => ("down_proj", None),
+            _ => return None,
+        };
+        let pre = format!("{}layers.{layer}.mlp.experts.{proj}", self.prefix);
+        Some(match kind {
+            "bias" => OssExperts::Bias {
+                hf: format!("{pre}_bias"),
+                half,
+            },
+            "weight" if self.entries.contains_key(&format!("{pre}_blocks")) => OssExperts::Mxfp4 {
+                blocks: format!("{pre}_blocks"),
+                scales: format!("{pre}_scales"),
+                half,
+            },
+            "weight" => OssExperts::Float { hf: pre, half },
+            _ => return None,
+        })
+    }
+
+    /// The entry `hf` after checking it exists with `shape`: its dtype.
+    fn entry(&self, hf: &str, shape: &[usize]) -> Result<String> {
+        let (dtype, found) = self.entries.get(hf).ok_or_else(|| {
+            ModelError::MissingTensor(format!("{hf} (in {})", self.dir.display()))
+        })?;
+        if found.as_slice() != shape {
+            return Err(ModelError::TensorShape {
+                name: hf.to_string(),
+                expected: format!("{shape:?}"),
+                found: format!("{found:?}"),
+            });
+        }
+        Ok(dtype.clone())
+    }
+
+    /// Each expert's matrix of the GGUF tensor `name` (`shape`: experts, rows, columns) from
+    /// a gpt-oss checkpoint, in the layout the GGUF llama.cpp's converter writes holds it:
+    /// MXFP4 blocks repacked, float matrices transposed (each the gate or up half of the
+    /// fused gate and up where `half` says).
+    fn read_oss_experts(
+        &mut self,
+        name: &str,
+        t: &OssExperts,
+        shape: [usize; 3],
+    ) -> Result<(StoredType, Vec<MappedBytes>)> {
+        let [experts, rows, cols] = shape;
+        let fused = |half: Option<usize>| if half.is_some() { 2 * rows } else { rows };
+        let bad = |msg: String| st_err(&self.dir, format!("`{name}`: {msg}"));
+        let (stored, per, map) = match t {
+            OssExperts::Mxfp4 {
+                blocks,
+                scales,
+                half,
+            } => {
+                if !cols.is_multiple_of(32) {
+                    return Err(bad(format!("{cols} columns are not whole MXFP4 blocks")));
+                }
+                let (all, groups) = (fused(*half), cols / 32);
+                for (hf, shape, what) in [
+                    (blocks, vec![experts, all, groups, 16], "blocks"),
+                    (scales, vec![experts, all, groups], "scales"),
+                ] {
+                    let dtype = self.entry(hf, &shape)?;
+                    if dtype != "U8" {
+                        return Err(ModelError::UnsupportedTensorType {
+                            name: hf.clone(),
+                            dtype: format!("{dtype} (MXFP4 {what} are U8)"),
+                        });
+                    }
+                }
+                let (b, s) = (self.places[blocks].bytes(), self.places[scales].bytes());
+                let per = rows * groups * 17;
+                let map = anonymous_map(experts * per, |out| {
+                    let blocks_out = out.chunks_exact_mut(17);
+                    let sources = (0..experts).flat_map(|e| {
+                        (0..rows).flat_map(move |r| {
+                            let row = e * all + half.map_or(r, |h| 2 * r + h);
+                            (0..groups).map(move |g| row * groups + g)
+                        })
+                    });
+                    for (dst, at) in blocks_out.zip(sources) {
+                        dst.copy_from_slice(&mxfp4_block(s[at], &b[at * 16..at * 16 + 16]));
+                    }
+                });
+                (StoredType::Mxfp4, per, map)
+            }
+            OssExperts::Float { hf, half } => {
+                let dtype = self.entry(hf, &[experts, cols, fused(*half)])?;
+                let (ggml, size) = match dtype.as_str() {
+                    "F32" => (GgmlDType::F32, 4),
+                    "F16" => (GgmlDType::F16, 2),
+                    "BF16" => (GgmlDType::BF16, 2),
+                    other => {
+                        return Err(ModelError::UnsupportedTensorType {
+                            name: hf.clone(),
+                            dtype: format!("{other} (supported: F32, F16, BF16)"),
+                        })
+                    }
+                };
+                let src = self.places[hf].bytes();
+                let width = fused(*half);
+                let per = rows * cols * size;
+                // GGUF element (e, r, c) is the checkpoint's (e, c, r) (of the half's columns).
+                let map = anonymous_map(experts * per, |out| {
+                    for (i, dst) in out.chunks_exact_mut(size).enumerate() {
+                        let (e, r, c) = (i / (rows * cols), i / cols % rows, i % cols);
+                        let col = half.map_or(r, |h| 2 * r + h);
+                        let at = ((e * cols + c) * width + col) * size;
+                        dst.copy_from_slice(&src[at..at + size]);
+                    }
+                });
+                (StoredType::Ggml(ggml), per, map)
+            }
+            OssExperts::Bias { .. } => return Err(bad("a bias, not a matrix".into())),
+        };
+        let map = map.map_err(|e| ModelError::io(&self.dir, e))?;
+        for hf in t.sources() {
+            self.read.insert(hf);
+        }
+        let parts = (0..experts)
+            .map(|e| MappedBytes::new(map.clone(), e * per, per).expect("experts × per bytes"))
+            .collect();
+        Ok((stored, parts))
+    }
+
+    /// The expert biases `hf` (`[experts, rows]`, its gate or up half where `half` says) as
+    /// the GGUF's F32 `[experts, rows]` tensor of `shape`.
+    fn read_oss_bias(&mut self, hf: &str, half: Option<usize>, shape: &[usize]) -> Result<QTensor> {
+        let &[experts, rows] = shape else {
+            return Err(st_err(&self.dir, format!("`{hf}`: expected 2 dimensions")));
+        };
+        let width = if half.is_some() { 2 * rows } else { rows };
+        self.entry(hf, &[experts, width])?;
+        self.read.insert(hf.to_string());
+        let t = self
+            .st
+            .load(hf, &Device::Cpu)
+            .map_err(|e| st_err(&self.dir, format!("tensor `{hf}`: {e}")))?
+            .to_dtype(DType::F32)?;
+        let t = match half {
+            // (experts, rows, 2): the gate's at 0, the up's at 1.
+            Some(h) => t.reshape((experts, rows, 2))?.narrow(2, h, 1)?.squeeze(2)?,
+            None => t,
+        };
+        Ok(QTensor::quantize(&t.contiguous()?, GgmlDType::F32)?)
+    }
+}
+
 impl TensorSource for Checkpoint {
     fn source_path(&self) -> &Path {
         &self.dir
     }
 
     fn has_tensor(&self, name: &str) -> bool {
+        if let Some(t) = self.oss_experts(name) {
+            return t.sources().iter().all(|n| self.entries.contains_key(n));
+        }
         match self.expert_names(name) {
             Some(names) => names.iter().all(|n| self.entries.contains_key(n)),
             None => self
@@ -297,6 +517,9 @@ impl TensorSource for Checkpoint {
         name: &str,
         shape: [usize; 3],
     ) -> Result<(StoredType, Vec<MappedBytes>)> {
+        if let Some(t) = self.oss_experts(name) {
+            return self.read_oss_experts(name, &t, shape);
+        }
         let names = self
             .expert_names(name)
             .filter(|n| n.len() == shape[0])
@@ -330,6 +553,9 @@ impl TensorSource for Checkpoint {
     }
 
     fn read_tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
+        if let Some(OssExperts::Bias { hf, half }) = self.oss_experts(name) {
+            return self.read_oss_bias(&hf, half, shape);
+        }
         let (hf, mut ggml) = self.lookup(name, shape)?;
         self.read.insert(hf.clone());
         let mut t = self

@@ -66,13 +66,13 @@ impl KvSeq for VecKv {
     }
 }
 
-fn fixture(arch: &str) -> PathBuf {
+pub(crate) fn fixture(arch: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/tiny")
         .join(arch)
 }
 
-fn load_checkpoint(arch: &str) -> Transformer {
+pub(crate) fn load_checkpoint(arch: &str) -> Transformer {
     let mut ck = Checkpoint::open(&fixture(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
     Transformer::from_checkpoint(&mut ck, WeightDType::F32)
         .unwrap_or_else(|e| panic!("{arch}: {e}"))
@@ -146,7 +146,11 @@ fn greedy(model: &Transformer, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>)
 }
 
 /// Checks greedy agreement with the reference; returns (agreeing steps, compared steps).
-fn check_against_reference(arch: &str, model: &Transformer, what: &str) -> (usize, usize) {
+pub(crate) fn check_against_reference(
+    arch: &str,
+    model: &Transformer,
+    what: &str,
+) -> (usize, usize) {
     let (mut agree, mut total) = (0, 0);
     for (i, run) in reference(arch).iter().enumerate() {
         let (tokens, logits) = greedy(model, &run.prompt, run.tokens.len());

@@ -17,6 +17,7 @@ mod fennec;
 mod fuzz;
 mod gemma4;
 mod glm4moe;
+mod gpt_oss;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod hostile;
