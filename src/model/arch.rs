@@ -131,10 +131,11 @@ impl Arch {
         ArchSpec::of(self).gemma
     }
 
-    /// Whether a checkpoint stores RMS-norm weights as `w` to be used as `1 + w` (Gemma's;
-    /// llama.cpp's converter adds the 1 when writing GGUF).
+    /// Whether a checkpoint stores RMS-norm weights as `w` to be used as `1 + w` (Gemma's,
+    /// Qwen3.5's but for its linear attention's gated norm; llama.cpp's converter adds the 1
+    /// when writing GGUF).
     pub fn norm_plus_one(self) -> bool {
-        self.is_gemma()
+        self.is_gemma() || matches!(self, Arch::Qwen35 | Arch::Qwen35Moe)
     }
 
     /// The tensor (after `blk.N.`) of the feed-forward block's pre-norm: gpt-oss calls it the
@@ -852,11 +853,11 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         yarn: true,
         ..BASE
     },
-    // GGUF only (the DeltaNet geometry is read from GGUF keys).
+    // Checkpoints too: the DeltaNet geometry from `config.json` (`Hybrid::from_hf`).
     ArchSpec {
         arch: Arch::Qwen35,
         gguf_name: "qwen35",
-        hf_model_types: &[],
+        hf_model_types: &["qwen3_5_text"],
         hf_context_len: 262144,
         swa: Swa::Qwen,
         gguf_rope_adjacent: false,
@@ -867,12 +868,12 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         mrope: true,
         ..BASE
     },
-    // GGUF only: qwen35's layers, qwen3moe's routing (llama.cpp's qwen35moe.cpp: softmax,
-    // top-k, the weights renormalised, no scale) and a shared expert.
+    // qwen35's layers, qwen3moe's routing (llama.cpp's qwen35moe.cpp: softmax, top-k, the
+    // weights renormalised, no scale, as transformers' Qwen3.5-MoE) and a shared expert.
     ArchSpec {
         arch: Arch::Qwen35Moe,
         gguf_name: "qwen35moe",
-        hf_model_types: &[],
+        hf_model_types: &["qwen3_5_moe_text"],
         hf_context_len: 262144,
         swa: Swa::Qwen,
         gguf_rope_adjacent: false,
@@ -1418,6 +1419,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         long_rope,
         rope_sections: match f {
             Fields::Gguf { content, .. } if spec.mrope => Some(gguf_rope_sections(f, content)?),
+            Fields::Hf { .. } if spec.mrope => Some(hf_rope_sections(f)?),
             _ => None,
         },
         norm_bias: spec.norm_bias,
@@ -2104,6 +2106,30 @@ fn gguf_rope_sections(f: &Fields, content: &Content) -> Result<[usize; 4]> {
             .or_else(|_| v.to_u32().map(i64::from))
             .map_err(|e| bad(e.to_string()))?;
         *o = usize::try_from(n).map_err(|_| bad(format!("{n}")))?;
+    }
+    Ok(s)
+}
+
+/// A checkpoint's multi-section RoPE: `rope_scaling.mrope_section` (transformers 5's
+/// `rope_parameters.mrope_section`; three or four counts of pairs), else Qwen3.5's
+/// [11, 11, 10], as llama.cpp's converter writes it.
+fn hf_rope_sections(f: &Fields) -> Result<[usize; 4]> {
+    let Some(v) = f.json("rope_scaling").and_then(|r| r.get("mrope_section")) else {
+        return Ok([11, 11, 10, 0]);
+    };
+    let bad = || {
+        f.err_key(
+            "rope_scaling.mrope_section",
+            format!("{v}: expected three or four counts"),
+        )
+    };
+    let list = v
+        .as_array()
+        .filter(|l| (3..=4).contains(&l.len()))
+        .ok_or_else(bad)?;
+    let mut s = [0usize; 4];
+    for (o, x) in s.iter_mut().zip(list) {
+        *o = x.as_u64().ok_or_else(bad)? as usize;
     }
     Ok(s)
 }

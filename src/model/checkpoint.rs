@@ -14,6 +14,7 @@ use memmap2::Mmap;
 use serde_json::Value as Json;
 
 use crate::model::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, TensorSource};
+use crate::model::deltanet::Hybrid;
 use crate::model::error::{ModelError, Result};
 use crate::weights::mapped::MappedBytes;
 use crate::weights::safetensors::checkpoint_shards;
@@ -59,7 +60,8 @@ pub struct Checkpoint {
 
 /// The output projection's name under a language-model prefix.
 fn lm_head_name(prefix: &str) -> String {
-    if prefix == "model." {
+    // Qwen3.5's image-text checkpoints keep the head outside `model.`.
+    if prefix == "model." || prefix == "model.language_model." {
         "lm_head.weight".to_string()
     } else {
         // Multimodal Gemma 3: `language_model.lm_head.weight` when present.
@@ -167,6 +169,11 @@ impl Checkpoint {
         &self.config
     }
 
+    /// A hybrid model's linear-attention geometry from `config.json` (`None` for the others).
+    pub fn hybrid(&self) -> Result<Option<Hybrid>> {
+        Hybrid::from_hf(&self.dir.join("config.json"), &self.json, &self.config)
+    }
+
     /// The Hugging Face name of a GGUF tensor name, for this architecture.
     pub fn hf_name(&self, gguf: &str) -> Option<String> {
         let p = &self.prefix;
@@ -180,10 +187,36 @@ impl Checkpoint {
         }
         let rest = gguf.strip_prefix("blk.")?;
         let (layer, name) = rest.split_once('.')?;
+        // Parameters without a `.weight`: gpt-oss's per-head sink logits, Qwen3.5's decay.
+        let bare = match name {
+            "attn_sinks.weight" => Some("self_attn.sinks"),
+            "ssm_a" => Some("linear_attn.A_log"),
+            "ssm_dt.bias" => Some("linear_attn.dt_bias"),
+            _ => None,
+        };
+        if let Some(hf) = bare {
+            return Some(format!("{p}layers.{layer}.{hf}"));
+        }
         let (base, kind) = name.rsplit_once('.')?;
-        if base == "attn_sinks" && kind == "weight" {
-            // gpt-oss's per-head sink logits: a parameter, no `.weight`.
-            return Some(format!("{p}layers.{layer}.self_attn.sinks"));
+        if self.config.arch == Arch::Qwen35 || self.config.arch == Arch::Qwen35Moe {
+            // Qwen3.5's linear attention and shared expert.
+            let hf = match base {
+                "attn_qkv" => Some("linear_attn.in_proj_qkv"),
+                "attn_gate" => Some("linear_attn.in_proj_z"),
+                "ssm_beta" => Some("linear_attn.in_proj_b"),
+                "ssm_alpha" => Some("linear_attn.in_proj_a"),
+                "ssm_conv1d" => Some("linear_attn.conv1d"),
+                "ssm_norm" => Some("linear_attn.norm"),
+                "ssm_out" => Some("linear_attn.out_proj"),
+                "ffn_gate_shexp" => Some("mlp.shared_expert.gate_proj"),
+                "ffn_up_shexp" => Some("mlp.shared_expert.up_proj"),
+                "ffn_down_shexp" => Some("mlp.shared_expert.down_proj"),
+                "ffn_gate_inp_shexp" => Some("mlp.shared_expert_gate"),
+                _ => None,
+            };
+            if let Some(hf) = hf {
+                return Some(format!("{p}layers.{layer}.{hf}.{kind}"));
+            }
         }
         let gemma = self.config.arch.is_gemma();
         let oss = self.config.arch == Arch::GptOss;
@@ -242,6 +275,26 @@ impl Checkpoint {
                 .map(|e| format!("{p}layers.{layer}.{block}.experts.{e}.{proj}.weight"))
                 .collect(),
         )
+    }
+
+    /// Whether the checkpoint tensor `hf` is a norm stored as `w` for `1 + w`
+    /// ([`Arch::norm_plus_one`]; Qwen3.5's gated norm of its linear attention is not).
+    fn plus_one(&self, hf: &str) -> bool {
+        self.config.arch.norm_plus_one()
+            && hf.ends_with("norm.weight")
+            && !hf.ends_with("linear_attn.norm.weight")
+    }
+
+    /// The shape the checkpoint stores a GGUF tensor of `shape` in, where the two differ:
+    /// Qwen3.5's conv1d `[channels, 1, taps]` and shared expert gate `[1, dim]` (llama.cpp's
+    /// converter squeezes both).
+    fn stored_shape(&self, gguf: &str, shape: &[usize]) -> Vec<usize> {
+        let qwen35 = matches!(self.config.arch, Arch::Qwen35 | Arch::Qwen35Moe);
+        match shape {
+            [c, k] if qwen35 && gguf.ends_with("ssm_conv1d.weight") => vec![*c, 1, *k],
+            [d] if qwen35 && gguf.ends_with("ffn_gate_inp_shexp.weight") => vec![1, *d],
+            _ => shape.to_vec(),
+        }
     }
 
     /// The Hugging Face name and stored type of a GGUF-named tensor, after checking its shape.
@@ -556,16 +609,25 @@ impl TensorSource for Checkpoint {
         if let Some(OssExperts::Bias { hf, half }) = self.oss_experts(name) {
             return self.read_oss_bias(&hf, half, shape);
         }
-        let (hf, mut ggml) = self.lookup(name, shape)?;
+        let stored = self.stored_shape(name, shape);
+        let (hf, mut ggml) = self.lookup(name, &stored)?;
         self.read.insert(hf.clone());
         let mut t = self
             .st
             .load(&hf, &Device::Cpu)
-            .map_err(|e| st_err(&self.dir, format!("tensor `{hf}`: {e}")))?;
-        // Gemma's norms multiply by `1 + w` (llama.cpp's converter stores the sum).
-        if self.config.arch.norm_plus_one() && hf.ends_with("norm.weight") {
+            .map_err(|e| st_err(&self.dir, format!("tensor `{hf}`: {e}")))?
+            .reshape(shape)?;
+        // Gemma's and Qwen3.5's norms multiply by `1 + w` (llama.cpp's converter stores the
+        // sum).
+        if self.plus_one(&hf) {
             // Kept in f32: `1 + w` is not exact in the stored 16-bit type.
             t = (t.to_dtype(DType::F32)? + 1.0)?;
+            ggml = GgmlDType::F32;
+        }
+        // Qwen3.5's decay rates are stored as `A_log`, used (and converted) as `−exp(A_log)`:
+        // in f32, as transformers computes it.
+        if hf.ends_with("linear_attn.A_log") {
+            t = t.to_dtype(DType::F32)?.exp()?.neg()?;
             ggml = GgmlDType::F32;
         }
         Ok(QTensor::quantize(&t, ggml)?)
@@ -574,11 +636,11 @@ impl TensorSource for Checkpoint {
     fn read_mapped(&mut self, name: &str, shape: &[usize]) -> Result<(GgmlDType, MappedBytes)> {
         let (hf, ggml) = self.lookup(name, shape)?;
         self.read.insert(hf.clone());
-        if self.config.arch.norm_plus_one() && hf.ends_with("norm.weight") {
+        if self.plus_one(&hf) {
             // Stored as `w`, used as `1 + w`: only `read_tensor` makes that change.
             return Err(st_err(
                 &self.dir,
-                format!("tensor `{hf}`: a Gemma norm is read with its `1 + w` change"),
+                format!("tensor `{hf}`: a norm stored as `w` is read with its `1 + w` change"),
             ));
         }
         Ok((ggml, self.places[&hf].clone()))

@@ -74,6 +74,108 @@ fn linear_layers(content: &Content, c: &ModelConfig, interval: usize) -> Result<
 }
 
 impl Hybrid {
+    /// The geometry of a hybrid architecture's `config.json` (transformers' Qwen3.5 keys,
+    /// each required: transformers' defaults are those of the largest model): `linear_*`,
+    /// the linear layers from `layer_types` (`linear_attention`), else all but every
+    /// `full_attention_interval`-th (default 4). A checkpoint keeps its value heads grouped
+    /// by key head ([`Hybrid::grouped`]); llama.cpp's converter reorders them into tiles.
+    /// `None` for the other architectures.
+    pub fn from_hf(
+        path: &std::path::Path,
+        json: &serde_json::Value,
+        c: &ModelConfig,
+    ) -> Result<Option<Hybrid>> {
+        if !ArchSpec::of(c.arch).hybrid {
+            return Ok(None);
+        }
+        let bad = |key: &str, msg: String| ModelError::Config {
+            path: path.to_path_buf(),
+            key: key.into(),
+            msg,
+        };
+        let get = |k: &str| -> Result<usize> {
+            match json.get(k) {
+                Some(v) => v
+                    .as_u64()
+                    .map(|n| n as usize)
+                    .ok_or_else(|| bad(k, format!("expected an unsigned integer, found {v}"))),
+                None => Err(bad(k, "missing".into())),
+            }
+        };
+        let conv_kernel = get("linear_conv_kernel_dim")?;
+        let head_dim = get("linear_key_head_dim")?;
+        let value_dim = get("linear_value_head_dim")?;
+        let k_heads = get("linear_num_key_heads")?;
+        let v_heads = get("linear_num_value_heads")?;
+        if value_dim != head_dim {
+            return Err(bad(
+                "linear_value_head_dim",
+                format!("{value_dim}: only value heads as wide as key heads ({head_dim})"),
+            ));
+        }
+        let linear = match json.get("layer_types").and_then(|t| t.as_array()) {
+            Some(types) if types.len() != c.n_layer => {
+                return Err(bad(
+                    "layer_types",
+                    format!("{} entries for {} layers", types.len(), c.n_layer),
+                ))
+            }
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("linear_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    _ => Err(bad("layer_types", format!("{t}: not a layer type"))),
+                })
+                .collect::<Result<Vec<bool>>>()?,
+            None => {
+                let interval = match json.get("full_attention_interval") {
+                    Some(_) => get("full_attention_interval")?,
+                    None => 4,
+                };
+                if interval == 0 {
+                    return Err(bad("full_attention_interval", "0".into()));
+                }
+                (0..c.n_layer).map(|i| (i + 1) % interval != 0).collect()
+            }
+        };
+        Hybrid::checked(conv_kernel, k_heads, v_heads, head_dim, linear, true)
+            .map_err(|(key, msg)| bad(key, msg))
+            .map(Some)
+    }
+
+    /// The geometry after the checks both readers make: `Err((key, message))` naming the
+    /// `config.json` key.
+    fn checked(
+        conv_kernel: usize,
+        k_heads: usize,
+        v_heads: usize,
+        head_dim: usize,
+        linear: Vec<bool>,
+        grouped: bool,
+    ) -> std::result::Result<Hybrid, (&'static str, String)> {
+        if !(1..=16).contains(&conv_kernel) {
+            return Err((
+                "linear_conv_kernel_dim",
+                format!("{conv_kernel} taps (1 to 16 supported)"),
+            ));
+        }
+        if head_dim == 0 || k_heads == 0 || v_heads == 0 || !v_heads.is_multiple_of(k_heads) {
+            return Err((
+                "linear_num_key_heads",
+                format!("{k_heads} key heads do not divide {v_heads} value heads of {head_dim}"),
+            ));
+        }
+        Ok(Hybrid {
+            conv_kernel,
+            k_heads,
+            v_heads,
+            head_dim,
+            linear,
+            grouped,
+        })
+    }
+
     /// The geometry of a hybrid architecture's GGUF (`None` for the others).
     pub fn from_gguf(content: &Content, c: &ModelConfig) -> Result<Option<Hybrid>> {
         if !ArchSpec::of(c.arch).hybrid {
@@ -250,7 +352,8 @@ impl DeltaNet {
                 mat(src, &name("attn_gate.weight"), &[h.value_dim(), dim])?,
             )
         };
-        let (beta, alpha) = if h.grouped {
+        // Qwen3-Next's files fuse β and α per key head; a checkpoint keeps them apart.
+        let (beta, alpha) = if h.grouped && src.has_tensor(&name("ssm_ba.weight")) {
             let [b, a] = h.grouped_rows([r, r]);
             let shape = [2 * h.v_heads, dim];
             (

@@ -637,7 +637,12 @@ impl Transformer {
     pub fn from_checkpoint(ck: &mut Checkpoint, dtype: WeightDType) -> Result<Transformer> {
         let config = ck.config().clone();
         let arch = config.arch;
-        let model = Transformer::from_source(config, ck, dtype)?;
+        let hybrid = ck.hybrid()?;
+        let placement = Placement {
+            experts: ExpertPanels::from_env(),
+            populate: false,
+        };
+        let model = Transformer::build(config, hybrid, None, ck, dtype, &placement)?;
         refuse_unused(&ck.unread_tensors(), arch, |msg| ModelError::Safetensors {
             path: ck.source_path().to_path_buf(),
             msg,

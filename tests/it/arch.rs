@@ -23,21 +23,24 @@ const ARCHS: &[&str] = &[
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
 ];
 
-/// A plain growable KV store.
+/// A plain growable KV store, with a hybrid model's recurrent state.
 struct VecKv {
     kv_dim: usize,
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
     len: usize,
+    state: Vec<f32>,
 }
 
 impl VecKv {
-    fn new(n_layer: usize, kv_dim: usize) -> VecKv {
+    fn new(model: &Transformer) -> VecKv {
+        let c = model.config();
         VecKv {
-            kv_dim,
-            keys: vec![Vec::new(); n_layer],
-            values: vec![Vec::new(); n_layer],
+            kv_dim: c.kv_dim(),
+            keys: vec![Vec::new(); c.n_layer],
+            values: vec![Vec::new(); c.n_layer],
             len: 0,
+            state: vec![0.0; model.state_len()],
         }
     }
 }
@@ -63,6 +66,12 @@ impl KvSeq for VecKv {
     }
     fn value(&self, layer: usize, pos: usize) -> &[f32] {
         &self.values[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    }
+    fn state(&self) -> &[f32] {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut [f32] {
+        &mut self.state
     }
 }
 
@@ -120,8 +129,7 @@ fn argmax(v: &[f32]) -> u32 {
 
 /// Greedy decoding of `n` tokens; also returns the prompt's last-position logits.
 fn greedy(model: &Transformer, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
-    let c = model.config();
-    let mut kv = VecKv::new(c.n_layer, c.kv_dim());
+    let mut kv = VecKv::new(model);
     let mut scratch = Scratch::default();
     let mut out = Vec::new();
     let mut first = Vec::new();
@@ -228,10 +236,7 @@ pub(crate) fn packed_logits(
     let mut all = vec![Vec::new(); prompts.len()];
     let mut scratch = Scratch::default();
     for (g, group) in prompts.chunks(batch).enumerate() {
-        let mut kvs: Vec<VecKv> = group
-            .iter()
-            .map(|_| VecKv::new(c.n_layer, c.kv_dim()))
-            .collect();
+        let mut kvs: Vec<VecKv> = group.iter().map(|_| VecKv::new(model)).collect();
         let longest = group.iter().map(Vec::len).max().unwrap();
         let mut start = 0;
         while start < longest {

@@ -48,6 +48,16 @@ COMMON = dict(
     pad_token_id=0,
 )
 
+# Half the head rotated (8 dimensions, 4 pairs) in interleaved sections that fit it
+# (Qwen3.5's [11, 11, 10] fit its 64 rotated dimensions).
+QWEN35_ROPE = dict(
+    rope_type="default",
+    rope_theta=10000.0,
+    partial_rotary_factor=0.5,
+    mrope_section=[2, 1, 1],
+    mrope_interleaved=True,
+)
+
 ARCHS = {
     "llama": (
         "LlamaConfig",
@@ -111,6 +121,44 @@ ARCHS = {
         "Phi3ForCausalLM",
         dict(rope_theta=10000.0, sliding_window=None, tie_word_embeddings=False, pad_token_id=0),
     ),
+    # transformers >= 5. Gated DeltaNet layers (two key heads, four value heads: grouped),
+    # then a full-attention layer with an output gate, partial RoPE and q/k norms.
+    "qwen35": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        dict(
+            head_dim=16,
+            num_hidden_layers=4,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            tie_word_embeddings=False,
+            rope_parameters=QWEN35_ROPE,
+        ),
+    ),
+    # transformers >= 5: qwen35's layers with experts (four, two used, renormalised) and a
+    # sigmoid-gated shared expert.
+    "qwen35moe": (
+        "Qwen3_5MoeTextConfig",
+        "Qwen3_5MoeForCausalLM",
+        dict(
+            head_dim=16,
+            num_hidden_layers=4,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            tie_word_embeddings=False,
+            rope_parameters=QWEN35_ROPE,
+        ),
+    ),
 }
 
 
@@ -127,12 +175,15 @@ def make(arch, out_dir):
     config._attn_implementation = "eager"
     torch.manual_seed(SEED)
     model = getattr(transformers, model_cls)(config).eval()
-    # Norm weights are initialised to 1 (0 for Gemma); randomise them too so that the
-    # (1 + w) convention and every norm are exercised.
+    # Norm weights are initialised to 1 (0 for Gemma and Qwen3.5); randomise them too so
+    # that the (1 + w) convention and every norm are exercised, and Qwen3.5's decays.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name.endswith(("A_log", "dt_bias")):
                 p.copy_(p + 0.3 * torch.randn_like(p))
+            # Qwen3.5-MoE's router starts at 0 (every expert tied).
+            if name.endswith("mlp.gate.weight"):
+                p.copy_(0.3 * torch.randn_like(p))
     model = model.to(torch.bfloat16)
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
