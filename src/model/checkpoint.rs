@@ -11,6 +11,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device};
 use memmap2::Mmap;
+use rayon::prelude::*;
 use serde_json::Value as Json;
 
 use crate::model::arch::{llama3_rope_factors, Arch, ArchSpec, ModelConfig, TensorSource};
@@ -472,17 +473,18 @@ impl Checkpoint {
                 }
                 let (b, s) = (self.places[blocks].bytes(), self.places[scales].bytes());
                 let per = rows * groups * 17;
+                // A row of blocks per task (gpt-oss-120b has 3.6e9 blocks).
                 let map = anonymous_map(experts * per, |out| {
-                    let blocks_out = out.chunks_exact_mut(17);
-                    let sources = (0..experts).flat_map(|e| {
-                        (0..rows).flat_map(move |r| {
+                    out.par_chunks_exact_mut(groups * 17)
+                        .enumerate()
+                        .for_each(|(i, dst)| {
+                            let (e, r) = (i / rows, i % rows);
                             let row = e * all + half.map_or(r, |h| 2 * r + h);
-                            (0..groups).map(move |g| row * groups + g)
-                        })
-                    });
-                    for (dst, at) in blocks_out.zip(sources) {
-                        dst.copy_from_slice(&mxfp4_block(s[at], &b[at * 16..at * 16 + 16]));
-                    }
+                            for (g, d) in dst.chunks_exact_mut(17).enumerate() {
+                                let at = row * groups + g;
+                                d.copy_from_slice(&mxfp4_block(s[at], &b[at * 16..at * 16 + 16]));
+                            }
+                        });
                 });
                 (StoredType::Mxfp4, per, map)
             }
@@ -504,12 +506,16 @@ impl Checkpoint {
                 let per = rows * cols * size;
                 // GGUF element (e, r, c) is the checkpoint's (e, c, r) (of the half's columns).
                 let map = anonymous_map(experts * per, |out| {
-                    for (i, dst) in out.chunks_exact_mut(size).enumerate() {
-                        let (e, r, c) = (i / (rows * cols), i / cols % rows, i % cols);
-                        let col = half.map_or(r, |h| 2 * r + h);
-                        let at = ((e * cols + c) * width + col) * size;
-                        dst.copy_from_slice(&src[at..at + size]);
-                    }
+                    out.par_chunks_exact_mut(cols * size)
+                        .enumerate()
+                        .for_each(|(i, dst)| {
+                            let (e, r) = (i / rows, i % rows);
+                            let col = half.map_or(r, |h| 2 * r + h);
+                            for (c, d) in dst.chunks_exact_mut(size).enumerate() {
+                                let at = ((e * cols + c) * width + col) * size;
+                                d.copy_from_slice(&src[at..at + size]);
+                            }
+                        });
                 });
                 (StoredType::Ggml(ggml), per, map)
             }
@@ -684,5 +690,26 @@ impl TensorSource for Checkpoint {
             return Ok(None);
         }
         Ok(rs.and_then(|rs| llama3_rope_factors(config, rs)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An MX block whose element `e` holds code `(7e + 3) mod 16` (a checkpoint's byte `j`:
+    /// element `2j` low, `2j + 1` high) repacks to ggml's: the scale byte, then byte `i` with
+    /// element `i` low and element `16 + i` high.
+    #[test]
+    fn an_mx_block_repacks_into_ggml_s_nibble_order() {
+        let code = |e: usize| ((7 * e + 3) % 16) as u8;
+        let hf: Vec<u8> = (0..16)
+            .map(|j| code(2 * j) | (code(2 * j + 1) << 4))
+            .collect();
+        let out = mxfp4_block(0x7c, &hf);
+        assert_eq!(out[0], 0x7c);
+        for i in 0..16 {
+            assert_eq!(out[1 + i], code(i) | (code(16 + i) << 4), "byte {i}");
+        }
     }
 }
