@@ -941,7 +941,10 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
     ArchSpec {
         arch: Arch::Smollm3,
         gguf_name: "smollm3",
-        hf_model_types: &[],
+        hf_model_types: &["smollm3"],
+        hf_rope_base: 2_000_000.0,
+        hf_context_len: 32768,
+        hf_tie_default: true,
         llama3_rope: false,
         moe: MoeSpec::Never,
         no_rope_step: Some(4),
@@ -1413,9 +1416,7 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
         moe,
         yarn,
         attn_temp,
-        nope_layers: (0..n_layer)
-            .map(|l| spec.no_rope_step.is_some_and(|n| (l + 1) % n == 0))
-            .collect(),
+        nope_layers: nope_layers(spec, f, n_layer)?,
         long_rope,
         rope_sections: match f {
             Fields::Gguf { content, .. } if spec.mrope => Some(gguf_rope_sections(f, content)?),
@@ -2108,6 +2109,37 @@ fn gguf_rope_sections(f: &Fields, content: &Content) -> Result<[usize; 4]> {
         *o = usize::try_from(n).map_err(|_| bad(format!("{n}")))?;
     }
     Ok(s)
+}
+
+/// Which layers attend without RoPE: every `n`-th where the architecture says so
+/// ([`ArchSpec::no_rope_step`], llama.cpp's fixed step), or as a checkpoint's `no_rope_layers`
+/// says (SmolLM3's: 1 where a layer rotates, 0 where it does not; transformers' default is
+/// every fourth).
+fn nope_layers(spec: &ArchSpec, f: &Fields, n_layer: usize) -> Result<Vec<bool>> {
+    let Some(step) = spec.no_rope_step else {
+        return Ok(vec![false; n_layer]);
+    };
+    let Some(v) = f.json("no_rope_layers") else {
+        return Ok((0..n_layer).map(|l| (l + 1) % step == 0).collect());
+    };
+    let bad = || {
+        f.err_key(
+            "no_rope_layers",
+            format!("expected {n_layer} flags of 0 or 1, found {v}"),
+        )
+    };
+    let flags = v
+        .as_array()
+        .filter(|a| a.len() == n_layer)
+        .ok_or_else(bad)?;
+    flags
+        .iter()
+        .map(|x| match x.as_u64() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(bad()),
+        })
+        .collect()
 }
 
 /// A checkpoint's multi-section RoPE: `rope_scaling.mrope_section` (transformers 5's

@@ -330,3 +330,36 @@ fn the_smollm3_chat_template_renders_like_llama_cpp_and_thinks_in_think_tags() {
         }
     );
 }
+
+/// The tiny SmolLM3 model as transformers 5.24 saves it (`smollm3`: `no_rope_layers` with
+/// every fourth layer unrotated, tied embeddings, `rope_parameters`; by
+/// `tests/reference/make_tiny.py smollm3`) loads with those layers without RoPE, its greedy
+/// decoding agrees with transformers' f32 reference (48/48 steps) and its last-position
+/// logits lie within 1e-3 of it; the same config without `no_rope_layers` (transformers'
+/// default, every fourth) is the same model, one with another flag is not, and a flag other
+/// than 0 or 1 is refused by name.
+#[test]
+fn a_smollm3_checkpoint_is_the_model_transformers_runs() {
+    use candor::model::arch::ModelConfig;
+    let model = crate::arch::load_checkpoint("smollm3");
+    let c = model.config();
+    assert_eq!(c.architecture, "smollm3");
+    assert_eq!(c.nope_layers, vec![false, false, false, true]);
+    crate::arch::check_against_reference("smollm3", &model, "checkpoint");
+    let path = crate::arch::fixture("smollm3").join("config.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("config")).expect("json");
+    let read = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut j = json.clone();
+        edit(&mut j);
+        ModelConfig::from_hf_config(&path, &j)
+    };
+    let without = read(&|j| {
+        j.as_object_mut().expect("object").remove("no_rope_layers");
+    });
+    assert_eq!(without.expect("loads"), *c);
+    let other = read(&|j| j["no_rope_layers"][0] = 0.into()).expect("loads");
+    assert_eq!(other.nope_layers, vec![true, false, false, true]);
+    let e = read(&|j| j["no_rope_layers"][1] = 2.into()).expect_err("refused");
+    assert!(e.to_string().contains("no_rope_layers"), "{e}");
+}

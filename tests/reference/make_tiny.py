@@ -121,6 +121,12 @@ ARCHS = {
         "Phi3ForCausalLM",
         dict(rope_theta=10000.0, sliding_window=None, tie_word_embeddings=False, pad_token_id=0),
     ),
+    # transformers >= 5. No RoPE on every fourth layer (`no_rope_layers`), tied embeddings.
+    "smollm3": (
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        dict(num_hidden_layers=4, rope_theta=5000000.0, tie_word_embeddings=True),
+    ),
     # transformers >= 5. Gated DeltaNet layers (two key heads, four value heads: grouped),
     # then a full-attention layer with an output gate, partial RoPE and q/k norms.
     "qwen35": (
