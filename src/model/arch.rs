@@ -927,14 +927,17 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
     ArchSpec {
         arch: Arch::Mistral3,
         gguf_name: "mistral3",
-        hf_model_types: &[],
+        hf_model_types: &["ministral3"],
+        hf_rms_eps: 1e-5,
+        hf_rope_base: 1_000_000.0,
+        hf_context_len: 262144,
         llama3_rope: false,
         yarn: true,
         yarn_keys: true,
         attn_temp: true,
         ..BASE
     },
-    // GGUF only (a checkpoint's `no_rope_layers` is not read: convert to GGUF). llama.cpp's
+    // A checkpoint's `no_rope_layers` is read as it says (`nope_layers`). llama.cpp's
     // smollm3.cpp: llama's layers (adjacent RoPE pairs, its converter permutes q/k as
     // llama's), RoPE skipped on every fourth layer (YaRN's rotation and scale with it), the
     // output tied to the embedding when the file has none; no experts, no window.
@@ -1356,7 +1359,10 @@ fn resolve(spec: &ArchSpec, f: &Fields) -> Result<ModelConfig> {
     };
     let (sliding_window, swa_layers) = sliding(spec, f, n_layer)?;
     let moe = moe_config(spec, f, ffn_dim, n_layer, vocab_size)?;
-    let attn_temp = gguf_attn_temp(spec, f)?;
+    let attn_temp = match f {
+        Fields::Gguf { .. } => gguf_attn_temp(spec, f)?,
+        Fields::Hf { .. } => hf_attn_temp(spec, f)?,
+    };
     let (mla, attn_scale) = match f {
         Fields::Gguf { content, prefix } if spec.mla => {
             let m = gguf_mla(f, content, prefix, head_dim, rope_dim, n_kv_head)?;
@@ -1891,6 +1897,45 @@ fn gguf_attn_temp(spec: &ArchSpec, f: &Fields) -> Result<Option<AttnTemp>> {
     Ok(Some(AttnTemp { scale, floor_scale }))
 }
 
+/// A checkpoint's attention temperature where `spec` reads one (Ministral 3's
+/// `llama_4_scaling_beta` in `rope_scaling`, stepping by its `original_max_position_embeddings`,
+/// as llama.cpp's converter writes `attention.temperature_scale` and its loader steps); a
+/// beta of 0 is none. Elsewhere the key is refused.
+fn hf_attn_temp(spec: &ArchSpec, f: &Fields) -> Result<Option<AttnTemp>> {
+    let rs = f.json("rope_scaling");
+    let Some(v) = rs
+        .and_then(|r| r.get("llama_4_scaling_beta"))
+        .filter(|v| !v.is_null())
+    else {
+        return Ok(None);
+    };
+    let key = "rope_scaling.llama_4_scaling_beta";
+    if !spec.attn_temp {
+        return Err(f.err_key(key, format!("{v}: not read for {}", spec.gguf_name)));
+    }
+    let scale =
+        v.as_f64()
+            .ok_or_else(|| f.err_key(key, format!("expected a number, found {v}")))? as f32;
+    if scale == 0.0 {
+        return Ok(None);
+    }
+    let orig = rs
+        .and_then(|r| r.get("original_max_position_embeddings"))
+        .or_else(|| f.json("original_max_position_embeddings"))
+        .and_then(Json::as_u64)
+        .filter(|&o| o > 0)
+        .ok_or_else(|| {
+            f.err_key(
+                "rope_scaling.original_max_position_embeddings",
+                format!("missing: the attention temperature ({key} = {scale}) steps by it"),
+            )
+        })?;
+    Ok(Some(AttnTemp {
+        scale,
+        floor_scale: orig as usize,
+    }))
+}
+
 /// `config.json` `rope_scaling`: `default`, `linear` (its factor), `llama3` where the
 /// architecture implements it (frequency factors, see [`llama3_rope_factors`]), or `yarn`
 /// where it reads YaRN ([`ArchSpec::yarn`]), as llama.cpp's converter writes it and its
@@ -1921,11 +1966,39 @@ fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<(f32, Option<Yarn>)> {
                 .or_else(|| f.json("original_max_position_embeddings"))
                 .and_then(Json::as_u64)
                 .ok_or_else(|| bad("original_max_position_embeddings", "missing".into()))?;
+            let num = |k: &str| -> Result<Option<f32>> {
+                match rs.get(k).filter(|v| !v.is_null()) {
+                    None => Ok(None),
+                    Some(v) => v
+                        .as_f64()
+                        .map(|x| Some(x as f32))
+                        .ok_or_else(|| bad(k, format!("expected a number, found {v}"))),
+                }
+            };
+            // Ministral 3's (llama.cpp's mistral3 loader reads them, `ArchSpec::yarn_keys`):
+            // the betas, `mscale_all_dim` as the log multiplier; its converter drops `mscale`,
+            // which llama.cpp then takes as 1.
+            let (beta_fast, beta_slow, log_mul) = match spec.yarn_keys {
+                true => {
+                    if let Some(m) = num("mscale")?.filter(|&m| m != 1.0) {
+                        return Err(bad(
+                            "mscale",
+                            format!("{m}: llama.cpp's {} loader takes 1", spec.gguf_name),
+                        ));
+                    }
+                    (
+                        num("beta_fast")?.unwrap_or(YARN_BETA_FAST),
+                        num("beta_slow")?.unwrap_or(YARN_BETA_SLOW),
+                        num("mscale_all_dim")?.unwrap_or(0.0),
+                    )
+                }
+                false => (YARN_BETA_FAST, YARN_BETA_SLOW, 0.0),
+            };
             for (k, default) in [("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)] {
                 if let Some(v) = rs
                     .get(k)
                     .and_then(Json::as_f64)
-                    .filter(|&v| v as f32 != default)
+                    .filter(|&v| v as f32 != default && !spec.yarn_keys)
                 {
                     return Err(bad(
                         k,
@@ -1949,11 +2022,11 @@ fn hf_rope_scale(spec: &ArchSpec, f: &Fields) -> Result<(f32, Option<Yarn>)> {
             }
             let yarn = Yarn {
                 orig_ctx: orig as usize,
-                beta_fast: YARN_BETA_FAST,
-                beta_slow: YARN_BETA_SLOW,
+                beta_fast,
+                beta_slow,
                 ext_factor: 1.0,
-                attn_factor: yarn_attn_factor(scale, 1.0, 0.0),
-                log_mul: 0.0,
+                attn_factor: yarn_attn_factor(scale, 1.0, log_mul),
+                log_mul,
             };
             Ok((scale, Some(yarn)))
         }

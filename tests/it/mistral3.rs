@@ -334,3 +334,33 @@ fn a_ministral3_file_renders_tokenizes_and_generates_as_llama_server_does() {
     // The longer prompt reaches past the original context: the temperature is not 1 there.
     assert!(cases[0]["prompt_ids"].as_array().unwrap().len() > 64);
 }
+
+/// The tiny Ministral 3 model as transformers 5.24 saves it (`ministral3`: YaRN with its
+/// betas, `mscale` and `mscale_all_dim`, and `llama_4_scaling_beta`, over an original context
+/// of 8 so that the prompts step through the attention temperature; by
+/// `tests/reference/make_tiny.py ministral3`) loads as `mistral3` with the configuration the
+/// GGUF llama.cpp's converter writes would give (log multiplier `mscale_all_dim`,
+/// temperature scale the beta stepping by the original context), and its greedy decoding
+/// agrees with transformers' f32 reference (48/48 steps), last-position logits within 1e-3
+/// (measured: 5.5e-6; without the temperature 0.21, by hand). An `mscale` other than 1
+/// (which llama.cpp never reads) is refused by name.
+#[test]
+fn a_ministral3_checkpoint_is_the_model_transformers_runs() {
+    use candor::model::arch::ModelConfig;
+    let model = crate::arch::load_checkpoint("ministral3");
+    let c = model.config();
+    assert_eq!(c.architecture, "mistral3");
+    let t = c.attn_temp.expect("an attention temperature");
+    assert_eq!((t.scale, t.floor_scale), (0.1, 8));
+    let y = c.yarn.expect("YaRN");
+    assert_eq!((y.orig_ctx, y.log_mul, c.rope_scale), (8, 1.0, 16.0));
+    crate::arch::check_against_reference("ministral3", &model, "checkpoint");
+
+    let path = crate::arch::fixture("ministral3").join("config.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("config")).expect("json");
+    let mut mscale = json.clone();
+    mscale["rope_parameters"]["mscale"] = 0.7.into();
+    let e = ModelConfig::from_hf_config(&path, &mscale).expect_err("refused");
+    assert!(e.to_string().contains("rope_parameters.mscale"), "{e}");
+}

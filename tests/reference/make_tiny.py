@@ -121,6 +121,32 @@ ARCHS = {
         "Phi3ForCausalLM",
         dict(rope_theta=10000.0, sliding_window=None, tie_word_embeddings=False, pad_token_id=0),
     ),
+    # transformers >= 5. Ministral 3: YaRN with its betas and `mscale_all_dim`, and Llama 4's
+    # attention temperature, both over an original context of 8 so that a prompt of 17 steps
+    # through them.
+    "ministral3": (
+        "Ministral3Config",
+        "Ministral3ForCausalLM",
+        dict(
+            head_dim=16,
+            num_hidden_layers=3,
+            max_position_embeddings=128,
+            tie_word_embeddings=False,
+            rope_parameters=dict(
+                rope_type="yarn",
+                type="yarn",
+                rope_theta=1000000.0,
+                factor=16.0,
+                original_max_position_embeddings=8,
+                max_position_embeddings=128,
+                beta_fast=32.0,
+                beta_slow=1.0,
+                mscale_all_dim=1.0,
+                mscale=1.0,
+                llama_4_scaling_beta=0.1,
+            ),
+        ),
+    ),
     # transformers >= 5. No RoPE on every fourth layer (`no_rope_layers`), tied embeddings.
     "smollm3": (
         "SmolLM3Config",
