@@ -674,16 +674,33 @@ fn a_qwen35_checkpoint_is_the_model_transformers_runs() {
 /// text-only checkpoint bit for bit.
 #[test]
 fn a_qwen35_image_text_checkpoint_is_read_as_its_language_model() {
+    assert_image_text_layout_reads_the_text_model(
+        "qwen35",
+        "qwen3_5",
+        "Qwen3_5ForConditionalGeneration",
+    );
+}
+
+/// The text-only fixture `name` rewritten as transformers 5 saves an image-text model of
+/// `model_type` (`architectures`: `class`): the config as `text_config`, the tensors under
+/// `model.language_model.`, the head at `lm_head.weight`, beside a vision tower and
+/// multi-token-prediction layers that are not read. Its logits are the text-only
+/// checkpoint's bit for bit.
+pub(crate) fn assert_image_text_layout_reads_the_text_model(
+    name: &str,
+    model_type: &str,
+    class: &str,
+) {
     use candle_core::{DType, Device, Tensor};
     use candor::model::checkpoint::Checkpoint;
     use candor::model::transformer::{Transformer, WeightDType};
-    let src = crate::arch::fixture("qwen35");
+    let src = crate::arch::fixture(name);
     let dir = tempfile::tempdir().expect("tempdir");
     let text: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config"))
             .expect("json");
     let config = serde_json::json!({
-        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+        "architectures": [class], "model_type": model_type,
         "text_config": text, "vision_config": {"depth": 1}, "tie_word_embeddings": false,
     });
     std::fs::write(dir.path().join("config.json"), config.to_string()).expect("config");
@@ -696,16 +713,21 @@ fn a_qwen35_image_text_checkpoint_is_read_as_its_language_model() {
             None => (k, v),
         })
         .collect();
-    for extra in ["model.visual.merger.linear_fc1.weight", "mtp.fc.weight"] {
+    for extra in [
+        "model.visual.merger.linear_fc1.weight",
+        "model.vision_tower.transformer.layers.0.attention.q_proj.weight",
+        "model.multi_modal_projector.linear_1.weight",
+        "mtp.fc.weight",
+    ] {
         let t = Tensor::ones((4, 4), DType::BF16, &Device::Cpu).expect("tensor");
         renamed.insert(extra.into(), t);
     }
     candle_core::safetensors::save(&renamed, dir.path().join("model.safetensors")).expect("save");
     let load = |d: &std::path::Path| {
-        let mut ck = Checkpoint::open(d).unwrap_or_else(|e| panic!("{e}"));
+        let mut ck = Checkpoint::open(d).unwrap_or_else(|e| panic!("{name}: {e}"));
         let m = Transformer::from_checkpoint(&mut ck, WeightDType::Native)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(ck.unread_tensors(), Vec::<String>::new());
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(ck.unread_tensors(), Vec::<String>::new(), "{name}");
         m
     };
     let prompts: Vec<Vec<u32>> = vec![(3..20).collect(), (100..107).collect()];
@@ -716,7 +738,7 @@ fn a_qwen35_image_text_checkpoint_is_read_as_its_language_model() {
             .flatten()
             .zip(got.iter().flatten())
             .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "the image-text layout's logits differ"
+        "{name}: the image-text layout's logits differ"
     );
 }
 

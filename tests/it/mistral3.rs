@@ -364,3 +364,15 @@ fn a_ministral3_checkpoint_is_the_model_transformers_runs() {
     let e = ModelConfig::from_hf_config(&path, &mscale).expect_err("refused");
     assert!(e.to_string().contains("rope_parameters.mscale"), "{e}");
 }
+
+/// Ministral 3 as the Hub publishes it, an image-text `mistral3` checkpoint with the
+/// `ministral3` language model in `text_config`: the tiny model in that layout gives its
+/// text-only checkpoint's logits bit for bit, the vision tower and projector unread.
+#[test]
+fn a_ministral3_image_text_checkpoint_is_read_as_its_language_model() {
+    crate::hybrid::assert_image_text_layout_reads_the_text_model(
+        "ministral3",
+        "mistral3",
+        "Mistral3ForConditionalGeneration",
+    );
+}
