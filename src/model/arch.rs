@@ -132,10 +132,10 @@ impl Arch {
     }
 
     /// Whether a checkpoint stores RMS-norm weights as `w` to be used as `1 + w` (Gemma's,
-    /// Qwen3.5's but for its linear attention's gated norm; llama.cpp's converter adds the 1
+    /// Qwen3.5's and Qwen3-Next's but for their linear attention's gated norm; llama.cpp's converter adds the 1
     /// when writing GGUF).
     pub fn norm_plus_one(self) -> bool {
-        self.is_gemma() || matches!(self, Arch::Qwen35 | Arch::Qwen35Moe)
+        self.is_gemma() || matches!(self, Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next)
     }
 
     /// The tensor (after `blk.N.`) of the feed-forward block's pre-norm: gpt-oss calls it the
@@ -885,11 +885,12 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
         mrope: true,
         ..BASE
     },
-    // GGUF only: qwen35moe's blocks in Qwen3-Next's layout (llama.cpp's qwen3next.cpp).
+    // qwen35moe's blocks in Qwen3-Next's layout (llama.cpp's qwen3next.cpp), which is its
+    // checkpoints' own (`in_proj_qkvz`, `in_proj_ba`).
     ArchSpec {
         arch: Arch::Qwen3Next,
         gguf_name: "qwen3next",
-        hf_model_types: &[],
+        hf_model_types: &["qwen3_next"],
         hf_context_len: 262144,
         swa: Swa::Qwen,
         gguf_rope_adjacent: false,
@@ -2735,10 +2736,10 @@ fn check_hf_keys(spec: &ArchSpec, f: &Fields) -> Result<()> {
             }
         }
     }
-    if spec.arch == Arch::Qwen3Moe {
-        // llama.cpp's qwen3moe graph renormalises the chosen experts' weights, has an expert
-        // block in every layer and no sliding window: a checkpoint must say the same
-        // (transformers' `norm_topk_prob` is false when absent).
+    if spec.arch == Arch::Qwen3Moe || spec.arch == Arch::Qwen3Next {
+        // llama.cpp's qwen3moe and qwen3next graphs renormalise the chosen experts' weights,
+        // have an expert block in every layer and no sliding window: a checkpoint must say
+        // the same (transformers' `norm_topk_prob` is false when absent for Qwen3-MoE).
         if f.json("norm_topk_prob").and_then(Json::as_bool) != Some(true) {
             return Err(f.err_key(
                 "norm_topk_prob",

@@ -199,9 +199,15 @@ impl Checkpoint {
             return Some(format!("{p}layers.{layer}.{hf}"));
         }
         let (base, kind) = name.rsplit_once('.')?;
-        if self.config.arch == Arch::Qwen35 || self.config.arch == Arch::Qwen35Moe {
-            // Qwen3.5's linear attention and shared expert.
+        if matches!(
+            self.config.arch,
+            Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next
+        ) {
+            // Qwen3.5's and Qwen3-Next's linear attention and shared expert (Qwen3-Next fuses
+            // q|k|v|z and β|α per key head, as its GGUF's `ssm_in` and `ssm_ba`).
             let hf = match base {
+                "ssm_in" => Some("linear_attn.in_proj_qkvz"),
+                "ssm_ba" => Some("linear_attn.in_proj_ba"),
                 "attn_qkv" => Some("linear_attn.in_proj_qkv"),
                 "attn_gate" => Some("linear_attn.in_proj_z"),
                 "ssm_beta" => Some("linear_attn.in_proj_b"),
@@ -287,10 +293,13 @@ impl Checkpoint {
     }
 
     /// The shape the checkpoint stores a GGUF tensor of `shape` in, where the two differ:
-    /// Qwen3.5's conv1d `[channels, 1, taps]` and shared expert gate `[1, dim]` (llama.cpp's
-    /// converter squeezes both).
+    /// Qwen3.5's and Qwen3-Next's conv1d `[channels, 1, taps]` and shared expert gate
+    /// `[1, dim]` (llama.cpp's converter squeezes both).
     fn stored_shape(&self, gguf: &str, shape: &[usize]) -> Vec<usize> {
-        let qwen35 = matches!(self.config.arch, Arch::Qwen35 | Arch::Qwen35Moe);
+        let qwen35 = matches!(
+            self.config.arch,
+            Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next
+        );
         match shape {
             [c, k] if qwen35 && gguf.ends_with("ssm_conv1d.weight") => vec![*c, 1, *k],
             [d] if qwen35 && gguf.ends_with("ffn_gate_inp_shexp.weight") => vec![1, *d],

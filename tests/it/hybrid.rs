@@ -603,18 +603,20 @@ fn nextn_layers_are_loaded_and_ignored() {
     assert!(e.contains("blk.1.stray.weight"), "{e}");
 }
 
-/// The tiny Qwen3.5 models as transformers 5.24 saves them (`qwen3_5_text` and
-/// `qwen3_5_moe_text`, by `tests/reference/make_tiny.py qwen35 qwen35moe`): Gated DeltaNet
-/// layers as `linear_attn.{in_proj_qkv,in_proj_z,in_proj_b,in_proj_a,conv1d,dt_bias,A_log,
-/// norm,out_proj}` with two key heads and four value heads, grouped by key head; a
-/// full-attention layer with its output gate in `q_proj`, q/k norms and partial interleaved
-/// multi-section RoPE; every norm but the gated one stored as `w` for `1 + w`;
-/// `rope_parameters`; the MoE one's experts per expert, `mlp.gate` and a sigmoid-gated
-/// `mlp.shared_expert`. Each loads (every tensor read) with the config's geometry, in f32
-/// and in its own types; its greedy decoding agrees with transformers' f32 reference (48/48
-/// steps), the last-position logits within 1e-3 of it (measured: within 5.2e-5); and its
-/// logits do not depend on how prompts are packed and chunked. Value heads tiled rather
-/// than grouped fails it (by 6.6), and so does `A_log` read as `exp` without the sign.
+/// The tiny Qwen3.5 and Qwen3-Next models as transformers 5.24 saves them (`qwen3_5_text`,
+/// `qwen3_5_moe_text` and `qwen3_next`, by `tests/reference/make_tiny.py qwen35 qwen35moe
+/// qwen3next`): Gated DeltaNet layers as `linear_attn.{in_proj_qkv,in_proj_z,in_proj_b,
+/// in_proj_a,conv1d,dt_bias,A_log,norm,out_proj}` (Qwen3-Next: `in_proj_qkvz` and
+/// `in_proj_ba` fused per key head) with two key heads and four value heads, grouped by key
+/// head; a full-attention layer with its output gate in `q_proj`, q/k norms and partial RoPE
+/// (interleaved multi-section for Qwen3.5); every norm but the gated one stored as `w` for
+/// `1 + w`; `rope_parameters`; the MoE ones' experts per expert, `mlp.gate` and a
+/// sigmoid-gated `mlp.shared_expert`. Each loads (every tensor read) with the config's
+/// geometry, in f32 and in its own types; its greedy decoding agrees with transformers' f32
+/// reference (48/48 steps), the last-position logits within 1e-3 of it (measured: within
+/// 5.6e-5); and its logits do not depend on how prompts are packed and chunked. Value heads
+/// tiled rather than grouped fails it (by 6.6), and so does `A_log` read as `exp` without the
+/// sign.
 #[test]
 fn a_qwen35_checkpoint_is_the_model_transformers_runs() {
     use candor::model::checkpoint::Checkpoint;
@@ -626,9 +628,10 @@ fn a_qwen35_checkpoint_is_the_model_transformers_runs() {
                 .collect()
         })
         .collect();
-    for (name, gguf, experts) in [
-        ("qwen35", "qwen35", None),
-        ("qwen35moe", "qwen35moe", Some(4)),
+    for (name, gguf, experts, sections) in [
+        ("qwen35", "qwen35", None, Some([2, 1, 1, 0])),
+        ("qwen35moe", "qwen35moe", Some(4), Some([2, 1, 1, 0])),
+        ("qwen3next", "qwen3next", Some(4), None),
     ] {
         let dir = crate::arch::fixture(name);
         for dtype in [WeightDType::F32, WeightDType::Native] {
@@ -648,7 +651,7 @@ fn a_qwen35_checkpoint_is_the_model_transformers_runs() {
                     c.rope_dim,
                     c.rope_sections
                 ),
-                (gguf, 4, 8, Some([2, 1, 1, 0])),
+                (gguf, 4, 8, sections),
                 "{name}"
             );
             assert_eq!(c.moe.map(|m| m.experts), experts, "{name}");

@@ -191,6 +191,27 @@ ARCHS = {
             rope_parameters=QWEN35_ROPE,
         ),
     ),
+    # transformers >= 5: Qwen3-Next, q|k|v|z and β|α fused per key head, plain partial RoPE.
+    "qwen3next": (
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        dict(
+            head_dim=16,
+            num_hidden_layers=4,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            norm_topk_prob=True,
+            tie_word_embeddings=False,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+        ),
+    ),
 }
 
 
