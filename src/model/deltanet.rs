@@ -352,8 +352,9 @@ impl DeltaNet {
                 mat(src, &name("attn_gate.weight"), &[h.value_dim(), dim])?,
             )
         };
-        // Qwen3-Next's files fuse β and α per key head; a checkpoint keeps them apart.
-        let (beta, alpha) = if h.grouped && src.has_tensor(&name("ssm_ba.weight")) {
+        // Qwen3-Next's files fuse β and α per key head; a Qwen3.5 checkpoint (its value heads
+        // grouped too) keeps them apart.
+        let (beta, alpha) = if h.grouped && !src.has_tensor(&name("ssm_beta.weight")) {
             let [b, a] = h.grouped_rows([r, r]);
             let shape = [2 * h.v_heads, dim];
             (
