@@ -968,7 +968,9 @@ pub const ARCH_SPECS: &[ArchSpec] = &[
     ArchSpec {
         arch: Arch::Glm4Moe,
         gguf_name: "glm4moe",
-        hf_model_types: &[],
+        hf_model_types: &["glm4_moe"],
+        hf_rms_eps: 1e-5,
+        hf_context_len: 131072,
         gguf_rope_adjacent: false,
         llama3_rope: false,
         moe: MoeSpec::Deepseek,
@@ -1574,7 +1576,7 @@ fn deepseek_moe(
     vocab: usize,
 ) -> Result<Option<MoeConfig>> {
     let Fields::Gguf { content, prefix } = f else {
-        return Ok(None);
+        return hf_deepseek_moe(spec, f, n_layer);
     };
     let key = |k: &str| format!("{prefix}.{k}");
     let opt = |k: &str| -> Result<Option<usize>> {
@@ -1658,6 +1660,91 @@ fn deepseek_moe(
         shared_gated: false,
         dense_lead,
         // llama.cpp scales unless the scale is 0 or 1.
+        weights_scale: if scale == 0.0 { 1.0 } else { scale },
+        groups,
+    }))
+}
+
+/// [`MoeSpec::Deepseek`]'s experts from a GLM-4.5 checkpoint's `config.json` (`glm4_moe`:
+/// `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts`,
+/// `first_k_dense_replace`, `n_group`/`topk_group`, `norm_topk_prob`, `routed_scaling_factor`;
+/// sigmoid gating with `e_score_correction_bias`), each required (transformers' defaults are
+/// the largest model's), as llama.cpp's converter writes them; the group checks are the GGUF
+/// reader's. Only glm4moe reads checkpoints of these experts.
+fn hf_deepseek_moe(spec: &ArchSpec, f: &Fields, n_layer: usize) -> Result<Option<MoeConfig>> {
+    if spec.arch != Arch::Glm4Moe {
+        return Ok(None);
+    }
+    let need = |k: &str| -> Result<&Json> {
+        f.json(k).ok_or_else(|| {
+            f.err_key(
+                k,
+                "missing: transformers' default is the largest model's".into(),
+            )
+        })
+    };
+    let count = |k: &str| -> Result<usize> {
+        let v = need(k)?;
+        v.as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| f.err_key(k, format!("expected an unsigned integer, found {v}")))
+    };
+    let experts = count("n_routed_experts")?;
+    if experts <= 1 {
+        return Ok(None);
+    }
+    let used = experts_used(f, experts)?;
+    let width = count("moe_intermediate_size")?;
+    if width == 0 {
+        return Err(f.err_key("moe_intermediate_size", "a zero expert width".into()));
+    }
+    let shared = count("n_shared_experts")?;
+    let dense_lead = count("first_k_dense_replace")?;
+    if dense_lead > n_layer {
+        return Err(f.err_key(
+            "first_k_dense_replace",
+            format!("{dense_lead} dense layers of {n_layer}"),
+        ));
+    }
+    let normalize = need("norm_topk_prob")?
+        .as_bool()
+        .ok_or_else(|| f.err_key("norm_topk_prob", "expected a bool".into()))?;
+    let scale = need("routed_scaling_factor")?
+        .as_f64()
+        .ok_or_else(|| f.err_key("routed_scaling_factor", "expected a number".into()))?
+        as f32;
+    let groups = match (count("n_group")?, count("topk_group")?) {
+        (0 | 1, _) => None,
+        (g, used_groups) => {
+            if !experts.is_multiple_of(g) || used_groups == 0 || used_groups >= g {
+                return Err(f.err_key(
+                    "n_group",
+                    format!("{g} groups of {experts} experts, {used_groups} used"),
+                ));
+            }
+            if experts / g < 2 || used > used_groups * (experts / g) {
+                return Err(f.err_key(
+                    "topk_group",
+                    format!(
+                        "{used_groups} groups of {} cannot hold {used} experts",
+                        experts / g
+                    ),
+                ));
+            }
+            Some((g, used_groups))
+        }
+    };
+    Ok(Some(MoeConfig {
+        experts,
+        used,
+        ffn_dim: width,
+        gating: Gating::Deepseek {
+            sigmoid: true,
+            normalize,
+        },
+        shared_ffn: (shared > 0).then_some(width * shared),
+        shared_gated: false,
+        dense_lead,
         weights_scale: if scale == 0.0 { 1.0 } else { scale },
         groups,
     }))

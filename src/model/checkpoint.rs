@@ -170,6 +170,16 @@ impl Checkpoint {
         &self.config
     }
 
+    /// Whether the checkpoint tensor `hf` belongs to a layer at or after `n_layer` (a
+    /// multi-token-prediction layer kept after the trunk's).
+    pub fn beyond_trunk(&self, hf: &str, n_layer: usize) -> bool {
+        hf.strip_prefix(&self.prefix)
+            .and_then(|r| r.strip_prefix("layers."))
+            .and_then(|r| r.split_once('.'))
+            .and_then(|(n, _)| n.parse::<usize>().ok())
+            .is_some_and(|n| n >= n_layer)
+    }
+
     /// A hybrid model's linear-attention geometry from `config.json` (`None` for the others).
     pub fn hybrid(&self) -> Result<Option<Hybrid>> {
         Hybrid::from_hf(&self.dir.join("config.json"), &self.json, &self.config)
@@ -188,11 +198,13 @@ impl Checkpoint {
         }
         let rest = gguf.strip_prefix("blk.")?;
         let (layer, name) = rest.split_once('.')?;
-        // Parameters without a `.weight`: gpt-oss's per-head sink logits, Qwen3.5's decay.
+        // Parameters without a `.weight`: gpt-oss's per-head sink logits, Qwen3.5's decay,
+        // GLM-4.5's expert selection bias.
         let bare = match name {
             "attn_sinks.weight" => Some("self_attn.sinks"),
             "ssm_a" => Some("linear_attn.A_log"),
             "ssm_dt.bias" => Some("linear_attn.dt_bias"),
+            "exp_probs_b.bias" => Some("mlp.gate.e_score_correction_bias"),
             _ => None,
         };
         if let Some(hf) = bare {
@@ -227,6 +239,7 @@ impl Checkpoint {
         }
         let gemma = self.config.arch.is_gemma();
         let oss = self.config.arch == Arch::GptOss;
+        let glm = self.config.arch == Arch::Glm4Moe;
         let hf = match base {
             "attn_norm" => "input_layernorm",
             "attn_q" => "self_attn.q_proj",
@@ -247,6 +260,10 @@ impl Checkpoint {
             // The router: Mixtral's, Qwen3-MoE's.
             "ffn_gate_inp" if self.mixtral() => "block_sparse_moe.gate",
             "ffn_gate_inp" if oss => "mlp.router",
+            // GLM-4.5's shared experts.
+            "ffn_gate_shexp" if glm => "mlp.shared_experts.gate_proj",
+            "ffn_up_shexp" if glm => "mlp.shared_experts.up_proj",
+            "ffn_down_shexp" if glm => "mlp.shared_experts.down_proj",
             "ffn_gate_inp" => "mlp.gate",
             _ => return None,
         };

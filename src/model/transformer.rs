@@ -643,7 +643,14 @@ impl Transformer {
             populate: false,
         };
         let model = Transformer::build(config, hybrid, None, ck, dtype, &placement)?;
-        refuse_unused(&ck.unread_tensors(), arch, |msg| ModelError::Safetensors {
+        // As for a GGUF: the multi-token-prediction layers after the trunk (GLM-4.5 keeps them
+        // as `layers.{n_layer}…`) go unread.
+        let mut unused = ck.unread_tensors();
+        if ArchSpec::of(arch).nextn {
+            let n = model.config.n_layer;
+            unused.retain(|t| !ck.beyond_trunk(t, n));
+        }
+        refuse_unused(&unused, arch, |msg| ModelError::Safetensors {
             path: ck.source_path().to_path_buf(),
             msg,
         })?;

@@ -212,6 +212,30 @@ ARCHS = {
             rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
         ),
     ),
+    # transformers >= 5: GLM-4.5, a dense layer then experts with DeepSeek's sigmoid routing
+    # (selection bias, two groups of which one is used, weights renormalised and scaled), a
+    # shared expert, q/k/v biases and norms, half the head rotated.
+    "glm4moe": (
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        dict(
+            head_dim=16,
+            num_hidden_layers=3,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=2,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            use_qk_norm=True,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+        ),
+    ),
 }
 
 
@@ -234,8 +258,8 @@ def make(arch, out_dir):
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith(("A_log", "dt_bias")):
                 p.copy_(p + 0.3 * torch.randn_like(p))
-            # Qwen3.5-MoE's router starts at 0 (every expert tied).
-            if name.endswith("mlp.gate.weight"):
+            # Qwen3.5-MoE's router starts at 0 (every expert tied), and GLM's selection bias.
+            if name.endswith(("mlp.gate.weight", "e_score_correction_bias")):
                 p.copy_(0.3 * torch.randn_like(p))
     model = model.to(torch.bfloat16)
     os.makedirs(out_dir, exist_ok=True)
