@@ -624,7 +624,7 @@ fn a_transformers_5_config_is_read_as_the_same_model() {
 
 /// A copy of a fixture checkpoint with its `config.json` edited by `edit` and `extra` tensors
 /// added to its safetensors.
-fn edited_checkpoint(
+pub(crate) fn edited_checkpoint(
     dir: &Path,
     arch: &str,
     edit: impl FnOnce(&mut serde_json::Value),

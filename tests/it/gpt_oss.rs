@@ -132,19 +132,9 @@ fn a_gpt_oss_checkpoint_gives_the_converted_gguf_s_logits() {
 /// A copy of the MXFP4 fixture with its `config.json` edited by `edit`: the configuration
 /// it resolves to, or the load's error.
 fn with_config(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Transformer, String> {
-    let src = fixture("gpt-oss");
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config"))
-            .expect("json");
-    edit(&mut cfg);
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("config");
-    std::fs::copy(
-        src.join("model.safetensors"),
-        dir.path().join("model.safetensors"),
-    )
-    .expect("weights");
-    let mut ck = Checkpoint::open(dir.path()).map_err(|e| e.to_string())?;
+    let ck = crate::arch::edited_checkpoint(dir.path(), "gpt-oss", edit, &[]);
+    let mut ck = Checkpoint::open(&ck).map_err(|e| e.to_string())?;
     Transformer::from_checkpoint(&mut ck, WeightDType::F32).map_err(|e| e.to_string())
 }
 

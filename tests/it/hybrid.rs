@@ -752,21 +752,10 @@ pub(crate) fn assert_image_text_layout_reads_the_text_model(
 fn a_qwen35_config_without_its_linear_geometry_is_refused() {
     use candor::model::checkpoint::Checkpoint;
     use candor::model::transformer::{Transformer, WeightDType};
-    let src = crate::arch::fixture("qwen35");
     let refused = |edit: &dyn Fn(&mut serde_json::Value), want: &str| {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut cfg: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(src.join("config.json")).expect("config"),
-        )
-        .expect("json");
-        edit(&mut cfg);
-        std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("config");
-        std::fs::copy(
-            src.join("model.safetensors"),
-            dir.path().join("model.safetensors"),
-        )
-        .expect("weights");
-        let e = match Checkpoint::open(dir.path()) {
+        let ck = crate::arch::edited_checkpoint(dir.path(), "qwen35", edit, &[]);
+        let e = match Checkpoint::open(&ck) {
             Err(e) => e.to_string(),
             Ok(mut ck) => match Transformer::from_checkpoint(&mut ck, WeightDType::F32) {
                 Ok(_) => panic!("loaded; wanted {want}"),
