@@ -58,6 +58,26 @@ QWEN35_ROPE = dict(
     mrope_interleaved=True,
 )
 
+# The hybrids' tiny geometry: three Gated DeltaNet layers (two key heads, four value heads),
+# then a full-attention one.
+LINEAR_ATTENTION = dict(
+    head_dim=16,
+    num_hidden_layers=4,
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    tie_word_embeddings=False,
+)
+# Their experts: four, two used, and a shared one.
+EXPERTS = dict(
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=32,
+)
+
 ARCHS = {
     "llama": (
         "LlamaConfig",
@@ -158,57 +178,23 @@ ARCHS = {
     "qwen35": (
         "Qwen3_5TextConfig",
         "Qwen3_5ForCausalLM",
-        dict(
-            head_dim=16,
-            num_hidden_layers=4,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=16,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            tie_word_embeddings=False,
-            rope_parameters=QWEN35_ROPE,
-        ),
+        dict(LINEAR_ATTENTION, rope_parameters=QWEN35_ROPE),
     ),
     # transformers >= 5: qwen35's layers with experts (four, two used, renormalised) and a
     # sigmoid-gated shared expert.
     "qwen35moe": (
         "Qwen3_5MoeTextConfig",
         "Qwen3_5MoeForCausalLM",
-        dict(
-            head_dim=16,
-            num_hidden_layers=4,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=16,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
-            tie_word_embeddings=False,
-            rope_parameters=QWEN35_ROPE,
-        ),
+        dict(LINEAR_ATTENTION, **EXPERTS, rope_parameters=QWEN35_ROPE),
     ),
     # transformers >= 5: Qwen3-Next, q|k|v|z and β|α fused per key head, plain partial RoPE.
     "qwen3next": (
         "Qwen3NextConfig",
         "Qwen3NextForCausalLM",
         dict(
-            head_dim=16,
-            num_hidden_layers=4,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=16,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
+            LINEAR_ATTENTION,
+            **EXPERTS,
             norm_topk_prob=True,
-            tie_word_embeddings=False,
             rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
         ),
     ),
@@ -244,6 +230,40 @@ def prompts():
     return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
+def write_reference(ref_model, out_dir, arch, **extra):
+    """reference.json: `ref_model`'s greedy continuations of the prompts, with the top-2 gap of
+    every step and each prompt's last-position logits (`extra`: more fields to record)."""
+    runs = []
+    for ids in prompts():
+        seq = list(ids)
+        gaps = []
+        first_logits = None
+        with torch.no_grad():
+            for step in range(NEW_TOKENS):
+                # Full recomputation each step: no cache subtleties in the reference.
+                logits = ref_model(torch.tensor([seq])).logits[0, -1].float()
+                if first_logits is None:
+                    first_logits = logits.tolist()
+                top = torch.topk(logits, 2)
+                gaps.append(float(top.values[0] - top.values[1]))
+                seq.append(int(top.indices[0]))
+        runs.append(
+            dict(prompt=ids, tokens=seq[len(ids):], gaps=gaps, last_logits=first_logits)
+        )
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(
+            dict(
+                arch=arch,
+                transformers=transformers.__version__,
+                torch=torch.__version__,
+                seed=SEED,
+                **extra,
+                runs=runs,
+            ),
+            f,
+        )
+
+
 def make(arch, out_dir):
     cfg_cls, model_cls, extra = ARCHS[arch]
     kwargs = dict(COMMON)
@@ -272,34 +292,7 @@ def make(arch, out_dir):
     ref_model = getattr(transformers, model_cls).from_pretrained(
         out_dir, dtype=torch.float32, attn_implementation="eager"
     ).eval()
-    runs = []
-    for ids in prompts():
-        seq = list(ids)
-        gaps = []
-        first_logits = None
-        with torch.no_grad():
-            for step in range(NEW_TOKENS):
-                # Full recomputation each step: no cache subtleties in the reference.
-                logits = ref_model(torch.tensor([seq])).logits[0, -1].float()
-                if first_logits is None:
-                    first_logits = logits.tolist()
-                top = torch.topk(logits, 2)
-                gaps.append(float(top.values[0] - top.values[1]))
-                seq.append(int(top.indices[0]))
-        runs.append(
-            dict(prompt=ids, tokens=seq[len(ids):], gaps=gaps, last_logits=first_logits)
-        )
-    with open(os.path.join(out_dir, "reference.json"), "w") as f:
-        json.dump(
-            dict(
-                arch=arch,
-                transformers=transformers.__version__,
-                torch=torch.__version__,
-                seed=SEED,
-                runs=runs,
-            ),
-            f,
-        )
+    write_reference(ref_model, out_dir, arch)
     return model
 
 

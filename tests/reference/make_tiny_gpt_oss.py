@@ -38,13 +38,8 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tiny")
-SEED = 7
-VOCAB = 512
-PROMPTS_SEED = 11
-PROMPT_LENS = [5, 9, 17]
-NEW_TOKENS = 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_tiny import FIXTURES, ROOT, SEED, VOCAB, prompts, write_reference  # noqa: E402
 
 CONFIG = dict(
     vocab_size=VOCAB,
@@ -75,11 +70,6 @@ QUANTIZATION = dict(
         "lm_head",
     ],
 )
-
-
-def prompts():
-    g = torch.Generator().manual_seed(PROMPTS_SEED)
-    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
 def write_mxfp4(out_dir):
@@ -127,29 +117,6 @@ def load_dequantized(ckpt, truncate=None):
         attn_implementation="eager",
         quantization_config=transformers.Mxfp4Config(dequantize=True),
     ).eval()
-
-
-def write_reference(model, out_dir):
-    runs = []
-    for ids in prompts():
-        seq = list(ids)
-        gaps = []
-        first_logits = None
-        with torch.no_grad():
-            for _ in range(NEW_TOKENS):
-                logits = model(torch.tensor([seq])).logits[0, -1].float()
-                if first_logits is None:
-                    first_logits = logits.tolist()
-                top = torch.topk(logits, 2)
-                gaps.append(float(top.values[0] - top.values[1]))
-                seq.append(int(top.indices[0]))
-        runs.append(dict(prompt=ids, tokens=seq[len(ids):], gaps=gaps, last_logits=first_logits))
-    with open(os.path.join(out_dir, "reference.json"), "w") as f:
-        json.dump(
-            dict(arch="gpt-oss", transformers=transformers.__version__,
-                 torch=torch.__version__, seed=SEED, rope_truncate=True, runs=runs),
-            f,
-        )
 
 
 def write_bf16(model, out_dir):
@@ -215,7 +182,7 @@ def main():
     model = load_dequantized(mx)
     # The reference rounds YaRN's ramp ends to whole pairs (`truncate`), as llama.cpp does
     # whatever the config says; gpt-oss's config says false (its checkpoint keeps that).
-    write_reference(load_dequantized(mx, truncate=True), mx)
+    write_reference(load_dequantized(mx, truncate=True), mx, "gpt-oss", rope_truncate=True)
     write_bf16(model, bf)
     # The saved BF16 copy is the same model: the same logits.
     again = transformers.GptOssForCausalLM.from_pretrained(
