@@ -795,3 +795,17 @@ fn gguf_keys_that_change_the_arithmetic_are_refused_unless_read() {
         "{err}"
     );
 }
+
+/// Gemma 3 and Mistral Small 3.x as the Hub publishes them, image-text checkpoints
+/// (`gemma3` with a `gemma3_text` language model, `mistral3` with a `mistral` one) in the
+/// layout transformers 5 saves: the tiny models give their text-only checkpoints' logits bit
+/// for bit, the vision tower and projector unread.
+#[test]
+fn image_text_checkpoints_are_read_as_their_language_models() {
+    for (name, model_type, class) in [
+        ("gemma3", "gemma3", "Gemma3ForConditionalGeneration"),
+        ("mistral", "mistral3", "Mistral3ForConditionalGeneration"),
+    ] {
+        crate::hybrid::assert_image_text_layout_reads_the_text_model(name, model_type, class);
+    }
+}

@@ -704,7 +704,7 @@ pub(crate) fn assert_image_text_layout_reads_the_text_model(
             .expect("json");
     let config = serde_json::json!({
         "architectures": [class], "model_type": model_type,
-        "text_config": text, "vision_config": {"depth": 1}, "tie_word_embeddings": false,
+        "text_config": text, "vision_config": {"depth": 1},
     });
     std::fs::write(dir.path().join("config.json"), config.to_string()).expect("config");
     let tensors =
