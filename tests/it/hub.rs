@@ -182,11 +182,11 @@ fn a_split_model_picked_by_its_quantization_downloads_every_split() {
 }
 
 /// A safetensors checkpoint whose `config.json` names an architecture Candor loads only from
-/// GGUF (Qwen3-Next) is refused with the reason, and its weights are never requested.
+/// GGUF (DeepSeek-V3) is refused with the reason, and its weights are never requested.
 #[test]
 fn a_checkpoint_candor_cannot_load_is_refused_before_its_weights_download() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = serde_json::json!({"model_type": "qwen3_next", "num_hidden_layers": 48});
+    let config = serde_json::json!({"model_type": "deepseek_v3", "num_hidden_layers": 61});
     let files: BTreeMap<String, Vec<u8>> = [
         ("config.json", config.to_string().into_bytes()),
         ("model.safetensors", vec![7u8; 4096]),
@@ -199,7 +199,7 @@ fn a_checkpoint_candor_cannot_load_is_refused_before_its_weights_download() {
     let e = generate(dir.path(), "org/ck", Some(&hub.endpoint)).expect_err("refused");
     let asked = hub.asked();
     assert!(
-        e.contains("qwen3_next") && e.contains("before downloading the weights"),
+        e.contains("deepseek_v3") && e.contains("before downloading the weights"),
         "{e} (asked: {asked:?})"
     );
     assert!(
