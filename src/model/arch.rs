@@ -132,8 +132,8 @@ impl Arch {
     }
 
     /// Whether a checkpoint stores RMS-norm weights as `w` to be used as `1 + w` (Gemma's,
-    /// Qwen3.5's and Qwen3-Next's but for their linear attention's gated norm; llama.cpp's converter adds the 1
-    /// when writing GGUF).
+    /// Qwen3.5's and Qwen3-Next's but for their linear attention's gated norm; llama.cpp's
+    /// converter adds the 1 when writing GGUF).
     pub fn norm_plus_one(self) -> bool {
         self.is_gemma() || matches!(self, Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next)
     }
