@@ -1627,29 +1627,13 @@ fn deepseek_moe(
             ))
         }
     };
-    let groups = match opt("expert_group_count")?.unwrap_or(0) {
-        0 | 1 => None,
-        g => {
-            let used_groups = opt("expert_group_used_count")?.unwrap_or(0);
-            if !experts.is_multiple_of(g) || used_groups == 0 || used_groups >= g {
-                return Err(f.err_key(
-                    &key("expert_group_count"),
-                    format!("{g} groups of {experts} experts, {used_groups} used"),
-                ));
-            }
-            // Each group's score is the sum of its two best experts'.
-            if experts / g < 2 || used > used_groups * (experts / g) {
-                return Err(f.err_key(
-                    &key("expert_group_used_count"),
-                    format!(
-                        "{used_groups} groups of {} cannot hold {used} experts",
-                        experts / g
-                    ),
-                ));
-            }
-            Some((g, used_groups))
-        }
-    };
+    let groups = expert_groups(
+        f,
+        (experts, used),
+        opt("expert_group_count")?.unwrap_or(0),
+        opt("expert_group_used_count")?.unwrap_or(0),
+        [&key("expert_group_count"), &key("expert_group_used_count")],
+    )?;
     let dense_lead = opt("leading_dense_block_count")?.unwrap_or(0);
     Ok(Some(MoeConfig {
         experts,
@@ -1665,12 +1649,44 @@ fn deepseek_moe(
     }))
 }
 
+/// DeepSeek's group-limited routing of `experts` experts, `used` a token: `g` groups of which
+/// `used_groups` are chosen (none for 0 or 1 group), checked as llama.cpp's loader needs them;
+/// `keys` name the two counts in errors.
+fn expert_groups(
+    f: &Fields,
+    (experts, used): (usize, usize),
+    g: usize,
+    used_groups: usize,
+    keys: [&str; 2],
+) -> Result<Option<(usize, usize)>> {
+    if g <= 1 {
+        return Ok(None);
+    }
+    if !experts.is_multiple_of(g) || used_groups == 0 || used_groups >= g {
+        return Err(f.err_key(
+            keys[0],
+            format!("{g} groups of {experts} experts, {used_groups} used"),
+        ));
+    }
+    // Each group's score is the sum of its two best experts'.
+    if experts / g < 2 || used > used_groups * (experts / g) {
+        return Err(f.err_key(
+            keys[1],
+            format!(
+                "{used_groups} groups of {} cannot hold {used} experts",
+                experts / g
+            ),
+        ));
+    }
+    Ok(Some((g, used_groups)))
+}
+
 /// [`MoeSpec::Deepseek`]'s experts from a GLM-4.5 checkpoint's `config.json` (`glm4_moe`:
 /// `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts`,
 /// `first_k_dense_replace`, `n_group`/`topk_group`, `norm_topk_prob`, `routed_scaling_factor`;
 /// sigmoid gating with `e_score_correction_bias`), each required (transformers' defaults are
-/// the largest model's), as llama.cpp's converter writes them; the group checks are the GGUF
-/// reader's. Only glm4moe reads checkpoints of these experts.
+/// the largest model's), as llama.cpp's converter writes them ([`expert_groups`] checks the
+/// groups). Only glm4moe reads checkpoints of these experts.
 fn hf_deepseek_moe(spec: &ArchSpec, f: &Fields, n_layer: usize) -> Result<Option<MoeConfig>> {
     if spec.arch != Arch::Glm4Moe {
         return Ok(None);
@@ -1713,27 +1729,13 @@ fn hf_deepseek_moe(spec: &ArchSpec, f: &Fields, n_layer: usize) -> Result<Option
         .as_f64()
         .ok_or_else(|| f.err_key("routed_scaling_factor", "expected a number".into()))?
         as f32;
-    let groups = match (count("n_group")?, count("topk_group")?) {
-        (0 | 1, _) => None,
-        (g, used_groups) => {
-            if !experts.is_multiple_of(g) || used_groups == 0 || used_groups >= g {
-                return Err(f.err_key(
-                    "n_group",
-                    format!("{g} groups of {experts} experts, {used_groups} used"),
-                ));
-            }
-            if experts / g < 2 || used > used_groups * (experts / g) {
-                return Err(f.err_key(
-                    "topk_group",
-                    format!(
-                        "{used_groups} groups of {} cannot hold {used} experts",
-                        experts / g
-                    ),
-                ));
-            }
-            Some((g, used_groups))
-        }
-    };
+    let groups = expert_groups(
+        f,
+        (experts, used),
+        count("n_group")?,
+        count("topk_group")?,
+        ["n_group", "topk_group"],
+    )?;
     Ok(Some(MoeConfig {
         experts,
         used,

@@ -341,26 +341,37 @@ impl Checkpoint {
 
     /// The stored type of the checkpoint's tensor `hf`, after checking its shape.
     fn stored_type(&self, hf: String, shape: &[usize]) -> Result<(String, GgmlDType)> {
-        let (dtype, found) = &self.entries[&hf];
+        let dtype = self.entry(&hf, shape)?;
+        let ggml = float_type(&hf, &dtype)?;
+        Ok((hf, ggml))
+    }
+
+    /// The entry `hf` after checking it exists with `shape`: its dtype.
+    fn entry(&self, hf: &str, shape: &[usize]) -> Result<String> {
+        let (dtype, found) = self.entries.get(hf).ok_or_else(|| {
+            ModelError::MissingTensor(format!("{hf} (in {})", self.dir.display()))
+        })?;
         if found.as_slice() != shape {
             return Err(ModelError::TensorShape {
-                name: hf,
+                name: hf.to_string(),
                 expected: format!("{shape:?}"),
                 found: format!("{found:?}"),
             });
         }
-        let ggml = match dtype.as_str() {
-            "F32" => GgmlDType::F32,
-            "F16" => GgmlDType::F16,
-            "BF16" => GgmlDType::BF16,
-            other => {
-                return Err(ModelError::UnsupportedTensorType {
-                    name: hf,
-                    dtype: format!("{other} (supported: F32, F16, BF16)"),
-                })
-            }
-        };
-        Ok((hf, ggml))
+        Ok(dtype.clone())
+    }
+}
+
+/// The ggml type of the float safetensors dtype `dtype` of tensor `hf` (F32, F16, BF16).
+fn float_type(hf: &str, dtype: &str) -> Result<GgmlDType> {
+    match dtype {
+        "F32" => Ok(GgmlDType::F32),
+        "F16" => Ok(GgmlDType::F16),
+        "BF16" => Ok(GgmlDType::BF16),
+        other => Err(ModelError::UnsupportedTensorType {
+            name: hf.to_string(),
+            dtype: format!("{other} (supported: F32, F16, BF16)"),
+        }),
     }
 }
 
@@ -447,21 +458,6 @@ impl Checkpoint {
         })
     }
 
-    /// The entry `hf` after checking it exists with `shape`: its dtype.
-    fn entry(&self, hf: &str, shape: &[usize]) -> Result<String> {
-        let (dtype, found) = self.entries.get(hf).ok_or_else(|| {
-            ModelError::MissingTensor(format!("{hf} (in {})", self.dir.display()))
-        })?;
-        if found.as_slice() != shape {
-            return Err(ModelError::TensorShape {
-                name: hf.to_string(),
-                expected: format!("{shape:?}"),
-                found: format!("{found:?}"),
-            });
-        }
-        Ok(dtype.clone())
-    }
-
     /// Each expert's matrix of the GGUF tensor `name` (`shape`: experts, rows, columns) from
     /// a gpt-oss checkpoint, in the layout the GGUF llama.cpp's converter writes holds it:
     /// MXFP4 blocks repacked, float matrices transposed (each the gate or up half of the
@@ -516,17 +512,8 @@ impl Checkpoint {
             }
             OssExperts::Float { hf, half } => {
                 let dtype = self.entry(hf, &[experts, cols, fused(*half)])?;
-                let (ggml, size) = match dtype.as_str() {
-                    "F32" => (GgmlDType::F32, 4),
-                    "F16" => (GgmlDType::F16, 2),
-                    "BF16" => (GgmlDType::BF16, 2),
-                    other => {
-                        return Err(ModelError::UnsupportedTensorType {
-                            name: hf.clone(),
-                            dtype: format!("{other} (supported: F32, F16, BF16)"),
-                        })
-                    }
-                };
+                let ggml = float_type(hf, &dtype)?;
+                let size = ggml.type_size();
                 let src = self.places[hf].bytes();
                 let width = fused(*half);
                 let per = rows * cols * size;

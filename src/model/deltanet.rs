@@ -73,6 +73,26 @@ fn linear_layers(content: &Content, c: &ModelConfig, interval: usize) -> Result<
         .collect()
 }
 
+/// The checks both readers make of a linear-attention geometry: `Err((0, message))` for the
+/// conv1d's taps, `Err((1, message))` for the heads (each reader names its own key).
+fn check_geometry(
+    conv_kernel: usize,
+    k_heads: usize,
+    v_heads: usize,
+    head_dim: usize,
+) -> std::result::Result<(), (usize, String)> {
+    if !(1..=16).contains(&conv_kernel) {
+        return Err((0, format!("{conv_kernel} taps (1 to 16 supported)")));
+    }
+    if head_dim == 0 || k_heads == 0 || v_heads == 0 || !v_heads.is_multiple_of(k_heads) {
+        return Err((
+            1,
+            format!("{k_heads} key heads do not divide {v_heads} value heads of {head_dim}"),
+        ));
+    }
+    Ok(())
+}
+
 impl Hybrid {
     /// The geometry of a hybrid architecture's `config.json` (transformers' Qwen3.5 keys,
     /// each required: transformers' defaults are those of the largest model): `linear_*`,
@@ -139,41 +159,16 @@ impl Hybrid {
                 (0..c.n_layer).map(|i| (i + 1) % interval != 0).collect()
             }
         };
-        Hybrid::checked(conv_kernel, k_heads, v_heads, head_dim, linear, true)
-            .map_err(|(key, msg)| bad(key, msg))
-            .map(Some)
-    }
-
-    /// The geometry after the checks both readers make: `Err((key, message))` naming the
-    /// `config.json` key.
-    fn checked(
-        conv_kernel: usize,
-        k_heads: usize,
-        v_heads: usize,
-        head_dim: usize,
-        linear: Vec<bool>,
-        grouped: bool,
-    ) -> std::result::Result<Hybrid, (&'static str, String)> {
-        if !(1..=16).contains(&conv_kernel) {
-            return Err((
-                "linear_conv_kernel_dim",
-                format!("{conv_kernel} taps (1 to 16 supported)"),
-            ));
-        }
-        if head_dim == 0 || k_heads == 0 || v_heads == 0 || !v_heads.is_multiple_of(k_heads) {
-            return Err((
-                "linear_num_key_heads",
-                format!("{k_heads} key heads do not divide {v_heads} value heads of {head_dim}"),
-            ));
-        }
-        Ok(Hybrid {
+        check_geometry(conv_kernel, k_heads, v_heads, head_dim)
+            .map_err(|(i, msg)| bad(["linear_conv_kernel_dim", "linear_num_key_heads"][i], msg))?;
+        Ok(Some(Hybrid {
             conv_kernel,
             k_heads,
             v_heads,
             head_dim,
             linear,
-            grouped,
-        })
+            grouped: true,
+        }))
     }
 
     /// The geometry of a hybrid architecture's GGUF (`None` for the others).
@@ -188,18 +183,8 @@ impl Hybrid {
         let v_heads = get("ssm.time_step_rank")?;
         let k_heads = get("ssm.group_count")?;
         let inner = get("ssm.inner_size")?;
-        if !(1..=16).contains(&conv_kernel) {
-            return Err(meta_err(
-                &key("ssm.conv_kernel"),
-                format!("{conv_kernel} taps (1 to 16 supported)"),
-            ));
-        }
-        if head_dim == 0 || k_heads == 0 || !v_heads.is_multiple_of(k_heads) || v_heads == 0 {
-            return Err(meta_err(
-                &key("ssm.group_count"),
-                format!("{k_heads} key heads do not divide {v_heads} value heads of {head_dim}"),
-            ));
-        }
+        check_geometry(conv_kernel, k_heads, v_heads, head_dim)
+            .map_err(|(i, msg)| meta_err(&key(["ssm.conv_kernel", "ssm.group_count"][i]), msg))?;
         if inner != v_heads * head_dim {
             return Err(meta_err(
                 &key("ssm.inner_size"),

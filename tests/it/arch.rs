@@ -223,6 +223,14 @@ fn gguf_conversions_match_transformers_greedy() {
     }
 }
 
+/// Whether two sets of logits (as [`packed_logits`] returns them) are equal bit for bit.
+pub(crate) fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
+        })
+}
+
 /// Logits of every prompt token for each prompt, run with the prompts packed `batch` at a
 /// time, prefilled in chunks of `chunk` tokens.
 pub(crate) fn packed_logits(

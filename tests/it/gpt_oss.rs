@@ -12,7 +12,7 @@ use candor::model::checkpoint::Checkpoint;
 use candor::model::transformer::{Transformer, WeightDType};
 use candor::weights::gguf::GgufFile;
 
-use crate::arch::{check_against_reference, fixture, packed_logits};
+use crate::arch::{check_against_reference, fixture, packed_logits, same_bits};
 
 /// The fixture `name`'s checkpoint loaded with `dtype`, every tensor of it read.
 fn load(name: &str, dtype: WeightDType) -> Transformer {
@@ -36,13 +36,6 @@ fn prompts() -> Vec<Vec<u32>> {
                 .collect()
         })
         .collect()
-}
-
-fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
-        })
 }
 
 /// The tiny gpt-oss model as OpenAI publishes its checkpoints (`gpt_oss`, MXFP4 experts as

@@ -660,10 +660,7 @@ fn a_qwen35_checkpoint_is_the_model_transformers_runs() {
             let one = crate::arch::packed_logits(&model, &prompts, 1, 64);
             let packed = crate::arch::packed_logits(&model, &prompts, 6, 5);
             assert!(
-                one.iter()
-                    .flatten()
-                    .zip(packed.iter().flatten())
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                crate::arch::same_bits(&one, &packed),
                 "{name} ({what}): the logits depend on packing"
             );
         }
@@ -737,10 +734,7 @@ pub(crate) fn assert_image_text_layout_reads_the_text_model(
     let want = crate::arch::packed_logits(&load(&src), &prompts, 2, 5);
     let got = crate::arch::packed_logits(&load(dir.path()), &prompts, 2, 5);
     assert!(
-        want.iter()
-            .flatten()
-            .zip(got.iter().flatten())
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        crate::arch::same_bits(&want, &got),
         "{name}: the image-text layout's logits differ"
     );
 }
